@@ -1,0 +1,249 @@
+//! `AgentBuilder` and the configuration a run uses.
+
+use std::fmt;
+use std::sync::Arc;
+
+use super::hooks::{Hooks, ToolCallRequest, ToolDecision, TurnSetup};
+use super::{Agent, QueueMode, SteeringPolicy};
+use crate::Error;
+use crate::llm::{Provider, ThinkingLevel};
+use crate::message::{Message, ToolCall, ToolResultMessage};
+use crate::tool::Tool;
+
+/// What a run reads of the agent's configuration (cloned at the start of each run).
+#[derive(Clone)]
+pub(crate) struct Config {
+    pub(crate) provider: Arc<dyn Provider>,
+    pub(crate) model: String,
+    pub(crate) system_prompt: String,
+    pub(crate) thinking: ThinkingLevel,
+    pub(crate) tools: Vec<Arc<dyn Tool>>,
+    pub(crate) max_turns: u32,
+    pub(crate) max_parallel_tools: usize,
+    pub(crate) steering_policy: SteeringPolicy,
+    pub(crate) steering_mode: QueueMode,
+    pub(crate) follow_up_mode: QueueMode,
+    pub(crate) hooks: Hooks,
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("provider", &self.provider.name())
+            .field("model", &self.model)
+            .field("thinking", &self.thinking)
+            .field("tools", &self.tools.iter().map(|t| t.name()).collect::<Vec<_>>())
+            .field("max_turns", &self.max_turns)
+            .field("max_parallel_tools", &self.max_parallel_tools)
+            .field("steering_policy", &self.steering_policy)
+            .field("steering_mode", &self.steering_mode)
+            .field("follow_up_mode", &self.follow_up_mode)
+            .field("hooks", &self.hooks)
+            .finish()
+    }
+}
+
+/// Builds an [`Agent`]. Only the provider is required.
+#[must_use]
+pub struct AgentBuilder {
+    provider: Option<Arc<dyn Provider>>,
+    model: String,
+    system_prompt: String,
+    thinking: ThinkingLevel,
+    tools: Vec<Arc<dyn Tool>>,
+    max_turns: u32,
+    max_parallel_tools: usize,
+    steering_policy: SteeringPolicy,
+    steering_mode: QueueMode,
+    follow_up_mode: QueueMode,
+    hooks: Hooks,
+    messages: Vec<Message>,
+}
+
+impl Default for AgentBuilder {
+    fn default() -> AgentBuilder {
+        AgentBuilder {
+            provider: None,
+            model: String::new(),
+            system_prompt: String::new(),
+            thinking: ThinkingLevel::Off,
+            tools: Vec::new(),
+            max_turns: 16,
+            max_parallel_tools: 8,
+            steering_policy: SteeringPolicy::AfterBatch,
+            steering_mode: QueueMode::OneAtATime,
+            follow_up_mode: QueueMode::OneAtATime,
+            hooks: Hooks::default(),
+            messages: Vec::new(),
+        }
+    }
+}
+
+impl AgentBuilder {
+    /// The model server. Required.
+    pub fn provider(mut self, provider: impl Provider + 'static) -> AgentBuilder {
+        self.provider = Some(Arc::new(provider));
+        self
+    }
+
+    /// The model id sent with each request. Defaults to empty (the provider's default).
+    pub fn model(mut self, model: impl Into<String>) -> AgentBuilder {
+        self.model = model.into();
+        self
+    }
+
+    /// The system prompt. Defaults to none.
+    pub fn system_prompt(mut self, prompt: impl Into<String>) -> AgentBuilder {
+        self.system_prompt = prompt.into();
+        self
+    }
+
+    /// The thinking level. Defaults to [`ThinkingLevel::Off`].
+    pub fn thinking(mut self, level: ThinkingLevel) -> AgentBuilder {
+        self.thinking = level;
+        self
+    }
+
+    /// Adds a tool.
+    pub fn tool(mut self, tool: impl Tool + 'static) -> AgentBuilder {
+        self.tools.push(Arc::new(tool));
+        self
+    }
+
+    /// Adds a shared tool.
+    pub fn tool_arc(mut self, tool: Arc<dyn Tool>) -> AgentBuilder {
+        self.tools.push(tool);
+        self
+    }
+
+    /// The most model calls one run makes (at least 1). Checked after the tools of the last
+    /// allowed turn ran; the run then ends with `RunStopReason::MaxTurns`. Defaults to 16.
+    pub fn max_turns(mut self, turns: u32) -> AgentBuilder {
+        self.max_turns = turns.max(1);
+        self
+    }
+
+    /// How many tool calls of one reply run at once (at least 1; 1 makes every batch
+    /// sequential). Defaults to 8.
+    pub fn max_parallel_tools(mut self, n: usize) -> AgentBuilder {
+        self.max_parallel_tools = n.max(1);
+        self
+    }
+
+    /// When steering messages interrupt a batch of tool calls. Defaults to
+    /// [`SteeringPolicy::AfterBatch`].
+    pub fn steering_policy(mut self, policy: SteeringPolicy) -> AgentBuilder {
+        self.steering_policy = policy;
+        self
+    }
+
+    /// How many queued steering messages one model call takes. Defaults to
+    /// [`QueueMode::OneAtATime`].
+    pub fn steering_mode(mut self, mode: QueueMode) -> AgentBuilder {
+        self.steering_mode = mode;
+        self
+    }
+
+    /// How many queued follow-ups one new turn takes. Defaults to [`QueueMode::OneAtATime`].
+    pub fn follow_up_mode(mut self, mode: QueueMode) -> AgentBuilder {
+        self.follow_up_mode = mode;
+        self
+    }
+
+    /// A transcript to start from (a restored session, say). Defaults to empty.
+    pub fn messages(mut self, messages: impl IntoIterator<Item = Message>) -> AgentBuilder {
+        self.messages = messages.into_iter().collect();
+        self
+    }
+
+    /// Called on the run thread before each tool call runs, in call order, after its
+    /// `ToolStart`: allow it, block it with a reason the model sees, or rewrite its arguments.
+    /// It may block waiting for a human; use [`ToolCallRequest::wait_for`] so that `abort()`
+    /// releases it. Defaults to allowing every call.
+    pub fn before_tool_call(
+        mut self,
+        hook: impl Fn(&ToolCallRequest<'_>) -> ToolDecision + Send + Sync + 'static,
+    ) -> AgentBuilder {
+        self.hooks.before_tool_call = Some(Arc::new(hook));
+        self
+    }
+
+    /// Called on the run thread when a tool call ended, before its `ToolEnd`: returns the
+    /// result the model sees (the given one, or a replacement). Defaults to none.
+    pub fn after_tool_call(
+        mut self,
+        hook: impl Fn(&ToolCall, ToolResultMessage) -> ToolResultMessage + Send + Sync + 'static,
+    ) -> AgentBuilder {
+        self.hooks.after_tool_call = Some(Arc::new(hook));
+        self
+    }
+
+    /// Rewrites the messages sent to the model for each request (pruning, compaction) without
+    /// touching the transcript. Defaults to none.
+    pub fn transform_context(
+        mut self,
+        hook: impl Fn(Vec<Message>) -> Vec<Message> + Send + Sync + 'static,
+    ) -> AgentBuilder {
+        self.hooks.transform_context = Some(Arc::new(hook));
+        self
+    }
+
+    /// Called before each turn's model call; may change the model, thinking level or tools
+    /// for that call and the rest of the run. Defaults to none.
+    pub fn before_turn(mut self, hook: impl Fn(&mut TurnSetup) + Send + Sync + 'static) -> AgentBuilder {
+        self.hooks.before_turn = Some(Arc::new(hook));
+        self
+    }
+
+    /// Builds the agent.
+    ///
+    /// # Errors
+    /// [`Error::Config`] when no provider was set or two tools share a name.
+    pub fn build(self) -> Result<Agent, Error> {
+        let provider = self
+            .provider
+            .ok_or_else(|| Error::Config("no provider set on the builder".into()))?;
+        let mut names = std::collections::HashSet::new();
+        for t in &self.tools {
+            if !names.insert(t.name().to_owned()) {
+                return Err(Error::Config(format!("two tools are named `{}`", t.name())));
+            }
+        }
+        let config = Config {
+            provider,
+            model: self.model,
+            system_prompt: self.system_prompt,
+            thinking: self.thinking,
+            tools: self.tools,
+            max_turns: self.max_turns,
+            max_parallel_tools: self.max_parallel_tools,
+            steering_policy: self.steering_policy,
+            steering_mode: self.steering_mode,
+            follow_up_mode: self.follow_up_mode,
+            hooks: self.hooks,
+        };
+        Ok(Agent::from_config(config, self.messages))
+    }
+}
+
+impl fmt::Debug for AgentBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AgentBuilder")
+            .field("provider", &self.provider.as_ref().map(|p| p.name().to_owned()))
+            .field("model", &self.model)
+            .field("tools", &self.tools.iter().map(|t| t.name()).collect::<Vec<_>>())
+            .field("max_turns", &self.max_turns)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TurnSetup {
+    pub(crate) fn from_config(turn: u32, c: &Config) -> TurnSetup {
+        TurnSetup {
+            turn,
+            model: c.model.clone(),
+            thinking: c.thinking,
+            tools: c.tools.clone(),
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! Where every event goes: folded into the published `State`, then handed to the listeners.
+//!
+//! This is the one place an event travels through: `Shared::emit` folds it (under the store
+//! lock, so queue updates from other threads never interleave with a fold), stores the new
+//! snapshot, and only then calls the listeners in registration order on the calling (run)
+//! thread, with no lock held.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use arc_swap::ArcSwap;
+use crossbeam_channel::Sender;
+use parking_lot::Mutex;
+
+use super::Queues;
+use crate::event::AgentEvent;
+use crate::state::State;
+
+pub(crate) type Callback = dyn Fn(&AgentEvent) + Send + Sync;
+
+pub(crate) enum Sink {
+    Callback(Box<Callback>),
+    Channel(Sender<AgentEvent>),
+}
+
+pub(crate) struct Listener {
+    id: u64,
+    active: AtomicBool,
+    sink: Sink,
+}
+
+/// The part of an agent that handles and threads share: the published state, the queues and
+/// the listeners.
+pub(crate) struct Shared {
+    state: ArcSwap<State>,
+    // Guards the queues and serializes every store of `state`.
+    queues: Mutex<Queues>,
+    listeners: Mutex<Arc<Vec<Arc<Listener>>>>,
+    next_id: AtomicU64,
+}
+
+impl Shared {
+    pub(crate) fn new(state: State) -> Shared {
+        Shared {
+            state: ArcSwap::from_pointee(state),
+            queues: Mutex::new(Queues::default()),
+            listeners: Mutex::new(Arc::new(Vec::new())),
+            next_id: AtomicU64::new(1),
+        }
+    }
+
+    pub(crate) fn snapshot(&self) -> Arc<State> {
+        self.state.load_full()
+    }
+
+    /// Publishes a state change that is not an event (queues, settings, listener panics).
+    pub(crate) fn update<R>(&self, f: impl FnOnce(&State, &mut Queues) -> (State, R)) -> R {
+        let mut queues = self.queues.lock();
+        let (next, r) = f(&self.state.load(), &mut queues);
+        self.state.store(Arc::new(next));
+        r
+    }
+
+    /// Folds `event` into the state, publishes it, then calls every listener.
+    pub(crate) fn emit(&self, event: AgentEvent) {
+        {
+            let _queues = self.queues.lock();
+            let next = self.state.load().apply(&event);
+            self.state.store(Arc::new(next));
+        }
+        let listeners = self.listeners.lock().clone();
+        for l in listeners.iter() {
+            if !l.active.load(Ordering::Acquire) {
+                continue;
+            }
+            match &l.sink {
+                Sink::Callback(f) => {
+                    if let Err(payload) = catch_unwind(AssertUnwindSafe(|| f(&event))) {
+                        self.record_panic(l.id, &event, panic_message(&*payload));
+                    }
+                }
+                Sink::Channel(tx) => {
+                    // Blocks while the channel is full: the run waits, nothing is dropped.
+                    if tx.send(event.clone()).is_err() {
+                        self.unsubscribe(l.id);
+                    }
+                }
+            }
+        }
+    }
+
+    fn record_panic(&self, id: u64, event: &AgentEvent, message: String) {
+        let text: Arc<str> = Arc::from(format!(
+            "listener {id} panicked on {}: {message}",
+            event.name()
+        ));
+        self.update(|s, _| {
+            let mut next = s.clone();
+            next.listener_panics += 1;
+            next.last_listener_panic = Some(text);
+            (next, ())
+        });
+    }
+
+    pub(crate) fn subscribe(&self, sink: Sink) -> u64 {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut list = self.listeners.lock();
+        let mut next = Vec::clone(&list);
+        next.push(Arc::new(Listener {
+            id,
+            active: AtomicBool::new(true),
+            sink,
+        }));
+        *list = Arc::new(next);
+        id
+    }
+
+    pub(crate) fn unsubscribe(&self, id: u64) -> bool {
+        let mut list = self.listeners.lock();
+        let Some(pos) = list.iter().position(|l| l.id == id) else {
+            return false;
+        };
+        // A dispatch already under way holds the old list; the flag keeps it from calling
+        // this listener again.
+        list[pos].active.store(false, Ordering::Release);
+        let mut next = Vec::clone(&list);
+        next.remove(pos);
+        *list = Arc::new(next);
+        true
+    }
+}
+
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_owned()
+    }
+}

@@ -1,0 +1,110 @@
+//! Hooks: callbacks that police and reshape a run, set on the builder.
+//!
+//! Every hook runs on the run thread, synchronously, never while a lock of the agent is held.
+//! A hook that panics is caught: a panicking `before_tool_call` or `after_tool_call` turns that
+//! call's result into an error result; a panicking `transform_context` or `before_turn` ends
+//! the run with `RunStopReason::Error`.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crossbeam_channel::Receiver;
+
+use crate::cancel::CancelToken;
+use crate::llm::ThinkingLevel;
+use crate::message::{Message, ToolCall, ToolResultMessage};
+use crate::tool::Tool;
+
+/// What `before_tool_call` decides about one call.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ToolDecision {
+    /// Run the call as the model asked.
+    Allow,
+    /// Do not run it; the model gets an error result with this reason.
+    Block(String),
+    /// Run it with these arguments instead.
+    Rewrite(serde_json::Value),
+}
+
+/// What `before_tool_call` sees of one call.
+#[derive(Debug)]
+pub struct ToolCallRequest<'a> {
+    /// The call as the model made it.
+    pub call: &'a ToolCall,
+    /// Its arguments, parsed.
+    pub args: &'a serde_json::Value,
+    cancel: &'a CancelToken,
+}
+
+impl<'a> ToolCallRequest<'a> {
+    pub(crate) fn new(
+        call: &'a ToolCall,
+        args: &'a serde_json::Value,
+        cancel: &'a CancelToken,
+    ) -> ToolCallRequest<'a> {
+        ToolCallRequest { call, args, cancel }
+    }
+
+    /// The run's cancel token.
+    pub fn cancel(&self) -> &CancelToken {
+        self.cancel
+    }
+
+    /// Blocks until `answers` yields a value or the run is aborted, whichever comes first;
+    /// `None` when aborted (or when the sender is gone). This is how an approval prompt waits
+    /// for a human without keeping `abort()` from ending the run.
+    pub fn wait_for<T>(&self, answers: &Receiver<T>) -> Option<T> {
+        crossbeam_channel::select! {
+            recv(answers) -> v => v.ok(),
+            recv(self.cancel.receiver()) -> _ => None,
+        }
+    }
+}
+
+/// What `before_turn` may change for the next model call (and the rest of the run).
+pub struct TurnSetup {
+    /// The turn about to start, from 1.
+    pub turn: u32,
+    /// The model id of the next request.
+    pub model: String,
+    /// The thinking level of the next request.
+    pub thinking: ThinkingLevel,
+    /// The tools offered in the next request.
+    pub tools: Vec<Arc<dyn Tool>>,
+}
+
+impl fmt::Debug for TurnSetup {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TurnSetup")
+            .field("turn", &self.turn)
+            .field("model", &self.model)
+            .field("thinking", &self.thinking)
+            .field("tools", &self.tools.iter().map(|t| t.name()).collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+pub(crate) type BeforeToolCall = dyn Fn(&ToolCallRequest<'_>) -> ToolDecision + Send + Sync;
+pub(crate) type AfterToolCall = dyn Fn(&ToolCall, ToolResultMessage) -> ToolResultMessage + Send + Sync;
+pub(crate) type TransformContext = dyn Fn(Vec<Message>) -> Vec<Message> + Send + Sync;
+pub(crate) type BeforeTurn = dyn Fn(&mut TurnSetup) + Send + Sync;
+
+/// The hooks of an agent.
+#[derive(Clone, Default)]
+pub(crate) struct Hooks {
+    pub(crate) before_tool_call: Option<Arc<BeforeToolCall>>,
+    pub(crate) after_tool_call: Option<Arc<AfterToolCall>>,
+    pub(crate) transform_context: Option<Arc<TransformContext>>,
+    pub(crate) before_turn: Option<Arc<BeforeTurn>>,
+}
+
+impl fmt::Debug for Hooks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Hooks")
+            .field("before_tool_call", &self.before_tool_call.is_some())
+            .field("after_tool_call", &self.after_tool_call.is_some())
+            .field("transform_context", &self.transform_context.is_some())
+            .field("before_turn", &self.before_turn.is_some())
+            .finish()
+    }
+}

@@ -1,0 +1,465 @@
+//! The agent: builder, blocking runs, listeners, snapshots and the handle other threads use.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+
+use crossbeam_channel::Receiver;
+use parking_lot::Mutex;
+
+use crate::Error;
+use crate::cancel::CancelToken;
+use crate::event::{AgentEvent, RunStopReason};
+use crate::llm::ThinkingLevel;
+use crate::message::{Message, Usage};
+use crate::state::State;
+use crate::tool::Tool;
+
+mod builder;
+mod dispatch;
+pub(crate) mod hooks;
+mod run;
+mod tools;
+
+pub use builder::AgentBuilder;
+use builder::Config;
+use dispatch::{Shared, Sink};
+
+/// An LLM agent driven from ordinary blocking code.
+///
+/// `Agent` is `Send + Sync`: share it (in an `Arc`, or by reference with scoped threads) and
+/// call [`Agent::prompt`] on one thread while others read [`Agent::snapshot`] or steer and abort
+/// through an [`AgentHandle`]. One run at a time: a second `prompt` while a run is active
+/// returns [`Error::Busy`] at once, it never queues.
+pub struct Agent {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    shared: Arc<Shared>,
+    config: Mutex<Config>,
+    running: AtomicBool,
+    cancel: Mutex<Option<CancelToken>>,
+}
+
+/// The queues a handle fills and a run drains. Guarded by the store lock of `Shared`.
+#[derive(Default)]
+pub(crate) struct Queues {
+    pub(crate) steering: Vec<Arc<Message>>,
+    pub(crate) follow_ups: Vec<Arc<Message>>,
+}
+
+/// When queued steering interrupts a batch of tool calls.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum SteeringPolicy {
+    /// The current reply's tool calls all finish; the steering message goes in before the
+    /// next model call.
+    #[default]
+    AfterBatch,
+    /// Tool calls of the batch not yet started are skipped, each with a result that says the
+    /// user sent a new message; calls already running finish.
+    AtToolBoundary,
+}
+
+/// How many queued messages are taken at once.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum QueueMode {
+    /// One message per model call (or per new turn, for follow-ups).
+    #[default]
+    OneAtATime,
+    /// Every queued message at once.
+    All,
+}
+
+/// A message an agent did not take: the agent is gone. Holds the message, given back.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Refused(pub Message);
+
+impl fmt::Display for Refused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the agent is gone; the message was not queued")
+    }
+}
+
+impl std::error::Error for Refused {}
+
+/// What `prompt` or `continue_run` sends: one message or several. Built from a `&str`, a
+/// `String`, a [`Message`] or a `Vec<Message>`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Prompt(pub Vec<Message>);
+
+impl From<&str> for Prompt {
+    fn from(s: &str) -> Prompt {
+        Prompt(vec![Message::user(s)])
+    }
+}
+
+impl From<String> for Prompt {
+    fn from(s: String) -> Prompt {
+        Prompt(vec![Message::user(s)])
+    }
+}
+
+impl From<Message> for Prompt {
+    fn from(m: Message) -> Prompt {
+        Prompt(vec![m])
+    }
+}
+
+impl From<Vec<Message>> for Prompt {
+    fn from(m: Vec<Message>) -> Prompt {
+        Prompt(m)
+    }
+}
+
+/// How a run ended.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunResult {
+    /// Every message the run appended to the transcript, in order.
+    pub messages: Vec<Arc<Message>>,
+    /// Why the run stopped.
+    pub stop_reason: RunStopReason,
+    /// Usage summed over the run's replies.
+    pub usage: Usage,
+    /// The failure, when `stop_reason` is `Error`.
+    pub error: Option<Error>,
+}
+
+impl RunResult {
+    /// The text of the last assistant message of the run.
+    pub fn text(&self) -> String {
+        self.messages
+            .iter()
+            .rev()
+            .find_map(|m| m.as_assistant())
+            .map(|m| m.text())
+            .unwrap_or_default()
+    }
+
+    /// `Err` with the failure when the run stopped with `RunStopReason::Error`, so that `?`
+    /// can surface provider errors.
+    ///
+    /// # Errors
+    /// The provider's error, when the run ended with `Error`.
+    pub fn ok(self) -> Result<RunResult, Error> {
+        match self.error {
+            Some(e) if self.stop_reason == RunStopReason::Error => Err(e),
+            _ => Ok(self),
+        }
+    }
+}
+
+/// A listener registration. Dropping it keeps the listener; call
+/// [`Subscription::unsubscribe`] (or [`Agent::unsubscribe`] with its id) to remove it.
+#[derive(Debug)]
+#[must_use = "dropping a Subscription keeps the listener; keep it to unsubscribe later"]
+pub struct Subscription {
+    id: u64,
+    shared: Weak<Shared>,
+}
+
+impl Subscription {
+    /// The listener's id, for [`Agent::unsubscribe`].
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Removes the listener. It is not called again, not even for an event being dispatched
+    /// right now. Returns false when it was already removed.
+    pub fn unsubscribe(self) -> bool {
+        self.shared.upgrade().is_some_and(|s| s.unsubscribe(self.id))
+    }
+}
+
+/// A cheap `Clone + Send + Sync` handle for other threads: snapshot, steer, follow up, abort.
+///
+/// The handle does not keep the agent alive: once the `Agent` is dropped, `steer` and
+/// `follow_up` give the message back as [`Refused`] and `abort` does nothing, while
+/// `snapshot` still returns the last state.
+#[derive(Clone)]
+pub struct AgentHandle {
+    shared: Arc<Shared>,
+    agent: Weak<Inner>,
+}
+
+impl Agent {
+    /// A builder. Only the provider is required.
+    pub fn builder() -> AgentBuilder {
+        AgentBuilder::default()
+    }
+
+    pub(crate) fn from_config(config: Config, messages: Vec<Message>) -> Agent {
+        let state = State {
+            system_prompt: Arc::from(config.system_prompt.as_str()),
+            model: Arc::from(config.model.as_str()),
+            thinking_level: config.thinking,
+            tools: config.tools.iter().map(|t| t.definition()).collect(),
+            messages: messages.into_iter().map(Arc::new).collect(),
+            ..State::default()
+        };
+        Agent {
+            inner: Arc::new(Inner {
+                shared: Arc::new(Shared::new(state)),
+                config: Mutex::new(config),
+                running: AtomicBool::new(false),
+                cancel: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// Runs the agent on `input` (a `&str`, a `String`, a [`Message`] or several) until it
+    /// stops: streams the reply, runs the tools it asks for, and goes on for more turns.
+    ///
+    /// Blocks the current thread until the run ends or [`AgentHandle::abort`] is called from
+    /// another thread (or from a listener). Listeners are called on this thread.
+    ///
+    /// A run that started always returns `Ok`, whatever its stop reason; a provider failure
+    /// is `RunStopReason::Error` with the error in [`RunResult::error`] (use
+    /// [`RunResult::ok`] to turn it into an `Err`).
+    ///
+    /// # Errors
+    /// [`Error::Busy`] when a run is already active; [`Error::NothingToContinue`] for an empty
+    /// prompt.
+    pub fn prompt(&self, input: impl Into<Prompt>) -> Result<RunResult, Error> {
+        let input = input.into().0;
+        if input.is_empty() {
+            return Err(Error::NothingToContinue("the prompt has no message".into()));
+        }
+        run::run(&self.inner, run::Start::Prompt(input))
+    }
+
+    /// Resumes from the transcript: a new turn if the last message is a user or tool-result
+    /// message; otherwise the queued steering, then the queued follow-ups, are delivered.
+    ///
+    /// Blocks like [`Agent::prompt`].
+    ///
+    /// # Errors
+    /// [`Error::Busy`] when a run is active; [`Error::NothingToContinue`] when the transcript
+    /// ends with an assistant message (or is empty) and nothing is queued.
+    pub fn continue_run(&self) -> Result<RunResult, Error> {
+        run::run(&self.inner, run::Start::Continue)
+    }
+
+    /// Registers a listener, called for every event after it was folded into the state.
+    ///
+    /// # Contract
+    /// Listeners run synchronously on the run thread, in registration order; a slow listener
+    /// slows the run (use [`Agent::subscribe_channel`] to offload). A listener may call
+    /// `snapshot`, `steer`, `follow_up`, `abort`, `subscribe` and `unsubscribe`; it must not
+    /// call `prompt` (that returns `Busy`). A panic is caught: the run goes on, the other
+    /// listeners still get the event, and the state counts it in `listener_panics` with the
+    /// message in `last_listener_panic`.
+    pub fn subscribe(&self, listener: impl Fn(&AgentEvent) + Send + Sync + 'static) -> Subscription {
+        self.handle().subscribe(listener)
+    }
+
+    /// Registers a channel listener: every event is sent, cloned, into a bounded channel of
+    /// `capacity` (0 makes a rendezvous channel).
+    ///
+    /// When the channel is full the run waits until the consumer takes an event: nothing is
+    /// ever dropped, and the run never gets more than `capacity` events ahead of the
+    /// consumer. (`abort()` does not release that wait, since it would lose events.) When the
+    /// receiver is dropped, the listener removes itself at the next event.
+    pub fn subscribe_channel(&self, capacity: usize) -> Receiver<AgentEvent> {
+        self.handle().subscribe_channel(capacity)
+    }
+
+    /// Removes the listener with this id. Returns false when there is none.
+    pub fn unsubscribe(&self, id: u64) -> bool {
+        self.inner.shared.unsubscribe(id)
+    }
+
+    /// The latest state. Never blocks; callable from any thread at any time.
+    pub fn snapshot(&self) -> Arc<State> {
+        self.inner.shared.snapshot()
+    }
+
+    /// A handle for other threads.
+    pub fn handle(&self) -> AgentHandle {
+        AgentHandle {
+            shared: self.inner.shared.clone(),
+            agent: Arc::downgrade(&self.inner),
+        }
+    }
+
+    /// Queues a steering message (see [`AgentHandle::steer`]).
+    ///
+    /// # Errors
+    /// Never: the agent is alive. The `Result` matches [`AgentHandle::steer`].
+    pub fn steer(&self, message: impl Into<Message>) -> Result<(), Refused> {
+        self.handle().steer(message)
+    }
+
+    /// Queues a follow-up message (see [`AgentHandle::follow_up`]).
+    ///
+    /// # Errors
+    /// Never: the agent is alive. The `Result` matches [`AgentHandle::follow_up`].
+    pub fn follow_up(&self, message: impl Into<Message>) -> Result<(), Refused> {
+        self.handle().follow_up(message)
+    }
+
+    /// Aborts the active run (see [`AgentHandle::abort`]).
+    pub fn abort(&self) -> bool {
+        self.inner.abort()
+    }
+
+    /// True while a run is active.
+    pub fn is_running(&self) -> bool {
+        self.inner.running.load(Ordering::Acquire)
+    }
+
+    /// Changes the model for the next run (a run in progress keeps its own, unless a
+    /// `before_turn` hook changes it).
+    pub fn set_model(&self, model: impl Into<String>) {
+        let model = model.into();
+        self.inner.shared.update(|s, _| {
+            let mut next = s.clone();
+            next.model = Arc::from(model.as_str());
+            (next, ())
+        });
+        self.inner.config.lock().model = model;
+    }
+
+    /// Changes the thinking level for the next run.
+    pub fn set_thinking(&self, level: ThinkingLevel) {
+        self.inner.shared.update(|s, _| {
+            let mut next = s.clone();
+            next.thinking_level = level;
+            (next, ())
+        });
+        self.inner.config.lock().thinking = level;
+    }
+
+    /// Changes the system prompt for the next run.
+    pub fn set_system_prompt(&self, prompt: impl Into<String>) {
+        let prompt = prompt.into();
+        self.inner.shared.update(|s, _| {
+            let mut next = s.clone();
+            next.system_prompt = Arc::from(prompt.as_str());
+            (next, ())
+        });
+        self.inner.config.lock().system_prompt = prompt;
+    }
+
+    /// Replaces the tools for the next run.
+    pub fn set_tools(&self, tools: Vec<Arc<dyn Tool>>) {
+        let defs: Arc<[_]> = tools.iter().map(|t| t.definition()).collect();
+        self.inner.shared.update(|s, _| {
+            let mut next = s.clone();
+            next.tools = defs;
+            (next, ())
+        });
+        self.inner.config.lock().tools = tools;
+    }
+}
+
+impl Inner {
+    fn abort(&self) -> bool {
+        match &*self.cancel.lock() {
+            Some(token) => {
+                token.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl AgentHandle {
+    /// The latest state. Never blocks.
+    pub fn snapshot(&self) -> Arc<State> {
+        self.shared.snapshot()
+    }
+
+    /// Queues a steering message: delivered while a run is active, before the next model call
+    /// (as the agent's [`SteeringPolicy`] says), or with the next prompt when no run is active.
+    /// Visible in `State::steering_queue` until delivered.
+    ///
+    /// # Errors
+    /// [`Refused`], holding the message, when the agent is gone.
+    pub fn steer(&self, message: impl Into<Message>) -> Result<(), Refused> {
+        self.enqueue(message.into(), true)
+    }
+
+    /// Queues a follow-up: delivered only when the run would otherwise stop, as the first
+    /// message of a new turn in the same run (or with the next prompt when no run is active).
+    /// Visible in `State::follow_up_queue` until delivered.
+    ///
+    /// # Errors
+    /// [`Refused`], holding the message, when the agent is gone.
+    pub fn follow_up(&self, message: impl Into<Message>) -> Result<(), Refused> {
+        self.enqueue(message.into(), false)
+    }
+
+    fn enqueue(&self, message: Message, steering: bool) -> Result<(), Refused> {
+        if self.agent.upgrade().is_none() {
+            return Err(Refused(message));
+        }
+        let message = Arc::new(message);
+        self.shared.update(|s, q| {
+            let mut next = s.clone();
+            if steering {
+                q.steering.push(message.clone());
+                next.steering_queue.push_back(message);
+            } else {
+                q.follow_ups.push(message.clone());
+                next.follow_up_queue.push_back(message);
+            }
+            (next, ())
+        });
+        Ok(())
+    }
+
+    /// Aborts the active run: the in-flight model call, running tools (through their cancel
+    /// token) and the loop stop promptly, and the run ends with `RunStopReason::Cancelled`.
+    /// Returns false, and does nothing, when no run is active: an abort never carries over to
+    /// a later run.
+    pub fn abort(&self) -> bool {
+        self.agent.upgrade().is_some_and(|a| a.abort())
+    }
+
+    /// True while a run is active.
+    pub fn is_running(&self) -> bool {
+        self.agent
+            .upgrade()
+            .is_some_and(|a| a.running.load(Ordering::Acquire))
+    }
+
+    /// Registers a listener; see [`Agent::subscribe`].
+    pub fn subscribe(&self, listener: impl Fn(&AgentEvent) + Send + Sync + 'static) -> Subscription {
+        let id = self.shared.subscribe(Sink::Callback(Box::new(listener)));
+        Subscription {
+            id,
+            shared: Arc::downgrade(&self.shared),
+        }
+    }
+
+    /// Registers a channel listener; see [`Agent::subscribe_channel`].
+    pub fn subscribe_channel(&self, capacity: usize) -> Receiver<AgentEvent> {
+        let (tx, rx) = crossbeam_channel::bounded(capacity);
+        self.shared.subscribe(Sink::Channel(tx));
+        rx
+    }
+
+    /// Removes the listener with this id. Returns false when there is none.
+    pub fn unsubscribe(&self, id: u64) -> bool {
+        self.shared.unsubscribe(id)
+    }
+}
+
+impl fmt::Debug for Agent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Agent")
+            .field("config", &*self.inner.config.lock())
+            .field("running", &self.is_running())
+            .finish()
+    }
+}
+
+impl fmt::Debug for AgentHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AgentHandle")
+            .field("running", &self.is_running())
+            .finish()
+    }
+}

@@ -1,0 +1,422 @@
+//! The loop: where every event of a run is born.
+//!
+//! `run` claims the agent, emits `AgentStart`, drives turns (input messages, one streamed
+//! model reply, its tool calls) until a stop reason, and always emits exactly one `AgentEnd`.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::builder::Config;
+use super::dispatch::panic_message;
+use super::hooks::TurnSetup;
+use super::{Inner, QueueMode, RunResult};
+use crate::Error;
+use crate::cancel::CancelToken;
+use crate::event::{AgentEvent, RunStopReason};
+use crate::llm::Request;
+use crate::message::{AssistantMessage, Message, StopReason, ToolResultMessage, Usage};
+use crate::partial::PartialMessage;
+
+pub(crate) enum Start {
+    Prompt(Vec<Message>),
+    Continue,
+}
+
+/// Frees the agent for the next run, even when the loop panicked.
+struct Claim<'a>(&'a Inner);
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        *self.0.cancel.lock() = None;
+        self.0.running.store(false, Ordering::Release);
+    }
+}
+
+pub(crate) fn run(inner: &Arc<Inner>, start: Start) -> Result<RunResult, Error> {
+    if inner.running.swap(true, Ordering::AcqRel) {
+        return Err(Error::Busy);
+    }
+    let claim = Claim(inner);
+    let input = match start {
+        Start::Prompt(messages) => messages,
+        Start::Continue => continue_input(inner)?,
+    };
+    let cancel = CancelToken::new();
+    *inner.cancel.lock() = Some(cancel.clone());
+    let config = inner.config.lock().clone();
+    let mut run = Run {
+        inner,
+        config,
+        cancel,
+        appended: Vec::new(),
+        usage: Usage::default(),
+        turn: 0,
+    };
+    run.emit(AgentEvent::AgentStart);
+    let outcome = catch_unwind(AssertUnwindSafe(|| run.turns(input)));
+    let (stop_reason, error) = match outcome {
+        Ok(r) => r,
+        Err(payload) => (
+            RunStopReason::Error,
+            Some(Error::Provider(format!(
+                "the agent loop panicked: {}",
+                panic_message(&*payload)
+            ))),
+        ),
+    };
+    let result = RunResult {
+        messages: run.appended.clone(),
+        stop_reason,
+        usage: run.usage,
+        error: error.clone(),
+    };
+    let messages = std::mem::take(&mut run.appended);
+    run.emit(AgentEvent::AgentEnd {
+        messages,
+        stop_reason,
+        usage: run.usage,
+        error_message: error.map(|e| e.to_string()),
+    });
+    drop(claim);
+    Ok(result)
+}
+
+/// What `continue_run` sends: nothing when the model is due to answer, else the queues.
+fn continue_input(inner: &Inner) -> Result<Vec<Message>, Error> {
+    let last_is_assistant = match inner.shared.snapshot().last_message() {
+        None => true,
+        Some(m) => matches!(**m, Message::Assistant(_)),
+    };
+    if !last_is_assistant {
+        return Ok(Vec::new());
+    }
+    let mode = inner.config.lock().follow_up_mode;
+    let steering_mode = inner.config.lock().steering_mode;
+    let taken = take_queued(inner, true, steering_mode);
+    if !taken.is_empty() {
+        return Ok(taken);
+    }
+    let taken = take_queued(inner, false, mode);
+    if !taken.is_empty() {
+        return Ok(taken);
+    }
+    Err(Error::NothingToContinue(
+        "the transcript ends with an assistant message and no steering or follow-up is queued"
+            .into(),
+    ))
+}
+
+/// Takes queued steering (or follow-up) messages and publishes the shorter queue.
+fn take_queued(inner: &Inner, steering: bool, mode: QueueMode) -> Vec<Message> {
+    inner.shared.update(|s, q| {
+        let queue = if steering {
+            &mut q.steering
+        } else {
+            &mut q.follow_ups
+        };
+        let n = match mode {
+            QueueMode::OneAtATime => queue.len().min(1),
+            QueueMode::All => queue.len(),
+        };
+        let taken: Vec<Arc<Message>> = queue.drain(..n).collect();
+        let mut next = s.clone();
+        let list = if steering {
+            &mut next.steering_queue
+        } else {
+            &mut next.follow_up_queue
+        };
+        *list = list.skip(n);
+        (next, taken.iter().map(|m| (**m).clone()).collect())
+    })
+}
+
+pub(crate) struct Run<'a> {
+    pub(crate) inner: &'a Inner,
+    pub(crate) config: Config,
+    pub(crate) cancel: CancelToken,
+    appended: Vec<Arc<Message>>,
+    usage: Usage,
+    turn: u32,
+}
+
+impl Run<'_> {
+    pub(crate) fn emit(&self, event: AgentEvent) {
+        self.inner.shared.emit(event);
+    }
+
+    pub(crate) fn steering_queued(&self) -> bool {
+        !self.inner.shared.snapshot().steering_queue.is_empty()
+    }
+
+    /// Appends a whole (non-streamed) message: `MessageStart` then `MessageEnd`.
+    fn append(&mut self, message: Message) {
+        let message = Arc::new(message);
+        self.emit(AgentEvent::MessageStart {
+            message: message.clone(),
+        });
+        self.emit(AgentEvent::MessageEnd {
+            message: message.clone(),
+        });
+        self.appended.push(message);
+    }
+
+    fn turns(&mut self, mut input: Vec<Message>) -> (RunStopReason, Option<Error>) {
+        loop {
+            self.turn += 1;
+            // Steering queued before the prompt rides with it; later steering goes in before
+            // the next model call.
+            input.extend(take_queued(self.inner, true, self.config.steering_mode));
+            self.emit(AgentEvent::TurnStart { turn: self.turn });
+            for m in input.drain(..) {
+                self.append(m);
+            }
+            if let Err(e) = self.before_turn() {
+                return self.end_turn_early(e);
+            }
+            let (reply, error) = self.stream_reply();
+            let reply_msg = Arc::new(Message::Assistant(reply.clone()));
+            self.emit(AgentEvent::MessageEnd {
+                message: reply_msg.clone(),
+            });
+            self.appended.push(reply_msg.clone());
+            self.usage += reply.usage;
+
+            let calls: Vec<_> = reply.tool_calls().cloned().collect();
+            let results = self.run_tools(&calls, &reply);
+            for r in &results {
+                self.appended.push(Arc::new(Message::ToolResult((**r).clone())));
+            }
+
+            let stop = self.decide(&reply, !calls.is_empty(), &mut input);
+            self.emit(AgentEvent::TurnEnd {
+                turn: self.turn,
+                message: reply_msg,
+                tool_results: results,
+                stop_reason: stop,
+            });
+            if stop != RunStopReason::Continuing {
+                return (stop, error);
+            }
+        }
+    }
+
+    /// Why the run stops after this turn, or `Continuing` (with the next input in `input`).
+    fn decide(
+        &mut self,
+        reply: &AssistantMessage,
+        had_calls: bool,
+        input: &mut Vec<Message>,
+    ) -> RunStopReason {
+        if self.cancel.is_cancelled() || reply.stop_reason == StopReason::Aborted {
+            return RunStopReason::Cancelled;
+        }
+        if reply.stop_reason == StopReason::Error {
+            return RunStopReason::Error;
+        }
+        let out_of_turns = self.turn >= self.config.max_turns;
+        if had_calls {
+            return if out_of_turns {
+                RunStopReason::MaxTurns
+            } else {
+                RunStopReason::Continuing
+            };
+        }
+        let natural = if reply.is_empty() {
+            RunStopReason::EmptyResponse
+        } else {
+            RunStopReason::NoToolCalls
+        };
+        if out_of_turns {
+            return if self.steering_queued()
+                || !self.inner.shared.snapshot().follow_up_queue.is_empty()
+            {
+                RunStopReason::MaxTurns
+            } else {
+                natural
+            };
+        }
+        if self.steering_queued() {
+            return RunStopReason::Continuing;
+        }
+        let follow_ups = take_queued(self.inner, false, self.config.follow_up_mode);
+        if !follow_ups.is_empty() {
+            input.extend(follow_ups);
+            return RunStopReason::Continuing;
+        }
+        natural
+    }
+
+    /// Runs the `before_turn` hook and publishes what it changed.
+    fn before_turn(&mut self) -> Result<(), Error> {
+        let Some(hook) = self.config.hooks.before_turn.clone() else {
+            return Ok(());
+        };
+        let mut setup = TurnSetup::from_config(self.turn, &self.config);
+        catch_unwind(AssertUnwindSafe(|| hook(&mut setup))).map_err(|p| {
+            Error::Provider(format!("the before_turn hook panicked: {}", panic_message(&*p)))
+        })?;
+        let tools_changed = setup.tools.len() != self.config.tools.len()
+            || setup
+                .tools
+                .iter()
+                .zip(&self.config.tools)
+                .any(|(a, b)| !Arc::ptr_eq(a, b));
+        let changed = setup.model != self.config.model
+            || setup.thinking != self.config.thinking
+            || tools_changed;
+        self.config.model = setup.model;
+        self.config.thinking = setup.thinking;
+        self.config.tools = setup.tools;
+        if changed {
+            let (model, thinking) = (self.config.model.clone(), self.config.thinking);
+            let defs: Arc<[_]> = self.config.tools.iter().map(|t| t.definition()).collect();
+            self.inner.shared.update(|s, _| {
+                let mut next = s.clone();
+                next.model = Arc::from(model.as_str());
+                next.thinking_level = thinking;
+                next.tools = defs;
+                (next, ())
+            });
+        }
+        Ok(())
+    }
+
+    /// Ends a turn that failed before its model call, with an error reply so the transcript
+    /// shows what happened.
+    fn end_turn_early(&mut self, error: Error) -> (RunStopReason, Option<Error>) {
+        let reply = AssistantMessage {
+            stop_reason: StopReason::Error,
+            model: self.config.model.clone(),
+            error_message: Some(error.to_string()),
+            ..AssistantMessage::default()
+        };
+        let msg = Arc::new(Message::Assistant(reply));
+        self.emit(AgentEvent::MessageStart {
+            message: Arc::new(Message::Assistant(AssistantMessage {
+                model: self.config.model.clone(),
+                ..AssistantMessage::default()
+            })),
+        });
+        self.emit(AgentEvent::MessageEnd {
+            message: msg.clone(),
+        });
+        self.appended.push(msg.clone());
+        self.emit(AgentEvent::TurnEnd {
+            turn: self.turn,
+            message: msg,
+            tool_results: Vec::new(),
+            stop_reason: RunStopReason::Error,
+        });
+        (RunStopReason::Error, Some(error))
+    }
+
+    fn request(&self) -> Result<Request, Error> {
+        let mut messages: Vec<Message> = self
+            .inner
+            .shared
+            .snapshot()
+            .messages
+            .iter()
+            .map(|m| (**m).clone())
+            .collect();
+        if let Some(hook) = &self.config.hooks.transform_context {
+            messages = catch_unwind(AssertUnwindSafe(|| hook(messages))).map_err(|p| {
+                Error::Provider(format!(
+                    "the transform_context hook panicked: {}",
+                    panic_message(&*p)
+                ))
+            })?;
+        }
+        Ok(Request {
+            system_prompt: self.config.system_prompt.clone(),
+            messages,
+            tools: self.config.tools.iter().map(|t| t.definition()).collect(),
+            model: self.config.model.clone(),
+            thinking: self.config.thinking,
+        })
+    }
+
+    /// Streams one reply: `MessageStart`, a `MessageUpdate` per piece. Returns the finished
+    /// reply (the caller emits `MessageEnd`) and the error that cut it, if any. What streamed
+    /// before an error or abort is kept in the reply.
+    fn stream_reply(&mut self) -> (AssistantMessage, Option<Error>) {
+        let model = self.config.model.clone();
+        self.emit(AgentEvent::MessageStart {
+            message: Arc::new(Message::Assistant(AssistantMessage {
+                model: model.clone(),
+                ..AssistantMessage::default()
+            })),
+        });
+        let mut partial = PartialMessage::new(&model);
+        let outcome = match self.request() {
+            Err(e) => Ok(Err(e)),
+            Ok(request) if self.cancel.is_cancelled() => {
+                drop(request);
+                Ok(Err(Error::Aborted))
+            }
+            Ok(request) => {
+                let provider = self.config.provider.clone();
+                let cancel = self.cancel.clone();
+                let partial = &mut partial;
+                catch_unwind(AssertUnwindSafe(|| {
+                    provider.stream(&request, &cancel, &mut |delta| {
+                        partial.push(&delta);
+                        self.emit(AgentEvent::MessageUpdate {
+                            message: partial.clone(),
+                            delta,
+                        });
+                    })
+                }))
+            }
+        };
+        let (mut reply, error) = match outcome {
+            Ok(Ok(reply)) => (reply, None),
+            Ok(Err(e)) if e.is_aborted() || self.cancel.is_cancelled() => {
+                let mut reply = partial.to_message(StopReason::Aborted);
+                reply.error_message = Some(Error::Aborted.to_string());
+                (reply, None)
+            }
+            Ok(Err(e)) => {
+                let mut reply = partial.to_message(StopReason::Error);
+                reply.error_message = Some(e.to_string());
+                (reply, Some(e))
+            }
+            Err(payload) => {
+                let e = Error::Provider(format!(
+                    "the provider panicked: {}",
+                    panic_message(&*payload)
+                ));
+                let mut reply = partial.to_message(StopReason::Error);
+                reply.error_message = Some(e.to_string());
+                (reply, Some(e))
+            }
+        };
+        if reply.model.is_empty() {
+            reply.model = model;
+        }
+        (reply, error)
+    }
+
+    pub(crate) fn tool_result(
+        call: &crate::message::ToolCall,
+        content: impl Into<String>,
+        is_error: bool,
+    ) -> ToolResultMessage {
+        ToolResultMessage {
+            tool_call_id: call.id.clone(),
+            tool_name: call.name.clone(),
+            content: content.into(),
+            is_error,
+            details: None,
+        }
+    }
+
+    pub(crate) fn push_result_message(&mut self, result: &ToolResultMessage) {
+        let message = Arc::new(Message::ToolResult(result.clone()));
+        self.emit(AgentEvent::MessageStart {
+            message: message.clone(),
+        });
+        self.emit(AgentEvent::MessageEnd { message });
+    }
+}

@@ -1,0 +1,155 @@
+//! The events of a run and why a run stops.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::llm::StreamEvent;
+use crate::message::{Message, ToolCall, ToolResultMessage, Usage};
+use crate::partial::PartialMessage;
+use crate::tool::ToolOutput;
+
+/// One step of a run. Every run emits them in this order:
+///
+/// ```text
+/// AgentStart
+///   TurnStart { turn }
+///     MessageStart / MessageEnd                     the prompt (and steering messages)
+///     MessageStart / MessageUpdate* / MessageEnd    the assistant reply, streamed
+///     ToolStart / ToolUpdate* / ToolEnd             each tool call of that reply
+///     MessageStart / MessageEnd                     each tool result message, in call order
+///   TurnEnd { turn, message, tool_results, stop_reason }
+///   ... the next TurnStart while the model keeps calling tools ...
+/// AgentEnd { messages, stop_reason, usage }
+/// ```
+///
+/// Each event is folded into the agent's [`crate::State`] before any listener sees it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type")]
+pub enum AgentEvent {
+    /// A run begins.
+    AgentStart,
+    /// A turn begins: one model call and the tools it asks for. `turn` counts from 1 within
+    /// the run.
+    TurnStart {
+        /// The turn number, from 1.
+        turn: u32,
+    },
+    /// A message begins. For the assistant reply it is empty and the reply streams in
+    /// `MessageUpdate`s; user and tool-result messages arrive whole.
+    MessageStart {
+        /// The message (an empty assistant message for a reply about to stream).
+        message: Arc<Message>,
+    },
+    /// A piece of the assistant reply arrived.
+    MessageUpdate {
+        /// The reply assembled so far, this delta included (shared, O(1) to clone).
+        message: PartialMessage,
+        /// What arrived.
+        delta: StreamEvent,
+    },
+    /// A message is complete and appended to the transcript.
+    MessageEnd {
+        /// The finished message.
+        message: Arc<Message>,
+    },
+    /// A tool call starts (its arguments are final).
+    ToolStart {
+        /// The call.
+        call: ToolCall,
+    },
+    /// A running tool published progress.
+    ToolUpdate {
+        /// The id of the call.
+        call_id: String,
+        /// The tool's name.
+        tool_name: String,
+        /// The progress the tool published.
+        partial: ToolOutput,
+    },
+    /// A tool call ended; `result` is the message the model will see.
+    ToolEnd {
+        /// The result.
+        result: Arc<ToolResultMessage>,
+    },
+    /// A turn ended.
+    TurnEnd {
+        /// The turn number, from 1.
+        turn: u32,
+        /// The assistant reply of this turn.
+        message: Arc<Message>,
+        /// The tool results of this turn, in call order.
+        tool_results: Vec<Arc<ToolResultMessage>>,
+        /// `Continuing` when another turn follows; otherwise why the run stops.
+        stop_reason: RunStopReason,
+    },
+    /// The run ended. Emitted exactly once per run, whatever failed.
+    AgentEnd {
+        /// Every message this run appended, in order.
+        messages: Vec<Arc<Message>>,
+        /// Why the run stopped.
+        stop_reason: RunStopReason,
+        /// Usage summed over the run's replies.
+        usage: Usage,
+        /// What went wrong, when `stop_reason` is `Error`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error_message: Option<String>,
+    },
+}
+
+impl AgentEvent {
+    /// The event's name as the wire writes it (`"MessageUpdate"`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            AgentEvent::AgentStart => "AgentStart",
+            AgentEvent::TurnStart { .. } => "TurnStart",
+            AgentEvent::MessageStart { .. } => "MessageStart",
+            AgentEvent::MessageUpdate { .. } => "MessageUpdate",
+            AgentEvent::MessageEnd { .. } => "MessageEnd",
+            AgentEvent::ToolStart { .. } => "ToolStart",
+            AgentEvent::ToolUpdate { .. } => "ToolUpdate",
+            AgentEvent::ToolEnd { .. } => "ToolEnd",
+            AgentEvent::TurnEnd { .. } => "TurnEnd",
+            AgentEvent::AgentEnd { .. } => "AgentEnd",
+        }
+    }
+}
+
+/// Why a turn or a run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStopReason {
+    /// Another turn follows (on `TurnEnd` only).
+    Continuing,
+    /// The model answered without calling a tool.
+    NoToolCalls,
+    /// The model's reply had no text, no reasoning and no tool call.
+    EmptyResponse,
+    /// `max_turns` model calls were made; the last reply's tools ran, and its tool calls may
+    /// still be in the last assistant message.
+    MaxTurns,
+    /// `abort()` ended the run.
+    Cancelled,
+    /// The provider failed (or panicked); the state's `error_message` says how.
+    Error,
+}
+
+impl RunStopReason {
+    /// The snake_case name (`"no_tool_calls"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStopReason::Continuing => "continuing",
+            RunStopReason::NoToolCalls => "no_tool_calls",
+            RunStopReason::EmptyResponse => "empty_response",
+            RunStopReason::MaxTurns => "max_turns",
+            RunStopReason::Cancelled => "cancelled",
+            RunStopReason::Error => "error",
+        }
+    }
+}
+
+impl std::fmt::Display for RunStopReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

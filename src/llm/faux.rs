@@ -1,0 +1,466 @@
+//! `Faux`: a deterministic scripted provider for tests, examples and offline demos.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use super::{CancelToken, Provider, Request, StreamEvent};
+use crate::Error;
+use crate::message::{AssistantMessage, StopReason, Usage};
+use crate::partial::PartialMessage;
+
+/// A scripted provider: each call takes the next reply from a queue and streams it in small
+/// chunks, exactly as a real server would, so the agent's events, state and tools behave the
+/// same as in production.
+///
+/// `Faux` is a cheap handle (clone it to keep one for assertions): [`Faux::requests`] tells
+/// what the agent sent, and replies can be pushed while a run is going on.
+///
+/// ```
+/// use pagent::llm::{Faux, FauxReply};
+/// use serde_json::json;
+///
+/// let faux = Faux::new()
+///     .reply(FauxReply::tool_call("add", json!({"a": 1, "b": 2})))
+///     .reply_with(|request| {
+///         // Answer from the tool result the agent sent back.
+///         let last = request.messages.last().map(|m| m.text()).unwrap_or_default();
+///         FauxReply::text(format!("The sum is {last}."))
+///     });
+/// assert_eq!(faux.remaining(), 2);
+/// ```
+#[derive(Clone)]
+pub struct Faux {
+    inner: Arc<Inner>,
+    chunk_chars: usize,
+    tokens_per_second: Option<f64>,
+}
+
+type ReplyFn = dyn Fn(&Request) -> FauxReply + Send + Sync;
+
+enum Scripted {
+    Fixed(FauxReply),
+    Dynamic(Box<ReplyFn>),
+}
+
+#[derive(Default)]
+struct Inner {
+    queue: Mutex<VecDeque<Scripted>>,
+    requests: Mutex<Vec<Request>>,
+}
+
+impl Faux {
+    /// A provider with an empty script. Defaults to chunks of 4 characters and no pacing.
+    pub fn new() -> Faux {
+        Faux {
+            inner: Arc::default(),
+            chunk_chars: 4,
+            tokens_per_second: None,
+        }
+    }
+
+    /// Adds a reply to the end of the script.
+    #[must_use]
+    pub fn reply(self, reply: FauxReply) -> Faux {
+        self.push(reply);
+        self
+    }
+
+    /// Adds a reply computed from the request when its turn comes.
+    #[must_use]
+    pub fn reply_with(self, f: impl Fn(&Request) -> FauxReply + Send + Sync + 'static) -> Faux {
+        self.push_with(f);
+        self
+    }
+
+    /// Adds a reply to the end of the script, through a shared handle.
+    pub fn push(&self, reply: FauxReply) {
+        self.inner.queue.lock().push_back(Scripted::Fixed(reply));
+    }
+
+    /// Adds a reply computed from the request, through a shared handle.
+    pub fn push_with(&self, f: impl Fn(&Request) -> FauxReply + Send + Sync + 'static) {
+        self.inner
+            .queue
+            .lock()
+            .push_back(Scripted::Dynamic(Box::new(f)));
+    }
+
+    /// Streams in chunks of `chars` characters (at least 1). Defaults to 4.
+    #[must_use]
+    pub fn chunk_chars(mut self, chars: usize) -> Faux {
+        self.chunk_chars = chars.max(1);
+        self
+    }
+
+    /// Paces the stream at about `tokens` chunks per second, for demos. Defaults to no
+    /// pacing (as fast as the agent takes them). The pauses end early on abort.
+    #[must_use]
+    pub fn tokens_per_second(mut self, tokens: f64) -> Faux {
+        self.tokens_per_second = (tokens > 0.0).then_some(tokens);
+        self
+    }
+
+    /// How many scripted replies are left.
+    pub fn remaining(&self) -> usize {
+        self.inner.queue.lock().len()
+    }
+
+    /// Every request received so far, oldest first.
+    pub fn requests(&self) -> Vec<Request> {
+        self.inner.requests.lock().clone()
+    }
+
+    fn pause(&self, cancel: &CancelToken) -> bool {
+        match self.tokens_per_second {
+            Some(tps) => cancel.wait_timeout(Duration::from_secs_f64(1.0 / tps)),
+            None => cancel.is_cancelled(),
+        }
+    }
+}
+
+impl Default for Faux {
+    fn default() -> Faux {
+        Faux::new()
+    }
+}
+
+impl fmt::Debug for Faux {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Faux")
+            .field("remaining", &self.remaining())
+            .field("chunk_chars", &self.chunk_chars)
+            .field("tokens_per_second", &self.tokens_per_second)
+            .finish()
+    }
+}
+
+impl Provider for Faux {
+    fn stream(
+        &self,
+        request: &Request,
+        cancel: &CancelToken,
+        on_event: &mut dyn FnMut(StreamEvent),
+    ) -> Result<AssistantMessage, Error> {
+        self.inner.requests.lock().push(request.clone());
+        // Take the reply out before running a closure, so the closure may push more.
+        let next = self.inner.queue.lock().pop_front();
+        let reply = match next {
+            Some(Scripted::Fixed(r)) => r,
+            Some(Scripted::Dynamic(f)) => f(request),
+            None => return Err(Error::ScriptExhausted),
+        };
+        if let Some(delay) = reply.delay
+            && cancel.wait_timeout(delay)
+        {
+            return Err(Error::Aborted);
+        }
+        if let Some(message) = reply.fail_at_once {
+            return Err(Error::Provider(message));
+        }
+        let mut partial = PartialMessage::new(&request.model);
+        let mut emit = |event: StreamEvent, partial: &mut PartialMessage| {
+            partial.push(&event);
+            on_event(event);
+        };
+        let mut calls = 0;
+        for part in &reply.parts {
+            let pieces: Vec<StreamEvent> = match part {
+                Part::Text(t) => chunks(t, self.chunk_chars)
+                    .map(StreamEvent::text)
+                    .collect(),
+                Part::Thinking(t) => chunks(t, self.chunk_chars)
+                    .map(StreamEvent::thinking)
+                    .collect(),
+                Part::ToolCall { id, name, arguments } => {
+                    let index = calls;
+                    calls += 1;
+                    let id = id.clone().unwrap_or_else(|| format!("call_{}", index + 1));
+                    std::iter::once(StreamEvent::ToolCallStart {
+                        id,
+                        name: name.clone(),
+                    })
+                    .chain(
+                        chunks(arguments, self.chunk_chars).map(|a| StreamEvent::ToolCallDelta {
+                            index,
+                            arguments: a.to_owned(),
+                        }),
+                    )
+                    .collect()
+                }
+            };
+            for piece in pieces {
+                if self.pause(cancel) {
+                    return Err(Error::Aborted);
+                }
+                emit(piece, &mut partial);
+            }
+        }
+        if let Some(stall) = reply.stall_after
+            && cancel.wait_timeout(stall)
+        {
+            return Err(Error::Aborted);
+        }
+        if let Some(message) = reply.error {
+            return Err(Error::Provider(message));
+        }
+        let usage = reply.usage.unwrap_or_else(|| estimate_usage(request, &partial));
+        emit(StreamEvent::Usage { usage }, &mut partial);
+        let stop = reply.stop.unwrap_or(if calls > 0 {
+            StopReason::ToolUse
+        } else {
+            StopReason::Stop
+        });
+        Ok(partial.to_message(stop))
+    }
+
+    fn name(&self) -> &str {
+        "faux"
+    }
+}
+
+/// Splits `s` into pieces of `n` characters (never inside a character).
+fn chunks(s: &str, n: usize) -> impl Iterator<Item = &str> {
+    let mut rest = s;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let end = rest
+            .char_indices()
+            .nth(n)
+            .map(|(i, _)| i)
+            .unwrap_or(rest.len());
+        let (head, tail) = rest.split_at(end);
+        rest = tail;
+        Some(head)
+    })
+}
+
+/// About four characters a token, like the tokenizers of common models.
+fn estimate_usage(request: &Request, reply: &PartialMessage) -> Usage {
+    let prompt_chars: usize = request.system_prompt.len()
+        + request
+            .messages
+            .iter()
+            .map(|m| m.text().len())
+            .sum::<usize>();
+    let input = (prompt_chars / 4).max(1) as u64;
+    let output = (reply.len() / 4).max(1) as u64;
+    Usage {
+        input,
+        output,
+        total: input + output,
+        ..Usage::default()
+    }
+}
+
+/// One scripted reply: parts streamed in order, then a stop reason, usage, or an error.
+#[derive(Clone, Debug, Default)]
+pub struct FauxReply {
+    parts: Vec<Part>,
+    stop: Option<StopReason>,
+    usage: Option<Usage>,
+    error: Option<String>,
+    fail_at_once: Option<String>,
+    delay: Option<Duration>,
+    stall_after: Option<Duration>,
+}
+
+#[derive(Clone, Debug)]
+enum Part {
+    Text(String),
+    Thinking(String),
+    ToolCall {
+        id: Option<String>,
+        name: String,
+        arguments: String,
+    },
+}
+
+impl FauxReply {
+    /// An empty reply (the agent ends such a run with `EmptyResponse`).
+    pub fn empty() -> FauxReply {
+        FauxReply::default()
+    }
+
+    /// A reply that streams `text`.
+    pub fn text(text: impl Into<String>) -> FauxReply {
+        FauxReply::default().then_text(text)
+    }
+
+    /// A reply that calls `name` with `arguments`.
+    pub fn tool_call(name: impl Into<String>, arguments: serde_json::Value) -> FauxReply {
+        FauxReply::default().then_tool_call(name, arguments)
+    }
+
+    /// A reply that fails before anything streams.
+    pub fn fail(message: impl Into<String>) -> FauxReply {
+        FauxReply {
+            fail_at_once: Some(message.into()),
+            ..FauxReply::default()
+        }
+    }
+
+    /// Streams `text` after what is already scripted.
+    #[must_use]
+    pub fn then_text(mut self, text: impl Into<String>) -> FauxReply {
+        self.parts.push(Part::Text(text.into()));
+        self
+    }
+
+    /// Streams reasoning text after what is already scripted.
+    #[must_use]
+    pub fn then_thinking(mut self, text: impl Into<String>) -> FauxReply {
+        self.parts.push(Part::Thinking(text.into()));
+        self
+    }
+
+    /// Calls `name` with `arguments` after what is already scripted. Ids are `call_1`,
+    /// `call_2`... in call order.
+    #[must_use]
+    pub fn then_tool_call(self, name: impl Into<String>, arguments: serde_json::Value) -> FauxReply {
+        self.then_tool_call_raw(name, arguments.to_string())
+    }
+
+    /// Calls `name` with raw argument text, which need not be valid JSON.
+    #[must_use]
+    pub fn then_tool_call_raw(
+        mut self,
+        name: impl Into<String>,
+        arguments: impl Into<String>,
+    ) -> FauxReply {
+        self.parts.push(Part::ToolCall {
+            id: None,
+            name: name.into(),
+            arguments: arguments.into(),
+        });
+        self
+    }
+
+    /// Sets the id of the last scripted tool call.
+    #[must_use]
+    pub fn with_id(mut self, id: impl Into<String>) -> FauxReply {
+        if let Some(Part::ToolCall { id: slot, .. }) = self.parts.last_mut() {
+            *slot = Some(id.into());
+        }
+        self
+    }
+
+    /// Ends the reply with `stop` instead of `Stop` (or `ToolUse` when it calls tools).
+    #[must_use]
+    pub fn stop(mut self, stop: StopReason) -> FauxReply {
+        self.stop = Some(stop);
+        self
+    }
+
+    /// Ends the reply as cut at the output token limit (`Length`).
+    #[must_use]
+    pub fn cut_by_length(self) -> FauxReply {
+        self.stop(StopReason::Length)
+    }
+
+    /// Reports `usage` instead of an estimate of about four characters a token.
+    #[must_use]
+    pub fn usage(mut self, usage: Usage) -> FauxReply {
+        self.usage = Some(usage);
+        self
+    }
+
+    /// Streams what is scripted, then fails with `message`, as a connection that drops
+    /// mid-reply would.
+    #[must_use]
+    pub fn then_error(mut self, message: impl Into<String>) -> FauxReply {
+        self.error = Some(message.into());
+        self
+    }
+
+    /// Waits `delay` before the first chunk, as a server that is slow to answer (abortable).
+    #[must_use]
+    pub fn delay(mut self, delay: Duration) -> FauxReply {
+        self.delay = Some(delay);
+        self
+    }
+
+    /// After the scripted parts, waits `stall` before finishing, as a server that stops
+    /// sending mid-reply (abortable).
+    #[must_use]
+    pub fn then_stall(mut self, stall: Duration) -> FauxReply {
+        self.stall_after = Some(stall);
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::ContentBlock;
+
+    fn run(faux: &Faux) -> (Vec<StreamEvent>, Result<AssistantMessage, Error>) {
+        let mut events = Vec::new();
+        let r = faux.stream(
+            &Request::default(),
+            &CancelToken::new(),
+            &mut |e| events.push(e),
+        );
+        (events, r)
+    }
+
+    #[test]
+    fn streams_text_in_small_chunks() {
+        let faux = Faux::new().reply(FauxReply::text("Hello, world"));
+        let (events, reply) = run(&faux);
+        let texts: Vec<_> = events
+            .iter()
+            .filter_map(|e| match e {
+                StreamEvent::TextDelta { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(texts, ["Hell", "o, w", "orld"]);
+        let reply = reply.unwrap();
+        assert_eq!(reply.text(), "Hello, world");
+        assert_eq!(reply.stop_reason, StopReason::Stop);
+    }
+
+    #[test]
+    fn tool_call_arguments_arrive_in_fragments() {
+        let faux = Faux::new().reply(FauxReply::tool_call("f", serde_json::json!({"x": 10})));
+        let (events, reply) = run(&faux);
+        assert_eq!(
+            events[0],
+            StreamEvent::ToolCallStart {
+                id: "call_1".into(),
+                name: "f".into()
+            }
+        );
+        assert!(events.len() > 3);
+        let reply = reply.unwrap();
+        assert_eq!(reply.stop_reason, StopReason::ToolUse);
+        assert!(matches!(&reply.content[0], ContentBlock::ToolCall(c) if c.arguments == "{\"x\":10}"));
+    }
+
+    #[test]
+    fn empty_queue_is_a_clear_error() {
+        let (_, r) = run(&Faux::new());
+        assert_eq!(r.unwrap_err(), Error::ScriptExhausted);
+    }
+
+    #[test]
+    fn cancelled_token_stops_between_chunks() {
+        let faux = Faux::new().reply(FauxReply::text("a long reply"));
+        let cancel = CancelToken::new();
+        cancel.cancel();
+        let r = faux.stream(&Request::default(), &cancel, &mut |_| {});
+        assert_eq!(r.unwrap_err(), Error::Aborted);
+    }
+
+    #[test]
+    fn chunks_never_split_a_character() {
+        let pieces: Vec<_> = chunks("añb€c", 2).collect();
+        assert_eq!(pieces, ["añ", "b€", "c"]);
+    }
+}

@@ -1,0 +1,435 @@
+//! The assistant reply while it streams, built with structural sharing.
+//!
+//! A [`PartialMessage`] is a persistent value: [`PartialMessage::apply`] returns a new partial
+//! that shares everything but the touched path with the old one. Appending a delta costs
+//! O(size of the delta) (plus a small constant), however long the reply already is, so every
+//! snapshot and every `MessageUpdate` event can hold the whole partial without copying it.
+
+use std::fmt;
+use std::sync::Arc;
+
+use imbl::Vector;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::llm::StreamEvent;
+use crate::message::{AssistantMessage, ContentBlock, StopReason, ToolCall, Usage};
+
+/// Text that grows by appending, shared between snapshots.
+///
+/// Holds the appended pieces in a persistent vector; cloning is O(1) and appending does not
+/// copy what is already there. Read it with [`Text::to_string`] (via `Display`) or walk
+/// [`Text::chunks`]. Equality compares the characters, not how they were cut.
+#[derive(Clone, Default)]
+pub struct Text {
+    chunks: Vector<Arc<str>>,
+    len: usize,
+}
+
+impl Text {
+    /// Empty text.
+    pub fn new() -> Text {
+        Text::default()
+    }
+
+    /// Appends `piece`.
+    pub fn push_str(&mut self, piece: &str) {
+        if piece.is_empty() {
+            return;
+        }
+        self.len += piece.len();
+        self.chunks.push_back(Arc::from(piece));
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when no byte was appended.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The pieces in order; concatenated they are the text.
+    pub fn chunks(&self) -> impl Iterator<Item = &str> {
+        self.chunks.iter().map(|c| &**c)
+    }
+}
+
+impl fmt::Display for Text {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.chunks().try_for_each(|c| f.write_str(c))
+    }
+}
+
+impl fmt::Debug for Text {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.to_string(), f)
+    }
+}
+
+impl PartialEq for Text {
+    fn eq(&self, other: &Text) -> bool {
+        self.len == other.len && self.chunks().flat_map(str::bytes).eq(other.chunks().flat_map(str::bytes))
+    }
+}
+
+impl Eq for Text {}
+
+impl From<&str> for Text {
+    fn from(s: &str) -> Text {
+        let mut t = Text::new();
+        t.push_str(s);
+        t
+    }
+}
+
+impl Serialize for Text {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Text {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Text, D::Error> {
+        let s = String::deserialize(d)?;
+        Ok(Text::from(s.as_str()))
+    }
+}
+
+/// One block of a streaming reply.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PartialBlock {
+    /// Visible text.
+    Text(Text),
+    /// Reasoning text, with the provider's signature once it arrived.
+    Thinking {
+        /// The reasoning so far.
+        text: Text,
+        /// The signature (Anthropic), if it arrived.
+        signature: Option<Arc<str>>,
+    },
+    /// A tool call whose arguments are still arriving.
+    ToolCall {
+        /// The call id.
+        id: Arc<str>,
+        /// The tool name.
+        name: Arc<str>,
+        /// The raw JSON argument text so far.
+        arguments: Text,
+    },
+}
+
+/// An assistant reply as far as it has streamed.
+///
+/// # Performance
+/// `clone` is O(1) and [`PartialMessage::apply`] is O(size of the delta): a million deltas into
+/// one reply stay linear in total.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PartialMessage {
+    blocks: Vector<PartialBlock>,
+    // Block index of each tool call, by call order, so argument fragments find their block.
+    calls: Vector<usize>,
+    usage: Usage,
+    model: Arc<str>,
+}
+
+impl PartialMessage {
+    /// An empty reply from `model`.
+    pub fn new(model: &str) -> PartialMessage {
+        PartialMessage {
+            model: Arc::from(model),
+            ..PartialMessage::default()
+        }
+    }
+
+    /// The reply with `event` applied. Events that do not change the content (`Retry`) give
+    /// back an equal partial.
+    #[must_use]
+    pub fn apply(&self, event: &StreamEvent) -> PartialMessage {
+        let mut next = self.clone();
+        next.push(event);
+        next
+    }
+
+    /// Applies `event` in place.
+    pub fn push(&mut self, event: &StreamEvent) {
+        match event {
+            StreamEvent::TextDelta { text } => match self.blocks.back_mut() {
+                Some(PartialBlock::Text(t)) => t.push_str(text),
+                _ => self.blocks.push_back(PartialBlock::Text(Text::from(text.as_str()))),
+            },
+            StreamEvent::ThinkingDelta { text } => match self.blocks.back_mut() {
+                Some(PartialBlock::Thinking { text: t, .. }) => t.push_str(text),
+                _ => self.blocks.push_back(PartialBlock::Thinking {
+                    text: Text::from(text.as_str()),
+                    signature: None,
+                }),
+            },
+            StreamEvent::ThinkingSignature { signature } => {
+                let idx = self
+                    .blocks
+                    .iter()
+                    .rposition(|b| matches!(b, PartialBlock::Thinking { .. }));
+                match idx.and_then(|i| self.blocks.get_mut(i)) {
+                    Some(PartialBlock::Thinking { signature: s, .. }) => {
+                        *s = Some(Arc::from(signature.as_str()))
+                    }
+                    _ => self.blocks.push_back(PartialBlock::Thinking {
+                        text: Text::new(),
+                        signature: Some(Arc::from(signature.as_str())),
+                    }),
+                }
+            }
+            StreamEvent::ToolCallStart { id, name } => {
+                self.calls.push_back(self.blocks.len());
+                self.blocks.push_back(PartialBlock::ToolCall {
+                    id: Arc::from(id.as_str()),
+                    name: Arc::from(name.as_str()),
+                    arguments: Text::new(),
+                });
+            }
+            StreamEvent::ToolCallDelta { index, arguments } => {
+                let block = self.calls.get(*index).copied();
+                match block.and_then(|b| self.blocks.get_mut(b)) {
+                    Some(PartialBlock::ToolCall { arguments: a, .. }) => a.push_str(arguments),
+                    // A fragment for a call that never started: keep the text rather than
+                    // lose it, under an empty id and name.
+                    _ => {
+                        self.calls.push_back(self.blocks.len());
+                        self.blocks.push_back(PartialBlock::ToolCall {
+                            id: Arc::from(""),
+                            name: Arc::from(""),
+                            arguments: Text::from(arguments.as_str()),
+                        });
+                    }
+                }
+            }
+            StreamEvent::Usage { usage } => self.usage = *usage,
+            StreamEvent::Retry { .. } => {}
+        }
+    }
+
+    /// The blocks so far.
+    pub fn blocks(&self) -> impl Iterator<Item = &PartialBlock> {
+        self.blocks.iter()
+    }
+
+    /// The number of blocks.
+    pub fn block_count(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// The visible text so far.
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        for b in &self.blocks {
+            if let PartialBlock::Text(t) = b {
+                out.extend(t.chunks());
+            }
+        }
+        out
+    }
+
+    /// The reasoning text so far.
+    pub fn thinking(&self) -> String {
+        let mut out = String::new();
+        for b in &self.blocks {
+            if let PartialBlock::Thinking { text, .. } = b {
+                out.extend(text.chunks());
+            }
+        }
+        out
+    }
+
+    /// Bytes of text, reasoning and arguments so far.
+    pub fn len(&self) -> usize {
+        self.blocks
+            .iter()
+            .map(|b| match b {
+                PartialBlock::Text(t) => t.len(),
+                PartialBlock::Thinking { text, .. } => text.len(),
+                PartialBlock::ToolCall { arguments, .. } => arguments.len(),
+            })
+            .sum()
+    }
+
+    /// True when nothing streamed yet.
+    pub fn is_empty(&self) -> bool {
+        self.blocks.is_empty()
+    }
+
+    /// The tool calls so far, arguments possibly incomplete.
+    pub fn tool_calls(&self) -> Vec<ToolCall> {
+        self.blocks
+            .iter()
+            .filter_map(|b| match b {
+                PartialBlock::ToolCall {
+                    id,
+                    name,
+                    arguments,
+                } => Some(ToolCall {
+                    id: id.to_string(),
+                    name: name.to_string(),
+                    arguments: arguments.to_string(),
+                }),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The usage reported so far.
+    pub fn usage(&self) -> Usage {
+        self.usage
+    }
+
+    /// The model that produces the reply.
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+
+    /// The finished message with `stop_reason`.
+    pub fn to_message(&self, stop_reason: StopReason) -> AssistantMessage {
+        let content = self
+            .blocks
+            .iter()
+            .map(|b| match b {
+                PartialBlock::Text(t) => ContentBlock::Text {
+                    text: t.to_string(),
+                },
+                PartialBlock::Thinking { text, signature } => ContentBlock::Thinking {
+                    thinking: text.to_string(),
+                    signature: signature.as_deref().map(str::to_owned),
+                },
+                PartialBlock::ToolCall {
+                    id,
+                    name,
+                    arguments,
+                } => ContentBlock::ToolCall(ToolCall {
+                    id: id.to_string(),
+                    name: name.to_string(),
+                    arguments: arguments.to_string(),
+                }),
+            })
+            .collect();
+        AssistantMessage {
+            content,
+            stop_reason,
+            usage: self.usage,
+            model: self.model.to_string(),
+            error_message: None,
+        }
+    }
+
+    /// The partial that holds everything `message` holds (its stop reason aside).
+    pub fn from_message(message: &AssistantMessage) -> PartialMessage {
+        let mut p = PartialMessage::new(&message.model);
+        for block in &message.content {
+            match block {
+                ContentBlock::Text { text } => {
+                    p.blocks.push_back(PartialBlock::Text(Text::from(text.as_str())))
+                }
+                ContentBlock::Thinking {
+                    thinking,
+                    signature,
+                } => p.blocks.push_back(PartialBlock::Thinking {
+                    text: Text::from(thinking.as_str()),
+                    signature: signature.as_deref().map(Arc::from),
+                }),
+                ContentBlock::ToolCall(call) => {
+                    p.calls.push_back(p.blocks.len());
+                    p.blocks.push_back(PartialBlock::ToolCall {
+                        id: Arc::from(call.id.as_str()),
+                        name: Arc::from(call.name.as_str()),
+                        arguments: Text::from(call.arguments.as_str()),
+                    });
+                }
+            }
+        }
+        p.usage = message.usage;
+        p
+    }
+}
+
+impl Serialize for PartialMessage {
+    /// Serialized as the assistant message it would become (stop reason `stop`).
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.to_message(StopReason::Stop).serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for PartialMessage {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<PartialMessage, D::Error> {
+        let m = AssistantMessage::deserialize(d)?;
+        Ok(PartialMessage::from_message(&m))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(t: &str) -> StreamEvent {
+        StreamEvent::TextDelta { text: t.into() }
+    }
+
+    #[test]
+    fn deltas_assemble_blocks_in_order() {
+        let mut p = PartialMessage::new("m");
+        for e in [
+            StreamEvent::ThinkingDelta { text: "th".into() },
+            StreamEvent::ThinkingDelta { text: "ink".into() },
+            StreamEvent::ThinkingSignature {
+                signature: "sig".into(),
+            },
+            text("Hel"),
+            text("lo"),
+            StreamEvent::ToolCallStart {
+                id: "a".into(),
+                name: "f".into(),
+            },
+            StreamEvent::ToolCallStart {
+                id: "b".into(),
+                name: "g".into(),
+            },
+            StreamEvent::ToolCallDelta {
+                index: 1,
+                arguments: "{\"y\"".into(),
+            },
+            StreamEvent::ToolCallDelta {
+                index: 0,
+                arguments: "{}".into(),
+            },
+            StreamEvent::ToolCallDelta {
+                index: 1,
+                arguments: ":2}".into(),
+            },
+        ] {
+            p.push(&e);
+        }
+        let m = p.to_message(StopReason::ToolUse);
+        assert_eq!(m.thinking(), "think");
+        assert_eq!(m.text(), "Hello");
+        let calls: Vec<_> = m.tool_calls().cloned().collect();
+        assert_eq!(calls[0].arguments, "{}");
+        assert_eq!(calls[1].arguments, "{\"y\":2}");
+        assert_eq!(PartialMessage::from_message(&m), p);
+    }
+
+    #[test]
+    fn apply_leaves_the_old_partial_untouched() {
+        let a = PartialMessage::new("m").apply(&text("one"));
+        let b = a.apply(&text(" two"));
+        assert_eq!(a.text(), "one");
+        assert_eq!(b.text(), "one two");
+    }
+
+    #[test]
+    fn text_equality_ignores_chunking() {
+        let mut a = Text::new();
+        a.push_str("ab");
+        a.push_str("c");
+        assert_eq!(a, Text::from("abc"));
+        assert_ne!(a, Text::from("abd"));
+    }
+}

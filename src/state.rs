@@ -1,0 +1,268 @@
+//! `State`: what an agent looks like at one instant, and the pure fold of events into it.
+
+use std::sync::Arc;
+
+use imbl::Vector;
+
+use crate::event::{AgentEvent, RunStopReason};
+use crate::llm::{StreamEvent, ThinkingLevel, ToolDefinition};
+use crate::message::{Message, StopReason, ToolCall, ToolResultMessage, Usage};
+use crate::partial::PartialMessage;
+use crate::tool::ToolOutput;
+
+/// An immutable snapshot of an agent.
+///
+/// The agent publishes a new `State` for every event (see [`State::apply`]) and whenever a
+/// queue or setting changes; [`crate::Agent::snapshot`] returns the latest one from any thread
+/// without waiting.
+///
+/// # Consistency
+/// A snapshot is one instant: the transcript, the partial reply, the pending tool calls and
+/// the flags always belong together (for example `is_streaming` is true exactly when
+/// `streaming_message` is `Some`, and `pending_tool_calls` lists exactly the calls that had a
+/// `ToolStart` and no `ToolEnd`). The state a listener reads while handling an event already
+/// includes that event.
+///
+/// # Performance
+/// Cloning is O(1) in the transcript: `messages`, the partial reply and the lists are
+/// persistent structures shared between snapshots.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct State {
+    /// The system prompt.
+    pub system_prompt: Arc<str>,
+    /// The model of the next (or current) request.
+    pub model: Arc<str>,
+    /// The thinking level of the next (or current) request.
+    pub thinking_level: ThinkingLevel,
+    /// The tools the model may call.
+    pub tools: Arc<[ToolDefinition]>,
+    /// The transcript: every finished message, oldest first.
+    pub messages: Vector<Arc<Message>>,
+    /// True from `AgentStart` to `AgentEnd`.
+    pub is_running: bool,
+    /// True while an assistant reply streams (from its `MessageStart` to its `MessageEnd`).
+    pub is_streaming: bool,
+    /// The reply as far as it streamed, while `is_streaming`.
+    pub streaming_message: Option<PartialMessage>,
+    /// Tool calls that started and have not ended, in start order, with their latest progress.
+    pub pending_tool_calls: Vector<PendingToolCall>,
+    /// Results of the current turn's tool calls that already ended, in completion order.
+    /// Readable as soon as a tool ends, before its result message is appended.
+    pub tool_results: Vector<Arc<ToolResultMessage>>,
+    /// What went wrong in the last run, if it failed; cleared when a run starts.
+    pub error_message: Option<Arc<str>>,
+    /// The current turn of the run, from 1; 0 before the first turn.
+    pub turn: u32,
+    /// Why the last run ended; `None` while a run is active or before the first run.
+    pub stop_reason: Option<RunStopReason>,
+    /// Usage of the current (or last) run.
+    pub run_usage: Usage,
+    /// Usage summed over every run of this agent.
+    pub usage: Usage,
+    /// The last retry of the current request, while it waits for a transient failure.
+    pub retry: Option<StreamEvent>,
+    /// Steering messages waiting for the next model call.
+    pub steering_queue: Vector<Arc<Message>>,
+    /// Follow-up messages waiting for the run to finish its current work.
+    pub follow_up_queue: Vector<Arc<Message>>,
+    /// How many listener calls panicked (the run went on each time).
+    pub listener_panics: u64,
+    /// The message of the last listener panic.
+    pub last_listener_panic: Option<Arc<str>>,
+}
+
+/// A tool call between its `ToolStart` and `ToolEnd`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PendingToolCall {
+    /// The call.
+    pub call: ToolCall,
+    /// The latest progress the tool published.
+    pub progress: Option<ToolOutput>,
+}
+
+impl State {
+    /// The state after `event`. A pure function: the same events from the same state give the
+    /// same state, which is how a wire mirror rebuilds the snapshots an agent published.
+    ///
+    /// # Performance
+    /// O(size of the event): neither the transcript nor the partial reply is copied.
+    #[must_use]
+    pub fn apply(&self, event: &AgentEvent) -> State {
+        let mut s = self.clone();
+        match event {
+            AgentEvent::AgentStart => {
+                s.is_running = true;
+                s.error_message = None;
+                s.stop_reason = None;
+                s.turn = 0;
+                s.run_usage = Usage::default();
+                s.retry = None;
+            }
+            AgentEvent::TurnStart { turn } => {
+                s.turn = *turn;
+                s.tool_results = Vector::new();
+            }
+            AgentEvent::MessageStart { message } => {
+                if let Message::Assistant(m) = &**message {
+                    s.is_streaming = true;
+                    s.streaming_message = Some(PartialMessage::from_message(m));
+                    if !m.model.is_empty() && *s.model != *m.model {
+                        s.model = Arc::from(m.model.as_str());
+                    }
+                }
+            }
+            AgentEvent::MessageUpdate { message, delta } => {
+                s.streaming_message = Some(message.clone());
+                if let StreamEvent::Retry { .. } = delta {
+                    s.retry = Some(delta.clone());
+                }
+            }
+            AgentEvent::MessageEnd { message } => {
+                s.messages.push_back(message.clone());
+                if let Message::Assistant(m) = &**message {
+                    s.is_streaming = false;
+                    s.streaming_message = None;
+                    s.retry = None;
+                    s.run_usage += m.usage;
+                    s.usage += m.usage;
+                    if matches!(m.stop_reason, StopReason::Error) {
+                        s.error_message = m.error_message.as_deref().map(Arc::from);
+                    }
+                }
+            }
+            AgentEvent::ToolStart { call } => {
+                s.pending_tool_calls.push_back(PendingToolCall {
+                    call: call.clone(),
+                    progress: None,
+                });
+            }
+            AgentEvent::ToolUpdate {
+                call_id, partial, ..
+            } => {
+                if let Some(i) = s.pending_index(call_id)
+                    && let Some(p) = s.pending_tool_calls.get_mut(i)
+                {
+                    p.progress = Some(partial.clone());
+                }
+            }
+            AgentEvent::ToolEnd { result } => {
+                if let Some(i) = s.pending_index(&result.tool_call_id) {
+                    s.pending_tool_calls.remove(i);
+                }
+                s.tool_results.push_back(result.clone());
+            }
+            AgentEvent::TurnEnd { .. } => {}
+            AgentEvent::AgentEnd {
+                stop_reason,
+                error_message,
+                ..
+            } => {
+                s.is_running = false;
+                s.is_streaming = false;
+                s.streaming_message = None;
+                s.pending_tool_calls = Vector::new();
+                s.retry = None;
+                s.stop_reason = Some(*stop_reason);
+                if let Some(e) = error_message {
+                    s.error_message = Some(Arc::from(e.as_str()));
+                }
+            }
+        }
+        s
+    }
+
+    fn pending_index(&self, call_id: &str) -> Option<usize> {
+        self.pending_tool_calls
+            .iter()
+            .position(|p| p.call.id == call_id)
+    }
+
+    /// The last message of the transcript.
+    pub fn last_message(&self) -> Option<&Arc<Message>> {
+        self.messages.back()
+    }
+
+    /// The state with everything a fold cannot know (queues, listener panics) reset: what a
+    /// wire mirror holds. Compare `a.timeline() == b.timeline()` to check a mirror.
+    #[must_use]
+    pub fn timeline(&self) -> State {
+        State {
+            steering_queue: Vector::new(),
+            follow_up_queue: Vector::new(),
+            listener_panics: 0,
+            last_listener_panic: None,
+            ..self.clone()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::AssistantMessage;
+
+    fn assistant(text: &str) -> Arc<Message> {
+        let mut p = PartialMessage::new("m");
+        p.push(&StreamEvent::text(text));
+        Arc::new(Message::Assistant(p.to_message(StopReason::Stop)))
+    }
+
+    #[test]
+    fn a_streamed_reply_folds_into_the_transcript() {
+        let start = Arc::new(Message::Assistant(AssistantMessage {
+            model: "m".into(),
+            ..Default::default()
+        }));
+        let mut s = State::default()
+            .apply(&AgentEvent::AgentStart)
+            .apply(&AgentEvent::TurnStart { turn: 1 })
+            .apply(&AgentEvent::MessageStart { message: start });
+        assert!(s.is_streaming);
+        assert_eq!(&*s.model, "m");
+        let mut partial = s.streaming_message.clone().unwrap();
+        for piece in ["Hel", "lo"] {
+            let delta = StreamEvent::text(piece);
+            partial = partial.apply(&delta);
+            s = s.apply(&AgentEvent::MessageUpdate {
+                message: partial.clone(),
+                delta,
+            });
+        }
+        assert_eq!(s.streaming_message.as_ref().unwrap().text(), "Hello");
+        s = s.apply(&AgentEvent::MessageEnd {
+            message: assistant("Hello"),
+        });
+        assert!(!s.is_streaming && s.streaming_message.is_none());
+        assert_eq!(s.messages.len(), 1);
+        assert_eq!(s.messages[0].text(), "Hello");
+    }
+
+    #[test]
+    fn tool_events_track_pending_calls() {
+        let call = |id: &str| ToolCall {
+            id: id.into(),
+            name: "t".into(),
+            arguments: "{}".into(),
+        };
+        let s = State::default()
+            .apply(&AgentEvent::ToolStart { call: call("a") })
+            .apply(&AgentEvent::ToolStart { call: call("b") })
+            .apply(&AgentEvent::ToolUpdate {
+                call_id: "b".into(),
+                tool_name: "t".into(),
+                partial: ToolOutput::text("50%"),
+            });
+        assert_eq!(s.pending_tool_calls.len(), 2);
+        assert_eq!(s.pending_tool_calls[1].progress.as_ref().unwrap().content, "50%");
+        let s = s.apply(&AgentEvent::ToolEnd {
+            result: Arc::new(ToolResultMessage {
+                tool_call_id: "b".into(),
+                ..Default::default()
+            }),
+        });
+        assert_eq!(s.pending_tool_calls.len(), 1);
+        assert_eq!(s.pending_tool_calls[0].call.id, "a");
+        assert_eq!(s.tool_results.len(), 1);
+    }
+}
