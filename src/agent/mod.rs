@@ -167,7 +167,9 @@ impl Subscription {
     /// Removes the listener. It is not called again, not even for an event being dispatched
     /// right now. Returns false when it was already removed.
     pub fn unsubscribe(self) -> bool {
-        self.shared.upgrade().is_some_and(|s| s.unsubscribe(self.id))
+        self.shared
+            .upgrade()
+            .is_some_and(|s| s.unsubscribe(self.id))
     }
 }
 
@@ -249,7 +251,10 @@ impl Agent {
     /// call `prompt` (that returns `Busy`). A panic is caught: the run goes on, the other
     /// listeners still get the event, and the state counts it in `listener_panics` with the
     /// message in `last_listener_panic`.
-    pub fn subscribe(&self, listener: impl Fn(&AgentEvent) + Send + Sync + 'static) -> Subscription {
+    pub fn subscribe(
+        &self,
+        listener: impl Fn(&AgentEvent) + Send + Sync + 'static,
+    ) -> Subscription {
         self.handle().subscribe(listener)
     }
 
@@ -426,7 +431,10 @@ impl AgentHandle {
     }
 
     /// Registers a listener; see [`Agent::subscribe`].
-    pub fn subscribe(&self, listener: impl Fn(&AgentEvent) + Send + Sync + 'static) -> Subscription {
+    pub fn subscribe(
+        &self,
+        listener: impl Fn(&AgentEvent) + Send + Sync + 'static,
+    ) -> Subscription {
         let id = self.shared.subscribe(Sink::Callback(Box::new(listener)));
         Subscription {
             id,

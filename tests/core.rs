@@ -1,0 +1,882 @@
+//! The core loop on the scripted provider: whole event sequences, snapshots under load,
+//! listeners, channels.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use pagent::llm::{Faux, FauxReply};
+use pagent::{
+    Agent, AgentEvent, Error, Message, RunStopReason, StopReason, ToolError, ToolOutput, Usage,
+    tool,
+};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+
+/// One line per event, with every field a test cares about, so sequences compare exactly.
+fn render(e: &AgentEvent) -> String {
+    match e {
+        AgentEvent::AgentStart => "AgentStart".into(),
+        AgentEvent::TurnStart { turn } => format!("TurnStart({turn})"),
+        AgentEvent::MessageStart { message } => format!("MessageStart({})", message.role()),
+        AgentEvent::MessageUpdate { delta, .. } => {
+            let d = serde_json::to_value(delta).unwrap();
+            let mut d = d.as_object().unwrap().clone();
+            let kind = d.remove("type").unwrap();
+            format!(
+                "Update({} {})",
+                kind.as_str().unwrap(),
+                serde_json::Value::Object(d)
+            )
+        }
+        AgentEvent::MessageEnd { message } => match &**message {
+            Message::User(m) => format!("MessageEnd(user {:?})", m.content),
+            Message::Assistant(m) => format!(
+                "MessageEnd(assistant {:?} {:?} calls={})",
+                m.stop_reason,
+                m.text(),
+                m.tool_calls().count()
+            ),
+            Message::ToolResult(m) => format!(
+                "MessageEnd(tool_result {} {} {:?})",
+                m.tool_call_id,
+                if m.is_error { "err" } else { "ok" },
+                m.content
+            ),
+        },
+        AgentEvent::ToolStart { call } => {
+            format!("ToolStart({} {} {})", call.id, call.name, call.arguments)
+        }
+        AgentEvent::ToolUpdate {
+            call_id, partial, ..
+        } => format!("ToolUpdate({call_id} {:?})", partial.content),
+        AgentEvent::ToolEnd { result } => format!(
+            "ToolEnd({} {} {:?})",
+            result.tool_call_id,
+            if result.is_error { "err" } else { "ok" },
+            result.content
+        ),
+        AgentEvent::TurnEnd {
+            turn,
+            tool_results,
+            stop_reason,
+            ..
+        } => format!(
+            "TurnEnd({turn} {stop_reason} results={})",
+            tool_results.len()
+        ),
+        AgentEvent::AgentEnd {
+            messages,
+            stop_reason,
+            error_message,
+            ..
+        } => format!(
+            "AgentEnd({stop_reason} messages={} error={:?})",
+            messages.len(),
+            error_message
+        ),
+    }
+}
+
+/// Records every event an agent emits.
+struct Recorder(Arc<Mutex<Vec<AgentEvent>>>);
+
+impl Recorder {
+    fn attach(agent: &Agent) -> Recorder {
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let sink = events.clone();
+        let _sub = agent.subscribe(move |e| sink.lock().unwrap().push(e.clone()));
+        Recorder(events)
+    }
+
+    fn lines(&self) -> Vec<String> {
+        self.0.lock().unwrap().iter().map(render).collect()
+    }
+
+    fn events(&self) -> Vec<AgentEvent> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+fn assert_lines(actual: Vec<String>, expected: &[&str]) {
+    let expected: Vec<String> = expected.iter().map(|s| s.to_string()).collect();
+    if actual != expected {
+        panic!(
+            "event sequence differs\n--- actual\n{}\n--- expected\n{}",
+            actual.join("\n"),
+            expected.join("\n")
+        );
+    }
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct AddArgs {
+    a: i64,
+    b: i64,
+}
+
+fn add_tool() -> impl pagent::Tool {
+    tool::typed("add", "Adds two integers.", |args: AddArgs, _ctx| {
+        Ok(ToolOutput::text((args.a + args.b).to_string()))
+    })
+}
+
+fn usage(input: u64, output: u64) -> Usage {
+    Usage {
+        input,
+        output,
+        total: input + output,
+        ..Usage::default()
+    }
+}
+
+#[test]
+fn text_only_run() {
+    let faux = Faux::new().reply(FauxReply::text("Hello there").usage(usage(5, 3)));
+    let agent = Agent::builder().provider(faux).model("m1").build().unwrap();
+    let rec = Recorder::attach(&agent);
+    let result = agent.prompt("hi").unwrap();
+    assert_lines(
+        rec.lines(),
+        &[
+            "AgentStart",
+            "TurnStart(1)",
+            "MessageStart(user)",
+            "MessageEnd(user \"hi\")",
+            "MessageStart(assistant)",
+            "Update(text_delta {\"text\":\"Hell\"})",
+            "Update(text_delta {\"text\":\"o th\"})",
+            "Update(text_delta {\"text\":\"ere\"})",
+            "Update(usage {\"usage\":{\"cache_read\":0,\"cache_write\":0,\"input\":5,\"output\":3,\"reasoning\":0,\"total\":8}})",
+            "MessageEnd(assistant Stop \"Hello there\" calls=0)",
+            "TurnEnd(1 no_tool_calls results=0)",
+            "AgentEnd(no_tool_calls messages=2 error=None)",
+        ],
+    );
+    assert_eq!(result.stop_reason, RunStopReason::NoToolCalls);
+    assert_eq!(result.text(), "Hello there");
+    assert_eq!(result.usage, usage(5, 3));
+    let s = agent.snapshot();
+    assert_eq!(s.messages.len(), 2);
+    assert!(!s.is_running && !s.is_streaming && s.streaming_message.is_none());
+    assert_eq!(s.stop_reason, Some(RunStopReason::NoToolCalls));
+    assert_eq!(s.usage, usage(5, 3));
+    assert_eq!(&*s.model, "m1");
+}
+
+#[test]
+fn one_tool_call_then_an_answer() {
+    let faux = Faux::new()
+        .chunk_chars(100)
+        .reply(FauxReply::tool_call("add", json!({"a": 2, "b": 3})).usage(usage(1, 1)))
+        .reply_with(|req| {
+            let last = req.messages.last().unwrap().text();
+            FauxReply::text(format!("It is {last}.")).usage(usage(1, 1))
+        });
+    let agent = Agent::builder()
+        .provider(faux.clone())
+        .tool(add_tool())
+        .build()
+        .unwrap();
+    let rec = Recorder::attach(&agent);
+    let result = agent.prompt("2+3?").unwrap();
+    let u = "Update(usage {\"usage\":{\"cache_read\":0,\"cache_write\":0,\"input\":1,\"output\":1,\"reasoning\":0,\"total\":2}})";
+    assert_lines(
+        rec.lines(),
+        &[
+            "AgentStart",
+            "TurnStart(1)",
+            "MessageStart(user)",
+            "MessageEnd(user \"2+3?\")",
+            "MessageStart(assistant)",
+            "Update(tool_call_start {\"id\":\"call_1\",\"name\":\"add\"})",
+            "Update(tool_call_delta {\"arguments\":\"{\\\"a\\\":2,\\\"b\\\":3}\",\"index\":0})",
+            u,
+            "MessageEnd(assistant ToolUse \"\" calls=1)",
+            "ToolStart(call_1 add {\"a\":2,\"b\":3})",
+            "ToolEnd(call_1 ok \"5\")",
+            "MessageStart(tool_result)",
+            "MessageEnd(tool_result call_1 ok \"5\")",
+            "TurnEnd(1 continuing results=1)",
+            "TurnStart(2)",
+            "MessageStart(assistant)",
+            "Update(text_delta {\"text\":\"It is 5.\"})",
+            u,
+            "MessageEnd(assistant Stop \"It is 5.\" calls=0)",
+            "TurnEnd(2 no_tool_calls results=0)",
+            "AgentEnd(no_tool_calls messages=4 error=None)",
+        ],
+    );
+    assert_eq!(result.text(), "It is 5.");
+    assert_eq!(result.usage, usage(2, 2));
+    // The second request carried the tool definition, the call and its result.
+    let requests = faux.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(requests[1].tools[0].name, "add");
+    assert_eq!(requests[1].messages.len(), 3);
+    assert_eq!(requests[1].messages[2].role(), "tool_result");
+}
+
+#[test]
+fn two_tool_calls_in_one_reply() {
+    let faux = Faux::new()
+        .chunk_chars(100)
+        .reply(
+            FauxReply::text("Adding twice.")
+                .then_tool_call("add", json!({"a": 1, "b": 1}))
+                .then_tool_call("add", json!({"a": 2, "b": 2}))
+                .usage(Usage::default()),
+        )
+        .reply(FauxReply::text("2 and 4.").usage(Usage::default()));
+    let agent = Agent::builder()
+        .provider(faux)
+        .tool(add_tool())
+        .build()
+        .unwrap();
+    let rec = Recorder::attach(&agent);
+    agent.prompt("go").unwrap();
+    let lines = rec.lines();
+    // Both calls start in call order; they run in parallel, so their ends may come in either
+    // order; the result messages are in call order.
+    let starts: Vec<_> = lines
+        .iter()
+        .filter(|l| l.starts_with("ToolStart"))
+        .collect();
+    assert_eq!(
+        starts,
+        [
+            "ToolStart(call_1 add {\"a\":1,\"b\":1})",
+            "ToolStart(call_2 add {\"a\":2,\"b\":2})"
+        ]
+    );
+    let mut ends: Vec<_> = lines
+        .iter()
+        .filter(|l| l.starts_with("ToolEnd"))
+        .cloned()
+        .collect();
+    ends.sort();
+    assert_eq!(
+        ends,
+        ["ToolEnd(call_1 ok \"2\")", "ToolEnd(call_2 ok \"4\")"]
+    );
+    let mut normalized = lines.clone();
+    // Put the tool section in canonical order to assert the rest exactly.
+    let first_tool = normalized
+        .iter()
+        .position(|l| l.starts_with("ToolStart"))
+        .unwrap();
+    normalized[first_tool..first_tool + 4].sort();
+    assert_lines(
+        normalized,
+        &[
+            "AgentStart",
+            "TurnStart(1)",
+            "MessageStart(user)",
+            "MessageEnd(user \"go\")",
+            "MessageStart(assistant)",
+            "Update(text_delta {\"text\":\"Adding twice.\"})",
+            "Update(tool_call_start {\"id\":\"call_1\",\"name\":\"add\"})",
+            "Update(tool_call_delta {\"arguments\":\"{\\\"a\\\":1,\\\"b\\\":1}\",\"index\":0})",
+            "Update(tool_call_start {\"id\":\"call_2\",\"name\":\"add\"})",
+            "Update(tool_call_delta {\"arguments\":\"{\\\"a\\\":2,\\\"b\\\":2}\",\"index\":1})",
+            "Update(usage {\"usage\":{\"cache_read\":0,\"cache_write\":0,\"input\":0,\"output\":0,\"reasoning\":0,\"total\":0}})",
+            "MessageEnd(assistant ToolUse \"Adding twice.\" calls=2)",
+            "ToolEnd(call_1 ok \"2\")",
+            "ToolEnd(call_2 ok \"4\")",
+            "ToolStart(call_1 add {\"a\":1,\"b\":1})",
+            "ToolStart(call_2 add {\"a\":2,\"b\":2})",
+            "MessageStart(tool_result)",
+            "MessageEnd(tool_result call_1 ok \"2\")",
+            "MessageStart(tool_result)",
+            "MessageEnd(tool_result call_2 ok \"4\")",
+            "TurnEnd(1 continuing results=2)",
+            "TurnStart(2)",
+            "MessageStart(assistant)",
+            "Update(text_delta {\"text\":\"2 and 4.\"})",
+            "Update(usage {\"usage\":{\"cache_read\":0,\"cache_write\":0,\"input\":0,\"output\":0,\"reasoning\":0,\"total\":0}})",
+            "MessageEnd(assistant Stop \"2 and 4.\" calls=0)",
+            "TurnEnd(2 no_tool_calls results=0)",
+            "AgentEnd(no_tool_calls messages=5 error=None)",
+        ],
+    );
+    // ToolStart of a call always precedes its ToolEnd.
+    for id in ["call_1", "call_2"] {
+        let s = lines
+            .iter()
+            .position(|l| l.starts_with(&format!("ToolStart({id}")))
+            .unwrap();
+        let e = lines
+            .iter()
+            .position(|l| l.starts_with(&format!("ToolEnd({id}")))
+            .unwrap();
+        assert!(s < e);
+    }
+}
+
+/// Tool events only (MessageUpdate deltas are covered elsewhere).
+fn coarse(rec: &Recorder) -> Vec<String> {
+    rec.lines()
+        .into_iter()
+        .filter(|l| !l.starts_with("Update("))
+        .collect()
+}
+
+#[test]
+fn max_turns_reached_with_tool_calls_pending() {
+    let faux = Faux::new()
+        .chunk_chars(100)
+        .reply(FauxReply::tool_call("add", json!({"a": 1, "b": 0})))
+        .reply(FauxReply::tool_call("add", json!({"a": 2, "b": 0})))
+        .reply(FauxReply::text("never requested"));
+    let agent = Agent::builder()
+        .provider(faux.clone())
+        .tool(add_tool())
+        .max_turns(2)
+        .build()
+        .unwrap();
+    let rec = Recorder::attach(&agent);
+    let result = agent.prompt("loop").unwrap();
+    assert_lines(
+        coarse(&rec),
+        &[
+            "AgentStart",
+            "TurnStart(1)",
+            "MessageStart(user)",
+            "MessageEnd(user \"loop\")",
+            "MessageStart(assistant)",
+            "MessageEnd(assistant ToolUse \"\" calls=1)",
+            "ToolStart(call_1 add {\"a\":1,\"b\":0})",
+            "ToolEnd(call_1 ok \"1\")",
+            "MessageStart(tool_result)",
+            "MessageEnd(tool_result call_1 ok \"1\")",
+            "TurnEnd(1 continuing results=1)",
+            "TurnStart(2)",
+            "MessageStart(assistant)",
+            "MessageEnd(assistant ToolUse \"\" calls=1)",
+            "ToolStart(call_2 add {\"a\":2,\"b\":0})",
+            "ToolEnd(call_2 ok \"2\")",
+            "MessageStart(tool_result)",
+            "MessageEnd(tool_result call_2 ok \"2\")",
+            "TurnEnd(2 max_turns results=1)",
+            "AgentEnd(max_turns messages=5 error=None)",
+        ],
+    );
+    assert_eq!(result.stop_reason, RunStopReason::MaxTurns);
+    assert_eq!(faux.remaining(), 1, "no third model call");
+    // The last assistant message still holds its tool call, and it has its result.
+    let s = agent.snapshot();
+    let last_assistant = s
+        .messages
+        .iter()
+        .rev()
+        .find_map(|m| m.as_assistant())
+        .unwrap();
+    assert_eq!(last_assistant.tool_calls().count(), 1);
+    assert_eq!(s.messages.back().unwrap().role(), "tool_result");
+}
+
+#[test]
+fn provider_error_mid_stream_keeps_the_partial_text() {
+    let faux = Faux::new().reply(FauxReply::text("Partial answ").then_error("connection reset"));
+    let agent = Agent::builder().provider(faux).build().unwrap();
+    let rec = Recorder::attach(&agent);
+    let result = agent.prompt("hi").unwrap();
+    assert_lines(
+        rec.lines(),
+        &[
+            "AgentStart",
+            "TurnStart(1)",
+            "MessageStart(user)",
+            "MessageEnd(user \"hi\")",
+            "MessageStart(assistant)",
+            "Update(text_delta {\"text\":\"Part\"})",
+            "Update(text_delta {\"text\":\"ial \"})",
+            "Update(text_delta {\"text\":\"answ\"})",
+            "MessageEnd(assistant Error \"Partial answ\" calls=0)",
+            "TurnEnd(1 error results=0)",
+            "AgentEnd(error messages=2 error=Some(\"provider error: connection reset\"))",
+        ],
+    );
+    assert_eq!(result.stop_reason, RunStopReason::Error);
+    assert_eq!(
+        result.error,
+        Some(Error::Provider("connection reset".into()))
+    );
+    assert!(result.clone().ok().is_err());
+    let s = agent.snapshot();
+    assert_eq!(
+        s.error_message.as_deref(),
+        Some("provider error: connection reset")
+    );
+    let reply = s.messages[1].as_assistant().unwrap();
+    assert_eq!(reply.text(), "Partial answ");
+    assert_eq!(reply.stop_reason, StopReason::Error);
+    assert_eq!(
+        reply.error_message.as_deref(),
+        Some("provider error: connection reset")
+    );
+}
+
+#[test]
+fn errored_reply_with_tool_calls_gets_synthesized_results() {
+    let faux = Faux::new()
+        .chunk_chars(100)
+        .reply(FauxReply::tool_call("add", json!({"a": 1, "b": 2})).then_error("dropped"));
+    let agent = Agent::builder()
+        .provider(faux)
+        .tool(add_tool())
+        .build()
+        .unwrap();
+    let rec = Recorder::attach(&agent);
+    agent.prompt("x").unwrap();
+    assert_lines(
+        coarse(&rec),
+        &[
+            "AgentStart",
+            "TurnStart(1)",
+            "MessageStart(user)",
+            "MessageEnd(user \"x\")",
+            "MessageStart(assistant)",
+            "MessageEnd(assistant Error \"\" calls=1)",
+            "ToolStart(call_1 add {\"a\":1,\"b\":2})",
+            "ToolEnd(call_1 err \"not run: the reply failed before this tool call was complete\")",
+            "MessageStart(tool_result)",
+            "MessageEnd(tool_result call_1 err \"not run: the reply failed before this tool call was complete\")",
+            "TurnEnd(1 error results=1)",
+            "AgentEnd(error messages=3 error=Some(\"provider error: dropped\"))",
+        ],
+    );
+}
+
+#[test]
+fn reply_cut_by_length_gets_synthesized_results_and_goes_on() {
+    let faux = Faux::new()
+        .chunk_chars(100)
+        .reply(
+            FauxReply::default()
+                .then_tool_call_raw("add", "{\"a\": 1, \"b")
+                .cut_by_length(),
+        )
+        .reply(FauxReply::text("Sorry."));
+    let agent = Agent::builder()
+        .provider(faux)
+        .tool(add_tool())
+        .build()
+        .unwrap();
+    let rec = Recorder::attach(&agent);
+    let result = agent.prompt("x").unwrap();
+    let lines = coarse(&rec);
+    assert_eq!(lines[5], "MessageEnd(assistant Length \"\" calls=1)");
+    assert!(
+        lines[7].starts_with(
+            "ToolEnd(call_1 err \"not run: the reply was cut at the output token limit"
+        )
+    );
+    assert_eq!(lines[10], "TurnEnd(1 continuing results=1)");
+    assert_eq!(result.stop_reason, RunStopReason::NoToolCalls);
+    // Every tool call in the transcript has exactly one result.
+    assert_each_call_has_one_result(&agent);
+}
+
+fn assert_each_call_has_one_result(agent: &Agent) {
+    let s = agent.snapshot();
+    for m in s.messages.iter() {
+        if let Some(a) = m.as_assistant() {
+            for call in a.tool_calls() {
+                let n = s
+                    .messages
+                    .iter()
+                    .filter(|r| {
+                        r.as_tool_result()
+                            .is_some_and(|r| r.tool_call_id == call.id)
+                    })
+                    .count();
+                assert_eq!(n, 1, "call {} has {n} results", call.id);
+            }
+        }
+    }
+}
+
+#[test]
+fn unknown_tool_becomes_an_error_result() {
+    let faux = Faux::new()
+        .chunk_chars(100)
+        .reply(FauxReply::tool_call("nope", json!({})))
+        .reply(FauxReply::text("ok"));
+    let agent = Agent::builder()
+        .provider(faux)
+        .tool(add_tool())
+        .build()
+        .unwrap();
+    let rec = Recorder::attach(&agent);
+    let result = agent.prompt("x").unwrap();
+    let lines = coarse(&rec);
+    assert_eq!(
+        lines[6..10],
+        [
+            "ToolStart(call_1 nope {})",
+            "ToolEnd(call_1 err \"unknown tool `nope`; the tools are: add\")",
+            "MessageStart(tool_result)",
+            "MessageEnd(tool_result call_1 err \"unknown tool `nope`; the tools are: add\")",
+        ]
+    );
+    assert_eq!(lines[10], "TurnEnd(1 continuing results=1)");
+    assert_eq!(result.stop_reason, RunStopReason::NoToolCalls);
+}
+
+#[test]
+fn invalid_arguments_become_error_results() {
+    let faux = Faux::new()
+        .chunk_chars(100)
+        .reply(
+            FauxReply::default()
+                .then_tool_call_raw("add", "{\"a\": 1,")
+                .then_tool_call("add", json!({"a": "one", "b": 2})),
+        )
+        .reply(FauxReply::text("ok"));
+    let agent = Agent::builder()
+        .provider(faux)
+        .tool(add_tool())
+        .build()
+        .unwrap();
+    let rec = Recorder::attach(&agent);
+    agent.prompt("x").unwrap();
+    let events = rec.events();
+    let results: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::ToolEnd { result } => Some(result.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results.len(), 2);
+    let by_id = |id: &str| results.iter().find(|r| r.tool_call_id == id).unwrap();
+    assert!(by_id("call_1").is_error);
+    assert!(
+        by_id("call_1")
+            .content
+            .starts_with("invalid JSON in the arguments of `add`: EOF while parsing"),
+        "{}",
+        by_id("call_1").content
+    );
+    assert!(by_id("call_2").is_error);
+    assert!(
+        by_id("call_2")
+            .content
+            .starts_with("invalid arguments for `add`: invalid type: string \"one\", expected i64"),
+        "{}",
+        by_id("call_2").content
+    );
+    assert!(
+        by_id("call_2")
+            .content
+            .contains("\"required\":[\"a\",\"b\"]")
+    );
+    assert_each_call_has_one_result(&agent);
+}
+
+#[test]
+fn tool_error_and_tool_panic_become_error_results() {
+    let failing = tool::typed(
+        "fail",
+        "Fails.",
+        |_: AddArgs, _| -> Result<ToolOutput, ToolError> { Err(ToolError::new("disk full")) },
+    );
+    let panicking = tool::typed(
+        "boom",
+        "Panics.",
+        |_: AddArgs, _| -> Result<ToolOutput, ToolError> { panic!("kaboom") },
+    );
+    let faux = Faux::new()
+        .chunk_chars(100)
+        .reply(
+            FauxReply::tool_call("fail", json!({"a": 1, "b": 1}))
+                .then_tool_call("boom", json!({"a": 1, "b": 1})),
+        )
+        .reply(FauxReply::text("recovered"));
+    let agent = Agent::builder()
+        .provider(faux)
+        .tool(failing)
+        .tool(panicking)
+        .max_parallel_tools(1)
+        .build()
+        .unwrap();
+    let rec = Recorder::attach(&agent);
+    let result = agent.prompt("x").unwrap();
+    assert_lines(
+        coarse(&rec)[6..14].to_vec(),
+        &[
+            "ToolStart(call_1 fail {\"a\":1,\"b\":1})",
+            "ToolEnd(call_1 err \"disk full\")",
+            "ToolStart(call_2 boom {\"a\":1,\"b\":1})",
+            "ToolEnd(call_2 err \"the tool `boom` panicked: kaboom\")",
+            "MessageStart(tool_result)",
+            "MessageEnd(tool_result call_1 err \"disk full\")",
+            "MessageStart(tool_result)",
+            "MessageEnd(tool_result call_2 err \"the tool `boom` panicked: kaboom\")",
+        ],
+    );
+    assert_eq!(result.text(), "recovered");
+}
+
+#[test]
+fn listener_panic_is_caught_and_reported() {
+    let faux = Faux::new().chunk_chars(100).reply(FauxReply::text("fine"));
+    let agent = Agent::builder().provider(faux).build().unwrap();
+    let _bad = agent.subscribe(|e| {
+        if matches!(e, AgentEvent::TurnStart { .. }) {
+            panic!("listener bug");
+        }
+    });
+    let rec = Recorder::attach(&agent);
+    let result = agent.prompt("hi").unwrap();
+    // The later listener saw every event, the run finished normally.
+    assert_eq!(rec.lines().len(), 10);
+    assert_eq!(
+        rec.lines().last().unwrap(),
+        "AgentEnd(no_tool_calls messages=2 error=None)"
+    );
+    assert_eq!(result.stop_reason, RunStopReason::NoToolCalls);
+    let s = agent.snapshot();
+    assert_eq!(s.listener_panics, 1);
+    assert!(
+        s.last_listener_panic
+            .as_deref()
+            .unwrap()
+            .ends_with("panicked on TurnStart: listener bug")
+    );
+}
+
+#[test]
+fn second_prompt_while_running_is_busy() {
+    let faux = Faux::new().reply(FauxReply::text("slow").delay(Duration::from_millis(300)));
+    let agent = Arc::new(Agent::builder().provider(faux).build().unwrap());
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let _sub = agent.subscribe(move |e| {
+        if matches!(e, AgentEvent::AgentStart) {
+            let _ = tx.send(());
+        }
+    });
+    let a2 = agent.clone();
+    let runner = std::thread::spawn(move || a2.prompt("first"));
+    rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(agent.prompt("second").unwrap_err(), Error::Busy);
+    assert_eq!(agent.continue_run().unwrap_err(), Error::Busy);
+    assert!(agent.is_running());
+    let first = runner.join().unwrap().unwrap();
+    assert_eq!(first.text(), "slow");
+    // The busy call left no trace.
+    let s = agent.snapshot();
+    assert_eq!(s.messages.len(), 2);
+    assert_eq!(s.messages[0].text(), "first");
+}
+
+#[test]
+fn empty_reply_ends_with_empty_response() {
+    let agent = Agent::builder()
+        .provider(Faux::new().reply(FauxReply::empty()))
+        .build()
+        .unwrap();
+    let result = agent.prompt("hi").unwrap();
+    assert_eq!(result.stop_reason, RunStopReason::EmptyResponse);
+}
+
+#[test]
+fn exhausted_script_is_a_clear_error_with_one_agent_end() {
+    let agent = Agent::builder().provider(Faux::new()).build().unwrap();
+    let rec = Recorder::attach(&agent);
+    let result = agent.prompt("hi").unwrap();
+    assert_eq!(result.error, Some(Error::ScriptExhausted));
+    let lines = rec.lines();
+    assert_eq!(lines.iter().filter(|l| *l == "AgentStart").count(), 1);
+    assert_eq!(
+        lines.iter().filter(|l| l.starts_with("AgentEnd")).count(),
+        1
+    );
+    assert_eq!(
+        lines.last().unwrap(),
+        "AgentEnd(error messages=2 error=Some(\"the scripted provider has no reply left\"))"
+    );
+}
+
+#[test]
+fn listener_may_call_snapshot_abort_subscribe_and_unsubscribe() {
+    let faux = Faux::new()
+        .chunk_chars(100)
+        .reply(FauxReply::text("one"))
+        .reply(FauxReply::text("two"));
+    let agent = Arc::new(Agent::builder().provider(faux).build().unwrap());
+    let handle = agent.handle();
+    let seen_streaming = Arc::new(AtomicBool::new(false));
+    let late_calls = Arc::new(AtomicUsize::new(0));
+    let (seen, late) = (seen_streaming.clone(), late_calls.clone());
+    let _sub = agent.subscribe(move |e| match e {
+        AgentEvent::MessageUpdate { message, .. } => {
+            // The snapshot already holds the event being handled.
+            let s = handle.snapshot();
+            assert_eq!(s.streaming_message.as_ref(), Some(message));
+            seen.store(true, Ordering::SeqCst);
+        }
+        AgentEvent::TurnStart { .. } => {
+            let late = late.clone();
+            let sub = handle.subscribe(move |_| {
+                late.fetch_add(1, Ordering::SeqCst);
+            });
+            assert!(handle.unsubscribe(sub.id()));
+            let _keep = handle.subscribe(|_| {});
+        }
+        AgentEvent::TurnEnd { .. } => {
+            handle.abort();
+        }
+        _ => {}
+    });
+    let r = agent.prompt("hi").unwrap();
+    assert!(seen_streaming.load(Ordering::SeqCst));
+    assert_eq!(late_calls.load(Ordering::SeqCst), 0);
+    // The abort came after the run's last turn ended: it stops nothing more.
+    assert_eq!(r.stop_reason, RunStopReason::NoToolCalls);
+    assert_eq!(agent.prompt("again").unwrap().text(), "two");
+}
+
+#[test]
+fn channel_subscription_delivers_every_event_in_order() {
+    let faux = Faux::new()
+        .reply(FauxReply::tool_call("add", json!({"a": 40, "b": 2})))
+        .reply(FauxReply::text("The answer is 42, as computed."));
+    let agent = Agent::builder()
+        .provider(faux)
+        .tool(add_tool())
+        .build()
+        .unwrap();
+    let rec = Recorder::attach(&agent);
+    // A tiny capacity: the run must wait for the consumer, never drop.
+    let rx = agent.subscribe_channel(1);
+    let consumer = std::thread::spawn(move || {
+        let mut got = Vec::new();
+        while let Ok(e) = rx.recv_timeout(Duration::from_secs(10)) {
+            std::thread::sleep(Duration::from_micros(200));
+            let end = matches!(e, AgentEvent::AgentEnd { .. });
+            got.push(e);
+            if end {
+                break;
+            }
+        }
+        got
+    });
+    agent.prompt("x").unwrap();
+    let got = consumer.join().unwrap();
+    assert_eq!(got, rec.events());
+    assert!(got.len() > 20);
+}
+
+#[test]
+fn dropped_receiver_unsubscribes_itself() {
+    let faux = Faux::new()
+        .reply(FauxReply::text("first run"))
+        .reply(FauxReply::text("second run"));
+    let agent = Agent::builder().provider(faux).build().unwrap();
+    let rx = agent.subscribe_channel(0);
+    drop(rx);
+    // With a rendezvous channel and no receiver, a listener that did not remove itself would
+    // block or fail every event; the runs complete.
+    agent.prompt("a").unwrap();
+    let r = agent.prompt("b").unwrap();
+    assert_eq!(r.text(), "second run");
+}
+
+#[test]
+fn snapshots_stay_consistent_under_load() {
+    // 100,000+ deltas and several tool calls, three readers checking invariants throughout.
+    let long = "abcdefghij".repeat(12_000); // 120,000 chars, one char a delta
+    let faux = Faux::new()
+        .chunk_chars(1)
+        .reply(
+            FauxReply::text(long.clone())
+                .then_tool_call("add", json!({"a": 1, "b": 2}))
+                .then_tool_call("add", json!({"a": 3, "b": 4})),
+        )
+        .reply(
+            FauxReply::tool_call("add", json!({"a": 5, "b": 6}))
+                .then_tool_call("add", json!({"a": 7, "b": 8})),
+        )
+        .reply(FauxReply::text("done"));
+    let agent = Arc::new(
+        Agent::builder()
+            .provider(faux)
+            .tool(add_tool())
+            .build()
+            .unwrap(),
+    );
+    let done = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..3)
+        .map(|_| {
+            let (agent, done) = (agent.clone(), done.clone());
+            std::thread::spawn(move || {
+                let deadline = Instant::now() + Duration::from_secs(120);
+                let (mut last_len, mut last_msgs, mut checks) = (0usize, 0usize, 0u64);
+                let mut last_streaming_count = None;
+                while !done.load(Ordering::SeqCst) && Instant::now() < deadline {
+                    let s = agent.snapshot();
+                    checks += 1;
+                    assert_eq!(s.is_streaming, s.streaming_message.is_some());
+                    assert!(s.messages.len() >= last_msgs, "the transcript shrank");
+                    match &s.streaming_message {
+                        Some(p) => {
+                            // Within one message the partial only grows.
+                            if last_streaming_count == Some(s.messages.len()) {
+                                assert!(p.len() >= last_len, "partial shrank");
+                            }
+                            last_len = p.len();
+                            last_streaming_count = Some(s.messages.len());
+                        }
+                        None => last_streaming_count = None,
+                    }
+                    // Pending calls: started, not ended, in the current turn.
+                    let ended: Vec<_> = s
+                        .tool_results
+                        .iter()
+                        .map(|r| r.tool_call_id.clone())
+                        .collect();
+                    for p in s.pending_tool_calls.iter() {
+                        assert!(!ended.contains(&p.call.id), "a pending call has a result");
+                    }
+                    if !s.pending_tool_calls.is_empty() {
+                        assert!(!s.is_streaming, "tools run only after the reply ended");
+                        let last = s.messages.back().unwrap();
+                        let calls: Vec<_> = last
+                            .as_assistant()
+                            .map(|a| a.tool_calls().map(|c| c.id.clone()).collect())
+                            .unwrap_or_default();
+                        for p in s.pending_tool_calls.iter() {
+                            assert!(calls.contains(&p.call.id));
+                        }
+                        for id in &ended {
+                            assert!(calls.contains(id), "a result of another turn");
+                        }
+                        assert!(s.pending_tool_calls.len() + ended.len() <= calls.len());
+                    }
+                    last_msgs = s.messages.len();
+                }
+                checks
+            })
+        })
+        .collect();
+    let rec_starts = Arc::new(AtomicUsize::new(0));
+    let r2 = rec_starts.clone();
+    let _sub = agent.subscribe(move |e| {
+        if matches!(e, AgentEvent::MessageUpdate { .. }) {
+            r2.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+    let result = agent.prompt("stress").unwrap();
+    done.store(true, Ordering::SeqCst);
+    let checks: Vec<u64> = readers.into_iter().map(|r| r.join().unwrap()).collect();
+    assert!(checks.iter().all(|&c| c > 0), "{checks:?}");
+    assert!(rec_starts.load(Ordering::Relaxed) >= 100_000);
+    assert_eq!(result.text(), "done");
+    let s = agent.snapshot();
+    assert_eq!(s.messages[1].as_assistant().unwrap().text(), long);
+    assert_eq!(s.messages.len(), 8);
+    assert_each_call_has_one_result(&agent);
+}
