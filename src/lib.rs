@@ -156,3 +156,39 @@ const _: () = {
     assert_send_sync::<State>();
     assert_send_sync::<Error>();
 };
+
+/// Internals exposed for the benches only; not part of the API, may change at any time.
+#[doc(hidden)]
+pub mod bench_support {
+    use crate::agent::dispatch::{Shared, Sink};
+    use crate::{AgentEvent, State};
+    use std::sync::Arc;
+
+    /// The event path of a run: fold, store, dispatch.
+    pub struct Emitter(Shared);
+
+    impl std::fmt::Debug for Emitter {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("Emitter")
+        }
+    }
+
+    impl Emitter {
+        /// An emitter publishing `state`.
+        pub fn new(state: State) -> Emitter {
+            Emitter(Shared::new(state))
+        }
+        /// Folds, stores, dispatches, exactly as a run does.
+        pub fn emit(&self, event: AgentEvent) {
+            self.0.emit(event)
+        }
+        /// Adds a listener.
+        pub fn subscribe(&self, f: impl Fn(&AgentEvent) + Send + Sync + 'static) {
+            self.0.subscribe(Sink::Callback(Box::new(f)));
+        }
+        /// The latest state.
+        pub fn snapshot(&self) -> Arc<State> {
+            self.0.snapshot()
+        }
+    }
+}

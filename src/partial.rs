@@ -16,16 +16,22 @@ use crate::message::{AssistantMessage, ContentBlock, StopReason, ToolCall, Usage
 
 /// Text that grows by appending, shared between snapshots.
 ///
-/// Holds the appended pieces in a persistent vector; cloning is O(1) and appending does not
-/// copy what is already there. Read it with [`Text::to_string`] (via `Display`) or walk
-/// [`Text::chunks`]. Equality compares the characters, not how they were cut.
+/// Short appends go into a small tail that is copied on write (at most [`Text::TAIL`] bytes);
+/// a full tail is sealed into a persistent vector of pieces. Cloning is O(1) and appending
+/// costs O(size of the piece + `TAIL`), never O(length of the text). Read it with
+/// `to_string()` (via `Display`) or walk [`Text::chunks`]. Equality compares the characters,
+/// not how they were cut.
 #[derive(Clone, Default)]
 pub struct Text {
-    chunks: Vector<Arc<str>>,
+    sealed: Vector<Arc<str>>,
+    tail: Arc<str>,
     len: usize,
 }
 
 impl Text {
+    /// The most bytes the copied-on-write tail holds before it is sealed.
+    pub const TAIL: usize = 256;
+
     /// Empty text.
     pub fn new() -> Text {
         Text::default()
@@ -37,7 +43,21 @@ impl Text {
             return;
         }
         self.len += piece.len();
-        self.chunks.push_back(Arc::from(piece));
+        if self.tail.len() + piece.len() <= Text::TAIL {
+            let mut joined = String::with_capacity(self.tail.len() + piece.len());
+            joined.push_str(&self.tail);
+            joined.push_str(piece);
+            self.tail = Arc::from(joined);
+            return;
+        }
+        if !self.tail.is_empty() {
+            self.sealed.push_back(std::mem::take(&mut self.tail));
+        }
+        if piece.len() > Text::TAIL {
+            self.sealed.push_back(Arc::from(piece));
+        } else {
+            self.tail = Arc::from(piece);
+        }
     }
 
     /// Length in bytes.
@@ -52,7 +72,11 @@ impl Text {
 
     /// The pieces in order; concatenated they are the text.
     pub fn chunks(&self) -> impl Iterator<Item = &str> {
-        self.chunks.iter().map(|c| &**c)
+        self.sealed
+            .iter()
+            .map(|c| &**c)
+            .chain(std::iter::once(&*self.tail))
+            .filter(|c| !c.is_empty())
     }
 }
 
@@ -428,6 +452,24 @@ mod tests {
         let b = a.apply(&text(" two"));
         assert_eq!(a.text(), "one");
         assert_eq!(b.text(), "one two");
+    }
+
+    #[test]
+    fn long_text_keeps_every_piece_in_order() {
+        let mut t = Text::new();
+        let mut expected = String::new();
+        for i in 0..2_000 {
+            let piece = format!("{i},");
+            t.push_str(&piece);
+            expected.push_str(&piece);
+        }
+        t.push_str(&"y".repeat(Text::TAIL + 1));
+        expected.push_str(&"y".repeat(Text::TAIL + 1));
+        t.push_str("z");
+        expected.push('z');
+        assert_eq!(t.to_string(), expected);
+        assert_eq!(t.len(), expected.len());
+        assert!(t.chunks().all(|c| !c.is_empty()));
     }
 
     #[test]

@@ -16,7 +16,7 @@ use crate::state::State;
 use crate::tool::Tool;
 
 mod builder;
-mod dispatch;
+pub(crate) mod dispatch;
 pub(crate) mod hooks;
 mod run;
 mod tools;
@@ -71,9 +71,10 @@ pub enum QueueMode {
     All,
 }
 
-/// A message an agent did not take: the agent is gone. Holds the message, given back.
+/// A message an agent did not take: the agent is gone. Holds the message, given back (boxed,
+/// to keep `Result`s small).
 #[derive(Clone, Debug, PartialEq)]
-pub struct Refused(pub Message);
+pub struct Refused(pub Box<Message>);
 
 impl fmt::Display for Refused {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -398,7 +399,7 @@ impl AgentHandle {
 
     fn enqueue(&self, message: Message, steering: bool) -> Result<(), Refused> {
         if self.agent.upgrade().is_none() {
-            return Err(Refused(message));
+            return Err(Refused(Box::new(message)));
         }
         let message = Arc::new(message);
         self.shared.update(|s, q| {
