@@ -880,3 +880,53 @@ fn snapshots_stay_consistent_under_load() {
     assert_eq!(s.messages.len(), 8);
     assert_each_call_has_one_result(&agent);
 }
+
+#[test]
+fn tool_updates_become_events_and_progress_in_the_state() {
+    #[derive(Deserialize, JsonSchema)]
+    struct Steps {
+        n: u32,
+    }
+    let seen_progress = Arc::new(Mutex::new(Vec::new()));
+    let progress = tool::typed("count", "Counts.", |a: Steps, ctx| {
+        for i in 1..=a.n {
+            ctx.update(format!("{i}/{}", a.n));
+        }
+        Ok(ToolOutput::text("counted").with_details(json!({"n": a.n})))
+    });
+    let faux = Faux::new()
+        .chunk_chars(100)
+        .reply(FauxReply::tool_call("count", json!({"n": 3})))
+        .reply(FauxReply::text("ok"));
+    let agent = Agent::builder()
+        .provider(faux)
+        .tool(progress)
+        .build()
+        .unwrap();
+    let handle = agent.handle();
+    let sink = seen_progress.clone();
+    let _sub = agent.subscribe(move |e| {
+        if let AgentEvent::ToolUpdate { .. } = e {
+            let s = handle.snapshot();
+            let p = s.pending_tool_calls[0].progress.clone().unwrap();
+            sink.lock().unwrap().push(p.content);
+        }
+    });
+    let rec = Recorder::attach(&agent);
+    agent.prompt("count").unwrap();
+    assert_lines(
+        coarse(&rec)[6..12].to_vec(),
+        &[
+            "ToolStart(call_1 count {\"n\":3})",
+            "ToolUpdate(call_1 \"1/3\")",
+            "ToolUpdate(call_1 \"2/3\")",
+            "ToolUpdate(call_1 \"3/3\")",
+            "ToolEnd(call_1 ok \"counted\")",
+            "MessageStart(tool_result)",
+        ],
+    );
+    assert_eq!(*seen_progress.lock().unwrap(), ["1/3", "2/3", "3/3"]);
+    let s = agent.snapshot();
+    let result = s.messages[2].as_tool_result().unwrap();
+    assert_eq!(result.details, Some(json!({"n": 3})));
+}
