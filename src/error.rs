@@ -32,9 +32,17 @@ pub enum Error {
     Timeout(TimeoutPhase),
     /// The connection failed or dropped.
     Connection(String),
-    /// The stream broke the provider's protocol: malformed JSON, a missing `finish_reason`,
-    /// an `error` event in the stream, invalid UTF-8, an event over the size limit.
+    /// The stream broke the provider's protocol: malformed JSON, a stream that ends before
+    /// its `finish_reason` (or `message_stop`), invalid UTF-8, an event over the size limit.
     Stream(String),
+    /// The provider reported an error inside a stream that had started (an `error` event or
+    /// object): overloaded, a server fault mid-reply... What streamed before is kept.
+    Api {
+        /// The provider's error type or code (`overloaded_error`, `server_error`...).
+        kind: String,
+        /// The provider's own message.
+        message: String,
+    },
     /// A provider failed in a way that is neither HTTP nor the stream (the scripted provider's
     /// scripted errors, for instance).
     Provider(String),
@@ -69,6 +77,27 @@ impl Error {
         }
     }
 
+    /// True when the request was larger than the model's context window, as OpenAI,
+    /// Anthropic, llama.cpp, vLLM and Ollama word it: the cue to compact or prune the
+    /// transcript (in `transform_context`) rather than to retry as is.
+    pub fn is_context_overflow(&self) -> bool {
+        let message = match self {
+            Error::Http { message, .. } | Error::Api { message, .. } => message.to_lowercase(),
+            _ => return false,
+        };
+        [
+            "context size",
+            "context length",
+            "context window",
+            "context_length_exceeded",
+            "prompt is too long",
+            "too many tokens",
+            "maximum context",
+        ]
+        .iter()
+        .any(|cue| message.contains(cue))
+    }
+
     /// True when the run or call was aborted.
     pub fn is_aborted(&self) -> bool {
         matches!(self, Error::Aborted)
@@ -96,6 +125,7 @@ impl fmt::Display for Error {
             Error::Timeout(phase) => write!(f, "timed out {phase}"),
             Error::Connection(why) => write!(f, "connection failed: {why}"),
             Error::Stream(why) => write!(f, "malformed stream: {why}"),
+            Error::Api { kind, message } => write!(f, "provider reported {kind}: {message}"),
             Error::Provider(why) => write!(f, "provider error: {why}"),
             Error::ScriptExhausted => f.write_str("the scripted provider has no reply left"),
             Error::Wire(why) => write!(f, "wire: {why}"),
@@ -145,5 +175,32 @@ mod tests {
         );
         assert!(!Error::Stream("x".into()).is_retryable());
         assert!(Error::Aborted.is_aborted());
+        let api = Error::Api {
+            kind: "overloaded_error".into(),
+            message: "Overloaded".into(),
+        };
+        assert_eq!(
+            api.to_string(),
+            "provider reported overloaded_error: Overloaded"
+        );
+        assert!(!api.is_retryable());
+    }
+
+    #[test]
+    fn context_overflow_is_recognised_in_each_dialect() {
+        let http = |message: &str| Error::Http {
+            status: 400,
+            message: message.into(),
+            retry_after: None,
+        };
+        for m in [
+            "request (5033 tokens) exceeds the available context size (4096 tokens), try increasing it",
+            "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.",
+            "prompt is too long: 208310 tokens > 200000 maximum",
+        ] {
+            assert!(http(m).is_context_overflow(), "{m}");
+        }
+        assert!(!http("invalid model").is_context_overflow());
+        assert!(!Error::Aborted.is_context_overflow());
     }
 }

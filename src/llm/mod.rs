@@ -5,6 +5,30 @@
 //! blocks it until the reply is complete, failed, or cancelled through the [`CancelToken`].
 //!
 //! This layer knows nothing of agents: it imports only the message types.
+//!
+//! # Real model servers
+//!
+//! [`OpenAiCompat`] speaks OpenAI's Chat Completions (OpenAI, Ollama, vLLM, llama.cpp,
+//! LM Studio, OpenRouter, DeepSeek...), [`Anthropic`] the Anthropic Messages API. Both stream
+//! over blocking HTTP (ureq, no async runtime), and share these behaviours:
+//!
+//! - **Errors** are typed: [`Error::Http`] with the status and the server's own message,
+//!   [`Error::Timeout`] naming the phase, [`Error::Connection`], [`Error::Stream`] for a
+//!   malformed or truncated stream, [`Error::Api`] for an error the server reports inside
+//!   the stream. [`Error::is_context_overflow`] recognises a prompt too long for the model.
+//! - **Retries**: HTTP 408, 409, 429, 5xx, connection failures and timeouts are retried
+//!   while nothing of the reply has arrived, per a [`RetryPolicy`], honouring `Retry-After`
+//!   and `retry-after-ms`. Each retry is first announced as a [`StreamEvent::Retry`], which
+//!   the agent publishes as a `MessageUpdate` whose delta is the retry (and which sets
+//!   `State::retry`), so a UI can say "rate limited, retrying in 2 s".
+//! - **Timeouts** per phase: connect (default 10 s), first byte of the reply counted from
+//!   the request (default 300 s, time for a slow prompt or a reasoning model), and idle gap
+//!   between chunks (default 120 s).
+//! - **Abort**: cancelling the token (the agent's `abort()`) ends a blocked request within
+//!   microseconds, even when the server sends nothing at all; the body is read on a helper
+//!   thread that ends on its own afterwards.
+//! - **Secrets**: API keys never appear in `Debug`, errors or events.
+//! - **Configuration** from the environment: see [`from_env`].
 
 use std::time::Duration;
 
@@ -14,9 +38,69 @@ use crate::Error;
 pub use crate::cancel::CancelToken;
 use crate::message::{AssistantMessage, Message, Usage};
 
-mod faux;
+/// The setters every HTTP provider has, delegating to its `endpoint: Endpoint` field.
+macro_rules! http_setters {
+    ($provider:ty) => {
+        impl $provider {
+            /// How long connecting (DNS, TCP, TLS) may take. Defaults to 10 s.
+            #[must_use]
+            pub fn connect_timeout(mut self, timeout: std::time::Duration) -> $provider {
+                self.endpoint.http.connect_timeout = timeout;
+                self.endpoint.http = self.endpoint.http.changed();
+                self
+            }
 
+            /// How long the first byte of the reply body may take, counted from the start of
+            /// the request. Defaults to 300 s.
+            #[must_use]
+            pub fn first_byte_timeout(mut self, timeout: std::time::Duration) -> $provider {
+                self.endpoint.http.first_byte_timeout = timeout;
+                self.endpoint.http = self.endpoint.http.changed();
+                self
+            }
+
+            /// How long the stream may stay silent between two chunks once it started.
+            /// Defaults to 120 s.
+            #[must_use]
+            pub fn idle_timeout(mut self, timeout: std::time::Duration) -> $provider {
+                self.endpoint.http.idle_timeout = timeout;
+                self.endpoint.http = self.endpoint.http.changed();
+                self
+            }
+
+            /// How transient failures are retried. Defaults to
+            /// [`RetryPolicy::new`](crate::llm::RetryPolicy::new).
+            #[must_use]
+            pub fn retry(mut self, policy: $crate::llm::RetryPolicy) -> $provider {
+                self.endpoint.http.retry = policy;
+                self
+            }
+
+            /// The size limit of one server-sent event. Defaults to
+            /// [`sse::DEFAULT_MAX_EVENT_BYTES`](crate::llm::sse::DEFAULT_MAX_EVENT_BYTES).
+            #[must_use]
+            pub fn max_event_bytes(mut self, bytes: usize) -> $provider {
+                self.endpoint.http.max_event_bytes = bytes;
+                self
+            }
+        }
+    };
+}
+pub(crate) use http_setters;
+
+mod anthropic;
+mod env;
+mod faux;
+mod http;
+mod openai;
+mod retry;
+pub mod sse;
+
+pub use anthropic::{ANTHROPIC_BASE_URL, ANTHROPIC_VERSION, Anthropic};
+pub use env::{FromEnv, from_env};
 pub use faux::{Faux, FauxReply};
+pub use openai::{OPENAI_BASE_URL, OpenAiCompat};
+pub use retry::RetryPolicy;
 
 /// What one model call gets.
 #[derive(Clone, Debug, Default, PartialEq)]

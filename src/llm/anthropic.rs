@@ -1,0 +1,452 @@
+//! `Anthropic`: the Anthropic Messages API, streamed.
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::http::{self, Endpoint};
+use super::{CancelToken, Provider, Request, StreamEvent, ThinkingLevel};
+use crate::Error;
+use crate::message::{AssistantMessage, ContentBlock, Message, StopReason, Usage};
+use crate::partial::PartialMessage;
+
+/// The default base URL, Anthropic's.
+pub const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
+/// The `anthropic-version` header sent with each request.
+pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// A provider for the Anthropic Messages API (`POST {base_url}/v1/messages`, streamed).
+///
+/// What it sends: `x-api-key` and `anthropic-version` headers; the model, `max_tokens`, the
+/// system prompt, the tools (`input_schema`), and the messages: consecutive user and tool
+/// result messages are merged into one user turn (tool results as `tool_result` blocks),
+/// assistant replies as `thinking` (only those with a signature, as the API requires),
+/// `text` and `tool_use` blocks. A thinking level other than `Off` turns on extended
+/// thinking with a budget of 1024 (`Minimal`), 4096 (`Low`), 10000 (`Medium`) or 32000
+/// (`High`) tokens; `max_tokens` is raised above the budget when needed.
+///
+/// What it reads: `message_start` (input usage), `content_block_start` / `_delta` / `_stop`
+/// for `text`, `thinking` (with `signature_delta`, kept in the reply for the next request)
+/// and `tool_use` (with `input_json_delta` fragments), `message_delta` (stop reason, output
+/// usage), `message_stop`, `ping`, and `error` (which becomes [`Error::Api`]). Stop reasons:
+/// `end_turn` and `stop_sequence` are `Stop`, `max_tokens` is `Length`, `tool_use` is
+/// `ToolUse`, `refusal` ends the reply with [`StopReason::Error`].
+///
+/// Usage: `input` counts all prompt tokens, cached ones included (`input_tokens` plus
+/// `cache_read_input_tokens` plus `cache_creation_input_tokens`), like OpenAI's.
+///
+/// Failures, retries and timeouts behave as for [`OpenAiCompat`](super::OpenAiCompat).
+/// `Debug` never shows the API key, and errors never contain it.
+#[derive(Clone, Debug)]
+pub struct Anthropic {
+    endpoint: Endpoint,
+    max_tokens: u32,
+    temperature: Option<f32>,
+}
+
+impl Anthropic {
+    /// A provider for the server at `base_url` (the part before `/v1/messages`), without a
+    /// key.
+    pub fn new(base_url: impl Into<String>) -> Anthropic {
+        Anthropic {
+            endpoint: Endpoint::new(base_url),
+            max_tokens: 8192,
+            temperature: None,
+        }
+    }
+
+    /// A provider configured from `ANTHROPIC_BASE_URL` (default [`ANTHROPIC_BASE_URL`]) and
+    /// `ANTHROPIC_API_KEY`. Empty variables count as unset.
+    ///
+    /// # Errors
+    /// [`Error::Config`] when neither variable is set.
+    pub fn from_env() -> Result<Anthropic, Error> {
+        let (base, key) = super::env::base_and_key(
+            "ANTHROPIC_BASE_URL",
+            "ANTHROPIC_API_KEY",
+            ANTHROPIC_BASE_URL,
+            "set ANTHROPIC_API_KEY, or ANTHROPIC_BASE_URL for a compatible server",
+        )?;
+        let provider = Anthropic::new(base);
+        Ok(match key {
+            Some(key) => provider.api_key(key),
+            None => provider,
+        })
+    }
+
+    /// The key sent as `x-api-key`. Defaults to none.
+    #[must_use]
+    pub fn api_key(mut self, key: impl Into<String>) -> Anthropic {
+        self.endpoint.api_key = Some(key.into());
+        self
+    }
+
+    /// The most tokens a reply may have (`max_tokens`, required by the API). Defaults to
+    /// 8192.
+    #[must_use]
+    pub fn max_tokens(mut self, tokens: u32) -> Anthropic {
+        self.max_tokens = tokens;
+        self
+    }
+
+    /// The sampling temperature. Defaults to the server's default (not sent). The API
+    /// accepts none with extended thinking, so it is left out then.
+    #[must_use]
+    pub fn temperature(mut self, temperature: f32) -> Anthropic {
+        self.temperature = Some(temperature);
+        self
+    }
+
+    /// The base URL requests go to.
+    pub fn base_url(&self) -> &str {
+        &self.endpoint.base_url
+    }
+
+    /// The request body for `request`, as sent.
+    pub fn request_body(&self, request: &Request) -> Value {
+        let budget = match request.thinking {
+            ThinkingLevel::Off => None,
+            ThinkingLevel::Minimal => Some(1024),
+            ThinkingLevel::Low => Some(4096),
+            ThinkingLevel::Medium => Some(10_000),
+            ThinkingLevel::High => Some(32_000),
+        };
+        let max_tokens = match budget {
+            Some(b) => self.max_tokens.max(b + 4096),
+            None => self.max_tokens,
+        };
+        let mut body = json!({
+            "model": request.model,
+            "max_tokens": max_tokens,
+            "messages": messages_json(&request.messages),
+            "stream": true,
+        });
+        let obj = body
+            .as_object_mut()
+            .expect("OK because it is an object literal");
+        if !request.system_prompt.is_empty() {
+            obj.insert("system".into(), request.system_prompt.clone().into());
+        }
+        if !request.tools.is_empty() {
+            let tools: Vec<Value> = request
+                .tools
+                .iter()
+                .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
+                .collect();
+            obj.insert("tools".into(), tools.into());
+        }
+        match (budget, self.temperature) {
+            (Some(b), _) => {
+                obj.insert(
+                    "thinking".into(),
+                    json!({"type": "enabled", "budget_tokens": b}),
+                );
+            }
+            (None, Some(t)) => {
+                obj.insert("temperature".into(), t.into());
+            }
+            (None, None) => {}
+        }
+        body
+    }
+}
+
+super::http_setters!(Anthropic);
+
+/// The transcript as Anthropic messages: user turns and assistant turns alternate, so
+/// consecutive user-side messages (user text, tool results) share one turn.
+fn messages_json(messages: &[Message]) -> Vec<Value> {
+    let mut out: Vec<(&str, Vec<Value>)> = Vec::new();
+    for message in messages {
+        let (role, blocks) = match message {
+            Message::User(m) => ("user", vec![json!({"type": "text", "text": m.content})]),
+            Message::ToolResult(r) => (
+                "user",
+                vec![json!({"type": "tool_result", "tool_use_id": r.tool_call_id,
+                            "content": r.content, "is_error": r.is_error})],
+            ),
+            Message::Assistant(m) => ("assistant", assistant_blocks(m)),
+        };
+        if blocks.is_empty() {
+            continue;
+        }
+        match out.last_mut() {
+            Some((last, content)) if *last == role => content.extend(blocks),
+            _ => out.push((role, blocks)),
+        }
+    }
+    out.into_iter()
+        .map(|(role, content)| json!({"role": role, "content": content}))
+        .collect()
+}
+
+fn assistant_blocks(m: &AssistantMessage) -> Vec<Value> {
+    m.content
+        .iter()
+        .filter_map(|block| match block {
+            // The API rejects empty text and unsigned thinking.
+            ContentBlock::Text { text } if text.is_empty() => None,
+            ContentBlock::Text { text } => Some(json!({"type": "text", "text": text})),
+            ContentBlock::Thinking {
+                thinking,
+                signature: Some(signature),
+            } => Some(json!({"type": "thinking", "thinking": thinking, "signature": signature})),
+            ContentBlock::Thinking { .. } => None,
+            ContentBlock::ToolCall(call) => {
+                // Invalid arguments still need an object here; the tool result told the
+                // model what was wrong.
+                let input = call
+                    .parse_arguments()
+                    .ok()
+                    .filter(Value::is_object)
+                    .unwrap_or_else(|| json!({}));
+                Some(json!({"type": "tool_use", "id": call.id, "name": call.name, "input": input}))
+            }
+        })
+        .collect()
+}
+
+impl Provider for Anthropic {
+    /// Streams one Messages reply. Blocks until the reply ends, fails, times out, or
+    /// `cancel` fires (which returns [`Error::Aborted`] at once).
+    fn stream(
+        &self,
+        request: &Request,
+        cancel: &CancelToken,
+        on_event: &mut dyn FnMut(StreamEvent),
+    ) -> Result<AssistantMessage, Error> {
+        let mut headers = vec![("anthropic-version", ANTHROPIC_VERSION.to_owned())];
+        if let Some(key) = &self.endpoint.api_key {
+            headers.push(("x-api-key", key.clone()));
+        }
+        let body = self.request_body(request);
+        let mut body = self
+            .endpoint
+            .open("/v1/messages", headers, &body, cancel, on_event)?;
+        let mut decoder = Decoder {
+            partial: PartialMessage::new(&request.model),
+            on_event,
+            blocks: Vec::new(),
+            calls: 0,
+            stop: None,
+            usage: Usage::default(),
+        };
+        let ended = http::for_each_event(
+            &mut body,
+            self.endpoint.http.max_event_bytes,
+            cancel,
+            |event| decoder.event(&event.data),
+        )?;
+        if !ended {
+            return Err(Error::Stream("the stream ended before message_stop".into()));
+        }
+        Ok(decoder.finish())
+    }
+
+    fn name(&self) -> &str {
+        "anthropic"
+    }
+}
+
+struct Decoder<'a> {
+    partial: PartialMessage,
+    on_event: &'a mut dyn FnMut(StreamEvent),
+    // The server's block index of each tool_use block, with our call index.
+    blocks: Vec<(u64, usize)>,
+    calls: usize,
+    stop: Option<StopReason>,
+    usage: Usage,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Event {
+    MessageStart {
+        message: StartMessage,
+    },
+    ContentBlockStart {
+        index: u64,
+        content_block: Block,
+    },
+    ContentBlockDelta {
+        index: u64,
+        delta: Delta,
+    },
+    ContentBlockStop {},
+    MessageDelta {
+        delta: MessageDelta,
+        usage: Option<WireUsage>,
+    },
+    MessageStop {},
+    Ping {},
+    Error {
+        error: Value,
+    },
+    #[serde(other)]
+    Unknown,
+}
+
+#[derive(Deserialize)]
+struct StartMessage {
+    usage: Option<WireUsage>,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Block {
+    Text {
+        #[serde(default)]
+        text: String,
+    },
+    Thinking {
+        #[serde(default)]
+        thinking: String,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+    },
+    #[serde(other)]
+    Other,
+}
+
+// The variant names are the wire's type names (`text_delta`...).
+#[allow(clippy::enum_variant_names)]
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Delta {
+    TextDelta {
+        text: String,
+    },
+    ThinkingDelta {
+        thinking: String,
+    },
+    SignatureDelta {
+        signature: String,
+    },
+    InputJsonDelta {
+        partial_json: String,
+    },
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Deserialize)]
+struct MessageDelta {
+    stop_reason: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+struct WireUsage {
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+    cache_read_input_tokens: Option<u64>,
+    cache_creation_input_tokens: Option<u64>,
+}
+
+impl Decoder<'_> {
+    fn emit(&mut self, event: StreamEvent) {
+        self.partial.push(&event);
+        (self.on_event)(event);
+    }
+
+    /// Handles one event; true at `message_stop`.
+    fn event(&mut self, data: &str) -> Result<bool, Error> {
+        let event: Event = serde_json::from_str(data)
+            .map_err(|e| Error::Stream(format!("an event is not valid json ({e})")))?;
+        match event {
+            Event::MessageStart { message } => self.usage(message.usage),
+            Event::ContentBlockStart {
+                index,
+                content_block,
+            } => match content_block {
+                Block::Text { text } if !text.is_empty() => self.emit(StreamEvent::text(text)),
+                Block::Thinking { thinking } if !thinking.is_empty() => {
+                    self.emit(StreamEvent::thinking(thinking))
+                }
+                Block::ToolUse { id, name } => {
+                    self.blocks.push((index, self.calls));
+                    self.calls += 1;
+                    self.emit(StreamEvent::ToolCallStart { id, name });
+                }
+                _ => {}
+            },
+            Event::ContentBlockDelta { index, delta } => match delta {
+                Delta::TextDelta { text } => self.emit(StreamEvent::TextDelta { text }),
+                Delta::ThinkingDelta { thinking } => self.emit(StreamEvent::thinking(thinking)),
+                Delta::SignatureDelta { signature } => {
+                    self.emit(StreamEvent::ThinkingSignature { signature })
+                }
+                Delta::InputJsonDelta { partial_json } => {
+                    let call = self.blocks.iter().find(|(i, _)| *i == index).map(|b| b.1);
+                    let Some(index) = call else {
+                        return Err(Error::Stream(format!(
+                            "input_json_delta for block {index}, which is no tool_use"
+                        )));
+                    };
+                    if !partial_json.is_empty() {
+                        self.emit(StreamEvent::ToolCallDelta {
+                            index,
+                            arguments: partial_json,
+                        });
+                    }
+                }
+                Delta::Other => {}
+            },
+            Event::MessageDelta { delta, usage } => {
+                if let Some(reason) = delta.stop_reason {
+                    self.stop = Some(match reason.as_str() {
+                        "max_tokens" => StopReason::Length,
+                        "tool_use" => StopReason::ToolUse,
+                        "refusal" => StopReason::Error,
+                        _ => StopReason::Stop,
+                    });
+                }
+                self.usage(usage);
+            }
+            Event::MessageStop {} => return Ok(true),
+            Event::Error { error } => {
+                let text = |k: &str| error.get(k).and_then(Value::as_str).map(str::to_owned);
+                return Err(Error::Api {
+                    kind: text("type").unwrap_or_else(|| "error".into()),
+                    message: text("message").unwrap_or_else(|| error.to_string()),
+                });
+            }
+            Event::ContentBlockStop {} | Event::Ping {} | Event::Unknown => {}
+        }
+        Ok(false)
+    }
+
+    /// Merges a usage report (`message_start` has the input, `message_delta` the output;
+    /// each field, when present, is the running total).
+    fn usage(&mut self, wire: Option<WireUsage>) {
+        let Some(w) = wire else { return };
+        let mut u = self.usage;
+        let fresh = w.input_tokens.unwrap_or(0);
+        let read = w.cache_read_input_tokens.unwrap_or(0);
+        let written = w.cache_creation_input_tokens.unwrap_or(0);
+        if w.input_tokens.is_some() || w.cache_read_input_tokens.is_some() {
+            u.input = fresh + read + written;
+            u.cache_read = read;
+            u.cache_write = written;
+        }
+        if let Some(out) = w.output_tokens {
+            u.output = out;
+        }
+        u.total = u.input + u.output;
+        self.usage = u;
+        self.emit(StreamEvent::Usage { usage: u });
+    }
+
+    fn finish(self) -> AssistantMessage {
+        let stop = self.stop.unwrap_or(if self.calls > 0 {
+            StopReason::ToolUse
+        } else {
+            StopReason::Stop
+        });
+        let mut message = self.partial.to_message(stop);
+        if stop == StopReason::Error {
+            message.error_message = Some("the model refused to answer".into());
+        }
+        message
+    }
+}

@@ -1,0 +1,98 @@
+//! Picking a provider and a model from the environment, with the ecosystem's names.
+
+use std::fmt;
+use std::sync::Arc;
+
+use super::{Anthropic, OpenAiCompat, Provider};
+use crate::Error;
+
+/// The model used with Anthropic when `PAGENT_MODEL` is not set.
+const DEFAULT_ANTHROPIC_MODEL: &str = "claude-haiku-4-5";
+/// The model used with an OpenAI-compatible server when `PAGENT_MODEL` is not set.
+const DEFAULT_OPENAI_MODEL: &str = "gpt-4o-mini";
+
+/// A provider and a model chosen by [`from_env`].
+#[derive(Clone)]
+pub struct FromEnv {
+    /// The provider, ready for `Agent::builder().provider(..)`.
+    pub provider: Arc<dyn Provider>,
+    /// `PAGENT_MODEL`, or the provider's default model.
+    pub model: String,
+}
+
+impl fmt::Debug for FromEnv {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FromEnv")
+            .field("provider", &self.provider.name())
+            .field("model", &self.model)
+            .finish()
+    }
+}
+
+/// The provider the environment names, if it names one.
+///
+/// - `ANTHROPIC_API_KEY` or `ANTHROPIC_BASE_URL` set: [`Anthropic::from_env`], model
+///   `PAGENT_MODEL` or `claude-haiku-4-5`.
+/// - else `OPENAI_API_KEY` or `OPENAI_BASE_URL` set: [`OpenAiCompat::from_env`] (OpenAI, or
+///   a local server such as Ollama or llama.cpp at `OPENAI_BASE_URL`), model
+///   `PAGENT_MODEL` or `gpt-4o-mini`.
+/// - else `None`: the caller falls back to something offline, such as the scripted
+///   [`Faux`](super::Faux) provider.
+///
+/// Empty variables count as unset.
+///
+/// ```no_run
+/// use pagent::Agent;
+///
+/// let Some(chosen) = pagent::llm::from_env() else {
+///     panic!("set OPENAI_API_KEY, OPENAI_BASE_URL or ANTHROPIC_API_KEY");
+/// };
+/// let chosen = chosen?;
+/// let agent = Agent::builder()
+///     .provider(chosen.provider)
+///     .model(chosen.model)
+///     .build()?;
+/// # Ok::<(), pagent::Error>(())
+/// ```
+///
+/// # Errors
+/// The inner `Err` is [`Error::Config`] when the chosen provider cannot be set up.
+pub fn from_env() -> Option<Result<FromEnv, Error>> {
+    let model = |default: &str| env_var("PAGENT_MODEL").unwrap_or_else(|| default.to_owned());
+    if env_var("ANTHROPIC_API_KEY").is_some() || env_var("ANTHROPIC_BASE_URL").is_some() {
+        return Some(Anthropic::from_env().map(|p| FromEnv {
+            provider: Arc::new(p),
+            model: model(DEFAULT_ANTHROPIC_MODEL),
+        }));
+    }
+    if env_var("OPENAI_API_KEY").is_some() || env_var("OPENAI_BASE_URL").is_some() {
+        return Some(OpenAiCompat::from_env().map(|p| FromEnv {
+            provider: Arc::new(p),
+            model: model(DEFAULT_OPENAI_MODEL),
+        }));
+    }
+    None
+}
+
+/// The variable's value, `None` when it is unset, empty or not Unicode.
+pub(crate) fn env_var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// The base URL (from `base_var`, else `default`) and key (from `key_var`) of a provider.
+///
+/// # Errors
+/// [`Error::Config`] saying `hint` when neither variable is set.
+pub(crate) fn base_and_key(
+    base_var: &str,
+    key_var: &str,
+    default: &str,
+    hint: &str,
+) -> Result<(String, Option<String>), Error> {
+    let base = env_var(base_var);
+    let key = env_var(key_var);
+    if base.is_none() && key.is_none() {
+        return Err(Error::Config(hint.to_owned()));
+    }
+    Ok((base.unwrap_or_else(|| default.to_owned()), key))
+}

@@ -1,0 +1,492 @@
+//! What the HTTP providers share: the client settings, sending a request with retries, and
+//! a body reader that an abort interrupts at once.
+//!
+//! # Why a reader thread
+//! A blocking socket read cannot be interrupted from another thread. So each request runs
+//! on a helper thread that sends it and forwards the body in chunks through a channel; the
+//! run thread waits on that channel, the cancel token and a timer together
+//! (`crossbeam_channel::select!`), so `abort()` and the idle timeout take effect within
+//! microseconds whatever the network does.
+//!
+//! After an abort or a timeout the run thread drops the channel and returns. The helper
+//! thread then ends on its own: its next send fails as soon as a chunk arrives, and if the
+//! server sends nothing at all, ureq's per-read timeout (the longer of the first-byte and
+//! idle timeouts) ends its blocked read; dropping the response closes the connection.
+
+use std::io::Read;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant, SystemTime};
+
+use crossbeam_channel::{Receiver, Sender};
+
+use super::retry::{RetryPolicy, parse_retry_after};
+use super::sse;
+use super::{CancelToken, StreamEvent};
+use crate::{Error, TimeoutPhase};
+
+/// The most of an error body we read, and of it the most we put into an error message.
+const ERROR_BODY_LIMIT: u64 = 64 * 1024;
+const ERROR_MESSAGE_LIMIT: usize = 1000;
+const READ_BUFFER: usize = 16 * 1024;
+
+/// Client settings common to the HTTP providers, and the ureq agent built from them.
+#[derive(Clone, Debug)]
+pub(crate) struct HttpClient {
+    pub(crate) connect_timeout: Duration,
+    pub(crate) first_byte_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) max_event_bytes: usize,
+    // Built on first use so that the setters above can change it; shared by clones after.
+    agent: OnceLock<ureq::Agent>,
+}
+
+impl Default for HttpClient {
+    fn default() -> HttpClient {
+        HttpClient {
+            connect_timeout: Duration::from_secs(10),
+            first_byte_timeout: Duration::from_secs(300),
+            idle_timeout: Duration::from_secs(120),
+            retry: RetryPolicy::new(),
+            max_event_bytes: sse::DEFAULT_MAX_EVENT_BYTES,
+            agent: OnceLock::new(),
+        }
+    }
+}
+
+/// Where requests go and with which key: the part of a provider's settings that holds the
+/// secret, so that its `Debug` is written once, redacted.
+#[derive(Clone)]
+pub(crate) struct Endpoint {
+    pub(crate) base_url: String,
+    pub(crate) api_key: Option<String>,
+    pub(crate) http: HttpClient,
+}
+
+impl Endpoint {
+    pub(crate) fn new(base_url: impl Into<String>) -> Endpoint {
+        Endpoint {
+            base_url: base_url.into().trim_end_matches('/').to_owned(),
+            api_key: None,
+            http: HttpClient::default(),
+        }
+    }
+}
+
+impl Endpoint {
+    /// Posts `body` as JSON to `{base_url}{path}` with `headers` (plus the content type) and
+    /// waits for the first byte of the reply; see [`HttpClient::open`].
+    pub(crate) fn open(
+        &self,
+        path: &str,
+        mut headers: Vec<(&'static str, String)>,
+        body: &serde_json::Value,
+        cancel: &CancelToken,
+        on_event: &mut dyn FnMut(StreamEvent),
+    ) -> Result<Body, Error> {
+        headers.push(("content-type", "application/json".to_owned()));
+        let post = Post {
+            url: format!("{}{path}", self.base_url),
+            headers,
+            body: serde_json::to_vec(body)
+                .map_err(|e| Error::Config(format!("cannot encode the request: {e}")))?,
+            secret: self.api_key.as_deref(),
+        };
+        self.http.open(&post, cancel, on_event)
+    }
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("http", &self.http)
+            .finish()
+    }
+}
+
+/// What a request sends.
+pub(crate) struct Post<'a> {
+    pub(crate) url: String,
+    pub(crate) headers: Vec<(&'static str, String)>,
+    pub(crate) body: Vec<u8>,
+    /// The API key, scrubbed from every error message.
+    pub(crate) secret: Option<&'a str>,
+}
+
+enum Msg {
+    Head,
+    Chunk(Vec<u8>),
+    End,
+    Status {
+        status: u16,
+        body: Vec<u8>,
+        retry_after: Option<Duration>,
+    },
+    Fail(Error),
+}
+
+impl HttpClient {
+    /// Call after changing a setting, so the next request builds an agent with it.
+    pub(crate) fn changed(mut self) -> HttpClient {
+        self.agent = OnceLock::new();
+        self
+    }
+
+    fn agent(&self) -> &ureq::Agent {
+        self.agent.get_or_init(|| {
+            let slowest = self.first_byte_timeout.max(self.idle_timeout);
+            ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .timeout_connect(Some(self.connect_timeout))
+                .timeout_send_request(Some(self.first_byte_timeout))
+                .timeout_send_body(Some(self.first_byte_timeout))
+                .timeout_recv_response(Some(self.first_byte_timeout))
+                // Not the idle timeout we report (the run thread keeps that one): this
+                // bounds how long a helper thread can outlive an aborted request.
+                .timeout_per_read(Some(slowest))
+                .user_agent(concat!("pagent/", env!("CARGO_PKG_VERSION")))
+                .build()
+                .into()
+        })
+    }
+
+    /// Sends `post` and waits for the first byte of the reply body, retrying transient
+    /// failures per the policy and announcing each retry through `on_event`.
+    pub(crate) fn open(
+        &self,
+        post: &Post<'_>,
+        cancel: &CancelToken,
+        on_event: &mut dyn FnMut(StreamEvent),
+    ) -> Result<Body, Error> {
+        let mut attempt = 0;
+        loop {
+            let error = match self.attempt(post, cancel) {
+                Ok(body) => return Ok(body),
+                Err(e) => e,
+            };
+            attempt += 1;
+            let Some(delay) = self.retry.delay(attempt, &error) else {
+                return Err(gave_up(error, attempt));
+            };
+            on_event(StreamEvent::Retry {
+                attempt,
+                delay_ms: u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                error: error.to_string(),
+            });
+            if cancel.wait_timeout(delay) {
+                return Err(Error::Aborted);
+            }
+        }
+    }
+
+    fn attempt(&self, post: &Post<'_>, cancel: &CancelToken) -> Result<Body, Error> {
+        if cancel.is_cancelled() {
+            return Err(Error::Aborted);
+        }
+        let start = Instant::now();
+        let (tx, rx) = crossbeam_channel::bounded(32);
+        let agent = self.agent().clone();
+        let (url, headers, body) = (post.url.clone(), post.headers.clone(), post.body.clone());
+        std::thread::Builder::new()
+            .name("pagent-http".into())
+            .spawn(move || request_thread(&agent, &url, &headers, &body, &tx))
+            .map_err(|e| Error::Io(format!("cannot start the http thread: {e}")))?;
+        let mut body = Body {
+            rx,
+            idle: self.idle_timeout,
+            first: None,
+            ended: false,
+        };
+        let deadline = start + self.first_byte_timeout;
+        loop {
+            let wait = deadline.saturating_duration_since(Instant::now());
+            match body.recv(cancel, wait, TimeoutPhase::FirstByte)? {
+                Msg::Head => {}
+                Msg::Chunk(bytes) => {
+                    body.first = Some(bytes);
+                    return Ok(body);
+                }
+                Msg::End => {
+                    body.ended = true;
+                    return Ok(body);
+                }
+                Msg::Status {
+                    status,
+                    body,
+                    retry_after,
+                } => {
+                    return Err(Error::Http {
+                        status,
+                        message: scrub(error_message(status, &body), post.secret),
+                        retry_after,
+                    });
+                }
+                Msg::Fail(Error::Timeout(TimeoutPhase::Idle)) => {
+                    return Err(Error::Timeout(TimeoutPhase::FirstByte));
+                }
+                Msg::Fail(e) => return Err(scrub_error(e, post.secret)),
+            }
+        }
+    }
+}
+
+/// A reply body being received; see the module docs for how it stays abortable.
+#[derive(Debug)]
+pub(crate) struct Body {
+    rx: Receiver<Msg>,
+    idle: Duration,
+    first: Option<Vec<u8>>,
+    ended: bool,
+}
+
+impl std::fmt::Debug for Msg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Msg")
+    }
+}
+
+impl Body {
+    /// The next bytes of the body, `None` at its end.
+    ///
+    /// Blocks until bytes arrive, the body ends, the idle timeout passes, or `cancel` fires.
+    pub(crate) fn next_chunk(&mut self, cancel: &CancelToken) -> Result<Option<Vec<u8>>, Error> {
+        if let Some(first) = self.first.take() {
+            return Ok(Some(first));
+        }
+        if self.ended {
+            return Ok(None);
+        }
+        match self.recv(cancel, self.idle, TimeoutPhase::Idle)? {
+            Msg::Chunk(bytes) => Ok(Some(bytes)),
+            Msg::End => {
+                self.ended = true;
+                Ok(None)
+            }
+            Msg::Fail(e) => Err(e),
+            Msg::Head | Msg::Status { .. } => Err(Error::Stream("unexpected response".into())),
+        }
+    }
+
+    fn recv(
+        &self,
+        cancel: &CancelToken,
+        wait: Duration,
+        phase: TimeoutPhase,
+    ) -> Result<Msg, Error> {
+        if cancel.is_cancelled() {
+            return Err(Error::Aborted);
+        }
+        crossbeam_channel::select! {
+            recv(self.rx) -> msg => msg.map_err(|_| {
+                Error::Connection("the http thread ended without a reply".into())
+            }),
+            // The cancel receiver never yields a message; it disconnects on cancel.
+            recv(cancel.receiver()) -> _ => Err(Error::Aborted),
+            default(wait) => Err(Error::Timeout(phase)),
+        }
+    }
+}
+
+/// Sends the SSE body of `body` through a parser and hands each event to `f` until `f`
+/// says it has seen the end (`Ok(true)`) or the body ends. Returns whether `f` saw the end.
+pub(crate) fn for_each_event(
+    body: &mut Body,
+    max_event_bytes: usize,
+    cancel: &CancelToken,
+    mut f: impl FnMut(sse::Event) -> Result<bool, Error>,
+) -> Result<bool, Error> {
+    let mut parser = sse::Parser::new().max_event_bytes(max_event_bytes);
+    while let Some(bytes) = body.next_chunk(cancel)? {
+        parser.push(&bytes);
+        while let Some(event) = parser.next_event()? {
+            if f(event)? {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
+}
+
+fn request_thread(
+    agent: &ureq::Agent,
+    url: &str,
+    headers: &[(&'static str, String)],
+    body: &[u8],
+    tx: &Sender<Msg>,
+) {
+    let mut request = agent.post(url);
+    for (name, value) in headers {
+        request = request.header(*name, value);
+    }
+    let response = match request.send(body) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = tx.send(Msg::Fail(from_ureq(e)));
+            return;
+        }
+    };
+    let status = response.status().as_u16();
+    if status >= 400 {
+        let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok());
+        let retry_after = parse_retry_after(
+            header("retry-after-ms"),
+            header("retry-after"),
+            SystemTime::now(),
+        );
+        let mut bytes = Vec::new();
+        // A body that fails half-way still says something; keep what arrived.
+        let _ = response
+            .into_body()
+            .into_reader()
+            .take(ERROR_BODY_LIMIT)
+            .read_to_end(&mut bytes);
+        let _ = tx.send(Msg::Status {
+            status,
+            body: bytes,
+            retry_after,
+        });
+        return;
+    }
+    if tx.send(Msg::Head).is_err() {
+        return;
+    }
+    let mut reader = response.into_body().into_reader();
+    loop {
+        let mut buf = vec![0; READ_BUFFER];
+        let msg = match reader.read(&mut buf) {
+            Ok(0) => Msg::End,
+            Ok(n) => {
+                buf.truncate(n);
+                Msg::Chunk(buf)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                Msg::Fail(Error::Timeout(TimeoutPhase::Idle))
+            }
+            Err(e) => Msg::Fail(Error::Connection(format!("the reply broke off: {e}"))),
+        };
+        let last = !matches!(msg, Msg::Chunk(_));
+        // A failed send means the run thread went away (abort, timeout): stop reading.
+        if tx.send(msg).is_err() || last {
+            return;
+        }
+    }
+}
+
+fn from_ureq(e: ureq::Error) -> Error {
+    use ureq::Timeout as T;
+    match e {
+        ureq::Error::Timeout(T::Connect | T::Resolve) => Error::Timeout(TimeoutPhase::Connect),
+        ureq::Error::Timeout(_) => Error::Timeout(TimeoutPhase::FirstByte),
+        ureq::Error::BadUri(uri) => Error::Config(format!("bad url: {uri}")),
+        ureq::Error::Io(io) if io.kind() == std::io::ErrorKind::TimedOut => {
+            Error::Timeout(TimeoutPhase::FirstByte)
+        }
+        other => Error::Connection(other.to_string()),
+    }
+}
+
+/// The provider's own message from an error body: `error.message` (OpenAI, Anthropic,
+/// llama.cpp), a string `error`, `message` or `detail`, else the body itself.
+pub(crate) fn error_message(status: u16, body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    let json: Option<serde_json::Value> = serde_json::from_str(&text).ok();
+    let from_json = json.as_ref().and_then(|v| {
+        let pick = |v: &serde_json::Value| v.as_str().map(str::to_owned);
+        v.pointer("/error/message")
+            .and_then(pick)
+            .or_else(|| v.get("error").and_then(pick))
+            .or_else(|| v.get("message").and_then(pick))
+            .or_else(|| v.get("detail").and_then(pick))
+    });
+    let message = from_json.unwrap_or_else(|| text.trim().to_owned());
+    if message.is_empty() {
+        return format!("the server gave no reason for status {status}");
+    }
+    truncate(message, ERROR_MESSAGE_LIMIT)
+}
+
+fn truncate(mut s: String, limit: usize) -> String {
+    if s.len() > limit {
+        let mut end = limit;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+        s.push_str("...");
+    }
+    s
+}
+
+/// `text` with every occurrence of the key replaced, in case a server echoes it back.
+pub(crate) fn scrub(text: String, secret: Option<&str>) -> String {
+    match secret {
+        Some(key) if !key.is_empty() && text.contains(key) => text.replace(key, "<redacted>"),
+        _ => text,
+    }
+}
+
+fn scrub_error(e: Error, secret: Option<&str>) -> Error {
+    match e {
+        Error::Connection(m) => Error::Connection(scrub(m, secret)),
+        Error::Config(m) => Error::Config(scrub(m, secret)),
+        other => other,
+    }
+}
+
+/// The error after the last attempt, saying how many there were.
+fn gave_up(error: Error, attempts: u32) -> Error {
+    if attempts < 2 {
+        return error;
+    }
+    let note = format!(" (gave up after {attempts} attempts)");
+    match error {
+        Error::Http {
+            status,
+            message,
+            retry_after,
+        } => Error::Http {
+            status,
+            message: message + &note,
+            retry_after,
+        },
+        Error::Connection(m) => Error::Connection(m + &note),
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_messages_come_from_the_provider_body() {
+        let llama = br#"{"error":{"code":400,"message":"request (5033 tokens) exceeds the available context size (4096 tokens), try increasing it","type":"exceed_context_size_error"}}"#;
+        assert!(error_message(400, llama).starts_with("request (5033 tokens) exceeds"));
+        let anthropic =
+            br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+        assert_eq!(error_message(529, anthropic), "Overloaded");
+        assert_eq!(
+            error_message(404, br#"{"detail":"Not Found"}"#),
+            "Not Found"
+        );
+        assert_eq!(error_message(502, b"  Bad Gateway\n"), "Bad Gateway");
+        assert_eq!(
+            error_message(503, b""),
+            "the server gave no reason for status 503"
+        );
+        assert!(error_message(500, "é".repeat(2000).as_bytes()).ends_with("..."));
+    }
+
+    #[test]
+    fn the_key_is_scrubbed_from_messages() {
+        let m = scrub(
+            "Incorrect API key provided: sk-secret".into(),
+            Some("sk-secret"),
+        );
+        assert_eq!(m, "Incorrect API key provided: <redacted>");
+        assert_eq!(scrub("x".into(), Some("")), "x");
+    }
+}

@@ -1,0 +1,394 @@
+//! An incremental Server-Sent-Events parser: bytes in, events out.
+//!
+//! Feed the body of a `text/event-stream` response to [`Parser::push`] in whatever pieces the
+//! network hands over, and take the complete events with [`Parser::next_event`]. The parser
+//! follows the [WHATWG event-stream rules]: lines end with LF, CRLF or a lone CR; `data:`
+//! lines of one event are joined with `\n`; `event:` names the event; `id:` is kept; lines
+//! starting with `:` are comments (keep-alives such as `: ping`) and are skipped; one space
+//! after the colon is removed; a blank line ends the event. An event with no `data` line is
+//! not dispatched.
+//!
+//! # Consistency
+//! The events do not depend on how the input is cut into pieces: a CRLF split between two
+//! pushes is one line end, and a UTF-8 character split across two pushes is decoded whole.
+//!
+//! # Limits
+//! One event (its field lines, including the line being read) may hold at most
+//! [`Parser::max_event_bytes`] bytes, [`DEFAULT_MAX_EVENT_BYTES`] unless set otherwise. Past
+//! it, and for a line that is not UTF-8, [`Parser::next_event`] returns [`Error::Stream`]
+//! and the parser stays failed: the stream cannot be trusted after that.
+//!
+//! ```
+//! use pagent::llm::sse::Parser;
+//!
+//! let mut parser = Parser::new();
+//! parser.push(b"event: delta\r\ndata: {\"a\":");
+//! assert!(parser.next_event()?.is_none()); // not complete yet
+//! parser.push(b"1}\r\n\r\n: ping\n\n");
+//! let event = parser.next_event()?.expect("one event");
+//! assert_eq!(event.event, "delta");
+//! assert_eq!(event.data, "{\"a\":1}");
+//! assert!(parser.next_event()?.is_none()); // the comment is no event
+//! # Ok::<(), pagent::Error>(())
+//! ```
+//!
+//! [WHATWG event-stream rules]: https://html.spec.whatwg.org/multipage/server-sent-events.html#event-stream-interpretation
+
+use std::collections::VecDeque;
+
+use crate::Error;
+
+/// The default limit on one event's size: 8 MiB, room for a whole file in one tool call.
+pub const DEFAULT_MAX_EVENT_BYTES: usize = 8 * 1024 * 1024;
+
+/// One event of the stream.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Event {
+    /// The `event:` name; empty when the server gave none (the spec's `message`).
+    pub event: String,
+    /// The `data:` lines joined with `\n`.
+    pub data: String,
+    /// The last `id:` the stream set, if any.
+    pub id: Option<String>,
+}
+
+/// The incremental parser. See the [module docs](self).
+#[derive(Debug)]
+pub struct Parser {
+    // Bytes of the line being read (no line end yet).
+    line: Vec<u8>,
+    // The previous push ended with CR: an LF at the start of the next one belongs to it.
+    after_cr: bool,
+    // Inside a comment line, whose bytes are skipped.
+    in_comment: bool,
+    event: String,
+    data: String,
+    has_data: bool,
+    id: Option<String>,
+    // Bytes held by the event being built, to enforce the limit.
+    event_bytes: usize,
+    max_event_bytes: usize,
+    ready: VecDeque<Event>,
+    failed: Option<Error>,
+}
+
+impl Default for Parser {
+    fn default() -> Parser {
+        Parser::new()
+    }
+}
+
+impl Parser {
+    /// A parser with the default size limit ([`DEFAULT_MAX_EVENT_BYTES`]).
+    pub fn new() -> Parser {
+        Parser {
+            line: Vec::new(),
+            after_cr: false,
+            in_comment: false,
+            event: String::new(),
+            data: String::new(),
+            has_data: false,
+            id: None,
+            event_bytes: 0,
+            max_event_bytes: DEFAULT_MAX_EVENT_BYTES,
+            ready: VecDeque::new(),
+            failed: None,
+        }
+    }
+
+    /// Limits one event to `bytes` bytes of field lines. Defaults to
+    /// [`DEFAULT_MAX_EVENT_BYTES`].
+    #[must_use]
+    pub fn max_event_bytes(mut self, bytes: usize) -> Parser {
+        self.max_event_bytes = bytes;
+        self
+    }
+
+    /// Adds the next bytes of the stream. Complete events become available to
+    /// [`Parser::next_event`]; errors are reported there too, after the events before them.
+    pub fn push(&mut self, mut bytes: &[u8]) {
+        if self.failed.is_some() {
+            return;
+        }
+        if self.after_cr {
+            self.after_cr = false;
+            if let Some(rest) = bytes.strip_prefix(b"\n") {
+                bytes = rest;
+            }
+        }
+        while !bytes.is_empty() && self.failed.is_none() {
+            if self.line.is_empty() && !self.in_comment && bytes[0] == b':' {
+                self.in_comment = true;
+            }
+            let Some(end) = bytes.iter().position(|&b| b == b'\n' || b == b'\r') else {
+                if !self.in_comment && self.grow(bytes.len()) {
+                    self.line.extend_from_slice(bytes);
+                }
+                return;
+            };
+            if self.in_comment {
+                // A comment (keep-alive such as `: ping`): skipped, not counted.
+                self.in_comment = false;
+            } else if !self.grow(end) {
+                return;
+            } else if self.line.is_empty() {
+                self.line_done(&bytes[..end]);
+            } else {
+                self.line.extend_from_slice(&bytes[..end]);
+                let line = std::mem::take(&mut self.line);
+                self.line_done(&line);
+                // Keep the allocation for the next line.
+                self.line = line;
+                self.line.clear();
+            }
+            let is_cr = bytes[end] == b'\r';
+            bytes = &bytes[end + 1..];
+            if is_cr {
+                match bytes.first() {
+                    Some(b'\n') => bytes = &bytes[1..],
+                    Some(_) => {}
+                    None => self.after_cr = true,
+                }
+            }
+        }
+    }
+
+    /// The next complete event, if one is ready.
+    ///
+    /// # Errors
+    /// [`Error::Stream`] when an event grew past the size limit or a line was not UTF-8;
+    /// from then on every call returns that error.
+    pub fn next_event(&mut self) -> Result<Option<Event>, Error> {
+        if let Some(event) = self.ready.pop_front() {
+            return Ok(Some(event));
+        }
+        match &self.failed {
+            Some(e) => Err(e.clone()),
+            None => Ok(None),
+        }
+    }
+
+    /// True when bytes of an unfinished event are held: the stream ended in the middle of
+    /// an event if this is true at its end. Per the spec such an event is never dispatched.
+    pub fn has_pending(&self) -> bool {
+        !self.line.is_empty() || self.event_bytes > 0
+    }
+
+    /// Counts `n` more bytes of the event; false (and failed) past the limit.
+    fn grow(&mut self, n: usize) -> bool {
+        self.event_bytes += n;
+        if self.event_bytes > self.max_event_bytes {
+            self.failed = Some(Error::Stream(format!(
+                "an event is larger than the limit of {} bytes",
+                self.max_event_bytes
+            )));
+            self.line = Vec::new();
+            return false;
+        }
+        true
+    }
+
+    fn line_done(&mut self, line: &[u8]) {
+        if line.is_empty() {
+            self.dispatch();
+            return;
+        }
+        let Ok(line) = std::str::from_utf8(line) else {
+            self.failed = Some(Error::Stream("the event stream is not valid utf-8".into()));
+            return;
+        };
+        let (field, value) = match line.split_once(':') {
+            Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
+            None => (line, ""),
+        };
+        match field {
+            "data" => {
+                if self.has_data {
+                    self.data.push('\n');
+                }
+                self.data.push_str(value);
+                self.has_data = true;
+            }
+            "event" => value.clone_into(&mut self.event),
+            // An id with NUL is ignored, per the spec.
+            "id" if !value.contains('\0') => self.id = Some(value.to_owned()),
+            // `retry` and unknown fields: nothing for us to do.
+            _ => {}
+        }
+    }
+
+    fn dispatch(&mut self) {
+        self.event_bytes = 0;
+        if !self.has_data {
+            self.event.clear();
+            return;
+        }
+        self.has_data = false;
+        self.ready.push_back(Event {
+            event: std::mem::take(&mut self.event),
+            data: std::mem::take(&mut self.data),
+            id: self.id.clone(),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn all(parser: &mut Parser) -> Result<Vec<Event>, Error> {
+        let mut out = Vec::new();
+        while let Some(e) = parser.next_event()? {
+            out.push(e);
+        }
+        Ok(out)
+    }
+
+    fn parse(input: &[u8]) -> Result<Vec<Event>, Error> {
+        let mut p = Parser::new();
+        p.push(input);
+        all(&mut p)
+    }
+
+    fn data(d: &str) -> Event {
+        Event {
+            data: d.into(),
+            ..Event::default()
+        }
+    }
+
+    #[test]
+    fn every_line_end_style_is_one_line_end() {
+        let expected = vec![data("a"), data("b")];
+        assert_eq!(parse(b"data: a\n\ndata: b\n\n").unwrap(), expected);
+        assert_eq!(parse(b"data: a\r\n\r\ndata: b\r\n\r\n").unwrap(), expected);
+        assert_eq!(parse(b"data: a\r\rdata: b\r\r").unwrap(), expected);
+        assert_eq!(parse(b"data: a\r\n\ndata: b\r\r\n").unwrap(), expected);
+    }
+
+    #[test]
+    fn data_lines_join_and_fields_parse() {
+        let events = parse(b"event: x\nid: 7\ndata: one\ndata:two\ndata\nretry: 5\n\n").unwrap();
+        assert_eq!(
+            events,
+            [Event {
+                event: "x".into(),
+                data: "one\ntwo\n".into(),
+                id: Some("7".into()),
+            }]
+        );
+    }
+
+    #[test]
+    fn comments_and_events_without_data_are_skipped() {
+        let events = parse(b": ping\n\nevent: ping\n\n:\ndata: x\n\n").unwrap();
+        assert_eq!(events, [data("x")]);
+    }
+
+    #[test]
+    fn an_unfinished_event_is_not_dispatched() {
+        let mut p = Parser::new();
+        p.push(b"data: {\"trunc");
+        assert_eq!(all(&mut p).unwrap(), []);
+        assert!(p.has_pending());
+        p.push(b"\n\n");
+        assert!(!p.has_pending());
+    }
+
+    #[test]
+    fn crlf_split_between_pushes_is_one_line_end() {
+        let mut p = Parser::new();
+        p.push(b"data: a\r");
+        p.push(b"\n\r");
+        p.push(b"\ndata: b\n\n");
+        assert_eq!(all(&mut p).unwrap(), [data("a"), data("b")]);
+    }
+
+    #[test]
+    fn utf8_split_across_pushes_is_decoded_whole() {
+        let bytes = "data: h€llo\n\n".as_bytes();
+        let mut p = Parser::new();
+        p.push(&bytes[..8]); // inside the euro sign
+        p.push(&bytes[8..]);
+        assert_eq!(all(&mut p).unwrap(), [data("h€llo")]);
+    }
+
+    #[test]
+    fn invalid_utf8_is_a_stream_error_after_earlier_events() {
+        let mut p = Parser::new();
+        p.push(b"data: ok\n\ndata: \xff\xfe\n\ndata: later\n\n");
+        assert_eq!(p.next_event().unwrap(), Some(data("ok")));
+        let err = p.next_event().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "malformed stream: the event stream is not valid utf-8"
+        );
+        assert!(p.next_event().is_err());
+    }
+
+    #[test]
+    fn an_event_over_the_limit_is_a_stream_error() {
+        let mut p = Parser::new().max_event_bytes(16);
+        p.push(b"data: small\n\n");
+        p.push(b"data: 0123456789");
+        p.push(b"0123456789");
+        assert_eq!(p.next_event().unwrap(), Some(data("small")));
+        assert!(matches!(p.next_event(), Err(Error::Stream(m)) if m.contains("16 bytes")));
+    }
+
+    #[test]
+    fn keep_alive_comments_do_not_count_toward_the_limit() {
+        let mut p = Parser::new().max_event_bytes(16);
+        for _ in 0..100 {
+            p.push(b": keep-alive comment\n");
+        }
+        p.push(b"data: x\n\n");
+        assert_eq!(all(&mut p).unwrap(), [data("x")]);
+    }
+
+    fn stream_strategy() -> impl Strategy<Value = Vec<u8>> {
+        let line = prop_oneof![
+            "[a-z€é{}\":, ]{0,12}".prop_map(|s| format!("data: {s}")),
+            "[a-z]{0,6}".prop_map(|s| format!("event: {s}")),
+            Just(": ping".to_owned()),
+            Just(String::new()),
+        ];
+        let end = prop_oneof![Just("\n"), Just("\r\n"), Just("\r")];
+        prop::collection::vec((line, end), 0..40).prop_map(|lines| {
+            lines
+                .into_iter()
+                .flat_map(|(l, e)| format!("{l}{e}").into_bytes())
+                .collect()
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn events_do_not_depend_on_how_input_is_cut(
+            input in stream_strategy(),
+            cuts in prop::collection::vec(0usize..400, 0..12),
+        ) {
+            let whole = parse(&input).unwrap();
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(input.len())).collect();
+            cuts.sort_unstable();
+            let mut p = Parser::new();
+            let mut start = 0;
+            for c in cuts.into_iter().chain([input.len()]) {
+                p.push(&input[start..c]);
+                start = c;
+            }
+            prop_assert_eq!(all(&mut p).unwrap(), whole);
+        }
+
+        #[test]
+        fn byte_by_byte_equals_whole(input in stream_strategy()) {
+            let whole = parse(&input).unwrap();
+            let mut p = Parser::new();
+            for b in &input {
+                p.push(std::slice::from_ref(b));
+            }
+            prop_assert_eq!(all(&mut p).unwrap(), whole);
+        }
+    }
+}

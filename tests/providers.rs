@@ -1,0 +1,835 @@
+//! The HTTP providers against a loopback server that replays recorded and written streams
+//! byte for byte: whole event sequences through the agent, errors, retries, abort.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use pagent::llm::{Anthropic, OpenAiCompat, Provider, Request, RetryPolicy, StreamEvent};
+use pagent::{
+    Agent, CancelToken, ContentBlock, Error, Message, RunResult, RunStopReason, StopReason,
+    TimeoutPhase, ToolOutput, tool,
+};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+use support::{Recorder, Reply, Server, data};
+
+#[derive(Deserialize, JsonSchema)]
+struct City {
+    city: String,
+}
+
+fn weather() -> impl pagent::Tool {
+    tool::typed(
+        "get_weather",
+        "Get the current weather for a city",
+        |args: City, _| Ok(ToolOutput::text(format!("{}: 21 C, sunny", args.city))),
+    )
+}
+
+fn fast_retries() -> RetryPolicy {
+    RetryPolicy::new().initial_delay(Duration::from_millis(5))
+}
+
+fn openai(server: &Server) -> OpenAiCompat {
+    OpenAiCompat::new(format!("{}/v1", server.url)).retry(fast_retries())
+}
+
+fn anthropic(server: &Server) -> Anthropic {
+    Anthropic::new(&server.url)
+        .api_key("sk-ant-test-key")
+        .retry(fast_retries())
+}
+
+fn agent(provider: impl Provider + 'static, model: &str) -> (Agent, Recorder) {
+    let agent = Agent::builder()
+        .provider(provider)
+        .model(model)
+        .tool(weather())
+        // One tool at a time, so that `ToolEnd`s (in completion order) come in call order.
+        .max_parallel_tools(1)
+        .build()
+        .unwrap();
+    let recorder = Recorder::attach(&agent);
+    (agent, recorder)
+}
+
+/// Replays `replies` to a fresh agent on an OpenAI-compatible provider and sends `prompt`;
+/// returns the event lines, the run's result, and the server (for the requests it got).
+fn replay(model: &str, replies: Vec<Reply>, prompt: &str) -> (Vec<String>, RunResult, Server) {
+    let server = Server::start(replies);
+    let (agent, rec) = agent(openai(&server), model);
+    let result = agent.prompt(prompt).unwrap();
+    (rec.lines(), result, server)
+}
+
+fn lines(expected: &[&str]) -> Vec<String> {
+    expected.iter().map(|s| s.to_string()).collect()
+}
+
+/// The events of a prompt that ended with an assistant reply after a plain prompt.
+const PROMPT: [&str; 5] = [
+    "AgentStart",
+    "TurnStart 1",
+    "MessageStart user",
+    "MessageEnd user",
+    "MessageStart assistant",
+];
+
+fn with_prompt(rest: &[&str]) -> Vec<String> {
+    lines(&PROMPT).into_iter().chain(lines(rest)).collect()
+}
+
+// ---- recorded llama.cpp streams through the agent ----
+
+#[test]
+fn llama_server_text_with_usage_replays_through_the_agent() {
+    let server = Server::start(vec![
+        Reply::sse_file("llama-server/stream_text_usage.sse").chunked(7, Duration::ZERO),
+    ]);
+    let (agent, rec) = agent(openai(&server), "smollm2");
+    let result = agent.prompt("Hello").unwrap();
+    assert_eq!(
+        rec.lines(),
+        with_prompt(&[
+            "text x20 \"I'm glad you're here! I'm glad to have you as a guest on my blog.\"",
+            "usage in=39 out=21 cache_read=38 cache_write=0 reasoning=0 total=60",
+            "MessageEnd assistant Stop calls=0",
+            "TurnEnd 1 no_tool_calls",
+            "AgentEnd no_tool_calls in=39 out=21",
+        ])
+    );
+    assert_eq!(result.usage.cache_read, 38);
+    let sent = &server.requests()[0];
+    assert_eq!(
+        (sent.method.as_str(), sent.path.as_str()),
+        ("POST", "/v1/chat/completions")
+    );
+    let body = sent.json();
+    assert_eq!(body["stream"], json!(true));
+    assert_eq!(body["stream_options"], json!({"include_usage": true}));
+    assert_eq!(body["model"], json!("smollm2"));
+    assert_eq!(sent.header("authorization"), None);
+}
+
+#[test]
+fn llama_server_tool_call_round_trip_replays_through_the_agent() {
+    let server = Server::start(vec![
+        Reply::sse_file("llama-server/stream_tools_fewshot_usage.sse").chunked(13, Duration::ZERO),
+        Reply::sse_file("llama-server/stream_tool_result_followup.sse"),
+    ]);
+    let (agent, rec) = agent(openai(&server), "smollm2");
+    let result = agent.prompt("Weather in Paris?").unwrap();
+    assert_eq!(result.stop_reason, RunStopReason::NoToolCalls);
+    assert_eq!(
+        rec.lines(),
+        with_prompt(&[
+            "call 20n0LeDcXMvKR1FhfILeQ4PZDPaMYOu5 get_weather",
+            "args[0] x8 \"{\\\"city\\\": \\\"Paris\\\"}\"",
+            "usage in=300 out=31 cache_read=299 cache_write=0 reasoning=0 total=331",
+            "MessageEnd assistant ToolUse calls=1",
+            "ToolStart 20n0LeDcXMvKR1FhfILeQ4PZDPaMYOu5 get_weather {\"city\": \"Paris\"}",
+            "ToolEnd 20n0LeDcXMvKR1FhfILeQ4PZDPaMYOu5 ok Paris: 21 C, sunny",
+            "MessageStart tool_result",
+            "MessageEnd tool_result",
+            "TurnEnd 1 continuing",
+            "TurnStart 2",
+            "MessageStart assistant",
+            "text x17 \"<tool_response>\\n{\\\"temp_c\\\":21, \\\"sky\\\":\\\"sunny\\\"}\"",
+            "MessageEnd assistant Stop calls=0",
+            "TurnEnd 2 no_tool_calls",
+            "AgentEnd no_tool_calls in=300 out=31",
+        ])
+    );
+    let second = server.requests()[1].json();
+    let messages = second["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 3);
+    assert_eq!(messages[1]["role"], json!("assistant"));
+    assert_eq!(
+        messages[1]["tool_calls"][0]["function"]["name"],
+        json!("get_weather")
+    );
+    assert_eq!(messages[2]["role"], json!("tool"));
+    assert_eq!(
+        messages[2]["tool_call_id"],
+        messages[1]["tool_calls"][0]["id"]
+    );
+    assert_eq!(messages[2]["content"], json!("Paris: 21 C, sunny"));
+    assert_eq!(second["tools"][0]["function"]["name"], json!("get_weather"));
+}
+
+#[test]
+fn llama_server_parallel_tool_calls_replay_through_the_agent() {
+    let replies = vec![
+        Reply::sse_file("llama-server/stream_tools_fewshot_parallel.sse"),
+        Reply::sse_file("llama-server/stream_text_usage.sse"),
+    ];
+    let (lines, _, _) = replay("smollm2", replies, "Weather in Paris and Tokyo?");
+    assert_eq!(
+        lines,
+        with_prompt(&[
+            "call U0PjMGUf2dCsy1cwSgfsj9swfWHLnBjs get_weather",
+            "args[0] x8 \"{\\\"city\\\": \\\"Paris\\\"}\"",
+            "call 7qvyGyfzbOftEPLIiypBRGquXPUsCEIj get_weather",
+            "args[1] x9 \"{\\\"city\\\": \\\"Tokyo\\\"}\"",
+            "MessageEnd assistant ToolUse calls=2",
+            "ToolStart U0PjMGUf2dCsy1cwSgfsj9swfWHLnBjs get_weather {\"city\": \"Paris\"}",
+            "ToolEnd U0PjMGUf2dCsy1cwSgfsj9swfWHLnBjs ok Paris: 21 C, sunny",
+            "ToolStart 7qvyGyfzbOftEPLIiypBRGquXPUsCEIj get_weather {\"city\": \"Tokyo\"}",
+            "ToolEnd 7qvyGyfzbOftEPLIiypBRGquXPUsCEIj ok Tokyo: 21 C, sunny",
+            "MessageStart tool_result",
+            "MessageEnd tool_result",
+            "MessageStart tool_result",
+            "MessageEnd tool_result",
+            "TurnEnd 1 continuing",
+            "TurnStart 2",
+            "MessageStart assistant",
+            "text x20 \"I'm glad you're here! I'm glad to have you as a guest on my blog.\"",
+            "usage in=39 out=21 cache_read=38 cache_write=0 reasoning=0 total=60",
+            "MessageEnd assistant Stop calls=0",
+            "TurnEnd 2 no_tool_calls",
+            "AgentEnd no_tool_calls in=39 out=21",
+        ])
+    );
+}
+
+#[test]
+fn llama_server_length_stop_replays_through_the_agent() {
+    let replies = vec![Reply::sse_file("llama-server/stream_text_stop_length.sse")];
+    let (lines, _, _) = replay("smollm2", replies, "Tell me a story");
+    assert_eq!(
+        lines,
+        with_prompt(&[
+            "text x5 \"Once upon a time,\"",
+            "MessageEnd assistant Length calls=0",
+            "TurnEnd 1 no_tool_calls",
+            "AgentEnd no_tool_calls in=0 out=0",
+        ])
+    );
+}
+
+#[test]
+fn llama_cpp_python_text_replays_through_the_agent() {
+    let replies =
+        vec![Reply::sse_file("llama-cpp-python/stream_text.sse").chunked(64, Duration::ZERO)];
+    let (lines, _, _) = replay("smollm2", replies, "Hello");
+    assert_eq!(
+        lines,
+        with_prompt(&[
+            "text x28 \"I'm so glad you're here. I hope it brings a smile to your face, and I promise to make things right for you.\"",
+            "MessageEnd assistant Stop calls=0",
+            "TurnEnd 1 no_tool_calls",
+            "AgentEnd no_tool_calls in=0 out=0",
+        ])
+    );
+}
+
+#[test]
+fn llama_cpp_python_repeated_tool_ids_make_one_call() {
+    let server = Server::start(vec![Reply::sse_file(
+        "llama-cpp-python/stream_tools_forced.sse",
+    )]);
+    let agent = Agent::builder()
+        .provider(openai(&server))
+        .model("smollm2")
+        .tool(weather())
+        .max_turns(1)
+        .build()
+        .unwrap();
+    let rec = Recorder::attach(&agent);
+    agent.prompt("Weather in Paris?").unwrap();
+    assert_eq!(
+        rec.lines(),
+        with_prompt(&[
+            "call call__0_get_weather_cmpl-d7d616aa-9765-490b-9483-b8317432434e get_weather",
+            "args[0] x8 \"{ \\\"city\\\": \\\"Paris\\\" }\"",
+            "MessageEnd assistant ToolUse calls=1",
+            "ToolStart call__0_get_weather_cmpl-d7d616aa-9765-490b-9483-b8317432434e get_weather { \"city\": \"Paris\" }",
+            "ToolEnd call__0_get_weather_cmpl-d7d616aa-9765-490b-9483-b8317432434e ok Paris: 21 C, sunny",
+            "MessageStart tool_result",
+            "MessageEnd tool_result",
+            "TurnEnd 1 max_turns",
+            "AgentEnd max_turns in=0 out=0",
+        ])
+    );
+}
+
+#[test]
+fn llama_server_context_overflow_is_a_typed_http_error() {
+    let server = Server::start(vec![Reply::json(
+        400,
+        data("llama-server/err_context_overflow.json"),
+    )]);
+    let (agent, rec) = agent(openai(&server), "smollm2");
+    let result = agent.prompt("a very long prompt").unwrap();
+    let error = result.error.unwrap();
+    assert_eq!(error.status(), Some(400));
+    assert!(error.is_context_overflow());
+    assert_eq!(
+        error.to_string(),
+        "http status 400: request (5033 tokens) exceeds the available context size (4096 tokens), try increasing it"
+    );
+    assert_eq!(
+        rec.lines(),
+        with_prompt(&[
+            "MessageEnd assistant Error calls=0 error=http status 400: request (5033 tokens) exceeds the available context size (4096 tokens), try increasing it",
+            "TurnEnd 1 error",
+            "AgentEnd error in=0 out=0",
+        ])
+    );
+    assert_eq!(server.requests().len(), 1, "a 400 is not retried");
+}
+
+// ---- streams written from the providers' documentation ----
+
+#[test]
+fn openai_tool_call_fragments_across_chunks() {
+    let replies = vec![
+        Reply::sse_file("written/openai_tool_fragments.sse").chunked(5, Duration::ZERO),
+        Reply::sse_file("written/openai_reasoning.sse"),
+    ];
+    let (lines, _, _) = replay("gpt-4o-mini", replies, "Weather in Paris?");
+    assert_eq!(
+        lines,
+        with_prompt(&[
+            "call call_DdmO9pD3xa9XTPNJ32zg2hcA get_weather",
+            "args[0] x6 \"{\\\"city\\\":\\\"Paris\\\"}\"",
+            "usage in=80 out=18 cache_read=64 cache_write=0 reasoning=0 total=98",
+            "MessageEnd assistant ToolUse calls=1",
+            "ToolStart call_DdmO9pD3xa9XTPNJ32zg2hcA get_weather {\"city\":\"Paris\"}",
+            "ToolEnd call_DdmO9pD3xa9XTPNJ32zg2hcA ok Paris: 21 C, sunny",
+            "MessageStart tool_result",
+            "MessageEnd tool_result",
+            "TurnEnd 1 continuing",
+            "TurnStart 2",
+            "MessageStart assistant",
+            "thinking x2 \"Short thought.\"",
+            "text x1 \"Done.\"",
+            "usage in=9 out=5 cache_read=0 cache_write=0 reasoning=0 total=14",
+            "MessageEnd assistant Stop calls=0",
+            "TurnEnd 2 no_tool_calls",
+            "AgentEnd no_tool_calls in=89 out=23",
+        ])
+    );
+}
+
+#[test]
+fn openai_parallel_tool_calls_are_keyed_by_index() {
+    let replies = vec![
+        Reply::sse_file("written/openai_parallel_tools.sse"),
+        Reply::sse_file("written/openai_reasoning.sse"),
+    ];
+    let (lines, _, _) = replay("gpt-4o-mini", replies, "Weather in Oslo and Tokyo?");
+    assert_eq!(
+        lines,
+        with_prompt(&[
+            "call call_a get_weather",
+            "call call_b get_weather",
+            "args[0] x1 \"{\\\"city\\\":\"",
+            "args[1] x2 \"{\\\"city\\\":\\\"Tokyo\\\"}\"",
+            "args[0] x1 \"\\\"Oslo\\\"}\"",
+            "usage in=120 out=40 cache_read=0 cache_write=0 reasoning=0 total=160",
+            "MessageEnd assistant ToolUse calls=2",
+            "ToolStart call_a get_weather {\"city\":\"Oslo\"}",
+            "ToolEnd call_a ok Oslo: 21 C, sunny",
+            "ToolStart call_b get_weather {\"city\":\"Tokyo\"}",
+            "ToolEnd call_b ok Tokyo: 21 C, sunny",
+            "MessageStart tool_result",
+            "MessageEnd tool_result",
+            "MessageStart tool_result",
+            "MessageEnd tool_result",
+            "TurnEnd 1 continuing",
+            "TurnStart 2",
+            "MessageStart assistant",
+            "thinking x2 \"Short thought.\"",
+            "text x1 \"Done.\"",
+            "usage in=9 out=5 cache_read=0 cache_write=0 reasoning=0 total=14",
+            "MessageEnd assistant Stop calls=0",
+            "TurnEnd 2 no_tool_calls",
+            "AgentEnd no_tool_calls in=129 out=45",
+        ])
+    );
+}
+
+#[test]
+fn openai_reasoning_content_and_reasoning_usage() {
+    let server = Server::start(vec![Reply::sse_file(
+        "written/openai_reasoning_content.sse",
+    )]);
+    let (agent, rec) = agent(openai(&server), "deepseek-reasoner");
+    agent.set_thinking(pagent::llm::ThinkingLevel::High);
+    let result = agent.prompt("2+2?").unwrap();
+    assert_eq!(
+        rec.lines(),
+        with_prompt(&[
+            "thinking x3 \"The user asks 2+2; that is 4.\"",
+            "text x2 \"2 + 2 = 4.\"",
+            "usage in=15 out=30 cache_read=0 cache_write=0 reasoning=22 total=45",
+            "MessageEnd assistant Stop calls=0",
+            "TurnEnd 1 no_tool_calls",
+            "AgentEnd no_tool_calls in=15 out=30",
+        ])
+    );
+    let reply = result.messages[1].as_assistant().unwrap();
+    assert_eq!(reply.thinking(), "The user asks 2+2; that is 4.");
+    assert_eq!(
+        server.requests()[0].json()["reasoning_effort"],
+        json!("high")
+    );
+}
+
+#[test]
+fn anthropic_thinking_and_tool_use_round_trip() {
+    let server = Server::start(vec![
+        Reply::sse_file("written/anthropic_thinking_tool_use.sse").chunked(11, Duration::ZERO),
+        Reply::sse_file("written/anthropic_text.sse"),
+    ]);
+    let (agent, rec) = agent(anthropic(&server), "claude-sonnet-4-5");
+    agent.set_thinking(pagent::llm::ThinkingLevel::Low);
+    let result = agent.prompt("Weather in Paris?").unwrap();
+    assert_eq!(result.text(), "It is sunny in Paris.");
+    assert_eq!(
+        rec.lines(),
+        with_prompt(&[
+            "usage in=592 out=2 cache_read=100 cache_write=20 reasoning=0 total=594",
+            "thinking x2 \"The user wants the weather in Paris.\"",
+            "signature EqQBCgIYAhIM1gbcDa9GJwZA2b3h",
+            "text x2 \"I'll check the weather.\"",
+            "call toolu_01A09q90qw90lq917835lq9 get_weather",
+            "args[0] x2 \"{\\\"city\\\": \\\"Paris\\\"}\"",
+            "usage in=592 out=89 cache_read=100 cache_write=20 reasoning=0 total=681",
+            "MessageEnd assistant ToolUse calls=1",
+            "ToolStart toolu_01A09q90qw90lq917835lq9 get_weather {\"city\": \"Paris\"}",
+            "ToolEnd toolu_01A09q90qw90lq917835lq9 ok Paris: 21 C, sunny",
+            "MessageStart tool_result",
+            "MessageEnd tool_result",
+            "TurnEnd 1 continuing",
+            "TurnStart 2",
+            "MessageStart assistant",
+            "usage in=600 out=1 cache_read=0 cache_write=0 reasoning=0 total=601",
+            "text x2 \"It is sunny in Paris.\"",
+            "usage in=600 out=12 cache_read=0 cache_write=0 reasoning=0 total=612",
+            "MessageEnd assistant Stop calls=0",
+            "TurnEnd 2 no_tool_calls",
+            "AgentEnd no_tool_calls in=1192 out=101",
+        ])
+    );
+    let requests = server.requests();
+    let first = &requests[0];
+    assert_eq!(first.path, "/v1/messages");
+    assert_eq!(first.header("x-api-key"), Some("sk-ant-test-key"));
+    assert_eq!(first.header("anthropic-version"), Some("2023-06-01"));
+    assert_eq!(
+        first.json()["thinking"],
+        json!({"type": "enabled", "budget_tokens": 4096})
+    );
+    let second = requests[1].json();
+    assert_eq!(
+        second["messages"],
+        json!([
+            {"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"}]},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "The user wants the weather in Paris.",
+                 "signature": "EqQBCgIYAhIM1gbcDa9GJwZA2b3h"},
+                {"type": "text", "text": "I'll check the weather."},
+                {"type": "tool_use", "id": "toolu_01A09q90qw90lq917835lq9", "name": "get_weather",
+                 "input": {"city": "Paris"}},
+            ]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_01A09q90qw90lq917835lq9",
+                 "content": "Paris: 21 C, sunny", "is_error": false},
+            ]},
+        ])
+    );
+}
+
+// ---- adversarial streams: a typed error, the partial reply kept ----
+
+/// Runs one prompt against `reply` and returns the run's error, the event lines and the
+/// text of the kept partial reply.
+fn failing(
+    provider: impl FnOnce(&Server) -> OpenAiCompat,
+    reply: Reply,
+) -> (Error, Vec<String>, String) {
+    let server = Server::start(vec![reply]);
+    let (agent, rec) = agent(provider(&server), "gpt-4o-mini");
+    let result = agent.prompt("Hi").unwrap();
+    assert_eq!(result.stop_reason, RunStopReason::Error);
+    assert_eq!(
+        server.requests().len(),
+        1,
+        "no retry once the reply started"
+    );
+    let text = result.text();
+    (result.error.unwrap(), rec.lines(), text)
+}
+
+#[test]
+fn truncated_mid_json_is_a_stream_error_keeping_the_partial() {
+    let (error, lines, text) = failing(openai, Reply::sse_file("written/truncated_mid_json.sse"));
+    assert_eq!(
+        error,
+        Error::Stream("the stream ended before a finish_reason".into())
+    );
+    assert_eq!(text, "Hello wor");
+    assert_eq!(
+        lines,
+        with_prompt(&[
+            "text x2 \"Hello wor\"",
+            "MessageEnd assistant Error calls=0 error=malformed stream: the stream ended before a finish_reason",
+            "TurnEnd 1 error",
+            "AgentEnd error in=0 out=0",
+        ])
+    );
+}
+
+#[test]
+fn broken_streams_are_typed_errors_keeping_the_partial() {
+    let stream = |m: &str| Error::Stream(m.into());
+    let cases = [
+        (
+            "missing_finish_reason",
+            stream("the stream ended before a finish_reason"),
+        ),
+        (
+            "error_event",
+            Error::Api {
+                kind: "server_error".into(),
+                message: "The server had an error while processing your request. Sorry about that!"
+                    .into(),
+            },
+        ),
+        (
+            "invalid_utf8",
+            stream("the event stream is not valid utf-8"),
+        ),
+        (
+            "over_long_event",
+            stream("an event is larger than the limit of 1024 bytes"),
+        ),
+    ];
+    for (name, expected) in cases {
+        let small = |s: &Server| openai(s).max_event_bytes(1024);
+        let reply = Reply::sse_file(&format!("written/{name}.sse"));
+        let (error, _, text) = failing(small, reply);
+        assert_eq!(error, expected, "{name}");
+        assert_eq!(text, "Hello wor", "{name}");
+    }
+}
+
+#[test]
+fn a_connection_dropped_mid_reply_is_a_connection_error() {
+    let (error, _, text) = failing(openai, Reply::sse_file("written/mid_reply.sse").cut());
+    assert!(matches!(error, Error::Connection(_)), "{error:?}");
+    assert_eq!(text, "Hello wor");
+}
+
+#[test]
+fn anthropic_error_event_is_an_api_error() {
+    let server = Server::start(vec![Reply::sse_file("written/anthropic_error.sse")]);
+    let (agent, _) = agent(anthropic(&server), "claude-sonnet-4-5");
+    let result = agent.prompt("Hi").unwrap();
+    assert_eq!(
+        result.error,
+        Some(Error::Api {
+            kind: "overloaded_error".into(),
+            message: "Overloaded".into()
+        })
+    );
+    assert_eq!(result.text(), "Partial");
+}
+
+#[test]
+fn keep_alive_comments_and_crlf_are_read_as_usual() {
+    let replies = vec![Reply::sse_file("written/keepalive_crlf.sse").chunked(3, Duration::ZERO)];
+    let (lines, _, _) = replay("gpt-4o-mini", replies, "Hi");
+    assert_eq!(
+        lines,
+        with_prompt(&[
+            "text x2 \"Hello\"",
+            "MessageEnd assistant Stop calls=0",
+            "TurnEnd 1 no_tool_calls",
+            "AgentEnd no_tool_calls in=0 out=0",
+        ])
+    );
+}
+
+// ---- retries ----
+
+#[test]
+fn a_429_with_retry_after_is_retried_then_succeeds() {
+    let server = Server::start(vec![
+        Reply::json(
+            429,
+            r#"{"error":{"message":"Rate limit reached","type":"requests"}}"#,
+        )
+        .header("Retry-After", "1"),
+        Reply::sse_file("written/keepalive_crlf.sse"),
+    ]);
+    let (agent, rec) = agent(openai(&server), "gpt-4o-mini");
+    let start = Instant::now();
+    let result = agent.prompt("Hi").unwrap();
+    assert!(
+        start.elapsed() >= Duration::from_secs(1),
+        "Retry-After is honoured"
+    );
+    assert_eq!(result.text(), "Hello");
+    assert_eq!(
+        rec.lines(),
+        with_prompt(&[
+            "retry 1 after 1000 ms: http status 429: Rate limit reached",
+            "text x2 \"Hello\"",
+            "MessageEnd assistant Stop calls=0",
+            "TurnEnd 1 no_tool_calls",
+            "AgentEnd no_tool_calls in=0 out=0",
+        ])
+    );
+    assert_eq!(server.requests().len(), 2);
+}
+
+#[test]
+fn retry_after_ms_is_honoured() {
+    let server = Server::start(vec![
+        Reply::json(503, "").header("retry-after-ms", "20"),
+        Reply::sse_file("written/keepalive_crlf.sse"),
+    ]);
+    let (agent, rec) = agent(openai(&server), "gpt-4o-mini");
+    agent.prompt("Hi").unwrap();
+    assert_eq!(
+        rec.lines()[5],
+        "retry 1 after 20 ms: http status 503: the server gave no reason for status 503"
+    );
+}
+
+#[test]
+fn a_500_three_times_gives_up_with_a_clear_error() {
+    let body = String::from_utf8(data("llama-server/err_bad_json.json")).unwrap();
+    let server = Server::start(vec![Reply::json(500, body.clone()); 3]);
+    let (agent, rec) = agent(openai(&server), "gpt-4o-mini");
+    let result = agent.prompt("Hi").unwrap();
+    let error = result.error.unwrap();
+    assert_eq!(error.status(), Some(500));
+    assert!(
+        error
+            .to_string()
+            .ends_with("expected ']' (gave up after 3 attempts)"),
+        "{error}"
+    );
+    assert_eq!(server.requests().len(), 3);
+    let retries = rec
+        .lines()
+        .iter()
+        .filter(|l| l.starts_with("retry "))
+        .count();
+    assert_eq!(retries, 2);
+}
+
+#[test]
+fn no_retry_after_the_first_byte_arrived() {
+    let server = Server::start(vec![
+        Reply::sse_file("written/mid_reply.sse").cut(),
+        Reply::sse_file("written/keepalive_crlf.sse"),
+    ]);
+    let (agent, _) = agent(openai(&server), "gpt-4o-mini");
+    let result = agent.prompt("Hi").unwrap();
+    assert_eq!(result.stop_reason, RunStopReason::Error);
+    assert_eq!(server.requests().len(), 1);
+}
+
+// ---- timeouts and abort ----
+
+#[test]
+fn abort_while_the_server_stalls_returns_cancelled_promptly() {
+    // Headers, then nothing at all.
+    let server = Server::start(vec![Reply::sse("").stall(Duration::from_secs(20))]);
+    let (agent, rec) = agent(openai(&server), "gpt-4o-mini");
+    let handle = agent.handle();
+    let aborter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        let at = Instant::now();
+        handle.abort();
+        at
+    });
+    let result = agent.prompt("Hi").unwrap();
+    let returned = Instant::now();
+    let aborted_at = aborter.join().unwrap();
+    assert_eq!(result.stop_reason, RunStopReason::Cancelled);
+    // The target is 100 ms; the bound is generous for a loaded machine.
+    assert!(
+        returned - aborted_at < Duration::from_secs(2),
+        "{:?}",
+        returned - aborted_at
+    );
+    assert_eq!(
+        rec.lines(),
+        with_prompt(&[
+            "MessageEnd assistant Aborted calls=0 error=aborted",
+            "TurnEnd 1 cancelled",
+            "AgentEnd cancelled in=0 out=0",
+        ])
+    );
+}
+
+#[test]
+fn abort_mid_stream_keeps_the_partial_reply() {
+    let server = Server::start(vec![
+        Reply::sse_file("written/mid_reply.sse").stall(Duration::from_secs(20)),
+    ]);
+    let (agent, _) = agent(openai(&server), "gpt-4o-mini");
+    let handle = agent.handle();
+    let _sub = agent.subscribe(move |e: &pagent::AgentEvent| {
+        if let pagent::AgentEvent::MessageUpdate { message, .. } = e
+            && message.text() == "Hello wor"
+        {
+            handle.abort();
+        }
+    });
+    let result = agent.prompt("Hi").unwrap();
+    assert_eq!(result.stop_reason, RunStopReason::Cancelled);
+    let reply = result.messages[1].as_assistant().unwrap();
+    assert_eq!(
+        (reply.stop_reason, reply.text().as_str()),
+        (StopReason::Aborted, "Hello wor")
+    );
+}
+
+#[test]
+fn timeouts_name_their_phase() {
+    let server = Server::start(vec![
+        Reply::sse("").stall(Duration::from_secs(20)),
+        Reply::sse_file("written/mid_reply.sse").stall(Duration::from_secs(20)),
+    ]);
+    let provider = openai(&server)
+        .retry(RetryPolicy::none())
+        .first_byte_timeout(Duration::from_millis(200))
+        .idle_timeout(Duration::from_millis(200));
+    let request = Request {
+        model: "m".into(),
+        messages: vec![Message::user("Hi")],
+        ..Request::default()
+    };
+    let cancel = CancelToken::new();
+    let r = provider.stream(&request, &cancel, &mut |_| {});
+    assert_eq!(r.unwrap_err(), Error::Timeout(TimeoutPhase::FirstByte));
+    let mut texts = String::new();
+    let r = provider.stream(&request, &cancel, &mut |e| {
+        if let StreamEvent::TextDelta { text } = e {
+            texts.push_str(&text);
+        }
+    });
+    assert_eq!(r.unwrap_err(), Error::Timeout(TimeoutPhase::Idle));
+    assert_eq!(texts, "Hello wor");
+}
+
+#[test]
+fn a_refused_connection_is_retried_then_reported() {
+    // A port that was just free: nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let provider = OpenAiCompat::new(format!("http://127.0.0.1:{port}/v1")).retry(fast_retries());
+    let mut retries = 0;
+    let r = provider.stream(&Request::default(), &CancelToken::new(), &mut |e| {
+        retries += matches!(e, StreamEvent::Retry { .. }) as u32;
+    });
+    let error = r.unwrap_err();
+    assert!(
+        matches!(&error, Error::Connection(m) if m.contains("gave up after 3 attempts")),
+        "{error:?}"
+    );
+    assert_eq!(retries, 2);
+}
+
+// ---- secrets ----
+
+#[test]
+fn the_api_key_never_shows_in_debug_errors_or_events() {
+    let key = "sk-test-SECRET-1234";
+    let server = Server::start(vec![Reply::json(
+        401,
+        format!(
+            r#"{{"error":{{"message":"Incorrect API key provided: {key}","type":"invalid_request_error"}}}}"#
+        ),
+    )]);
+    let provider = openai(&server).api_key(key);
+    assert!(!format!("{provider:?}").contains(key));
+    let anthropic = Anthropic::new("http://x").api_key(key);
+    assert!(!format!("{anthropic:?}").contains(key));
+    let (agent, rec) = agent(provider, "gpt-4o-mini");
+    let result = agent.prompt("Hi").unwrap();
+    let error = result.error.unwrap();
+    assert_eq!(
+        error.to_string(),
+        "http status 401: Incorrect API key provided: <redacted>"
+    );
+    assert!(!format!("{:?}", rec.events()).contains(key));
+    assert!(!format!("{:?}", agent.snapshot()).contains(key));
+    assert_eq!(
+        server.requests()[0].header("authorization"),
+        Some(format!("Bearer {key}").as_str())
+    );
+}
+
+// ---- request bodies ----
+
+#[test]
+fn openai_request_carries_the_whole_transcript() {
+    let provider = OpenAiCompat::new("http://x/v1")
+        .temperature(0.0)
+        .max_tokens(64)
+        .extra_body(json!({"seed": 7}));
+    let request = Request {
+        system_prompt: "Be terse.".into(),
+        model: "m".into(),
+        messages: vec![
+            Message::user("Weather?"),
+            Message::Assistant(pagent::AssistantMessage {
+                content: vec![
+                    ContentBlock::Thinking {
+                        thinking: "hmm".into(),
+                        signature: None,
+                    },
+                    ContentBlock::Text {
+                        text: "Checking.".into(),
+                    },
+                    ContentBlock::ToolCall(pagent::ToolCall {
+                        id: "c1".into(),
+                        name: "get_weather".into(),
+                        arguments: String::new(),
+                    }),
+                ],
+                stop_reason: StopReason::ToolUse,
+                ..Default::default()
+            }),
+            Message::ToolResult(pagent::ToolResultMessage {
+                tool_call_id: "c1".into(),
+                tool_name: "get_weather".into(),
+                content: "sunny".into(),
+                ..Default::default()
+            }),
+        ],
+        ..Request::default()
+    };
+    assert_eq!(
+        provider.request_body(&request),
+        json!({
+            "model": "m",
+            "messages": [
+                {"role": "system", "content": "Be terse."},
+                {"role": "user", "content": "Weather?"},
+                {"role": "assistant", "content": "Checking.", "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+                ]},
+                {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+            ],
+            "stream": true,
+            "stream_options": {"include_usage": true},
+            "temperature": 0.0,
+            "max_tokens": 64,
+            "seed": 7,
+        })
+    );
+}

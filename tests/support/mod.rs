@@ -1,0 +1,345 @@
+//! A loopback HTTP server that replays scripted responses byte for byte, and a recording
+//! listener that renders every agent event on one line.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use pagent::{Agent, AgentEvent, Message};
+
+/// How long a server thread lives at most, whatever the test does.
+const SERVER_LIFETIME: Duration = Duration::from_secs(30);
+
+/// One scripted response.
+#[derive(Clone, Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    /// Bytes per write (0: the whole body in one write).
+    pub chunk: usize,
+    /// Pause before each write.
+    pub delay: Duration,
+    /// Send the headers and `body`, then nothing for this long, holding the connection.
+    pub stall: Option<Duration>,
+    /// Close the connection without ending the chunked body (a dropped connection).
+    pub cut: bool,
+}
+
+impl Reply {
+    /// A 200 event stream with this body.
+    pub fn sse(body: impl Into<Vec<u8>>) -> Reply {
+        Reply {
+            status: 200,
+            headers: vec![("Content-Type".into(), "text/event-stream".into())],
+            body: body.into(),
+            chunk: 0,
+            delay: Duration::ZERO,
+            stall: None,
+            cut: false,
+        }
+    }
+
+    /// A file of `tests/data` replayed as an event stream.
+    pub fn sse_file(path: &str) -> Reply {
+        Reply::sse(data(path))
+    }
+
+    /// A JSON response with this status.
+    pub fn json(status: u16, body: impl Into<Vec<u8>>) -> Reply {
+        Reply {
+            status,
+            headers: vec![("Content-Type".into(), "application/json".into())],
+            ..Reply::sse(body)
+        }
+    }
+
+    pub fn header(mut self, name: &str, value: &str) -> Reply {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    pub fn chunked(mut self, bytes: usize, delay: Duration) -> Reply {
+        self.chunk = bytes;
+        self.delay = delay;
+        self
+    }
+
+    pub fn stall(mut self, time: Duration) -> Reply {
+        self.stall = Some(time);
+        self
+    }
+
+    pub fn cut(mut self) -> Reply {
+        self.cut = true;
+        self
+    }
+}
+
+/// The bytes of a file under `tests/data`.
+pub fn data(path: &str) -> Vec<u8> {
+    let full = format!("{}/tests/data/{path}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read(&full).unwrap_or_else(|e| panic!("{full}: {e}"))
+}
+
+/// A request the server received.
+#[derive(Clone, Debug)]
+pub struct Recorded {
+    pub method: String,
+    pub path: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Recorded {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap()
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Serves `replies` in order, one per connection, on 127.0.0.1; then stops accepting.
+pub struct Server {
+    pub url: String,
+    requests: Arc<Mutex<Vec<Recorded>>>,
+    _thread: JoinHandle<()>,
+}
+
+impl Server {
+    pub fn start(replies: Vec<Reply>) -> Server {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        listener.set_nonblocking(true).unwrap();
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let log = requests.clone();
+        let thread = std::thread::spawn(move || {
+            let deadline = Instant::now() + SERVER_LIFETIME;
+            let mut replies = replies.into_iter();
+            while Instant::now() < deadline {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        let Some(reply) = replies.next() else { return };
+                        let log = log.clone();
+                        std::thread::spawn(move || serve(stream, &reply, &log));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
+                }
+            }
+        });
+        Server {
+            url,
+            requests,
+            _thread: thread,
+        }
+    }
+
+    /// The requests received so far.
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+fn serve(stream: TcpStream, reply: &Reply, log: &Mutex<Vec<Recorded>>) {
+    stream.set_nonblocking(false).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let Some(request) = read_request(&stream) else {
+        return;
+    };
+    log.lock().unwrap().push(request);
+    let _ = write_reply(stream, reply);
+}
+
+fn read_request(stream: &TcpStream) -> Option<Recorded> {
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    reader.read_line(&mut line).ok()?;
+    let mut parts = line.split_whitespace();
+    let (method, path) = (parts.next()?.to_owned(), parts.next()?.to_owned());
+    let mut headers = Vec::new();
+    loop {
+        let mut h = String::new();
+        reader.read_line(&mut h).ok()?;
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        let (n, v) = h.split_once(':')?;
+        headers.push((n.trim().to_owned(), v.trim().to_owned()));
+    }
+    let len = headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+        .map_or(0, |(_, v)| v.parse().unwrap());
+    let mut body = vec![0; len];
+    reader.read_exact(&mut body).ok()?;
+    Some(Recorded {
+        method,
+        path,
+        headers,
+        body,
+    })
+}
+
+fn write_reply(mut stream: TcpStream, reply: &Reply) -> std::io::Result<()> {
+    let mut head = format!("HTTP/1.1 {} Scripted\r\n", reply.status);
+    for (n, v) in &reply.headers {
+        head.push_str(&format!("{n}: {v}\r\n"));
+    }
+    head.push_str("Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n");
+    stream.write_all(head.as_bytes())?;
+    stream.flush()?;
+    let size = if reply.chunk == 0 {
+        reply.body.len().max(1)
+    } else {
+        reply.chunk
+    };
+    for piece in reply.body.chunks(size) {
+        if !reply.delay.is_zero() {
+            std::thread::sleep(reply.delay);
+        }
+        stream.write_all(format!("{:x}\r\n", piece.len()).as_bytes())?;
+        stream.write_all(piece)?;
+        stream.write_all(b"\r\n")?;
+        stream.flush()?;
+    }
+    if let Some(stall) = reply.stall {
+        std::thread::sleep(stall);
+    }
+    if !reply.cut {
+        stream.write_all(b"0\r\n\r\n")?;
+    }
+    stream.flush()
+}
+
+/// Every event an agent emits, in order.
+#[derive(Clone, Default)]
+pub struct Recorder(Arc<Mutex<Vec<AgentEvent>>>);
+
+impl Recorder {
+    pub fn attach(agent: &Agent) -> Recorder {
+        let r = Recorder::default();
+        let sink = r.0.clone();
+        // Kept for the agent's lifetime: the subscription handle is dropped without
+        // unsubscribing.
+        let _sub = agent.subscribe(move |e: &AgentEvent| sink.lock().unwrap().push(e.clone()));
+        r
+    }
+
+    pub fn events(&self) -> Vec<AgentEvent> {
+        self.0.lock().unwrap().clone()
+    }
+
+    /// One line per event; runs of deltas of one kind are merged into one line with their
+    /// count and joined text, so long streams compare exactly yet briefly.
+    pub fn lines(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let mut run: Option<(String, usize, String)> = None;
+        let flush = |run: &mut Option<(String, usize, String)>, out: &mut Vec<String>| {
+            if let Some((kind, n, text)) = run.take() {
+                out.push(format!("{kind} x{n} {text:?}"));
+            }
+        };
+        for e in self.events() {
+            if let AgentEvent::MessageUpdate { delta, .. } = &e {
+                let (kind, text) = match delta {
+                    pagent::llm::StreamEvent::TextDelta { text } => ("text".to_owned(), text),
+                    pagent::llm::StreamEvent::ThinkingDelta { text } => {
+                        ("thinking".to_owned(), text)
+                    }
+                    pagent::llm::StreamEvent::ToolCallDelta { index, arguments } => {
+                        (format!("args[{index}]"), arguments)
+                    }
+                    other => {
+                        flush(&mut run, &mut out);
+                        out.push(render_delta(other));
+                        continue;
+                    }
+                };
+                match &mut run {
+                    Some((k, n, t)) if *k == kind => {
+                        *n += 1;
+                        t.push_str(text);
+                    }
+                    _ => {
+                        flush(&mut run, &mut out);
+                        run = Some((kind, 1, text.clone()));
+                    }
+                }
+                continue;
+            }
+            flush(&mut run, &mut out);
+            out.push(render(&e));
+        }
+        flush(&mut run, &mut out);
+        out
+    }
+}
+
+fn render_delta(delta: &pagent::llm::StreamEvent) -> String {
+    use pagent::llm::StreamEvent as S;
+    match delta {
+        S::ToolCallStart { id, name } => format!("call {id} {name}"),
+        S::ThinkingSignature { signature } => format!("signature {signature}"),
+        S::Usage { usage: u } => format!(
+            "usage in={} out={} cache_read={} cache_write={} reasoning={} total={}",
+            u.input, u.output, u.cache_read, u.cache_write, u.reasoning, u.total
+        ),
+        S::Retry {
+            attempt,
+            delay_ms,
+            error,
+        } => format!("retry {attempt} after {delay_ms} ms: {error}"),
+        other => format!("{other:?}"),
+    }
+}
+
+fn render(e: &AgentEvent) -> String {
+    match e {
+        AgentEvent::AgentStart => "AgentStart".into(),
+        AgentEvent::TurnStart { turn } => format!("TurnStart {turn}"),
+        AgentEvent::MessageStart { message } => format!("MessageStart {}", message.role()),
+        AgentEvent::MessageEnd { message } => match &**message {
+            Message::Assistant(m) => format!(
+                "MessageEnd assistant {:?} calls={}{}",
+                m.stop_reason,
+                m.tool_calls().count(),
+                m.error_message
+                    .as_ref()
+                    .map(|e| format!(" error={e}"))
+                    .unwrap_or_default()
+            ),
+            other => format!("MessageEnd {}", other.role()),
+        },
+        AgentEvent::ToolStart { call } => {
+            format!("ToolStart {} {} {}", call.id, call.name, call.arguments)
+        }
+        AgentEvent::ToolEnd { result } => format!(
+            "ToolEnd {} {} {}",
+            result.tool_call_id,
+            if result.is_error { "err" } else { "ok" },
+            result.content
+        ),
+        AgentEvent::TurnEnd {
+            turn, stop_reason, ..
+        } => format!("TurnEnd {turn} {stop_reason}"),
+        AgentEvent::AgentEnd {
+            stop_reason, usage, ..
+        } => format!(
+            "AgentEnd {stop_reason} in={} out={}",
+            usage.input, usage.output
+        ),
+        other => other.name().into(),
+    }
+}
