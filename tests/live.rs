@@ -1,0 +1,205 @@
+//! The full agent against a real model server (llama.cpp's `llama-server` with SmolLM2-135M,
+//! started by `../shared/llm-server/start.sh`). Skipped unless `PAGENT_LIVE_BASE_URL` names
+//! the server's OpenAI-compatible base URL, such as `http://127.0.0.1:8091/v1`.
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use pagent::llm::OpenAiCompat;
+use pagent::{
+    Agent, AgentEvent, AssistantMessage, ContentBlock, Message, RunStopReason, StopReason,
+    ToolCall, ToolOutput, tool,
+};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+use support::Recorder;
+
+fn live() -> Option<OpenAiCompat> {
+    let Ok(base) = std::env::var("PAGENT_LIVE_BASE_URL") else {
+        eprintln!("skipped: set PAGENT_LIVE_BASE_URL (e.g. http://127.0.0.1:8091/v1) to run");
+        return None;
+    };
+    // The tiny model is deterministic at temperature 0; the timeouts leave room for a busy
+    // machine.
+    Some(
+        OpenAiCompat::new(base)
+            .temperature(0.0)
+            .first_byte_timeout(Duration::from_secs(120))
+            .idle_timeout(Duration::from_secs(60)),
+    )
+}
+
+fn agent(provider: OpenAiCompat) -> (Agent, Recorder) {
+    let agent = Agent::builder()
+        .provider(provider)
+        .model("smollm2")
+        .tool(tool::typed(
+            "get_weather",
+            "Get the current weather for a city",
+            |args: City, _| {
+                Ok(ToolOutput::text(format!(
+                    "{{\"city\":\"{}\",\"temp_c\":21}}",
+                    args.city
+                )))
+            },
+        ))
+        .max_turns(3)
+        .build()
+        .unwrap();
+    let rec = Recorder::attach(&agent);
+    (agent, rec)
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct City {
+    /// City name
+    city: String,
+}
+
+#[test]
+fn live_streamed_text_reply_with_usage() {
+    let Some(provider) = live() else { return };
+    let (agent, rec) = agent(provider.max_tokens(24));
+    let result = agent.prompt("Say hello to Oslo.").unwrap();
+    let result = result.ok().unwrap();
+    assert_eq!(result.stop_reason, RunStopReason::NoToolCalls);
+    let reply = result.messages[1].as_assistant().unwrap();
+    assert!(!reply.text().is_empty());
+    assert!(matches!(
+        reply.stop_reason,
+        StopReason::Stop | StopReason::Length
+    ));
+    assert!(
+        result.usage.input > 0 && result.usage.output > 0,
+        "{:?}",
+        result.usage
+    );
+    let lines = rec.lines();
+    let text_line = &lines[5];
+    assert!(text_line.starts_with("text x"), "{lines:#?}");
+    let u = result.usage;
+    assert_eq!(
+        lines,
+        [
+            "AgentStart",
+            "TurnStart 1",
+            "MessageStart user",
+            "MessageEnd user",
+            "MessageStart assistant",
+            text_line,
+            &format!(
+                "usage in={} out={} cache_read={} cache_write=0 reasoning=0 total={}",
+                u.input, u.output, u.cache_read, u.total
+            ),
+            &format!("MessageEnd assistant {:?} calls=0", reply.stop_reason),
+            "TurnEnd 1 no_tool_calls",
+            &format!("AgentEnd no_tool_calls in={} out={}", u.input, u.output),
+        ]
+    );
+}
+
+/// A few-shot history that makes the tiny model call the tool (see the server's README).
+fn few_shot() -> Vec<Message> {
+    let call = |id: &str, city: &str| {
+        Message::Assistant(AssistantMessage {
+            content: vec![ContentBlock::ToolCall(ToolCall {
+                id: id.into(),
+                name: "get_weather".into(),
+                arguments: json!({"city": city}).to_string(),
+            })],
+            stop_reason: StopReason::ToolUse,
+            ..AssistantMessage::default()
+        })
+    };
+    vec![
+        Message::user("Weather in London?"),
+        call("call_1", "London"),
+        Message::user("Weather in Berlin?"),
+        call("call_2", "Berlin"),
+        Message::user("Weather in Paris?"),
+    ]
+}
+
+#[test]
+fn live_tool_call_round_trip() {
+    let Some(provider) = live() else { return };
+    let (agent, rec) = agent(provider.max_tokens(64));
+    let result = agent.prompt(few_shot()).unwrap().ok().unwrap();
+    let events = rec.events();
+    // The tool ran with the model's arguments...
+    let ends: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::ToolEnd { result } => Some(result.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(!ends.is_empty(), "{:#?}", rec.lines());
+    assert!(!ends[0].is_error, "{:?}", ends[0]);
+    assert!(ends[0].content.contains("Paris"), "{:?}", ends[0]);
+    // ...its result went back in the next request, and a final reply arrived.
+    let snapshot = agent.snapshot();
+    let tool_result_at = snapshot
+        .messages
+        .iter()
+        .position(|m| m.as_tool_result().is_some())
+        .unwrap();
+    let after: Vec<_> = snapshot.messages.iter().skip(tool_result_at + 1).collect();
+    assert!(
+        after.iter().any(|m| m.as_assistant().is_some()),
+        "a reply after the tool result"
+    );
+    assert!(matches!(
+        result.stop_reason,
+        RunStopReason::NoToolCalls | RunStopReason::MaxTurns
+    ));
+    let last = snapshot.messages.last().unwrap();
+    assert!(last.as_assistant().is_some_and(|m| !m.is_empty()));
+}
+
+#[test]
+fn live_abort_mid_stream() {
+    let Some(provider) = live() else { return };
+    let (agent, _) = agent(provider.max_tokens(1000));
+    let handle = agent.handle();
+    let deltas = Arc::new(AtomicUsize::new(0));
+    let seen = deltas.clone();
+    let aborted_at = Arc::new(Mutex::new(None));
+    let at = aborted_at.clone();
+    let _sub = agent.subscribe(move |e: &AgentEvent| {
+        if let AgentEvent::MessageUpdate { .. } = e
+            && seen.fetch_add(1, Ordering::SeqCst) == 4
+        {
+            *at.lock().unwrap() = Some(Instant::now());
+            handle.abort();
+        }
+    });
+    let result = agent
+        .prompt("Write a very long story about a dragon.")
+        .unwrap();
+    let returned = Instant::now();
+    assert_eq!(result.stop_reason, RunStopReason::Cancelled);
+    let reply = result.messages[1].as_assistant().unwrap();
+    assert_eq!(reply.stop_reason, StopReason::Aborted);
+    assert!(!reply.text().is_empty(), "the partial reply is kept");
+    let latency = returned - aborted_at.lock().unwrap().unwrap();
+    assert!(latency < Duration::from_secs(2), "{latency:?}");
+    eprintln!("abort to return: {latency:?}");
+}
+
+#[test]
+fn live_context_overflow_is_a_typed_error() {
+    let Some(provider) = live() else { return };
+    let (agent, _) = agent(provider.max_tokens(8));
+    // About 6000 tokens, over the server's 4096-token context.
+    let long = "alpha beta gamma delta ".repeat(1500);
+    let result = agent.prompt(long).unwrap();
+    assert_eq!(result.stop_reason, RunStopReason::Error);
+    let error = result.error.unwrap();
+    assert_eq!(error.status(), Some(400), "{error}");
+    assert!(error.is_context_overflow(), "{error}");
+}
