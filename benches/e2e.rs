@@ -1,0 +1,280 @@
+//! End-to-end cost of one streamed text delta: a loopback server streams a reply of
+//! `DELTAS` OpenAI-style chunks (shaped like llama-server's), and we time
+//!
+//! - `e2e/agent`: the full agent (`OpenAiCompat` over ureq with its reader thread, the SSE
+//!   parser, chunk decoding, the fold into the state, one listener), one `prompt` per
+//!   iteration on a fresh agent;
+//! - `e2e/minimal_reader`: a minimal reader of the same bytes from the same server: a raw
+//!   TCP request, splitting the body into SSE events, parsing each JSON chunk into a struct.
+//!
+//! What is measured is CPU time, not wall time: the process's user + system time
+//! (`getrusage`, which counts the threads that ended too, such as the provider's reader
+//! thread) minus the time of the server's threads, which each record their own. So the
+//! figures hold on a loaded machine, and they include the kernel's socket work on the
+//! reading side. Criterion reports it per delta (the throughput element); the ratio of the
+//! two is the library's cost per delta over the bare minimum.
+//!
+//! Two server modes: `e2e/per_token/*` writes each event on its own, as a model server
+//! flushes each token; `e2e/bulk/*` writes the whole reply at once, so the reads are large
+//! and what remains is the processing per delta.
+//!
+//! `cargo bench --bench e2e`
+
+use std::hint::black_box;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use pagent::llm::OpenAiCompat;
+use pagent::{Agent, AgentEvent};
+use serde::Deserialize;
+
+const DELTAS: usize = 2000;
+
+/// CPU time the server's reply threads spent, in nanoseconds.
+static SERVER_CPU_NS: AtomicU64 = AtomicU64::new(0);
+
+/// User + system CPU time of the whole process (`RUSAGE_SELF`) or the calling thread
+/// (`RUSAGE_THREAD`), in nanoseconds.
+fn cpu_ns(who: libc::c_int) -> u64 {
+    // SAFETY: `getrusage` only writes into the zeroed struct we pass, which lives across the
+    // call; an all-zero `rusage` is a valid value.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        assert_eq!(libc::getrusage(who, &mut usage), 0);
+        usage
+    };
+    let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
+    ns(usage.ru_utime) + ns(usage.ru_stime)
+}
+
+/// Runs `f` `iters` times and returns the CPU time the client side spent.
+fn client_cpu(iters: u64, mut f: impl FnMut()) -> Duration {
+    let (process, server) = (
+        cpu_ns(libc::RUSAGE_SELF),
+        SERVER_CPU_NS.load(Ordering::SeqCst),
+    );
+    for _ in 0..iters {
+        f();
+    }
+    let process = cpu_ns(libc::RUSAGE_SELF) - process;
+    let server = SERVER_CPU_NS.load(Ordering::SeqCst) - server;
+    Duration::from_nanos(process.saturating_sub(server))
+}
+
+/// A reply of `DELTAS` one-token text chunks, a finish chunk, a usage chunk and `[DONE]`,
+/// each event its own write, as llama-server sends them.
+fn events() -> Vec<Vec<u8>> {
+    let head = r#"{"choices":[{"finish_reason":null,"index":0,"delta":{"content":"#;
+    let tail = r#"}}],"created":1795993459,"id":"chatcmpl-M3hUd40FVD9G6dvFgeuhw4IEQqQj0KIS","model":"smollm2","system_fingerprint":"b1-0c1e570","object":"chat.completion.chunk"}"#;
+    let mut out = Vec::with_capacity(DELTAS + 3);
+    for i in 0..DELTAS {
+        let token = serde_json::to_string(&format!(" tok{}", i % 100)).unwrap();
+        out.push(format!("data: {head}{token}{tail}\n\n").into_bytes());
+    }
+    out.push(
+        br#"data: {"choices":[{"finish_reason":"stop","index":0,"delta":{}}],"object":"chat.completion.chunk"}
+
+"#
+        .to_vec(),
+    );
+    out.push(
+        br#"data: {"choices":[],"usage":{"completion_tokens":2000,"prompt_tokens":39,"total_tokens":2039}}
+
+"#
+        .to_vec(),
+    );
+    out.push(b"data: [DONE]\n\n".to_vec());
+    out
+}
+
+/// Serves the reply to every request, close-delimited, until the process ends.
+fn serve() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let events = Arc::new(events());
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let events = events.clone();
+            std::thread::spawn(move || reply(stream.unwrap(), &events));
+        }
+    });
+    url
+}
+
+fn reply(stream: TcpStream, events: &[Vec<u8>]) {
+    let start = cpu_ns(libc::RUSAGE_THREAD);
+    write_reply(&stream, events);
+    // Recorded before the stream closes, so the client's EOF comes after it.
+    SERVER_CPU_NS.fetch_add(cpu_ns(libc::RUSAGE_THREAD) - start, Ordering::SeqCst);
+}
+
+fn write_reply(stream: &TcpStream, events: &[Vec<u8>]) {
+    stream.set_nodelay(true).unwrap();
+    let mut reader = BufReader::new(stream);
+    let mut len = 0;
+    let mut bulk = false;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap() == 0 {
+            return;
+        }
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        bulk |= line.starts_with("POST /bulk/");
+        if let Some((name, value)) = line.split_once(':')
+            && name.eq_ignore_ascii_case("content-length")
+        {
+            len = value.trim().parse().unwrap();
+        }
+    }
+    let mut body = vec![0; len];
+    reader.read_exact(&mut body).unwrap();
+    let mut out = stream;
+    out.write_all(
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n",
+    )
+    .unwrap();
+    if bulk {
+        let _ = out.write_all(&events.concat());
+        return;
+    }
+    for event in events {
+        if out.write_all(event).is_err() {
+            return;
+        }
+    }
+}
+
+fn agent_run(url: &str) {
+    let agent = Agent::builder()
+        .provider(OpenAiCompat::new(format!("{url}/v1")))
+        .model("smollm2")
+        .build()
+        .unwrap();
+    let deltas = Arc::new(AtomicUsize::new(0));
+    let seen = deltas.clone();
+    let _sub = agent.subscribe(move |e: &AgentEvent| {
+        if let AgentEvent::MessageUpdate { .. } = e {
+            seen.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+    black_box(agent.prompt("Hello").unwrap().ok().unwrap());
+    assert_eq!(
+        deltas.load(Ordering::Relaxed),
+        DELTAS + 1,
+        "the deltas and the usage"
+    );
+}
+
+#[derive(Deserialize)]
+struct Chunk<'a> {
+    #[serde(borrow)]
+    choices: Vec<Choice<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Choice<'a> {
+    #[serde(borrow)]
+    delta: Option<Delta<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Delta<'a> {
+    #[serde(borrow)]
+    content: Option<std::borrow::Cow<'a, str>>,
+}
+
+/// Reads the reply over raw TCP, splits it into events at blank lines and parses each one.
+fn minimal_reader(addr: &str, prefix: &str) -> usize {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    let body =
+        br#"{"model":"smollm2","messages":[{"role":"user","content":"Hello"}],"stream":true}"#;
+    write!(
+        stream,
+        "POST {prefix}/v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    stream.write_all(body).unwrap();
+    let mut buf = Vec::new();
+    let mut chunk = vec![0; 16 * 1024];
+    let mut start = 0;
+    let mut in_body = false;
+    let mut deltas = 0;
+    loop {
+        let n = stream.read(&mut chunk).unwrap();
+        if n == 0 {
+            return deltas;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        while let Some(end) = buf[start..].windows(2).position(|w| w == b"\n\n") {
+            let event = &buf[start..start + end];
+            start += end + 2;
+            if !in_body {
+                // The response head ends with CRLF CRLF; the first event follows it.
+                in_body = true;
+                if let Some(p) = event.windows(4).position(|w| w == b"\r\n\r\n") {
+                    let first = &event[p + 4..];
+                    deltas += parse(first);
+                }
+                continue;
+            }
+            deltas += parse(event);
+        }
+    }
+}
+
+fn parse(event: &[u8]) -> usize {
+    let Some(data) = event.strip_prefix(b"data: ") else {
+        return 0;
+    };
+    if data == b"[DONE]" {
+        return 0;
+    }
+    let chunk: Chunk<'_> = serde_json::from_slice(data).unwrap();
+    chunk
+        .choices
+        .iter()
+        .filter(|c| c.delta.as_ref().is_some_and(|d| d.content.is_some()))
+        .count()
+}
+
+fn bench(c: &mut Criterion) {
+    let server = serve();
+    let addr = server.trim_start_matches("http://").to_owned();
+    for (name, prefix) in [("per_token", ""), ("bulk", "/bulk")] {
+        assert_eq!(minimal_reader(&addr, prefix), DELTAS);
+        let url = format!("{server}{prefix}");
+        let mut group = c.benchmark_group(format!("e2e/{name}"));
+        group.throughput(Throughput::Elements(DELTAS as u64));
+        // A fresh agent per prompt, so the transcript (and the request) stays the same
+        // size; building one takes microseconds next to the 2000 deltas.
+        group.bench_function("agent", |b| {
+            b.iter_custom(|iters| client_cpu(iters, || agent_run(&url)))
+        });
+        group.bench_function("minimal_reader", |b| {
+            b.iter_custom(|iters| {
+                client_cpu(iters, || {
+                    black_box(minimal_reader(&addr, prefix));
+                })
+            })
+        });
+        group.finish();
+    }
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .sample_size(20)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(5));
+    targets = bench
+}
+criterion_main!(benches);
