@@ -656,11 +656,9 @@ fn abort_while_the_server_stalls_returns_cancelled_promptly() {
     let aborted_at = aborter.join().unwrap();
     assert_eq!(result.stop_reason, RunStopReason::Cancelled);
     // The target is 100 ms; the bound is generous for a loaded machine.
-    assert!(
-        returned - aborted_at < Duration::from_secs(2),
-        "{:?}",
-        returned - aborted_at
-    );
+    let latency = returned - aborted_at;
+    assert!(latency < Duration::from_secs(2), "{latency:?}");
+    eprintln!("abort to return while the server stalls: {latency:?}");
     assert_eq!(
         rec.lines(),
         with_prompt(&[

@@ -11,7 +11,8 @@
 //! After an abort or a timeout the run thread drops the channel and returns. The helper
 //! thread then ends on its own: its next send fails as soon as a chunk arrives, and if the
 //! server sends nothing at all, ureq's per-read timeout (the longer of the first-byte and
-//! idle timeouts) ends its blocked read; dropping the response closes the connection.
+//! idle timeouts, plus 5 s) ends its blocked read; dropping the response closes the
+//! connection.
 
 use std::io::Read;
 use std::sync::OnceLock;
@@ -136,15 +137,15 @@ impl HttpClient {
 
     fn agent(&self) -> &ureq::Agent {
         self.agent.get_or_init(|| {
-            let slowest = self.first_byte_timeout.max(self.idle_timeout);
+            // Longer than the timeouts the run thread keeps, so that those fire first and
+            // name their phase; this one only bounds a helper thread after an abort.
+            let slowest = self.first_byte_timeout.max(self.idle_timeout) + Duration::from_secs(5);
             ureq::Agent::config_builder()
                 .http_status_as_error(false)
                 .timeout_connect(Some(self.connect_timeout))
                 .timeout_send_request(Some(self.first_byte_timeout))
                 .timeout_send_body(Some(self.first_byte_timeout))
                 .timeout_recv_response(Some(self.first_byte_timeout))
-                // Not the idle timeout we report (the run thread keeps that one): this
-                // bounds how long a helper thread can outlive an aborted request.
                 .timeout_per_read(Some(slowest))
                 .user_agent(concat!("pagent/", env!("CARGO_PKG_VERSION")))
                 .build()
@@ -362,9 +363,7 @@ fn request_thread(
                 Msg::Chunk(buf)
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
-                Msg::Fail(Error::Timeout(TimeoutPhase::Idle))
-            }
+            Err(e) if is_timeout(&e) => Msg::Fail(Error::Timeout(TimeoutPhase::Idle)),
             Err(e) => Msg::Fail(Error::Connection(format!("the reply broke off: {e}"))),
         };
         let last = !matches!(msg, Msg::Chunk(_));
@@ -373,6 +372,14 @@ fn request_thread(
             return;
         }
     }
+}
+
+/// A read error that is a timeout, as the OS or ureq (wrapped in the io error) says.
+fn is_timeout(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::TimedOut
+        || e.get_ref()
+            .and_then(|inner| inner.downcast_ref::<ureq::Error>())
+            .is_some_and(|u| matches!(u, ureq::Error::Timeout(_)))
 }
 
 fn from_ureq(e: ureq::Error) -> Error {
