@@ -354,14 +354,13 @@ fn request_thread(
         return;
     }
     let mut reader = response.into_body().into_reader();
+    // One buffer for every read; each chunk sent on is a copy of just the bytes read, as a
+    // model server's chunks are usually a few hundred bytes.
+    let mut buf = vec![0; READ_BUFFER];
     loop {
-        let mut buf = vec![0; READ_BUFFER];
         let msg = match reader.read(&mut buf) {
             Ok(0) => Msg::End,
-            Ok(n) => {
-                buf.truncate(n);
-                Msg::Chunk(buf)
-            }
+            Ok(n) => Msg::Chunk(buf[..n].to_vec()),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) if is_timeout(&e) => Msg::Fail(Error::Timeout(TimeoutPhase::Idle)),
             Err(e) => Msg::Fail(Error::Connection(format!("the reply broke off: {e}"))),
