@@ -603,6 +603,26 @@ fn retry_after_ms_is_honoured() {
 }
 
 #[test]
+fn anthropic_overloaded_is_retried_with_its_own_message() {
+    let server = Server::start(vec![
+        Reply::json(
+            529,
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+        ),
+        Reply::sse_file("written/anthropic_text.sse"),
+    ]);
+    let (agent, rec) = agent(anthropic(&server), "claude-sonnet-4-5");
+    let result = agent.prompt("Weather?").unwrap();
+    assert_eq!(result.text(), "It is sunny in Paris.");
+    let retry = &rec.lines()[5];
+    assert!(
+        retry.starts_with("retry 1 after ") && retry.ends_with(" ms: http status 529: Overloaded"),
+        "{retry}"
+    );
+    assert_eq!(server.requests().len(), 2);
+}
+
+#[test]
 fn a_500_three_times_gives_up_with_a_clear_error() {
     let body = String::from_utf8(data("llama-server/err_bad_json.json")).unwrap();
     let server = Server::start(vec![Reply::json(500, body.clone()); 3]);
