@@ -450,3 +450,94 @@ impl Decoder<'_> {
         message
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::llm::ToolDefinition;
+    use crate::message::{ToolCall, ToolResultMessage};
+
+    #[test]
+    fn request_body_has_system_tools_and_alternating_turns() {
+        let request = Request {
+            system_prompt: "Be terse.".into(),
+            model: "claude".into(),
+            tools: vec![ToolDefinition {
+                name: "f".into(),
+                description: "does f".into(),
+                parameters: json!({"type": "object"}),
+            }],
+            messages: vec![
+                Message::user("hi"),
+                Message::Assistant(AssistantMessage {
+                    content: vec![
+                        // Unsigned thinking (from another provider) and empty text are dropped.
+                        ContentBlock::Thinking {
+                            thinking: "hmm".into(),
+                            signature: None,
+                        },
+                        ContentBlock::Text { text: "".into() },
+                        ContentBlock::ToolCall(ToolCall {
+                            id: "t1".into(),
+                            name: "f".into(),
+                            arguments: "{not json".into(),
+                        }),
+                    ],
+                    ..AssistantMessage::default()
+                }),
+                Message::ToolResult(ToolResultMessage {
+                    tool_call_id: "t1".into(),
+                    tool_name: "f".into(),
+                    content: "bad arguments".into(),
+                    is_error: true,
+                    details: None,
+                }),
+                Message::user("and now?"),
+            ],
+            thinking: ThinkingLevel::Off,
+        };
+        let body = Anthropic::new("http://x")
+            .temperature(0.5)
+            .request_body(&request);
+        assert_eq!(
+            body,
+            json!({
+                "model": "claude",
+                "max_tokens": 8192,
+                "stream": true,
+                "system": "Be terse.",
+                "temperature": 0.5,
+                "tools": [{"name": "f", "description": "does f", "input_schema": {"type": "object"}}],
+                "messages": [
+                    {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+                    {"role": "assistant", "content": [
+                        {"type": "tool_use", "id": "t1", "name": "f", "input": {}},
+                    ]},
+                    {"role": "user", "content": [
+                        {"type": "tool_result", "tool_use_id": "t1", "content": "bad arguments",
+                         "is_error": true},
+                        {"type": "text", "text": "and now?"},
+                    ]},
+                ],
+            })
+        );
+    }
+
+    #[test]
+    fn thinking_raises_max_tokens_above_the_budget_and_drops_temperature() {
+        let request = Request {
+            thinking: ThinkingLevel::High,
+            ..Request::default()
+        };
+        let body = Anthropic::new("http://x")
+            .max_tokens(1000)
+            .temperature(0.5)
+            .request_body(&request);
+        assert_eq!(
+            body["thinking"],
+            json!({"type": "enabled", "budget_tokens": 32000})
+        );
+        assert_eq!(body["max_tokens"], json!(36096));
+        assert!(body.get("temperature").is_none());
+    }
+}

@@ -31,7 +31,7 @@ const ERROR_MESSAGE_LIMIT: usize = 1000;
 const READ_BUFFER: usize = 16 * 1024;
 
 /// Client settings common to the HTTP providers, and the ureq agent built from them.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub(crate) struct HttpClient {
     pub(crate) connect_timeout: Duration,
     pub(crate) first_byte_timeout: Duration,
@@ -55,6 +55,18 @@ impl Default for HttpClient {
     }
 }
 
+impl std::fmt::Debug for HttpClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpClient")
+            .field("connect_timeout", &self.connect_timeout)
+            .field("first_byte_timeout", &self.first_byte_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("retry", &self.retry)
+            .field("max_event_bytes", &self.max_event_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Where requests go and with which key: the part of a provider's settings that holds the
 /// secret, so that its `Debug` is written once, redacted.
 #[derive(Clone)]
@@ -72,9 +84,7 @@ impl Endpoint {
             http: HttpClient::default(),
         }
     }
-}
 
-impl Endpoint {
     /// Posts `body` as JSON to `{base_url}{path}` with `headers` (plus the content type) and
     /// waits for the first byte of the reply; see [`HttpClient::open`].
     pub(crate) fn open(
