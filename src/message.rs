@@ -228,10 +228,11 @@ pub struct Usage {
     pub total: u64,
 }
 
-impl Usage {
-    /// The field-wise sum.
-    #[must_use]
-    pub fn add(self, other: Usage) -> Usage {
+/// The field-wise sum.
+impl std::ops::Add for Usage {
+    type Output = Usage;
+
+    fn add(self, other: Usage) -> Usage {
         Usage {
             input: self.input + other.input,
             output: self.output + other.output,
@@ -245,7 +246,7 @@ impl Usage {
 
 impl std::ops::AddAssign for Usage {
     fn add_assign(&mut self, other: Usage) {
-        *self = self.add(other);
+        *self = *self + other;
     }
 }
 

@@ -17,7 +17,7 @@ use crate::message::{AssistantMessage, ContentBlock, StopReason, ToolCall, Usage
 /// Text that grows by appending, shared between snapshots.
 ///
 /// Holds the appended pieces in a persistent vector; cloning is O(1) and appending does not
-/// copy what is already there. Read it with [`Text::to_string`] (via `Display`) or walk
+/// copy what is already there. Read it with `to_string` (via `Display`) or walk
 /// [`Text::chunks`]. Equality compares the characters, not how they were cut.
 #[derive(Clone, Default)]
 pub struct Text {
