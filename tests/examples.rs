@@ -1,0 +1,136 @@
+//! Runs every example offline to completion, so none of them can rot.
+//!
+//! `cargo test` builds the examples before it runs this; when they are missing (under
+//! `cargo test --test examples` from a clean tree), they are built first.
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Once;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// No example may take longer than this, however slow the machine.
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+struct Ran {
+    stdout: String,
+    stderr: String,
+    success: bool,
+}
+
+fn example(name: &str) -> PathBuf {
+    // tests run from target/<profile>/deps/; the examples live in target/<profile>/examples/.
+    let exe = std::env::current_exe().expect("the test binary has a path");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>/deps");
+    let path = profile_dir
+        .join("examples")
+        .join(name)
+        .with_extension(std::env::consts::EXE_EXTENSION);
+    static BUILD: Once = Once::new();
+    if !path.exists() {
+        BUILD.call_once(|| {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let status = Command::new(cargo)
+                .args(["build", "--examples", "--quiet"])
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .status()
+                .expect("cargo runs");
+            assert!(status.success(), "cargo build --examples failed");
+        });
+    }
+    path
+}
+
+/// Runs example `name` with `args`, feeding `stdin`, and kills it after `TIMEOUT`.
+fn run(name: &str, args: &[&str], stdin: &str) -> Ran {
+    let mut child = Command::new(example(name))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("example {name} starts: {e}"));
+    let mut input = child.stdin.take().expect("piped stdin");
+    let stdin = stdin.to_owned();
+    // Writing and reading on their own threads, so a full pipe never deadlocks the test.
+    let writer = thread::spawn(move || {
+        let _ = input.write_all(stdin.as_bytes());
+    });
+    let read_all = |mut pipe: Box<dyn Read + Send>| {
+        thread::spawn(move || {
+            let mut s = String::new();
+            let _ = pipe.read_to_string(&mut s);
+            s
+        })
+    };
+    let stdout = read_all(Box::new(child.stdout.take().expect("piped stdout")));
+    let stderr = read_all(Box::new(child.stderr.take().expect("piped stderr")));
+    let deadline = Instant::now() + TIMEOUT;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait on the example") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("example {name} {args:?} did not finish within {TIMEOUT:?}");
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    writer.join().expect("stdin writer");
+    let ran = Ran {
+        stdout: stdout.join().expect("stdout reader"),
+        stderr: stderr.join().expect("stderr reader"),
+        success: status.success(),
+    };
+    assert!(
+        ran.success,
+        "example {name} {args:?} failed with {status}\n--- stdout\n{}\n--- stderr\n{}",
+        ran.stdout, ran.stderr
+    );
+    ran
+}
+
+#[test]
+fn chat_streams_replies_and_calls_real_tools_when_piped() {
+    let ran = run("chat", &[], "hi\nwhat is 17*23?\nwhat time is it?\n");
+    let out = &ran.stdout;
+    assert!(out.starts_with("> hi\nYou said \"hi\"."), "{out}");
+    assert!(
+        out.contains(
+            "> what is 17*23?\n(thinking) Arithmetic: the calculator gets it exactly right. \n  \
+             [calculator] {\"expression\":\"17*23\"}\n  [calculator] = 391\nThe answer is 391.\n"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("> what time is it?\nLet me look at the clock.\n  [clock] {}\n  [clock] = "),
+        "{out}"
+    );
+    assert!(out.trim_end().ends_with("UTC."), "{out}");
+    // The hint about real servers comes once, on stderr.
+    assert_eq!(
+        ran.stderr.matches("OPENAI_API_KEY").count(),
+        1,
+        "{}",
+        ran.stderr
+    );
+    assert!(ran.stderr.contains("ANTHROPIC_API_KEY") && ran.stderr.contains("PAGENT_MODEL"));
+}
+
+#[test]
+fn chat_reports_tool_errors_and_exits_at_end_of_input() {
+    let ran = run("chat", &[], "what is (2+3\n\n");
+    assert!(
+        ran.stdout.contains("  [calculator] failed a `(` is not closed\nThe calculator could not do that: a `(` is not closed.\n"),
+        "{}",
+        ran.stdout
+    );
+    let empty = run("chat", &[], "");
+    assert_eq!(empty.stdout, "");
+}
