@@ -134,3 +134,91 @@ fn chat_reports_tool_errors_and_exits_at_end_of_input() {
     let empty = run("chat", &[], "");
     assert_eq!(empty.stdout, "");
 }
+
+/// The summary line that starts with `label`, without the label.
+fn field<'a>(out: &'a str, label: &str) -> &'a str {
+    out.lines()
+        .find_map(|l| l.strip_prefix(label))
+        .unwrap_or_else(|| panic!("no `{label}` line in:\n{out}"))
+}
+
+#[test]
+fn dashboard_script_runs_a_prompt_through_the_drawing_loop() {
+    let ran = run("dashboard", &["--script", "tell me about owls"], "");
+    let out = &ran.stdout;
+    assert_eq!(field(out, "stop reason: "), "no_tool_calls");
+    // The prompt, the reply calling two tools, their results, the answer.
+    assert_eq!(field(out, "messages: "), "5");
+    assert_eq!(
+        field(out, "last reply: "),
+        "Here is what I found about \"tell me about owls\"."
+    );
+    // The frames drawn while the reply streamed are what the UI polled from snapshots.
+    let streaming: u64 = field(out, "frames drawn: ")
+        .split(['(', ' '])
+        .nth(2)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("a frame count in:\n{out}"));
+    assert!(streaming > 0, "{out}");
+    let screen = out
+        .split("--- last frame\n")
+        .nth(1)
+        .expect("the last frame");
+    for shown in [
+        "│you: tell me about owls",
+        "│← survey: Read 8 sources about \"tell me about owls\".",
+        "│← letter_count: The question has 15 letters.",
+        "┌ thinking",
+        "│The user asks about \"tell me about owls\".",
+        "● idle │ turn 2 │ tokens ",
+        "│ stop: no_tool_calls",
+    ] {
+        assert!(
+            screen.contains(shown),
+            "`{shown}` is not on the screen:\n{screen}"
+        );
+    }
+}
+
+#[test]
+fn dashboard_script_steers_while_tools_run() {
+    let ran = run(
+        "dashboard",
+        &["--script", "owls", "--steer", "be brief"],
+        "",
+    );
+    let out = &ran.stdout;
+    assert_eq!(field(out, "stop reason: "), "no_tool_calls");
+    assert_eq!(field(out, "messages: "), "6");
+    assert!(
+        field(out, "last reply: ").starts_with("You steered me: \"be brief\"."),
+        "{out}"
+    );
+    assert!(out.contains("│you: be brief"), "{out}");
+}
+
+#[test]
+fn dashboard_script_queues_a_follow_up_into_the_same_run() {
+    let ran = run(
+        "dashboard",
+        &["--script", "owls", "--follow-up", "and bats?"],
+        "",
+    );
+    let out = &ran.stdout;
+    assert_eq!(field(out, "stop reason: "), "no_tool_calls");
+    // Two rounds of prompt, tool calls, results and answer.
+    assert_eq!(field(out, "messages: "), "10");
+    assert_eq!(
+        field(out, "last reply: "),
+        "Here is what I found about \"and bats?\"."
+    );
+}
+
+#[test]
+fn dashboard_script_aborts_a_running_tool() {
+    let ran = run("dashboard", &["--script", "owls", "--abort"], "");
+    let out = &ran.stdout;
+    assert_eq!(field(out, "stop reason: "), "cancelled");
+    assert!(out.contains("│← survey: aborted"), "{out}");
+    assert!(out.contains("stop: cancelled"), "{out}");
+}
