@@ -222,3 +222,90 @@ fn dashboard_script_aborts_a_running_tool() {
     assert!(out.contains("│← survey: aborted"), "{out}");
     assert!(out.contains("stop: cancelled"), "{out}");
 }
+
+#[test]
+fn offload_loses_nothing_and_stays_within_the_channel_capacity() {
+    let log =
+        std::env::temp_dir().join(format!("pagent-offload-test-{}.jsonl", std::process::id()));
+    let log_arg = log.to_str().expect("a UTF-8 temp path");
+    let ran = run(
+        "offload",
+        &["--capacity", "8", "--delay-ms", "1", "--log", log_arg],
+        "",
+    );
+    let out = &ran.stdout;
+    assert!(out.contains("run: ended (no_tool_calls)"), "{out}");
+    assert!(out.contains("consumer: turn 1 written"), "{out}");
+    assert!(out.contains("events, no_tool_calls)\n"), "{out}");
+    let lead: usize = field(out, "the run was at most ")
+        .split(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("a lead in:\n{out}"));
+    assert!(lead <= 8 + 2, "{out}");
+    let lost = field(out, "nothing lost: ");
+    assert!(
+        lost.ends_with("the log folds into the same transcript (5 messages): yes"),
+        "{out}"
+    );
+    let lines = std::fs::read_to_string(&log)
+        .expect("the wire log")
+        .lines()
+        .count();
+    assert!(
+        lost.starts_with(&format!("{lines} events produced, {lines} written")),
+        "{out}"
+    );
+    let _ = std::fs::remove_file(&log);
+}
+
+#[test]
+fn typed_tool_shows_validation_errors_progress_and_asks_for_approval() {
+    let ran = run("typed_tool", &[], "y\nn\ny\n");
+    let out = &ran.stdout;
+    // Invalid arguments never reach the approval prompt; the model reads what was wrong.
+    assert!(
+        out.contains(
+            "  call word_stats {\"path\":\"Cargo.toml\",\"top\":\"five\"}\n  \
+         error: invalid arguments for `word_stats`: invalid type: string \"five\", expected u8\n"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "  call word_stats {\"path\":\"Cargo.toml\",\"top\":50}\n  \
+         error: invalid arguments for `word_stats`: `top` must be from 1 to 20, not 50\n"
+        ),
+        "{out}"
+    );
+    assert_eq!(out.matches("? [y/N] ").count(), 3, "{out}");
+    assert!(
+        out.contains(
+            "  allow word_stats {\"path\":\"Cargo.toml\",\"top\":5}? [y/N] y\n    progress: 10 of "
+        ),
+        "{out}"
+    );
+    assert!(out.contains("\n  result: "), "{out}");
+    assert!(out.contains("words; most frequent: "), "{out}");
+    assert!(
+        out.contains("[y/N] n\n  error: blocked: the user declined\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("  error: cannot read no/such/file.txt: "),
+        "{out}"
+    );
+    assert!(out.ends_with("run ended: no_tool_calls\n"), "{out}");
+}
+
+#[test]
+fn typed_tool_approves_everything_with_yes() {
+    let ran = run("typed_tool", &["--yes"], "");
+    assert!(!ran.stdout.contains("[y/N]"), "{}", ran.stdout);
+    assert!(!ran.stdout.contains("blocked"), "{}", ran.stdout);
+    assert!(
+        ran.stdout.ends_with("run ended: no_tool_calls\n"),
+        "{}",
+        ran.stdout
+    );
+}
