@@ -123,7 +123,11 @@ mod tests {
     #[test]
     fn error_stays_small() {
         // Results of every call carry it; keep it within a few words.
-        assert!(std::mem::size_of::<Error>() <= 64, "{}", std::mem::size_of::<Error>());
+        assert!(
+            std::mem::size_of::<Error>() <= 64,
+            "{}",
+            std::mem::size_of::<Error>()
+        );
     }
 
     #[test]

@@ -126,6 +126,7 @@ mod message;
 mod partial;
 mod state;
 pub mod tool;
+pub mod wire;
 
 pub use agent::{
     Agent, AgentBuilder, AgentHandle, Prompt, QueueMode, Refused, RunResult, SteeringPolicy,

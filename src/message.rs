@@ -231,6 +231,8 @@ pub struct Usage {
 impl Usage {
     /// The field-wise sum.
     #[must_use]
+    // Named like `Add::add` on purpose: `+=` (`AddAssign`) is built on it.
+    #[allow(clippy::should_implement_trait)]
     pub fn add(self, other: Usage) -> Usage {
         Usage {
             input: self.input + other.input,

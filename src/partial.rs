@@ -17,7 +17,7 @@ use crate::message::{AssistantMessage, ContentBlock, StopReason, ToolCall, Usage
 /// Text that grows by appending, shared between snapshots.
 ///
 /// Holds the appended pieces in a persistent vector; cloning is O(1) and appending does not
-/// copy what is already there. Read it with [`Text::to_string`] (via `Display`) or walk
+/// copy what is already there. Read it with `to_string()` (via `Display`) or walk
 /// [`Text::chunks`]. Equality compares the characters, not how they were cut.
 #[derive(Clone, Default)]
 pub struct Text {
@@ -70,7 +70,11 @@ impl fmt::Debug for Text {
 
 impl PartialEq for Text {
     fn eq(&self, other: &Text) -> bool {
-        self.len == other.len && self.chunks().flat_map(str::bytes).eq(other.chunks().flat_map(str::bytes))
+        self.len == other.len
+            && self
+                .chunks()
+                .flat_map(str::bytes)
+                .eq(other.chunks().flat_map(str::bytes))
     }
 }
 
@@ -157,7 +161,9 @@ impl PartialMessage {
         match event {
             StreamEvent::TextDelta { text } => match self.blocks.back_mut() {
                 Some(PartialBlock::Text(t)) => t.push_str(text),
-                _ => self.blocks.push_back(PartialBlock::Text(Text::from(text.as_str()))),
+                _ => self
+                    .blocks
+                    .push_back(PartialBlock::Text(Text::from(text.as_str()))),
             },
             StreamEvent::ThinkingDelta { text } => match self.blocks.back_mut() {
                 Some(PartialBlock::Thinking { text: t, .. }) => t.push_str(text),
@@ -326,9 +332,9 @@ impl PartialMessage {
         let mut p = PartialMessage::new(&message.model);
         for block in &message.content {
             match block {
-                ContentBlock::Text { text } => {
-                    p.blocks.push_back(PartialBlock::Text(Text::from(text.as_str())))
-                }
+                ContentBlock::Text { text } => p
+                    .blocks
+                    .push_back(PartialBlock::Text(Text::from(text.as_str()))),
                 ContentBlock::Thinking {
                     thinking,
                     signature,

@@ -254,7 +254,10 @@ mod tests {
                 partial: ToolOutput::text("50%"),
             });
         assert_eq!(s.pending_tool_calls.len(), 2);
-        assert_eq!(s.pending_tool_calls[1].progress.as_ref().unwrap().content, "50%");
+        assert_eq!(
+            s.pending_tool_calls[1].progress.as_ref().unwrap().content,
+            "50%"
+        );
         let s = s.apply(&AgentEvent::ToolEnd {
             result: Arc::new(ToolResultMessage {
                 tool_call_id: "b".into(),

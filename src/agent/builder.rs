@@ -32,7 +32,10 @@ impl fmt::Debug for Config {
             .field("provider", &self.provider.name())
             .field("model", &self.model)
             .field("thinking", &self.thinking)
-            .field("tools", &self.tools.iter().map(|t| t.name()).collect::<Vec<_>>())
+            .field(
+                "tools",
+                &self.tools.iter().map(|t| t.name()).collect::<Vec<_>>(),
+            )
             .field("max_turns", &self.max_turns)
             .field("max_parallel_tools", &self.max_parallel_tools)
             .field("steering_policy", &self.steering_policy)
@@ -190,7 +193,10 @@ impl AgentBuilder {
 
     /// Called before each turn's model call; may change the model, thinking level or tools
     /// for that call and the rest of the run. Defaults to none.
-    pub fn before_turn(mut self, hook: impl Fn(&mut TurnSetup) + Send + Sync + 'static) -> AgentBuilder {
+    pub fn before_turn(
+        mut self,
+        hook: impl Fn(&mut TurnSetup) + Send + Sync + 'static,
+    ) -> AgentBuilder {
         self.hooks.before_turn = Some(Arc::new(hook));
         self
     }
@@ -229,9 +235,15 @@ impl AgentBuilder {
 impl fmt::Debug for AgentBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AgentBuilder")
-            .field("provider", &self.provider.as_ref().map(|p| p.name().to_owned()))
+            .field(
+                "provider",
+                &self.provider.as_ref().map(|p| p.name().to_owned()),
+            )
             .field("model", &self.model)
-            .field("tools", &self.tools.iter().map(|t| t.name()).collect::<Vec<_>>())
+            .field(
+                "tools",
+                &self.tools.iter().map(|t| t.name()).collect::<Vec<_>>(),
+            )
             .field("max_turns", &self.max_turns)
             .finish_non_exhaustive()
     }

@@ -79,13 +79,17 @@ impl fmt::Debug for TurnSetup {
             .field("turn", &self.turn)
             .field("model", &self.model)
             .field("thinking", &self.thinking)
-            .field("tools", &self.tools.iter().map(|t| t.name()).collect::<Vec<_>>())
+            .field(
+                "tools",
+                &self.tools.iter().map(|t| t.name()).collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
 
 pub(crate) type BeforeToolCall = dyn Fn(&ToolCallRequest<'_>) -> ToolDecision + Send + Sync;
-pub(crate) type AfterToolCall = dyn Fn(&ToolCall, ToolResultMessage) -> ToolResultMessage + Send + Sync;
+pub(crate) type AfterToolCall =
+    dyn Fn(&ToolCall, ToolResultMessage) -> ToolResultMessage + Send + Sync;
 pub(crate) type TransformContext = dyn Fn(Vec<Message>) -> Vec<Message> + Send + Sync;
 pub(crate) type BeforeTurn = dyn Fn(&mut TurnSetup) + Send + Sync;
 

@@ -1,5 +1,9 @@
 //! The agent: builder, blocking runs, listeners, snapshots and the handle other threads use.
 
+// `Refused` gives the caller's message back whole (house style: give back what the caller
+// handed over); a steer or follow-up is not a hot path, so its size does not matter.
+#![allow(clippy::result_large_err)]
+
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
@@ -167,7 +171,9 @@ impl Subscription {
     /// Removes the listener. It is not called again, not even for an event being dispatched
     /// right now. Returns false when it was already removed.
     pub fn unsubscribe(self) -> bool {
-        self.shared.upgrade().is_some_and(|s| s.unsubscribe(self.id))
+        self.shared
+            .upgrade()
+            .is_some_and(|s| s.unsubscribe(self.id))
     }
 }
 
@@ -249,7 +255,10 @@ impl Agent {
     /// call `prompt` (that returns `Busy`). A panic is caught: the run goes on, the other
     /// listeners still get the event, and the state counts it in `listener_panics` with the
     /// message in `last_listener_panic`.
-    pub fn subscribe(&self, listener: impl Fn(&AgentEvent) + Send + Sync + 'static) -> Subscription {
+    pub fn subscribe(
+        &self,
+        listener: impl Fn(&AgentEvent) + Send + Sync + 'static,
+    ) -> Subscription {
         self.handle().subscribe(listener)
     }
 
@@ -426,7 +435,10 @@ impl AgentHandle {
     }
 
     /// Registers a listener; see [`Agent::subscribe`].
-    pub fn subscribe(&self, listener: impl Fn(&AgentEvent) + Send + Sync + 'static) -> Subscription {
+    pub fn subscribe(
+        &self,
+        listener: impl Fn(&AgentEvent) + Send + Sync + 'static,
+    ) -> Subscription {
         let id = self.shared.subscribe(Sink::Callback(Box::new(listener)));
         Subscription {
             id,

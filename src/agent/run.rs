@@ -185,7 +185,8 @@ impl Run<'_> {
             let calls: Vec<_> = reply.tool_calls().cloned().collect();
             let results = self.run_tools(&calls, &reply);
             for r in &results {
-                self.appended.push(Arc::new(Message::ToolResult((**r).clone())));
+                self.appended
+                    .push(Arc::new(Message::ToolResult((**r).clone())));
             }
 
             let stop = self.decide(&reply, !calls.is_empty(), &mut input);
@@ -254,7 +255,10 @@ impl Run<'_> {
         };
         let mut setup = TurnSetup::from_config(self.turn, &self.config);
         catch_unwind(AssertUnwindSafe(|| hook(&mut setup))).map_err(|p| {
-            Error::Provider(format!("the before_turn hook panicked: {}", panic_message(&*p)))
+            Error::Provider(format!(
+                "the before_turn hook panicked: {}",
+                panic_message(&*p)
+            ))
         })?;
         let tools_changed = setup.tools.len() != self.config.tools.len()
             || setup

@@ -19,8 +19,7 @@ use crate::tool::{Tool, ToolContext, ToolError, ToolMsg, ToolOutput};
 
 /// Text of the results synthesized for calls that never ran.
 pub(crate) const CANCELLED: &str = "cancelled: the run was aborted before this tool call ran";
-pub(crate) const SKIPPED: &str =
-    "skipped: the user sent a new message before this tool call ran";
+pub(crate) const SKIPPED: &str = "skipped: the user sent a new message before this tool call ran";
 const CUT_BY_LENGTH: &str = "not run: the reply was cut at the output token limit before this \
                              tool call was complete; make the call again, shorter";
 const CUT_BY_ERROR: &str = "not run: the reply failed before this tool call was complete";
@@ -109,10 +108,18 @@ impl Run<'_> {
     }
 
     /// Looks the tool up, parses and vets the arguments, asks `before_tool_call`.
-    fn prepare(&self, call: &ToolCall) -> Result<(Arc<dyn Tool>, serde_json::Value), ToolResultMessage> {
+    fn prepare(
+        &self,
+        call: &ToolCall,
+    ) -> Result<(Arc<dyn Tool>, serde_json::Value), ToolResultMessage> {
         let fail = |text: String| Run::tool_result(call, text, true);
         let Some(tool) = self.find_tool(&call.name) else {
-            let known: Vec<_> = self.config.tools.iter().map(|t| t.name().to_owned()).collect();
+            let known: Vec<_> = self
+                .config
+                .tools
+                .iter()
+                .map(|t| t.name().to_owned())
+                .collect();
             return Err(fail(format!(
                 "unknown tool `{}`; the tools are: {}",
                 call.name,

@@ -169,13 +169,15 @@ impl Provider for Faux {
         let mut calls = 0;
         for part in &reply.parts {
             let pieces: Vec<StreamEvent> = match part {
-                Part::Text(t) => chunks(t, self.chunk_chars)
-                    .map(StreamEvent::text)
-                    .collect(),
+                Part::Text(t) => chunks(t, self.chunk_chars).map(StreamEvent::text).collect(),
                 Part::Thinking(t) => chunks(t, self.chunk_chars)
                     .map(StreamEvent::thinking)
                     .collect(),
-                Part::ToolCall { id, name, arguments } => {
+                Part::ToolCall {
+                    id,
+                    name,
+                    arguments,
+                } => {
                     let index = calls;
                     calls += 1;
                     let id = id.clone().unwrap_or_else(|| format!("call_{}", index + 1));
@@ -183,12 +185,12 @@ impl Provider for Faux {
                         id,
                         name: name.clone(),
                     })
-                    .chain(
-                        chunks(arguments, self.chunk_chars).map(|a| StreamEvent::ToolCallDelta {
+                    .chain(chunks(arguments, self.chunk_chars).map(|a| {
+                        StreamEvent::ToolCallDelta {
                             index,
                             arguments: a.to_owned(),
-                        }),
-                    )
+                        }
+                    }))
                     .collect()
                 }
             };
@@ -207,7 +209,9 @@ impl Provider for Faux {
         if let Some(message) = reply.error {
             return Err(Error::Provider(message));
         }
-        let usage = reply.usage.unwrap_or_else(|| estimate_usage(request, &partial));
+        let usage = reply
+            .usage
+            .unwrap_or_else(|| estimate_usage(request, &partial));
         emit(StreamEvent::Usage { usage }, &mut partial);
         let stop = reply.stop.unwrap_or(if calls > 0 {
             StopReason::ToolUse
@@ -322,7 +326,11 @@ impl FauxReply {
     /// Calls `name` with `arguments` after what is already scripted. Ids are `call_1`,
     /// `call_2`... in call order.
     #[must_use]
-    pub fn then_tool_call(self, name: impl Into<String>, arguments: serde_json::Value) -> FauxReply {
+    pub fn then_tool_call(
+        self,
+        name: impl Into<String>,
+        arguments: serde_json::Value,
+    ) -> FauxReply {
         self.then_tool_call_raw(name, arguments.to_string())
     }
 
@@ -401,11 +409,9 @@ mod tests {
 
     fn run(faux: &Faux) -> (Vec<StreamEvent>, Result<AssistantMessage, Error>) {
         let mut events = Vec::new();
-        let r = faux.stream(
-            &Request::default(),
-            &CancelToken::new(),
-            &mut |e| events.push(e),
-        );
+        let r = faux.stream(&Request::default(), &CancelToken::new(), &mut |e| {
+            events.push(e)
+        });
         (events, r)
     }
 
@@ -440,7 +446,9 @@ mod tests {
         assert!(events.len() > 3);
         let reply = reply.unwrap();
         assert_eq!(reply.stop_reason, StopReason::ToolUse);
-        assert!(matches!(&reply.content[0], ContentBlock::ToolCall(c) if c.arguments == "{\"x\":10}"));
+        assert!(
+            matches!(&reply.content[0], ContentBlock::ToolCall(c) if c.arguments == "{\"x\":10}")
+        );
     }
 
     #[test]

@@ -181,8 +181,14 @@ pub struct ToolContext {
 
 /// What a tool worker tells the run thread.
 pub(crate) enum ToolMsg {
-    Update { call_id: String, output: ToolOutput },
-    Done { index: usize, outcome: Result<ToolOutput, ToolError> },
+    Update {
+        call_id: String,
+        output: ToolOutput,
+    },
+    Done {
+        index: usize,
+        outcome: Result<ToolOutput, ToolError>,
+    },
 }
 
 impl ToolContext {

@@ -43,7 +43,11 @@ pub struct TypedTool<A, F> {
 /// # use pagent::Tool;
 /// assert_eq!(add.name(), "add");
 /// ```
-pub fn typed<A, F>(name: impl Into<String>, description: impl Into<String>, run: F) -> TypedTool<A, F>
+pub fn typed<A, F>(
+    name: impl Into<String>,
+    description: impl Into<String>,
+    run: F,
+) -> TypedTool<A, F>
 where
     A: DeserializeOwned + schemars::JsonSchema,
     F: Fn(A, &ToolContext) -> Result<ToolOutput, ToolError> + Send + Sync,
@@ -159,10 +163,18 @@ mod tests {
     #[test]
     fn bad_arguments_tell_the_model_what_was_wrong() {
         let err = tool().validate(&json!({"x": "ten"})).unwrap_err();
-        assert!(err.starts_with("invalid arguments for `double`: invalid type: string \"ten\", expected i64"), "{err}");
+        assert!(
+            err.starts_with(
+                "invalid arguments for `double`: invalid type: string \"ten\", expected i64"
+            ),
+            "{err}"
+        );
         let err = tool().validate(&json!({})).unwrap_err();
         assert!(err.contains("missing field `x`"), "{err}");
         let ctx = ToolContext::detached(CancelToken::new());
-        assert_eq!(tool().execute(json!({"x": 21}), &ctx).unwrap().content, "42");
+        assert_eq!(
+            tool().execute(json!({"x": 21}), &ctx).unwrap().content,
+            "42"
+        );
     }
 }
