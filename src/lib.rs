@@ -124,6 +124,7 @@ mod event;
 pub mod llm;
 mod message;
 mod partial;
+pub mod session;
 mod state;
 pub mod tool;
 pub mod wire;
