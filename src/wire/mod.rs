@@ -13,8 +13,8 @@
 //!   also writes the two [`pagent` dialects](#the-pagent-dialects).
 //! - [`Mirror`]: decodes lines and folds them with [`State::apply`](crate::State::apply), so
 //!   a remote UI rebuilds the snapshots the agent published.
-//! - `serve`: a stdio agent server: JSON-RPC requests in, responses and event notifications
-//!   out.
+//! - [`serve`]: a stdio agent server: JSON-RPC requests in, responses, event notifications
+//!   and tool approval requests out.
 //!
 //! # The native dialect
 //!
@@ -158,13 +158,19 @@
 //!
 //! # The stdio server
 //!
-//! The stdio agent server (`serve`) is documented with its function.
+//! [`serve`] drives an agent over any pair of pipes (stdin/stdout in
+//! `examples/wire_server.rs`): `initialize`, `prompt`, `steer`, `follow_up`, `abort` and
+//! `snapshot` requests, the run's events as native notifications, tool approval as a request
+//! from the server to the client. Its docs hold the whole protocol;
+//! `examples/wire_client.py` is a client in Python's standard library.
 
 mod codec;
 mod mirror;
 mod pagent;
+mod serve;
 mod writer;
 
 pub use codec::{Decoder, MAX_LINE_LEN, METHODS, decode_event_line, encode_event_line};
 pub use mirror::Mirror;
+pub use serve::{PROTOCOL_VERSION, ServeOptions, codes, serve};
 pub use writer::{Dialect, Writer};
