@@ -102,6 +102,31 @@
 //!   `listener_panics` (with the message in `last_listener_panic`). A panicking tool becomes an
 //!   error result; a panicking provider ends the run with `Error`.
 //!
+//! # The wire
+//!
+//! The same timeline as line-delimited JSON-RPC 2.0, for other languages, browsers and log
+//! files: [`wire::Writer`] writes one notification line per event (or the Python pagent v1
+//! and v4 dialects), [`wire::Mirror`] folds the lines back into the snapshots the agent
+//! published, [`wire::serve`] drives an agent over stdin/stdout. [`session`] saves and
+//! restores transcripts, one message per line.
+//!
+//! ```
+//! use pagent::llm::{Faux, FauxReply};
+//! use pagent::{Agent, wire};
+//!
+//! let agent = Agent::builder().provider(Faux::new().reply(FauxReply::text("Hi!"))).build()?;
+//! let log = wire::Writer::new(Vec::new()); // a File or a socket in real use
+//! let _sub = agent.subscribe(log.listener());
+//! let mut mirror = wire::Mirror::from_state(agent.snapshot().timeline());
+//! agent.prompt("Hello")?;
+//!
+//! let lines = log.with_output(|bytes| String::from_utf8(bytes.clone()).unwrap());
+//! assert!(lines.contains(r#"{"jsonrpc":"2.0","method":"MessageUpdate","params":{"delta":{"type":"text_delta","text":"Hi!"}}}"#));
+//! mirror.read_lines(lines.as_bytes(), |_event, _state| {})?;
+//! assert_eq!(mirror.state().timeline(), agent.snapshot().timeline());
+//! # Ok::<(), pagent::Error>(())
+//! ```
+//!
 //! # Performance
 //!
 //! Folding an event into the state costs O(size of the event): the transcript, the partial

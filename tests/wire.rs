@@ -374,6 +374,19 @@ fn rejects_a_torn_line() {
 }
 
 #[test]
+fn rejects_a_line_break_inside_the_line() {
+    let why = rejected("{\"jsonrpc\":\"2.0\",\n\"method\":\"AgentStart\",\"params\":{}}\n");
+    assert!(why.contains("line break inside the line"), "{why}");
+    // One trailing line end is the end of the line, not inside it.
+    assert!(
+        wire::decode_event_line(
+            "{\"jsonrpc\":\"2.0\",\"method\":\"AgentStart\",\"params\":{}}\r\n"
+        )
+        .is_ok()
+    );
+}
+
+#[test]
 fn rejects_a_line_that_is_not_an_object() {
     assert!(rejected("[1,2]").contains("not a JSON object"));
 }

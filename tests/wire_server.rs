@@ -357,6 +357,15 @@ fn malformed_lines_get_errors_and_the_server_reads_on() {
     );
     c.send_raw(r#"{"jsonrpc":"2.0","id":3,"method":7}"#);
     assert_eq!(error(&c).1, codes::INVALID_REQUEST);
+    c.send_raw(r#"{"jsonrpc":"2.0","id":3}"#);
+    assert_eq!(
+        error(&c),
+        (
+            json!(3),
+            codes::INVALID_REQUEST,
+            "`method` must be a string".to_owned()
+        )
+    );
     c.request(4, "dance", json!({}));
     let (id, code, why) = error(&c);
     assert_eq!((id, code), (json!(4), codes::METHOD_NOT_FOUND));

@@ -173,7 +173,8 @@ pub(crate) fn to_json<T: Serialize + ?Sized>(value: &T) -> String {
 /// # Errors
 /// [`Error::Wire`] naming the problem: not JSON or trailing garbage, a `jsonrpc` other than
 /// `"2.0"`, an `id` member (events are notifications), a missing or unknown method, params
-/// that are not an object, a missing or mistyped field, a line over [`MAX_LINE_LEN`].
+/// that are not an object, a missing or mistyped field, a line break inside the line, a line
+/// over [`MAX_LINE_LEN`].
 pub fn decode_event_line(line: &str) -> Result<AgentEvent, Error> {
     Decoder::new().decode_line(line)
 }
@@ -236,6 +237,11 @@ impl Decoder {
                 line.len(),
                 self.max_line_len
             )));
+        }
+        if line.contains('\n') {
+            return Err(Error::Wire(
+                "a line break inside the line: one event per line".into(),
+            ));
         }
         let (method, params) = parse_notification(line)?;
         let event = self.event(&method, params)?;

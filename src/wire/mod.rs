@@ -101,7 +101,7 @@
 //! trailing garbage after the object, a line that is not an object, `jsonrpc` missing or not
 //! the string `"2.0"`, an `id` member, any other unexpected member, a missing or unknown
 //! `method`, `params` that is not an object, a missing required field or a field of the wrong
-//! type, and a line over [`MAX_LINE_LEN`] bytes (8 MiB; see [`Decoder::max_line_len`]).
+//! type, a line break inside the line, and a line over [`MAX_LINE_LEN`] bytes (8 MiB; see [`Decoder::max_line_len`]).
 //! Unknown fields *inside* `params` are ignored, so a newer writer can add fields without
 //! breaking older readers. Fields marked optional above may be left out; a tool result's
 //! `"details": null` reads back as no details.
@@ -134,10 +134,12 @@
 //! Our streams are regular where pagent's own are not: every `TurnBegin` has one `TurnEnd`,
 //! every `ToolCallBegin` is followed by its `ToolResult`. Where the two models differ:
 //!
-//! - pagent writes a turn's tool pairs in call order, one after the other; ours run in
-//!   parallel and end in completion order. The dialect writer holds a turn's tool pairs and
-//!   writes them, in call order, just before the turn's `TurnEnd` (text deltas are written
-//!   as they come).
+//! - pagent runs a turn's tools one after the other, each `ToolCallBegin` followed by its
+//!   `ToolResult`; ours run in parallel and end in completion order. The dialect writes the
+//!   pairs in call order: a call's `ToolCallBegin` when it starts (or, while an earlier call
+//!   of the batch still runs, once that one's `ToolResult` is written), its `ToolResult`
+//!   when it ended. v4 holds a turn's tool lines until the turn's `TurnEnd` (see below);
+//!   everything else is written as it comes.
 //! - pagent goes on to another turn only after tool calls. When our run goes on after a final
 //!   answer because a steering or follow-up message waits, the dialect ends the pagent run
 //!   there (`TurnEnd` stopped, `RunEnd`) and the next turn opens a new one, whose `RunBegin`

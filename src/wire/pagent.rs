@@ -40,9 +40,12 @@ pub(crate) struct Encoder {
     open_turn: Option<u32>,
     /// Calls started and not yet written, in start (call) order.
     started: VecDeque<ToolCall>,
+    /// Whether the first call of `started` has had its `ToolCallBegin`.
+    begun: bool,
     /// Results that arrived before their call's turn to be written.
     ended: HashMap<String, Arc<ToolResultMessage>>,
-    /// `ToolCallBegin` / `ToolResult` pairs of the open turn, held until its `TurnEnd`.
+    /// v4: the `ToolCallBegin` / `ToolResult` lines of the open turn, held until its
+    /// `TurnEnd`.
     tool_lines: Vec<String>,
     /// Params of the last `StepEnd` / `TurnResult`, for the v1 `RunEnd`.
     last_summary: Option<String>,
@@ -60,6 +63,7 @@ impl Encoder {
             phase: Phase::Idle,
             open_turn: None,
             started: VecDeque::new(),
+            begun: false,
             ended: HashMap::new(),
             tool_lines: Vec::new(),
             last_summary: None,
@@ -79,6 +83,7 @@ impl Encoder {
             AgentEvent::TurnStart { turn } => {
                 self.open_turn = Some(*turn);
                 self.started.clear();
+                self.begun = false;
                 self.ended.clear();
                 self.tool_lines.clear();
                 if let Phase::Pending(waiting) = &mut self.phase {
@@ -125,12 +130,12 @@ impl Encoder {
             }
             AgentEvent::ToolStart { call } => {
                 self.started.push_back(call.clone());
-                self.pair_tools();
+                self.pair_tools(out);
             }
             AgentEvent::ToolEnd { result } => {
                 self.ended
                     .insert(result.tool_call_id.clone(), result.clone());
-                self.pair_tools();
+                self.pair_tools(out);
             }
             AgentEvent::TurnEnd {
                 turn,
@@ -164,17 +169,23 @@ impl Encoder {
         self.phase = Phase::Running;
     }
 
-    /// Writes the `ToolCallBegin` / `ToolResult` pairs whose turn has come, in call order.
-    fn pair_tools(&mut self) {
+    /// Writes what the tool calls allow, in call order: the first waiting call's
+    /// `ToolCallBegin` at once, its `ToolResult` when it ended, then the next call's. v1 gets
+    /// the lines as they come; v4 holds them until the turn's `TurnEnd` (see `end_turn`).
+    fn pair_tools(&mut self, out: &mut Vec<String>) {
+        let mut lines = Vec::new();
         while let Some(call) = self.started.front() {
+            if !self.begun {
+                lines.push(line(
+                    "ToolCallBegin",
+                    &json!({ "tool_call_id": call.id, "name": call.name, "arguments": call.arguments }),
+                ));
+                self.begun = true;
+            }
             let Some(result) = self.ended.remove(&call.id) else {
-                return;
+                break;
             };
-            self.tool_lines.push(line(
-                "ToolCallBegin",
-                &json!({ "tool_call_id": call.id, "name": call.name, "arguments": call.arguments }),
-            ));
-            self.tool_lines.push(line(
+            lines.push(line(
                 "ToolResult",
                 &json!({
                     "tool_call_id": call.id,
@@ -184,6 +195,11 @@ impl Encoder {
                 }),
             ));
             self.started.pop_front();
+            self.begun = false;
+        }
+        match self.version {
+            Version::V1 => out.append(&mut lines),
+            Version::V4 => self.tool_lines.append(&mut lines),
         }
     }
 
@@ -312,5 +328,67 @@ fn v4_reason(
         }
         RunStopReason::Continuing | RunStopReason::MaxTurns => "no_tool_calls",
         RunStopReason::Cancelled | RunStopReason::Error => "cancelled",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(id: &str) -> ToolCall {
+        ToolCall {
+            id: id.into(),
+            name: "echo".into(),
+            arguments: "{}".into(),
+        }
+    }
+
+    fn end(id: &str) -> AgentEvent {
+        AgentEvent::ToolEnd {
+            result: Arc::new(ToolResultMessage {
+                tool_call_id: id.into(),
+                tool_name: "echo".into(),
+                ..Default::default()
+            }),
+        }
+    }
+
+    /// The methods each event becomes, one list per event.
+    fn written(version: Version, events: &[AgentEvent]) -> Vec<Vec<String>> {
+        let mut encoder = Encoder::new(version);
+        let mut prelude = Vec::new();
+        encoder.encode(&AgentEvent::AgentStart, &mut prelude);
+        encoder.encode(&AgentEvent::TurnStart { turn: 1 }, &mut prelude);
+        let user = Arc::new(Message::user("hi"));
+        encoder.encode(&AgentEvent::MessageStart { message: user }, &mut prelude);
+        events
+            .iter()
+            .map(|e| {
+                let mut out = Vec::new();
+                encoder.encode(e, &mut out);
+                out.iter()
+                    .map(|l| serde_json::from_str::<Value>(l).unwrap()["method"].to_string())
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn parallel_tools_are_paired_in_call_order_as_they_end() {
+        let events = [
+            AgentEvent::ToolStart { call: call("a") },
+            AgentEvent::ToolStart { call: call("b") },
+            end("b"),
+            end("a"),
+        ];
+        let v1 = written(Version::V1, &events);
+        assert_eq!(v1[0], [r#""ToolCallBegin""#]);
+        assert!(v1[1].is_empty() && v1[2].is_empty());
+        assert_eq!(
+            v1[3],
+            [r#""ToolResult""#, r#""ToolCallBegin""#, r#""ToolResult""#]
+        );
+        // v4 holds them for its TurnEnd.
+        assert!(written(Version::V4, &events).iter().all(Vec::is_empty));
     }
 }

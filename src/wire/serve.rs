@@ -357,7 +357,8 @@ impl<'a> Server<'a> {
             Err(why) => return self.out.error(&Value::Null, codes::PARSE_ERROR, why),
         };
         let id = message.get("id").cloned();
-        if !message.contains_key("method") && id.is_some() {
+        let is_response = message.contains_key("result") || message.contains_key("error");
+        if !message.contains_key("method") && id.is_some() && is_response {
             // A response to one of our requests: an approval.
             self.approvals.answer(&message);
             return;
