@@ -26,8 +26,10 @@ mod event;
 pub mod llm;
 mod message;
 mod partial;
+pub mod session;
 mod state;
 pub mod tool;
+pub mod wire;
 
 pub use agent::{
     Agent, AgentBuilder, AgentHandle, Prompt, QueueMode, Refused, RunResult, SteeringPolicy,
