@@ -1,9 +1,5 @@
 //! The agent: builder, blocking runs, listeners, snapshots and the handle other threads use.
 
-// `Refused` gives the caller's message back whole (house style: give back what the caller
-// handed over); a steer or follow-up is not a hot path, so its size does not matter.
-#![allow(clippy::result_large_err)]
-
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
