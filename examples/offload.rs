@@ -5,10 +5,10 @@
 //! cargo run --example offload -- --capacity 8 --delay-ms 2 --log wire.jsonl
 //! ```
 //!
-//! A consumer thread writes every event to a JSON-lines log and prints progress, slowly (it
+//! A consumer thread writes every event to a wire log (JSON-RPC lines, see `pagent::wire`) and prints progress, slowly (it
 //! sleeps `--delay-ms` per event). The run never waits for it while the channel has room: it
 //! gets at most `--capacity` events ahead, then it waits for the consumer, so nothing is ever
-//! dropped. At the end the example reads the log back, folds it into a `State`, and checks
+//! dropped. At the end the example reads the log back through a `wire::Mirror`, and checks
 //! that it holds the same transcript as the agent.
 
 use std::error::Error;
@@ -21,7 +21,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use pagent::llm::{Faux, FauxReply};
-use pagent::{Agent, AgentEvent, State, ToolOutput, tool};
+use pagent::{Agent, AgentEvent, State, ToolOutput, tool, wire};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
@@ -54,9 +54,8 @@ fn main() -> Result<(), Box<dyn Error>> {
         let mut written = 0;
         // Ends when the agent is dropped (the channel's sender goes with it).
         for event in events {
-            // A plain JSON line per event, serde's encoding of `AgentEvent`.
-            let line = serde_json::to_string(&event).map_err(|e| e.to_string())?;
-            writeln!(log, "{line}").map_err(|e| e.to_string())?;
+            // One JSON-RPC line per event, the wire format (a delta line holds only the delta).
+            writeln!(log, "{}", wire::encode_event_line(&event)).map_err(|e| e.to_string())?;
             written += 1;
             match &event {
                 AgentEvent::TurnEnd { turn, .. } => {
@@ -121,14 +120,13 @@ fn main() -> Result<(), Box<dyn Error>> {
     Ok(())
 }
 
-/// Reads the log back and folds every event into a state, as a remote viewer would.
+/// Reads the log back and folds every line into a state, as a remote viewer would.
 fn fold(path: &PathBuf) -> Result<State, Box<dyn Error>> {
-    let mut state = State::default();
+    let mut mirror = wire::Mirror::new();
     for line in BufReader::new(File::open(path)?).lines() {
-        let event: AgentEvent = serde_json::from_str(&line?)?;
-        state = state.apply(&event);
+        mirror.apply_line(&line?)?;
     }
-    Ok(state)
+    Ok((**mirror.state()).clone())
 }
 
 #[derive(Deserialize, JsonSchema)]
