@@ -79,6 +79,9 @@ fn render(e: &AgentEvent) -> String {
     }
 }
 
+/// A wire line and the snapshot the agent published with its event.
+type Published = (String, Arc<State>);
+
 /// Records every event an agent emits, with its wire line and the snapshot published with it.
 ///
 /// When dropped at the end of a passing test it replays the wire lines through a
@@ -86,7 +89,7 @@ fn render(e: &AgentEvent) -> String {
 /// published with each event: every scenario of this suite is also a wire replay test.
 struct Recorder {
     events: Arc<Mutex<Vec<AgentEvent>>>,
-    published: Arc<Mutex<Vec<(String, Arc<State>)>>>,
+    published: Arc<Mutex<Vec<Published>>>,
     start: Arc<State>,
 }
 
