@@ -160,7 +160,8 @@ impl AgentBuilder {
     }
 
     /// Called on the run thread before each tool call runs, in call order, after its
-    /// `ToolStart`: allow it, block it with a reason the model sees, or rewrite its arguments.
+    /// `ToolStart` and only for calls whose arguments are valid ([`Tool::validate`]): allow
+    /// it, block it with a reason the model sees, or rewrite its arguments (validated again).
     /// It may block waiting for a human; use [`ToolCallRequest::wait_for`] so that `abort()`
     /// releases it. Defaults to allowing every call.
     pub fn before_tool_call(

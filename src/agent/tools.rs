@@ -107,7 +107,8 @@ impl Run<'_> {
         self.config.tools.iter().find(|t| t.name() == name).cloned()
     }
 
-    /// Looks the tool up, parses and vets the arguments, asks `before_tool_call`.
+    /// Looks the tool up, parses and validates the arguments, asks `before_tool_call` (and
+    /// validates rewritten arguments again).
     fn prepare(
         &self,
         call: &ToolCall,
@@ -132,6 +133,8 @@ impl Run<'_> {
                 call.name
             ))
         })?;
+        // Before the hook: nobody is asked to approve a call that cannot run.
+        tool.validate(&args).map_err(fail)?;
         if let Some(hook) = &self.config.hooks.before_tool_call {
             let request = ToolCallRequest::new(call, &args, &self.cancel);
             let decision = catch_unwind(AssertUnwindSafe(|| hook(&request))).map_err(|p| {
@@ -148,10 +151,12 @@ impl Run<'_> {
                 ToolDecision::Block(reason) => {
                     return Err(fail(format!("blocked: {reason}")));
                 }
-                ToolDecision::Rewrite(new_args) => args = new_args,
+                ToolDecision::Rewrite(new_args) => {
+                    tool.validate(&new_args).map_err(fail)?;
+                    args = new_args;
+                }
             }
         }
-        tool.validate(&args).map_err(fail)?;
         Ok((tool, args))
     }
 
