@@ -568,8 +568,34 @@ fn a_429_with_retry_after_is_retried_then_succeeds() {
         Reply::sse_file("written/keepalive_crlf.sse"),
     ]);
     let (agent, rec) = agent(openai(&server), "gpt-4o-mini");
+    // While the agent waits, the state says why.
+    let handle = agent.handle();
+    let during = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let seen = during.clone();
+    let _sub = agent.subscribe(move |e: &pagent::AgentEvent| {
+        if let pagent::AgentEvent::MessageUpdate {
+            delta: StreamEvent::Retry { .. },
+            ..
+        } = e
+        {
+            *seen.lock().unwrap() = handle.snapshot().retry.clone();
+        }
+    });
     let start = Instant::now();
     let result = agent.prompt("Hi").unwrap();
+    assert_eq!(
+        during
+            .lock()
+            .unwrap()
+            .as_ref()
+            .and_then(StreamEvent::retry_delay),
+        Some(Duration::from_secs(1))
+    );
+    assert_eq!(
+        agent.snapshot().retry,
+        None,
+        "cleared once the reply streams"
+    );
     assert!(
         start.elapsed() >= Duration::from_secs(1),
         "Retry-After is honoured"
