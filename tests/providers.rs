@@ -716,6 +716,30 @@ fn abort_while_the_server_stalls_returns_cancelled_promptly() {
 }
 
 #[test]
+fn abort_before_the_response_headers_returns_promptly() {
+    // A server that accepts the connection and never answers, not even with headers.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let held = listener.accept();
+        std::thread::sleep(Duration::from_secs(20));
+        drop(held);
+    });
+    let provider = OpenAiCompat::new(url);
+    let cancel = CancelToken::new();
+    let remote = cancel.clone();
+    let aborter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        remote.cancel();
+        Instant::now()
+    });
+    let r = provider.stream(&Request::default(), &cancel, &mut |_| {});
+    let returned = Instant::now();
+    assert_eq!(r.unwrap_err(), Error::Aborted);
+    assert!(returned - aborter.join().unwrap() < Duration::from_secs(2));
+}
+
+#[test]
 fn abort_mid_stream_keeps_the_partial_reply() {
     let server = Server::start(vec![
         Reply::sse_file("written/mid_reply.sse").stall(Duration::from_secs(20)),
