@@ -8,8 +8,16 @@
 //!
 //! Offline it talks to a scripted demo model (the `Faux` provider) that answers whatever you
 //! type: arithmetic goes to the `calculator` tool, questions about the time to the `clock`
-//! tool (both really computed), anything else gets a short streamed reply. The one place that
-//! chooses the model server is [`provider`].
+//! tool (both really computed), anything else gets a short streamed reply. With a server named
+//! in the environment it talks to that server instead:
+//!
+//! ```sh
+//! OPENAI_API_KEY=sk-... cargo run --example chat                                  # OpenAI
+//! ANTHROPIC_API_KEY=sk-ant-... cargo run --example chat                           # Anthropic
+//! OPENAI_BASE_URL=http://localhost:11434/v1 PAGENT_MODEL=llama3.2 cargo run --example chat  # Ollama
+//! ```
+//!
+//! The one place that chooses the model server is [`provider`].
 
 use std::io::{self, BufRead, IsTerminal, Write};
 use std::sync::Arc;
@@ -23,8 +31,10 @@ use serde_json::json;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let interactive = io::stdin().is_terminal();
+    let (provider, model) = provider()?;
     let agent = Agent::builder()
-        .provider(provider())
+        .provider(provider)
+        .model(model)
         .system_prompt("You are a helpful assistant. Use the tools for arithmetic and the time.")
         .tool(calculator())
         .tool(clock())
@@ -61,9 +71,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// The model server. Today: the offline demo. This is the one function to change to talk to
-/// a real server; everything else works the same with any `Provider`.
-fn provider() -> Arc<dyn Provider> {
+/// The model server and model: the one the environment names (`OPENAI_*`, `ANTHROPIC_*`,
+/// `PAGENT_MODEL`), else the offline demo. Everything else works the same with any `Provider`.
+fn provider() -> Result<(Arc<dyn Provider>, String), pagent::Error> {
+    if let Some(configured) = pagent::llm::from_env() {
+        let configured = configured?;
+        eprintln!(
+            "pagent chat: {} model `{}`, configured from the environment",
+            configured.provider.name(),
+            configured.model
+        );
+        return Ok((configured.provider, configured.model));
+    }
     eprintln!(
         "pagent chat: offline demo on the scripted provider. To use a real server set \
          OPENAI_API_KEY (and OPENAI_BASE_URL for Ollama, llama.cpp or another compatible \
@@ -71,11 +90,12 @@ fn provider() -> Arc<dyn Provider> {
     );
     let demo = Faux::new().chunk_chars(3).otherwise(demo_reply);
     // Stream visibly when a person watches; as fast as possible when piped.
-    if io::stdout().is_terminal() {
+    let demo: Arc<dyn Provider> = if io::stdout().is_terminal() {
         Arc::new(demo.tokens_per_second(60.0))
     } else {
         Arc::new(demo)
-    }
+    };
+    Ok((demo, "pagent-demo".to_owned()))
 }
 
 /// Listener: runs on the thread that called `prompt`, for every event, in order.

@@ -95,14 +95,18 @@ where
 
 /// The agent: a demo model that thinks, calls two tools with progress, and streams an answer.
 fn agent(tps: f64) -> Arc<Agent> {
-    let faux = Faux::new().otherwise(demo_reply);
-    let faux = if tps > 0.0 {
-        faux.tokens_per_second(tps)
-    } else {
-        faux
+    let builder = match pagent::llm::from_env() {
+        // A server named in the environment (OPENAI_*, ANTHROPIC_*, PAGENT_MODEL).
+        Some(Ok(configured)) => Agent::builder()
+            .provider(configured.provider)
+            .model(configured.model),
+        Some(Err(e)) => {
+            eprintln!("dashboard: {e}; using the offline demo");
+            demo(tps)
+        }
+        None => demo(tps),
     };
-    let agent = Agent::builder()
-        .provider(faux)
+    let agent = builder
         .system_prompt("You are a research assistant.")
         .tool(survey())
         .tool(letter_count())
@@ -110,6 +114,17 @@ fn agent(tps: f64) -> Arc<Agent> {
         // OK because the builder has a provider and two differently named tools.
         .expect("the demo agent builds");
     Arc::new(agent)
+}
+
+/// The offline demo model, paced at `tps` chunks a second (0: as fast as it goes).
+fn demo(tps: f64) -> pagent::AgentBuilder {
+    let faux = Faux::new().otherwise(demo_reply);
+    let faux = if tps > 0.0 {
+        faux.tokens_per_second(tps)
+    } else {
+        faux
+    };
+    Agent::builder().provider(faux)
 }
 
 fn demo_reply(request: &Request) -> FauxReply {

@@ -155,8 +155,15 @@ fn agent() -> Agent {
                 .then_tool_call("stock", json!({ "item": "pears" })),
         )
         .reply(FauxReply::text(answer.trim_end()));
-    Agent::builder()
-        .provider(faux)
+    // A server named in the environment (OPENAI_*, ANTHROPIC_*, PAGENT_MODEL), else the
+    // scripted demo.
+    let builder = match pagent::llm::from_env().and_then(Result::ok) {
+        Some(configured) => Agent::builder()
+            .provider(configured.provider)
+            .model(configured.model),
+        None => Agent::builder().provider(faux),
+    };
+    builder
         .tool(stock)
         .build()
         // OK because the builder has a provider and one tool.

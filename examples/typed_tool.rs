@@ -109,8 +109,18 @@ fn main() -> Result<(), Box<dyn Error>> {
         }
     });
 
-    let agent = Agent::builder()
-        .provider(script())
+    // A server named in the environment (OPENAI_*, ANTHROPIC_*, PAGENT_MODEL), else the
+    // scripted demo.
+    let builder = match pagent::llm::from_env() {
+        Some(configured) => {
+            let configured = configured?;
+            Agent::builder()
+                .provider(configured.provider)
+                .model(configured.model)
+        }
+        None => Agent::builder().provider(script()),
+    };
+    let agent = builder
         .tool(word_stats())
         .before_tool_call(move |request: &ToolCallRequest<'_>| {
             if approve_all {

@@ -48,6 +48,13 @@ fn example(name: &str) -> PathBuf {
 /// Runs example `name` with `args`, feeding `stdin`, and kills it after `TIMEOUT`.
 fn run(name: &str, args: &[&str], stdin: &str) -> Ran {
     let mut child = Command::new(example(name))
+        // The examples talk to a real server when the environment names one; these tests
+        // check the offline demos.
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("ANTHROPIC_BASE_URL")
+        .env_remove("PAGENT_MODEL")
         .args(args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .stdin(Stdio::piped())
