@@ -72,7 +72,7 @@ impl Run<'_> {
                     self.prepare(call)
                 };
                 match settled {
-                    Err(result) => self.finish(call, index, result, &mut results),
+                    Err(result) => self.finish(call, index, result, false, &mut results),
                     Ok((tool, args)) => {
                         let ctx = ToolContext::new(
                             call.id.clone(),
@@ -189,20 +189,21 @@ impl Run<'_> {
                     },
                     Err(e) => Run::tool_result(call, e.0, true),
                 };
-                self.finish(call, index, result, results);
+                self.finish(call, index, result, true, results);
             }
         }
     }
 
-    /// Applies `after_tool_call`, emits `ToolEnd`, records the result.
+    /// Applies `after_tool_call` (to calls whose tool ran), emits `ToolEnd`, records the result.
     fn finish(
         &mut self,
         call: &ToolCall,
         index: usize,
         mut result: ToolResultMessage,
+        ran: bool,
         results: &mut [Option<Arc<ToolResultMessage>>],
     ) {
-        if let Some(hook) = &self.config.hooks.after_tool_call {
+        if ran && let Some(hook) = &self.config.hooks.after_tool_call {
             let given = result.clone();
             result = catch_unwind(AssertUnwindSafe(|| hook(call, given))).unwrap_or_else(|p| {
                 Run::tool_result(
