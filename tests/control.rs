@@ -1158,6 +1158,14 @@ fn before_turn_switches_the_model_thinking_and_tools_between_turns() {
     );
     let s = agent.snapshot();
     assert_eq!((&*s.model, s.thinking_level), ("big", ThinkingLevel::High));
+    // The switch stays: the next run asks the same model as the state says.
+    faux.push(FauxReply::text("again"));
+    agent.prompt("more").unwrap();
+    assert_eq!(faux.requests()[2].model, "big");
+    assert_eq!(
+        turns.lock().unwrap().last().unwrap(),
+        &(1, "big".to_owned())
+    );
 }
 
 #[test]

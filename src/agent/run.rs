@@ -278,6 +278,13 @@ impl Run<'_> {
         self.config.thinking = setup.thinking;
         self.config.tools = setup.tools;
         if changed {
+            // The switch sticks, so that the state (which shows it) and the next run agree.
+            {
+                let mut agent = self.inner.config.lock();
+                agent.model = self.config.model.clone();
+                agent.thinking = self.config.thinking;
+                agent.tools = self.config.tools.clone();
+            }
             let (model, thinking) = (self.config.model.clone(), self.config.thinking);
             let defs: Arc<[_]> = self.config.tools.iter().map(|t| t.definition()).collect();
             self.inner.shared.update(|s, _| {
