@@ -1490,3 +1490,53 @@ fn listeners_may_steer_abort_subscribe_and_unsubscribe_without_deadlock() {
     );
     assert_eq!(lines.last().unwrap(), "AgentEnd(cancelled)");
 }
+
+#[test]
+fn a_tool_that_finished_is_published_while_before_tool_call_waits_for_approval() {
+    // The approval for call_2 is given only once call_1's end was published: if the hook
+    // held back the run thread's events, it would wait in vain (and time out).
+    let (approve_tx, approve_rx) = crossbeam_channel::bounded::<bool>(1);
+    let faux = Faux::new()
+        .reply(FauxReply::tool_call("echo", json!({"x": 1})).then_tool_call("rm", json!({})))
+        .reply(FauxReply::text("done"));
+    let agent = builder(&faux)
+        .tool(echo())
+        .tool(fn_tool("rm", |_, _| Ok(ToolOutput::text("removed"))))
+        .before_tool_call(move |req| {
+            if req.call.name != "rm" {
+                return ToolDecision::Allow;
+            }
+            match approve_rx.recv_timeout(PATIENCE) {
+                Ok(true) => ToolDecision::Allow,
+                _ => ToolDecision::Block("no approval".into()),
+            }
+        })
+        .build()
+        .unwrap();
+    let rec = Recorder::attach(&agent);
+    let handle = agent.handle();
+    let _ = agent.subscribe(move |e: &AgentEvent| {
+        if let AgentEvent::ToolEnd { result } = e
+            && result.tool_call_id == "call_1"
+        {
+            // The state already has it, while call_2 still waits for its approval.
+            let s = handle.snapshot();
+            assert_eq!(s.pending_tool_calls.len(), 1);
+            assert_eq!(s.pending_tool_calls[0].call.id, "call_2");
+            approve_tx.send(true).unwrap();
+        }
+    });
+
+    let result = bounded(move || agent.prompt("go").unwrap());
+
+    assert_eq!(result.stop_reason, RunStopReason::NoToolCalls);
+    assert_eq!(
+        only(&rec, &["Tool"]),
+        lines(&[
+            "ToolStart(call_1)",
+            "ToolStart(call_2)",
+            r#"ToolEnd(call_1 "1")"#,
+            r#"ToolEnd(call_2 "removed")"#,
+        ])
+    );
+}

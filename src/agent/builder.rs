@@ -175,7 +175,7 @@ impl AgentBuilder {
         self
     }
 
-    /// Called on the run thread before each tool call runs, in call order, after its
+    /// Called before each tool call runs, one call at a time in call order, after its
     /// `ToolStart`: allow it, block it with a reason the model sees (the result is an error
     /// `blocked: <reason>`), or rewrite its arguments (the transcript keeps the call as the
     /// model made it). Not called for calls settled without running (unknown tool, invalid
@@ -183,9 +183,10 @@ impl AgentBuilder {
     ///
     /// It may block waiting for a human; use [`ToolCallRequest::wait_for`] so that `abort()`
     /// releases it: the call then gets a "cancelled" result, whatever the hook returned.
-    /// While it blocks, the run thread emits nothing: tools of the batch that already started
-    /// go on running, and their `ToolEnd` comes when the hook returns. A panic becomes an
-    /// error result for that call; the run goes on.
+    /// While it blocks, calls of the batch that already started go on, and their `ToolUpdate`
+    /// and `ToolEnd` are published as they happen: the hook then runs on a helper thread of
+    /// the run, and may overlap with `after_tool_call` and listeners. A panic becomes an error
+    /// result for that call; the run goes on.
     pub fn before_tool_call(
         mut self,
         hook: impl Fn(&ToolCallRequest<'_>) -> ToolDecision + Send + Sync + 'static,

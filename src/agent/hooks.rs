@@ -1,14 +1,17 @@
 //! Hooks: callbacks that police and reshape a run, set on the builder.
 //!
-//! Every hook runs on the run thread, synchronously, never while a lock of the agent is held,
-//! so a hook may call `snapshot`, `steer`, `follow_up` and `abort` on a handle. While a hook
-//! runs, the run emits no event.
+//! Every hook runs synchronously for the run, never while a lock of the agent is held, so a
+//! hook may call `snapshot`, `steer`, `follow_up` and `abort` on a handle. Hooks run on the
+//! run thread, with one exception: while other tool calls of the batch are running,
+//! `before_tool_call` runs on a helper thread and the run thread goes on publishing those
+//! calls' progress and ends (so an approval prompt never holds back finished results). It
+//! may then overlap with `after_tool_call` and listeners; hooks are `Send + Sync` for that.
 //!
 //! | hook | when | a panic |
 //! | --- | --- | --- |
 //! | `before_turn` | before each model call, the first included | ends the run with `Error` |
 //! | `transform_context` | building each request | ends the run with `Error` |
-//! | `before_tool_call` | before each call runs, in call order, after its `ToolStart` | error result for that call |
+//! | `before_tool_call` | before each call runs, one call at a time in call order, after its `ToolStart` | error result for that call |
 //! | `after_tool_call` | after each call whose tool ran, before its `ToolEnd` | error result for that call |
 //!
 //! A hook ended by a panic never leaves the run half-done: `AgentEnd` still comes, and every
