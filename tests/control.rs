@@ -1336,7 +1336,11 @@ fn a_sequential_tool_makes_its_batch_sequential() {
 #[test]
 fn max_parallel_tools_caps_concurrency() {
     let faux = Faux::new()
-        .reply(three_sleeps())
+        .reply(
+            FauxReply::tool_call("sleep", json!({"ms": 300}))
+                .then_tool_call("sleep", json!({"ms": 100}))
+                .then_tool_call("sleep", json!({"ms": 50})),
+        )
         .reply(FauxReply::text("done"));
     let (live, peak) = (Arc::default(), Arc::<AtomicUsize>::default());
     let agent = builder(&faux)
@@ -1349,7 +1353,8 @@ fn max_parallel_tools_caps_concurrency() {
     agent.prompt("go").unwrap();
 
     assert!(peak.load(Ordering::SeqCst) <= 2);
-    // call_3 starts only once a slot is free: after call_2 (100 ms) ended.
+    // call_3 starts only once a slot is free: after call_2 (100 ms) ended; it ends at about
+    // 150 ms, well before call_1 (300 ms).
     assert_eq!(
         rec.lines()[7..13],
         lines(&[
@@ -1357,8 +1362,8 @@ fn max_parallel_tools_caps_concurrency() {
             "ToolStart(call_2)",
             r#"ToolEnd(call_2 "slept 100")"#,
             "ToolStart(call_3)",
+            r#"ToolEnd(call_3 "slept 50")"#,
             r#"ToolEnd(call_1 "slept 300")"#,
-            r#"ToolEnd(call_3 "slept 200")"#,
         ])
     );
 }
