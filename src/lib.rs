@@ -6,110 +6,12 @@
 //! thread can read with [`Agent::snapshot`], then handed in order to the listeners registered
 //! with [`Agent::subscribe`].
 //!
-//! # Hello, agent
+//! This documentation is a short tutorial; every example runs offline, on the scripted
+//! [`llm::Faux`] provider.
 //!
-//! Offline, on the scripted [`llm::Faux`] provider (swap in a real provider for a real model):
-//!
-//! ```
-//! use pagent::llm::{Faux, FauxReply};
-//! use pagent::{Agent, RunStopReason};
-//!
-//! let agent = Agent::builder()
-//!     .provider(Faux::new().reply(FauxReply::text("Hello! How can I help?")))
-//!     .system_prompt("You are terse.")
-//!     .build()?;
-//!
-//! let result = agent.prompt("Hi")?;
-//! assert_eq!(result.text(), "Hello! How can I help?");
-//! assert_eq!(result.stop_reason, RunStopReason::NoToolCalls);
-//! assert_eq!(agent.snapshot().messages.len(), 2); // the prompt and the reply
-//! # Ok::<(), pagent::Error>(())
-//! ```
-//!
-//! # Events and their order
-//!
-//! ```text
-//! AgentStart
-//!   TurnStart { turn }
-//!     MessageStart / MessageEnd                     the prompt (and steering messages)
-//!     MessageStart / MessageUpdate* / MessageEnd    the assistant reply, streamed
-//!     ToolStart / ToolUpdate* / ToolEnd             each tool call of that reply
-//!     MessageStart / MessageEnd                     each tool result message, in call order
-//!   TurnEnd { turn, message, tool_results, stop_reason }
-//!   ... the next TurnStart while the model keeps calling tools ...
-//! AgentEnd { messages, stop_reason, usage }
-//! ```
-//!
-//! Every run that starts emits exactly one `AgentStart` and one `AgentEnd`, whatever fails.
-//! Every tool call gets exactly one `ToolStart`, one `ToolEnd` and one result message, also
-//! when it never ran (a reply cut by the length limit, a failed or aborted reply, a blocked
-//! or skipped call): those get a synthesized error result saying why, so the transcript is
-//! always valid for the next request.
-//!
-//! ```
-//! use std::sync::{Arc, Mutex};
-//! use pagent::llm::{Faux, FauxReply};
-//! use pagent::{Agent, AgentEvent, ToolOutput, tool};
-//! # #[derive(serde::Deserialize, schemars::JsonSchema)] struct Args {}
-//!
-//! let clock = tool::typed("clock", "The time.", |_: Args, _| Ok(ToolOutput::text("12:00")));
-//! let faux = Faux::new()
-//!     .reply(FauxReply::tool_call("clock", serde_json::json!({})))
-//!     .reply(FauxReply::text("It is noon."));
-//! let agent = Agent::builder().provider(faux).tool(clock).build()?;
-//!
-//! let names = Arc::new(Mutex::new(Vec::new()));
-//! let sink = names.clone();
-//! let _sub = agent.subscribe(move |e: &AgentEvent| {
-//!     let name = e.name();
-//!     let mut v = sink.lock().unwrap();
-//!     if v.last() != Some(&name) || name != "MessageUpdate" { v.push(name) }
-//! });
-//! agent.prompt("What time is it?")?;
-//! assert_eq!(*names.lock().unwrap(), [
-//!     "AgentStart",
-//!     "TurnStart", "MessageStart", "MessageEnd",                   // the prompt
-//!     "MessageStart", "MessageUpdate", "MessageEnd",               // the reply, streamed
-//!     "ToolStart", "ToolEnd", "MessageStart", "MessageEnd",       // the tool and its result
-//!     "TurnEnd",
-//!     "TurnStart", "MessageStart", "MessageUpdate", "MessageEnd", "TurnEnd",
-//!     "AgentEnd",
-//! ]);
-//! # Ok::<(), pagent::Error>(())
-//! ```
-//!
-//! Run stop reasons ([`RunStopReason`]): `NoToolCalls` (a final answer), `EmptyResponse`,
-//! `MaxTurns` (`max_turns` model calls made; the last turn's tools still ran), `Cancelled`
-//! (`abort()`), `Error` (the provider failed; the partial reply is kept and
-//! `State::error_message` says why). `TurnEnd` also uses `Continuing`.
-//!
-//! # Threads
-//!
-//! - The run happens on the thread that calls `prompt`; listeners, hooks and event delivery
-//!   happen on that thread too. Tools run on scoped worker threads of the run (in parallel,
-//!   up to `max_parallel_tools`), but their progress and end become events on the run thread.
-//! - [`Agent::snapshot`] returns the latest `Arc<State>` from any thread without locking or
-//!   waiting. Each event is folded into the state *before* listeners see it, so a listener
-//!   that calls `snapshot()` sees the state including its event.
-//! - [`AgentHandle`] (`Clone + Send + Sync`) steers, queues follow-ups and aborts from any
-//!   thread, listeners included.
-//! - What blocks: `prompt` until the run ends; a listener blocks the run while it runs; a full
-//!   channel of [`Agent::subscribe_channel`] blocks the run until the consumer takes an event
-//!   (nothing is dropped). What unblocks: `abort()` ends a model call or a
-//!   [`hooks::ToolCallRequest::wait_for`] at once, and running tools through their cancel
-//!   token; the run then ends with `Cancelled`.
-//! - A panicking listener is caught: the run goes on, and the state counts it in
-//!   `listener_panics` (with the message in `last_listener_panic`). A panicking tool becomes an
-//!   error result; a panicking provider ends the run with `Error`.
-//!
-//! # Performance
-//!
-//! Folding an event into the state costs O(size of the event): the transcript, the partial
-//! reply and the lists are persistent structures shared between snapshots, so a snapshot is
-//! an `Arc` clone and a long reply into a long transcript stays linear. Measured with
-//! `cargo bench --bench fold` (fold + store + dispatch of one text delta to one listener; see
-//! the README for the figures).
-
+#![doc = include_str!("../docs/tutorial.md")]
+// The README's example runs with the doctests, so it cannot rot either.
+#![cfg_attr(doctest, doc = include_str!("../README.md"))]
 // No unsafe code anywhere: the concurrency is built on arc-swap, crossbeam and parking_lot.
 #![forbid(unsafe_code)]
 // Every public item is documented; the docs are the contract users rely on.
@@ -124,8 +26,10 @@ mod event;
 pub mod llm;
 mod message;
 mod partial;
+pub mod session;
 mod state;
 pub mod tool;
+pub mod wire;
 
 pub use agent::{
     Agent, AgentBuilder, AgentHandle, Prompt, QueueMode, Refused, RunResult, SteeringPolicy,

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use pagent::llm::{Faux, FauxReply};
 use pagent::{
-    Agent, AgentEvent, Error, Message, RunStopReason, StopReason, ToolError, ToolOutput, Usage,
-    tool,
+    Agent, AgentEvent, Error, Message, RunStopReason, State, StopReason, ToolError, ToolOutput,
+    Usage, tool, wire,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -79,23 +79,61 @@ fn render(e: &AgentEvent) -> String {
     }
 }
 
-/// Records every event an agent emits.
-struct Recorder(Arc<Mutex<Vec<AgentEvent>>>);
+/// A wire line and the snapshot the agent published with its event.
+type Published = (String, Arc<State>);
+
+/// Records every event an agent emits, with its wire line and the snapshot published with it.
+///
+/// When dropped at the end of a passing test it replays the wire lines through a
+/// `wire::Mirror` and checks that the mirror rebuilds, line by line, the snapshot the agent
+/// published with each event: every scenario of this suite is also a wire replay test.
+struct Recorder {
+    events: Arc<Mutex<Vec<AgentEvent>>>,
+    published: Arc<Mutex<Vec<Published>>>,
+    start: Arc<State>,
+}
 
 impl Recorder {
     fn attach(agent: &Agent) -> Recorder {
         let events = Arc::new(Mutex::new(Vec::new()));
-        let sink = events.clone();
-        let _sub = agent.subscribe(move |e| sink.lock().unwrap().push(e.clone()));
-        Recorder(events)
+        let published = Arc::new(Mutex::new(Vec::new()));
+        let (sink, pubs, handle) = (events.clone(), published.clone(), agent.handle());
+        let _sub = agent.subscribe(move |e| {
+            sink.lock().unwrap().push(e.clone());
+            pubs.lock()
+                .unwrap()
+                .push((wire::encode_event_line(e), handle.snapshot()));
+        });
+        Recorder {
+            events,
+            published,
+            start: agent.snapshot(),
+        }
     }
 
     fn lines(&self) -> Vec<String> {
-        self.0.lock().unwrap().iter().map(render).collect()
+        self.events.lock().unwrap().iter().map(render).collect()
     }
 
     fn events(&self) -> Vec<AgentEvent> {
-        self.0.lock().unwrap().clone()
+        self.events.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        let mut mirror = wire::Mirror::from_state(self.start.timeline());
+        for (i, (line, published)) in self.published.lock().unwrap().iter().enumerate() {
+            mirror.apply_line(line).unwrap();
+            assert_eq!(
+                mirror.state().timeline(),
+                published.timeline(),
+                "the mirror differs after line {i}: {line}"
+            );
+        }
     }
 }
 

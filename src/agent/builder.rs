@@ -176,10 +176,11 @@ impl AgentBuilder {
     }
 
     /// Called before each tool call runs, one call at a time in call order, after its
-    /// `ToolStart`: allow it, block it with a reason the model sees (the result is an error
-    /// `blocked: <reason>`), or rewrite its arguments (the transcript keeps the call as the
-    /// model made it). Not called for calls settled without running (unknown tool, invalid
-    /// JSON, skipped, cancelled). Defaults to allowing every call.
+    /// `ToolStart` and only for calls whose arguments are valid ([`Tool::validate`]): allow
+    /// it, block it with a reason the model sees (the result is an error `blocked: <reason>`),
+    /// or rewrite its arguments (validated again; the transcript keeps the call as the model
+    /// made it). Not called for calls settled without running (unknown tool, invalid JSON or
+    /// arguments, skipped, cancelled). Defaults to allowing every call.
     ///
     /// It may block waiting for a human; use [`ToolCallRequest::wait_for`] so that `abort()`
     /// releases it: the call then gets a "cancelled" result, whatever the hook returned.

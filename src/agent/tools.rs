@@ -112,7 +112,8 @@ impl Run<'_> {
         self.config.tools.iter().find(|t| t.name() == name).cloned()
     }
 
-    /// Looks the tool up, parses and vets the arguments, asks `before_tool_call`.
+    /// Looks the tool up, parses and validates the arguments, asks `before_tool_call` (and
+    /// validates rewritten arguments again).
     fn prepare(
         &mut self,
         call: &ToolCall,
@@ -138,6 +139,8 @@ impl Run<'_> {
                 call.name
             ))
         })?;
+        // Before the hook: nobody is asked to approve a call that cannot run.
+        tool.validate(&args).map_err(fail)?;
         if let Some(decision) = self.ask_before_tool_call(call, &args, batch) {
             let decision = decision
                 .map_err(|panic| fail(format!("the before_tool_call hook panicked: {panic}")))?;
@@ -149,10 +152,12 @@ impl Run<'_> {
                 ToolDecision::Block(reason) => {
                     return Err(fail(format!("blocked: {reason}")));
                 }
-                ToolDecision::Rewrite(new_args) => args = new_args,
+                ToolDecision::Rewrite(new_args) => {
+                    tool.validate(&new_args).map_err(fail)?;
+                    args = new_args;
+                }
             }
         }
-        tool.validate(&args).map_err(fail)?;
         Ok((tool, args))
     }
 

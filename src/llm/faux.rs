@@ -38,6 +38,7 @@ pub struct Faux {
     inner: Arc<Inner>,
     chunk_chars: usize,
     tokens_per_second: Option<f64>,
+    otherwise: Option<Arc<ReplyFn>>,
 }
 
 type ReplyFn = dyn Fn(&Request) -> FauxReply + Send + Sync;
@@ -62,6 +63,7 @@ impl Faux {
             inner: Arc::default(),
             chunk_chars: 4,
             tokens_per_second: None,
+            otherwise: None,
         }
     }
 
@@ -107,6 +109,29 @@ impl Faux {
         self
     }
 
+    /// Answers with `f` whenever the script is empty, instead of failing with
+    /// [`Error::ScriptExhausted`]: a demo that replies to whatever it is asked, for as long
+    /// as it is asked. Defaults to none.
+    ///
+    /// ```
+    /// use pagent::llm::{Faux, FauxReply};
+    /// use pagent::Agent;
+    ///
+    /// let echo = Faux::new().otherwise(|request| {
+    ///     let said = request.messages.last().map(|m| m.text()).unwrap_or_default();
+    ///     FauxReply::text(format!("You said: {said}"))
+    /// });
+    /// let agent = Agent::builder().provider(echo).build()?;
+    /// assert_eq!(agent.prompt("hi")?.text(), "You said: hi");
+    /// assert_eq!(agent.prompt("again")?.text(), "You said: again");
+    /// # Ok::<(), pagent::Error>(())
+    /// ```
+    #[must_use]
+    pub fn otherwise(mut self, f: impl Fn(&Request) -> FauxReply + Send + Sync + 'static) -> Faux {
+        self.otherwise = Some(Arc::new(f));
+        self
+    }
+
     /// How many scripted replies are left.
     pub fn remaining(&self) -> usize {
         self.inner.queue.lock().len()
@@ -137,6 +162,7 @@ impl fmt::Debug for Faux {
             .field("remaining", &self.remaining())
             .field("chunk_chars", &self.chunk_chars)
             .field("tokens_per_second", &self.tokens_per_second)
+            .field("otherwise", &self.otherwise.is_some())
             .finish()
     }
 }
@@ -154,7 +180,10 @@ impl Provider for Faux {
         let reply = match next {
             Some(Scripted::Fixed(r)) => r,
             Some(Scripted::Dynamic(f)) => f(request),
-            None => return Err(Error::ScriptExhausted),
+            None => match &self.otherwise {
+                Some(f) => f(request),
+                None => return Err(Error::ScriptExhausted),
+            },
         };
         if let Some(delay) = reply.delay
             && cancel.wait_timeout(delay)
@@ -459,6 +488,16 @@ mod tests {
     fn empty_queue_is_a_clear_error() {
         let (_, r) = run(&Faux::new());
         assert_eq!(r.unwrap_err(), Error::ScriptExhausted);
+    }
+
+    #[test]
+    fn otherwise_answers_once_the_script_is_empty() {
+        let faux = Faux::new()
+            .reply(FauxReply::text("scripted"))
+            .otherwise(|_| FauxReply::text("fallback"));
+        let texts: Vec<String> = (0..3).map(|_| run(&faux).1.unwrap().text()).collect();
+        assert_eq!(texts, ["scripted", "fallback", "fallback"]);
+        assert_eq!(faux.remaining(), 0);
     }
 
     #[test]

@@ -1,0 +1,443 @@
+//! The native dialect: one event to one JSON-RPC 2.0 notification line, and back.
+//!
+//! Encoding writes typed param structs (no intermediate `serde_json::Value` for the hot
+//! `MessageUpdate` path); decoding is strict: the envelope is checked member by member, then
+//! the params of the named method are deserialized into the same structs.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::Error;
+use crate::event::{AgentEvent, RunStopReason};
+use crate::llm::StreamEvent;
+use crate::message::{Message, ToolCall, ToolResultMessage, Usage};
+use crate::partial::PartialMessage;
+use crate::tool::ToolOutput;
+
+/// The longest line [`Decoder`] accepts by default, in bytes (8 MiB), line break excluded.
+///
+/// A line is one event; only a `MessageEnd`, `TurnEnd` or `AgentEnd` holding a huge message
+/// comes near it. Raise it with [`Decoder::max_line_len`] if your messages are bigger.
+pub const MAX_LINE_LEN: usize = 8 * 1024 * 1024;
+
+/// Every method of the native dialect, in lifecycle order.
+pub const METHODS: [&str; 10] = [
+    "AgentStart",
+    "TurnStart",
+    "MessageStart",
+    "MessageUpdate",
+    "MessageEnd",
+    "ToolStart",
+    "ToolUpdate",
+    "ToolEnd",
+    "TurnEnd",
+    "AgentEnd",
+];
+
+#[derive(Serialize, Deserialize)]
+struct Empty {}
+
+#[derive(Serialize, Deserialize)]
+struct TurnParams {
+    turn: u32,
+}
+
+#[derive(Serialize, Deserialize)]
+struct MessageParams {
+    message: Arc<Message>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct UpdateParams {
+    delta: StreamEvent,
+}
+
+#[derive(Serialize, Deserialize)]
+struct ToolStartParams {
+    call: ToolCall,
+}
+
+#[derive(Serialize, Deserialize)]
+struct ToolUpdateParams {
+    call_id: String,
+    tool_name: String,
+    partial: ToolOutput,
+}
+
+#[derive(Serialize, Deserialize)]
+struct ToolEndParams {
+    result: Arc<ToolResultMessage>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct TurnEndParams {
+    turn: u32,
+    message: Arc<Message>,
+    tool_results: Vec<Arc<ToolResultMessage>>,
+    stop_reason: RunStopReason,
+}
+
+#[derive(Serialize, Deserialize)]
+struct AgentEndParams {
+    messages: Vec<Arc<Message>>,
+    stop_reason: RunStopReason,
+    usage: Usage,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    error_message: Option<String>,
+}
+
+/// Encodes `event` as one line of the native dialect, without the line break.
+///
+/// The line is `{"jsonrpc":"2.0","method":"<EventName>","params":{..}}` (see the
+/// [module docs](super) for every method's params). It never contains a line break: JSON
+/// escapes those inside strings. A `MessageUpdate` line carries only its delta, so a reply
+/// of n deltas costs O(n) bytes on the wire.
+pub fn encode_event_line(event: &AgentEvent) -> String {
+    // Arc and Vec<Arc> clones below are pointer copies; the ToolCall and ToolUpdate clones are
+    // O(size of the event), which serializing costs anyway.
+    let params = match event {
+        AgentEvent::AgentStart => to_json(&Empty {}),
+        AgentEvent::TurnStart { turn } => to_json(&TurnParams { turn: *turn }),
+        AgentEvent::MessageStart { message } | AgentEvent::MessageEnd { message } => {
+            to_json(&MessageParams {
+                message: message.clone(),
+            })
+        }
+        AgentEvent::MessageUpdate { delta, .. } => to_json(&UpdateParams {
+            delta: delta.clone(),
+        }),
+        AgentEvent::ToolStart { call } => to_json(&ToolStartParams { call: call.clone() }),
+        AgentEvent::ToolUpdate {
+            call_id,
+            tool_name,
+            partial,
+        } => to_json(&ToolUpdateParams {
+            call_id: call_id.clone(),
+            tool_name: tool_name.clone(),
+            partial: partial.clone(),
+        }),
+        AgentEvent::ToolEnd { result } => to_json(&ToolEndParams {
+            result: result.clone(),
+        }),
+        AgentEvent::TurnEnd {
+            turn,
+            message,
+            tool_results,
+            stop_reason,
+        } => to_json(&TurnEndParams {
+            turn: *turn,
+            message: message.clone(),
+            tool_results: tool_results.clone(),
+            stop_reason: *stop_reason,
+        }),
+        AgentEvent::AgentEnd {
+            messages,
+            stop_reason,
+            usage,
+            error_message,
+        } => to_json(&AgentEndParams {
+            messages: messages.clone(),
+            stop_reason: *stop_reason,
+            usage: *usage,
+            error_message: error_message.clone(),
+        }),
+    };
+    notification_line(event.name(), &params)
+}
+
+/// `{"jsonrpc":"2.0","method":..,"params":..}` around already encoded params.
+pub(crate) fn notification_line(method: &str, params: &str) -> String {
+    let mut line = String::with_capacity(params.len() + method.len() + 40);
+    line.push_str(r#"{"jsonrpc":"2.0","method":"#);
+    line.push_str(&to_json(&method));
+    line.push_str(r#","params":"#);
+    line.push_str(params);
+    line.push('}');
+    line
+}
+
+pub(crate) fn to_json<T: Serialize + ?Sized>(value: &T) -> String {
+    // OK because every type we encode serializes to a JSON object or string: string keys
+    // only, no fallible custom `Serialize`.
+    serde_json::to_string(value).expect("wire types always serialize")
+}
+
+/// Decodes one line of the native dialect on its own.
+///
+/// The stateless form of [`Decoder::decode_line`]: it uses a fresh decoder, so a
+/// `MessageUpdate` decoded alone carries a partial message built from its own delta only
+/// (empty model, no earlier text). Every other event decodes to exactly what was encoded.
+///
+/// # Errors
+/// [`Error::Wire`] naming the problem: not JSON or trailing garbage, a `jsonrpc` other than
+/// `"2.0"`, an `id` member (events are notifications), a missing or unknown method, params
+/// that are not an object, a missing or mistyped field, a line break inside the line, a line
+/// over [`MAX_LINE_LEN`].
+pub fn decode_event_line(line: &str) -> Result<AgentEvent, Error> {
+    Decoder::new().decode_line(line)
+}
+
+/// A stateful decoder of the native dialect: gives back exactly the events the agent
+/// emitted, `MessageUpdate` partials included.
+///
+/// A `MessageUpdate` line carries only its delta. The decoder keeps the reply being
+/// streamed: an assistant `MessageStart` sets it, each `MessageUpdate` advances it with
+/// [`PartialMessage::apply`], `MessageEnd` and `AgentEnd` clear it. Feed it every line of a
+/// stream, in order.
+#[derive(Clone, Debug)]
+pub struct Decoder {
+    partial: Option<PartialMessage>,
+    max_line_len: usize,
+}
+
+impl Default for Decoder {
+    fn default() -> Decoder {
+        Decoder::new()
+    }
+}
+
+impl Decoder {
+    /// A decoder at the start of a stream. Lines up to [`MAX_LINE_LEN`] bytes.
+    pub fn new() -> Decoder {
+        Decoder {
+            partial: None,
+            max_line_len: MAX_LINE_LEN,
+        }
+    }
+
+    /// The longest line accepted, in bytes, line break excluded. Defaults to
+    /// [`MAX_LINE_LEN`].
+    #[must_use]
+    pub fn max_line_len(mut self, bytes: usize) -> Decoder {
+        self.max_line_len = bytes;
+        self
+    }
+
+    /// The reply being streamed, as far as the decoded lines tell.
+    pub fn partial(&self) -> Option<&PartialMessage> {
+        self.partial.as_ref()
+    }
+
+    /// Decodes the next line of the stream. One trailing `\n` (or `\r\n`) is allowed.
+    ///
+    /// A line that fails to decode leaves the decoder as it was.
+    ///
+    /// # Errors
+    /// As [`decode_event_line`].
+    pub fn decode_line(&mut self, line: &str) -> Result<AgentEvent, Error> {
+        let line = line
+            .strip_suffix('\n')
+            .map(|l| l.strip_suffix('\r').unwrap_or(l))
+            .unwrap_or(line);
+        if line.len() > self.max_line_len {
+            return Err(Error::Wire(format!(
+                "line of {} bytes is over the limit of {} bytes",
+                line.len(),
+                self.max_line_len
+            )));
+        }
+        if line.contains('\n') {
+            return Err(Error::Wire(
+                "a line break inside the line: one event per line".into(),
+            ));
+        }
+        let (method, params) = parse_notification(line)?;
+        let event = self.event(&method, params)?;
+        match &event {
+            AgentEvent::MessageStart { message } => {
+                if let Message::Assistant(m) = &**message {
+                    self.partial = Some(PartialMessage::from_message(m));
+                }
+            }
+            AgentEvent::MessageEnd { .. } | AgentEvent::AgentEnd { .. } => self.partial = None,
+            AgentEvent::MessageUpdate { message, .. } => self.partial = Some(message.clone()),
+            _ => {}
+        }
+        Ok(event)
+    }
+
+    fn event(&self, method: &str, params: Value) -> Result<AgentEvent, Error> {
+        Ok(match method {
+            "AgentStart" => {
+                let Empty {} = params_of(method, params)?;
+                AgentEvent::AgentStart
+            }
+            "TurnStart" => {
+                let p: TurnParams = params_of(method, params)?;
+                AgentEvent::TurnStart { turn: p.turn }
+            }
+            "MessageStart" => {
+                let p: MessageParams = params_of(method, params)?;
+                AgentEvent::MessageStart { message: p.message }
+            }
+            "MessageUpdate" => {
+                let p: UpdateParams = params_of(method, params)?;
+                let message = match &self.partial {
+                    Some(partial) => partial.apply(&p.delta),
+                    None => PartialMessage::default().apply(&p.delta),
+                };
+                AgentEvent::MessageUpdate {
+                    message,
+                    delta: p.delta,
+                }
+            }
+            "MessageEnd" => {
+                let p: MessageParams = params_of(method, params)?;
+                AgentEvent::MessageEnd { message: p.message }
+            }
+            "ToolStart" => {
+                let p: ToolStartParams = params_of(method, params)?;
+                AgentEvent::ToolStart { call: p.call }
+            }
+            "ToolUpdate" => {
+                let p: ToolUpdateParams = params_of(method, params)?;
+                AgentEvent::ToolUpdate {
+                    call_id: p.call_id,
+                    tool_name: p.tool_name,
+                    partial: p.partial,
+                }
+            }
+            "ToolEnd" => {
+                let p: ToolEndParams = params_of(method, params)?;
+                AgentEvent::ToolEnd { result: p.result }
+            }
+            "TurnEnd" => {
+                let p: TurnEndParams = params_of(method, params)?;
+                AgentEvent::TurnEnd {
+                    turn: p.turn,
+                    message: p.message,
+                    tool_results: p.tool_results,
+                    stop_reason: p.stop_reason,
+                }
+            }
+            "AgentEnd" => {
+                let p: AgentEndParams = params_of(method, params)?;
+                AgentEvent::AgentEnd {
+                    messages: p.messages,
+                    stop_reason: p.stop_reason,
+                    usage: p.usage,
+                    error_message: p.error_message,
+                }
+            }
+            other => {
+                return Err(Error::Wire(format!(
+                    "unknown method `{other}`; the methods are {}",
+                    METHODS.join(", ")
+                )));
+            }
+        })
+    }
+}
+
+fn params_of<T: for<'de> Deserialize<'de>>(method: &str, params: Value) -> Result<T, Error> {
+    serde_json::from_value(params)
+        .map_err(|e| Error::Wire(format!("invalid params of {method}: {e}")))
+}
+
+/// Checks the envelope of a notification; returns its method and params (`{}` when absent).
+fn parse_notification(line: &str) -> Result<(String, Value), Error> {
+    let mut object = parse_object(line)?;
+    check_jsonrpc(&object)?;
+    if object.contains_key("id") {
+        return Err(Error::Wire(
+            "an event is a notification and must not have an `id`".into(),
+        ));
+    }
+    let method = match object.remove("method") {
+        Some(Value::String(m)) => m,
+        Some(_) => return Err(Error::Wire("`method` is not a string".into())),
+        None => return Err(Error::Wire("no `method` member".into())),
+    };
+    let params = match object.remove("params") {
+        None => Value::Object(Map::new()),
+        Some(p @ Value::Object(_)) => p,
+        Some(_) => {
+            return Err(Error::Wire(format!("params of {method} is not an object")));
+        }
+    };
+    if let Some(extra) = object.keys().find(|k| *k != "jsonrpc") {
+        return Err(Error::Wire(format!(
+            "unexpected member `{extra}` in a notification"
+        )));
+    }
+    Ok((method, params))
+}
+
+/// Parses `line` as one JSON object and nothing after it.
+pub(crate) fn parse_object(line: &str) -> Result<Map<String, Value>, Error> {
+    match serde_json::from_str::<Value>(line) {
+        Ok(Value::Object(o)) => Ok(o),
+        Ok(_) => Err(Error::Wire("the line is not a JSON object".into())),
+        Err(e) if e.is_eof() => Err(Error::Wire(format!("incomplete JSON: {e}"))),
+        // serde_json names trailing characters as such ("trailing characters at line 1
+        // column 40"), so the message says what is wrong.
+        Err(e) => Err(Error::Wire(format!("invalid JSON: {e}"))),
+    }
+}
+
+/// `jsonrpc` must be the string `"2.0"`.
+pub(crate) fn check_jsonrpc(object: &Map<String, Value>) -> Result<(), Error> {
+    match object.get("jsonrpc") {
+        Some(Value::String(v)) if v == "2.0" => Ok(()),
+        Some(other) => Err(Error::Wire(format!("`jsonrpc` is {other}, not \"2.0\""))),
+        None => Err(Error::Wire("no `jsonrpc` member".into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::AssistantMessage;
+
+    #[test]
+    fn turn_start_line_is_exact() {
+        let line = encode_event_line(&AgentEvent::TurnStart { turn: 3 });
+        assert_eq!(
+            line,
+            r#"{"jsonrpc":"2.0","method":"TurnStart","params":{"turn":3}}"#
+        );
+        assert_eq!(
+            decode_event_line(&line).unwrap(),
+            AgentEvent::TurnStart { turn: 3 }
+        );
+    }
+
+    #[test]
+    fn update_line_carries_only_the_delta() {
+        let partial = PartialMessage::new("m").apply(&StreamEvent::text("a long reply so far"));
+        let event = AgentEvent::MessageUpdate {
+            message: partial.apply(&StreamEvent::text("!")),
+            delta: StreamEvent::text("!"),
+        };
+        assert_eq!(
+            encode_event_line(&event),
+            r#"{"jsonrpc":"2.0","method":"MessageUpdate","params":{"delta":{"type":"text_delta","text":"!"}}}"#
+        );
+    }
+
+    #[test]
+    fn decoder_rebuilds_the_partial() {
+        let start = AgentEvent::MessageStart {
+            message: Arc::new(Message::Assistant(AssistantMessage {
+                model: "m".into(),
+                ..Default::default()
+            })),
+        };
+        let mut d = Decoder::new();
+        d.decode_line(&encode_event_line(&start)).unwrap();
+        let mut partial = PartialMessage::new("m");
+        for piece in ["Hel", "lo\n"] {
+            let delta = StreamEvent::text(piece);
+            partial = partial.apply(&delta);
+            let event = AgentEvent::MessageUpdate {
+                message: partial.clone(),
+                delta,
+            };
+            let line = encode_event_line(&event);
+            assert!(!line.contains('\n'));
+            assert_eq!(d.decode_line(&line).unwrap(), event);
+        }
+    }
+}

@@ -1,0 +1,178 @@
+//! The wire: an agent's events as line-delimited JSON-RPC 2.0, for programs in any language,
+//! browsers (over an SSE or WebSocket bridge) and log files.
+//!
+//! Each event is one line: a JSON-RPC 2.0 notification
+//! `{"jsonrpc":"2.0","method":"<EventName>","params":{..}}`, UTF-8, ended by `\n`. A line never
+//! holds a raw line break (JSON escapes those inside strings), so splitting a stream on `\n`
+//! always gives whole events. What goes over the wire is exactly the timeline a Rust listener
+//! sees, in the same order.
+//!
+//! - [`encode_event_line`] / [`decode_event_line`]: one event to one line and back;
+//!   [`Decoder`] for a whole stream (see [`MessageUpdate`](#messageupdate-carries-the-delta)).
+//! - [`Writer`]: a listener that appends the lines to any `io::Write`, flushed per event; it
+//!   also writes the two [`pagent` dialects](#the-pagent-dialects).
+//! - [`Mirror`]: decodes lines and folds them with [`State::apply`](crate::State::apply), so
+//!   a remote UI rebuilds the snapshots the agent published.
+//! - [`serve`]: a stdio agent server: JSON-RPC requests in, responses, event notifications
+//!   and tool approval requests out.
+//!
+//! # The native dialect
+//!
+//! Members of the envelope: `jsonrpc` (the string `"2.0"`), `method` (the event name),
+//! `params` (an object). No `id`: events are notifications. Messages, tool calls, results,
+//! usage and deltas inside `params` use the crate's serde shapes:
+//!
+//! - a message is tagged by `role`: `{"role":"user","content":".."}`,
+//!   `{"role":"assistant","content":[block..],"stop_reason":"stop|length|tool_use|error|aborted",
+//!   "usage":{..},"model":"..","error_message":".." (optional)}`,
+//!   `{"role":"tool_result","tool_call_id":"..","tool_name":"..","content":"..",
+//!   "is_error":false,"details":{..} (optional)}`;
+//! - an assistant content block is tagged by `type`: `{"type":"text","text":".."}`,
+//!   `{"type":"thinking","thinking":"..","signature":".." (optional)}`,
+//!   `{"type":"tool_call","id":"..","name":"..","arguments":"<raw JSON text>"}`;
+//! - a tool call is `{"id":"..","name":"..","arguments":"<raw JSON text>"}`;
+//! - usage is `{"input":0,"output":0,"cache_read":0,"cache_write":0,"reasoning":0,"total":0}`
+//!   (each count may be left out and reads as 0);
+//! - a run stop reason is one of `"continuing"` (on `TurnEnd` only), `"no_tool_calls"`,
+//!   `"empty_response"`, `"max_turns"`, `"cancelled"`, `"error"`.
+//!
+//! | method | params | when |
+//! |---|---|---|
+//! | `AgentStart` | `{}` | a run begins |
+//! | `TurnStart` | `turn`: integer, from 1 | a turn (one model call and its tools) begins |
+//! | `MessageStart` | `message`: message | a message begins; an assistant reply starts empty, with its `model` |
+//! | `MessageUpdate` | `delta`: delta (below) | a piece of the assistant reply arrived |
+//! | `MessageEnd` | `message`: message | a message is complete and appended to the transcript |
+//! | `ToolStart` | `call`: tool call | a tool call starts, arguments final |
+//! | `ToolUpdate` | `call_id`: string, `tool_name`: string, `partial`: `{"content":"..","details":{..} (optional)}` | a running tool published progress |
+//! | `ToolEnd` | `result`: tool result (as the `tool_result` message, without `role`) | a tool call ended |
+//! | `TurnEnd` | `turn`: integer, `message`: the turn's assistant message, `tool_results`: the list of tool results, `stop_reason`: run stop reason | a turn ended |
+//! | `AgentEnd` | `messages`: the list of messages the run appended, `stop_reason`, `usage`, `error_message`: string (optional) | the run ended (exactly once per run) |
+//!
+//! A `MessageUpdate` delta is tagged by `type`:
+//!
+//! | `type` | fields |
+//! |---|---|
+//! | `text_delta` | `text` |
+//! | `thinking_delta` | `text` (reasoning) |
+//! | `thinking_signature` | `signature` |
+//! | `tool_call_start` | `id`, `name` |
+//! | `tool_call_delta` | `index` (which call of the reply, counting `tool_call_start`s from 0), `arguments` (the next piece of the raw JSON text) |
+//! | `usage` | `usage` (replaces the previous report) |
+//! | `retry` | `attempt`, `delay_ms`, `error`: the request failed and is sent again |
+//!
+//! One example line per method (a run that calls a tool, then answers):
+//!
+//! ```text
+//! {"jsonrpc":"2.0","method":"AgentStart","params":{}}
+//! {"jsonrpc":"2.0","method":"TurnStart","params":{"turn":1}}
+//! {"jsonrpc":"2.0","method":"MessageStart","params":{"message":{"role":"user","content":"Say hi."}}}
+//! {"jsonrpc":"2.0","method":"MessageUpdate","params":{"delta":{"type":"thinking_delta","text":"User wants"}}}
+//! {"jsonrpc":"2.0","method":"MessageUpdate","params":{"delta":{"type":"text_delta","text":"Let me check."}}}
+//! {"jsonrpc":"2.0","method":"MessageUpdate","params":{"delta":{"type":"tool_call_start","id":"call_1","name":"echo"}}}
+//! {"jsonrpc":"2.0","method":"MessageUpdate","params":{"delta":{"type":"tool_call_delta","index":0,"arguments":"{\"text\":\"hi\"}"}}}
+//! {"jsonrpc":"2.0","method":"MessageUpdate","params":{"delta":{"type":"usage","usage":{"input":12,"output":8,"cache_read":0,"cache_write":0,"reasoning":0,"total":20}}}}
+//! {"jsonrpc":"2.0","method":"MessageEnd","params":{"message":{"role":"assistant","content":[{"type":"thinking","thinking":"User wants"},{"type":"text","text":"Let me check."},{"type":"tool_call","id":"call_1","name":"echo","arguments":"{\"text\":\"hi\"}"}],"stop_reason":"tool_use","usage":{"input":12,"output":8,"cache_read":0,"cache_write":0,"reasoning":0,"total":20},"model":"faux-1"}}}
+//! {"jsonrpc":"2.0","method":"ToolStart","params":{"call":{"id":"call_1","name":"echo","arguments":"{\"text\":\"hi\"}"}}}
+//! {"jsonrpc":"2.0","method":"ToolUpdate","params":{"call_id":"call_1","tool_name":"echo","partial":{"content":"half"}}}
+//! {"jsonrpc":"2.0","method":"ToolEnd","params":{"result":{"tool_call_id":"call_1","tool_name":"echo","content":"hi","is_error":false}}}
+//! {"jsonrpc":"2.0","method":"TurnEnd","params":{"turn":1,"message":{"role":"assistant","content":[{"type":"text","text":"Let me check."}],"stop_reason":"tool_use","usage":{"input":12,"output":8,"cache_read":0,"cache_write":0,"reasoning":0,"total":20},"model":"faux-1"},"tool_results":[{"tool_call_id":"call_1","tool_name":"echo","content":"hi","is_error":false}],"stop_reason":"continuing"}}
+//! {"jsonrpc":"2.0","method":"AgentEnd","params":{"messages":[{"role":"user","content":"Say hi."}],"stop_reason":"no_tool_calls","usage":{"input":42,"output":12,"cache_read":0,"cache_write":0,"reasoning":0,"total":54}}}
+//! ```
+//!
+//! (The `TurnEnd` and `AgentEnd` lines are shortened here: they carry the whole messages.)
+//!
+//! ## `MessageUpdate` carries the delta
+//!
+//! In Rust, [`AgentEvent::MessageUpdate`](crate::AgentEvent::MessageUpdate) holds both the
+//! partial reply so far (cheap to share in-process) and the delta. On the wire a
+//! `MessageUpdate` line carries only the delta, so a reply of n deltas costs O(n) bytes,
+//! not O(n²). A reader rebuilds the partial: start from the assistant `MessageStart`'s
+//! message, apply each delta (append text to the last block of its kind or start one, start
+//! a tool call block, append argument text to call `index`, replace the usage), drop it at
+//! `MessageEnd`. [`Decoder`] does exactly that and gives back the very events the agent
+//! emitted; [`decode_event_line`] decodes one line with a fresh decoder, so a `MessageUpdate`
+//! decoded alone carries a partial built from its own delta only.
+//!
+//! ## Strict decoding
+//!
+//! [`Decoder::decode_line`] accepts one line (a trailing `\n` or `\r\n` is allowed) and
+//! rejects, with an [`Error::Wire`](crate::Error::Wire) naming the problem: invalid JSON or
+//! trailing garbage after the object, a line that is not an object, `jsonrpc` missing or not
+//! the string `"2.0"`, an `id` member, any other unexpected member, a missing or unknown
+//! `method`, `params` that is not an object, a missing required field or a field of the wrong
+//! type, a line break inside the line, and a line over [`MAX_LINE_LEN`] bytes (8 MiB; see [`Decoder::max_line_len`]).
+//! Unknown fields *inside* `params` are ignored, so a newer writer can add fields without
+//! breaking older readers. Fields marked optional above may be left out; a tool result's
+//! `"details": null` reads back as no details.
+//!
+//! ## What the wire does not carry
+//!
+//! Only events are on the wire. The steering and follow-up queues and the listener-panic
+//! counters of a [`State`](crate::State) change without an event, and so do settings changed
+//! between runs (`set_system_prompt`, `set_tools`, `set_thinking`, and what a `before_turn`
+//! hook changes other than the model). A [`Mirror`] therefore matches
+//! [`State::timeline`](crate::State::timeline) of the agent's snapshots, not the snapshots
+//! themselves; start it from the agent's snapshot to get the settings.
+//!
+//! # The `pagent` dialects
+//!
+//! [`Dialect::PagentV1`] and [`Dialect::PagentV4`] write the methods and params of the Python
+//! pagent wire (`pagent` 0.7.30: `pagent.wire` and `pagentv4.adapters.acp`), so consumers
+//! written for pagent read our stream unchanged. The mapping:
+//!
+//! | ours | pagent |
+//! |---|---|
+//! | `AgentStart` and the prompt's `MessageStart` | `RunBegin` `{user_input}`: the text of the first user message of the run (`""` when it has none) |
+//! | `TurnStart { turn }` | `TurnBegin` `{turn}`, counted from 0 |
+//! | `MessageUpdate` text / thinking delta | `TextDelta` / `ReasoningDelta` `{text}`; other deltas are not written |
+//! | assistant `MessageEnd` | v1 `StepEnd`, v4 `TurnResult`: `{content, tool_calls, reasoning_content, usage}`; v1 tool calls are `{"id","type":"function","function":{"name","arguments"}}`, v4 `{"type":"function","id","name","arguments"}`; usage is `{"prompt_tokens","completion_tokens","total_tokens",..}` |
+//! | `ToolStart` + `ToolEnd` | `ToolCallBegin` `{tool_call_id, name, arguments}` then `ToolResult` `{tool_call_id, name, content, ok}`, `ok` = not `is_error` |
+//! | `TurnEnd` | `TurnEnd` `{turn, stopped}` (+ v4 `stop_reason`) |
+//! | `AgentEnd` | `RunEnd`: v1 the fields of the last `StepEnd`; v4 `{turn, stop_reason}` of the last `TurnEnd` |
+//!
+//! Our streams are regular where pagent's own are not: every `TurnBegin` has one `TurnEnd`,
+//! every `ToolCallBegin` is followed by its `ToolResult`. Where the two models differ:
+//!
+//! - pagent runs a turn's tools one after the other, each `ToolCallBegin` followed by its
+//!   `ToolResult`; ours run in parallel and end in completion order. The dialect writes the
+//!   pairs in call order: a call's `ToolCallBegin` when it starts (or, while an earlier call
+//!   of the batch still runs, once that one's `ToolResult` is written), its `ToolResult`
+//!   when it ended. v4 holds a turn's tool lines until the turn's `TurnEnd` (see below);
+//!   everything else is written as it comes.
+//! - pagent goes on to another turn only after tool calls. When our run goes on after a final
+//!   answer because a steering or follow-up message waits, the dialect ends the pagent run
+//!   there (`TurnEnd` stopped, `RunEnd`) and the next turn opens a new one, whose `RunBegin`
+//!   carries the waiting message; turns count from 0 again.
+//! - v1: a turn is `stopped` exactly when its reply called no tools. A run that ends on a
+//!   turn that called tools (`max_turns`, an abort, an error) ends with `stopped: false`, as
+//!   pagent v1 writes a `max_turns` ending.
+//! - v4: `stop_reason` is ours, except that v4 knows no `error` (a failed run reads as
+//!   `cancelled`) and that a reply without tool calls is a final answer (`no_tool_calls` or
+//!   `empty_response`). In v4 a turn that stops runs no tools (the `max_turns` turn is a
+//!   "synthesis" turn), so when our run ends on a turn that ran tools (`max_turns`,
+//!   `cancelled`), that turn's tool pairs are left out of the v4 stream; they are in the
+//!   native stream. pagent v4 with `max_turns = n` makes n + 1 model calls; ours makes n.
+//!
+//! The tests check both dialects with pagent's own decoders and its sequence grammar
+//! (`check_wire.py --strict-fields`) on every scenario of the suite, and compare the method
+//! sequences with captures of pagent itself.
+//!
+//! # The stdio server
+//!
+//! [`serve`] drives an agent over any pair of pipes (stdin/stdout in
+//! `examples/wire_server.rs`): `initialize`, `prompt`, `steer`, `follow_up`, `abort` and
+//! `snapshot` requests, the run's events as native notifications, tool approval as a request
+//! from the server to the client. Its docs hold the whole protocol;
+//! `examples/wire_client.py` is a client in Python's standard library.
+
+mod codec;
+mod mirror;
+mod pagent;
+mod serve;
+mod writer;
+
+pub use codec::{Decoder, MAX_LINE_LEN, METHODS, decode_event_line, encode_event_line};
+pub use mirror::Mirror;
+pub use serve::{PROTOCOL_VERSION, ServeOptions, codes, serve};
+pub use writer::{Dialect, Writer};

@@ -1,0 +1,504 @@
+//! `serve`: an agent driven over line-delimited JSON-RPC 2.0 (stdin/stdout or any pipe).
+
+use std::collections::HashMap;
+use std::io::{self, BufRead, Write};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use crossbeam_channel::Sender;
+use parking_lot::Mutex;
+use serde_json::{Map, Value, json};
+
+use super::codec::{MAX_LINE_LEN, encode_event_line};
+use crate::hooks::ToolDecision;
+use crate::message::Message;
+use crate::state::State;
+use crate::{Agent, AgentBuilder, Error};
+
+/// The protocol version `initialize` reports.
+pub const PROTOCOL_VERSION: &str = "pagent-wire/1";
+
+/// JSON-RPC error codes of [`serve`]: the standard ones, and one of ours.
+pub mod codes {
+    /// The line is not JSON (or not UTF-8).
+    pub const PARSE_ERROR: i64 = -32700;
+    /// The JSON is not a request: not an object, `jsonrpc` not `"2.0"`, no string `method`,
+    /// a bad `id`, or a line over the length limit.
+    pub const INVALID_REQUEST: i64 = -32600;
+    /// No such method.
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    /// The params are missing, not an object, or lack a field.
+    pub const INVALID_PARAMS: i64 = -32602;
+    /// The agent failed in a way that is not a run's stop reason.
+    pub const INTERNAL_ERROR: i64 = -32603;
+    /// `prompt` while a run is active (our code, in the range JSON-RPC leaves to servers).
+    pub const RUN_ACTIVE: i64 = -32000;
+}
+
+/// Options of [`serve`].
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct ServeOptions {
+    approve_tools: bool,
+    max_line_len: usize,
+}
+
+impl Default for ServeOptions {
+    fn default() -> ServeOptions {
+        ServeOptions {
+            approve_tools: false,
+            max_line_len: MAX_LINE_LEN,
+        }
+    }
+}
+
+impl ServeOptions {
+    /// The defaults: no tool approval, lines up to [`MAX_LINE_LEN`].
+    pub fn new() -> ServeOptions {
+        ServeOptions::default()
+    }
+
+    /// Asks the client to approve each tool call (an `approve_tool_call` request) before it
+    /// runs. Defaults to false (every call runs).
+    pub fn approve_tools(mut self, ask: bool) -> ServeOptions {
+        self.approve_tools = ask;
+        self
+    }
+
+    /// The longest request line accepted, in bytes. Defaults to [`MAX_LINE_LEN`].
+    pub fn max_line_len(mut self, bytes: usize) -> ServeOptions {
+        self.max_line_len = bytes;
+        self
+    }
+}
+
+/// Where every line goes: responses, requests to the client and event notifications, each
+/// written whole and flushed under one lock.
+struct Out {
+    w: Mutex<Box<dyn Write + Send>>,
+    error: Mutex<Option<io::Error>>,
+}
+
+impl Out {
+    fn line(&self, line: &str) {
+        let mut w = self.w.lock();
+        let r = w
+            .write_all(line.as_bytes())
+            .and_then(|()| w.write_all(b"\n"))
+            .and_then(|()| w.flush());
+        if let Err(e) = r {
+            self.error.lock().get_or_insert(e);
+        }
+    }
+
+    fn result(&self, id: &Value, result: Value) {
+        self.line(&json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string());
+    }
+
+    fn error(&self, id: &Value, code: i64, message: impl Into<String>) {
+        let error = json!({"code": code, "message": message.into()});
+        self.line(&json!({"jsonrpc": "2.0", "id": id, "error": error}).to_string());
+    }
+}
+
+enum Answer {
+    Approve,
+    Reject(String),
+}
+
+/// Approval requests waiting for the client's answer, by request id.
+#[derive(Default)]
+struct Approvals {
+    next_id: AtomicU64,
+    pending: Mutex<HashMap<u64, Sender<Answer>>>,
+    closed: AtomicBool,
+}
+
+impl Approvals {
+    /// Routes a response of the client; false when no request has this id.
+    fn answer(&self, response: &Map<String, Value>) -> bool {
+        let Some(tx) = response
+            .get("id")
+            .and_then(Value::as_u64)
+            .and_then(|id| self.pending.lock().remove(&id))
+        else {
+            return false;
+        };
+        let answer = match (response.get("result"), response.get("error")) {
+            (Some(r), _) if r["decision"] == "approve" => Answer::Approve,
+            (Some(r), _) if r["decision"] == "reject" => Answer::Reject(
+                r["reason"]
+                    .as_str()
+                    .unwrap_or("rejected by the client")
+                    .to_owned(),
+            ),
+            (Some(r), _) => Answer::Reject(format!("the client's answer {r} is not a decision")),
+            (None, Some(e)) => Answer::Reject(format!(
+                "the client answered with an error: {}",
+                e["message"].as_str().unwrap_or("no message")
+            )),
+            (None, None) => Answer::Reject("the client's answer is empty".into()),
+        };
+        let _ = tx.send(answer);
+        true
+    }
+
+    /// The client is gone: every waiting request, and every later one, gets no answer.
+    fn close(&self) {
+        let mut pending = self.pending.lock();
+        self.closed.store(true, Ordering::Release);
+        pending.clear();
+    }
+}
+
+/// Serves `builder`'s agent over line-delimited JSON-RPC 2.0: requests are read from
+/// `input`, responses, event notifications and approval requests are written to `output`.
+///
+/// Blocks the current thread until `input` ends (the client closed it); a run still active
+/// then goes on to its end (its pending approvals are rejected) before `serve` returns. Runs
+/// happen on a thread of their own, so `steer`, `abort` and `snapshot` are answered while a
+/// `prompt` runs.
+///
+/// # Protocol
+///
+/// Every line is a JSON-RPC 2.0 message. The client sends requests (with an `id`, answered)
+/// or notifications (without, never answered):
+///
+/// | method | params | result |
+/// |---|---|---|
+/// | `initialize` | none | `{"protocol_version":"pagent-wire/1","server":{"name","version"},"capabilities":{"methods":[..],"events":"native","tool_approval":bool}}` |
+/// | `prompt` | `{"text":".."}` | when the run ends: `{"stop_reason":"no_tool_calls","text":"<last reply>","usage":{..},"error":null\|".."}` |
+/// | `steer` | `{"text":".."}` | `{"queued":true}`: delivered before the next model call |
+/// | `follow_up` | `{"text":".."}` | `{"queued":true}`: delivered when the run would stop |
+/// | `abort` | none | `{"aborted":bool}` (false when no run is active) |
+/// | `snapshot` | none | the agent's state: `system_prompt`, `model`, `thinking_level`, `tools` (names), `messages`, `is_running`, `is_streaming`, `streaming_message`, `pending_tool_calls`, `tool_results`, `error_message`, `turn`, `stop_reason`, `run_usage`, `usage`, `steering_queue`, `follow_up_queue` |
+///
+/// While a run is active, each event is written as a notification line of the native
+/// dialect (see the [wire docs](super)), in order; the `prompt` response comes after the
+/// run's `AgentEnd`.
+///
+/// With [`ServeOptions::approve_tools`], the server asks before each tool call runs, with
+/// a request of its own: `{"jsonrpc":"2.0","id":<n>,"method":"approve_tool_call",
+/// "params":{"call":{"id","name","arguments"}}}`. The client answers with
+/// `{"jsonrpc":"2.0","id":<n>,"result":{"decision":"approve"}}` or
+/// `{"result":{"decision":"reject","reason":".."}}`; the model sees a rejected call as an
+/// error result `blocked: <reason>`. An error response rejects too. `abort` ends the wait.
+///
+/// Errors use the codes in [`codes`]: -32700 parse error (`id` null), -32600 invalid
+/// request, -32601 unknown method, -32602 invalid params, -32603 internal error, and -32000
+/// for a `prompt` while a run is active. A malformed line is answered with an error and the
+/// server reads on: nothing a client sends stops it but the end of its input.
+///
+/// # Errors
+/// [`Error::Config`] when the builder cannot build an agent; [`Error::Io`] when reading
+/// `input` or writing `output` fails.
+pub fn serve(
+    builder: AgentBuilder,
+    mut input: impl BufRead,
+    output: impl Write + Send + 'static,
+    options: ServeOptions,
+) -> Result<(), Error> {
+    let out = Arc::new(Out {
+        w: Mutex::new(Box::new(output)),
+        error: Mutex::new(None),
+    });
+    let approvals = Arc::new(Approvals::default());
+    let builder = if options.approve_tools {
+        let (out, approvals) = (out.clone(), approvals.clone());
+        builder.before_tool_call(move |request| {
+            let id = approvals.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+            let (tx, rx) = crossbeam_channel::bounded(1);
+            {
+                let mut pending = approvals.pending.lock();
+                if approvals.closed.load(Ordering::Acquire) {
+                    return ToolDecision::Block("the client is gone; nobody can approve".into());
+                }
+                pending.insert(id, tx);
+            }
+            let params = json!({"call": request.call});
+            out.line(
+                &json!({"jsonrpc": "2.0", "id": id, "method": "approve_tool_call", "params": params})
+                    .to_string(),
+            );
+            let answer = request.wait_for(&rx);
+            approvals.pending.lock().remove(&id);
+            match answer {
+                Some(Answer::Approve) => ToolDecision::Allow,
+                Some(Answer::Reject(reason)) => ToolDecision::Block(reason),
+                None => ToolDecision::Block("no approval: the run was aborted or the client left".into()),
+            }
+        })
+    } else {
+        builder
+    };
+    let agent = builder.build()?;
+    let events = out.clone();
+    let _events = agent.subscribe(move |event| events.line(&encode_event_line(event)));
+    let server = Server {
+        agent: &agent,
+        out: &out,
+        approvals: &approvals,
+        busy: AtomicBool::new(false),
+        approve_tools: options.approve_tools,
+    };
+    let read = std::thread::scope(|scope| {
+        let mut buf = Vec::new();
+        let read = loop {
+            match read_line(&mut input, &mut buf, options.max_line_len) {
+                Ok(Line::End) => break Ok(()),
+                Ok(Line::TooLong(n)) => out.error(
+                    &Value::Null,
+                    codes::INVALID_REQUEST,
+                    format!(
+                        "line of {n} bytes is over the limit of {} bytes",
+                        options.max_line_len
+                    ),
+                ),
+                Ok(Line::Whole) => server.handle(scope, &buf),
+                Err(e) => break Err(Error::Io(e.to_string())),
+            }
+        };
+        approvals.close();
+        read
+    });
+    read?;
+    match out.error.lock().take() {
+        Some(e) => Err(Error::Io(e.to_string())),
+        None => Ok(()),
+    }
+}
+
+enum Line {
+    End,
+    Whole,
+    TooLong(usize),
+}
+
+/// Reads one line into `buf` (without its line end), never holding more than `max` bytes: a
+/// longer line is consumed and reported with its length.
+fn read_line(input: &mut impl BufRead, buf: &mut Vec<u8>, max: usize) -> io::Result<Line> {
+    buf.clear();
+    let mut dropped = 0usize;
+    let mut seen = false;
+    loop {
+        let available = match input.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if available.is_empty() {
+            return Ok(match (seen, dropped) {
+                (false, _) => Line::End,
+                (true, 0) => Line::Whole,
+                (true, n) => Line::TooLong(n),
+            });
+        }
+        seen = true;
+        let (used, done) = match available.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (available.len(), false),
+        };
+        let piece = &available[..used];
+        let piece = if done {
+            &piece[..piece.len() - 1]
+        } else {
+            piece
+        };
+        if dropped == 0 && buf.len() + piece.len() <= max {
+            buf.extend_from_slice(piece);
+        } else {
+            dropped += buf.len() + piece.len();
+            buf.clear();
+        }
+        input.consume(used);
+        if done {
+            if buf.ends_with(b"\r") {
+                buf.pop();
+            }
+            return Ok(if dropped == 0 {
+                Line::Whole
+            } else {
+                Line::TooLong(dropped)
+            });
+        }
+    }
+}
+
+struct Server<'a> {
+    agent: &'a Agent,
+    out: &'a Out,
+    approvals: &'a Approvals,
+    busy: AtomicBool,
+    approve_tools: bool,
+}
+
+/// A request that cannot be served: its error code and message.
+type Refusal = (i64, String);
+
+impl<'a> Server<'a> {
+    fn handle<'scope>(&'scope self, scope: &'scope std::thread::Scope<'scope, '_>, line: &[u8]) {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return;
+        }
+        let parsed = std::str::from_utf8(line)
+            .map_err(|e| format!("parse error: {e}"))
+            .and_then(|s| {
+                serde_json::from_str::<Value>(s).map_err(|e| format!("parse error: {e}"))
+            });
+        let message = match parsed {
+            Ok(Value::Object(m)) => m,
+            Ok(_) => {
+                return self.out.error(
+                    &Value::Null,
+                    codes::INVALID_REQUEST,
+                    "a request must be a JSON object",
+                );
+            }
+            Err(why) => return self.out.error(&Value::Null, codes::PARSE_ERROR, why),
+        };
+        let id = message.get("id").cloned();
+        let is_response = message.contains_key("result") || message.contains_key("error");
+        if !message.contains_key("method") && id.is_some() && is_response {
+            // A response to one of our requests: an approval.
+            self.approvals.answer(&message);
+            return;
+        }
+        let reply_id = id.clone().unwrap_or(Value::Null);
+        if message.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+            return self.out.error(
+                &reply_id,
+                codes::INVALID_REQUEST,
+                "`jsonrpc` must be \"2.0\"",
+            );
+        }
+        if !matches!(
+            id,
+            None | Some(Value::Number(_) | Value::String(_) | Value::Null)
+        ) {
+            return self.out.error(
+                &Value::Null,
+                codes::INVALID_REQUEST,
+                "`id` must be a number or a string",
+            );
+        }
+        let Some(method) = message.get("method").and_then(Value::as_str) else {
+            return self.out.error(
+                &reply_id,
+                codes::INVALID_REQUEST,
+                "`method` must be a string",
+            );
+        };
+        let params = message.get("params");
+        let answer = match method {
+            "prompt" => self.prompt(scope, params, id.clone()),
+            _ => self.call(method, params),
+        };
+        match (answer, id) {
+            (Ok(Some(result)), Some(id)) => self.out.result(&id, result),
+            (Err((code, why)), Some(id)) => self.out.error(&id, code, why),
+            // Notifications are never answered; a prompt answers when its run ends.
+            _ => {}
+        }
+    }
+
+    fn call(&self, method: &str, params: Option<&Value>) -> Result<Option<Value>, Refusal> {
+        Ok(Some(match method {
+            "initialize" => json!({
+                "protocol_version": PROTOCOL_VERSION,
+                "server": {"name": "pagent", "version": env!("CARGO_PKG_VERSION")},
+                "capabilities": {
+                    "methods": ["initialize", "prompt", "steer", "follow_up", "abort", "snapshot"],
+                    "events": "native",
+                    "tool_approval": self.approve_tools,
+                },
+            }),
+            "steer" => {
+                // Refused only when the agent is gone, and it lives as long as `serve`.
+                let _ = self.agent.steer(text_param(method, params)?);
+                json!({"queued": true})
+            }
+            "follow_up" => {
+                let _ = self.agent.follow_up(text_param(method, params)?);
+                json!({"queued": true})
+            }
+            "abort" => json!({"aborted": self.agent.abort()}),
+            "snapshot" => snapshot_json(&self.agent.snapshot()),
+            other => {
+                return Err((
+                    codes::METHOD_NOT_FOUND,
+                    format!(
+                        "unknown method `{other}`; the methods are initialize, prompt, steer, follow_up, abort, snapshot"
+                    ),
+                ));
+            }
+        }))
+    }
+
+    /// Starts a run on a thread of the scope; it answers when the run ends.
+    fn prompt<'scope>(
+        &'scope self,
+        scope: &'scope std::thread::Scope<'scope, '_>,
+        params: Option<&Value>,
+        id: Option<Value>,
+    ) -> Result<Option<Value>, Refusal> {
+        let text = text_param("prompt", params)?;
+        if self.busy.swap(true, Ordering::AcqRel) {
+            return Err((codes::RUN_ACTIVE, Error::Busy.to_string()));
+        }
+        scope.spawn(move || {
+            let outcome = self.agent.prompt(text);
+            // Free before answering, so a client that prompts again on the answer is served.
+            self.busy.store(false, Ordering::Release);
+            let Some(id) = id else { return };
+            match outcome {
+                Ok(r) => self.out.result(
+                    &id,
+                    json!({
+                        "stop_reason": r.stop_reason,
+                        "text": r.text(),
+                        "usage": r.usage,
+                        "error": r.error.map(|e| e.to_string()),
+                    }),
+                ),
+                Err(e) => self.out.error(&id, codes::INTERNAL_ERROR, e.to_string()),
+            }
+        });
+        Ok(None)
+    }
+}
+
+fn text_param(method: &str, params: Option<&Value>) -> Result<String, Refusal> {
+    match params.and_then(|p| p.get("text")) {
+        Some(Value::String(t)) => Ok(t.clone()),
+        _ => Err((
+            codes::INVALID_PARAMS,
+            format!("{method} needs params {{\"text\": string}}"),
+        )),
+    }
+}
+
+fn snapshot_json(s: &State) -> Value {
+    let messages =
+        |v: &imbl::Vector<Arc<Message>>| v.iter().map(|m| json!(**m)).collect::<Vec<_>>();
+    json!({
+        "system_prompt": &*s.system_prompt,
+        "model": &*s.model,
+        "thinking_level": s.thinking_level,
+        "tools": s.tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
+        "messages": messages(&s.messages),
+        "is_running": s.is_running,
+        "is_streaming": s.is_streaming,
+        "streaming_message": s.streaming_message,
+        "pending_tool_calls": s.pending_tool_calls.iter()
+            .map(|p| json!({"call": p.call, "progress": p.progress}))
+            .collect::<Vec<_>>(),
+        "tool_results": s.tool_results.iter().map(|r| json!(**r)).collect::<Vec<_>>(),
+        "error_message": s.error_message.as_deref(),
+        "turn": s.turn,
+        "stop_reason": s.stop_reason,
+        "run_usage": s.run_usage,
+        "usage": s.usage,
+        "steering_queue": messages(&s.steering_queue),
+        "follow_up_queue": messages(&s.follow_up_queue),
+    })
+}

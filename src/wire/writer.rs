@@ -1,0 +1,173 @@
+//! `Writer`: a listener that appends wire lines to any `io::Write`.
+
+use std::fmt;
+use std::io::Write;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::codec::encode_event_line;
+use super::pagent::{Encoder, Version};
+use crate::Error;
+use crate::event::AgentEvent;
+
+/// The names and fields a [`Writer`] writes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Dialect {
+    /// Our own events, one line each, decodable with [`super::Decoder`] and mirrorable with
+    /// [`super::Mirror`].
+    #[default]
+    Native,
+    /// The Python pagent v1 wire (`pagent.wire`): `RunBegin`, `TurnBegin`, `TextDelta`,
+    /// `ReasoningDelta`, `StepEnd`, `ToolCallBegin`, `ToolResult`, `TurnEnd`, `RunEnd`.
+    PagentV1,
+    /// The Python pagent v4 wire (`pagentv4.adapters.acp`): as v1 with `TurnResult` instead of
+    /// `StepEnd`, and `stop_reason` on `TurnEnd` and `RunEnd`.
+    PagentV4,
+}
+
+enum Format {
+    Native,
+    Pagent(Encoder),
+}
+
+struct Inner<W> {
+    out: W,
+    format: Format,
+    error: Option<Error>,
+    lines: Vec<String>,
+}
+
+/// Writes an agent's events as wire lines to `W` (a file, a socket, stdout, a `Vec<u8>`).
+///
+/// Register it with `agent.subscribe(writer.listener())`. Each line is written whole, with
+/// its `\n`, and `W` is flushed after each event, so a reader at the other end (or a crash)
+/// sees whole lines only up to the last event. `Writer` is a cheap `Clone` handle; clones
+/// share the output.
+///
+/// # Errors
+/// A listener cannot return an error: the first write or flush error is kept (see
+/// [`Writer::error`]) and the writer writes nothing after it, since a stream with a hole in
+/// it would mislead its reader.
+///
+/// ```
+/// use pagent::llm::{Faux, FauxReply};
+/// use pagent::{Agent, wire};
+///
+/// let agent = Agent::builder().provider(Faux::new().reply(FauxReply::text("Hi!"))).build()?;
+/// let log = wire::Writer::new(Vec::new());
+/// let _sub = agent.subscribe(log.listener());
+/// agent.prompt("Hello")?;
+///
+/// let text = log.with_output(|bytes| String::from_utf8(bytes.clone()).unwrap());
+/// assert!(text.starts_with(r#"{"jsonrpc":"2.0","method":"AgentStart","params":{}}"#));
+/// assert_eq!(text.lines().last().map(|l| l.contains(r#""method":"AgentEnd""#)), Some(true));
+/// # Ok::<(), pagent::Error>(())
+/// ```
+pub struct Writer<W> {
+    inner: Arc<Mutex<Inner<W>>>,
+}
+
+impl<W> Clone for Writer<W> {
+    fn clone(&self) -> Writer<W> {
+        Writer {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<W> fmt::Debug for Writer<W> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let inner = self.inner.lock();
+        f.debug_struct("Writer")
+            .field(
+                "dialect",
+                &match &inner.format {
+                    Format::Native => "native",
+                    Format::Pagent(_) => "pagent",
+                },
+            )
+            .field("error", &inner.error)
+            .finish()
+    }
+}
+
+impl<W: Write + Send + 'static> Writer<W> {
+    /// A writer of the native dialect.
+    pub fn new(out: W) -> Writer<W> {
+        Writer::with_dialect(out, Dialect::Native)
+    }
+
+    /// A writer of `dialect`.
+    pub fn with_dialect(out: W, dialect: Dialect) -> Writer<W> {
+        let format = match dialect {
+            Dialect::Native => Format::Native,
+            Dialect::PagentV1 => Format::Pagent(Encoder::new(Version::V1)),
+            Dialect::PagentV4 => Format::Pagent(Encoder::new(Version::V4)),
+        };
+        Writer {
+            inner: Arc::new(Mutex::new(Inner {
+                out,
+                format,
+                error: None,
+                lines: Vec::new(),
+            })),
+        }
+    }
+
+    /// Writes the lines of `event` and flushes.
+    ///
+    /// Blocks while `W` blocks (a full pipe, a slow disk).
+    ///
+    /// # Errors
+    /// [`Error::Io`] when writing or flushing fails, now or at an earlier event (the writer
+    /// then stays silent).
+    pub fn write_event(&self, event: &AgentEvent) -> Result<(), Error> {
+        let mut guard = self.inner.lock();
+        let inner = &mut *guard;
+        if let Some(e) = &inner.error {
+            return Err(e.clone());
+        }
+        inner.lines.clear();
+        match &mut inner.format {
+            Format::Native => inner.lines.push(encode_event_line(event)),
+            Format::Pagent(encoder) => encoder.encode(event, &mut inner.lines),
+        }
+        if inner.lines.is_empty() {
+            return Ok(());
+        }
+        let mut bytes = Vec::with_capacity(inner.lines.iter().map(|l| l.len() + 1).sum());
+        for l in &inner.lines {
+            bytes.extend_from_slice(l.as_bytes());
+            bytes.push(b'\n');
+        }
+        let written = inner.out.write_all(&bytes).and_then(|()| inner.out.flush());
+        written.map_err(|e| {
+            let e = Error::Io(e.to_string());
+            inner.error = Some(e.clone());
+            e
+        })
+    }
+
+    /// A listener for [`crate::Agent::subscribe`] that writes every event (see
+    /// [`Writer::write_event`]; errors are kept in [`Writer::error`]).
+    pub fn listener(&self) -> impl Fn(&AgentEvent) + Send + Sync + 'static {
+        let writer = self.clone();
+        move |event| {
+            // The error is kept for `Writer::error`; a listener has nobody to return it to.
+            let _ = writer.write_event(event);
+        }
+    }
+
+    /// The first write error, if writing failed.
+    pub fn error(&self) -> Option<Error> {
+        self.inner.lock().error.clone()
+    }
+
+    /// Runs `f` on the output (to read a `Vec<u8>` back, or sync a file). Holds the writer's
+    /// lock meanwhile: an event being written waits for `f`.
+    pub fn with_output<R>(&self, f: impl FnOnce(&mut W) -> R) -> R {
+        f(&mut self.inner.lock().out)
+    }
+}

@@ -1,0 +1,380 @@
+//! Scenarios shared by the wire tests: scripted runs that cover every event path of the loop
+//! (text, reasoning, tools, tool failures, max turns, length cuts, provider errors, aborts,
+//! steering, follow-ups, hooks, tool progress, listener panics), each recorded three ways:
+//! the events and snapshots a listener saw, and the native and pagent wire lines.
+
+#![allow(dead_code)] // Each test binary uses a part of this module.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use pagent::hooks::ToolDecision;
+use pagent::llm::{Faux, FauxReply};
+use pagent::wire::{Dialect, Writer};
+use pagent::{Agent, AgentBuilder, AgentEvent, State, SteeringPolicy, ToolError, ToolOutput, tool};
+use parking_lot::Mutex;
+use serde_json::json;
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+pub struct EchoArgs {
+    /// What to echo.
+    pub text: String,
+}
+
+/// `echo`: returns its text. `fail` fails, `boom` panics, `slow` waits (abortably), `progress`
+/// publishes two updates.
+pub fn echo() -> impl pagent::Tool {
+    tool::typed("echo", "Echoes the text.", |a: EchoArgs, ctx| {
+        match a.text.as_str() {
+            "fail" => Err(ToolError::new("echo refused: fail")),
+            "boom" => panic!("echo exploded"),
+            "slow" => {
+                ctx.sleep(Duration::from_secs(5));
+                Ok(ToolOutput::text("slow done"))
+            }
+            "progress" => {
+                ctx.update("half");
+                ctx.update("almost");
+                Ok(ToolOutput::text("progress done").with_details(json!({"steps": 2})))
+            }
+            t => Ok(ToolOutput::text(t)),
+        }
+    })
+}
+
+/// What a scenario run left behind.
+pub struct Recorded {
+    pub name: &'static str,
+    /// The state before the run (as a mirror starts).
+    pub initial: State,
+    /// Each event with the snapshot a listener read while handling it.
+    pub events: Vec<(AgentEvent, State)>,
+    pub native: String,
+    pub v1: String,
+    pub v4: String,
+    pub agent: Agent,
+}
+
+pub type Action = fn(&Agent);
+
+fn prompt(agent: &Agent) {
+    agent.prompt("Say hello.").expect("the run starts");
+}
+
+fn faux_echo(text: &str) -> FauxReply {
+    FauxReply::tool_call("echo", json!({ "text": text }))
+}
+
+/// Every scenario: a name, a builder and what to do with the agent.
+pub fn scenarios() -> Vec<(&'static str, AgentBuilder, Action)> {
+    let b = || {
+        Agent::builder()
+            .model("faux-1")
+            .system_prompt("Be brief.")
+            .tool(echo())
+    };
+    // A model that always calls `echo`.
+    let always = || {
+        (0..4).fold(Faux::new(), |f, i| {
+            f.reply(faux_echo(&format!("again {i}")).with_id(format!("call_{i}")))
+        })
+    };
+    vec![
+        (
+            "text",
+            b().provider(Faux::new().reply(FauxReply::text("Hello, world!"))),
+            prompt,
+        ),
+        (
+            "reasoning",
+            b().provider(
+                Faux::new().reply(
+                    FauxReply::default()
+                        .then_thinking("thinking")
+                        .then_text("Done."),
+                ),
+            ),
+            prompt,
+        ),
+        (
+            "tool",
+            b().provider(
+                Faux::new()
+                    .reply(faux_echo("ping").with_id("call_0"))
+                    .reply(FauxReply::text("echo said: ping")),
+            ),
+            prompt,
+        ),
+        (
+            "tool2",
+            b().provider(
+                Faux::new()
+                    .reply(
+                        faux_echo("a")
+                            .with_id("call_a")
+                            .then_tool_call("echo", json!({"text": "b"}))
+                            .with_id("call_b"),
+                    )
+                    .reply(FauxReply::text("both done")),
+            ),
+            prompt,
+        ),
+        (
+            "tool_error",
+            b().provider(
+                Faux::new()
+                    .reply(FauxReply::tool_call("nope", json!({})).with_id("call_x"))
+                    .reply(FauxReply::text("recovered")),
+            ),
+            prompt,
+        ),
+        ("maxturns", b().provider(always()).max_turns(2), prompt),
+        // pagent v4 models a max_turns ending as one more "synthesis" turn.
+        ("maxturns3", b().provider(always()).max_turns(3), prompt),
+        (
+            "failing_tool",
+            b().provider(
+                Faux::new()
+                    .reply(faux_echo("fail"))
+                    .reply(FauxReply::text("it failed")),
+            ),
+            prompt,
+        ),
+        (
+            "tool_panic",
+            b().provider(
+                Faux::new()
+                    .reply(faux_echo("boom"))
+                    .reply(FauxReply::text("it broke")),
+            ),
+            prompt,
+        ),
+        (
+            "invalid_args",
+            b().provider(
+                Faux::new()
+                    .reply(FauxReply::default().then_tool_call_raw("echo", "{not json"))
+                    .reply(FauxReply::default().then_tool_call_raw("echo", "{\"txt\":1}"))
+                    .reply(FauxReply::text("fixed")),
+            ),
+            prompt,
+        ),
+        (
+            "tool_progress",
+            b().provider(
+                Faux::new()
+                    .reply(faux_echo("progress").then_tool_call("echo", json!({"text": "x"})))
+                    .reply(FauxReply::text("done")),
+            ),
+            prompt,
+        ),
+        (
+            "cut_by_length",
+            b().provider(
+                Faux::new()
+                    .reply(
+                        FauxReply::text("Let me call")
+                            .then_tool_call("echo", json!({"text": "long"}))
+                            .cut_by_length(),
+                    )
+                    .reply(FauxReply::text("short answer")),
+            ),
+            prompt,
+        ),
+        (
+            "provider_error",
+            b().provider(
+                Faux::new().reply(FauxReply::text("partial repl").then_error("connection reset")),
+            ),
+            prompt,
+        ),
+        (
+            "fail_at_once",
+            b().provider(Faux::new().reply(FauxReply::fail("503 from upstream"))),
+            prompt,
+        ),
+        (
+            "empty_response",
+            b().provider(Faux::new().reply(FauxReply::empty())),
+            prompt,
+        ),
+        (
+            "unicode_newlines",
+            b().provider(Faux::new().reply(FauxReply::text(
+                "line one\nline \"two\"\r\n\u{2028}é😀\u{0}",
+            ))),
+            prompt,
+        ),
+        (
+            "blocked_by_hook",
+            b().provider(
+                Faux::new()
+                    .reply(faux_echo("rm -rf"))
+                    .reply(FauxReply::text("ok, I won't")),
+            )
+            .before_tool_call(|r| {
+                if r.args["text"] == "rm -rf" {
+                    ToolDecision::Block("not allowed".into())
+                } else {
+                    ToolDecision::Allow
+                }
+            }),
+            prompt,
+        ),
+        (
+            "abort_mid_stream",
+            b().provider(
+                Faux::new()
+                    .reply(FauxReply::text("a reply that will be cut short"))
+                    .chunk_chars(2),
+            ),
+            |agent| {
+                let h = agent.handle();
+                let sub = agent.subscribe(move |e| {
+                    if let AgentEvent::MessageUpdate { message, .. } = e
+                        && message.text().len() >= 6
+                    {
+                        h.abort();
+                    }
+                });
+                prompt(agent);
+                sub.unsubscribe();
+            },
+        ),
+        (
+            "abort_in_tool",
+            b().provider(
+                Faux::new().reply(faux_echo("slow").then_tool_call("echo", json!({"text": "z"}))),
+            ),
+            |agent| {
+                let h = agent.handle();
+                let sub = agent.subscribe(move |e| {
+                    if let AgentEvent::ToolStart { .. } = e {
+                        h.abort();
+                    }
+                });
+                prompt(agent);
+                sub.unsubscribe();
+            },
+        ),
+        (
+            "steer",
+            b().provider(Faux::new().reply(faux_echo("ping")).reply_with(|r| {
+                FauxReply::text(format!(
+                    "user messages: {}",
+                    r.messages.iter().filter(|m| m.role() == "user").count()
+                ))
+            })),
+            |agent| {
+                let h = agent.handle();
+                let sub = agent.subscribe(move |e| {
+                    if let AgentEvent::ToolEnd { .. } = e {
+                        h.steer("Also say goodbye.").unwrap();
+                    }
+                });
+                prompt(agent);
+                sub.unsubscribe();
+            },
+        ),
+        (
+            "steer_at_tool_boundary",
+            b().provider(
+                Faux::new()
+                    .reply(faux_echo("one").then_tool_call("echo", json!({"text": "two"})))
+                    .reply(FauxReply::text("stopped")),
+            )
+            .steering_policy(SteeringPolicy::AtToolBoundary)
+            .max_parallel_tools(1),
+            |agent| {
+                let h = agent.handle();
+                let sub = agent.subscribe(move |e| {
+                    if let AgentEvent::ToolEnd { .. } = e {
+                        let _ = h.steer("Stop that.");
+                    }
+                });
+                prompt(agent);
+                sub.unsubscribe();
+            },
+        ),
+        (
+            "follow_up",
+            b().provider(
+                Faux::new()
+                    .reply(FauxReply::text("first"))
+                    .reply(FauxReply::text("second")),
+            ),
+            |agent| {
+                agent.follow_up("And then?").unwrap();
+                prompt(agent);
+            },
+        ),
+        (
+            "listener_panic",
+            b().provider(
+                Faux::new()
+                    .reply(faux_echo("ping"))
+                    .reply(FauxReply::text("fine")),
+            ),
+            |agent| {
+                let sub = agent.subscribe(|e| {
+                    if let AgentEvent::ToolStart { .. } = e {
+                        panic!("a listener bug");
+                    }
+                });
+                prompt(agent);
+                sub.unsubscribe();
+            },
+        ),
+        (
+            "two_runs",
+            b().provider(
+                Faux::new()
+                    .reply(FauxReply::text("one"))
+                    .reply(faux_echo("x"))
+                    .reply(FauxReply::text("two")),
+            ),
+            |agent| {
+                prompt(agent);
+                agent.prompt("Again.").unwrap();
+            },
+        ),
+    ]
+}
+
+/// Runs one scenario with a recorder and three wire writers attached.
+pub fn record(name: &'static str, builder: AgentBuilder, action: Action) -> Recorded {
+    let agent = builder.build().expect("the scenario builds");
+    let initial = agent.snapshot().timeline();
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let sink = events.clone();
+    let h = agent.handle();
+    let _rec = agent.subscribe(move |e| sink.lock().push((e.clone(), h.snapshot().timeline())));
+    let native = Writer::new(Vec::new());
+    let v1 = Writer::with_dialect(Vec::new(), Dialect::PagentV1);
+    let v4 = Writer::with_dialect(Vec::new(), Dialect::PagentV4);
+    let _native = agent.subscribe(native.listener());
+    let _v1 = agent.subscribe(v1.listener());
+    let _v4 = agent.subscribe(v4.listener());
+    action(&agent);
+    let text = |w: &Writer<Vec<u8>>| {
+        assert!(w.error().is_none());
+        w.with_output(|b| String::from_utf8(b.clone()).expect("utf-8"))
+    };
+    let events = std::mem::take(&mut *events.lock());
+    Recorded {
+        name,
+        initial,
+        events,
+        native: text(&native),
+        v1: text(&v1),
+        v4: text(&v4),
+        agent,
+    }
+}
+
+pub fn record_all() -> Vec<Recorded> {
+    scenarios()
+        .into_iter()
+        .map(|(name, b, action)| record(name, b, action))
+        .collect()
+}

@@ -1,0 +1,521 @@
+//! The native wire: round trips, strict decoding, and mirrors that rebuild the published
+//! snapshots line by line.
+
+mod common;
+
+use std::sync::Arc;
+
+use pagent::wire::{self, Decoder, Mirror};
+use pagent::{
+    AgentEvent, AssistantMessage, ContentBlock, Error, Message, PartialMessage, RunStopReason,
+    StopReason, ToolCall, ToolOutput, ToolResultMessage, Usage, llm::StreamEvent,
+};
+use proptest::prelude::*;
+
+// ---------------------------------------------------------------- generated events
+
+fn text() -> impl Strategy<Value = String> {
+    // Quotes, backslashes, line breaks (also U+2028), NUL, multi-byte characters.
+    prop_oneof![
+        "[a-z ]{0,12}",
+        proptest::string::string_regex("[\\PC\\n\\r\\t\"\\\\\u{2028}\u{0}]{0,16}").unwrap(),
+    ]
+}
+
+fn json_value() -> impl Strategy<Value = serde_json::Value> {
+    let leaf = prop_oneof![
+        Just(serde_json::Value::Null),
+        any::<bool>().prop_map(serde_json::Value::from),
+        any::<i64>().prop_map(serde_json::Value::from),
+        text().prop_map(serde_json::Value::from),
+    ];
+    leaf.prop_recursive(2, 8, 3, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..3).prop_map(serde_json::Value::from),
+            prop::collection::btree_map("[a-z]{1,4}", inner, 0..3)
+                .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+/// Tool details; `Some(null)` is left out: `"details": null` reads back as no details.
+fn details() -> impl Strategy<Value = Option<serde_json::Value>> {
+    prop::option::of(json_value().prop_filter("null details read back as none", |v| !v.is_null()))
+}
+
+fn usage() -> impl Strategy<Value = Usage> {
+    (any::<u32>(), any::<u32>(), any::<u64>()).prop_map(|(i, o, t)| Usage {
+        input: i.into(),
+        output: o.into(),
+        cache_read: 1,
+        cache_write: 2,
+        reasoning: 3,
+        total: t,
+    })
+}
+
+fn call() -> impl Strategy<Value = ToolCall> {
+    (text(), "[a-z_]{1,8}", text()).prop_map(|(id, name, arguments)| ToolCall {
+        id,
+        name,
+        arguments,
+    })
+}
+
+fn result() -> impl Strategy<Value = ToolResultMessage> {
+    (text(), text(), text(), any::<bool>(), details()).prop_map(
+        |(tool_call_id, tool_name, content, is_error, details)| ToolResultMessage {
+            tool_call_id,
+            tool_name,
+            content,
+            is_error,
+            details,
+        },
+    )
+}
+
+fn stop_reason() -> impl Strategy<Value = StopReason> {
+    prop_oneof![
+        Just(StopReason::Stop),
+        Just(StopReason::Length),
+        Just(StopReason::ToolUse),
+        Just(StopReason::Error),
+        Just(StopReason::Aborted),
+    ]
+}
+
+fn run_stop() -> impl Strategy<Value = RunStopReason> {
+    prop_oneof![
+        Just(RunStopReason::Continuing),
+        Just(RunStopReason::NoToolCalls),
+        Just(RunStopReason::EmptyResponse),
+        Just(RunStopReason::MaxTurns),
+        Just(RunStopReason::Cancelled),
+        Just(RunStopReason::Error),
+    ]
+}
+
+fn block() -> impl Strategy<Value = ContentBlock> {
+    prop_oneof![
+        text().prop_map(|text| ContentBlock::Text { text }),
+        (text(), prop::option::of(text())).prop_map(|(thinking, signature)| {
+            ContentBlock::Thinking {
+                thinking,
+                signature,
+            }
+        }),
+        call().prop_map(ContentBlock::ToolCall),
+    ]
+}
+
+fn message() -> impl Strategy<Value = Message> {
+    prop_oneof![
+        text().prop_map(Message::user),
+        (
+            prop::collection::vec(block(), 0..4),
+            stop_reason(),
+            usage(),
+            text(),
+            prop::option::of(text())
+        )
+            .prop_map(|(content, stop_reason, usage, model, error_message)| {
+                Message::Assistant(AssistantMessage {
+                    content,
+                    stop_reason,
+                    usage,
+                    model,
+                    error_message,
+                })
+            }),
+        result().prop_map(Message::ToolResult),
+    ]
+}
+
+fn delta() -> impl Strategy<Value = StreamEvent> {
+    prop_oneof![
+        text().prop_map(|text| StreamEvent::TextDelta { text }),
+        text().prop_map(|text| StreamEvent::ThinkingDelta { text }),
+        text().prop_map(|signature| StreamEvent::ThinkingSignature { signature }),
+        (text(), "[a-z]{1,6}").prop_map(|(id, name)| StreamEvent::ToolCallStart { id, name }),
+        (0usize..3, text())
+            .prop_map(|(index, arguments)| StreamEvent::ToolCallDelta { index, arguments }),
+        usage().prop_map(|usage| StreamEvent::Usage { usage }),
+        (any::<u32>(), any::<u64>(), text()).prop_map(|(attempt, delay_ms, error)| {
+            StreamEvent::Retry {
+                attempt,
+                delay_ms,
+                error,
+            }
+        }),
+    ]
+}
+
+/// Every kind but `MessageUpdate`, which needs the lines before it.
+fn standalone_event() -> impl Strategy<Value = AgentEvent> {
+    let arc = || message().prop_map(Arc::new);
+    prop_oneof![
+        Just(AgentEvent::AgentStart),
+        any::<u32>().prop_map(|turn| AgentEvent::TurnStart { turn }),
+        arc().prop_map(|message| AgentEvent::MessageStart { message }),
+        arc().prop_map(|message| AgentEvent::MessageEnd { message }),
+        call().prop_map(|call| AgentEvent::ToolStart { call }),
+        (text(), text(), text(), details()).prop_map(|(call_id, tool_name, content, details)| {
+            AgentEvent::ToolUpdate {
+                call_id,
+                tool_name,
+                partial: ToolOutput { content, details },
+            }
+        }),
+        result().prop_map(|r| AgentEvent::ToolEnd {
+            result: Arc::new(r)
+        }),
+        (
+            any::<u32>(),
+            arc(),
+            prop::collection::vec(result().prop_map(Arc::new), 0..3),
+            run_stop()
+        )
+            .prop_map(
+                |(turn, message, tool_results, stop_reason)| AgentEvent::TurnEnd {
+                    turn,
+                    message,
+                    tool_results,
+                    stop_reason
+                }
+            ),
+        (
+            prop::collection::vec(arc(), 0..4),
+            run_stop(),
+            usage(),
+            prop::option::of(text())
+        )
+            .prop_map(|(messages, stop_reason, usage, error_message)| {
+                AgentEvent::AgentEnd {
+                    messages,
+                    stop_reason,
+                    usage,
+                    error_message,
+                }
+            }),
+    ]
+}
+
+/// A well-formed stream: standalone events, and assistant replies streamed as
+/// `MessageStart`, `MessageUpdate`s with consistent partials, `MessageEnd`.
+fn sequence() -> impl Strategy<Value = Vec<AgentEvent>> {
+    let reply = (
+        "[a-z0-9-]{0,8}",
+        prop::collection::vec(delta(), 0..12),
+        stop_reason(),
+    )
+        .prop_map(|(model, deltas, stop)| {
+            let start = AssistantMessage {
+                model: model.clone(),
+                ..Default::default()
+            };
+            let mut events = vec![AgentEvent::MessageStart {
+                message: Arc::new(Message::Assistant(start)),
+            }];
+            let mut partial = PartialMessage::new(&model);
+            for delta in deltas {
+                partial = partial.apply(&delta);
+                events.push(AgentEvent::MessageUpdate {
+                    message: partial.clone(),
+                    delta,
+                });
+            }
+            events.push(AgentEvent::MessageEnd {
+                message: Arc::new(Message::Assistant(partial.to_message(stop))),
+            });
+            events
+        });
+    let piece = prop_oneof![standalone_event().prop_map(|e| vec![e]), reply];
+    prop::collection::vec(piece, 0..8).prop_map(|pieces| pieces.into_iter().flatten().collect())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn every_standalone_event_round_trips(event in standalone_event()) {
+        let line = wire::encode_event_line(&event);
+        prop_assert!(!line.contains('\n') && !line.contains('\r'), "{}", line);
+        prop_assert_eq!(wire::decode_event_line(&line).unwrap(), event);
+    }
+
+    #[test]
+    fn every_stream_round_trips_through_a_decoder(events in sequence()) {
+        let mut decoder = Decoder::new();
+        for event in &events {
+            let line = wire::encode_event_line(event);
+            prop_assert!(!line.contains('\n'), "{}", line);
+            prop_assert_eq!(&decoder.decode_line(&line).unwrap(), event);
+        }
+    }
+}
+
+#[test]
+fn a_message_update_decoded_alone_holds_only_its_delta() {
+    let before = PartialMessage::new("m").apply(&StreamEvent::text("Hello, "));
+    let event = AgentEvent::MessageUpdate {
+        message: before.apply(&StreamEvent::text("world")),
+        delta: StreamEvent::text("world"),
+    };
+    let AgentEvent::MessageUpdate { message, delta } =
+        wire::decode_event_line(&wire::encode_event_line(&event)).unwrap()
+    else {
+        panic!("not an update");
+    };
+    assert_eq!(delta, StreamEvent::text("world"));
+    assert_eq!(message.text(), "world");
+    assert_eq!(message.model(), "");
+}
+
+#[test]
+fn delta_lines_stay_small_as_the_reply_grows() {
+    let mut partial = PartialMessage::new("m");
+    let mut sizes = Vec::new();
+    for _ in 0..2000 {
+        let delta = StreamEvent::text("0123456789");
+        partial = partial.apply(&delta);
+        sizes.push(
+            wire::encode_event_line(&AgentEvent::MessageUpdate {
+                message: partial.clone(),
+                delta,
+            })
+            .len(),
+        );
+    }
+    // O(n) in total: each line is the delta and a fixed envelope, never the whole reply.
+    assert!(sizes.iter().all(|&n| n == sizes[0]), "{sizes:?}");
+    assert!(sizes[0] < 120, "{}", sizes[0]);
+}
+
+// ---------------------------------------------------------------- strict decoding
+
+fn rejected(line: &str) -> String {
+    match wire::decode_event_line(line) {
+        Err(Error::Wire(why)) => why,
+        other => panic!("{line} was not rejected: {other:?}"),
+    }
+}
+
+#[test]
+fn rejects_a_wrong_jsonrpc_version() {
+    let why = rejected(r#"{"jsonrpc":"1.0","method":"AgentStart","params":{}}"#);
+    assert!(why.contains("`jsonrpc`") && why.contains("2.0"), "{why}");
+    let why = rejected(r#"{"jsonrpc":2.0,"method":"AgentStart","params":{}}"#);
+    assert!(why.contains("`jsonrpc` is 2.0"), "{why}");
+}
+
+#[test]
+fn rejects_a_missing_jsonrpc() {
+    assert!(rejected(r#"{"method":"AgentStart","params":{}}"#).contains("no `jsonrpc`"));
+}
+
+#[test]
+fn rejects_an_unknown_method() {
+    let why = rejected(r#"{"jsonrpc":"2.0","method":"AgentPause","params":{}}"#);
+    assert!(why.contains("unknown method `AgentPause`"), "{why}");
+}
+
+#[test]
+fn rejects_a_missing_method() {
+    assert!(rejected(r#"{"jsonrpc":"2.0","params":{}}"#).contains("no `method`"));
+}
+
+#[test]
+fn rejects_missing_fields() {
+    let why = rejected(
+        r#"{"jsonrpc":"2.0","method":"ToolStart","params":{"call":{"id":"a","name":"f"}}}"#,
+    );
+    assert!(
+        why.contains("ToolStart") && why.contains("missing field `arguments`"),
+        "{why}"
+    );
+    let why = rejected(r#"{"jsonrpc":"2.0","method":"TurnEnd","params":{"turn":1}}"#);
+    assert!(why.contains("missing field `message`"), "{why}");
+}
+
+#[test]
+fn rejects_mistyped_fields() {
+    let why = rejected(r#"{"jsonrpc":"2.0","method":"TurnStart","params":{"turn":"one"}}"#);
+    assert!(
+        why.contains("TurnStart") && why.contains("invalid type"),
+        "{why}"
+    );
+}
+
+#[test]
+fn rejects_non_object_params() {
+    let why = rejected(r#"{"jsonrpc":"2.0","method":"TurnStart","params":[1]}"#);
+    assert!(
+        why.contains("params of TurnStart is not an object"),
+        "{why}"
+    );
+}
+
+#[test]
+fn rejects_an_id_on_a_notification() {
+    let why = rejected(r#"{"jsonrpc":"2.0","id":7,"method":"AgentStart","params":{}}"#);
+    assert!(why.contains("`id`"), "{why}");
+}
+
+#[test]
+fn rejects_trailing_garbage() {
+    let why = rejected(r#"{"jsonrpc":"2.0","method":"AgentStart","params":{}}{"#);
+    assert!(why.contains("trailing characters"), "{why}");
+}
+
+#[test]
+fn rejects_a_torn_line() {
+    let why = rejected(r#"{"jsonrpc":"2.0","method":"TurnStart","params":{"tu"#);
+    assert!(why.contains("incomplete JSON"), "{why}");
+}
+
+#[test]
+fn rejects_a_line_break_inside_the_line() {
+    let why = rejected("{\"jsonrpc\":\"2.0\",\n\"method\":\"AgentStart\",\"params\":{}}\n");
+    assert!(why.contains("line break inside the line"), "{why}");
+    // One trailing line end is the end of the line, not inside it.
+    assert!(
+        wire::decode_event_line(
+            "{\"jsonrpc\":\"2.0\",\"method\":\"AgentStart\",\"params\":{}}\r\n"
+        )
+        .is_ok()
+    );
+}
+
+#[test]
+fn rejects_a_line_that_is_not_an_object() {
+    assert!(rejected("[1,2]").contains("not a JSON object"));
+}
+
+#[test]
+fn rejects_an_over_long_line() {
+    let line = format!(
+        r#"{{"jsonrpc":"2.0","method":"MessageStart","params":{{"message":{{"role":"user","content":"{}"}}}}}}"#,
+        "x".repeat(wire::MAX_LINE_LEN)
+    );
+    let why = rejected(&line);
+    assert!(
+        why.contains(&format!("over the limit of {} bytes", wire::MAX_LINE_LEN)),
+        "{why}"
+    );
+    // A raised limit takes it.
+    let mut big = Decoder::new().max_line_len(2 * wire::MAX_LINE_LEN);
+    assert!(big.decode_line(&line).is_ok());
+}
+
+#[test]
+fn a_rejected_line_leaves_the_decoder_as_it_was() {
+    let mut d = Decoder::new();
+    let start = AgentEvent::MessageStart {
+        message: Arc::new(Message::Assistant(AssistantMessage {
+            model: "m".into(),
+            ..Default::default()
+        })),
+    };
+    d.decode_line(&wire::encode_event_line(&start)).unwrap();
+    assert!(
+        d.decode_line(r#"{"jsonrpc":"2.0","method":"MessageUpdate","params":{}}"#)
+            .is_err()
+    );
+    let delta = StreamEvent::text("hi");
+    let got = d.decode_line(&wire::encode_event_line(&AgentEvent::MessageUpdate {
+        message: PartialMessage::new("m").apply(&delta),
+        delta: delta.clone(),
+    }));
+    assert_eq!(
+        got.unwrap(),
+        AgentEvent::MessageUpdate {
+            message: PartialMessage::new("m").apply(&delta),
+            delta
+        }
+    );
+}
+
+// ---------------------------------------------------------------- mirrors
+
+#[test]
+fn decoding_a_run_gives_back_every_event_the_agent_emitted() {
+    for r in common::record_all() {
+        let mut decoder = Decoder::new();
+        let lines: Vec<&str> = r.native.lines().collect();
+        assert_eq!(lines.len(), r.events.len(), "{}", r.name);
+        for (i, (line, (event, _))) in lines.iter().zip(&r.events).enumerate() {
+            assert_eq!(
+                &decoder.decode_line(line).unwrap(),
+                event,
+                "{} line {}",
+                r.name,
+                i + 1
+            );
+        }
+    }
+}
+
+#[test]
+fn mirror_replay_equals_published_snapshots() {
+    for r in common::record_all() {
+        let mut mirror = Mirror::from_state(r.initial.clone());
+        let mut i = 0;
+        mirror
+            .read_lines(r.native.as_bytes(), |event, state| {
+                let (published_event, published) = &r.events[i];
+                assert_eq!(event, published_event, "{} line {}", r.name, i + 1);
+                assert_eq!(
+                    &state.timeline(),
+                    published,
+                    "{} line {} ({})",
+                    r.name,
+                    i + 1,
+                    event.name()
+                );
+                i += 1;
+            })
+            .unwrap();
+        assert_eq!(i, r.events.len(), "{}", r.name);
+        assert_eq!(
+            mirror.state().timeline(),
+            r.agent.snapshot().timeline(),
+            "{}",
+            r.name
+        );
+    }
+}
+
+#[test]
+fn every_scenario_runs_the_paths_it_is_named_for() {
+    let all = common::record_all();
+    let stop = |name: &str| {
+        let r = all.iter().find(|r| r.name == name).unwrap();
+        r.agent.snapshot().stop_reason
+    };
+    assert_eq!(stop("maxturns"), Some(RunStopReason::MaxTurns));
+    assert_eq!(stop("provider_error"), Some(RunStopReason::Error));
+    assert_eq!(stop("abort_mid_stream"), Some(RunStopReason::Cancelled));
+    assert_eq!(stop("abort_in_tool"), Some(RunStopReason::Cancelled));
+    assert_eq!(stop("empty_response"), Some(RunStopReason::EmptyResponse));
+    let panics = all.iter().find(|r| r.name == "listener_panic").unwrap();
+    assert_eq!(panics.agent.snapshot().listener_panics, 1);
+    let names: Vec<&str> = all
+        .iter()
+        .flat_map(|r| r.events.iter().map(|(e, _)| e.name()))
+        .collect();
+    for method in wire::METHODS {
+        assert!(names.contains(&method), "no scenario emits {method}");
+    }
+}
+
+#[test]
+fn mirror_reports_the_line_that_does_not_decode() {
+    let mut mirror = Mirror::new();
+    let input = "{\"jsonrpc\":\"2.0\",\"method\":\"AgentStart\",\"params\":{}}\n\nnot json\n";
+    let err = mirror.read_lines(input.as_bytes(), |_, _| {}).unwrap_err();
+    assert!(
+        err.to_string().starts_with("wire: line 3: invalid JSON"),
+        "{err}"
+    );
+    assert!(mirror.state().is_running);
+}

@@ -1,0 +1,485 @@
+//! The stdio agent server, end to end: `wire::serve` in-process over pipes, and the Python
+//! client against the example binary.
+
+mod common;
+
+use std::io::{BufReader, Read, Write};
+use std::path::PathBuf;
+use std::process::Command;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use pagent::llm::{Faux, FauxReply};
+use pagent::wire::{self, ServeOptions, codes};
+use pagent::{Agent, AgentBuilder, Error};
+use serde_json::{Value, json};
+
+const PATIENCE: Duration = Duration::from_secs(10);
+
+/// The read end of a pipe fed by the test.
+struct PipeIn {
+    rx: Receiver<Vec<u8>>,
+    buf: Vec<u8>,
+    pos: usize,
+}
+
+impl Read for PipeIn {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        if self.pos == self.buf.len() {
+            match self.rx.recv() {
+                Ok(bytes) => (self.buf, self.pos) = (bytes, 0),
+                Err(_) => return Ok(0), // the test closed its end
+            }
+        }
+        let n = out.len().min(self.buf.len() - self.pos);
+        out[..n].copy_from_slice(&self.buf[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
+/// The write end of the server's output: complete lines go to the test.
+struct PipeOut {
+    tx: Sender<String>,
+    pending: Vec<u8>,
+}
+
+impl Write for PipeOut {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.pending.extend_from_slice(bytes);
+        while let Some(i) = self.pending.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.pending.drain(..=i).collect();
+            let _ = self
+                .tx
+                .send(String::from_utf8(line).expect("the server writes UTF-8"));
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+struct Client {
+    input: Option<Sender<Vec<u8>>>,
+    output: Receiver<String>,
+    server: Option<JoinHandle<Result<(), Error>>>,
+}
+
+impl Client {
+    fn start(builder: AgentBuilder, options: ServeOptions) -> Client {
+        let (in_tx, in_rx) = crossbeam_channel::unbounded();
+        let (out_tx, out_rx) = crossbeam_channel::unbounded();
+        let server = std::thread::spawn(move || {
+            let input = BufReader::new(PipeIn {
+                rx: in_rx,
+                buf: Vec::new(),
+                pos: 0,
+            });
+            wire::serve(
+                builder,
+                input,
+                PipeOut {
+                    tx: out_tx,
+                    pending: Vec::new(),
+                },
+                options,
+            )
+        });
+        Client {
+            input: Some(in_tx),
+            output: out_rx,
+            server: Some(server),
+        }
+    }
+
+    fn send_raw(&self, line: &str) {
+        self.input
+            .as_ref()
+            .unwrap()
+            .send(format!("{line}\n").into_bytes())
+            .unwrap();
+    }
+
+    fn request(&self, id: u64, method: &str, params: Value) {
+        self.send_raw(
+            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string(),
+        );
+    }
+
+    fn next(&self) -> Value {
+        match self.output.recv_timeout(PATIENCE) {
+            Ok(line) => {
+                assert!(
+                    line.ends_with('\n') && !line[..line.len() - 1].contains('\n'),
+                    "{line:?}"
+                );
+                serde_json::from_str(&line).unwrap()
+            }
+            Err(RecvTimeoutError::Timeout) => panic!("no line from the server in {PATIENCE:?}"),
+            Err(RecvTimeoutError::Disconnected) => panic!("the server closed its output"),
+        }
+    }
+
+    /// Reads until the response to `id`; returns the lines before it and the response.
+    fn until_response(&self, id: u64) -> (Vec<Value>, Value) {
+        let mut before = Vec::new();
+        for _ in 0..10_000 {
+            let line = self.next();
+            if line.get("method").is_none() && line["id"] == id {
+                return (before, line);
+            }
+            before.push(line);
+        }
+        panic!("no response to {id} in 10000 lines");
+    }
+
+    /// Reads until a line with this method; returns it.
+    fn until_method(&self, method: &str) -> Value {
+        for _ in 0..10_000 {
+            let line = self.next();
+            if line["method"] == method {
+                return line;
+            }
+        }
+        panic!("no {method} in 10000 lines");
+    }
+
+    /// Closes the server's input and waits (bounded) for `serve` to return.
+    fn close(mut self) -> Result<(), Error> {
+        self.input = None;
+        let server = self.server.take().unwrap();
+        for _ in 0..200 {
+            if server.is_finished() {
+                return server.join().unwrap();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("serve did not return after its input closed");
+    }
+}
+
+fn methods(lines: &[Value]) -> Vec<&str> {
+    lines.iter().filter_map(|l| l["method"].as_str()).collect()
+}
+
+fn agent(faux: Faux) -> AgentBuilder {
+    Agent::builder()
+        .provider(faux)
+        .model("faux-1")
+        .tool(common::echo())
+}
+
+fn echo_then_answer() -> Faux {
+    Faux::new()
+        .reply(FauxReply::tool_call("echo", json!({"text": "ping"})))
+        .reply_with(|r| {
+            let users = r.messages.iter().filter(|m| m.role() == "user").count();
+            FauxReply::text(format!("pong; user messages: {users}"))
+        })
+}
+
+#[test]
+fn initialize_reports_the_protocol() {
+    let c = Client::start(agent(Faux::new()), ServeOptions::new().approve_tools(true));
+    c.request(1, "initialize", json!({}));
+    let (_, r) = c.until_response(1);
+    assert_eq!(r["result"]["protocol_version"], wire::PROTOCOL_VERSION);
+    assert_eq!(r["result"]["capabilities"]["tool_approval"], true);
+    assert_eq!(r["result"]["capabilities"]["events"], "native");
+    c.close().unwrap();
+}
+
+#[test]
+fn prompt_streams_events_then_answers_with_the_stop_reason() {
+    let c = Client::start(agent(echo_then_answer()), ServeOptions::new());
+    c.request(1, "prompt", json!({"text": "Say hello."}));
+    let (events, r) = c.until_response(1);
+    assert_eq!(r["result"]["stop_reason"], "no_tool_calls");
+    assert_eq!(r["result"]["text"], "pong; user messages: 1");
+    let m = methods(&events);
+    assert_eq!(m.first(), Some(&"AgentStart"));
+    assert_eq!(m.last(), Some(&"AgentEnd"));
+    assert!(m.contains(&"MessageUpdate") && m.contains(&"ToolEnd"));
+    // The notifications are native wire lines: a mirror rebuilds the run from them.
+    let mut mirror = wire::Mirror::new();
+    for e in &events {
+        mirror.apply_line(&e.to_string()).unwrap();
+    }
+    assert_eq!(mirror.state().messages.len(), 4);
+    assert_eq!(mirror.state().messages[3].text(), "pong; user messages: 1");
+    c.request(2, "snapshot", json!({}));
+    let (_, s) = c.until_response(2);
+    assert_eq!(s["result"]["messages"].as_array().unwrap().len(), 4);
+    assert_eq!(s["result"]["is_running"], false);
+    assert_eq!(s["result"]["stop_reason"], "no_tool_calls");
+    c.close().unwrap();
+}
+
+#[test]
+fn approval_approve_runs_the_tool_and_reject_blocks_it() {
+    for (answer, content, is_error) in [
+        (json!({"decision": "approve"}), "ping", false),
+        (
+            json!({"decision": "reject", "reason": "too risky"}),
+            "blocked: too risky",
+            true,
+        ),
+    ] {
+        let c = Client::start(
+            agent(echo_then_answer()),
+            ServeOptions::new().approve_tools(true),
+        );
+        c.request(1, "prompt", json!({"text": "Say hello."}));
+        let ask = c.until_method("approve_tool_call");
+        assert_eq!(ask["params"]["call"]["name"], "echo");
+        assert_eq!(ask["params"]["call"]["arguments"], r#"{"text":"ping"}"#);
+        c.send_raw(&json!({"jsonrpc": "2.0", "id": ask["id"], "result": answer}).to_string());
+        let end = c.until_method("ToolEnd");
+        assert_eq!(end["params"]["result"]["content"], content);
+        assert_eq!(end["params"]["result"]["is_error"], is_error);
+        let (_, r) = c.until_response(1);
+        assert_eq!(r["result"]["stop_reason"], "no_tool_calls");
+        c.close().unwrap();
+    }
+}
+
+#[test]
+fn steer_during_a_run_reaches_the_next_model_call() {
+    // The approval request holds the run inside its tool batch while the client steers.
+    let c = Client::start(
+        agent(echo_then_answer()),
+        ServeOptions::new().approve_tools(true),
+    );
+    c.request(1, "prompt", json!({"text": "Say hello."}));
+    let ask = c.until_method("approve_tool_call");
+    c.request(2, "steer", json!({"text": "Also say goodbye."}));
+    let (_, r) = c.until_response(2);
+    assert_eq!(r["result"]["queued"], true);
+    c.request(3, "snapshot", json!({}));
+    let (_, s) = c.until_response(3);
+    assert_eq!(
+        s["result"]["steering_queue"][0]["content"],
+        "Also say goodbye."
+    );
+    c.send_raw(
+        &json!({"jsonrpc": "2.0", "id": ask["id"], "result": {"decision": "approve"}}).to_string(),
+    );
+    let (_, r) = c.until_response(1);
+    assert_eq!(r["result"]["text"], "pong; user messages: 2");
+    c.close().unwrap();
+}
+
+#[test]
+fn abort_ends_a_stalled_run_as_cancelled() {
+    let faux =
+        Faux::new().reply(FauxReply::text("thinking...").then_stall(Duration::from_secs(30)));
+    let c = Client::start(agent(faux), ServeOptions::new());
+    c.request(1, "prompt", json!({"text": "Say hello."}));
+    c.until_method("MessageUpdate");
+    c.request(2, "abort", json!({}));
+    let (events, r) = c.until_response(1);
+    assert_eq!(r["result"]["stop_reason"], "cancelled");
+    assert!(methods(&events).contains(&"AgentEnd"));
+    // The abort is answered at once, the prompt when its run has ended: either may come first.
+    let a = match events.iter().find(|l| l["id"] == 2) {
+        Some(a) => a.clone(),
+        None => c.until_response(2).1,
+    };
+    assert_eq!(a["result"]["aborted"], true);
+    c.request(3, "abort", json!({}));
+    assert_eq!(c.until_response(3).1["result"]["aborted"], false);
+    c.close().unwrap();
+}
+
+#[test]
+fn abort_releases_a_pending_approval() {
+    let c = Client::start(
+        agent(echo_then_answer()),
+        ServeOptions::new().approve_tools(true),
+    );
+    c.request(1, "prompt", json!({"text": "Say hello."}));
+    c.until_method("approve_tool_call");
+    c.request(2, "abort", json!({}));
+    let end = c.until_method("ToolEnd");
+    assert_eq!(end["params"]["result"]["is_error"], true);
+    let (_, r) = c.until_response(1);
+    assert_eq!(r["result"]["stop_reason"], "cancelled");
+    c.close().unwrap();
+}
+
+#[test]
+fn prompt_while_busy_is_refused_with_the_documented_code() {
+    let faux = Faux::new().reply(FauxReply::text("slow").delay(Duration::from_secs(30)));
+    let c = Client::start(agent(faux), ServeOptions::new());
+    c.request(1, "prompt", json!({"text": "first"}));
+    c.until_method("AgentStart");
+    c.request(2, "prompt", json!({"text": "second"}));
+    let (_, r) = c.until_response(2);
+    assert_eq!(r["error"]["code"], codes::RUN_ACTIVE);
+    assert_eq!(r["error"]["message"], "a run is already active");
+    c.request(3, "abort", json!({}));
+    assert_eq!(c.until_response(1).1["result"]["stop_reason"], "cancelled");
+    c.close().unwrap();
+}
+
+#[test]
+fn malformed_lines_get_errors_and_the_server_reads_on() {
+    let c = Client::start(
+        agent(Faux::new().reply(FauxReply::text("still here"))),
+        ServeOptions::new().max_line_len(4096),
+    );
+    let error = |c: &Client| {
+        let e = c.next();
+        (
+            e["id"].clone(),
+            e["error"]["code"].as_i64().unwrap(),
+            e["error"]["message"].as_str().unwrap().to_owned(),
+        )
+    };
+    c.send_raw("this is not json");
+    assert_eq!(error(&c).1, codes::PARSE_ERROR);
+    c.send_raw(r#"{"jsonrpc":"2.0","id":1,"method":"prompt""#);
+    let (id, code, _) = error(&c);
+    assert_eq!((id, code), (Value::Null, codes::PARSE_ERROR));
+    c.send_raw("[1,2,3]");
+    assert_eq!(error(&c).1, codes::INVALID_REQUEST);
+    c.send_raw(r#"{"jsonrpc":"1.0","id":2,"method":"initialize"}"#);
+    assert_eq!(
+        error(&c),
+        (
+            json!(2),
+            codes::INVALID_REQUEST,
+            "`jsonrpc` must be \"2.0\"".to_owned()
+        )
+    );
+    c.send_raw(r#"{"jsonrpc":"2.0","id":3,"method":7}"#);
+    assert_eq!(error(&c).1, codes::INVALID_REQUEST);
+    c.send_raw(r#"{"jsonrpc":"2.0","id":3}"#);
+    assert_eq!(
+        error(&c),
+        (
+            json!(3),
+            codes::INVALID_REQUEST,
+            "`method` must be a string".to_owned()
+        )
+    );
+    c.request(4, "dance", json!({}));
+    let (id, code, why) = error(&c);
+    assert_eq!((id, code), (json!(4), codes::METHOD_NOT_FOUND));
+    assert!(why.contains("`dance`"), "{why}");
+    c.request(5, "prompt", json!({"txt": "typo"}));
+    assert_eq!(
+        error(&c),
+        (
+            json!(5),
+            codes::INVALID_PARAMS,
+            "prompt needs params {\"text\": string}".to_owned()
+        )
+    );
+    c.send_raw(&format!(
+        r#"{{"jsonrpc":"2.0","id":6,"method":"steer","params":{{"text":"{}"}}}}"#,
+        "x".repeat(5000)
+    ));
+    let (id, code, why) = error(&c);
+    assert_eq!((id, code), (Value::Null, codes::INVALID_REQUEST));
+    assert!(why.contains("over the limit of 4096 bytes"), "{why}");
+    c.input
+        .as_ref()
+        .unwrap()
+        .send(vec![0xff, 0xfe, b'\n'])
+        .unwrap();
+    assert_eq!(error(&c).1, codes::PARSE_ERROR);
+    // A notification (no id) is never answered, even when it fails.
+    c.send_raw(r#"{"jsonrpc":"2.0","method":"dance"}"#);
+    c.send_raw("");
+    c.request(7, "prompt", json!({"text": "Still there?"}));
+    let (before, r) = c.until_response(7);
+    assert!(
+        before.iter().all(|l| l.get("error").is_none()),
+        "{before:?}"
+    );
+    assert_eq!(r["result"]["text"], "still here");
+    c.close().unwrap();
+}
+
+#[test]
+fn closing_the_input_rejects_a_pending_approval_and_serve_returns() {
+    let c = Client::start(
+        agent(echo_then_answer()),
+        ServeOptions::new().approve_tools(true),
+    );
+    c.request(1, "prompt", json!({"text": "Say hello."}));
+    c.until_method("approve_tool_call");
+    let output = c.output.clone();
+    c.close().unwrap();
+    let lines: Vec<Value> = output
+        .try_iter()
+        .map(|l| serde_json::from_str(&l).unwrap())
+        .collect();
+    let end = lines
+        .iter()
+        .find(|l| l["method"] == "ToolEnd")
+        .expect("the call ended");
+    assert!(
+        end["params"]["result"]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("blocked: no approval")
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["id"] == 1 && l["result"]["stop_reason"] == "no_tool_calls")
+    );
+}
+
+/// The example binary, built if this test run did not build it.
+fn example_binary() -> PathBuf {
+    // target/<profile>/deps/wire_server-<hash> -> target/<profile>/examples/wire_server
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().and_then(|d| d.parent()).unwrap();
+    let binary = profile_dir
+        .join("examples")
+        .join(format!("wire_server{}", std::env::consts::EXE_SUFFIX));
+    if !binary.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "--example", "wire_server"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("runs cargo");
+        assert!(status.success());
+    }
+    binary
+}
+
+#[test]
+fn python_client_drives_the_example_server_through_an_approved_tool_call() {
+    let python = std::env::var("PAGENT_WIRE_PYTHON").unwrap_or_else(|_| "python3".into());
+    if Command::new(&python).arg("--version").output().is_err() {
+        eprintln!("no {python}: skipping the Python client");
+        return;
+    }
+    let binary = example_binary();
+    let client = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/wire_client.py");
+    for extra in [&[][..], &["--reject", "not today"][..]] {
+        let out = Command::new(&python)
+            .arg(client)
+            .args(extra)
+            .arg(&binary)
+            .arg("--ask")
+            .output()
+            .expect("runs the client");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout.contains("[approve? add("), "{stdout}");
+        assert!(stdout.trim_end().ends_with("ok"), "{stdout}");
+    }
+}
