@@ -128,6 +128,14 @@ impl AgentBuilder {
 
     /// How many tool calls of one reply run at once (at least 1; 1 makes every batch
     /// sequential). Defaults to 8.
+    ///
+    /// The calls of one reply run on scoped worker threads, at most this many at a time; a
+    /// reply that calls a [`Tool::sequential`] tool runs all its calls one after another.
+    /// Whatever the concurrency, events come from the run thread only: `ToolStart` in call
+    /// order, `ToolUpdate` and `ToolEnd` as they happen (so `ToolEnd`s are in completion
+    /// order), and the result messages in call order. A tool's result is in the state
+    /// (`State::tool_results`, and gone from `pending_tool_calls`) as soon as its `ToolEnd` is
+    /// out, while its siblings still run.
     pub fn max_parallel_tools(mut self, n: usize) -> AgentBuilder {
         self.max_parallel_tools = n.max(1);
         self
@@ -135,19 +143,27 @@ impl AgentBuilder {
 
     /// When steering messages interrupt a batch of tool calls. Defaults to
     /// [`SteeringPolicy::AfterBatch`].
+    ///
+    /// With `AfterBatch`, every call of the current reply runs, and the steering message goes
+    /// in after their results. With `AtToolBoundary`, each call not started by the time
+    /// steering is queued is skipped (it still gets `ToolStart`, `ToolEnd` and a result saying
+    /// it was skipped because the user sent a new message); calls already running finish and
+    /// keep their results.
     pub fn steering_policy(mut self, policy: SteeringPolicy) -> AgentBuilder {
         self.steering_policy = policy;
         self
     }
 
     /// How many queued steering messages one model call takes. Defaults to
-    /// [`QueueMode::OneAtATime`].
+    /// [`QueueMode::OneAtATime`]: with three messages queued, three model calls follow, each
+    /// seeing one more message; `All` sends them together in one call.
     pub fn steering_mode(mut self, mode: QueueMode) -> AgentBuilder {
         self.steering_mode = mode;
         self
     }
 
-    /// How many queued follow-ups one new turn takes. Defaults to [`QueueMode::OneAtATime`].
+    /// How many queued follow-ups one new turn takes. Defaults to [`QueueMode::OneAtATime`]:
+    /// each follow-up waits until the model answered the previous one.
     pub fn follow_up_mode(mut self, mode: QueueMode) -> AgentBuilder {
         self.follow_up_mode = mode;
         self
@@ -159,11 +175,19 @@ impl AgentBuilder {
         self
     }
 
-    /// Called on the run thread before each tool call runs, in call order, after its
+    /// Called before each tool call runs, one call at a time in call order, after its
     /// `ToolStart` and only for calls whose arguments are valid ([`Tool::validate`]): allow
-    /// it, block it with a reason the model sees, or rewrite its arguments (validated again).
+    /// it, block it with a reason the model sees (the result is an error `blocked: <reason>`),
+    /// or rewrite its arguments (validated again; the transcript keeps the call as the model
+    /// made it). Not called for calls settled without running (unknown tool, invalid JSON or
+    /// arguments, skipped, cancelled). Defaults to allowing every call.
+    ///
     /// It may block waiting for a human; use [`ToolCallRequest::wait_for`] so that `abort()`
-    /// releases it. Defaults to allowing every call.
+    /// releases it: the call then gets a "cancelled" result, whatever the hook returned.
+    /// While it blocks, calls of the batch that already started go on, and their `ToolUpdate`
+    /// and `ToolEnd` are published as they happen: the hook then runs on a helper thread of
+    /// the run, and may overlap with `after_tool_call` and listeners. A panic becomes an error
+    /// result for that call; the run goes on.
     pub fn before_tool_call(
         mut self,
         hook: impl Fn(&ToolCallRequest<'_>) -> ToolDecision + Send + Sync + 'static,
@@ -172,8 +196,10 @@ impl AgentBuilder {
         self
     }
 
-    /// Called on the run thread when a tool call ended, before its `ToolEnd`: returns the
-    /// result the model sees (the given one, or a replacement). Defaults to none.
+    /// Called on the run thread when a tool ran (returned, failed or panicked), before its
+    /// `ToolEnd`: returns the result the model sees (the given one, or a replacement). Not
+    /// called for calls that did not run (blocked, unknown, invalid, skipped, cancelled).
+    /// A panic replaces the result with an error result; the run goes on. Defaults to none.
     pub fn after_tool_call(
         mut self,
         hook: impl Fn(&ToolCall, ToolResultMessage) -> ToolResultMessage + Send + Sync + 'static,
@@ -183,7 +209,9 @@ impl AgentBuilder {
     }
 
     /// Rewrites the messages sent to the model for each request (pruning, compaction) without
-    /// touching the transcript. Defaults to none.
+    /// touching the transcript: it gets a copy of the transcript at each model call, on the
+    /// run thread, and returns what the request carries. A panic ends the run with
+    /// `RunStopReason::Error`, before the model call. Defaults to none.
     pub fn transform_context(
         mut self,
         hook: impl Fn(Vec<Message>) -> Vec<Message> + Send + Sync + 'static,
@@ -192,8 +220,12 @@ impl AgentBuilder {
         self
     }
 
-    /// Called before each turn's model call; may change the model, thinking level or tools
-    /// for that call and the rest of the run. Defaults to none.
+    /// Called on the run thread before each turn's model call (the first turn's too), after
+    /// the turn's input messages; may change the model, thinking level or tools for that call
+    /// and the rest of the run. The state shows the change before the reply's `MessageStart`.
+    /// A change stays, as with [`Agent::set_model`]: the state and later runs use it too. A
+    /// panic ends the run with `RunStopReason::Error`, before the model call. Defaults to
+    /// none.
     pub fn before_turn(
         mut self,
         hook: impl Fn(&mut TurnSetup) + Send + Sync + 'static,

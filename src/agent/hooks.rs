@@ -1,9 +1,21 @@
 //! Hooks: callbacks that police and reshape a run, set on the builder.
 //!
-//! Every hook runs on the run thread, synchronously, never while a lock of the agent is held.
-//! A hook that panics is caught: a panicking `before_tool_call` or `after_tool_call` turns that
-//! call's result into an error result; a panicking `transform_context` or `before_turn` ends
-//! the run with `RunStopReason::Error`.
+//! Every hook runs synchronously for the run, never while a lock of the agent is held, so a
+//! hook may call `snapshot`, `steer`, `follow_up` and `abort` on a handle. Hooks run on the
+//! run thread, with one exception: while other tool calls of the batch are running,
+//! `before_tool_call` runs on a helper thread and the run thread goes on publishing those
+//! calls' progress and ends (so an approval prompt never holds back finished results). It
+//! may then overlap with `after_tool_call` and listeners; hooks are `Send + Sync` for that.
+//!
+//! | hook | when | a panic |
+//! | --- | --- | --- |
+//! | `before_turn` | before each model call, the first included | ends the run with `Error` |
+//! | `transform_context` | building each request | ends the run with `Error` |
+//! | `before_tool_call` | before each call runs, one call at a time in call order, after its `ToolStart` | error result for that call |
+//! | `after_tool_call` | after each call whose tool ran, before its `ToolEnd` | error result for that call |
+//!
+//! A hook ended by a panic never leaves the run half-done: `AgentEnd` still comes, and every
+//! tool call still gets exactly one result.
 
 use std::fmt;
 use std::sync::Arc;
@@ -15,7 +27,8 @@ use crate::llm::ThinkingLevel;
 use crate::message::{Message, ToolCall, ToolResultMessage};
 use crate::tool::Tool;
 
-/// What `before_tool_call` decides about one call.
+/// What `before_tool_call` decides about one call. An abort while the hook ran overrides
+/// the decision: the call gets a "cancelled" result.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ToolDecision {
     /// Run the call as the model asked.
@@ -53,6 +66,33 @@ impl<'a> ToolCallRequest<'a> {
     /// Blocks until `answers` yields a value or the run is aborted, whichever comes first;
     /// `None` when aborted (or when the sender is gone). This is how an approval prompt waits
     /// for a human without keeping `abort()` from ending the run.
+    ///
+    /// ```
+    /// use pagent::hooks::ToolDecision;
+    /// use pagent::llm::{Faux, FauxReply};
+    /// use pagent::{Agent, RunStopReason, ToolOutput, tool};
+    /// # #[derive(serde::Deserialize, schemars::JsonSchema)] struct Path { path: String }
+    ///
+    /// // The approval UI (another thread) answers through this channel.
+    /// let (approve, answers) = crossbeam_channel::bounded::<bool>(1);
+    /// let rm = tool::typed("rm", "Removes a file.", |_: Path, _| Ok(ToolOutput::text("gone")));
+    /// let faux = Faux::new()
+    ///     .reply(FauxReply::tool_call("rm", serde_json::json!({"path": "/tmp/x"})))
+    ///     .reply(FauxReply::text("Not removed."));
+    /// let agent = Agent::builder()
+    ///     .provider(faux)
+    ///     .tool(rm)
+    ///     .before_tool_call(move |req| match req.wait_for(&answers) {
+    ///         Some(true) => ToolDecision::Allow,
+    ///         _ => ToolDecision::Block("the user said no".into()),
+    ///     })
+    ///     .build()?;
+    /// approve.send(false).unwrap();
+    /// let result = agent.prompt("Clean up")?;
+    /// assert_eq!(result.stop_reason, RunStopReason::NoToolCalls);
+    /// assert_eq!(result.messages[2].text(), "blocked: the user said no");
+    /// # Ok::<(), pagent::Error>(())
+    /// ```
     pub fn wait_for<T>(&self, answers: &Receiver<T>) -> Option<T> {
         crossbeam_channel::select! {
             recv(answers) -> v => v.ok(),
@@ -61,7 +101,8 @@ impl<'a> ToolCallRequest<'a> {
     }
 }
 
-/// What `before_turn` may change for the next model call (and the rest of the run).
+/// What `before_turn` may change for the next model call. A change stays for the rest of the
+/// run and after it (it becomes the agent's setting, as with `Agent::set_model`).
 pub struct TurnSetup {
     /// The turn about to start, from 1.
     pub turn: u32,

@@ -31,6 +31,20 @@ use dispatch::{Shared, Sink};
 /// call [`Agent::prompt`] on one thread while others read [`Agent::snapshot`] or steer and abort
 /// through an [`AgentHandle`]. One run at a time: a second `prompt` while a run is active
 /// returns [`Error::Busy`] at once, it never queues.
+///
+/// # Control
+/// From any thread (a listener included), while a run is active:
+/// - [`AgentHandle::steer`] queues a message for the next model call of the run; which tool
+///   calls still run first is the [`SteeringPolicy`]; how many queued messages one call takes
+///   is the steering [`QueueMode`].
+/// - [`AgentHandle::follow_up`] queues a message for when the run would otherwise stop: it
+///   then starts a new turn of the same run.
+/// - [`AgentHandle::abort`] ends the run promptly with `RunStopReason::Cancelled`.
+///
+/// Queued messages are visible in `State::steering_queue` and `State::follow_up_queue` until
+/// a turn takes them, and are never dropped: a message that arrives too late for a run (after
+/// its last decision, or once it was aborted) stays queued, and the next `prompt` or
+/// [`Agent::continue_run`] delivers it.
 pub struct Agent {
     inner: Arc<Inner>,
 }
@@ -232,7 +246,9 @@ impl Agent {
     }
 
     /// Resumes from the transcript: a new turn if the last message is a user or tool-result
-    /// message; otherwise the queued steering, then the queued follow-ups, are delivered.
+    /// message (queued steering rides along, as with a prompt). After an assistant message,
+    /// the queued steering is delivered (per the steering [`QueueMode`]), else the queued
+    /// follow-ups (per the follow-up mode).
     ///
     /// Blocks like [`Agent::prompt`].
     ///
@@ -378,8 +394,14 @@ impl AgentHandle {
     }
 
     /// Queues a steering message: delivered while a run is active, before the next model call
-    /// (as the agent's [`SteeringPolicy`] says), or with the next prompt when no run is active.
-    /// Visible in `State::steering_queue` until delivered.
+    /// (as the agent's [`SteeringPolicy`] says), or with the next prompt when no run is active
+    /// (after the prompt's messages, in the same turn). Visible in `State::steering_queue`
+    /// until delivered.
+    ///
+    /// A run takes steering at the start of each turn, so a message queued while the model
+    /// answers or tools run goes in after that turn's tool results. When the model gave its
+    /// final answer and steering is queued, the run goes on with another turn instead of
+    /// stopping (unless `max_turns` is reached: the message then stays queued).
     ///
     /// # Errors
     /// [`Refused`], holding the message, when the agent is gone.
@@ -387,9 +409,11 @@ impl AgentHandle {
         self.enqueue(message.into(), true)
     }
 
-    /// Queues a follow-up: delivered only when the run would otherwise stop, as the first
-    /// message of a new turn in the same run (or with the next prompt when no run is active).
-    /// Visible in `State::follow_up_queue` until delivered.
+    /// Queues a follow-up: delivered only when the run would otherwise stop (the model gave a
+    /// final answer and no steering is queued), as the first message of a new turn in the
+    /// same run. Queued while no run is active, it waits for the next run to reach that point,
+    /// or for [`Agent::continue_run`]. Visible in `State::follow_up_queue` until delivered.
+    /// An aborted run delivers none.
     ///
     /// # Errors
     /// [`Refused`], holding the message, when the agent is gone.
@@ -420,6 +444,20 @@ impl AgentHandle {
     /// token) and the loop stop promptly, and the run ends with `RunStopReason::Cancelled`.
     /// Returns false, and does nothing, when no run is active: an abort never carries over to
     /// a later run.
+    ///
+    /// # Guarantees
+    /// - Every phase ends: waiting for the first byte, streaming, a tool that honours its
+    ///   cancel token, a `before_tool_call` hook waiting in
+    ///   [`crate::hooks::ToolCallRequest::wait_for`]. (A tool or hook that ignores the token
+    ///   keeps the run waiting until it returns.)
+    /// - What streamed is kept: the reply ends with `StopReason::Aborted`, and its tool calls
+    ///   get a "cancelled" result without running.
+    /// - Tool calls of the batch not started yet get a "cancelled" result; tools already
+    ///   running see their token cancelled, and whatever they return is kept.
+    /// - No model call follows an abort, and queued steering and follow-ups stay queued.
+    ///
+    /// The latency from `abort()` to `prompt` returning is tens of microseconds on the
+    /// scripted provider (`cargo bench --bench control`).
     pub fn abort(&self) -> bool {
         self.agent.upgrade().is_some_and(|a| a.abort())
     }

@@ -38,12 +38,14 @@ pub(crate) fn run(inner: &Arc<Inner>, start: Start) -> Result<RunResult, Error> 
         return Err(Error::Busy);
     }
     let claim = Claim(inner);
+    // The token exists from the moment the run is claimed, so an `abort()` that sees
+    // `is_running()` true always reaches this run.
+    let cancel = CancelToken::new();
+    *inner.cancel.lock() = Some(cancel.clone());
     let input = match start {
         Start::Prompt(messages) => messages,
         Start::Continue => continue_input(inner)?,
     };
-    let cancel = CancelToken::new();
-    *inner.cancel.lock() = Some(cancel.clone());
     let config = inner.config.lock().clone();
     let mut run = Run {
         inner,
@@ -82,21 +84,19 @@ pub(crate) fn run(inner: &Arc<Inner>, start: Start) -> Result<RunResult, Error> 
     Ok(result)
 }
 
-/// What `continue_run` sends: nothing when the model is due to answer, else the queues.
+/// What `continue_run` sends: nothing when the model is due to answer (a user or tool-result
+/// tail) or when steering is queued (the first turn takes it, as for a prompt), else the
+/// queued follow-ups.
 fn continue_input(inner: &Inner) -> Result<Vec<Message>, Error> {
-    let last_is_assistant = match inner.shared.snapshot().last_message() {
+    let state = inner.shared.snapshot();
+    let last_is_assistant = match state.last_message() {
         None => true,
         Some(m) => matches!(**m, Message::Assistant(_)),
     };
-    if !last_is_assistant {
+    if !last_is_assistant || !state.steering_queue.is_empty() {
         return Ok(Vec::new());
     }
     let mode = inner.config.lock().follow_up_mode;
-    let steering_mode = inner.config.lock().steering_mode;
-    let taken = take_queued(inner, true, steering_mode);
-    if !taken.is_empty() {
-        return Ok(taken);
-    }
     let taken = take_queued(inner, false, mode);
     if !taken.is_empty() {
         return Ok(taken);
@@ -163,6 +163,11 @@ impl Run<'_> {
 
     fn turns(&mut self, mut input: Vec<Message>) -> (RunStopReason, Option<Error>) {
         loop {
+            // An abort that landed after a turn ended (in a `TurnEnd` listener, say) starts
+            // no new turn: no further model call, and queued steering stays queued.
+            if self.turn > 0 && self.cancel.is_cancelled() {
+                return (RunStopReason::Cancelled, None);
+            }
             self.turn += 1;
             // Steering queued before the prompt rides with it; later steering goes in before
             // the next model call.
@@ -273,6 +278,13 @@ impl Run<'_> {
         self.config.thinking = setup.thinking;
         self.config.tools = setup.tools;
         if changed {
+            // The switch sticks, so that the state (which shows it) and the next run agree.
+            {
+                let mut agent = self.inner.config.lock();
+                agent.model = self.config.model.clone();
+                agent.thinking = self.config.thinking;
+                agent.tools = self.config.tools.clone();
+            }
             let (model, thinking) = (self.config.model.clone(), self.config.thinking);
             let defs: Arc<[_]> = self.config.tools.iter().map(|t| t.definition()).collect();
             self.inner.shared.update(|s, _| {

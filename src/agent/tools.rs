@@ -41,7 +41,6 @@ impl Run<'_> {
             StopReason::Aborted => Some(CANCELLED),
             StopReason::Stop | StopReason::ToolUse => None,
         };
-        let mut results: Vec<Option<Arc<ToolResultMessage>>> = vec![None; calls.len()];
         let sequential = self.config.max_parallel_tools <= 1
             || calls
                 .iter()
@@ -52,12 +51,17 @@ impl Run<'_> {
             self.config.max_parallel_tools
         };
         let (tx, rx) = crossbeam_channel::unbounded::<ToolMsg>();
+        let mut batch = Batch {
+            rx,
+            calls,
+            results: vec![None; calls.len()],
+            running: 0,
+        };
         std::thread::scope(|scope| {
-            let mut running = 0usize;
             for (index, call) in calls.iter().enumerate() {
                 // Wait for a free slot, publishing what finished meanwhile.
-                while running >= cap {
-                    self.receive(&rx, calls, &mut results, &mut running);
+                while batch.running >= cap {
+                    self.receive(&mut batch);
                 }
                 self.emit(AgentEvent::ToolStart { call: call.clone() });
                 let settled = if let Some(text) = not_run {
@@ -69,10 +73,10 @@ impl Run<'_> {
                 {
                     Err(Run::tool_result(call, SKIPPED, true))
                 } else {
-                    self.prepare(call)
+                    self.prepare(call, &mut batch)
                 };
                 match settled {
-                    Err(result) => self.finish(call, index, result, &mut results),
+                    Err(result) => self.finish(index, result, false, &mut batch),
                     Ok((tool, args)) => {
                         let ctx = ToolContext::new(
                             call.id.clone(),
@@ -80,16 +84,17 @@ impl Run<'_> {
                             Some(tx.clone()),
                         );
                         let tx = tx.clone();
-                        running += 1;
+                        batch.running += 1;
                         scope.spawn(move || work(index, tool, args, ctx, tx));
                     }
                 }
             }
-            while running > 0 {
-                self.receive(&rx, calls, &mut results, &mut running);
+            while batch.running > 0 {
+                self.receive(&mut batch);
             }
         });
-        let results: Vec<Arc<ToolResultMessage>> = results
+        let results: Vec<Arc<ToolResultMessage>> = batch
+            .results
             .into_iter()
             .zip(calls)
             .map(|(r, call)| {
@@ -110,8 +115,9 @@ impl Run<'_> {
     /// Looks the tool up, parses and validates the arguments, asks `before_tool_call` (and
     /// validates rewritten arguments again).
     fn prepare(
-        &self,
+        &mut self,
         call: &ToolCall,
+        batch: &mut Batch<'_>,
     ) -> Result<(Arc<dyn Tool>, serde_json::Value), ToolResultMessage> {
         let fail = |text: String| Run::tool_result(call, text, true);
         let Some(tool) = self.find_tool(&call.name) else {
@@ -135,14 +141,9 @@ impl Run<'_> {
         })?;
         // Before the hook: nobody is asked to approve a call that cannot run.
         tool.validate(&args).map_err(fail)?;
-        if let Some(hook) = &self.config.hooks.before_tool_call {
-            let request = ToolCallRequest::new(call, &args, &self.cancel);
-            let decision = catch_unwind(AssertUnwindSafe(|| hook(&request))).map_err(|p| {
-                fail(format!(
-                    "the before_tool_call hook panicked: {}",
-                    panic_message(&*p)
-                ))
-            })?;
+        if let Some(decision) = self.ask_before_tool_call(call, &args, batch) {
+            let decision = decision
+                .map_err(|panic| fail(format!("the before_tool_call hook panicked: {panic}")))?;
             if self.cancel.is_cancelled() {
                 return Err(fail(CANCELLED.to_owned()));
             }
@@ -160,20 +161,57 @@ impl Run<'_> {
         Ok((tool, args))
     }
 
-    /// Handles one message from a worker.
-    fn receive(
+    /// Calls `before_tool_call`, if set; `Err` holds a panic's message. While calls of the
+    /// batch are running, the hook runs on a helper thread and this (run) thread keeps
+    /// publishing their progress and ends, so an approval prompt does not hold back the
+    /// results of tools that already finished.
+    fn ask_before_tool_call(
         &mut self,
-        rx: &Receiver<ToolMsg>,
-        calls: &[ToolCall],
-        results: &mut [Option<Arc<ToolResultMessage>>],
-        running: &mut usize,
-    ) {
+        call: &ToolCall,
+        args: &serde_json::Value,
+        batch: &mut Batch<'_>,
+    ) -> Option<Result<ToolDecision, String>> {
+        let hook = self.config.hooks.before_tool_call.clone()?;
+        let cancel = self.cancel.clone();
+        let request = ToolCallRequest::new(call, args, &cancel);
+        let ask =
+            || catch_unwind(AssertUnwindSafe(|| hook(&request))).map_err(|p| panic_message(&*p));
+        if batch.running == 0 {
+            return Some(ask());
+        }
+        Some(std::thread::scope(|scope| {
+            let (done_tx, done_rx) = crossbeam_channel::bounded(1);
+            scope.spawn(move || {
+                let _ = done_tx.send(ask());
+            });
+            loop {
+                crossbeam_channel::select! {
+                    // OK because the helper catches the hook's panic and always sends.
+                    recv(done_rx) -> answer => return answer.expect("the hook helper answers"),
+                    recv(batch.rx) -> msg => {
+                        // OK because the run thread holds a sender for the whole batch.
+                        let msg = msg.expect("the tool channel stays open");
+                        self.handle(msg, batch);
+                    }
+                }
+            }
+        }))
+    }
+
+    /// Waits for one message from a worker and handles it.
+    fn receive(&mut self, batch: &mut Batch<'_>) {
         // OK because the run thread holds a sender for the whole scope, so this never
         // disconnects, and every running worker sends Done before it exits.
-        let msg = rx.recv().expect("the tool channel stays open");
+        let msg = batch.rx.recv().expect("the tool channel stays open");
+        self.handle(msg, batch);
+    }
+
+    /// Turns one message from a worker into a `ToolUpdate`, or a result and its `ToolEnd`.
+    fn handle(&mut self, msg: ToolMsg, batch: &mut Batch<'_>) {
         match msg {
             ToolMsg::Update { call_id, output } => {
-                let tool_name = calls
+                let tool_name = batch
+                    .calls
                     .iter()
                     .find(|c| c.id == call_id)
                     .map(|c| c.name.clone())
@@ -185,8 +223,8 @@ impl Run<'_> {
                 });
             }
             ToolMsg::Done { index, outcome } => {
-                *running -= 1;
-                let call = &calls[index];
+                batch.running -= 1;
+                let call = &batch.calls[index];
                 let result = match outcome {
                     Ok(out) => ToolResultMessage {
                         details: out.details,
@@ -194,20 +232,21 @@ impl Run<'_> {
                     },
                     Err(e) => Run::tool_result(call, e.0, true),
                 };
-                self.finish(call, index, result, results);
+                self.finish(index, result, true, batch);
             }
         }
     }
 
-    /// Applies `after_tool_call`, emits `ToolEnd`, records the result.
+    /// Applies `after_tool_call` (to calls whose tool ran), emits `ToolEnd`, records the result.
     fn finish(
         &mut self,
-        call: &ToolCall,
         index: usize,
         mut result: ToolResultMessage,
-        results: &mut [Option<Arc<ToolResultMessage>>],
+        ran: bool,
+        batch: &mut Batch<'_>,
     ) {
-        if let Some(hook) = &self.config.hooks.after_tool_call {
+        let call = &batch.calls[index];
+        if ran && let Some(hook) = &self.config.hooks.after_tool_call {
             let given = result.clone();
             result = catch_unwind(AssertUnwindSafe(|| hook(call, given))).unwrap_or_else(|p| {
                 Run::tool_result(
@@ -221,8 +260,17 @@ impl Run<'_> {
         self.emit(AgentEvent::ToolEnd {
             result: result.clone(),
         });
-        results[index] = Some(result);
+        batch.results[index] = Some(result);
     }
+}
+
+/// The calls of one reply while they are handled: the workers' channel, the results so far
+/// (by call index), and how many workers are running.
+struct Batch<'c> {
+    rx: Receiver<ToolMsg>,
+    calls: &'c [ToolCall],
+    results: Vec<Option<Arc<ToolResultMessage>>>,
+    running: usize,
 }
 
 /// A worker: runs one tool, catching a panic, and reports the outcome.
