@@ -183,11 +183,17 @@ impl State {
         self.messages.back()
     }
 
-    /// The state with everything a fold cannot know (queues, listener panics) reset: what a
-    /// wire mirror holds. Compare `a.timeline() == b.timeline()` to check a mirror.
+    /// The state with everything that does not come from events reset: the settings
+    /// (`system_prompt`, `model`, `thinking_level`, `tools`), the queues and the
+    /// listener-panic counters. This is what the events alone determine, and so what a wire
+    /// mirror can rebuild: compare `mirror.timeline() == agent_snapshot.timeline()`.
     #[must_use]
     pub fn timeline(&self) -> State {
         State {
+            system_prompt: Arc::default(),
+            model: Arc::default(),
+            thinking_level: ThinkingLevel::default(),
+            tools: Arc::default(),
             steering_queue: Vector::new(),
             follow_up_queue: Vector::new(),
             listener_panics: 0,

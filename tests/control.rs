@@ -2,6 +2,7 @@
 //! tools. Each test asserts the whole event sequence; timing-sensitive ones are driven by
 //! channels inside tools, hooks and listeners, and every wait is bounded.
 
+mod replay;
 #[path = "control/support.rs"]
 mod support;
 

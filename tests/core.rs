@@ -7,9 +7,12 @@ use std::time::{Duration, Instant};
 
 use pagent::llm::{Faux, FauxReply};
 use pagent::{
-    Agent, AgentEvent, Error, Message, RunStopReason, State, StopReason, ToolError, ToolOutput,
-    Usage, tool, wire,
+    Agent, AgentEvent, Error, Message, RunStopReason, StopReason, ToolError, ToolOutput, Usage,
+    tool,
 };
+
+mod replay;
+use replay::MirrorCheck;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
@@ -79,35 +82,21 @@ fn render(e: &AgentEvent) -> String {
     }
 }
 
-/// A wire line and the snapshot the agent published with its event.
-type Published = (String, Arc<State>);
-
-/// Records every event an agent emits, with its wire line and the snapshot published with it.
-///
-/// When dropped at the end of a passing test it replays the wire lines through a
-/// `wire::Mirror` and checks that the mirror rebuilds, line by line, the snapshot the agent
-/// published with each event: every scenario of this suite is also a wire replay test.
+/// Records every event an agent emits. Every scenario of this suite is also a wire replay
+/// test: the recorder's `MirrorCheck` replays the run's wire lines when the test ends.
 struct Recorder {
     events: Arc<Mutex<Vec<AgentEvent>>>,
-    published: Arc<Mutex<Vec<Published>>>,
-    start: Arc<State>,
+    _mirror: MirrorCheck,
 }
 
 impl Recorder {
     fn attach(agent: &Agent) -> Recorder {
         let events = Arc::new(Mutex::new(Vec::new()));
-        let published = Arc::new(Mutex::new(Vec::new()));
-        let (sink, pubs, handle) = (events.clone(), published.clone(), agent.handle());
-        let _sub = agent.subscribe(move |e| {
-            sink.lock().unwrap().push(e.clone());
-            pubs.lock()
-                .unwrap()
-                .push((wire::encode_event_line(e), handle.snapshot()));
-        });
+        let sink = events.clone();
+        let _sub = agent.subscribe(move |e| sink.lock().unwrap().push(e.clone()));
         Recorder {
             events,
-            published,
-            start: agent.snapshot(),
+            _mirror: MirrorCheck::attach(agent),
         }
     }
 
@@ -117,23 +106,6 @@ impl Recorder {
 
     fn events(&self) -> Vec<AgentEvent> {
         self.events.lock().unwrap().clone()
-    }
-}
-
-impl Drop for Recorder {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            return;
-        }
-        let mut mirror = wire::Mirror::from_state(self.start.timeline());
-        for (i, (line, published)) in self.published.lock().unwrap().iter().enumerate() {
-            mirror.apply_line(line).unwrap();
-            assert_eq!(
-                mirror.state().timeline(),
-                published.timeline(),
-                "the mirror differs after line {i}: {line}"
-            );
-        }
     }
 }
 

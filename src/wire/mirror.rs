@@ -16,10 +16,11 @@ use crate::state::State;
 ///
 /// # Consistency
 /// The mirror knows what the events say. Queues (`steering_queue`, `follow_up_queue`) and
-/// listener-panic counters are not events and stay empty; settings changed outside a run
-/// (`set_system_prompt`, `set_tools`, a `before_turn` hook's tools and thinking level) are not
-/// on the wire either. Start the mirror from a snapshot of the agent ([`Mirror::from_state`])
-/// to include the settings, and compare with [`State::timeline`]:
+/// listener-panic counters are not events and stay empty; settings (`set_system_prompt`,
+/// `set_model`, `set_tools`, what a `before_turn` hook changes) are not on the wire either,
+/// except the model of each reply, which its `MessageStart` carries. Start the mirror from a
+/// snapshot of the agent ([`Mirror::from_state`]) to include the settings as they were, and
+/// compare with [`State::timeline`], which leaves out all of the above:
 /// `mirror.state().timeline() == agent_snapshot.timeline()`.
 ///
 /// ```

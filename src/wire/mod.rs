@@ -109,11 +109,12 @@
 //! ## What the wire does not carry
 //!
 //! Only events are on the wire. The steering and follow-up queues and the listener-panic
-//! counters of a [`State`](crate::State) change without an event, and so do settings changed
-//! between runs (`set_system_prompt`, `set_tools`, `set_thinking`, and what a `before_turn`
-//! hook changes other than the model). A [`Mirror`] therefore matches
-//! [`State::timeline`](crate::State::timeline) of the agent's snapshots, not the snapshots
-//! themselves; start it from the agent's snapshot to get the settings.
+//! counters of a [`State`](crate::State) change without an event, and so do the settings
+//! (`set_system_prompt`, `set_model`, `set_tools`, `set_thinking`, and what a `before_turn`
+//! hook changes; only each reply's model rides on its `MessageStart`). A [`Mirror`] therefore
+//! matches [`State::timeline`](crate::State::timeline) of the agent's snapshots, which
+//! leaves those out, not the snapshots themselves; start it from the agent's snapshot to get
+//! the settings as they were.
 //!
 //! # The `pagent` dialects
 //!

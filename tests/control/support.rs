@@ -9,6 +9,8 @@ use pagent::llm::StreamEvent;
 use pagent::{Agent, AgentEvent, Message, Tool, ToolContext, ToolError, ToolOutput};
 use serde_json::Value;
 
+use crate::replay::MirrorCheck;
+
 /// The text of the results the agent synthesizes for calls that never ran.
 pub const SKIPPED: &str = "skipped: the user sent a new message before this tool call ran";
 pub const CANCELLED: &str = "cancelled: the run was aborted before this tool call ran";
@@ -16,22 +18,28 @@ pub const CANCELLED: &str = "cancelled: the run was aborted before this tool cal
 /// How long any wait of a test may take before the test fails instead of hanging.
 pub const PATIENCE: Duration = Duration::from_secs(20);
 
-/// Captures every event a run emits, with the instant it was seen.
-#[derive(Clone, Default)]
+/// Captures every event a run emits, with the instant it was seen. Every scenario is also a
+/// wire replay test: when the last clone is dropped, its `MirrorCheck` replays the run's
+/// wire lines and compares the mirror with each published snapshot.
+#[derive(Clone)]
 pub struct Recorder {
     events: Arc<Mutex<Vec<(Instant, AgentEvent)>>>,
+    _mirror: Arc<MirrorCheck>,
 }
 
 impl Recorder {
     /// A recorder subscribed to `agent` (register it first so it sees events before any
     /// listener that reacts to them).
     pub fn attach(agent: &Agent) -> Recorder {
-        let recorder = Recorder::default();
-        let sink = recorder.events.clone();
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let sink = events.clone();
         let _ = agent.subscribe(move |e: &AgentEvent| {
             sink.lock().unwrap().push((Instant::now(), e.clone()));
         });
-        recorder
+        Recorder {
+            events,
+            _mirror: Arc::new(MirrorCheck::attach(agent)),
+        }
     }
 
     pub fn events(&self) -> Vec<AgentEvent> {
