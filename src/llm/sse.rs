@@ -110,7 +110,8 @@ impl Parser {
         if self.failed.is_some() {
             return;
         }
-        if self.after_cr {
+        // An empty push says nothing about the byte after a CR: keep waiting for it.
+        if self.after_cr && !bytes.is_empty() {
             self.after_cr = false;
             if let Some(rest) = bytes.strip_prefix(b"\n") {
                 bytes = rest;
@@ -335,6 +336,15 @@ mod tests {
         p.push(b"0123456789");
         assert_eq!(p.next_event().unwrap(), Some(data("small")));
         assert!(matches!(p.next_event(), Err(Error::Stream(m)) if m.contains("16 bytes")));
+    }
+
+    #[test]
+    fn an_empty_push_between_cr_and_lf_keeps_them_one_line_end() {
+        let mut p = Parser::new();
+        p.push(b"data: a\r");
+        p.push(b"");
+        p.push(b"\ndata: b\n\n");
+        assert_eq!(all(&mut p).unwrap(), [data("a\nb")]);
     }
 
     #[test]
