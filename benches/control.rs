@@ -74,7 +74,7 @@ fn abort(c: &mut Criterion) {
     g.bench_function("waiting_for_first_byte", |b| {
         b.iter_custom(|iters| {
             abort_bench(iters, |tx| {
-                let faux = Faux::new().reply_with(move |_| {
+                let faux = Faux::default().reply_with(move |_| {
                     let _ = tx.send(());
                     FauxReply::text("late").delay(Duration::from_secs(30))
                 });
@@ -85,7 +85,7 @@ fn abort(c: &mut Criterion) {
     g.bench_function("streaming", |b| {
         b.iter_custom(|iters| {
             abort_bench(iters, |tx| {
-                let faux = Faux::new()
+                let faux = Faux::default()
                     .tokens_per_second(1000.0)
                     .reply(FauxReply::text("word ".repeat(500)));
                 let agent = Agent::builder().provider(faux).build().unwrap();
@@ -101,7 +101,8 @@ fn abort(c: &mut Criterion) {
     g.bench_function("during_tool", |b| {
         b.iter_custom(|iters| {
             abort_bench(iters, |tx| {
-                let faux = Faux::new().reply(FauxReply::tool_call("sleep", json!({"ms": 30_000})));
+                let faux =
+                    Faux::default().reply(FauxReply::tool_call("sleep", json!({"ms": 30_000})));
                 Agent::builder()
                     .provider(faux)
                     .tool(sleeper(Some(tx)))
@@ -118,7 +119,7 @@ fn tools(c: &mut Criterion) {
     for (name, cap) in [("parallel_3", 8), ("sequential_3", 1)] {
         g.bench_function(name, |b| {
             b.iter(|| {
-                let faux = Faux::new()
+                let faux = Faux::default()
                     .reply(
                         FauxReply::tool_call("sleep", json!({"ms": 10}))
                             .then_tool_call("sleep", json!({"ms": 20}))

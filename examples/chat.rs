@@ -88,7 +88,7 @@ fn provider() -> Result<(Arc<dyn Provider>, String), pagent::Error> {
          OPENAI_API_KEY (and OPENAI_BASE_URL for Ollama, llama.cpp or another compatible \
          server) or ANTHROPIC_API_KEY (and ANTHROPIC_BASE_URL), and PAGENT_MODEL."
     );
-    let demo = Faux::new().chunk_chars(3).otherwise(demo_reply);
+    let demo = Faux::default().chunk_chars(3).otherwise(demo_reply);
     // Stream visibly when a person watches; as fast as possible when piped.
     let demo: Arc<dyn Provider> = if io::stdout().is_terminal() {
         Arc::new(demo.tokens_per_second(60.0))

@@ -118,7 +118,7 @@ fn agent(tps: f64) -> Arc<Agent> {
 
 /// The offline demo model, paced at `tps` chunks a second (0: as fast as it goes).
 fn demo(tps: f64) -> pagent::AgentBuilder {
-    let faux = Faux::new().otherwise(demo_reply);
+    let faux = Faux::default().otherwise(demo_reply);
     let faux = if tps > 0.0 {
         faux.tokens_per_second(tps)
     } else {

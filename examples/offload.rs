@@ -146,7 +146,7 @@ fn agent() -> Agent {
         },
     );
     let answer = "There are 42 apples and 35 pears in stock. ".repeat(8);
-    let faux = Faux::new()
+    let faux = Faux::default()
         .chunk_chars(2)
         .reply(
             FauxReply::default()

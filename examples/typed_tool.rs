@@ -185,7 +185,7 @@ fn script() -> Faux {
             .unwrap_or("")
             .to_owned()
     };
-    Faux::new()
+    Faux::default()
         .reply(
             FauxReply::text("Let me count the words in Cargo.toml.")
                 .then_tool_call("word_stats", json!({ "path": "Cargo.toml", "top": "five" })),

@@ -62,7 +62,7 @@ impl Provider for Demo {
         cancel: &CancelToken,
         on_event: &mut dyn FnMut(StreamEvent),
     ) -> Result<AssistantMessage, Error> {
-        let mut faux = Faux::new().reply(Demo::reply(request));
+        let mut faux = Faux::default().reply(Demo::reply(request));
         if let Some(tps) = self.tokens_per_second {
             faux = faux.tokens_per_second(tps);
         }

@@ -16,7 +16,7 @@
 //! use pagent::{Agent, session};
 //!
 //! let path = std::env::temp_dir().join(format!("pagent-doc-session-{}.jsonl", std::process::id()));
-//! let agent = Agent::builder().provider(Faux::new().reply(FauxReply::text("Hi!"))).build()?;
+//! let agent = Agent::builder().provider(Faux::default().reply(FauxReply::text("Hi!"))).build()?;
 //! let transcript = session::Writer::create(&path)?;
 //! let _sub = agent.subscribe(transcript.listener());
 //! agent.prompt("Hello")?;
@@ -25,7 +25,7 @@
 //! let loaded = session::load(&path)?;
 //! assert!(loaded.warnings.is_empty());
 //! let agent = Agent::builder()
-//!     .provider(Faux::new().reply(FauxReply::text("Welcome back.")))
+//!     .provider(Faux::default().reply(FauxReply::text("Welcome back.")))
 //!     .messages(loaded.messages)
 //!     .build()?;
 //! let _sub = agent.subscribe(session::Writer::append(&path)?.listener());

@@ -102,7 +102,7 @@ fn two_echoes() -> FauxReply {
 /// Steers on the first streamed delta of a reply that calls `echo` twice (one call at a
 /// time); returns the recorded lines, how many calls ran, and the provider.
 fn steer_during_streaming(policy: SteeringPolicy) -> (Vec<String>, usize, Faux) {
-    let faux = Faux::new()
+    let faux = Faux::default()
         .reply(two_echoes())
         .reply(FauxReply::text("Done"));
     let ran = Arc::new(AtomicUsize::new(0));
@@ -203,7 +203,7 @@ fn steering_during_streaming_at_tool_boundary_skips_the_calls_not_started() {
 
 #[test]
 fn steering_at_tool_boundary_keeps_the_result_of_a_call_already_running() {
-    let faux = Faux::new()
+    let faux = Faux::default()
         .reply(two_echoes())
         .reply(FauxReply::text("Done"));
     let handle: Arc<OnceLock<AgentHandle>> = Arc::default();
@@ -237,7 +237,7 @@ fn steering_at_tool_boundary_keeps_the_result_of_a_call_already_running() {
 
 #[test]
 fn steering_queued_before_prompt_rides_with_the_prompt() {
-    let faux = Faux::new().reply(FauxReply::text("ok"));
+    let faux = Faux::default().reply(FauxReply::text("ok"));
     let agent = builder(&faux).build().unwrap();
     agent.steer("be brief").unwrap();
     assert_eq!(texts(&agent.snapshot().steering_queue), ["be brief"]);
@@ -271,7 +271,7 @@ fn queue_at_turn_start(agent: &Agent) -> Arc<Mutex<Vec<Vec<String>>>> {
 
 #[test]
 fn steering_one_at_a_time_takes_one_message_per_model_call() {
-    let faux = Faux::new()
+    let faux = Faux::default()
         .reply(FauxReply::text("a"))
         .reply(FauxReply::text("b"))
         .reply(FauxReply::text("c"));
@@ -309,7 +309,7 @@ fn steering_one_at_a_time_takes_one_message_per_model_call() {
 
 #[test]
 fn steering_all_takes_every_queued_message_at_once() {
-    let faux = Faux::new().reply(FauxReply::text("a"));
+    let faux = Faux::default().reply(FauxReply::text("a"));
     let agent = builder(&faux)
         .steering_mode(QueueMode::All)
         .build()
@@ -343,7 +343,7 @@ fn steering_all_takes_every_queued_message_at_once() {
 
 #[test]
 fn follow_up_waits_for_the_final_answer_then_starts_a_new_turn() {
-    let faux = Faux::new()
+    let faux = Faux::default()
         .reply(FauxReply::tool_call("echo", json!({"x": 1})))
         .reply(FauxReply::text("first"))
         .reply(FauxReply::text("second"));
@@ -399,7 +399,7 @@ fn follow_up_waits_for_the_final_answer_then_starts_a_new_turn() {
 #[test]
 fn follow_ups_one_at_a_time_vs_all() {
     for (mode, turns) in [(QueueMode::OneAtATime, 3), (QueueMode::All, 2)] {
-        let faux = Faux::new()
+        let faux = Faux::default()
             .reply(FauxReply::text("a"))
             .reply(FauxReply::text("b"))
             .reply(FauxReply::text("c"));
@@ -437,7 +437,7 @@ fn follow_ups_one_at_a_time_vs_all() {
 
 #[test]
 fn continue_run_from_a_user_tail_asks_the_model() {
-    let faux = Faux::new().reply(FauxReply::text("answer"));
+    let faux = Faux::default().reply(FauxReply::text("answer"));
     let agent = builder(&faux)
         .messages([Message::user("q")])
         .build()
@@ -477,7 +477,7 @@ fn continue_run_from_a_tool_result_tail_asks_the_model() {
         content: "42".into(),
         ..ToolResultMessage::default()
     });
-    let faux = Faux::new().reply(FauxReply::text("it is 42"));
+    let faux = Faux::default().reply(FauxReply::text("it is 42"));
     let agent = builder(&faux)
         .messages([Message::user("q"), asked, answered])
         .build()
@@ -500,7 +500,7 @@ fn continue_run_from_a_tool_result_tail_asks_the_model() {
 
 #[test]
 fn continue_run_from_an_assistant_tail_takes_steering_one_at_a_time_then_follow_ups() {
-    let faux = Faux::new()
+    let faux = Faux::default()
         .reply(FauxReply::text("r1"))
         .reply(FauxReply::text("r2"))
         .reply(FauxReply::text("r3"));
@@ -532,7 +532,7 @@ fn continue_run_from_an_assistant_tail_takes_steering_one_at_a_time_then_follow_
 
 #[test]
 fn continue_run_from_an_assistant_tail_takes_a_follow_up() {
-    let faux = Faux::new().reply(FauxReply::text("r"));
+    let faux = Faux::default().reply(FauxReply::text("r"));
     let agent = builder(&faux)
         .messages([Message::user("q"), assistant("a")])
         .build()
@@ -556,7 +556,7 @@ fn continue_run_from_an_assistant_tail_takes_a_follow_up() {
 #[test]
 fn continue_run_with_nothing_to_continue_is_a_clear_error() {
     for transcript in [vec![], vec![Message::user("q"), assistant("a")]] {
-        let faux = Faux::new().reply(FauxReply::text("unused"));
+        let faux = Faux::default().reply(FauxReply::text("unused"));
         let agent = builder(&faux).messages(transcript).build().unwrap();
         let rec = Recorder::attach(&agent);
         let err = agent.continue_run().unwrap_err();
@@ -603,7 +603,7 @@ fn abort_when(
 #[test]
 fn abort_while_waiting_for_the_first_byte() {
     let (tx, rx) = crossbeam_channel::bounded(1);
-    let faux = Faux::new()
+    let faux = Faux::default()
         .reply_with(move |_| {
             tx.send(()).unwrap();
             FauxReply::text("never sent").delay(Duration::from_secs(30))
@@ -641,7 +641,7 @@ fn abort_while_waiting_for_the_first_byte() {
 
 #[test]
 fn abort_while_streaming_keeps_the_partial_reply() {
-    let faux = Faux::new()
+    let faux = Faux::default()
         .reply(FauxReply::text("Hello world, this is long"))
         .reply(FauxReply::text("unused"));
     let agent = builder(&faux).build().unwrap();
@@ -680,7 +680,7 @@ fn abort_while_streaming_keeps_the_partial_reply() {
 
 #[test]
 fn abort_from_another_thread_while_the_stream_stalls() {
-    let faux = Faux::new().reply(
+    let faux = Faux::default().reply(
         FauxReply::text("partial")
             .then_tool_call("echo", json!({"x": 1}))
             .then_stall(Duration::from_secs(30)),
@@ -728,7 +728,7 @@ fn abort_from_another_thread_while_the_stream_stalls() {
 #[test]
 fn abort_during_a_tool_keeps_its_result_and_cancels_the_rest() {
     let (started_tx, started_rx) = crossbeam_channel::bounded(1);
-    let faux = Faux::new()
+    let faux = Faux::default()
         .reply(FauxReply::tool_call("slow", json!({})).then_tool_call("echo", json!({"x": 2})))
         .reply(FauxReply::text("unused"));
     let agent = builder(&faux)
@@ -777,7 +777,7 @@ fn abort_releases_a_before_tool_call_hook_waiting_for_a_human() {
     let (_answer_tx, answer_rx) = crossbeam_channel::bounded::<bool>(1);
     let ran = Arc::new(AtomicBool::new(false));
     let flag = ran.clone();
-    let faux = Faux::new()
+    let faux = Faux::default()
         .reply(FauxReply::tool_call("rm", json!({"path": "/"})))
         .reply(FauxReply::text("unused"));
     let agent = builder(&faux)
@@ -820,7 +820,7 @@ fn abort_releases_a_before_tool_call_hook_waiting_for_a_human() {
 
 #[test]
 fn abort_after_a_turn_ended_makes_no_further_model_call() {
-    let faux = Faux::new()
+    let faux = Faux::default()
         .reply(FauxReply::tool_call("echo", json!({"x": 1})))
         .reply(FauxReply::text("unused"));
     let agent = builder(&faux).tool(echo()).build().unwrap();
@@ -851,7 +851,7 @@ fn abort_after_a_turn_ended_makes_no_further_model_call() {
 
 #[test]
 fn abort_when_no_run_is_active_does_not_cancel_the_next_run() {
-    let faux = Faux::new()
+    let faux = Faux::default()
         .reply(FauxReply::text("one"))
         .reply(FauxReply::text("two"));
     let agent = builder(&faux).build().unwrap();
@@ -879,7 +879,7 @@ fn abort_when_no_run_is_active_does_not_cancel_the_next_run() {
 
 #[test]
 fn steering_queued_when_aborted_stays_queued_and_rides_with_the_next_prompt() {
-    let faux = Faux::new()
+    let faux = Faux::default()
         .reply(FauxReply::text("Hello world, this is long"))
         .reply(FauxReply::text("fresh"));
     let agent = builder(&faux).build().unwrap();
@@ -909,7 +909,7 @@ fn steering_queued_when_aborted_stays_queued_and_rides_with_the_next_prompt() {
 
 #[test]
 fn before_tool_call_blocks_with_a_reason_the_model_sees() {
-    let faux = Faux::new()
+    let faux = Faux::default()
         .reply(
             FauxReply::tool_call("rm", json!({"path": "/"}))
                 .then_tool_call("echo", json!({"x": 7})),
@@ -961,7 +961,7 @@ fn before_tool_call_blocks_with_a_reason_the_model_sees() {
 
 #[test]
 fn before_tool_call_rewrites_the_arguments() {
-    let faux = Faux::new()
+    let faux = Faux::default()
         .reply(FauxReply::tool_call("echo", json!({"x": 1})))
         .reply(FauxReply::text("ok"));
     let agent = builder(&faux)
@@ -997,7 +997,7 @@ fn before_tool_call_rewrites_the_arguments() {
 
 #[test]
 fn after_tool_call_replaces_the_result_of_calls_that_ran() {
-    let faux = Faux::new()
+    let faux = Faux::default()
         .reply(
             FauxReply::tool_call("echo", json!({"x": "secret"}))
                 .then_tool_call("missing", json!({})),
@@ -1048,7 +1048,7 @@ fn transform_context_drops_old_messages_without_touching_the_transcript() {
         Message::user("older context"),
         assistant("more"),
     ];
-    let faux = Faux::new()
+    let faux = Faux::default()
         .reply(FauxReply::tool_call("echo", json!({"x": 1})))
         .reply(FauxReply::text("done"));
     let agent = builder(&faux)
@@ -1101,7 +1101,7 @@ fn transform_context_drops_old_messages_without_touching_the_transcript() {
 
 #[test]
 fn before_turn_switches_the_model_thinking_and_tools_between_turns() {
-    let faux = Faux::new()
+    let faux = Faux::default()
         .reply(FauxReply::tool_call("echo", json!({"x": 1})))
         .reply(FauxReply::text("done"));
     let turns = Arc::new(Mutex::new(Vec::new()));
@@ -1172,7 +1172,7 @@ fn before_turn_switches_the_model_thinking_and_tools_between_turns() {
 #[test]
 fn hooks_that_panic_are_contained_as_documented() {
     // before_tool_call and after_tool_call: that call gets an error result, the run goes on.
-    let faux = Faux::new()
+    let faux = Faux::default()
         .reply(
             FauxReply::tool_call("echo", json!({"x": 1})).then_tool_call("echo", json!({"x": 2})),
         )
@@ -1213,7 +1213,7 @@ fn hooks_that_panic_are_contained_as_documented() {
         ),
     ];
     for (build, message) in cases {
-        let faux = Faux::new().reply(FauxReply::text("unused"));
+        let faux = Faux::default().reply(FauxReply::text("unused"));
         let agent = build(builder(&faux)).build().unwrap();
         let rec = Recorder::attach(&agent);
         let result = agent.prompt("go").unwrap();
@@ -1250,7 +1250,7 @@ fn three_sleeps() -> FauxReply {
 
 #[test]
 fn three_parallel_tools_end_in_completion_order_and_report_in_call_order() {
-    let faux = Faux::new()
+    let faux = Faux::default()
         .reply(three_sleeps())
         .reply(FauxReply::text("done"));
     let (live, peak) = (Arc::default(), Arc::<AtomicUsize>::default());
@@ -1305,7 +1305,7 @@ fn three_parallel_tools_end_in_completion_order_and_report_in_call_order() {
 
 #[test]
 fn a_sequential_tool_makes_its_batch_sequential() {
-    let faux = Faux::new()
+    let faux = Faux::default()
         .reply(three_sleeps().then_tool_call("lock", json!({})))
         .reply(FauxReply::text("done"));
     let (live, peak) = (Arc::default(), Arc::<AtomicUsize>::default());
@@ -1336,7 +1336,7 @@ fn a_sequential_tool_makes_its_batch_sequential() {
 
 #[test]
 fn max_parallel_tools_caps_concurrency() {
-    let faux = Faux::new()
+    let faux = Faux::default()
         .reply(
             FauxReply::tool_call("sleep", json!({"ms": 300}))
                 .then_tool_call("sleep", json!({"ms": 100}))
@@ -1373,7 +1373,7 @@ fn max_parallel_tools_caps_concurrency() {
 fn a_finished_tool_is_in_the_state_while_a_sibling_still_runs() {
     let (release_tx, release_rx) = crossbeam_channel::bounded::<()>(1);
     let (updated_tx, updated_rx) = crossbeam_channel::bounded::<()>(1);
-    let faux = Faux::new()
+    let faux = Faux::default()
         .reply(FauxReply::tool_call("wait", json!({})).then_tool_call("quick", json!({})))
         .reply(FauxReply::text("done"));
     let agent = builder(&faux)
@@ -1451,7 +1451,7 @@ fn a_finished_tool_is_in_the_state_while_a_sibling_still_runs() {
 
 #[test]
 fn listeners_may_steer_abort_subscribe_and_unsubscribe_without_deadlock() {
-    let faux = Faux::new()
+    let faux = Faux::default()
         .reply(FauxReply::tool_call("echo", json!({"x": 1})))
         .reply(FauxReply::text("Hello world, this is long"))
         .reply(FauxReply::text("unused"));
@@ -1502,7 +1502,7 @@ fn a_tool_that_finished_is_published_while_before_tool_call_waits_for_approval()
     // The approval for call_2 is given only once call_1's end was published: if the hook
     // held back the run thread's events, it would wait in vain (and time out).
     let (approve_tx, approve_rx) = crossbeam_channel::bounded::<bool>(1);
-    let faux = Faux::new()
+    let faux = Faux::default()
         .reply(FauxReply::tool_call("echo", json!({"x": 1})).then_tool_call("rm", json!({})))
         .reply(FauxReply::text("done"));
     let agent = builder(&faux)

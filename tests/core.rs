@@ -143,7 +143,7 @@ fn usage(input: u64, output: u64) -> Usage {
 
 #[test]
 fn text_only_run() {
-    let faux = Faux::new().reply(FauxReply::text("Hello there").usage(usage(5, 3)));
+    let faux = Faux::default().reply(FauxReply::text("Hello there").usage(usage(5, 3)));
     let agent = Agent::builder().provider(faux).model("m1").build().unwrap();
     let rec = Recorder::attach(&agent);
     let result = agent.prompt("hi").unwrap();
@@ -177,7 +177,7 @@ fn text_only_run() {
 
 #[test]
 fn one_tool_call_then_an_answer() {
-    let faux = Faux::new()
+    let faux = Faux::default()
         .chunk_chars(100)
         .reply(FauxReply::tool_call("add", json!({"a": 2, "b": 3})).usage(usage(1, 1)))
         .reply_with(|req| {
@@ -230,7 +230,7 @@ fn one_tool_call_then_an_answer() {
 
 #[test]
 fn two_tool_calls_in_one_reply() {
-    let faux = Faux::new()
+    let faux = Faux::default()
         .chunk_chars(100)
         .reply(
             FauxReply::text("Adding twice.")
@@ -334,7 +334,7 @@ fn coarse(rec: &Recorder) -> Vec<String> {
 
 #[test]
 fn max_turns_reached_with_tool_calls_pending() {
-    let faux = Faux::new()
+    let faux = Faux::default()
         .chunk_chars(100)
         .reply(FauxReply::tool_call("add", json!({"a": 1, "b": 0})))
         .reply(FauxReply::tool_call("add", json!({"a": 2, "b": 0})))
@@ -388,7 +388,8 @@ fn max_turns_reached_with_tool_calls_pending() {
 
 #[test]
 fn provider_error_mid_stream_keeps_the_partial_text() {
-    let faux = Faux::new().reply(FauxReply::text("Partial answ").then_error("connection reset"));
+    let faux =
+        Faux::default().reply(FauxReply::text("Partial answ").then_error("connection reset"));
     let agent = Agent::builder().provider(faux).build().unwrap();
     let rec = Recorder::attach(&agent);
     let result = agent.prompt("hi").unwrap();
@@ -430,7 +431,7 @@ fn provider_error_mid_stream_keeps_the_partial_text() {
 
 #[test]
 fn errored_reply_with_tool_calls_gets_synthesized_results() {
-    let faux = Faux::new()
+    let faux = Faux::default()
         .chunk_chars(100)
         .reply(FauxReply::tool_call("add", json!({"a": 1, "b": 2})).then_error("dropped"));
     let agent = Agent::builder()
@@ -461,7 +462,7 @@ fn errored_reply_with_tool_calls_gets_synthesized_results() {
 
 #[test]
 fn reply_cut_by_length_gets_synthesized_results_and_goes_on() {
-    let faux = Faux::new()
+    let faux = Faux::default()
         .chunk_chars(100)
         .reply(
             FauxReply::default()
@@ -510,7 +511,7 @@ fn assert_each_call_has_one_result(agent: &Agent) {
 
 #[test]
 fn unknown_tool_becomes_an_error_result() {
-    let faux = Faux::new()
+    let faux = Faux::default()
         .chunk_chars(100)
         .reply(FauxReply::tool_call("nope", json!({})))
         .reply(FauxReply::text("ok"));
@@ -537,7 +538,7 @@ fn unknown_tool_becomes_an_error_result() {
 
 #[test]
 fn invalid_arguments_become_error_results() {
-    let faux = Faux::new()
+    let faux = Faux::default()
         .chunk_chars(100)
         .reply(
             FauxReply::default()
@@ -598,7 +599,7 @@ fn tool_error_and_tool_panic_become_error_results() {
         "Panics.",
         |_: AddArgs, _| -> Result<ToolOutput, ToolError> { panic!("kaboom") },
     );
-    let faux = Faux::new()
+    let faux = Faux::default()
         .chunk_chars(100)
         .reply(
             FauxReply::tool_call("fail", json!({"a": 1, "b": 1}))
@@ -632,7 +633,9 @@ fn tool_error_and_tool_panic_become_error_results() {
 
 #[test]
 fn listener_panic_is_caught_and_reported() {
-    let faux = Faux::new().chunk_chars(100).reply(FauxReply::text("fine"));
+    let faux = Faux::default()
+        .chunk_chars(100)
+        .reply(FauxReply::text("fine"));
     let agent = Agent::builder().provider(faux).build().unwrap();
     let _bad = agent.subscribe(|e| {
         if matches!(e, AgentEvent::TurnStart { .. }) {
@@ -660,7 +663,7 @@ fn listener_panic_is_caught_and_reported() {
 
 #[test]
 fn second_prompt_while_running_is_busy() {
-    let faux = Faux::new().reply(FauxReply::text("slow").delay(Duration::from_millis(300)));
+    let faux = Faux::default().reply(FauxReply::text("slow").delay(Duration::from_millis(300)));
     let agent = Arc::new(Agent::builder().provider(faux).build().unwrap());
     let (tx, rx) = crossbeam_channel::bounded(1);
     let _sub = agent.subscribe(move |e| {
@@ -685,7 +688,7 @@ fn second_prompt_while_running_is_busy() {
 #[test]
 fn empty_reply_ends_with_empty_response() {
     let agent = Agent::builder()
-        .provider(Faux::new().reply(FauxReply::empty()))
+        .provider(Faux::default().reply(FauxReply::empty()))
         .build()
         .unwrap();
     let result = agent.prompt("hi").unwrap();
@@ -694,7 +697,7 @@ fn empty_reply_ends_with_empty_response() {
 
 #[test]
 fn exhausted_script_is_a_clear_error_with_one_agent_end() {
-    let agent = Agent::builder().provider(Faux::new()).build().unwrap();
+    let agent = Agent::builder().provider(Faux::default()).build().unwrap();
     let rec = Recorder::attach(&agent);
     let result = agent.prompt("hi").unwrap();
     assert_eq!(result.error, Some(Error::ScriptExhausted));
@@ -712,7 +715,7 @@ fn exhausted_script_is_a_clear_error_with_one_agent_end() {
 
 #[test]
 fn listener_may_call_snapshot_abort_subscribe_and_unsubscribe() {
-    let faux = Faux::new()
+    let faux = Faux::default()
         .chunk_chars(100)
         .reply(FauxReply::text("one"))
         .reply(FauxReply::text("two"));
@@ -751,7 +754,7 @@ fn listener_may_call_snapshot_abort_subscribe_and_unsubscribe() {
 
 #[test]
 fn channel_subscription_delivers_every_event_in_order() {
-    let faux = Faux::new()
+    let faux = Faux::default()
         .reply(FauxReply::tool_call("add", json!({"a": 40, "b": 2})))
         .reply(FauxReply::text("The answer is 42, as computed."));
     let agent = Agent::builder()
@@ -782,7 +785,7 @@ fn channel_subscription_delivers_every_event_in_order() {
 
 #[test]
 fn dropped_receiver_unsubscribes_itself() {
-    let faux = Faux::new()
+    let faux = Faux::default()
         .reply(FauxReply::text("first run"))
         .reply(FauxReply::text("second run"));
     let agent = Agent::builder().provider(faux).build().unwrap();
@@ -799,7 +802,7 @@ fn dropped_receiver_unsubscribes_itself() {
 fn snapshots_stay_consistent_under_load() {
     // 100,000+ deltas and several tool calls, three readers checking invariants throughout.
     let long = "abcdefghij".repeat(12_000); // 120,000 chars, one char a delta
-    let faux = Faux::new()
+    let faux = Faux::default()
         .chunk_chars(1)
         .reply(
             FauxReply::text(long.clone())
@@ -904,7 +907,7 @@ fn tool_updates_become_events_and_progress_in_the_state() {
         }
         Ok(ToolOutput::text("counted").with_details(json!({"n": a.n})))
     });
-    let faux = Faux::new()
+    let faux = Faux::default()
         .chunk_chars(100)
         .reply(FauxReply::tool_call("count", json!({"n": 3})))
         .reply(FauxReply::text("ok"));

@@ -17,7 +17,7 @@ fn before_tool_call_is_not_asked_about_invalid_arguments() {
     let double = tool::typed("double", "Doubles n.", |a: Args, _| {
         Ok(ToolOutput::text((a.n * 2).to_string()))
     });
-    let faux = Faux::new()
+    let faux = Faux::default()
         .reply(
             FauxReply::tool_call("double", json!({ "n": "two" }))
                 .then_tool_call("double", json!({ "n": 2 }))

@@ -90,7 +90,7 @@ fn crash_mid_write_then_restore_and_continue() {
     );
 
     // Restore into a new agent and go on, appending to the same file.
-    let faux = Faux::new().reply(FauxReply::text("Picking up where we left off."));
+    let faux = Faux::default().reply(FauxReply::text("Picking up where we left off."));
     let agent = Agent::builder()
         .provider(faux.clone())
         .messages(loaded.messages)

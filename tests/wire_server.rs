@@ -173,7 +173,7 @@ fn agent(faux: Faux) -> AgentBuilder {
 }
 
 fn echo_then_answer() -> Faux {
-    Faux::new()
+    Faux::default()
         .reply(FauxReply::tool_call("echo", json!({"text": "ping"})))
         .reply_with(|r| {
             let users = r.messages.iter().filter(|m| m.role() == "user").count();
@@ -183,7 +183,10 @@ fn echo_then_answer() -> Faux {
 
 #[test]
 fn initialize_reports_the_protocol() {
-    let c = Client::start(agent(Faux::new()), ServeOptions::new().approve_tools(true));
+    let c = Client::start(
+        agent(Faux::default()),
+        ServeOptions::new().approve_tools(true),
+    );
     c.request(1, "initialize", json!({}));
     let (_, r) = c.until_response(1);
     assert_eq!(r["result"]["protocol_version"], wire::PROTOCOL_VERSION);
@@ -275,7 +278,7 @@ fn steer_during_a_run_reaches_the_next_model_call() {
 #[test]
 fn abort_ends_a_stalled_run_as_cancelled() {
     let faux =
-        Faux::new().reply(FauxReply::text("thinking...").then_stall(Duration::from_secs(30)));
+        Faux::default().reply(FauxReply::text("thinking...").then_stall(Duration::from_secs(30)));
     let c = Client::start(agent(faux), ServeOptions::new());
     c.request(1, "prompt", json!({"text": "Say hello."}));
     c.until_method("MessageUpdate");
@@ -312,7 +315,7 @@ fn abort_releases_a_pending_approval() {
 
 #[test]
 fn prompt_while_busy_is_refused_with_the_documented_code() {
-    let faux = Faux::new().reply(FauxReply::text("slow").delay(Duration::from_secs(30)));
+    let faux = Faux::default().reply(FauxReply::text("slow").delay(Duration::from_secs(30)));
     let c = Client::start(agent(faux), ServeOptions::new());
     c.request(1, "prompt", json!({"text": "first"}));
     c.until_method("AgentStart");
@@ -328,7 +331,7 @@ fn prompt_while_busy_is_refused_with_the_documented_code() {
 #[test]
 fn malformed_lines_get_errors_and_the_server_reads_on() {
     let c = Client::start(
-        agent(Faux::new().reply(FauxReply::text("still here"))),
+        agent(Faux::default().reply(FauxReply::text("still here"))),
         ServeOptions::new().max_line_len(4096),
     );
     let error = |c: &Client| {

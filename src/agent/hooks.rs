@@ -76,7 +76,7 @@ impl<'a> ToolCallRequest<'a> {
     /// // The approval UI (another thread) answers through this channel.
     /// let (approve, answers) = crossbeam_channel::bounded::<bool>(1);
     /// let rm = tool::typed("rm", "Removes a file.", |_: Path, _| Ok(ToolOutput::text("gone")));
-    /// let faux = Faux::new()
+    /// let faux = Faux::default()
     ///     .reply(FauxReply::tool_call("rm", serde_json::json!({"path": "/tmp/x"})))
     ///     .reply(FauxReply::text("Not removed."));
     /// let agent = Agent::builder()

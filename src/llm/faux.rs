@@ -24,7 +24,10 @@ use crate::partial::PartialMessage;
 /// use pagent::llm::{Faux, FauxReply};
 /// use serde_json::json;
 ///
-/// let faux = Faux::new()
+/// let simple = Faux::new([FauxReply::text("Hello!"), FauxReply::text("Bye.")]);
+/// assert_eq!(simple.remaining(), 2);
+///
+/// let faux = Faux::default()
 ///     .reply(FauxReply::tool_call("add", json!({"a": 1, "b": 2})))
 ///     .reply_with(|request| {
 ///         // Answer from the tool result the agent sent back.
@@ -57,14 +60,20 @@ struct Inner {
 }
 
 impl Faux {
-    /// A provider with an empty script. Defaults to chunks of 4 characters and no pacing.
-    pub fn new() -> Faux {
-        Faux {
+    /// A provider that plays `script`, one reply per model call, in order
+    /// (`Faux::default()` starts with an empty script). Defaults to chunks of 4 characters and
+    /// no pacing.
+    pub fn new(script: impl IntoIterator<Item = FauxReply>) -> Faux {
+        let faux = Faux {
             inner: Arc::default(),
             chunk_chars: 4,
             tokens_per_second: None,
             otherwise: None,
+        };
+        for reply in script {
+            faux.push(reply);
         }
+        faux
     }
 
     /// Adds a reply to the end of the script.
@@ -117,7 +126,7 @@ impl Faux {
     /// use pagent::llm::{Faux, FauxReply};
     /// use pagent::Agent;
     ///
-    /// let echo = Faux::new().otherwise(|request| {
+    /// let echo = Faux::default().otherwise(|request| {
     ///     let said = request.messages.last().map(|m| m.text()).unwrap_or_default();
     ///     FauxReply::text(format!("You said: {said}"))
     /// });
@@ -152,7 +161,7 @@ impl Faux {
 
 impl Default for Faux {
     fn default() -> Faux {
-        Faux::new()
+        Faux::new([])
     }
 }
 
@@ -450,7 +459,7 @@ mod tests {
 
     #[test]
     fn streams_text_in_small_chunks() {
-        let faux = Faux::new().reply(FauxReply::text("Hello, world"));
+        let faux = Faux::default().reply(FauxReply::text("Hello, world"));
         let (events, reply) = run(&faux);
         let texts: Vec<_> = events
             .iter()
@@ -467,7 +476,7 @@ mod tests {
 
     #[test]
     fn tool_call_arguments_arrive_in_fragments() {
-        let faux = Faux::new().reply(FauxReply::tool_call("f", serde_json::json!({"x": 10})));
+        let faux = Faux::default().reply(FauxReply::tool_call("f", serde_json::json!({"x": 10})));
         let (events, reply) = run(&faux);
         assert_eq!(
             events[0],
@@ -486,13 +495,13 @@ mod tests {
 
     #[test]
     fn empty_queue_is_a_clear_error() {
-        let (_, r) = run(&Faux::new());
+        let (_, r) = run(&Faux::default());
         assert_eq!(r.unwrap_err(), Error::ScriptExhausted);
     }
 
     #[test]
     fn otherwise_answers_once_the_script_is_empty() {
-        let faux = Faux::new()
+        let faux = Faux::default()
             .reply(FauxReply::text("scripted"))
             .otherwise(|_| FauxReply::text("fallback"));
         let texts: Vec<String> = (0..3).map(|_| run(&faux).1.unwrap().text()).collect();
@@ -502,7 +511,7 @@ mod tests {
 
     #[test]
     fn cancelled_token_stops_between_chunks() {
-        let faux = Faux::new().reply(FauxReply::text("a long reply"));
+        let faux = Faux::default().reply(FauxReply::text("a long reply"));
         let cancel = CancelToken::new();
         cancel.cancel();
         let r = faux.stream(&Request::default(), &cancel, &mut |_| {});

@@ -27,7 +27,7 @@ use crate::state::State;
 /// use pagent::llm::{Faux, FauxReply};
 /// use pagent::{Agent, wire};
 ///
-/// let agent = Agent::builder().provider(Faux::new().reply(FauxReply::text("Hi!"))).build()?;
+/// let agent = Agent::builder().provider(Faux::default().reply(FauxReply::text("Hi!"))).build()?;
 /// let log = wire::Writer::new(Vec::new());
 /// let _sub = agent.subscribe(log.listener());
 /// let mut mirror = wire::Mirror::from_state(agent.snapshot().timeline());

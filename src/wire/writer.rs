@@ -55,7 +55,7 @@ struct Inner<W> {
 /// use pagent::llm::{Faux, FauxReply};
 /// use pagent::{Agent, wire};
 ///
-/// let agent = Agent::builder().provider(Faux::new().reply(FauxReply::text("Hi!"))).build()?;
+/// let agent = Agent::builder().provider(Faux::default().reply(FauxReply::text("Hi!"))).build()?;
 /// let log = wire::Writer::new(Vec::new());
 /// let _sub = agent.subscribe(log.listener());
 /// agent.prompt("Hello")?;

@@ -75,20 +75,20 @@ pub fn scenarios() -> Vec<(&'static str, AgentBuilder, Action)> {
     };
     // A model that always calls `echo`.
     let always = || {
-        (0..4).fold(Faux::new(), |f, i| {
+        (0..4).fold(Faux::default(), |f, i| {
             f.reply(faux_echo(&format!("again {i}")).with_id(format!("call_{i}")))
         })
     };
     vec![
         (
             "text",
-            b().provider(Faux::new().reply(FauxReply::text("Hello, world!"))),
+            b().provider(Faux::default().reply(FauxReply::text("Hello, world!"))),
             prompt,
         ),
         (
             "reasoning",
             b().provider(
-                Faux::new().reply(
+                Faux::default().reply(
                     FauxReply::default()
                         .then_thinking("thinking")
                         .then_text("Done."),
@@ -99,7 +99,7 @@ pub fn scenarios() -> Vec<(&'static str, AgentBuilder, Action)> {
         (
             "tool",
             b().provider(
-                Faux::new()
+                Faux::default()
                     .reply(faux_echo("ping").with_id("call_0"))
                     .reply(FauxReply::text("echo said: ping")),
             ),
@@ -108,7 +108,7 @@ pub fn scenarios() -> Vec<(&'static str, AgentBuilder, Action)> {
         (
             "tool2",
             b().provider(
-                Faux::new()
+                Faux::default()
                     .reply(
                         faux_echo("a")
                             .with_id("call_a")
@@ -122,7 +122,7 @@ pub fn scenarios() -> Vec<(&'static str, AgentBuilder, Action)> {
         (
             "tool_error",
             b().provider(
-                Faux::new()
+                Faux::default()
                     .reply(FauxReply::tool_call("nope", json!({})).with_id("call_x"))
                     .reply(FauxReply::text("recovered")),
             ),
@@ -134,7 +134,7 @@ pub fn scenarios() -> Vec<(&'static str, AgentBuilder, Action)> {
         (
             "failing_tool",
             b().provider(
-                Faux::new()
+                Faux::default()
                     .reply(faux_echo("fail"))
                     .reply(FauxReply::text("it failed")),
             ),
@@ -143,7 +143,7 @@ pub fn scenarios() -> Vec<(&'static str, AgentBuilder, Action)> {
         (
             "tool_panic",
             b().provider(
-                Faux::new()
+                Faux::default()
                     .reply(faux_echo("boom"))
                     .reply(FauxReply::text("it broke")),
             ),
@@ -152,7 +152,7 @@ pub fn scenarios() -> Vec<(&'static str, AgentBuilder, Action)> {
         (
             "invalid_args",
             b().provider(
-                Faux::new()
+                Faux::default()
                     .reply(FauxReply::default().then_tool_call_raw("echo", "{not json"))
                     .reply(FauxReply::default().then_tool_call_raw("echo", "{\"txt\":1}"))
                     .reply(FauxReply::text("fixed")),
@@ -162,7 +162,7 @@ pub fn scenarios() -> Vec<(&'static str, AgentBuilder, Action)> {
         (
             "tool_progress",
             b().provider(
-                Faux::new()
+                Faux::default()
                     .reply(faux_echo("progress").then_tool_call("echo", json!({"text": "x"})))
                     .reply(FauxReply::text("done")),
             ),
@@ -171,7 +171,7 @@ pub fn scenarios() -> Vec<(&'static str, AgentBuilder, Action)> {
         (
             "cut_by_length",
             b().provider(
-                Faux::new()
+                Faux::default()
                     .reply(
                         FauxReply::text("Let me call")
                             .then_tool_call("echo", json!({"text": "long"}))
@@ -184,23 +184,24 @@ pub fn scenarios() -> Vec<(&'static str, AgentBuilder, Action)> {
         (
             "provider_error",
             b().provider(
-                Faux::new().reply(FauxReply::text("partial repl").then_error("connection reset")),
+                Faux::default()
+                    .reply(FauxReply::text("partial repl").then_error("connection reset")),
             ),
             prompt,
         ),
         (
             "fail_at_once",
-            b().provider(Faux::new().reply(FauxReply::fail("503 from upstream"))),
+            b().provider(Faux::default().reply(FauxReply::fail("503 from upstream"))),
             prompt,
         ),
         (
             "empty_response",
-            b().provider(Faux::new().reply(FauxReply::empty())),
+            b().provider(Faux::default().reply(FauxReply::empty())),
             prompt,
         ),
         (
             "unicode_newlines",
-            b().provider(Faux::new().reply(FauxReply::text(
+            b().provider(Faux::default().reply(FauxReply::text(
                 "line one\nline \"two\"\r\n\u{2028}é😀\u{0}",
             ))),
             prompt,
@@ -208,7 +209,7 @@ pub fn scenarios() -> Vec<(&'static str, AgentBuilder, Action)> {
         (
             "blocked_by_hook",
             b().provider(
-                Faux::new()
+                Faux::default()
                     .reply(faux_echo("rm -rf"))
                     .reply(FauxReply::text("ok, I won't")),
             )
@@ -224,7 +225,7 @@ pub fn scenarios() -> Vec<(&'static str, AgentBuilder, Action)> {
         (
             "abort_mid_stream",
             b().provider(
-                Faux::new()
+                Faux::default()
                     .reply(FauxReply::text("a reply that will be cut short"))
                     .chunk_chars(2),
             ),
@@ -244,7 +245,8 @@ pub fn scenarios() -> Vec<(&'static str, AgentBuilder, Action)> {
         (
             "abort_in_tool",
             b().provider(
-                Faux::new().reply(faux_echo("slow").then_tool_call("echo", json!({"text": "z"}))),
+                Faux::default()
+                    .reply(faux_echo("slow").then_tool_call("echo", json!({"text": "z"}))),
             ),
             |agent| {
                 let h = agent.handle();
@@ -259,7 +261,7 @@ pub fn scenarios() -> Vec<(&'static str, AgentBuilder, Action)> {
         ),
         (
             "steer",
-            b().provider(Faux::new().reply(faux_echo("ping")).reply_with(|r| {
+            b().provider(Faux::default().reply(faux_echo("ping")).reply_with(|r| {
                 FauxReply::text(format!(
                     "user messages: {}",
                     r.messages.iter().filter(|m| m.role() == "user").count()
@@ -279,7 +281,7 @@ pub fn scenarios() -> Vec<(&'static str, AgentBuilder, Action)> {
         (
             "steer_at_tool_boundary",
             b().provider(
-                Faux::new()
+                Faux::default()
                     .reply(faux_echo("one").then_tool_call("echo", json!({"text": "two"})))
                     .reply(FauxReply::text("stopped")),
             )
@@ -299,7 +301,7 @@ pub fn scenarios() -> Vec<(&'static str, AgentBuilder, Action)> {
         (
             "follow_up",
             b().provider(
-                Faux::new()
+                Faux::default()
                     .reply(FauxReply::text("first"))
                     .reply(FauxReply::text("second")),
             ),
@@ -311,7 +313,7 @@ pub fn scenarios() -> Vec<(&'static str, AgentBuilder, Action)> {
         (
             "listener_panic",
             b().provider(
-                Faux::new()
+                Faux::default()
                     .reply(faux_echo("ping"))
                     .reply(FauxReply::text("fine")),
             ),
@@ -328,7 +330,7 @@ pub fn scenarios() -> Vec<(&'static str, AgentBuilder, Action)> {
         (
             "two_runs",
             b().provider(
-                Faux::new()
+                Faux::default()
                     .reply(FauxReply::text("one"))
                     .reply(faux_echo("x"))
                     .reply(FauxReply::text("two")),
