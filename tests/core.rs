@@ -943,3 +943,62 @@ fn tool_updates_become_events_and_progress_in_the_state() {
     let result = s.messages[2].as_tool_result().unwrap();
     assert_eq!(result.details, Some(json!({"n": 3})));
 }
+
+#[test]
+fn follow_up_survives_an_abort_between_turns() {
+    let faux = Faux::new([FauxReply::text("one"), FauxReply::text("never")]);
+    let agent = Agent::builder().provider(faux.clone()).build().unwrap();
+    agent.follow_up("later").unwrap();
+    let handle = agent.handle();
+    let _abort = agent.subscribe(move |e| {
+        if let AgentEvent::TurnEnd {
+            stop_reason: RunStopReason::Continuing,
+            ..
+        } = e
+        {
+            handle.abort();
+        }
+    });
+    let rec = Recorder::attach(&agent);
+    let result = agent.prompt("first").unwrap();
+    assert_lines(
+        coarse(&rec),
+        &[
+            "AgentStart",
+            "TurnStart(1)",
+            "MessageStart(user)",
+            "MessageEnd(user \"first\")",
+            "MessageStart(assistant)",
+            "MessageEnd(assistant Stop \"one\" calls=0)",
+            "TurnEnd(1 continuing results=0)",
+            "AgentEnd(cancelled messages=2 error=None)",
+        ],
+    );
+    assert_eq!(result.stop_reason, RunStopReason::Cancelled);
+    assert_eq!(faux.remaining(), 1, "no model call after the abort");
+    // The follow-up was not delivered, so it is still queued for the next run.
+    let s = agent.snapshot();
+    assert_eq!(s.follow_up_queue.len(), 1);
+    assert_eq!(s.follow_up_queue[0].text(), "later");
+    assert!(s.messages.iter().all(|m| m.text() != "later"));
+}
+
+#[test]
+fn a_reply_the_provider_ends_with_error_carries_the_error() {
+    let faux = Faux::new([FauxReply::text("filtered").stop(StopReason::Error)]);
+    let agent = Agent::builder().provider(faux).build().unwrap();
+    let rec = Recorder::attach(&agent);
+    let result = agent.prompt("hi").unwrap();
+    assert_eq!(result.stop_reason, RunStopReason::Error);
+    let expected = Error::Provider("the provider ended the reply with an error".into());
+    assert_eq!(result.error, Some(expected.clone()));
+    assert_eq!(result.clone().ok().unwrap_err(), expected);
+    assert_eq!(
+        rec.lines().last().unwrap(),
+        "AgentEnd(error messages=2 error=Some(\"provider error: the provider ended the reply with an error\"))"
+    );
+    assert_eq!(
+        agent.snapshot().error_message.as_deref(),
+        Some("provider error: the provider ended the reply with an error")
+    );
+}

@@ -162,9 +162,11 @@ impl Run<'_> {
     }
 
     fn turns(&mut self, mut input: Vec<Message>) -> (RunStopReason, Option<Error>) {
+        let mut follow_up_due = false;
         loop {
             // An abort that landed after a turn ended (in a `TurnEnd` listener, say) starts
-            // no new turn: no further model call, and queued steering stays queued.
+            // no new turn: no further model call, and queued steering and follow-ups stay
+            // queued (they are taken only below, once the turn is sure to start).
             if self.turn > 0 && self.cancel.is_cancelled() {
                 return (RunStopReason::Cancelled, None);
             }
@@ -172,6 +174,9 @@ impl Run<'_> {
             // Steering queued before the prompt rides with it; later steering goes in before
             // the next model call.
             input.extend(take_queued(self.inner, true, self.config.steering_mode));
+            if std::mem::take(&mut follow_up_due) {
+                input.extend(take_queued(self.inner, false, self.config.follow_up_mode));
+            }
             self.emit(AgentEvent::TurnStart { turn: self.turn });
             for m in input.drain(..) {
                 self.append(m);
@@ -194,7 +199,7 @@ impl Run<'_> {
                     .push(Arc::new(Message::ToolResult((**r).clone())));
             }
 
-            let stop = self.decide(&reply, !calls.is_empty(), &mut input);
+            let stop = self.decide(&reply, !calls.is_empty(), &mut follow_up_due);
             self.emit(AgentEvent::TurnEnd {
                 turn: self.turn,
                 message: reply_msg,
@@ -207,12 +212,13 @@ impl Run<'_> {
         }
     }
 
-    /// Why the run stops after this turn, or `Continuing` (with the next input in `input`).
+    /// Why the run stops after this turn, or `Continuing`; `follow_up_due` tells the next turn
+    /// to take queued follow-ups (the agent would otherwise have stopped).
     fn decide(
         &mut self,
         reply: &AssistantMessage,
         had_calls: bool,
-        input: &mut Vec<Message>,
+        follow_up_due: &mut bool,
     ) -> RunStopReason {
         if self.cancel.is_cancelled() || reply.stop_reason == StopReason::Aborted {
             return RunStopReason::Cancelled;
@@ -245,9 +251,8 @@ impl Run<'_> {
         if self.steering_queued() {
             return RunStopReason::Continuing;
         }
-        let follow_ups = take_queued(self.inner, false, self.config.follow_up_mode);
-        if !follow_ups.is_empty() {
-            input.extend(follow_ups);
+        if !self.inner.shared.snapshot().follow_up_queue.is_empty() {
+            *follow_up_due = true;
             return RunStopReason::Continuing;
         }
         natural
@@ -387,6 +392,15 @@ impl Run<'_> {
             }
         };
         let (mut reply, error) = match outcome {
+            // A reply the provider itself ended with `Error` (a content filter, say): the run
+            // ends with `Error`, so it carries one.
+            Ok(Ok(reply)) if reply.stop_reason == StopReason::Error => {
+                let message = reply
+                    .error_message
+                    .clone()
+                    .unwrap_or_else(|| "the provider ended the reply with an error".to_owned());
+                (reply, Some(Error::Provider(message)))
+            }
             Ok(Ok(reply)) => (reply, None),
             Ok(Err(e)) if e.is_aborted() || self.cancel.is_cancelled() => {
                 let mut reply = partial.to_message(StopReason::Aborted);
