@@ -125,15 +125,17 @@ pub(crate) fn parse_retry_after(
     retry_after: Option<&str>,
     now: SystemTime,
 ) -> Option<Duration> {
-    if let Some(ms) = retry_after_ms.and_then(|v| v.trim().parse::<f64>().ok())
-        && ms.is_finite()
-        && ms >= 0.0
+    // `try_from_secs_f64` refuses what is negative, not finite or too large for a
+    // `Duration` (`Retry-After: 1e300`), where `from_secs_f64` would panic.
+    if let Some(wait) = retry_after_ms
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .and_then(|ms| Duration::try_from_secs_f64(ms / 1000.0).ok())
     {
-        return Some(Duration::from_secs_f64(ms / 1000.0));
+        return Some(wait);
     }
     let value = retry_after?.trim();
     if let Ok(secs) = value.parse::<f64>() {
-        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
+        return Duration::try_from_secs_f64(secs).ok();
     }
     let date = httpdate::parse_http_date(value).ok()?;
     Some(date.duration_since(now).unwrap_or(Duration::ZERO))
@@ -142,6 +144,19 @@ pub(crate) fn parse_retry_after(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_absurd_retry_after_is_ignored_not_a_panic() {
+        let now = SystemTime::now();
+        assert_eq!(parse_retry_after(Some("1e300"), None, now), None);
+        assert_eq!(parse_retry_after(None, Some("1e300"), now), None);
+        assert_eq!(parse_retry_after(None, Some("-3"), now), None);
+        assert_eq!(parse_retry_after(None, Some("inf"), now), None);
+        assert_eq!(
+            parse_retry_after(Some("1e300"), Some("2"), now),
+            Some(Duration::from_secs(2))
+        );
+    }
 
     fn http(status: u16, retry_after: Option<Duration>) -> Error {
         Error::Http {
