@@ -519,3 +519,20 @@ fn mirror_reports_the_line_that_does_not_decode() {
     );
     assert!(mirror.state().is_running);
 }
+
+#[test]
+fn mirror_refuses_an_over_long_line_without_holding_it() {
+    let mut mirror = Mirror::new().decoder(Decoder::new().max_line_len(64));
+    let mut input = String::from("{\"jsonrpc\":\"2.0\",\"method\":\"AgentStart\",\"params\":{}}\n");
+    input.push_str(&"x".repeat(10_000));
+    input.push('\n');
+    let err = mirror.read_lines(input.as_bytes(), |_, _| {}).unwrap_err();
+    assert_eq!(
+        err,
+        pagent::Error::Wire("line 2: line of 10000 bytes is over the limit of 64 bytes".into())
+    );
+    assert!(
+        mirror.state().is_running,
+        "the line before it stays folded in"
+    );
+}

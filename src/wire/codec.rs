@@ -215,6 +215,10 @@ impl Decoder {
         self
     }
 
+    pub(crate) fn line_limit(&self) -> usize {
+        self.max_line_len
+    }
+
     /// The reply being streamed, as far as the decoded lines tell.
     pub fn partial(&self) -> Option<&PartialMessage> {
         self.partial.as_ref()

@@ -4,6 +4,7 @@ use std::io::BufRead;
 use std::sync::Arc;
 
 use super::codec::Decoder;
+use super::lines::{Line, read_line};
 use crate::Error;
 use crate::event::AgentEvent;
 use crate::state::State;
@@ -98,21 +99,28 @@ impl Mirror {
         mut reader: impl BufRead,
         mut on_line: impl FnMut(&AgentEvent, &Arc<State>),
     ) -> Result<(), Error> {
-        let mut line = String::new();
+        let mut buf = Vec::new();
         let mut number = 0u64;
         loop {
-            line.clear();
-            let n = reader
-                .read_line(&mut line)
+            // Bounded: a hostile stream cannot make the mirror hold more than one line limit.
+            let found = read_line(&mut reader, &mut buf, self.decoder.line_limit())
                 .map_err(|e| Error::Io(e.to_string()))?;
-            if n == 0 {
-                return Ok(());
-            }
             number += 1;
+            let line = match found {
+                Line::End => return Ok(()),
+                Line::TooLong(n) => {
+                    return Err(Error::Wire(format!(
+                        "line {number}: line of {n} bytes is over the limit of {} bytes",
+                        self.decoder.line_limit()
+                    )));
+                }
+                Line::Whole => std::str::from_utf8(&buf)
+                    .map_err(|_| Error::Wire(format!("line {number}: not valid utf-8")))?,
+            };
             if line.trim().is_empty() {
                 continue;
             }
-            let event = self.apply_line(&line).map_err(|e| match e {
+            let event = self.apply_line(line).map_err(|e| match e {
                 Error::Wire(why) => Error::Wire(format!("line {number}: {why}")),
                 other => other,
             })?;

@@ -168,6 +168,7 @@
 //! `examples/wire_client.py` is a client in Python's standard library.
 
 mod codec;
+mod lines;
 mod mirror;
 mod pagent;
 mod serve;
