@@ -13,7 +13,6 @@ use arc_swap::ArcSwap;
 use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 
-use super::Queues;
 use crate::event::AgentEvent;
 use crate::state::State;
 
@@ -34,8 +33,9 @@ pub(crate) struct Listener {
 /// the listeners.
 pub(crate) struct Shared {
     state: ArcSwap<State>,
-    // Guards the queues and serializes every store of `state`.
-    queues: Mutex<Queues>,
+    // Serializes every store of `state`, so that a change made from another thread (a steer)
+    // never interleaves with a fold and is never lost.
+    store: Mutex<()>,
     listeners: Mutex<Arc<Vec<Arc<Listener>>>>,
     next_id: AtomicU64,
 }
@@ -44,7 +44,7 @@ impl Shared {
     pub(crate) fn new(state: State) -> Shared {
         Shared {
             state: ArcSwap::from_pointee(state),
-            queues: Mutex::new(Queues::default()),
+            store: Mutex::new(()),
             listeners: Mutex::new(Arc::new(Vec::new())),
             next_id: AtomicU64::new(1),
         }
@@ -55,9 +55,11 @@ impl Shared {
     }
 
     /// Publishes a state change that is not an event (queues, settings, listener panics).
-    pub(crate) fn update<R>(&self, f: impl FnOnce(&State, &mut Queues) -> (State, R)) -> R {
-        let mut queues = self.queues.lock();
-        let (next, r) = f(&self.state.load(), &mut queues);
+    /// Returns what `f` returns.
+    pub(crate) fn update<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+        let _store = self.store.lock();
+        let mut next = State::clone(&self.state.load());
+        let r = f(&mut next);
         self.state.store(Arc::new(next));
         r
     }
@@ -65,7 +67,7 @@ impl Shared {
     /// Folds `event` into the state, publishes it, then calls every listener.
     pub(crate) fn emit(&self, event: AgentEvent) {
         {
-            let _queues = self.queues.lock();
+            let _store = self.store.lock();
             let next = self.state.load().apply(&event);
             self.state.store(Arc::new(next));
         }
@@ -95,11 +97,9 @@ impl Shared {
             "listener {id} panicked on {}: {message}",
             event.name()
         ));
-        self.update(|s, _| {
-            let mut next = s.clone();
+        self.update(|next| {
             next.listener_panics += 1;
             next.last_listener_panic = Some(text);
-            (next, ())
         });
     }
 

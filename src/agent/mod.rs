@@ -56,13 +56,6 @@ pub(crate) struct Inner {
     cancel: Mutex<Option<CancelToken>>,
 }
 
-/// The queues a handle fills and a run drains. Guarded by the store lock of `Shared`.
-#[derive(Default)]
-pub(crate) struct Queues {
-    pub(crate) steering: Vec<Arc<Message>>,
-    pub(crate) follow_ups: Vec<Arc<Message>>,
-}
-
 /// When queued steering interrupts a batch of tool calls.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum SteeringPolicy {
@@ -334,43 +327,31 @@ impl Agent {
     /// `before_turn` hook changes it).
     pub fn set_model(&self, model: impl Into<String>) {
         let model = model.into();
-        self.inner.shared.update(|s, _| {
-            let mut next = s.clone();
-            next.model = Arc::from(model.as_str());
-            (next, ())
-        });
+        self.inner
+            .shared
+            .update(|next| next.model = Arc::from(model.as_str()));
         self.inner.config.lock().model = model;
     }
 
     /// Changes the thinking level for the next run.
     pub fn set_thinking(&self, level: ThinkingLevel) {
-        self.inner.shared.update(|s, _| {
-            let mut next = s.clone();
-            next.thinking_level = level;
-            (next, ())
-        });
+        self.inner.shared.update(|next| next.thinking_level = level);
         self.inner.config.lock().thinking = level;
     }
 
     /// Changes the system prompt for the next run.
     pub fn set_system_prompt(&self, prompt: impl Into<String>) {
         let prompt = prompt.into();
-        self.inner.shared.update(|s, _| {
-            let mut next = s.clone();
-            next.system_prompt = Arc::from(prompt.as_str());
-            (next, ())
-        });
+        self.inner
+            .shared
+            .update(|next| next.system_prompt = Arc::from(prompt.as_str()));
         self.inner.config.lock().system_prompt = prompt;
     }
 
     /// Replaces the tools for the next run.
     pub fn set_tools(&self, tools: Vec<Arc<dyn Tool>>) {
         let defs: Arc<[_]> = tools.iter().map(|t| t.definition()).collect();
-        self.inner.shared.update(|s, _| {
-            let mut next = s.clone();
-            next.tools = defs;
-            (next, ())
-        });
+        self.inner.shared.update(|next| next.tools = defs);
         self.inner.config.lock().tools = tools;
     }
 }
@@ -425,17 +406,13 @@ impl AgentHandle {
         if self.agent.upgrade().is_none() {
             return Err(Refused(Box::new(message)));
         }
-        let message = Arc::new(message);
-        self.shared.update(|s, q| {
-            let mut next = s.clone();
-            if steering {
-                q.steering.push(message.clone());
-                next.steering_queue.push_back(message);
+        self.shared.update(|next| {
+            let queue = if steering {
+                &mut next.steering_queue
             } else {
-                q.follow_ups.push(message.clone());
-                next.follow_up_queue.push_back(message);
-            }
-            (next, ())
+                &mut next.follow_up_queue
+            };
+            queue.push_back(Arc::new(message));
         });
         Ok(())
     }

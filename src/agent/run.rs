@@ -109,25 +109,21 @@ fn continue_input(inner: &Inner) -> Result<Vec<Message>, Error> {
 
 /// Takes queued steering (or follow-up) messages and publishes the shorter queue.
 fn take_queued(inner: &Inner, steering: bool, mode: QueueMode) -> Vec<Message> {
-    inner.shared.update(|s, q| {
+    inner.shared.update(|next| {
         let queue = if steering {
-            &mut q.steering
+            &mut next.steering_queue
         } else {
-            &mut q.follow_ups
+            &mut next.follow_up_queue
         };
         let n = match mode {
             QueueMode::OneAtATime => queue.len().min(1),
             QueueMode::All => queue.len(),
         };
-        let taken: Vec<Arc<Message>> = queue.drain(..n).collect();
-        let mut next = s.clone();
-        let list = if steering {
-            &mut next.steering_queue
-        } else {
-            &mut next.follow_up_queue
-        };
-        *list = list.skip(n);
-        (next, taken.iter().map(|m| (**m).clone()).collect())
+        let rest = queue.split_off(n);
+        std::mem::replace(queue, rest)
+            .iter()
+            .map(|m| Message::clone(m))
+            .collect()
     })
 }
 
@@ -292,12 +288,10 @@ impl Run<'_> {
             }
             let (model, thinking) = (self.config.model.clone(), self.config.thinking);
             let defs: Arc<[_]> = self.config.tools.iter().map(|t| t.definition()).collect();
-            self.inner.shared.update(|s, _| {
-                let mut next = s.clone();
+            self.inner.shared.update(|next| {
                 next.model = Arc::from(model.as_str());
                 next.thinking_level = thinking;
                 next.tools = defs;
-                (next, ())
             });
         }
         Ok(())
