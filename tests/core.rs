@@ -1002,3 +1002,39 @@ fn a_reply_the_provider_ends_with_error_carries_the_error() {
         Some("provider error: the provider ended the reply with an error")
     );
 }
+
+#[test]
+fn settings_changed_during_a_run_show_in_the_state_when_it_ends() {
+    let faux = Faux::new([FauxReply::text("first"), FauxReply::text("second")]);
+    let agent = Arc::new(
+        Agent::builder()
+            .provider(faux.clone())
+            .model("old")
+            .build()
+            .unwrap(),
+    );
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (a2, sink) = (Arc::downgrade(&agent), seen.clone());
+    let _sub = agent.subscribe(move |e| {
+        let Some(agent) = a2.upgrade() else { return };
+        if let AgentEvent::TurnStart { .. } = e {
+            agent.set_model("new");
+            agent.set_system_prompt("be new");
+        }
+        sink.lock()
+            .unwrap()
+            .push(agent.snapshot().model.to_string());
+    });
+    agent.prompt("one").unwrap();
+    // The run kept its model, and so did the state while it ran.
+    assert!(seen.lock().unwrap().iter().all(|m| m == "old"));
+    let s = agent.snapshot();
+    assert_eq!((&*s.model, &*s.system_prompt), ("new", "be new"));
+    agent.prompt("two").unwrap();
+    let requests = faux.requests();
+    assert_eq!(
+        (requests[0].model.as_str(), requests[1].model.as_str()),
+        ("old", "new")
+    );
+    assert_eq!(requests[1].system_prompt, "be new");
+}

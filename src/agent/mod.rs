@@ -323,40 +323,52 @@ impl Agent {
         self.inner.running.load(Ordering::Acquire)
     }
 
-    /// Changes the model for the next run (a run in progress keeps its own, unless a
-    /// `before_turn` hook changes it).
+    /// Changes the model for the next run. A run in progress keeps its own (unless a
+    /// `before_turn` hook changes it); `State::model` shows the new one once that run ended.
     pub fn set_model(&self, model: impl Into<String>) {
-        let model = model.into();
-        self.inner
-            .shared
-            .update(|next| next.model = Arc::from(model.as_str()));
-        self.inner.config.lock().model = model;
+        self.inner.configure(|c| c.model = model.into());
     }
 
-    /// Changes the thinking level for the next run.
+    /// Changes the thinking level for the next run (shown in the state as for
+    /// [`Agent::set_model`]).
     pub fn set_thinking(&self, level: ThinkingLevel) {
-        self.inner.shared.update(|next| next.thinking_level = level);
-        self.inner.config.lock().thinking = level;
+        self.inner.configure(|c| c.thinking = level);
     }
 
-    /// Changes the system prompt for the next run.
+    /// Changes the system prompt for the next run (shown in the state as for
+    /// [`Agent::set_model`]).
     pub fn set_system_prompt(&self, prompt: impl Into<String>) {
-        let prompt = prompt.into();
-        self.inner
-            .shared
-            .update(|next| next.system_prompt = Arc::from(prompt.as_str()));
-        self.inner.config.lock().system_prompt = prompt;
+        self.inner.configure(|c| c.system_prompt = prompt.into());
     }
 
-    /// Replaces the tools for the next run.
+    /// Replaces the tools for the next run (shown in the state as for [`Agent::set_model`]).
     pub fn set_tools(&self, tools: Vec<Arc<dyn Tool>>) {
-        let defs: Arc<[_]> = tools.iter().map(|t| t.definition()).collect();
-        self.inner.shared.update(|next| next.tools = defs);
-        self.inner.config.lock().tools = tools;
+        self.inner.configure(|c| c.tools = tools);
     }
 }
 
 impl Inner {
+    /// Changes the settings; publishes them in the state at once when no run is active, else
+    /// when the run ends (see `run::Claim`), so the state never shows a setting the run in
+    /// progress does not use. Both sides hold the config lock, so no change is missed.
+    fn configure(&self, f: impl FnOnce(&mut Config)) {
+        let mut config = self.config.lock();
+        f(&mut config);
+        if !self.running.load(Ordering::Acquire) {
+            self.publish_settings(&config);
+        }
+    }
+
+    pub(crate) fn publish_settings(&self, config: &Config) {
+        let defs: Arc<[_]> = config.tools.iter().map(|t| t.definition()).collect();
+        self.shared.update(|next| {
+            next.system_prompt = Arc::from(config.system_prompt.as_str());
+            next.model = Arc::from(config.model.as_str());
+            next.thinking_level = config.thinking;
+            next.tools = defs;
+        });
+    }
+
     fn abort(&self) -> bool {
         match &*self.cancel.lock() {
             Some(token) => {

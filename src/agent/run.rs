@@ -23,13 +23,16 @@ pub(crate) enum Start {
     Continue,
 }
 
-/// Frees the agent for the next run, even when the loop panicked.
+/// Frees the agent for the next run, even when the loop panicked, and publishes the settings
+/// changed while it ran (under the config lock, as `Inner::configure` reads `running`).
 struct Claim<'a>(&'a Inner);
 
 impl Drop for Claim<'_> {
     fn drop(&mut self) {
         *self.0.cancel.lock() = None;
+        let config = self.0.config.lock();
         self.0.running.store(false, Ordering::Release);
+        self.0.publish_settings(&config);
     }
 }
 
