@@ -522,17 +522,32 @@ fn unknown_tool_becomes_an_error_result() {
         .unwrap();
     let rec = Recorder::attach(&agent);
     let result = agent.prompt("x").unwrap();
-    let lines = coarse(&rec);
-    assert_eq!(
-        lines[6..10],
-        [
+    assert_lines(
+        rec.lines(),
+        &[
+            "AgentStart",
+            "TurnStart(1)",
+            "MessageStart(user)",
+            "MessageEnd(user \"x\")",
+            "MessageStart(assistant)",
+            "Update(tool_call_start {\"id\":\"call_1\",\"name\":\"nope\"})",
+            "Update(tool_call_delta {\"arguments\":\"{}\",\"index\":0})",
+            "Update(usage {\"usage\":{\"cache_read\":0,\"cache_write\":0,\"input\":1,\"output\":1,\"reasoning\":0,\"total\":2}})",
+            "MessageEnd(assistant ToolUse \"\" calls=1)",
             "ToolStart(call_1 nope {})",
             "ToolEnd(call_1 err \"unknown tool `nope`; the tools are: add\")",
             "MessageStart(tool_result)",
             "MessageEnd(tool_result call_1 err \"unknown tool `nope`; the tools are: add\")",
-        ]
+            "TurnEnd(1 continuing results=1)",
+            "TurnStart(2)",
+            "MessageStart(assistant)",
+            "Update(text_delta {\"text\":\"ok\"})",
+            "Update(usage {\"usage\":{\"cache_read\":0,\"cache_write\":0,\"input\":10,\"output\":1,\"reasoning\":0,\"total\":11}})",
+            "MessageEnd(assistant Stop \"ok\" calls=0)",
+            "TurnEnd(2 no_tool_calls results=0)",
+            "AgentEnd(no_tool_calls messages=4 error=None)",
+        ],
     );
-    assert_eq!(lines[10], "TurnEnd(1 continuing results=1)");
     assert_eq!(result.stop_reason, RunStopReason::NoToolCalls);
 }
 
@@ -553,36 +568,37 @@ fn invalid_arguments_become_error_results() {
         .unwrap();
     let rec = Recorder::attach(&agent);
     agent.prompt("x").unwrap();
-    let events = rec.events();
-    let results: Vec<_> = events
-        .iter()
-        .filter_map(|e| match e {
-            AgentEvent::ToolEnd { result } => Some(result.clone()),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(results.len(), 2);
-    let by_id = |id: &str| results.iter().find(|r| r.tool_call_id == id).unwrap();
-    assert!(by_id("call_1").is_error);
-    assert!(
-        by_id("call_1")
-            .content
-            .starts_with("invalid JSON in the arguments of `add`: EOF while parsing"),
-        "{}",
-        by_id("call_1").content
-    );
-    assert!(by_id("call_2").is_error);
-    assert!(
-        by_id("call_2")
-            .content
-            .starts_with("invalid arguments for `add`: invalid type: string \"one\", expected i64"),
-        "{}",
-        by_id("call_2").content
-    );
-    assert!(
-        by_id("call_2")
-            .content
-            .contains("\"required\":[\"a\",\"b\"]")
+    assert_lines(
+        rec.lines(),
+        &[
+            "AgentStart",
+            "TurnStart(1)",
+            "MessageStart(user)",
+            "MessageEnd(user \"x\")",
+            "MessageStart(assistant)",
+            "Update(tool_call_start {\"id\":\"call_1\",\"name\":\"add\"})",
+            "Update(tool_call_delta {\"arguments\":\"{\\\"a\\\": 1,\",\"index\":0})",
+            "Update(tool_call_start {\"id\":\"call_2\",\"name\":\"add\"})",
+            "Update(tool_call_delta {\"arguments\":\"{\\\"a\\\":\\\"one\\\",\\\"b\\\":2}\",\"index\":1})",
+            "Update(usage {\"usage\":{\"cache_read\":0,\"cache_write\":0,\"input\":1,\"output\":6,\"reasoning\":0,\"total\":7}})",
+            "MessageEnd(assistant ToolUse \"\" calls=2)",
+            "ToolStart(call_1 add {\"a\": 1,)",
+            "ToolEnd(call_1 err \"invalid JSON in the arguments of `add`: EOF while parsing a value at line 1 column 8; the arguments must be one JSON object\")",
+            "ToolStart(call_2 add {\"a\":\"one\",\"b\":2})",
+            "ToolEnd(call_2 err \"invalid arguments for `add`: invalid type: string \\\"one\\\", expected i64. Expected arguments matching this JSON Schema: {\\\"properties\\\":{\\\"a\\\":{\\\"format\\\":\\\"int64\\\",\\\"type\\\":\\\"integer\\\"},\\\"b\\\":{\\\"format\\\":\\\"int64\\\",\\\"type\\\":\\\"integer\\\"}},\\\"required\\\":[\\\"a\\\",\\\"b\\\"],\\\"type\\\":\\\"object\\\"}\")",
+            "MessageStart(tool_result)",
+            "MessageEnd(tool_result call_1 err \"invalid JSON in the arguments of `add`: EOF while parsing a value at line 1 column 8; the arguments must be one JSON object\")",
+            "MessageStart(tool_result)",
+            "MessageEnd(tool_result call_2 err \"invalid arguments for `add`: invalid type: string \\\"one\\\", expected i64. Expected arguments matching this JSON Schema: {\\\"properties\\\":{\\\"a\\\":{\\\"format\\\":\\\"int64\\\",\\\"type\\\":\\\"integer\\\"},\\\"b\\\":{\\\"format\\\":\\\"int64\\\",\\\"type\\\":\\\"integer\\\"}},\\\"required\\\":[\\\"a\\\",\\\"b\\\"],\\\"type\\\":\\\"object\\\"}\")",
+            "TurnEnd(1 continuing results=2)",
+            "TurnStart(2)",
+            "MessageStart(assistant)",
+            "Update(text_delta {\"text\":\"ok\"})",
+            "Update(usage {\"usage\":{\"cache_read\":0,\"cache_write\":0,\"input\":93,\"output\":1,\"reasoning\":0,\"total\":94}})",
+            "MessageEnd(assistant Stop \"ok\" calls=0)",
+            "TurnEnd(2 no_tool_calls results=0)",
+            "AgentEnd(no_tool_calls messages=5 error=None)",
+        ],
     );
     assert_each_call_has_one_result(&agent);
 }
@@ -616,8 +632,19 @@ fn tool_error_and_tool_panic_become_error_results() {
     let rec = Recorder::attach(&agent);
     let result = agent.prompt("x").unwrap();
     assert_lines(
-        coarse(&rec)[6..14].to_vec(),
+        rec.lines(),
         &[
+            "AgentStart",
+            "TurnStart(1)",
+            "MessageStart(user)",
+            "MessageEnd(user \"x\")",
+            "MessageStart(assistant)",
+            "Update(tool_call_start {\"id\":\"call_1\",\"name\":\"fail\"})",
+            "Update(tool_call_delta {\"arguments\":\"{\\\"a\\\":1,\\\"b\\\":1}\",\"index\":0})",
+            "Update(tool_call_start {\"id\":\"call_2\",\"name\":\"boom\"})",
+            "Update(tool_call_delta {\"arguments\":\"{\\\"a\\\":1,\\\"b\\\":1}\",\"index\":1})",
+            "Update(usage {\"usage\":{\"cache_read\":0,\"cache_write\":0,\"input\":1,\"output\":6,\"reasoning\":0,\"total\":7}})",
+            "MessageEnd(assistant ToolUse \"\" calls=2)",
             "ToolStart(call_1 fail {\"a\":1,\"b\":1})",
             "ToolEnd(call_1 err \"disk full\")",
             "ToolStart(call_2 boom {\"a\":1,\"b\":1})",
@@ -626,6 +653,14 @@ fn tool_error_and_tool_panic_become_error_results() {
             "MessageEnd(tool_result call_1 err \"disk full\")",
             "MessageStart(tool_result)",
             "MessageEnd(tool_result call_2 err \"the tool `boom` panicked: kaboom\")",
+            "TurnEnd(1 continuing results=2)",
+            "TurnStart(2)",
+            "MessageStart(assistant)",
+            "Update(text_delta {\"text\":\"recovered\"})",
+            "Update(usage {\"usage\":{\"cache_read\":0,\"cache_write\":0,\"input\":10,\"output\":2,\"reasoning\":0,\"total\":12}})",
+            "MessageEnd(assistant Stop \"recovered\" calls=0)",
+            "TurnEnd(2 no_tool_calls results=0)",
+            "AgentEnd(no_tool_calls messages=5 error=None)",
         ],
     );
     assert_eq!(result.text(), "recovered");
@@ -645,10 +680,20 @@ fn listener_panic_is_caught_and_reported() {
     let rec = Recorder::attach(&agent);
     let result = agent.prompt("hi").unwrap();
     // The later listener saw every event, the run finished normally.
-    assert_eq!(rec.lines().len(), 10);
-    assert_eq!(
-        rec.lines().last().unwrap(),
-        "AgentEnd(no_tool_calls messages=2 error=None)"
+    assert_lines(
+        rec.lines(),
+        &[
+            "AgentStart",
+            "TurnStart(1)",
+            "MessageStart(user)",
+            "MessageEnd(user \"hi\")",
+            "MessageStart(assistant)",
+            "Update(text_delta {\"text\":\"fine\"})",
+            "Update(usage {\"usage\":{\"cache_read\":0,\"cache_write\":0,\"input\":1,\"output\":1,\"reasoning\":0,\"total\":2}})",
+            "MessageEnd(assistant Stop \"fine\" calls=0)",
+            "TurnEnd(1 no_tool_calls results=0)",
+            "AgentEnd(no_tool_calls messages=2 error=None)",
+        ],
     );
     assert_eq!(result.stop_reason, RunStopReason::NoToolCalls);
     let s = agent.snapshot();
@@ -663,8 +708,14 @@ fn listener_panic_is_caught_and_reported() {
 
 #[test]
 fn second_prompt_while_running_is_busy() {
-    let faux = Faux::default().reply(FauxReply::text("slow").delay(Duration::from_millis(300)));
+    // The model answers only when the test lets it, so the run is surely active meanwhile.
+    let (release, gate) = crossbeam_channel::bounded::<()>(1);
+    let faux = Faux::default().chunk_chars(100).reply_with(move |_| {
+        gate.recv_timeout(Duration::from_secs(20)).unwrap();
+        FauxReply::text("slow").usage(Usage::default())
+    });
     let agent = Arc::new(Agent::builder().provider(faux).build().unwrap());
+    let rec = Recorder::attach(&agent);
     let (tx, rx) = crossbeam_channel::bounded(1);
     let _sub = agent.subscribe(move |e| {
         if matches!(e, AgentEvent::AgentStart) {
@@ -677,12 +728,26 @@ fn second_prompt_while_running_is_busy() {
     assert_eq!(agent.prompt("second").unwrap_err(), Error::Busy);
     assert_eq!(agent.continue_run().unwrap_err(), Error::Busy);
     assert!(agent.is_running());
+    release.send(()).unwrap();
     let first = runner.join().unwrap().unwrap();
     assert_eq!(first.text(), "slow");
-    // The busy call left no trace.
-    let s = agent.snapshot();
-    assert_eq!(s.messages.len(), 2);
-    assert_eq!(s.messages[0].text(), "first");
+    // The busy calls left no trace: one run, as if they never happened.
+    assert_lines(
+        rec.lines(),
+        &[
+            "AgentStart",
+            "TurnStart(1)",
+            "MessageStart(user)",
+            "MessageEnd(user \"first\")",
+            "MessageStart(assistant)",
+            "Update(text_delta {\"text\":\"slow\"})",
+            "Update(usage {\"usage\":{\"cache_read\":0,\"cache_write\":0,\"input\":0,\"output\":0,\"reasoning\":0,\"total\":0}})",
+            "MessageEnd(assistant Stop \"slow\" calls=0)",
+            "TurnEnd(1 no_tool_calls results=0)",
+            "AgentEnd(no_tool_calls messages=2 error=None)",
+        ],
+    );
+    assert!(!agent.is_running());
 }
 
 #[test]
@@ -806,25 +871,36 @@ fn snapshots_stay_consistent_under_load() {
         .chunk_chars(1)
         .reply(
             FauxReply::text(long.clone())
-                .then_tool_call("add", json!({"a": 1, "b": 2}))
-                .then_tool_call("add", json!({"a": 3, "b": 4})),
+                .then_tool_call("slow_add", json!({"a": 1, "b": 2}))
+                .then_tool_call("slow_add", json!({"a": 3, "b": 4})),
         )
         .reply(
-            FauxReply::tool_call("add", json!({"a": 5, "b": 6}))
-                .then_tool_call("add", json!({"a": 7, "b": 8})),
+            FauxReply::tool_call("slow_add", json!({"a": 5, "b": 6}))
+                .then_tool_call("slow_add", json!({"a": 7, "b": 8}))
+                .then_tool_call("slow_add", json!({"a": 9, "b": 10})),
         )
         .reply(FauxReply::text("done"));
+    // Tools that take a little while, with progress, so readers see calls pending.
+    let slow_add = tool::typed("slow_add", "Adds, slowly.", |args: AddArgs, ctx| {
+        for step in 0..5 {
+            ctx.update(format!("step {step}"));
+            std::thread::sleep(Duration::from_millis(2 + (args.a as u64 % 3)));
+        }
+        Ok(ToolOutput::text((args.a + args.b).to_string()))
+    });
     let agent = Arc::new(
         Agent::builder()
             .provider(faux)
-            .tool(add_tool())
+            .tool(slow_add)
             .build()
             .unwrap(),
     );
     let done = Arc::new(AtomicBool::new(false));
+    let seen_pending = Arc::new(AtomicUsize::new(0));
     let readers: Vec<_> = (0..3)
         .map(|_| {
             let (agent, done) = (agent.clone(), done.clone());
+            let seen_pending = seen_pending.clone();
             std::thread::spawn(move || {
                 let deadline = Instant::now() + Duration::from_secs(120);
                 let (mut last_len, mut last_msgs, mut checks) = (0usize, 0usize, 0u64);
@@ -845,29 +921,37 @@ fn snapshots_stay_consistent_under_load() {
                         }
                         None => last_streaming_count = None,
                     }
-                    // Pending calls: started, not ended, in the current turn.
-                    let ended: Vec<_> = s
+                    // Pending calls are exactly the calls started and not ended. Calls
+                    // start in call order, so the started ones are a prefix of the last
+                    // reply's calls: pending and ended are disjoint and together make up
+                    // that prefix.
+                    let ended: Vec<String> = s
                         .tool_results
                         .iter()
                         .map(|r| r.tool_call_id.clone())
                         .collect();
-                    for p in s.pending_tool_calls.iter() {
-                        assert!(!ended.contains(&p.call.id), "a pending call has a result");
-                    }
-                    if !s.pending_tool_calls.is_empty() {
+                    let pending: Vec<String> = s
+                        .pending_tool_calls
+                        .iter()
+                        .map(|p| p.call.id.clone())
+                        .collect();
+                    let calls: Vec<String> = s
+                        .messages
+                        .iter()
+                        .rev()
+                        .find_map(|m| m.as_assistant())
+                        .map(|a| a.tool_calls().map(|c| c.id.clone()).collect())
+                        .unwrap_or_default();
+                    let started = pending.len() + ended.len();
+                    assert!(started <= calls.len(), "more calls than the reply made");
+                    let mut union: Vec<&String> = pending.iter().chain(&ended).collect();
+                    union.sort();
+                    let mut prefix: Vec<&String> = calls[..started].iter().collect();
+                    prefix.sort();
+                    assert_eq!(union, prefix, "pending + ended is not the started calls");
+                    if !pending.is_empty() {
                         assert!(!s.is_streaming, "tools run only after the reply ended");
-                        let last = s.messages.back().unwrap();
-                        let calls: Vec<_> = last
-                            .as_assistant()
-                            .map(|a| a.tool_calls().map(|c| c.id.clone()).collect())
-                            .unwrap_or_default();
-                        for p in s.pending_tool_calls.iter() {
-                            assert!(calls.contains(&p.call.id));
-                        }
-                        for id in &ended {
-                            assert!(calls.contains(id), "a result of another turn");
-                        }
-                        assert!(s.pending_tool_calls.len() + ended.len() <= calls.len());
+                        seen_pending.fetch_add(1, Ordering::Relaxed);
                     }
                     last_msgs = s.messages.len();
                 }
@@ -886,11 +970,15 @@ fn snapshots_stay_consistent_under_load() {
     done.store(true, Ordering::SeqCst);
     let checks: Vec<u64> = readers.into_iter().map(|r| r.join().unwrap()).collect();
     assert!(checks.iter().all(|&c| c > 0), "{checks:?}");
+    assert!(
+        seen_pending.load(Ordering::Relaxed) > 0,
+        "the readers never saw a call pending"
+    );
     assert!(rec_starts.load(Ordering::Relaxed) >= 100_000);
     assert_eq!(result.text(), "done");
     let s = agent.snapshot();
     assert_eq!(s.messages[1].as_assistant().unwrap().text(), long);
-    assert_eq!(s.messages.len(), 8);
+    assert_eq!(s.messages.len(), 9);
     assert_each_call_has_one_result(&agent);
 }
 
