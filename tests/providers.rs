@@ -562,8 +562,14 @@ fn retry_after_ms_is_honoured() {
     let (agent, rec) = agent(openai(&server), "gpt-4o-mini");
     agent.prompt("Hi").unwrap();
     assert_eq!(
-        rec.lines()[5],
-        "retry 1 after 20 ms: http status 503: the server gave no reason for status 503"
+        rec.lines(),
+        with_prompt(&[
+            "retry 1 after 20 ms: http status 503: the server gave no reason for status 503",
+            "text x2 \"Hello\"",
+            "MessageEnd assistant Stop calls=0",
+            "TurnEnd 1 no_tool_calls",
+            "AgentEnd no_tool_calls in=0 out=0",
+        ])
     );
 }
 
