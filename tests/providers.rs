@@ -7,78 +7,17 @@ use std::time::{Duration, Instant};
 
 use pagent::llm::{Anthropic, OpenAiCompat, Provider, Request, RetryPolicy, StreamEvent};
 use pagent::{
-    Agent, CancelToken, ContentBlock, Error, Message, RunResult, RunStopReason, StopReason,
-    TimeoutPhase, ToolOutput, tool,
+    Agent, CancelToken, ContentBlock, Error, Message, RunStopReason, StopReason, TimeoutPhase,
 };
-use schemars::JsonSchema;
-use serde::Deserialize;
 use serde_json::json;
-use support::{Recorder, Reply, Server, data};
-
-#[derive(Deserialize, JsonSchema)]
-struct City {
-    city: String,
-}
-
-fn weather() -> impl pagent::Tool {
-    tool::typed(
-        "get_weather",
-        "Get the current weather for a city",
-        |args: City, _| Ok(ToolOutput::text(format!("{}: 21 C, sunny", args.city))),
-    )
-}
-
-fn fast_retries() -> RetryPolicy {
-    RetryPolicy::new().initial_delay(Duration::from_millis(5))
-}
-
-fn openai(server: &Server) -> OpenAiCompat {
-    OpenAiCompat::new(format!("{}/v1", server.url)).retry(fast_retries())
-}
+use support::{
+    Recorder, Reply, Server, agent, data, fast_retries, openai, replay, weather, with_prompt,
+};
 
 fn anthropic(server: &Server) -> Anthropic {
     Anthropic::new(&server.url)
         .api_key("sk-ant-test-key")
         .retry(fast_retries())
-}
-
-fn agent(provider: impl Provider + 'static, model: &str) -> (Agent, Recorder) {
-    let agent = Agent::builder()
-        .provider(provider)
-        .model(model)
-        .tool(weather())
-        // One tool at a time, so that `ToolEnd`s (in completion order) come in call order.
-        .max_parallel_tools(1)
-        .build()
-        .unwrap();
-    let recorder = Recorder::attach(&agent);
-    (agent, recorder)
-}
-
-/// Replays `replies` to a fresh agent on an OpenAI-compatible provider and sends `prompt`;
-/// returns the event lines, the run's result, and the server (for the requests it got).
-fn replay(model: &str, replies: Vec<Reply>, prompt: &str) -> (Vec<String>, RunResult, Server) {
-    let server = Server::start(replies);
-    let (agent, rec) = agent(openai(&server), model);
-    let result = agent.prompt(prompt).unwrap();
-    (rec.lines(), result, server)
-}
-
-fn lines(expected: &[&str]) -> Vec<String> {
-    expected.iter().map(|s| s.to_string()).collect()
-}
-
-/// The events of a prompt that ended with an assistant reply after a plain prompt.
-const PROMPT: [&str; 5] = [
-    "AgentStart",
-    "TurnStart 1",
-    "MessageStart user",
-    "MessageEnd user",
-    "MessageStart assistant",
-];
-
-fn with_prompt(rest: &[&str]) -> Vec<String> {
-    lines(&PROMPT).into_iter().chain(lines(rest)).collect()
 }
 
 // ---- recorded llama.cpp streams through the agent ----
@@ -623,8 +562,14 @@ fn retry_after_ms_is_honoured() {
     let (agent, rec) = agent(openai(&server), "gpt-4o-mini");
     agent.prompt("Hi").unwrap();
     assert_eq!(
-        rec.lines()[5],
-        "retry 1 after 20 ms: http status 503: the server gave no reason for status 503"
+        rec.lines(),
+        with_prompt(&[
+            "retry 1 after 20 ms: http status 503: the server gave no reason for status 503",
+            "text x2 \"Hello\"",
+            "MessageEnd assistant Stop calls=0",
+            "TurnEnd 1 no_tool_calls",
+            "AgentEnd no_tool_calls in=0 out=0",
+        ])
     );
 }
 

@@ -138,10 +138,18 @@ impl Client {
 
     /// Reads until a line with this method; returns it.
     fn until_method(&self, method: &str) -> Value {
+        self.lines_until_method(method).pop().unwrap()
+    }
+
+    /// Reads until a line with this method; returns the lines read, that one last.
+    fn lines_until_method(&self, method: &str) -> Vec<Value> {
+        let mut lines = Vec::new();
         for _ in 0..10_000 {
             let line = self.next();
-            if line["method"] == method {
-                return line;
+            let found = line["method"] == method;
+            lines.push(line);
+            if found {
+                return lines;
             }
         }
         panic!("no {method} in 10000 lines");
@@ -161,8 +169,69 @@ impl Client {
     }
 }
 
-fn methods(lines: &[Value]) -> Vec<&str> {
-    lines.iter().filter_map(|l| l["method"].as_str()).collect()
+/// One entry per line the server wrote: a notification's method (with the role, call or turn
+/// it is about), a request's `request <method>`, a response's `response <id>`. A run of
+/// `MessageUpdate`s is one entry holding its deltas joined: text as is, `[id:name]` for a
+/// tool-call start followed by its argument fragments.
+fn sequence(lines: &[Value]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut deltas: Option<String> = None;
+    for line in lines {
+        let p = &line["params"];
+        if line["method"] == "MessageUpdate" {
+            let acc = deltas.get_or_insert_with(String::new);
+            let d = &p["delta"];
+            match d["type"].as_str().unwrap() {
+                "text_delta" => acc.push_str(d["text"].as_str().unwrap()),
+                "tool_call_start" => {
+                    let (id, name) = (d["id"].as_str().unwrap(), d["name"].as_str().unwrap());
+                    acc.push_str(&format!("[{id}:{name}]"));
+                }
+                "tool_call_delta" => acc.push_str(d["arguments"].as_str().unwrap()),
+                other => acc.push_str(&format!("<{other}>")),
+            }
+            continue;
+        }
+        if let Some(acc) = deltas.take() {
+            out.push(format!("MessageUpdate*({acc})"));
+        }
+        let Some(method) = line["method"].as_str() else {
+            out.push(format!("response {}", line["id"]));
+            continue;
+        };
+        out.push(match method {
+            _ if line.get("id").is_some() => format!("request {method}"),
+            "TurnStart" | "TurnEnd" => format!("{method}({})", p["turn"]),
+            "MessageStart" | "MessageEnd" => {
+                format!("{method}({})", p["message"]["role"].as_str().unwrap())
+            }
+            "ToolStart" => format!("{method}({})", p["call"]["id"].as_str().unwrap()),
+            "ToolEnd" => format!(
+                "{method}({})",
+                p["result"]["tool_call_id"].as_str().unwrap()
+            ),
+            _ => method.to_owned(),
+        });
+    }
+    if let Some(acc) = deltas.take() {
+        out.push(format!("MessageUpdate*({acc})"));
+    }
+    out
+}
+
+/// The [`sequence`] of a prompted run up to its reply's `MessageStart`, then `rest`.
+fn prompted(rest: &[&str]) -> Vec<String> {
+    [
+        "AgentStart",
+        "TurnStart(1)",
+        "MessageStart(user)",
+        "MessageEnd(user)",
+        "MessageStart(assistant)",
+    ]
+    .iter()
+    .chain(rest)
+    .map(|s| (*s).to_owned())
+    .collect()
 }
 
 fn agent(faux: Faux) -> AgentBuilder {
@@ -202,10 +271,25 @@ fn prompt_streams_events_then_answers_with_the_stop_reason() {
     let (events, r) = c.until_response(1);
     assert_eq!(r["result"]["stop_reason"], "no_tool_calls");
     assert_eq!(r["result"]["text"], "pong; user messages: 1");
-    let m = methods(&events);
-    assert_eq!(m.first(), Some(&"AgentStart"));
-    assert_eq!(m.last(), Some(&"AgentEnd"));
-    assert!(m.contains(&"MessageUpdate") && m.contains(&"ToolEnd"));
+    assert_eq!(
+        sequence(&[&events[..], &[r]].concat()),
+        prompted(&[
+            r#"MessageUpdate*([call_1:echo]{"text":"ping"}<usage>)"#,
+            "MessageEnd(assistant)",
+            "ToolStart(call_1)",
+            "ToolEnd(call_1)",
+            "MessageStart(tool_result)",
+            "MessageEnd(tool_result)",
+            "TurnEnd(1)",
+            "TurnStart(2)",
+            "MessageStart(assistant)",
+            "MessageUpdate*(pong; user messages: 1<usage>)",
+            "MessageEnd(assistant)",
+            "TurnEnd(2)",
+            "AgentEnd",
+            "response 1",
+        ])
+    );
     // The notifications are native wire lines: a mirror rebuilds the run from them.
     let mut mirror = wire::Mirror::new();
     for e in &events {
@@ -277,21 +361,32 @@ fn steer_during_a_run_reaches_the_next_model_call() {
 
 #[test]
 fn abort_ends_a_stalled_run_as_cancelled() {
-    let faux =
-        Faux::default().reply(FauxReply::text("thinking...").then_stall(Duration::from_secs(30)));
+    // One chunk: the whole text is streamed before the abort can land.
+    let faux = Faux::default()
+        .chunk_chars(64)
+        .reply(FauxReply::text("thinking...").then_stall(Duration::from_secs(30)));
     let c = Client::start(agent(faux), ServeOptions::new());
     c.request(1, "prompt", json!({"text": "Say hello."}));
-    c.until_method("MessageUpdate");
+    let before = c.lines_until_method("MessageUpdate");
     c.request(2, "abort", json!({}));
-    let (events, r) = c.until_response(1);
+    let (mut events, r) = c.until_response(1);
     assert_eq!(r["result"]["stop_reason"], "cancelled");
-    assert!(methods(&events).contains(&"AgentEnd"));
     // The abort is answered at once, the prompt when its run has ended: either may come first.
-    let a = match events.iter().find(|l| l["id"] == 2) {
-        Some(a) => a.clone(),
+    let a = match events.iter().position(|l| l["id"] == 2) {
+        Some(i) => events.remove(i),
         None => c.until_response(2).1,
     };
     assert_eq!(a["result"]["aborted"], true);
+    assert_eq!(
+        sequence(&[&before[..], &events[..], &[r]].concat()),
+        prompted(&[
+            "MessageUpdate*(thinking...)",
+            "MessageEnd(assistant)",
+            "TurnEnd(1)",
+            "AgentEnd",
+            "response 1",
+        ])
+    );
     c.request(3, "abort", json!({}));
     assert_eq!(c.until_response(3).1["result"]["aborted"], false);
     c.close().unwrap();

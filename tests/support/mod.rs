@@ -9,7 +9,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use pagent::{Agent, AgentEvent, Message};
+use pagent::llm::{OpenAiCompat, Provider, RetryPolicy};
+use pagent::{Agent, AgentEvent, Message, RunResult, ToolOutput, tool};
+use schemars::JsonSchema;
+use serde::Deserialize;
 
 /// How long a server thread lives at most, whatever the test does.
 const SERVER_LIFETIME: Duration = Duration::from_secs(30);
@@ -221,6 +224,68 @@ fn write_reply(mut stream: TcpStream, reply: &Reply) -> std::io::Result<()> {
         stream.write_all(b"0\r\n\r\n")?;
     }
     stream.flush()
+}
+
+// ---- an agent with one tool, on a provider pointed at the loopback server ----
+
+#[derive(Deserialize, JsonSchema)]
+pub struct City {
+    pub city: String,
+}
+
+pub fn weather() -> impl pagent::Tool {
+    tool::typed(
+        "get_weather",
+        "Get the current weather for a city",
+        |args: City, _| Ok(ToolOutput::text(format!("{}: 21 C, sunny", args.city))),
+    )
+}
+
+pub fn fast_retries() -> RetryPolicy {
+    RetryPolicy::new().initial_delay(Duration::from_millis(5))
+}
+
+pub fn openai(server: &Server) -> OpenAiCompat {
+    OpenAiCompat::new(format!("{}/v1", server.url)).retry(fast_retries())
+}
+
+pub fn agent(provider: impl Provider + 'static, model: &str) -> (Agent, Recorder) {
+    let agent = Agent::builder()
+        .provider(provider)
+        .model(model)
+        .tool(weather())
+        // One tool at a time, so that `ToolEnd`s (in completion order) come in call order.
+        .max_parallel_tools(1)
+        .build()
+        .unwrap();
+    let recorder = Recorder::attach(&agent);
+    (agent, recorder)
+}
+
+/// Replays `replies` to a fresh agent on an OpenAI-compatible provider and sends `prompt`;
+/// returns the event lines, the run's result, and the server (for the requests it got).
+pub fn replay(model: &str, replies: Vec<Reply>, prompt: &str) -> (Vec<String>, RunResult, Server) {
+    let server = Server::start(replies);
+    let (agent, rec) = agent(openai(&server), model);
+    let result = agent.prompt(prompt).unwrap();
+    (rec.lines(), result, server)
+}
+
+pub fn lines(expected: &[&str]) -> Vec<String> {
+    expected.iter().map(|s| s.to_string()).collect()
+}
+
+/// The events of a prompt that ended with an assistant reply after a plain prompt.
+pub const PROMPT: [&str; 5] = [
+    "AgentStart",
+    "TurnStart 1",
+    "MessageStart user",
+    "MessageEnd user",
+    "MessageStart assistant",
+];
+
+pub fn with_prompt(rest: &[&str]) -> Vec<String> {
+    lines(&PROMPT).into_iter().chain(lines(rest)).collect()
 }
 
 /// Every event an agent emits, in order.
