@@ -340,9 +340,11 @@ fn steering_one_at_a_time_takes_one_message_per_model_call() {
         rec.lines(),
         text_turns(&[(&["hi", "s1"], "a"), (&["s2"], "b"), (&["s3"], "c")])
     );
+    // At each TurnStart the message about to go in is still queued (it is taken right
+    // before the model call).
     assert_eq!(
         *queues.lock().unwrap(),
-        [vec!["s2", "s3"], vec!["s3"], Vec::<&str>::new()]
+        [vec!["s1", "s2", "s3"], vec!["s2", "s3"], vec!["s3"]]
     );
 }
 
@@ -373,8 +375,9 @@ fn steering_all_takes_every_queued_message_at_once() {
         ]
         .concat()
     );
-    assert_eq!(*queues.lock().unwrap(), [Vec::<&str>::new()]);
+    assert_eq!(*queues.lock().unwrap(), [vec!["s1", "s2", "s3"]]);
     assert_eq!(faux.requests().len(), 1);
+    assert!(agent.snapshot().steering_queue.is_empty());
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1571,16 +1574,14 @@ fn listeners_may_steer_abort_subscribe_and_unsubscribe_without_deadlock() {
         rec.lines(),
         [
             opening("go"),
+            // Steered in the `TurnStart(1)` listener: it goes in before turn 1's model call.
+            user("from a listener"),
             calls_turn(
                 r#"[call_1:echo]{"x":1}"#,
                 &["call_1"],
                 &["ToolStart(call_1)", r#"ToolEnd(call_1 "1")"#],
             ),
             lines(&["TurnEnd(1 continuing)", "TurnStart(2)"]),
-            // Steered in the `TurnStart(1)` listener, yet not taken before turn 1's model
-            // call: the loop takes the queue before it publishes `TurnStart`, so the message
-            // waits for turn 2.
-            user("from a listener"),
             lines(&[
                 "MessageStart(assistant)",
                 r#"MessageEnd(assistant aborted "")"#,

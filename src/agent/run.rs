@@ -170,9 +170,6 @@ impl Run<'_> {
                 return (RunStopReason::Cancelled, None);
             }
             self.turn += 1;
-            // Steering queued before the prompt rides with it; later steering goes in before
-            // the next model call.
-            input.extend(take_queued(self.inner, true, self.config.steering_mode));
             if std::mem::take(&mut follow_up_due) {
                 input.extend(take_queued(self.inner, false, self.config.follow_up_mode));
             }
@@ -182,6 +179,12 @@ impl Run<'_> {
             }
             if let Err(e) = self.before_turn() {
                 return self.end_turn_early(e);
+            }
+            // Steering goes in right before the model call, so it includes what arrived up to
+            // this instant (queued before the prompt, or sent by a listener of this turn's
+            // first events or by the `before_turn` hook).
+            for m in take_queued(self.inner, true, self.config.steering_mode) {
+                self.append(m);
             }
             let (reply, error) = self.stream_reply();
             let reply_msg = Arc::new(Message::Assistant(reply.clone()));
