@@ -1,0 +1,71 @@
+//! The core API exactly as the design document writes it: these names are a contract, and
+//! this test keeps them compiling and behaving as written.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use pagent::llm::{Anthropic, Faux, FauxReply, OpenAiCompat};
+use pagent::{Agent, AgentEvent, Error, RunStopReason, State, ToolOutput, tool};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+
+#[derive(Deserialize, JsonSchema)]
+struct City {
+    city: String,
+}
+
+#[test]
+fn the_core_api_reads_as_the_design_writes_it() -> Result<(), Error> {
+    let weather_tool = tool::typed("weather", "The weather in a city.", |a: City, _| {
+        Ok(ToolOutput::text(format!("Sunny in {}", a.city)))
+    });
+    let script = vec![
+        FauxReply::tool_call("weather", json!({"city": "Oslo"})),
+        FauxReply::text("It is sunny in Oslo."),
+    ];
+    let agent = Agent::builder()
+        .provider(Faux::new(script)) // or OpenAiCompat::from_env()?, Anthropic::from_env()?
+        .model("gpt-4o-mini")
+        .system_prompt("You are terse.")
+        .tool(weather_tool)
+        .max_turns(16)
+        .build()?;
+
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    let sub = agent.subscribe(move |event: &AgentEvent| {
+        sink.lock().unwrap().push(event.name());
+    });
+    let rx = agent.subscribe_channel(1024); // crossbeam_channel::Receiver<AgentEvent>
+    let handle = agent.handle(); // Clone + Send + Sync: steer, follow_up, abort, snapshot
+    let result = agent.prompt("What is the weather in Oslo?")?; // blocks until the run ends
+    let state: Arc<State> = agent.snapshot(); // from any thread, any time
+    assert!(sub.unsubscribe()); // or agent.unsubscribe(id)
+
+    assert_eq!(result.stop_reason, RunStopReason::NoToolCalls);
+    assert_eq!(result.text(), "It is sunny in Oslo.");
+    assert_eq!(result.messages.len(), 4);
+    assert_eq!(state.messages.len(), 4);
+    assert_eq!(&*state.system_prompt, "You are terse.");
+    assert_eq!(&*state.model, "gpt-4o-mini");
+    assert!(!state.is_streaming && state.streaming_message.is_none());
+    assert!(state.pending_tool_calls.is_empty() && state.error_message.is_none());
+    assert_eq!(state.tools[0].name, "weather");
+    let from_channel: Vec<AgentEvent> = rx.try_iter().collect();
+    assert_eq!(from_channel.len(), seen.lock().unwrap().len());
+    assert_eq!(handle.snapshot(), state);
+    // No run is active: the handle's abort does nothing, and the handle crosses threads.
+    let h2 = handle.clone();
+    assert!(!std::thread::spawn(move || h2.abort()).join().unwrap());
+    Ok(())
+}
+
+#[test]
+fn providers_build_from_explicit_urls_without_a_key() {
+    // Local servers need no key; nothing is sent until a prompt.
+    let openai = OpenAiCompat::new("http://127.0.0.1:9/v1").connect_timeout(Duration::from_secs(1));
+    let anthropic = Anthropic::new("http://127.0.0.1:9");
+    assert!(Agent::builder().provider(openai).build().is_ok());
+    assert!(Agent::builder().provider(anthropic).build().is_ok());
+}
