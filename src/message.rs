@@ -178,12 +178,13 @@ impl ToolCall {
     /// The arguments parsed as JSON. An empty string counts as `{}`.
     ///
     /// # Errors
-    /// When the model's text is not valid JSON.
-    pub fn parse_arguments(&self) -> Result<serde_json::Value, serde_json::Error> {
+    /// When the model's text is not valid JSON: the parser's message, such as "EOF while
+    /// parsing a value at line 1 column 8".
+    pub fn parse_arguments(&self) -> Result<serde_json::Value, String> {
         if self.arguments.trim().is_empty() {
             return Ok(serde_json::Value::Object(Default::default()));
         }
-        serde_json::from_str(&self.arguments)
+        serde_json::from_str(&self.arguments).map_err(|e| e.to_string())
     }
 }
 
@@ -231,15 +232,15 @@ pub struct Usage {
 impl std::ops::Add for Usage {
     type Output = Usage;
 
-    /// The field-wise sum.
+    /// The field-wise sum, saturating: counts come from servers and must not overflow.
     fn add(self, other: Usage) -> Usage {
         Usage {
-            input: self.input + other.input,
-            output: self.output + other.output,
-            cache_read: self.cache_read + other.cache_read,
-            cache_write: self.cache_write + other.cache_write,
-            reasoning: self.reasoning + other.reasoning,
-            total: self.total + other.total,
+            input: self.input.saturating_add(other.input),
+            output: self.output.saturating_add(other.output),
+            cache_read: self.cache_read.saturating_add(other.cache_read),
+            cache_write: self.cache_write.saturating_add(other.cache_write),
+            reasoning: self.reasoning.saturating_add(other.reasoning),
+            total: self.total.saturating_add(other.total),
         }
     }
 }

@@ -1126,3 +1126,98 @@ fn settings_changed_during_a_run_show_in_the_state_when_it_ends() {
     );
     assert_eq!(requests[1].system_prompt, "be new");
 }
+
+/// A tool with its own definition (a hand-written schema, say).
+struct Custom;
+
+impl pagent::Tool for Custom {
+    fn name(&self) -> &str {
+        "custom"
+    }
+    fn description(&self) -> &str {
+        "from name and description"
+    }
+    fn parameters(&self) -> serde_json::Value {
+        json!({"type": "object"})
+    }
+    fn execute(
+        &self,
+        _: serde_json::Value,
+        _: &pagent::ToolContext,
+    ) -> Result<ToolOutput, ToolError> {
+        Ok(ToolOutput::text("ran"))
+    }
+    fn definition(&self) -> pagent::llm::ToolDefinition {
+        pagent::llm::ToolDefinition {
+            name: "custom".into(),
+            description: "its own definition".into(),
+            parameters: json!({"type": "object", "properties": {}}),
+        }
+    }
+}
+
+#[test]
+fn a_tools_own_definition_is_what_the_model_sees() {
+    let faux = Faux::new([FauxReply::text("ok")]);
+    let agent = Agent::builder()
+        .provider(faux.clone())
+        .tool(Custom)
+        .build()
+        .unwrap();
+    agent.prompt("hi").unwrap();
+    let sent = &faux.requests()[0].tools;
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].description, "its own definition");
+    assert_eq!(agent.snapshot().tools[0].description, "its own definition");
+}
+
+#[test]
+fn a_before_turn_switch_keeps_a_setting_changed_meanwhile() {
+    let faux = Faux::new([
+        FauxReply::tool_call("add", json!({"a": 1, "b": 1})),
+        FauxReply::text("done"),
+    ]);
+    let agent = Arc::new(
+        Agent::builder()
+            .provider(faux)
+            .tool(add_tool())
+            .model("old")
+            .before_turn(|setup| {
+                if setup.turn == 2 {
+                    setup.thinking = pagent::llm::ThinkingLevel::High;
+                }
+            })
+            .build()
+            .unwrap(),
+    );
+    let weak = Arc::downgrade(&agent);
+    let _sub = agent.subscribe(move |e| {
+        if let (AgentEvent::TurnStart { turn: 1 }, Some(agent)) = (e, weak.upgrade()) {
+            agent.set_model("new");
+        }
+    });
+    agent.prompt("go").unwrap();
+    let s = agent.snapshot();
+    // The hook switched the thinking level only; the model set meanwhile stays.
+    assert_eq!(&*s.model, "new");
+    assert_eq!(s.thinking_level, pagent::llm::ThinkingLevel::High);
+}
+
+#[test]
+fn run_result_shares_the_transcripts_messages() {
+    let faux = Faux::new([
+        FauxReply::tool_call("add", json!({"a": 1, "b": 1})),
+        FauxReply::text("done"),
+    ]);
+    let agent = Agent::builder()
+        .provider(faux)
+        .tool(add_tool())
+        .build()
+        .unwrap();
+    let result = agent.prompt("go").unwrap();
+    let s = agent.snapshot();
+    assert_eq!(result.messages.len(), s.messages.len());
+    for (ours, theirs) in result.messages.iter().zip(s.messages.iter()) {
+        assert!(Arc::ptr_eq(ours, theirs), "{:?}", ours.role());
+    }
+}

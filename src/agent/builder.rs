@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::hooks::{Hooks, ToolCallRequest, ToolDecision, TurnSetup};
 use super::{Agent, QueueMode, SteeringPolicy};
 use crate::Error;
-use crate::llm::{Provider, ThinkingLevel};
+use crate::llm::{Provider, ThinkingLevel, ToolDefinition};
 use crate::message::{Message, ToolCall, ToolResultMessage};
 use crate::tool::Tool;
 
@@ -18,6 +18,9 @@ pub(crate) struct Config {
     pub(crate) system_prompt: String,
     pub(crate) thinking: ThinkingLevel,
     pub(crate) tools: Vec<Arc<dyn Tool>>,
+    // What the model sees of `tools`, worked out when the tools are set (never under a lock:
+    // `definition()` is user code).
+    pub(crate) tool_defs: Arc<[ToolDefinition]>,
     pub(crate) max_turns: u32,
     pub(crate) max_parallel_tools: usize,
     pub(crate) steering_policy: SteeringPolicy,
@@ -253,6 +256,7 @@ impl AgentBuilder {
             model: self.model,
             system_prompt: self.system_prompt,
             thinking: self.thinking,
+            tool_defs: definitions(&self.tools),
             tools: self.tools,
             max_turns: self.max_turns,
             max_parallel_tools: self.max_parallel_tools,
@@ -291,4 +295,9 @@ impl TurnSetup {
             tools: c.tools.clone(),
         }
     }
+}
+
+/// The definitions the model sees, in tool order.
+pub(crate) fn definitions(tools: &[Arc<dyn Tool>]) -> Arc<[ToolDefinition]> {
+    tools.iter().map(|t| t.definition()).collect()
 }

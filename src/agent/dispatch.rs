@@ -36,7 +36,10 @@ pub(crate) struct Shared {
     // Serializes every store of `state`, so that a change made from another thread (a steer)
     // never interleaves with a fold and is never lost.
     store: Mutex<()>,
-    listeners: Mutex<Arc<Vec<Arc<Listener>>>>,
+    // Read once per event without a lock; `subscribe` and `unsubscribe` swap in a new list
+    // (under `edit`, so two of them never lose each other's change).
+    listeners: ArcSwap<Vec<Arc<Listener>>>,
+    edit: Mutex<()>,
     next_id: AtomicU64,
 }
 
@@ -45,7 +48,8 @@ impl Shared {
         Shared {
             state: ArcSwap::from_pointee(state),
             store: Mutex::new(()),
-            listeners: Mutex::new(Arc::new(Vec::new())),
+            listeners: ArcSwap::from_pointee(Vec::new()),
+            edit: Mutex::new(()),
             next_id: AtomicU64::new(1),
         }
     }
@@ -71,7 +75,7 @@ impl Shared {
             let next = self.state.load().apply(&event);
             self.state.store(Arc::new(next));
         }
-        let listeners = self.listeners.lock().clone();
+        let listeners = self.listeners.load_full();
         for l in listeners.iter() {
             if !l.active.load(Ordering::Acquire) {
                 continue;
@@ -105,28 +109,28 @@ impl Shared {
 
     pub(crate) fn subscribe(&self, sink: Sink) -> u64 {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let mut list = self.listeners.lock();
-        let mut next = Vec::clone(&list);
+        let _edit = self.edit.lock();
+        let mut next = Vec::clone(&self.listeners.load());
         next.push(Arc::new(Listener {
             id,
             active: AtomicBool::new(true),
             sink,
         }));
-        *list = Arc::new(next);
+        self.listeners.store(Arc::new(next));
         id
     }
 
     pub(crate) fn unsubscribe(&self, id: u64) -> bool {
-        let mut list = self.listeners.lock();
-        let Some(pos) = list.iter().position(|l| l.id == id) else {
+        let _edit = self.edit.lock();
+        let mut next = Vec::clone(&self.listeners.load());
+        let Some(pos) = next.iter().position(|l| l.id == id) else {
             return false;
         };
         // A dispatch already under way holds the old list; the flag keeps it from calling
         // this listener again.
-        list[pos].active.store(false, Ordering::Release);
-        let mut next = Vec::clone(&list);
+        next[pos].active.store(false, Ordering::Release);
         next.remove(pos);
-        *list = Arc::new(next);
+        self.listeners.store(Arc::new(next));
         true
     }
 }

@@ -203,7 +203,7 @@ impl Agent {
             system_prompt: Arc::from(config.system_prompt.as_str()),
             model: Arc::from(config.model.as_str()),
             thinking_level: config.thinking,
-            tools: config.tools.iter().map(|t| t.definition()).collect(),
+            tools: config.tool_defs.clone(),
             messages: messages.into_iter().map(Arc::new).collect(),
             ..State::default()
         };
@@ -343,7 +343,12 @@ impl Agent {
 
     /// Replaces the tools for the next run (shown in the state as for [`Agent::set_model`]).
     pub fn set_tools(&self, tools: Vec<Arc<dyn Tool>>) {
-        self.inner.configure(|c| c.tools = tools);
+        // Worked out before the lock is taken: `definition()` is the tools' own code.
+        let defs = builder::definitions(&tools);
+        self.inner.configure(|c| {
+            c.tools = tools;
+            c.tool_defs = defs;
+        });
     }
 }
 
@@ -360,7 +365,7 @@ impl Inner {
     }
 
     pub(crate) fn publish_settings(&self, config: &Config) {
-        let defs: Arc<[_]> = config.tools.iter().map(|t| t.definition()).collect();
+        let defs = config.tool_defs.clone();
         self.shared.update(|next| {
             next.system_prompt = Arc::from(config.system_prompt.as_str());
             next.model = Arc::from(config.model.as_str());
@@ -485,8 +490,11 @@ impl AgentHandle {
 
 impl fmt::Debug for Agent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Cloned first, so that no lock is held while the tools' and provider's own `name()`
+        // run.
+        let config = self.inner.config.lock().clone();
         f.debug_struct("Agent")
-            .field("config", &*self.inner.config.lock())
+            .field("config", &config)
             .field("running", &self.is_running())
             .finish()
     }

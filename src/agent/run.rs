@@ -149,7 +149,7 @@ impl Run<'_> {
     }
 
     /// Appends a whole (non-streamed) message: `MessageStart` then `MessageEnd`.
-    fn append(&mut self, message: Message) {
+    pub(crate) fn append(&mut self, message: Message) {
         let message = Arc::new(message);
         self.emit(AgentEvent::MessageStart {
             message: message.clone(),
@@ -187,21 +187,19 @@ impl Run<'_> {
                 self.append(m);
             }
             let (reply, error) = self.stream_reply();
-            let reply_msg = Arc::new(Message::Assistant(reply.clone()));
+            let usage = reply.usage;
+            let calls: Vec<_> = reply.tool_calls().cloned().collect();
+            let reply_msg = Arc::new(Message::Assistant(reply));
             self.emit(AgentEvent::MessageEnd {
                 message: reply_msg.clone(),
             });
             self.appended.push(reply_msg.clone());
-            self.usage += reply.usage;
+            self.usage += usage;
+            // OK because `reply_msg` was built from an assistant message just above.
+            let reply = reply_msg.as_assistant().expect("an assistant reply");
+            let results = self.run_tools(&calls, reply);
 
-            let calls: Vec<_> = reply.tool_calls().cloned().collect();
-            let results = self.run_tools(&calls, &reply);
-            for r in &results {
-                self.appended
-                    .push(Arc::new(Message::ToolResult((**r).clone())));
-            }
-
-            let stop = self.decide(&reply, !calls.is_empty(), &mut follow_up_due);
+            let stop = self.decide(reply, !calls.is_empty(), &mut follow_up_due);
             self.emit(AgentEvent::TurnEnd {
                 turn: self.turn,
                 message: reply_msg,
@@ -278,28 +276,39 @@ impl Run<'_> {
                 .iter()
                 .zip(&self.config.tools)
                 .any(|(a, b)| !Arc::ptr_eq(a, b));
-        let changed = setup.model != self.config.model
-            || setup.thinking != self.config.thinking
-            || tools_changed;
+        let model_changed = setup.model != self.config.model;
+        let thinking_changed = setup.thinking != self.config.thinking;
+        if !(model_changed || thinking_changed || tools_changed) {
+            return Ok(());
+        }
         self.config.model = setup.model;
         self.config.thinking = setup.thinking;
-        self.config.tools = setup.tools;
-        if changed {
-            // The switch sticks, so that the state (which shows it) and the next run agree.
-            {
-                let mut agent = self.inner.config.lock();
-                agent.model = self.config.model.clone();
-                agent.thinking = self.config.thinking;
-                agent.tools = self.config.tools.clone();
-            }
-            let (model, thinking) = (self.config.model.clone(), self.config.thinking);
-            let defs: Arc<[_]> = self.config.tools.iter().map(|t| t.definition()).collect();
-            self.inner.shared.update(|next| {
-                next.model = Arc::from(model.as_str());
-                next.thinking_level = thinking;
-                next.tools = defs;
-            });
+        if tools_changed {
+            // Worked out here, with no lock held: `definition()` is the tools' own code.
+            self.config.tool_defs = super::builder::definitions(&setup.tools);
+            self.config.tools = setup.tools;
         }
+        // The switch sticks, so that the state (which shows it) and the next run agree. Only
+        // what the hook changed is written back: a `set_*` made meanwhile from another
+        // thread keeps its other settings.
+        let mut agent = self.inner.config.lock();
+        if model_changed {
+            agent.model = self.config.model.clone();
+        }
+        if thinking_changed {
+            agent.thinking = self.config.thinking;
+        }
+        if tools_changed {
+            agent.tools = self.config.tools.clone();
+            agent.tool_defs = self.config.tool_defs.clone();
+        }
+        drop(agent);
+        let run = &self.config;
+        self.inner.shared.update(|next| {
+            next.model = Arc::from(run.model.as_str());
+            next.thinking_level = run.thinking;
+            next.tools = run.tool_defs.clone();
+        });
         Ok(())
     }
 
@@ -352,7 +361,7 @@ impl Run<'_> {
         Ok(Request {
             system_prompt: self.config.system_prompt.clone(),
             messages,
-            tools: self.config.tools.iter().map(|t| t.definition()).collect(),
+            tools: self.config.tool_defs.to_vec(),
             model: self.config.model.clone(),
             thinking: self.config.thinking,
         })
@@ -440,13 +449,5 @@ impl Run<'_> {
             is_error,
             details: None,
         }
-    }
-
-    pub(crate) fn push_result_message(&mut self, result: &ToolResultMessage) {
-        let message = Arc::new(Message::ToolResult(result.clone()));
-        self.emit(AgentEvent::MessageStart {
-            message: message.clone(),
-        });
-        self.emit(AgentEvent::MessageEnd { message });
     }
 }

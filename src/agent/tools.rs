@@ -14,7 +14,7 @@ use super::dispatch::panic_message;
 use super::hooks::{ToolCallRequest, ToolDecision};
 use super::run::Run;
 use crate::event::AgentEvent;
-use crate::message::{AssistantMessage, StopReason, ToolCall, ToolResultMessage};
+use crate::message::{AssistantMessage, Message, StopReason, ToolCall, ToolResultMessage};
 use crate::tool::{Tool, ToolContext, ToolError, ToolMsg, ToolOutput};
 
 /// Text of the results synthesized for calls that never ran.
@@ -103,7 +103,7 @@ impl Run<'_> {
             })
             .collect();
         for r in &results {
-            self.push_result_message(r);
+            self.append(Message::ToolResult(ToolResultMessage::clone(r)));
         }
         results
     }

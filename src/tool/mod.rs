@@ -88,6 +88,9 @@ impl<T: Tool + ?Sized> Tool for Arc<T> {
     fn validate(&self, args: &serde_json::Value) -> Result<(), String> {
         (**self).validate(args)
     }
+    fn definition(&self) -> ToolDefinition {
+        (**self).definition()
+    }
 }
 
 /// What a tool returns: text for the model and optional structured details for programs.
