@@ -479,6 +479,51 @@ fn anthropic_error_event_is_an_api_error() {
     assert_eq!(result.text(), "Partial");
 }
 
+/// Streams one reply of `provider` to a plain prompt, outside any agent: the result and the
+/// events it produced.
+fn stream_once(
+    provider: &dyn Provider,
+) -> (Result<pagent::AssistantMessage, Error>, Vec<StreamEvent>) {
+    let request = Request {
+        model: "m".into(),
+        messages: vec![Message::user("Hi")],
+        ..Request::default()
+    };
+    let mut events = Vec::new();
+    let result = provider.stream(&request, &CancelToken::new(), &mut |e| events.push(e));
+    (result, events)
+}
+
+#[test]
+fn usage_counts_at_u64_max_do_not_overflow() {
+    let max = u64::MAX;
+    let openai_usage = format!(
+        "data: {{\"choices\":[{{\"delta\":{{\"content\":\"Hi\"}},\"finish_reason\":\"stop\"}}]}}\n\n\
+         data: {{\"choices\":[],\"usage\":{{\"prompt_tokens\":{max},\"completion_tokens\":{max},\"total_tokens\":0}}}}\n\n\
+         data: [DONE]\n\n"
+    );
+    let anthropic_usage = format!(
+        "data: {{\"type\":\"message_start\",\"message\":{{\"usage\":{{\"input_tokens\":{max},\
+         \"cache_read_input_tokens\":{max},\"cache_creation_input_tokens\":{max},\"output_tokens\":{max}}}}}}}\n\n\
+         data: {{\"type\":\"message_delta\",\"delta\":{{\"stop_reason\":\"end_turn\"}},\"usage\":{{\"output_tokens\":{max}}}}}\n\n\
+         data: {{\"type\":\"message_stop\"}}\n\n"
+    );
+    let server = Server::start(vec![Reply::sse(openai_usage), Reply::sse(anthropic_usage)]);
+    for provider in [
+        &openai(&server) as &dyn Provider,
+        &anthropic(&server) as &dyn Provider,
+    ] {
+        let (result, _) = stream_once(provider);
+        let usage = result.unwrap().usage;
+        assert_eq!(
+            (usage.input, usage.output, usage.total),
+            (max, max, max),
+            "{}",
+            provider.name()
+        );
+    }
+}
+
 #[test]
 fn keep_alive_comments_and_crlf_are_read_as_usual() {
     let replies = vec![Reply::sse_file("written/keepalive_crlf.sse").chunked(3, Duration::ZERO)];

@@ -425,14 +425,14 @@ impl Decoder<'_> {
         let read = w.cache_read_input_tokens.unwrap_or(0);
         let written = w.cache_creation_input_tokens.unwrap_or(0);
         if w.input_tokens.is_some() || w.cache_read_input_tokens.is_some() {
-            u.input = fresh + read + written;
+            u.input = fresh.saturating_add(read).saturating_add(written);
             u.cache_read = read;
             u.cache_write = written;
         }
         if let Some(out) = w.output_tokens {
             u.output = out;
         }
-        u.total = u.input + u.output;
+        u.total = u.input.saturating_add(u.output);
         self.usage = u;
         self.emit(StreamEvent::Usage { usage: u });
     }

@@ -352,7 +352,9 @@ impl Decoder<'_> {
                 reasoning: u
                     .completion_tokens_details
                     .map_or(0, |d| d.reasoning_tokens),
-                total: u.total_tokens.max(u.prompt_tokens + u.completion_tokens),
+                total: u
+                    .total_tokens
+                    .max(u.prompt_tokens.saturating_add(u.completion_tokens)),
                 ..Usage::default()
             };
             self.emit(StreamEvent::Usage { usage });
