@@ -404,13 +404,7 @@ impl Decoder<'_> {
                 self.usage(usage);
             }
             Event::MessageStop {} => return Ok(true),
-            Event::Error { error } => {
-                let text = |k: &str| error.get(k).and_then(Value::as_str).map(str::to_owned);
-                return Err(Error::Api {
-                    kind: text("type").unwrap_or_else(|| "error".into()),
-                    message: text("message").unwrap_or_else(|| error.to_string()),
-                });
-            }
+            Event::Error { error } => return Err(http::api_error(&error)),
             Event::ContentBlockStop {} | Event::Ping {} | Event::Unknown => {}
         }
         Ok(false)

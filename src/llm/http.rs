@@ -409,19 +409,44 @@ fn from_ureq(e: ureq::Error) -> Error {
 pub(crate) fn error_message(status: u16, body: &[u8]) -> String {
     let text = String::from_utf8_lossy(body);
     let json: Option<serde_json::Value> = serde_json::from_str(&text).ok();
-    let from_json = json.as_ref().and_then(|v| {
-        let pick = |v: &serde_json::Value| v.as_str().map(str::to_owned);
-        v.pointer("/error/message")
-            .and_then(pick)
-            .or_else(|| v.get("error").and_then(pick))
-            .or_else(|| v.get("message").and_then(pick))
-            .or_else(|| v.get("detail").and_then(pick))
-    });
-    let message = from_json.unwrap_or_else(|| text.trim().to_owned());
+    let message = json
+        .as_ref()
+        .and_then(pick_message)
+        .unwrap_or_else(|| text.trim().to_owned());
     if message.is_empty() {
         return format!("the server gave no reason for status {status}");
     }
     truncate(message, ERROR_MESSAGE_LIMIT)
+}
+
+/// The message of an error object or body: `error.message`, a string `error`, `message` or
+/// `detail`, or the value itself when it is a string.
+fn pick_message(v: &serde_json::Value) -> Option<String> {
+    let pick = |v: &serde_json::Value| v.as_str().map(str::to_owned);
+    v.pointer("/error/message")
+        .and_then(pick)
+        .or_else(|| v.get("error").and_then(pick))
+        .or_else(|| v.get("message").and_then(pick))
+        .or_else(|| v.get("detail").and_then(pick))
+        .or_else(|| pick(v))
+}
+
+/// An error the server reports inside a stream, as an [`Error::Api`]: the `error` object
+/// (`{"type" or "code", "message"}`) or a bare string.
+pub(crate) fn api_error(error: &serde_json::Value) -> Error {
+    let kind = ["type", "code"]
+        .iter()
+        .find_map(|key| match error.get(key)? {
+            serde_json::Value::String(s) => Some(s.clone()),
+            serde_json::Value::Number(n) => Some(n.to_string()),
+            _ => None,
+        })
+        .unwrap_or_else(|| "error".into());
+    let message = pick_message(error).unwrap_or_else(|| error.to_string());
+    Error::Api {
+        kind,
+        message: truncate(message, ERROR_MESSAGE_LIMIT),
+    }
 }
 
 fn truncate(mut s: String, limit: usize) -> String {
@@ -494,6 +519,28 @@ mod tests {
             "the server gave no reason for status 503"
         );
         assert!(error_message(500, "é".repeat(2000).as_bytes()).ends_with("..."));
+    }
+
+    #[test]
+    fn in_stream_errors_name_their_type_or_code() {
+        let api = |kind: &str, message: &str| Error::Api {
+            kind: kind.into(),
+            message: message.into(),
+        };
+        let error = |v: serde_json::Value| api_error(&v);
+        assert_eq!(
+            error(serde_json::json!({"type": "overloaded_error", "message": "Overloaded"})),
+            api("overloaded_error", "Overloaded")
+        );
+        assert_eq!(
+            error(serde_json::json!({"code": 500, "message": "boom"})),
+            api("500", "boom")
+        );
+        assert_eq!(error(serde_json::json!("boom")), api("error", "boom"));
+        assert_eq!(
+            error(serde_json::json!({"code": true})),
+            api("error", r#"{"code":true}"#)
+        );
     }
 
     #[test]

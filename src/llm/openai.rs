@@ -329,7 +329,7 @@ impl Decoder<'_> {
         let chunk: Chunk = serde_json::from_str(data)
             .map_err(|e| Error::Stream(format!("a chunk is not valid json ({e})")))?;
         if let Some(error) = chunk.error {
-            return Err(api_error(&error));
+            return Err(http::api_error(&error));
         }
         for choice in chunk.choices {
             if let Some(delta) = choice.delta {
@@ -415,20 +415,4 @@ impl Decoder<'_> {
         }
         Ok(message)
     }
-}
-
-/// An `error` object inside a stream: `{"message", "type", "code"}` or a bare string.
-fn api_error(error: &Value) -> Error {
-    let text = |key: &str| error.get(key).and_then(Value::as_str).map(str::to_owned);
-    let kind = text("type")
-        .or_else(|| {
-            error
-                .get("code")
-                .map(|c| c.to_string().trim_matches('"').to_owned())
-        })
-        .unwrap_or_else(|| "error".into());
-    let message = text("message")
-        .or_else(|| error.as_str().map(str::to_owned))
-        .unwrap_or_else(|| error.to_string());
-    Error::Api { kind, message }
 }
