@@ -831,6 +831,65 @@ fn the_api_key_never_shows_in_debug_errors_or_events() {
     );
 }
 
+#[test]
+fn an_api_key_echoed_in_error_bodies_and_stream_errors_is_scrubbed_everywhere() {
+    let key = "sk-test-SECRET-1234";
+    let echo = format!("the key {key} is not allowed");
+    let body = json!({"error": {"message": echo, "type": "server_error"}}).to_string();
+    let openai_stream = format!(
+        "data: {}\n\ndata: {}\n\n",
+        json!({"choices": [{"delta": {"content": "Hello"}}]}),
+        json!({"error": {"message": echo, "type": "invalid_request_error"}}),
+    );
+    let anthropic_stream = format!(
+        "data: {}\n\ndata: {}\n\n",
+        json!({"type": "content_block_start", "index": 0,
+               "content_block": {"type": "text", "text": "Hello"}}),
+        json!({"type": "error", "error": {"type": "invalid_request_error", "message": echo}}),
+    );
+    let server = Server::start(vec![
+        Reply::json(500, body.clone()),
+        Reply::sse(openai_stream),
+        Reply::json(529, body),
+        Reply::sse(anthropic_stream),
+    ]);
+    let providers: [std::sync::Arc<dyn Provider>; 2] = [
+        std::sync::Arc::new(openai(&server).api_key(key)),
+        std::sync::Arc::new(anthropic(&server).api_key(key)),
+    ];
+    for provider in providers {
+        let name = provider.name().to_owned();
+        let (agent, rec) = agent(provider, "m");
+        let result = agent.prompt("Hi").unwrap();
+        let redacted = "the key <redacted> is not allowed";
+        assert_eq!(
+            result.error,
+            Some(Error::Api {
+                kind: "invalid_request_error".into(),
+                message: redacted.into()
+            }),
+            "{name}"
+        );
+        assert_eq!(result.text(), "Hello", "{name}");
+        let lines = rec.lines();
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("retry 1") && l.ends_with(redacted)),
+            "{name}: {lines:?}"
+        );
+        let wire: Vec<String> = rec
+            .events()
+            .iter()
+            .map(pagent::wire::encode_event_line)
+            .collect();
+        assert!(wire.iter().any(|l| l.contains(redacted)), "{name}");
+        assert!(!wire.concat().contains(key), "{name}");
+        assert!(!format!("{:?}", rec.events()).contains(key), "{name}");
+        assert!(!format!("{:?}", agent.snapshot()).contains(key), "{name}");
+    }
+}
+
 // ---- request bodies ----
 
 #[test]

@@ -3,7 +3,7 @@
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::http::{self, Endpoint};
+use super::http::{self, Call, Decode, Emitter, Endpoint};
 use super::{CancelToken, Provider, Request, StreamEvent, ThinkingLevel};
 use crate::Error;
 use crate::message::{AssistantMessage, ContentBlock, Message, StopReason, Usage};
@@ -218,28 +218,14 @@ impl Provider for Anthropic {
         if let Some(key) = &self.endpoint.api_key {
             headers.push(("x-api-key", key.clone()));
         }
-        let body = self.request_body(request);
-        let mut body = self
-            .endpoint
-            .open("/v1/messages", headers, &body, cancel, on_event)?;
-        let mut decoder = Decoder {
-            partial: PartialMessage::new(&request.model),
-            on_event,
-            blocks: Vec::new(),
-            calls: 0,
-            stop: None,
-            usage: Usage::default(),
+        let call = Call {
+            path: "/v1/messages",
+            headers,
+            body: self.request_body(request),
+            model: &request.model,
         };
-        let ended = http::for_each_event(
-            &mut body,
-            self.endpoint.http.max_event_bytes,
-            cancel,
-            |event| decoder.event(&event.data),
-        )?;
-        if !ended {
-            return Err(Error::Stream("the stream ended before message_stop".into()));
-        }
-        Ok(decoder.finish())
+        self.endpoint
+            .stream(call, Decoder::default(), cancel, on_event)
     }
 
     fn name(&self) -> &str {
@@ -247,9 +233,8 @@ impl Provider for Anthropic {
     }
 }
 
-struct Decoder<'a> {
-    partial: PartialMessage,
-    on_event: &'a mut dyn FnMut(StreamEvent),
+#[derive(Default)]
+struct Decoder {
     // The server's block index of each tool_use block, with our call index.
     blocks: Vec<(u64, usize)>,
     calls: usize,
@@ -343,38 +328,33 @@ struct WireUsage {
     cache_creation_input_tokens: Option<u64>,
 }
 
-impl Decoder<'_> {
-    fn emit(&mut self, event: StreamEvent) {
-        self.partial.push(&event);
-        (self.on_event)(event);
-    }
-
+impl Decode for Decoder {
     /// Handles one event; true at `message_stop`.
-    fn event(&mut self, data: &str) -> Result<bool, Error> {
+    fn event(&mut self, data: &str, out: &mut Emitter<'_>) -> Result<bool, Error> {
         let event: Event = serde_json::from_str(data)
             .map_err(|e| Error::Stream(format!("an event is not valid json ({e})")))?;
         match event {
-            Event::MessageStart { message } => self.usage(message.usage),
+            Event::MessageStart { message } => self.usage(message.usage, out),
             Event::ContentBlockStart {
                 index,
                 content_block,
             } => match content_block {
-                Block::Text { text } if !text.is_empty() => self.emit(StreamEvent::text(text)),
+                Block::Text { text } if !text.is_empty() => out.emit(StreamEvent::text(text)),
                 Block::Thinking { thinking } if !thinking.is_empty() => {
-                    self.emit(StreamEvent::thinking(thinking))
+                    out.emit(StreamEvent::thinking(thinking))
                 }
                 Block::ToolUse { id, name } => {
                     self.blocks.push((index, self.calls));
                     self.calls += 1;
-                    self.emit(StreamEvent::ToolCallStart { id, name });
+                    out.emit(StreamEvent::ToolCallStart { id, name });
                 }
                 _ => {}
             },
             Event::ContentBlockDelta { index, delta } => match delta {
-                Delta::TextDelta { text } => self.emit(StreamEvent::TextDelta { text }),
-                Delta::ThinkingDelta { thinking } => self.emit(StreamEvent::thinking(thinking)),
+                Delta::TextDelta { text } => out.emit(StreamEvent::TextDelta { text }),
+                Delta::ThinkingDelta { thinking } => out.emit(StreamEvent::thinking(thinking)),
                 Delta::SignatureDelta { signature } => {
-                    self.emit(StreamEvent::ThinkingSignature { signature })
+                    out.emit(StreamEvent::ThinkingSignature { signature })
                 }
                 Delta::InputJsonDelta { partial_json } => {
                     let call = self.blocks.iter().find(|(i, _)| *i == index).map(|b| b.1);
@@ -384,7 +364,7 @@ impl Decoder<'_> {
                         )));
                     };
                     if !partial_json.is_empty() {
-                        self.emit(StreamEvent::ToolCallDelta {
+                        out.emit(StreamEvent::ToolCallDelta {
                             index,
                             arguments: partial_json,
                         });
@@ -401,7 +381,7 @@ impl Decoder<'_> {
                         _ => StopReason::Stop,
                     });
                 }
-                self.usage(usage);
+                self.usage(usage, out);
             }
             Event::MessageStop {} => return Ok(true),
             Event::Error { error } => return Err(http::api_error(&error)),
@@ -410,9 +390,27 @@ impl Decoder<'_> {
         Ok(false)
     }
 
+    fn finish(self, ended: bool, partial: PartialMessage) -> Result<AssistantMessage, Error> {
+        if !ended {
+            return Err(Error::Stream("the stream ended before message_stop".into()));
+        }
+        let stop = self.stop.unwrap_or(if self.calls > 0 {
+            StopReason::ToolUse
+        } else {
+            StopReason::Stop
+        });
+        let mut message = partial.to_message(stop);
+        if stop == StopReason::Error {
+            message.error_message = Some("the model refused to answer".into());
+        }
+        Ok(message)
+    }
+}
+
+impl Decoder {
     /// Merges a usage report (`message_start` has the input, `message_delta` the output;
     /// each field, when present, is the running total).
-    fn usage(&mut self, wire: Option<WireUsage>) {
+    fn usage(&mut self, wire: Option<WireUsage>, out: &mut Emitter<'_>) {
         let Some(w) = wire else { return };
         let mut u = self.usage;
         let fresh = w.input_tokens.unwrap_or(0);
@@ -428,23 +426,9 @@ impl Decoder<'_> {
         }
         u.total = u.input.saturating_add(u.output);
         self.usage = u;
-        self.emit(StreamEvent::Usage { usage: u });
-    }
-
-    fn finish(self) -> AssistantMessage {
-        let stop = self.stop.unwrap_or(if self.calls > 0 {
-            StopReason::ToolUse
-        } else {
-            StopReason::Stop
-        });
-        let mut message = self.partial.to_message(stop);
-        if stop == StopReason::Error {
-            message.error_message = Some("the model refused to answer".into());
-        }
-        message
+        out.emit(StreamEvent::Usage { usage: u });
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;

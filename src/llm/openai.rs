@@ -4,7 +4,7 @@
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::http::{self, Endpoint};
+use super::http::{self, Call, Decode, Emitter, Endpoint};
 use super::{CancelToken, Provider, Request, StreamEvent, ThinkingLevel};
 use crate::Error;
 use crate::message::{AssistantMessage, Message, StopReason, Usage};
@@ -224,23 +224,14 @@ impl Provider for OpenAiCompat {
         if let Some(key) = &self.endpoint.api_key {
             headers.push(("authorization", format!("Bearer {key}")));
         }
-        let body = self.request_body(request);
-        let mut body = self
-            .endpoint
-            .open("/chat/completions", headers, &body, cancel, on_event)?;
-        let mut decoder = Decoder {
-            partial: PartialMessage::new(&request.model),
-            on_event,
-            calls: Vec::new(),
-            finish: None,
+        let call = Call {
+            path: "/chat/completions",
+            headers,
+            body: self.request_body(request),
+            model: &request.model,
         };
-        http::for_each_event(
-            &mut body,
-            self.endpoint.http.max_event_bytes,
-            cancel,
-            |event| decoder.event(&event.data),
-        )?;
-        decoder.finish()
+        self.endpoint
+            .stream(call, Decoder::default(), cancel, on_event)
     }
 
     fn name(&self) -> &str {
@@ -248,9 +239,8 @@ impl Provider for OpenAiCompat {
     }
 }
 
-struct Decoder<'a> {
-    partial: PartialMessage,
-    on_event: &'a mut dyn FnMut(StreamEvent),
+#[derive(Default)]
+struct Decoder {
     // The server's `index` of each call we started, in our call order.
     calls: Vec<u64>,
     finish: Option<StopReason>,
@@ -315,14 +305,9 @@ struct CompletionDetails {
     reasoning_tokens: u64,
 }
 
-impl Decoder<'_> {
-    fn emit(&mut self, event: StreamEvent) {
-        self.partial.push(&event);
-        (self.on_event)(event);
-    }
-
+impl Decode for Decoder {
     /// Handles one `data:` payload; true at `[DONE]`.
-    fn event(&mut self, data: &str) -> Result<bool, Error> {
+    fn event(&mut self, data: &str, out: &mut Emitter<'_>) -> Result<bool, Error> {
         if data.trim() == "[DONE]" {
             return Ok(true);
         }
@@ -333,7 +318,7 @@ impl Decoder<'_> {
         }
         for choice in chunk.choices {
             if let Some(delta) = choice.delta {
-                self.delta(delta);
+                self.delta(delta, out);
             }
             if let Some(reason) = choice.finish_reason {
                 self.finish = Some(match reason.as_str() {
@@ -357,22 +342,41 @@ impl Decoder<'_> {
                     .max(u.prompt_tokens.saturating_add(u.completion_tokens)),
                 ..Usage::default()
             };
-            self.emit(StreamEvent::Usage { usage });
+            out.emit(StreamEvent::Usage { usage });
         }
         Ok(false)
     }
 
-    fn delta(&mut self, delta: Delta) {
+    fn finish(self, _ended: bool, partial: PartialMessage) -> Result<AssistantMessage, Error> {
+        let Some(mut stop) = self.finish else {
+            return Err(Error::Stream(
+                "the stream ended before a finish_reason".into(),
+            ));
+        };
+        // Some servers say `stop` for a reply that calls tools.
+        if stop == StopReason::Stop && !self.calls.is_empty() {
+            stop = StopReason::ToolUse;
+        }
+        let mut message = partial.to_message(stop);
+        if stop == StopReason::Error {
+            message.error_message = Some("the reply was stopped by the content filter".into());
+        }
+        Ok(message)
+    }
+}
+
+impl Decoder {
+    fn delta(&mut self, delta: Delta, out: &mut Emitter<'_>) {
         for text in [delta.reasoning_content, delta.reasoning]
             .into_iter()
             .flatten()
         {
             if !text.is_empty() {
-                self.emit(StreamEvent::ThinkingDelta { text });
+                out.emit(StreamEvent::ThinkingDelta { text });
             }
         }
         if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
-            self.emit(StreamEvent::TextDelta { text });
+            out.emit(StreamEvent::TextDelta { text });
         }
         for call in delta.tool_calls.into_iter().flatten() {
             // Servers that send one call per delta may leave out `index`.
@@ -389,30 +393,13 @@ impl Decoder<'_> {
                     self.calls.push(key);
                     let id = call.id.unwrap_or_else(|| format!("call_{key}"));
                     let name = name.unwrap_or_default();
-                    self.emit(StreamEvent::ToolCallStart { id, name });
+                    out.emit(StreamEvent::ToolCallStart { id, name });
                     self.calls.len() - 1
                 }
             };
             if let Some(arguments) = arguments.filter(|a| !a.is_empty()) {
-                self.emit(StreamEvent::ToolCallDelta { index, arguments });
+                out.emit(StreamEvent::ToolCallDelta { index, arguments });
             }
         }
-    }
-
-    fn finish(self) -> Result<AssistantMessage, Error> {
-        let Some(mut stop) = self.finish else {
-            return Err(Error::Stream(
-                "the stream ended before a finish_reason".into(),
-            ));
-        };
-        // Some servers say `stop` for a reply that calls tools.
-        if stop == StopReason::Stop && !self.calls.is_empty() {
-            stop = StopReason::ToolUse;
-        }
-        let mut message = self.partial.to_message(stop);
-        if stop == StopReason::Error {
-            message.error_message = Some("the reply was stopped by the content filter".into());
-        }
-        Ok(message)
     }
 }
