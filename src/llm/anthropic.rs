@@ -29,7 +29,7 @@ pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 /// and `tool_use` (with `input_json_delta` fragments), `message_delta` (stop reason, output
 /// usage), `message_stop`, `ping`, and `error` (which becomes [`Error::Api`]). Stop reasons:
 /// `end_turn` and `stop_sequence` are `Stop`, `max_tokens` is `Length`, `tool_use` is
-/// `ToolUse`, `refusal` ends the reply with [`StopReason::Error`].
+/// `ToolUse`, `refusal` fails the reply with an [`Error::Api`] of kind `refusal`.
 ///
 /// Usage: `input` counts all prompt tokens, cached ones included (`input_tokens` plus
 /// `cache_read_input_tokens` plus `cache_creation_input_tokens`), like OpenAI's.
@@ -238,7 +238,7 @@ struct Decoder {
     // The server's block index of each tool_use block, with our call index.
     blocks: Vec<(u64, usize)>,
     calls: usize,
-    stop: Option<StopReason>,
+    stop: Option<String>,
     usage: Usage,
 }
 
@@ -373,13 +373,8 @@ impl Decode for Decoder {
                 Delta::Other => {}
             },
             Event::MessageDelta { delta, usage } => {
-                if let Some(reason) = delta.stop_reason {
-                    self.stop = Some(match reason.as_str() {
-                        "max_tokens" => StopReason::Length,
-                        "tool_use" => StopReason::ToolUse,
-                        "refusal" => StopReason::Error,
-                        _ => StopReason::Stop,
-                    });
+                if delta.stop_reason.is_some() {
+                    self.stop = delta.stop_reason;
                 }
                 self.usage(usage, out);
             }
@@ -394,15 +389,20 @@ impl Decode for Decoder {
         if !ended {
             return Err(Error::Stream("the stream ended before message_stop".into()));
         }
-        let stop = self.stop.unwrap_or(if self.calls > 0 {
-            StopReason::ToolUse
-        } else {
-            StopReason::Stop
-        });
-        let mut message = partial.to_message(stop);
-        if stop == StopReason::Error {
-            message.error_message = Some("the model refused to answer".into());
-        }
+        let stop = match self.stop.as_deref() {
+            Some("max_tokens") => StopReason::Length,
+            Some("tool_use") => StopReason::ToolUse,
+            Some("refusal") => {
+                return Err(Error::Api {
+                    kind: "refusal".into(),
+                    message: "the model refused to answer".into(),
+                });
+            }
+            Some(_) => StopReason::Stop,
+            None if self.calls > 0 => StopReason::ToolUse,
+            None => StopReason::Stop,
+        };
+        let message = partial.to_message(stop);
         Ok(message)
     }
 }

@@ -26,8 +26,8 @@ pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
 /// What it reads: text deltas, reasoning deltas (`reasoning_content`, or `reasoning`), tool
 /// calls keyed by `index` with arguments in fragments (a repeated id or name, as some servers
 /// send, is ignored), usage (with cached and reasoning tokens where reported) from the chunk
-/// that carries it, `finish_reason` (`stop`, `length`, `tool_calls`; `content_filter` ends
-/// the reply with [`StopReason::Error`]), and `data: [DONE]`.
+/// that carries it, `finish_reason` (`stop`, `length`, `tool_calls`; `content_filter` fails
+/// the reply with an [`Error::Api`] of kind `content_filter`), and `data: [DONE]`.
 ///
 /// Failures: HTTP errors become [`Error::Http`] with the server's own message; an `error`
 /// object in the stream becomes [`Error::Api`]; a stream that ends before `finish_reason`,
@@ -243,7 +243,7 @@ impl Provider for OpenAiCompat {
 struct Decoder {
     // The server's `index` of each call we started, in our call order.
     calls: Vec<u64>,
-    finish: Option<StopReason>,
+    finish: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -321,12 +321,7 @@ impl Decode for Decoder {
                 self.delta(delta, out);
             }
             if let Some(reason) = choice.finish_reason {
-                self.finish = Some(match reason.as_str() {
-                    "length" => StopReason::Length,
-                    "tool_calls" | "function_call" => StopReason::ToolUse,
-                    "content_filter" => StopReason::Error,
-                    _ => StopReason::Stop,
-                });
+                self.finish = Some(reason);
             }
         }
         if let Some(u) = chunk.usage {
@@ -348,19 +343,25 @@ impl Decode for Decoder {
     }
 
     fn finish(self, _ended: bool, partial: PartialMessage) -> Result<AssistantMessage, Error> {
-        let Some(mut stop) = self.finish else {
+        let Some(reason) = self.finish else {
             return Err(Error::Stream(
                 "the stream ended before a finish_reason".into(),
             ));
         };
-        // Some servers say `stop` for a reply that calls tools.
-        if stop == StopReason::Stop && !self.calls.is_empty() {
-            stop = StopReason::ToolUse;
-        }
-        let mut message = partial.to_message(stop);
-        if stop == StopReason::Error {
-            message.error_message = Some("the reply was stopped by the content filter".into());
-        }
+        let stop = match reason.as_str() {
+            "length" => StopReason::Length,
+            "tool_calls" | "function_call" => StopReason::ToolUse,
+            "content_filter" => {
+                return Err(Error::Api {
+                    kind: reason,
+                    message: "the reply was stopped by the content filter".into(),
+                });
+            }
+            // Some servers say `stop` for a reply that calls tools.
+            _ if !self.calls.is_empty() => StopReason::ToolUse,
+            _ => StopReason::Stop,
+        };
+        let message = partial.to_message(stop);
         Ok(message)
     }
 }
