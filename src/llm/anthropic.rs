@@ -47,8 +47,12 @@ impl Anthropic {
     /// A provider for the server at `base_url` (the part before `/v1/messages`), without a
     /// key.
     pub fn new(base_url: impl Into<String>) -> Anthropic {
+        Anthropic::with_endpoint(Endpoint::new(base_url))
+    }
+
+    fn with_endpoint(endpoint: Endpoint) -> Anthropic {
         Anthropic {
-            endpoint: Endpoint::new(base_url),
+            endpoint,
             max_tokens: 8192,
             temperature: None,
         }
@@ -60,24 +64,13 @@ impl Anthropic {
     /// # Errors
     /// [`Error::Config`] when neither variable is set.
     pub fn from_env() -> Result<Anthropic, Error> {
-        let (base, key) = super::env::base_and_key(
+        Endpoint::from_env(
             "ANTHROPIC_BASE_URL",
             "ANTHROPIC_API_KEY",
             ANTHROPIC_BASE_URL,
             "set ANTHROPIC_API_KEY, or ANTHROPIC_BASE_URL for a compatible server",
-        )?;
-        let provider = Anthropic::new(base);
-        Ok(match key {
-            Some(key) => provider.api_key(key),
-            None => provider,
-        })
-    }
-
-    /// The key sent as `x-api-key`. Defaults to none.
-    #[must_use]
-    pub fn api_key(mut self, key: impl Into<String>) -> Anthropic {
-        self.endpoint.api_key = Some(key.into());
-        self
+        )
+        .map(Anthropic::with_endpoint)
     }
 
     /// The most tokens a reply may have (`max_tokens`, required by the API). Defaults to
@@ -94,11 +87,6 @@ impl Anthropic {
     pub fn temperature(mut self, temperature: f32) -> Anthropic {
         self.temperature = Some(temperature);
         self
-    }
-
-    /// The base URL requests go to.
-    pub fn base_url(&self) -> &str {
-        &self.endpoint.base_url
     }
 
     /// The request body for `request`, as sent.
@@ -150,7 +138,7 @@ impl Anthropic {
     }
 }
 
-super::http_setters!(Anthropic);
+super::http_setters!(Anthropic, "The key sent as `x-api-key`. Defaults to none.");
 
 /// The transcript as Anthropic messages: user turns and assistant turns alternate, so
 /// consecutive user-side messages (user text, tool results) share one turn.

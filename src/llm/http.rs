@@ -87,6 +87,24 @@ impl Endpoint {
         }
     }
 
+    /// The endpoint the environment names: the base URL from `base_var` (else `default`) and
+    /// the key from `key_var`.
+    ///
+    /// # Errors
+    /// [`Error::Config`] saying `hint` when neither variable is set.
+    pub(crate) fn from_env(
+        base_var: &str,
+        key_var: &str,
+        default: &str,
+        hint: &str,
+    ) -> Result<Endpoint, Error> {
+        let (base, key) = super::env::base_and_key(base_var, key_var, default, hint)?;
+        Ok(Endpoint {
+            api_key: key,
+            ..Endpoint::new(base)
+        })
+    }
+
     /// Sends `call` and decodes its event stream with `decoder` into the reply, handing each
     /// event to `on_event` as it comes; see [`HttpClient::open`] for the retries.
     ///

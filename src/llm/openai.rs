@@ -60,8 +60,12 @@ impl OpenAiCompat {
     /// A provider for the server at `base_url` (the part before `/chat/completions`, such as
     /// `https://api.openai.com/v1` or `http://127.0.0.1:11434/v1`), without a key.
     pub fn new(base_url: impl Into<String>) -> OpenAiCompat {
+        OpenAiCompat::with_endpoint(Endpoint::new(base_url))
+    }
+
+    fn with_endpoint(endpoint: Endpoint) -> OpenAiCompat {
         OpenAiCompat {
-            endpoint: Endpoint::new(base_url),
+            endpoint,
             temperature: None,
             max_tokens: None,
             extra_body: serde_json::Map::new(),
@@ -75,24 +79,13 @@ impl OpenAiCompat {
     /// [`Error::Config`] when neither variable is set: OpenAI itself needs a key, a local
     /// server needs its URL.
     pub fn from_env() -> Result<OpenAiCompat, Error> {
-        let (base, key) = super::env::base_and_key(
+        Endpoint::from_env(
             "OPENAI_BASE_URL",
             "OPENAI_API_KEY",
             OPENAI_BASE_URL,
             "set OPENAI_API_KEY, or OPENAI_BASE_URL for a local server",
-        )?;
-        let provider = OpenAiCompat::new(base);
-        Ok(match key {
-            Some(key) => provider.api_key(key),
-            None => provider,
-        })
-    }
-
-    /// The key sent as `Authorization: Bearer <key>`. Defaults to none (local servers).
-    #[must_use]
-    pub fn api_key(mut self, key: impl Into<String>) -> OpenAiCompat {
-        self.endpoint.api_key = Some(key.into());
-        self
+        )
+        .map(OpenAiCompat::with_endpoint)
     }
 
     /// The sampling temperature. Defaults to the server's default (not sent).
@@ -119,11 +112,6 @@ impl OpenAiCompat {
             self.extra_body.extend(map);
         }
         self
-    }
-
-    /// The base URL requests go to.
-    pub fn base_url(&self) -> &str {
-        &self.endpoint.base_url
     }
 
     /// The request body for `request`, as sent.
@@ -175,7 +163,10 @@ impl OpenAiCompat {
     }
 }
 
-super::http_setters!(OpenAiCompat);
+super::http_setters!(
+    OpenAiCompat,
+    "The key sent as `Authorization: Bearer <key>`. Defaults to none (local servers)."
+);
 
 fn message_json(message: &Message) -> Option<Value> {
     match message {
