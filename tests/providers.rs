@@ -466,17 +466,127 @@ fn a_connection_dropped_mid_reply_is_a_connection_error() {
 
 #[test]
 fn anthropic_error_event_is_an_api_error() {
-    let server = Server::start(vec![Reply::sse_file("written/anthropic_error.sse")]);
-    let (agent, _) = agent(anthropic(&server), "claude-sonnet-4-5");
-    let result = agent.prompt("Hi").unwrap();
-    assert_eq!(
-        result.error,
-        Some(Error::Api {
-            kind: "overloaded_error".into(),
-            message: "Overloaded".into()
-        })
+    let stream = String::from_utf8(data("written/anthropic_error.sse")).unwrap();
+    api_error_keeping(
+        anthropic,
+        stream,
+        ("overloaded_error", "Overloaded"),
+        "Partial",
     );
-    assert_eq!(result.text(), "Partial");
+}
+
+/// Streams one reply of `provider` to a plain prompt, outside any agent: the result and the
+/// events it produced.
+fn stream_once(
+    provider: &dyn Provider,
+) -> (Result<pagent::AssistantMessage, Error>, Vec<StreamEvent>) {
+    let request = Request {
+        model: "m".into(),
+        messages: vec![Message::user("Hi")],
+        ..Request::default()
+    };
+    let mut events = Vec::new();
+    let result = provider.stream(&request, &CancelToken::new(), &mut |e| events.push(e));
+    (result, events)
+}
+
+#[test]
+fn usage_counts_at_u64_max_do_not_overflow() {
+    let max = u64::MAX;
+    let openai_usage = sse(&[
+        json!({"choices": [{"delta": {"content": "Hi"}, "finish_reason": "stop"}]}),
+        json!({"choices": [], "usage": {"prompt_tokens": max, "completion_tokens": max, "total_tokens": 0}}),
+    ]) + "data: [DONE]\n\n";
+    let anthropic_usage = sse(&[
+        json!({"type": "message_start", "message": {"usage": {"input_tokens": max,
+               "cache_read_input_tokens": max, "cache_creation_input_tokens": max, "output_tokens": max}}}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": max}}),
+        json!({"type": "message_stop"}),
+    ]);
+    let server = Server::start(vec![Reply::sse(openai_usage), Reply::sse(anthropic_usage)]);
+    for provider in [
+        &openai(&server) as &dyn Provider,
+        &anthropic(&server) as &dyn Provider,
+    ] {
+        let (result, _) = stream_once(provider);
+        let usage = result.unwrap().usage;
+        assert_eq!(
+            (usage.input, usage.output, usage.total),
+            (max, max, max),
+            "{}",
+            provider.name()
+        );
+    }
+}
+
+/// An event stream of these `data:` payloads.
+fn sse(events: &[serde_json::Value]) -> String {
+    events.iter().map(|e| format!("data: {e}\n\n")).collect()
+}
+
+/// Runs one prompt on the provider `provider` makes for a server replaying `stream`, checks
+/// that it failed with `Error::Api { kind, message }` keeping `text` as the partial reply,
+/// and returns the event lines.
+fn api_error_keeping<P: Provider + 'static>(
+    provider: impl FnOnce(&Server) -> P,
+    stream: String,
+    (kind, message): (&str, &str),
+    text: &str,
+) -> Vec<String> {
+    let server = Server::start(vec![Reply::sse(stream)]);
+    let (agent, rec) = agent(provider(&server), "m");
+    let result = agent.prompt("Hi").unwrap();
+    let expected = Error::Api {
+        kind: kind.into(),
+        message: message.into(),
+    };
+    assert_eq!(result.error, Some(expected));
+    assert_eq!(result.text(), text);
+    rec.lines()
+}
+
+#[test]
+fn openai_content_filter_is_an_api_error_keeping_the_partial() {
+    let stream = sse(&[
+        json!({"choices": [{"delta": {"content": "Hello"}}]}),
+        json!({"choices": [{"delta": {}, "finish_reason": "content_filter"}]}),
+        json!({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}}),
+    ]) + "data: [DONE]\n\n";
+    let message = "the reply was stopped by the content filter";
+    assert_eq!(
+        api_error_keeping(openai, stream, ("content_filter", message), "Hello"),
+        with_prompt(&[
+            "text x1 \"Hello\"",
+            "usage in=5 out=1 cache_read=0 cache_write=0 reasoning=0 total=6",
+            "MessageEnd assistant Error calls=0 error=provider reported content_filter: the reply was stopped by the content filter",
+            "TurnEnd 1 error",
+            "AgentEnd error in=5 out=1",
+        ])
+    );
+}
+
+#[test]
+fn anthropic_refusal_is_an_api_error_keeping_the_partial() {
+    let stream = sse(&[
+        json!({"type": "message_start", "message": {"usage": {"input_tokens": 5, "output_tokens": 1}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "I can"}}),
+        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "refusal"}, "usage": {"output_tokens": 2}}),
+        json!({"type": "message_stop"}),
+    ]);
+    let message = "the model refused to answer";
+    assert_eq!(
+        api_error_keeping(anthropic, stream, ("refusal", message), "I can"),
+        with_prompt(&[
+            "usage in=5 out=1 cache_read=0 cache_write=0 reasoning=0 total=6",
+            "text x1 \"I can\"",
+            "usage in=5 out=2 cache_read=0 cache_write=0 reasoning=0 total=7",
+            "MessageEnd assistant Error calls=0 error=provider reported refusal: the model refused to answer",
+            "TurnEnd 1 error",
+            "AgentEnd error in=5 out=2",
+        ])
+    );
 }
 
 #[test]
@@ -784,6 +894,63 @@ fn the_api_key_never_shows_in_debug_errors_or_events() {
         server.requests()[0].header("authorization"),
         Some(format!("Bearer {key}").as_str())
     );
+}
+
+#[test]
+fn an_api_key_echoed_in_error_bodies_and_stream_errors_is_scrubbed_everywhere() {
+    let key = "sk-test-SECRET-1234";
+    let echo = format!("the key {key} is not allowed");
+    let body = json!({"error": {"message": echo, "type": "server_error"}}).to_string();
+    let openai_stream = sse(&[
+        json!({"choices": [{"delta": {"content": "Hello"}}]}),
+        json!({"error": {"message": echo, "type": "invalid_request_error"}}),
+    ]);
+    let anthropic_stream = sse(&[
+        json!({"type": "content_block_start", "index": 0,
+               "content_block": {"type": "text", "text": "Hello"}}),
+        json!({"type": "error", "error": {"type": "invalid_request_error", "message": echo}}),
+    ]);
+    let server = Server::start(vec![
+        Reply::json(500, body.clone()),
+        Reply::sse(openai_stream),
+        Reply::json(529, body),
+        Reply::sse(anthropic_stream),
+    ]);
+    let providers: [std::sync::Arc<dyn Provider>; 2] = [
+        std::sync::Arc::new(openai(&server).api_key(key)),
+        std::sync::Arc::new(anthropic(&server).api_key(key)),
+    ];
+    for provider in providers {
+        let name = provider.name().to_owned();
+        let (agent, rec) = agent(provider, "m");
+        let result = agent.prompt("Hi").unwrap();
+        let redacted = "the key <redacted> is not allowed";
+        assert_eq!(
+            result.error,
+            Some(Error::Api {
+                kind: "invalid_request_error".into(),
+                message: redacted.into()
+            }),
+            "{name}"
+        );
+        assert_eq!(result.text(), "Hello", "{name}");
+        let lines = rec.lines();
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("retry 1") && l.ends_with(redacted)),
+            "{name}: {lines:?}"
+        );
+        let wire: Vec<String> = rec
+            .events()
+            .iter()
+            .map(pagent::wire::encode_event_line)
+            .collect();
+        assert!(wire.iter().any(|l| l.contains(redacted)), "{name}");
+        assert!(!wire.concat().contains(key), "{name}");
+        assert!(!format!("{:?}", rec.events()).contains(key), "{name}");
+        assert!(!format!("{:?}", agent.snapshot()).contains(key), "{name}");
+    }
 }
 
 // ---- request bodies ----

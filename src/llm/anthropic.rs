@@ -3,7 +3,7 @@
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::http::{self, Endpoint};
+use super::http::{self, Call, Decode, Emitter, Endpoint};
 use super::{CancelToken, Provider, Request, StreamEvent, ThinkingLevel};
 use crate::Error;
 use crate::message::{AssistantMessage, ContentBlock, Message, StopReason, Usage};
@@ -29,7 +29,7 @@ pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 /// and `tool_use` (with `input_json_delta` fragments), `message_delta` (stop reason, output
 /// usage), `message_stop`, `ping`, and `error` (which becomes [`Error::Api`]). Stop reasons:
 /// `end_turn` and `stop_sequence` are `Stop`, `max_tokens` is `Length`, `tool_use` is
-/// `ToolUse`, `refusal` ends the reply with [`StopReason::Error`].
+/// `ToolUse`, `refusal` fails the reply with an [`Error::Api`] of kind `refusal`.
 ///
 /// Usage: `input` counts all prompt tokens, cached ones included (`input_tokens` plus
 /// `cache_read_input_tokens` plus `cache_creation_input_tokens`), like OpenAI's.
@@ -47,8 +47,12 @@ impl Anthropic {
     /// A provider for the server at `base_url` (the part before `/v1/messages`), without a
     /// key.
     pub fn new(base_url: impl Into<String>) -> Anthropic {
+        Anthropic::with_endpoint(Endpoint::new(base_url))
+    }
+
+    fn with_endpoint(endpoint: Endpoint) -> Anthropic {
         Anthropic {
-            endpoint: Endpoint::new(base_url),
+            endpoint,
             max_tokens: 8192,
             temperature: None,
         }
@@ -60,24 +64,13 @@ impl Anthropic {
     /// # Errors
     /// [`Error::Config`] when neither variable is set.
     pub fn from_env() -> Result<Anthropic, Error> {
-        let (base, key) = super::env::base_and_key(
+        Endpoint::from_env(
             "ANTHROPIC_BASE_URL",
             "ANTHROPIC_API_KEY",
             ANTHROPIC_BASE_URL,
             "set ANTHROPIC_API_KEY, or ANTHROPIC_BASE_URL for a compatible server",
-        )?;
-        let provider = Anthropic::new(base);
-        Ok(match key {
-            Some(key) => provider.api_key(key),
-            None => provider,
-        })
-    }
-
-    /// The key sent as `x-api-key`. Defaults to none.
-    #[must_use]
-    pub fn api_key(mut self, key: impl Into<String>) -> Anthropic {
-        self.endpoint.api_key = Some(key.into());
-        self
+        )
+        .map(Anthropic::with_endpoint)
     }
 
     /// The most tokens a reply may have (`max_tokens`, required by the API). Defaults to
@@ -94,11 +87,6 @@ impl Anthropic {
     pub fn temperature(mut self, temperature: f32) -> Anthropic {
         self.temperature = Some(temperature);
         self
-    }
-
-    /// The base URL requests go to.
-    pub fn base_url(&self) -> &str {
-        &self.endpoint.base_url
     }
 
     /// The request body for `request`, as sent.
@@ -150,7 +138,7 @@ impl Anthropic {
     }
 }
 
-super::http_setters!(Anthropic);
+super::http_setters!(Anthropic, "The key sent as `x-api-key`. Defaults to none.");
 
 /// The transcript as Anthropic messages: user turns and assistant turns alternate, so
 /// consecutive user-side messages (user text, tool results) share one turn.
@@ -218,28 +206,14 @@ impl Provider for Anthropic {
         if let Some(key) = &self.endpoint.api_key {
             headers.push(("x-api-key", key.clone()));
         }
-        let body = self.request_body(request);
-        let mut body = self
-            .endpoint
-            .open("/v1/messages", headers, &body, cancel, on_event)?;
-        let mut decoder = Decoder {
-            partial: PartialMessage::new(&request.model),
-            on_event,
-            blocks: Vec::new(),
-            calls: 0,
-            stop: None,
-            usage: Usage::default(),
+        let call = Call {
+            path: "/v1/messages",
+            headers,
+            body: self.request_body(request),
+            model: &request.model,
         };
-        let ended = http::for_each_event(
-            &mut body,
-            self.endpoint.http.max_event_bytes,
-            cancel,
-            |event| decoder.event(&event.data),
-        )?;
-        if !ended {
-            return Err(Error::Stream("the stream ended before message_stop".into()));
-        }
-        Ok(decoder.finish())
+        self.endpoint
+            .stream(call, Decoder::default(), cancel, on_event)
     }
 
     fn name(&self) -> &str {
@@ -247,13 +221,12 @@ impl Provider for Anthropic {
     }
 }
 
-struct Decoder<'a> {
-    partial: PartialMessage,
-    on_event: &'a mut dyn FnMut(StreamEvent),
+#[derive(Default)]
+struct Decoder {
     // The server's block index of each tool_use block, with our call index.
     blocks: Vec<(u64, usize)>,
     calls: usize,
-    stop: Option<StopReason>,
+    stop: Option<String>,
     usage: Usage,
 }
 
@@ -343,38 +316,33 @@ struct WireUsage {
     cache_creation_input_tokens: Option<u64>,
 }
 
-impl Decoder<'_> {
-    fn emit(&mut self, event: StreamEvent) {
-        self.partial.push(&event);
-        (self.on_event)(event);
-    }
-
+impl Decode for Decoder {
     /// Handles one event; true at `message_stop`.
-    fn event(&mut self, data: &str) -> Result<bool, Error> {
+    fn event(&mut self, data: &str, out: &mut Emitter<'_>) -> Result<bool, Error> {
         let event: Event = serde_json::from_str(data)
             .map_err(|e| Error::Stream(format!("an event is not valid json ({e})")))?;
         match event {
-            Event::MessageStart { message } => self.usage(message.usage),
+            Event::MessageStart { message } => self.usage(message.usage, out),
             Event::ContentBlockStart {
                 index,
                 content_block,
             } => match content_block {
-                Block::Text { text } if !text.is_empty() => self.emit(StreamEvent::text(text)),
+                Block::Text { text } if !text.is_empty() => out.emit(StreamEvent::text(text)),
                 Block::Thinking { thinking } if !thinking.is_empty() => {
-                    self.emit(StreamEvent::thinking(thinking))
+                    out.emit(StreamEvent::thinking(thinking))
                 }
                 Block::ToolUse { id, name } => {
                     self.blocks.push((index, self.calls));
                     self.calls += 1;
-                    self.emit(StreamEvent::ToolCallStart { id, name });
+                    out.emit(StreamEvent::ToolCallStart { id, name });
                 }
                 _ => {}
             },
             Event::ContentBlockDelta { index, delta } => match delta {
-                Delta::TextDelta { text } => self.emit(StreamEvent::TextDelta { text }),
-                Delta::ThinkingDelta { thinking } => self.emit(StreamEvent::thinking(thinking)),
+                Delta::TextDelta { text } => out.emit(StreamEvent::TextDelta { text }),
+                Delta::ThinkingDelta { thinking } => out.emit(StreamEvent::thinking(thinking)),
                 Delta::SignatureDelta { signature } => {
-                    self.emit(StreamEvent::ThinkingSignature { signature })
+                    out.emit(StreamEvent::ThinkingSignature { signature })
                 }
                 Delta::InputJsonDelta { partial_json } => {
                     let call = self.blocks.iter().find(|(i, _)| *i == index).map(|b| b.1);
@@ -384,7 +352,7 @@ impl Decoder<'_> {
                         )));
                     };
                     if !partial_json.is_empty() {
-                        self.emit(StreamEvent::ToolCallDelta {
+                        out.emit(StreamEvent::ToolCallDelta {
                             index,
                             arguments: partial_json,
                         });
@@ -393,64 +361,62 @@ impl Decoder<'_> {
                 Delta::Other => {}
             },
             Event::MessageDelta { delta, usage } => {
-                if let Some(reason) = delta.stop_reason {
-                    self.stop = Some(match reason.as_str() {
-                        "max_tokens" => StopReason::Length,
-                        "tool_use" => StopReason::ToolUse,
-                        "refusal" => StopReason::Error,
-                        _ => StopReason::Stop,
-                    });
+                if delta.stop_reason.is_some() {
+                    self.stop = delta.stop_reason;
                 }
-                self.usage(usage);
+                self.usage(usage, out);
             }
             Event::MessageStop {} => return Ok(true),
-            Event::Error { error } => {
-                let text = |k: &str| error.get(k).and_then(Value::as_str).map(str::to_owned);
-                return Err(Error::Api {
-                    kind: text("type").unwrap_or_else(|| "error".into()),
-                    message: text("message").unwrap_or_else(|| error.to_string()),
-                });
-            }
+            Event::Error { error } => return Err(http::api_error(&error)),
             Event::ContentBlockStop {} | Event::Ping {} | Event::Unknown => {}
         }
         Ok(false)
     }
 
+    fn finish(self, ended: bool, partial: PartialMessage) -> Result<AssistantMessage, Error> {
+        if !ended {
+            return Err(Error::Stream("the stream ended before message_stop".into()));
+        }
+        let stop = match self.stop.as_deref() {
+            Some("max_tokens") => StopReason::Length,
+            Some("tool_use") => StopReason::ToolUse,
+            Some("refusal") => {
+                return Err(Error::Api {
+                    kind: "refusal".into(),
+                    message: "the model refused to answer".into(),
+                });
+            }
+            Some(_) => StopReason::Stop,
+            None if self.calls > 0 => StopReason::ToolUse,
+            None => StopReason::Stop,
+        };
+        let message = partial.to_message(stop);
+        Ok(message)
+    }
+}
+
+impl Decoder {
     /// Merges a usage report (`message_start` has the input, `message_delta` the output;
     /// each field, when present, is the running total).
-    fn usage(&mut self, wire: Option<WireUsage>) {
+    fn usage(&mut self, wire: Option<WireUsage>, out: &mut Emitter<'_>) {
         let Some(w) = wire else { return };
         let mut u = self.usage;
         let fresh = w.input_tokens.unwrap_or(0);
         let read = w.cache_read_input_tokens.unwrap_or(0);
         let written = w.cache_creation_input_tokens.unwrap_or(0);
         if w.input_tokens.is_some() || w.cache_read_input_tokens.is_some() {
-            u.input = fresh + read + written;
+            u.input = fresh.saturating_add(read).saturating_add(written);
             u.cache_read = read;
             u.cache_write = written;
         }
         if let Some(out) = w.output_tokens {
             u.output = out;
         }
-        u.total = u.input + u.output;
+        u.total = u.input.saturating_add(u.output);
         self.usage = u;
-        self.emit(StreamEvent::Usage { usage: u });
-    }
-
-    fn finish(self) -> AssistantMessage {
-        let stop = self.stop.unwrap_or(if self.calls > 0 {
-            StopReason::ToolUse
-        } else {
-            StopReason::Stop
-        });
-        let mut message = self.partial.to_message(stop);
-        if stop == StopReason::Error {
-            message.error_message = Some("the model refused to answer".into());
-        }
-        message
+        out.emit(StreamEvent::Usage { usage: u });
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;

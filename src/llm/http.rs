@@ -23,6 +23,8 @@ use crossbeam_channel::{Receiver, Sender};
 use super::retry::{RetryPolicy, parse_retry_after};
 use super::sse;
 use super::{CancelToken, StreamEvent};
+use crate::message::AssistantMessage;
+use crate::partial::PartialMessage;
 use crate::{Error, TimeoutPhase};
 
 /// The most of an error body we read, and of it the most we put into an error message.
@@ -85,25 +87,108 @@ impl Endpoint {
         }
     }
 
-    /// Posts `body` as JSON to `{base_url}{path}` with `headers` (plus the content type) and
-    /// waits for the first byte of the reply; see [`HttpClient::open`].
-    pub(crate) fn open(
+    /// The endpoint the environment names: the base URL from `base_var` (else `default`) and
+    /// the key from `key_var`.
+    ///
+    /// # Errors
+    /// [`Error::Config`] saying `hint` when neither variable is set.
+    pub(crate) fn from_env(
+        base_var: &str,
+        key_var: &str,
+        default: &str,
+        hint: &str,
+    ) -> Result<Endpoint, Error> {
+        let (base, key) = super::env::base_and_key(base_var, key_var, default, hint)?;
+        Ok(Endpoint {
+            api_key: key,
+            ..Endpoint::new(base)
+        })
+    }
+
+    /// Sends `call` and decodes its event stream with `decoder` into the reply, handing each
+    /// event to `on_event` as it comes; see [`HttpClient::open`] for the retries.
+    ///
+    /// Every error returned, and every retry announced, has the API key scrubbed from it: a
+    /// server may echo the key in an error body, an in-stream error or a broken reply.
+    pub(crate) fn stream(
         &self,
-        path: &str,
-        mut headers: Vec<(&'static str, String)>,
-        body: &serde_json::Value,
+        call: Call<'_>,
+        decoder: impl Decode,
         cancel: &CancelToken,
         on_event: &mut dyn FnMut(StreamEvent),
-    ) -> Result<Body, Error> {
-        headers.push(("content-type", "application/json".to_owned()));
+    ) -> Result<AssistantMessage, Error> {
+        let secret = self.api_key.as_deref();
+        let mut on_event = |event| on_event(scrub_event(event, secret));
+        self.stream_unscrubbed(call, decoder, cancel, &mut on_event)
+            .map_err(|e| scrub_error(e, secret))
+    }
+
+    fn stream_unscrubbed(
+        &self,
+        mut call: Call<'_>,
+        mut decoder: impl Decode,
+        cancel: &CancelToken,
+        on_event: &mut dyn FnMut(StreamEvent),
+    ) -> Result<AssistantMessage, Error> {
+        call.headers
+            .push(("content-type", "application/json".to_owned()));
         let post = Post {
-            url: format!("{}{path}", self.base_url),
-            headers,
-            body: serde_json::to_vec(body)
+            url: format!("{}{}", self.base_url, call.path),
+            headers: call.headers,
+            body: serde_json::to_vec(&call.body)
                 .map_err(|e| Error::Config(format!("cannot encode the request: {e}")))?,
-            secret: self.api_key.as_deref(),
         };
-        self.http.open(&post, cancel, on_event)
+        let mut body = self.http.open(&post, cancel, on_event)?;
+        let mut out = Emitter {
+            partial: PartialMessage::new(call.model),
+            on_event,
+        };
+        let ended = for_each_event(&mut body, self.http.max_event_bytes, cancel, |event| {
+            decoder.event(&event.data, &mut out)
+        })?;
+        decoder.finish(ended, out.partial)
+    }
+}
+
+/// One streamed request of a provider: what differs between providers.
+pub(crate) struct Call<'a> {
+    /// Appended to the base URL.
+    pub(crate) path: &'a str,
+    /// The provider's headers; the content type is added.
+    pub(crate) headers: Vec<(&'static str, String)>,
+    /// The JSON body.
+    pub(crate) body: serde_json::Value,
+    /// The model, for the reply.
+    pub(crate) model: &'a str,
+}
+
+/// A provider's decoder of its event stream.
+pub(crate) trait Decode {
+    /// Handles the `data` of one event, emitting what it carries through `out`; true when
+    /// the event ends the reply.
+    ///
+    /// # Errors
+    /// A malformed event, or an error the server reports in the stream.
+    fn event(&mut self, data: &str, out: &mut Emitter<'_>) -> Result<bool, Error>;
+
+    /// The reply once the stream is over: `partial` holds what the events built, `ended`
+    /// says whether an event ended the reply (else the body just stopped).
+    ///
+    /// # Errors
+    /// A stream cut short, or a reply the server stopped (a content filter, a refusal).
+    fn finish(self, ended: bool, partial: PartialMessage) -> Result<AssistantMessage, Error>;
+}
+
+/// Where a decoder's events go: into the reply being assembled, and to the caller.
+pub(crate) struct Emitter<'a> {
+    partial: PartialMessage,
+    on_event: &'a mut dyn FnMut(StreamEvent),
+}
+
+impl Emitter<'_> {
+    pub(crate) fn emit(&mut self, event: StreamEvent) {
+        self.partial.push(&event);
+        (self.on_event)(event);
     }
 }
 
@@ -118,12 +203,10 @@ impl std::fmt::Debug for Endpoint {
 }
 
 /// What a request sends.
-pub(crate) struct Post<'a> {
+pub(crate) struct Post {
     pub(crate) url: String,
     pub(crate) headers: Vec<(&'static str, String)>,
     pub(crate) body: Vec<u8>,
-    /// The API key, scrubbed from every error message.
-    pub(crate) secret: Option<&'a str>,
 }
 
 enum Msg {
@@ -167,7 +250,7 @@ impl HttpClient {
     /// failures per the policy and announcing each retry through `on_event`.
     pub(crate) fn open(
         &self,
-        post: &Post<'_>,
+        post: &Post,
         cancel: &CancelToken,
         on_event: &mut dyn FnMut(StreamEvent),
     ) -> Result<Body, Error> {
@@ -192,7 +275,7 @@ impl HttpClient {
         }
     }
 
-    fn attempt(&self, post: &Post<'_>, cancel: &CancelToken) -> Result<Body, Error> {
+    fn attempt(&self, post: &Post, cancel: &CancelToken) -> Result<Body, Error> {
         if cancel.is_cancelled() {
             return Err(Error::Aborted);
         }
@@ -230,14 +313,14 @@ impl HttpClient {
                 } => {
                     return Err(Error::Http {
                         status,
-                        message: scrub(error_message(status, &body), post.secret),
+                        message: error_message(status, &body),
                         retry_after,
                     });
                 }
                 Msg::Fail(Error::Timeout(TimeoutPhase::Idle)) => {
                     return Err(Error::Timeout(TimeoutPhase::FirstByte));
                 }
-                Msg::Fail(e) => return Err(scrub_error(e, post.secret)),
+                Msg::Fail(e) => return Err(e),
             }
         }
     }
@@ -302,7 +385,7 @@ impl Body {
 
 /// Sends the SSE body of `body` through a parser and hands each event to `f` until `f`
 /// says it has seen the end (`Ok(true)`) or the body ends. Returns whether `f` saw the end.
-pub(crate) fn for_each_event(
+fn for_each_event(
     body: &mut Body,
     max_event_bytes: usize,
     cancel: &CancelToken,
@@ -409,19 +492,44 @@ fn from_ureq(e: ureq::Error) -> Error {
 pub(crate) fn error_message(status: u16, body: &[u8]) -> String {
     let text = String::from_utf8_lossy(body);
     let json: Option<serde_json::Value> = serde_json::from_str(&text).ok();
-    let from_json = json.as_ref().and_then(|v| {
-        let pick = |v: &serde_json::Value| v.as_str().map(str::to_owned);
-        v.pointer("/error/message")
-            .and_then(pick)
-            .or_else(|| v.get("error").and_then(pick))
-            .or_else(|| v.get("message").and_then(pick))
-            .or_else(|| v.get("detail").and_then(pick))
-    });
-    let message = from_json.unwrap_or_else(|| text.trim().to_owned());
+    let message = json
+        .as_ref()
+        .and_then(pick_message)
+        .unwrap_or_else(|| text.trim().to_owned());
     if message.is_empty() {
         return format!("the server gave no reason for status {status}");
     }
     truncate(message, ERROR_MESSAGE_LIMIT)
+}
+
+/// The message of an error object or body: `error.message`, a string `error`, `message` or
+/// `detail`, or the value itself when it is a string.
+fn pick_message(v: &serde_json::Value) -> Option<String> {
+    let pick = |v: &serde_json::Value| v.as_str().map(str::to_owned);
+    v.pointer("/error/message")
+        .and_then(pick)
+        .or_else(|| v.get("error").and_then(pick))
+        .or_else(|| v.get("message").and_then(pick))
+        .or_else(|| v.get("detail").and_then(pick))
+        .or_else(|| pick(v))
+}
+
+/// An error the server reports inside a stream, as an [`Error::Api`]: the `error` object
+/// (`{"type" or "code", "message"}`) or a bare string.
+pub(crate) fn api_error(error: &serde_json::Value) -> Error {
+    let kind = ["type", "code"]
+        .iter()
+        .find_map(|key| match error.get(key)? {
+            serde_json::Value::String(s) => Some(s.clone()),
+            serde_json::Value::Number(n) => Some(n.to_string()),
+            _ => None,
+        })
+        .unwrap_or_else(|| "error".into());
+    let message = pick_message(error).unwrap_or_else(|| error.to_string());
+    Error::Api {
+        kind,
+        message: truncate(message, ERROR_MESSAGE_LIMIT),
+    }
 }
 
 fn truncate(mut s: String, limit: usize) -> String {
@@ -436,18 +544,65 @@ fn truncate(mut s: String, limit: usize) -> String {
     s
 }
 
-/// `text` with every occurrence of the key replaced, in case a server echoes it back.
+const REDACTED: &str = "<redacted>";
+/// The shortest start of the key that is scrubbed from the end of a message cut short.
+const MIN_KEY_PREFIX: usize = 4;
+
+/// `text` with every occurrence of the key replaced, in case a server echoes it back; when
+/// the text was cut short (it ends in `...`) right inside the key, the start of the key too.
 pub(crate) fn scrub(text: String, secret: Option<&str>) -> String {
-    match secret {
-        Some(key) if !key.is_empty() && text.contains(key) => text.replace(key, "<redacted>"),
-        _ => text,
+    let Some(key) = secret.filter(|k| !k.is_empty()) else {
+        return text;
+    };
+    let text = if text.contains(key) {
+        text.replace(key, REDACTED)
+    } else {
+        text
+    };
+    let Some(cut) = text.strip_suffix("...") else {
+        return text;
+    };
+    let start = (MIN_KEY_PREFIX..key.len())
+        .rev()
+        .find(|&n| key.is_char_boundary(n) && cut.ends_with(&key[..n]));
+    match start {
+        Some(n) => format!("{}{REDACTED}...", &cut[..cut.len() - n]),
+        None => text,
     }
 }
 
-fn scrub_error(e: Error, secret: Option<&str>) -> Error {
-    match e {
-        Error::Connection(m) => Error::Connection(scrub(m, secret)),
-        Error::Config(m) => Error::Config(scrub(m, secret)),
+/// `e` with the key scrubbed from every text it holds.
+fn scrub_error(mut e: Error, secret: Option<&str>) -> Error {
+    let texts = match &mut e {
+        Error::Api { kind, message } => vec![kind, message],
+        Error::Http { message, .. }
+        | Error::NothingToContinue(message)
+        | Error::Config(message)
+        | Error::Connection(message)
+        | Error::Stream(message)
+        | Error::Provider(message)
+        | Error::Wire(message)
+        | Error::Io(message) => vec![message],
+        Error::Busy | Error::Aborted | Error::Timeout(_) | Error::ScriptExhausted => vec![],
+    };
+    for text in texts {
+        *text = scrub(std::mem::take(text), secret);
+    }
+    e
+}
+
+/// `event` with the key scrubbed from the error text of a retry.
+fn scrub_event(event: StreamEvent, secret: Option<&str>) -> StreamEvent {
+    match event {
+        StreamEvent::Retry {
+            attempt,
+            delay_ms,
+            error,
+        } => StreamEvent::Retry {
+            attempt,
+            delay_ms,
+            error: scrub(error, secret),
+        },
         other => other,
     }
 }
@@ -497,6 +652,28 @@ mod tests {
     }
 
     #[test]
+    fn in_stream_errors_name_their_type_or_code() {
+        let api = |kind: &str, message: &str| Error::Api {
+            kind: kind.into(),
+            message: message.into(),
+        };
+        let error = |v: serde_json::Value| api_error(&v);
+        assert_eq!(
+            error(serde_json::json!({"type": "overloaded_error", "message": "Overloaded"})),
+            api("overloaded_error", "Overloaded")
+        );
+        assert_eq!(
+            error(serde_json::json!({"code": 500, "message": "boom"})),
+            api("500", "boom")
+        );
+        assert_eq!(error(serde_json::json!("boom")), api("error", "boom"));
+        assert_eq!(
+            error(serde_json::json!({"code": true})),
+            api("error", r#"{"code":true}"#)
+        );
+    }
+
+    #[test]
     fn the_key_is_scrubbed_from_messages() {
         let m = scrub(
             "Incorrect API key provided: sk-secret".into(),
@@ -504,5 +681,9 @@ mod tests {
         );
         assert_eq!(m, "Incorrect API key provided: <redacted>");
         assert_eq!(scrub("x".into(), Some("")), "x");
+        let cut = |text: &str| scrub(text.into(), Some("sk-secret"));
+        assert_eq!(cut("key sk-sec..."), "key <redacted>...");
+        assert_eq!(cut("key sk-..."), "key sk-...");
+        assert_eq!(cut("key sk-sec"), "key sk-sec");
     }
 }

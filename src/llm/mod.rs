@@ -38,10 +38,23 @@ use crate::Error;
 pub use crate::cancel::CancelToken;
 use crate::message::{AssistantMessage, Message, Usage};
 
-/// The setters every HTTP provider has, delegating to its `endpoint: Endpoint` field.
+/// The key and client setters every HTTP provider has, and its base URL, delegating to its
+/// `endpoint: Endpoint` field; `$key_doc` documents `api_key` (how the key is sent).
 macro_rules! http_setters {
-    ($provider:ty) => {
+    ($provider:ty, $key_doc:literal) => {
         impl $provider {
+            #[doc = $key_doc]
+            #[must_use]
+            pub fn api_key(mut self, key: impl Into<String>) -> $provider {
+                self.endpoint.api_key = Some(key.into());
+                self
+            }
+
+            /// The base URL requests go to.
+            pub fn base_url(&self) -> &str {
+                &self.endpoint.base_url
+            }
+
             /// How long connecting (DNS, TCP, TLS) may take. Defaults to 10 s.
             #[must_use]
             pub fn connect_timeout(mut self, timeout: std::time::Duration) -> $provider {

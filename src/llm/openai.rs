@@ -4,7 +4,7 @@
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::http::{self, Endpoint};
+use super::http::{self, Call, Decode, Emitter, Endpoint};
 use super::{CancelToken, Provider, Request, StreamEvent, ThinkingLevel};
 use crate::Error;
 use crate::message::{AssistantMessage, Message, StopReason, Usage};
@@ -26,8 +26,8 @@ pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
 /// What it reads: text deltas, reasoning deltas (`reasoning_content`, or `reasoning`), tool
 /// calls keyed by `index` with arguments in fragments (a repeated id or name, as some servers
 /// send, is ignored), usage (with cached and reasoning tokens where reported) from the chunk
-/// that carries it, `finish_reason` (`stop`, `length`, `tool_calls`; `content_filter` ends
-/// the reply with [`StopReason::Error`]), and `data: [DONE]`.
+/// that carries it, `finish_reason` (`stop`, `length`, `tool_calls`; `content_filter` fails
+/// the reply with an [`Error::Api`] of kind `content_filter`), and `data: [DONE]`.
 ///
 /// Failures: HTTP errors become [`Error::Http`] with the server's own message; an `error`
 /// object in the stream becomes [`Error::Api`]; a stream that ends before `finish_reason`,
@@ -60,8 +60,12 @@ impl OpenAiCompat {
     /// A provider for the server at `base_url` (the part before `/chat/completions`, such as
     /// `https://api.openai.com/v1` or `http://127.0.0.1:11434/v1`), without a key.
     pub fn new(base_url: impl Into<String>) -> OpenAiCompat {
+        OpenAiCompat::with_endpoint(Endpoint::new(base_url))
+    }
+
+    fn with_endpoint(endpoint: Endpoint) -> OpenAiCompat {
         OpenAiCompat {
-            endpoint: Endpoint::new(base_url),
+            endpoint,
             temperature: None,
             max_tokens: None,
             extra_body: serde_json::Map::new(),
@@ -75,24 +79,13 @@ impl OpenAiCompat {
     /// [`Error::Config`] when neither variable is set: OpenAI itself needs a key, a local
     /// server needs its URL.
     pub fn from_env() -> Result<OpenAiCompat, Error> {
-        let (base, key) = super::env::base_and_key(
+        Endpoint::from_env(
             "OPENAI_BASE_URL",
             "OPENAI_API_KEY",
             OPENAI_BASE_URL,
             "set OPENAI_API_KEY, or OPENAI_BASE_URL for a local server",
-        )?;
-        let provider = OpenAiCompat::new(base);
-        Ok(match key {
-            Some(key) => provider.api_key(key),
-            None => provider,
-        })
-    }
-
-    /// The key sent as `Authorization: Bearer <key>`. Defaults to none (local servers).
-    #[must_use]
-    pub fn api_key(mut self, key: impl Into<String>) -> OpenAiCompat {
-        self.endpoint.api_key = Some(key.into());
-        self
+        )
+        .map(OpenAiCompat::with_endpoint)
     }
 
     /// The sampling temperature. Defaults to the server's default (not sent).
@@ -119,11 +112,6 @@ impl OpenAiCompat {
             self.extra_body.extend(map);
         }
         self
-    }
-
-    /// The base URL requests go to.
-    pub fn base_url(&self) -> &str {
-        &self.endpoint.base_url
     }
 
     /// The request body for `request`, as sent.
@@ -175,7 +163,10 @@ impl OpenAiCompat {
     }
 }
 
-super::http_setters!(OpenAiCompat);
+super::http_setters!(
+    OpenAiCompat,
+    "The key sent as `Authorization: Bearer <key>`. Defaults to none (local servers)."
+);
 
 fn message_json(message: &Message) -> Option<Value> {
     match message {
@@ -224,23 +215,14 @@ impl Provider for OpenAiCompat {
         if let Some(key) = &self.endpoint.api_key {
             headers.push(("authorization", format!("Bearer {key}")));
         }
-        let body = self.request_body(request);
-        let mut body = self
-            .endpoint
-            .open("/chat/completions", headers, &body, cancel, on_event)?;
-        let mut decoder = Decoder {
-            partial: PartialMessage::new(&request.model),
-            on_event,
-            calls: Vec::new(),
-            finish: None,
+        let call = Call {
+            path: "/chat/completions",
+            headers,
+            body: self.request_body(request),
+            model: &request.model,
         };
-        http::for_each_event(
-            &mut body,
-            self.endpoint.http.max_event_bytes,
-            cancel,
-            |event| decoder.event(&event.data),
-        )?;
-        decoder.finish()
+        self.endpoint
+            .stream(call, Decoder::default(), cancel, on_event)
     }
 
     fn name(&self) -> &str {
@@ -248,12 +230,11 @@ impl Provider for OpenAiCompat {
     }
 }
 
-struct Decoder<'a> {
-    partial: PartialMessage,
-    on_event: &'a mut dyn FnMut(StreamEvent),
+#[derive(Default)]
+struct Decoder {
     // The server's `index` of each call we started, in our call order.
     calls: Vec<u64>,
-    finish: Option<StopReason>,
+    finish: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -315,33 +296,23 @@ struct CompletionDetails {
     reasoning_tokens: u64,
 }
 
-impl Decoder<'_> {
-    fn emit(&mut self, event: StreamEvent) {
-        self.partial.push(&event);
-        (self.on_event)(event);
-    }
-
+impl Decode for Decoder {
     /// Handles one `data:` payload; true at `[DONE]`.
-    fn event(&mut self, data: &str) -> Result<bool, Error> {
+    fn event(&mut self, data: &str, out: &mut Emitter<'_>) -> Result<bool, Error> {
         if data.trim() == "[DONE]" {
             return Ok(true);
         }
         let chunk: Chunk = serde_json::from_str(data)
             .map_err(|e| Error::Stream(format!("a chunk is not valid json ({e})")))?;
         if let Some(error) = chunk.error {
-            return Err(api_error(&error));
+            return Err(http::api_error(&error));
         }
         for choice in chunk.choices {
             if let Some(delta) = choice.delta {
-                self.delta(delta);
+                self.delta(delta, out);
             }
             if let Some(reason) = choice.finish_reason {
-                self.finish = Some(match reason.as_str() {
-                    "length" => StopReason::Length,
-                    "tool_calls" | "function_call" => StopReason::ToolUse,
-                    "content_filter" => StopReason::Error,
-                    _ => StopReason::Stop,
-                });
+                self.finish = Some(reason);
             }
         }
         if let Some(u) = chunk.usage {
@@ -352,25 +323,52 @@ impl Decoder<'_> {
                 reasoning: u
                     .completion_tokens_details
                     .map_or(0, |d| d.reasoning_tokens),
-                total: u.total_tokens.max(u.prompt_tokens + u.completion_tokens),
+                total: u
+                    .total_tokens
+                    .max(u.prompt_tokens.saturating_add(u.completion_tokens)),
                 ..Usage::default()
             };
-            self.emit(StreamEvent::Usage { usage });
+            out.emit(StreamEvent::Usage { usage });
         }
         Ok(false)
     }
 
-    fn delta(&mut self, delta: Delta) {
+    fn finish(self, _ended: bool, partial: PartialMessage) -> Result<AssistantMessage, Error> {
+        let Some(reason) = self.finish else {
+            return Err(Error::Stream(
+                "the stream ended before a finish_reason".into(),
+            ));
+        };
+        let stop = match reason.as_str() {
+            "length" => StopReason::Length,
+            "tool_calls" | "function_call" => StopReason::ToolUse,
+            "content_filter" => {
+                return Err(Error::Api {
+                    kind: reason,
+                    message: "the reply was stopped by the content filter".into(),
+                });
+            }
+            // Some servers say `stop` for a reply that calls tools.
+            _ if !self.calls.is_empty() => StopReason::ToolUse,
+            _ => StopReason::Stop,
+        };
+        let message = partial.to_message(stop);
+        Ok(message)
+    }
+}
+
+impl Decoder {
+    fn delta(&mut self, delta: Delta, out: &mut Emitter<'_>) {
         for text in [delta.reasoning_content, delta.reasoning]
             .into_iter()
             .flatten()
         {
             if !text.is_empty() {
-                self.emit(StreamEvent::ThinkingDelta { text });
+                out.emit(StreamEvent::ThinkingDelta { text });
             }
         }
         if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
-            self.emit(StreamEvent::TextDelta { text });
+            out.emit(StreamEvent::TextDelta { text });
         }
         for call in delta.tool_calls.into_iter().flatten() {
             // Servers that send one call per delta may leave out `index`.
@@ -387,46 +385,13 @@ impl Decoder<'_> {
                     self.calls.push(key);
                     let id = call.id.unwrap_or_else(|| format!("call_{key}"));
                     let name = name.unwrap_or_default();
-                    self.emit(StreamEvent::ToolCallStart { id, name });
+                    out.emit(StreamEvent::ToolCallStart { id, name });
                     self.calls.len() - 1
                 }
             };
             if let Some(arguments) = arguments.filter(|a| !a.is_empty()) {
-                self.emit(StreamEvent::ToolCallDelta { index, arguments });
+                out.emit(StreamEvent::ToolCallDelta { index, arguments });
             }
         }
     }
-
-    fn finish(self) -> Result<AssistantMessage, Error> {
-        let Some(mut stop) = self.finish else {
-            return Err(Error::Stream(
-                "the stream ended before a finish_reason".into(),
-            ));
-        };
-        // Some servers say `stop` for a reply that calls tools.
-        if stop == StopReason::Stop && !self.calls.is_empty() {
-            stop = StopReason::ToolUse;
-        }
-        let mut message = self.partial.to_message(stop);
-        if stop == StopReason::Error {
-            message.error_message = Some("the reply was stopped by the content filter".into());
-        }
-        Ok(message)
-    }
-}
-
-/// An `error` object inside a stream: `{"message", "type", "code"}` or a bare string.
-fn api_error(error: &Value) -> Error {
-    let text = |key: &str| error.get(key).and_then(Value::as_str).map(str::to_owned);
-    let kind = text("type")
-        .or_else(|| {
-            error
-                .get("code")
-                .map(|c| c.to_string().trim_matches('"').to_owned())
-        })
-        .unwrap_or_else(|| "error".into());
-    let message = text("message")
-        .or_else(|| error.as_str().map(str::to_owned))
-        .unwrap_or_else(|| error.to_string());
-    Error::Api { kind, message }
 }
