@@ -402,8 +402,7 @@ impl Run<'_> {
         };
         let (mut reply, error) = match outcome {
             // A reply the provider ended with `Error` without failing (a scripted `Faux` reply,
-            // a custom provider): the run
-            // ends with `Error`, so it carries one.
+            // a custom provider): the run ends with `Error`, so it carries one.
             Ok(Ok(reply)) if reply.stop_reason == StopReason::Error => {
                 let message = reply
                     .error_message
