@@ -443,14 +443,21 @@ fn malformed_lines_get_errors_and_the_server_reads_on() {
     let (id, code, _) = error(&c);
     assert_eq!((id, code), (Value::Null, codes::PARSE_ERROR));
     c.send_raw("[1,2,3]");
-    assert_eq!(error(&c).1, codes::INVALID_REQUEST);
+    assert_eq!(
+        error(&c),
+        (
+            Value::Null,
+            codes::INVALID_REQUEST,
+            "the line is not a JSON object".to_owned()
+        )
+    );
     c.send_raw(r#"{"jsonrpc":"1.0","id":2,"method":"initialize"}"#);
     assert_eq!(
         error(&c),
         (
             json!(2),
             codes::INVALID_REQUEST,
-            "`jsonrpc` must be \"2.0\"".to_owned()
+            r#"`jsonrpc` is "1.0", not "2.0""#.to_owned()
         )
     );
     c.send_raw(r#"{"jsonrpc":"2.0","id":3,"method":7}"#);

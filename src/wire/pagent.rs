@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::codec::{notification_line, to_json};
+use super::codec::{notification_line, notification_to, to_json};
 use crate::event::{AgentEvent, RunStopReason};
 use crate::llm::StreamEvent;
 use crate::message::{AssistantMessage, Message, ToolCall, ToolResultMessage, Usage};
@@ -293,7 +293,10 @@ impl Encoder {
 }
 
 fn line(method: &str, params: &Value) -> String {
-    notification_line(method, &to_json(params))
+    let mut bytes = Vec::new();
+    notification_to(&mut bytes, method, params);
+    bytes.pop();
+    String::from_utf8(bytes).expect("JSON is UTF-8")
 }
 
 /// pagent's usage object: the OpenAI names.

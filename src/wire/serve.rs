@@ -9,7 +9,10 @@ use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
 
-use super::codec::{MAX_LINE_LEN, encode_event_line};
+use super::codec::{
+    MAX_LINE_LEN, Malformed, check_jsonrpc, encode_event_line, error_to, parse_object, request_to,
+    result_to,
+};
 use super::lines::{Line, read_line};
 use crate::hooks::ToolDecision;
 use crate::message::Message;
@@ -81,24 +84,30 @@ struct Out {
 }
 
 impl Out {
-    fn line(&self, line: &str) {
+    /// Writes what `encode` appends (whole lines) and flushes.
+    fn lines(&self, encode: impl FnOnce(&mut Vec<u8>)) {
+        let mut bytes = Vec::new();
+        encode(&mut bytes);
         let mut w = self.w.lock();
-        let r = w
-            .write_all(line.as_bytes())
-            .and_then(|()| w.write_all(b"\n"))
-            .and_then(|()| w.flush());
+        let r = w.write_all(&bytes).and_then(|()| w.flush());
         if let Err(e) = r {
             self.error.lock().get_or_insert(e);
         }
     }
 
-    fn result(&self, id: &Value, result: Value) {
-        self.line(&json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string());
+    fn line(&self, line: &str) {
+        self.lines(|bytes| {
+            bytes.extend_from_slice(line.as_bytes());
+            bytes.push(b'\n');
+        });
     }
 
-    fn error(&self, id: &Value, code: i64, message: impl Into<String>) {
-        let error = json!({"code": code, "message": message.into()});
-        self.line(&json!({"jsonrpc": "2.0", "id": id, "error": error}).to_string());
+    fn result(&self, id: &Value, result: &Value) {
+        self.lines(|bytes| result_to(bytes, id, result));
+    }
+
+    fn error(&self, id: &Value, code: i64, message: impl AsRef<str>) {
+        self.lines(|bytes| error_to(bytes, id, code, message.as_ref()));
     }
 }
 
@@ -217,16 +226,15 @@ pub fn serve(
                 pending.insert(id, tx);
             }
             let params = json!({"call": request.call});
-            out.line(
-                &json!({"jsonrpc": "2.0", "id": id, "method": "approve_tool_call", "params": params})
-                    .to_string(),
-            );
+            out.lines(|bytes| request_to(bytes, &id.into(), "approve_tool_call", &params));
             let answer = request.wait_for(&rx);
             approvals.pending.lock().remove(&id);
             match answer {
                 Some(Answer::Approve) => ToolDecision::Allow,
                 Some(Answer::Reject(reason)) => ToolDecision::Block(reason),
-                None => ToolDecision::Block("no approval: the run was aborted or the client left".into()),
+                None => ToolDecision::Block(
+                    "no approval: the run was aborted or the client left".into(),
+                ),
             }
         })
     } else {
@@ -285,21 +293,15 @@ impl<'a> Server<'a> {
         if line.iter().all(u8::is_ascii_whitespace) {
             return;
         }
-        let parsed = std::str::from_utf8(line)
-            .map_err(|e| format!("parse error: {e}"))
-            .and_then(|s| {
-                serde_json::from_str::<Value>(s).map_err(|e| format!("parse error: {e}"))
-            });
-        let message = match parsed {
-            Ok(Value::Object(m)) => m,
-            Ok(_) => {
-                return self.out.error(
-                    &Value::Null,
-                    codes::INVALID_REQUEST,
-                    "a request must be a JSON object",
-                );
+        let message = match parse_object(line) {
+            Ok(m) => m,
+            Err(bad) => {
+                let code = match bad {
+                    Malformed::NotJson(_) => codes::PARSE_ERROR,
+                    Malformed::NotObject => codes::INVALID_REQUEST,
+                };
+                return self.out.error(&Value::Null, code, bad.message());
             }
-            Err(why) => return self.out.error(&Value::Null, codes::PARSE_ERROR, why),
         };
         let id = message.get("id").cloned();
         let is_response = message.contains_key("result") || message.contains_key("error");
@@ -309,12 +311,8 @@ impl<'a> Server<'a> {
             return;
         }
         let reply_id = id.clone().unwrap_or(Value::Null);
-        if message.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-            return self.out.error(
-                &reply_id,
-                codes::INVALID_REQUEST,
-                "`jsonrpc` must be \"2.0\"",
-            );
+        if let Err(why) = check_jsonrpc(&message) {
+            return self.out.error(&reply_id, codes::INVALID_REQUEST, why);
         }
         if !matches!(
             id,
@@ -339,7 +337,7 @@ impl<'a> Server<'a> {
             _ => self.call(method, params),
         };
         match (answer, id) {
-            (Ok(Some(result)), Some(id)) => self.out.result(&id, result),
+            (Ok(Some(result)), Some(id)) => self.out.result(&id, &result),
             (Err((code, why)), Some(id)) => self.out.error(&id, code, why),
             // Notifications are never answered; a prompt answers when its run ends.
             _ => {}
@@ -398,7 +396,7 @@ impl<'a> Server<'a> {
             match outcome {
                 Ok(r) => self.out.result(
                     &id,
-                    json!({
+                    &json!({
                         "stop_reason": r.stop_reason,
                         "text": r.text(),
                         "usage": r.usage,
