@@ -39,13 +39,12 @@ use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
-use std::sync::Arc;
-
-use parking_lot::Mutex;
 
 use crate::Error;
 use crate::event::AgentEvent;
 use crate::message::Message;
+use crate::wire::codec::write_json;
+use crate::wire::lines::LineSink;
 
 /// Appends messages to a session file, one line each, flushed per message.
 ///
@@ -53,24 +52,25 @@ use crate::message::Message;
 /// [`crate::Agent::subscribe`] to record a run as it goes.
 #[derive(Clone)]
 pub struct Writer {
-    inner: Arc<Mutex<Inner>>,
-}
-
-struct Inner {
-    file: File,
-    error: Option<Error>,
+    sink: LineSink<File>,
 }
 
 impl fmt::Debug for Writer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Writer")
-            .field("error", &self.inner.lock().error)
+            .field("error", &self.sink.error())
             .finish_non_exhaustive()
     }
 }
 
 fn io(e: std::io::Error) -> Error {
     Error::Io(e.to_string())
+}
+
+/// Appends `message` as one line, with its `\n`.
+fn message_line(buf: &mut Vec<u8>, message: &Message) {
+    write_json(buf, message);
+    buf.push(b'\n');
 }
 
 impl Writer {
@@ -115,7 +115,7 @@ impl Writer {
 
     fn from_file(file: File) -> Writer {
         Writer {
-            inner: Arc::new(Mutex::new(Inner { file, error: None })),
+            sink: LineSink::new(file, ()),
         }
     }
 
@@ -129,40 +129,22 @@ impl Writer {
     /// [`Error::Io`] when writing fails, now or at an earlier message (the writer then stays
     /// silent, so the file never has a hole in the middle).
     pub fn write_message(&self, message: &Message) -> Result<(), Error> {
-        let mut inner = self.inner.lock();
-        if let Some(e) = &inner.error {
-            return Err(e.clone());
-        }
-        let mut line = serde_json::to_vec(message)
-            // OK because a message is plain data with string keys.
-            .expect("a message serializes");
-        line.push(b'\n');
-        let written = inner
-            .file
-            .write_all(&line)
-            .and_then(|()| inner.file.flush());
-        written.map_err(|e| {
-            let e = io(e);
-            inner.error = Some(e.clone());
-            e
-        })
+        self.sink.write(|(), buf| message_line(buf, message))
     }
 
     /// A listener that appends each message at its `MessageEnd` (errors are kept in
     /// [`Writer::error`]).
     pub fn listener(&self) -> impl Fn(&AgentEvent) + Send + Sync + 'static {
-        let writer = self.clone();
-        move |event| {
+        self.sink.listener(|(), event, buf| {
             if let AgentEvent::MessageEnd { message } = event {
-                // Kept for `Writer::error`; a listener has nobody to return it to.
-                let _ = writer.write_message(message);
+                message_line(buf, message);
             }
-        }
+        })
     }
 
     /// The first write error, if writing failed.
     pub fn error(&self) -> Option<Error> {
-        self.inner.lock().error.clone()
+        self.sink.error()
     }
 }
 

@@ -588,3 +588,39 @@ fn python_client_drives_the_example_server_through_an_approved_tool_call() {
         assert!(stdout.trim_end().ends_with("ok"), "{stdout}");
     }
 }
+
+/// An output that refuses every write.
+struct Broken;
+
+impl Write for Broken {
+    fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::BrokenPipe,
+            "the client is gone",
+        ))
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_failing_output_is_returned_when_the_input_ends() {
+    let input = concat!(
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize"}"#,
+        "\n",
+        r#"{"jsonrpc":"2.0","id":2,"method":"snapshot"}"#,
+        "\n"
+    );
+    let result = wire::serve(
+        agent(Faux::default()),
+        input.as_bytes(),
+        Broken,
+        ServeOptions::new(),
+    );
+    match result {
+        Err(Error::Io(why)) => assert!(why.contains("the client is gone"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+}

@@ -1,7 +1,7 @@
 //! `serve`: an agent driven over line-delimited JSON-RPC 2.0 (stdin/stdout or any pipe).
 
 use std::collections::HashMap;
-use std::io::{self, BufRead, Write};
+use std::io::{BufRead, Write};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -13,7 +13,7 @@ use super::codec::{
     MAX_LINE_LEN, Malformed, check_jsonrpc, encode_event_line, error_to, parse_object, request_to,
     result_to,
 };
-use super::lines::{Line, read_line};
+use super::lines::{Line, LineSink, read_line};
 use crate::hooks::ToolDecision;
 use crate::message::Message;
 use crate::state::State;
@@ -77,29 +77,15 @@ impl ServeOptions {
 }
 
 /// Where every line goes: responses, requests to the client and event notifications, each
-/// written whole and flushed under one lock.
-struct Out {
-    w: Mutex<Box<dyn Write + Send>>,
-    error: Mutex<Option<io::Error>>,
-}
+/// written whole and flushed under one lock. After a write error nothing more is written;
+/// `serve` returns the error when its input ends.
+struct Out(LineSink<Box<dyn Write + Send>>);
 
 impl Out {
     /// Writes what `encode` appends (whole lines) and flushes.
     fn lines(&self, encode: impl FnOnce(&mut Vec<u8>)) {
-        let mut bytes = Vec::new();
-        encode(&mut bytes);
-        let mut w = self.w.lock();
-        let r = w.write_all(&bytes).and_then(|()| w.flush());
-        if let Err(e) = r {
-            self.error.lock().get_or_insert(e);
-        }
-    }
-
-    fn line(&self, line: &str) {
-        self.lines(|bytes| {
-            bytes.extend_from_slice(line.as_bytes());
-            bytes.push(b'\n');
-        });
+        // The error is kept in the sink, for `serve` to return.
+        let _ = self.0.write(|(), bytes| encode(bytes));
     }
 
     fn result(&self, id: &Value, result: &Value) {
@@ -208,10 +194,7 @@ pub fn serve(
     output: impl Write + Send + 'static,
     options: ServeOptions,
 ) -> Result<(), Error> {
-    let out = Arc::new(Out {
-        w: Mutex::new(Box::new(output)),
-        error: Mutex::new(None),
-    });
+    let out = Arc::new(Out(LineSink::new(Box::new(output), ())));
     let approvals = Arc::new(Approvals::default());
     let builder = if options.approve_tools {
         let (out, approvals) = (out.clone(), approvals.clone());
@@ -241,8 +224,10 @@ pub fn serve(
         builder
     };
     let agent = builder.build()?;
-    let events = out.clone();
-    let _events = agent.subscribe(move |event| events.line(&encode_event_line(event)));
+    let _events = agent.subscribe(out.0.listener(|(), event, bytes| {
+        bytes.extend_from_slice(encode_event_line(event).as_bytes());
+        bytes.push(b'\n');
+    }));
     let server = Server {
         agent: &agent,
         out: &out,
@@ -271,8 +256,8 @@ pub fn serve(
         read
     });
     read?;
-    match out.error.lock().take() {
-        Some(e) => Err(Error::Io(e.to_string())),
+    match out.0.error() {
+        Some(e) => Err(e),
         None => Ok(()),
     }
 }
