@@ -13,7 +13,10 @@ use crate::event::AgentEvent;
 /// What [`read_line`] found.
 pub(crate) enum Line {
     End,
-    Whole,
+    /// A line within the limit; `ended` is false for a last line without its line end.
+    Whole {
+        ended: bool,
+    },
     TooLong(usize),
 }
 
@@ -36,7 +39,7 @@ pub(crate) fn read_line(
         if available.is_empty() {
             return Ok(match (seen, dropped) {
                 (false, _) => Line::End,
-                (true, 0) => Line::Whole,
+                (true, 0) => Line::Whole { ended: false },
                 (true, n) => Line::TooLong(n),
             });
         }
@@ -63,7 +66,7 @@ pub(crate) fn read_line(
                 buf.pop();
             }
             return Ok(if dropped == 0 {
-                Line::Whole
+                Line::Whole { ended: true }
             } else {
                 Line::TooLong(dropped)
             });
@@ -232,19 +235,19 @@ mod tests {
     fn read_line_tells_a_last_line_without_its_end() {
         let mut input = &b"one\r\ntwo"[..];
         let mut buf = Vec::new();
+        let mut read = || read_line(&mut input, &mut buf, 10).unwrap();
+        assert!(matches!(read(), Line::Whole { ended: true }));
+        assert!(matches!(read(), Line::Whole { ended: false }));
+        assert!(matches!(read(), Line::End));
+        let mut input = &b"far too long\nok"[..];
         assert!(matches!(
-            read_line(&mut input, &mut buf, 10).unwrap(),
-            Line::Whole
+            read_line(&mut input, &mut buf, 4).unwrap(),
+            Line::TooLong(12)
         ));
-        assert_eq!(buf, b"one");
         assert!(matches!(
-            read_line(&mut input, &mut buf, 10).unwrap(),
-            Line::Whole
+            read_line(&mut input, &mut buf, 4).unwrap(),
+            Line::Whole { ended: false }
         ));
-        assert_eq!(buf, b"two");
-        assert!(matches!(
-            read_line(&mut input, &mut buf, 10).unwrap(),
-            Line::End
-        ));
+        assert_eq!(buf, b"ok");
     }
 }

@@ -248,7 +248,7 @@ pub fn serve(
                         options.max_line_len
                     ),
                 ),
-                Ok(Line::Whole) => server.handle(scope, &buf),
+                Ok(Line::Whole { .. }) => server.handle(scope, &buf),
                 Err(e) => break Err(Error::Io(e.to_string())),
             }
         };
