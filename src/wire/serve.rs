@@ -10,8 +10,8 @@ use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
 
 use super::codec::{
-    MAX_LINE_LEN, Malformed, check_jsonrpc, encode_event_line, error_to, parse_object, request_to,
-    result_to,
+    MAX_LINE_LEN, Malformed, check_jsonrpc, error_to, parse_object, request_to, result_to,
+    write_event,
 };
 use super::lines::{Line, LineSink, read_line};
 use crate::hooks::ToolDecision;
@@ -224,10 +224,7 @@ pub fn serve(
         builder
     };
     let agent = builder.build()?;
-    let _events = agent.subscribe(out.0.listener(|(), event, bytes| {
-        bytes.extend_from_slice(encode_event_line(event).as_bytes());
-        bytes.push(b'\n');
-    }));
+    let _events = agent.subscribe(out.0.listener(|(), event, bytes| write_event(bytes, event)));
     let server = Server {
         agent: &agent,
         out: &out,

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::io::Write;
 
-use super::codec::encode_event_line;
+use super::codec::write_event;
 use super::lines::LineSink;
 use super::pagent::{Encoder, Version};
 use crate::Error;
@@ -34,18 +34,8 @@ impl Format {
     /// Appends the lines of `event`, each with its `\n`.
     fn encode(&mut self, event: &AgentEvent, buf: &mut Vec<u8>) {
         match self {
-            Format::Native => {
-                buf.extend_from_slice(encode_event_line(event).as_bytes());
-                buf.push(b'\n');
-            }
-            Format::Pagent(encoder) => {
-                let mut lines = Vec::new();
-                encoder.encode(event, &mut lines);
-                for l in lines {
-                    buf.extend_from_slice(l.as_bytes());
-                    buf.push(b'\n');
-                }
-            }
+            Format::Native => write_event(buf, event),
+            Format::Pagent(encoder) => encoder.encode(event, buf),
         }
     }
 }
