@@ -37,15 +37,14 @@
 
 use std::fmt;
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{BufReader, Read, Seek, SeekFrom, Write};
 use std::path::Path;
-use std::sync::Arc;
-
-use parking_lot::Mutex;
 
 use crate::Error;
 use crate::event::AgentEvent;
 use crate::message::Message;
+use crate::wire::codec::write_json;
+use crate::wire::lines::{Line, LineSink, read_line};
 
 /// Appends messages to a session file, one line each, flushed per message.
 ///
@@ -53,24 +52,25 @@ use crate::message::Message;
 /// [`crate::Agent::subscribe`] to record a run as it goes.
 #[derive(Clone)]
 pub struct Writer {
-    inner: Arc<Mutex<Inner>>,
-}
-
-struct Inner {
-    file: File,
-    error: Option<Error>,
+    sink: LineSink<File>,
 }
 
 impl fmt::Debug for Writer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Writer")
-            .field("error", &self.inner.lock().error)
+            .field("error", &self.sink.error())
             .finish_non_exhaustive()
     }
 }
 
 fn io(e: std::io::Error) -> Error {
     Error::Io(e.to_string())
+}
+
+/// Appends `message` as one line, with its `\n`.
+fn message_line(buf: &mut Vec<u8>, message: &Message) {
+    write_json(buf, message);
+    buf.push(b'\n');
 }
 
 impl Writer {
@@ -98,24 +98,13 @@ impl Writer {
             .create(true)
             .open(path)
             .map_err(io)?;
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes).map_err(io)?;
-        if !bytes.is_empty() && !bytes.ends_with(b"\n") {
-            let keep = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-            if serde_json::from_slice::<Message>(&bytes[keep..]).is_ok() {
-                // A whole message without its line end (written by hand): keep it.
-                file.write_all(b"\n").map_err(io)?;
-            } else {
-                file.set_len(keep as u64).map_err(io)?;
-                file.seek(SeekFrom::End(0)).map_err(io)?;
-            }
-        }
+        end_last_line(&mut file).map_err(io)?;
         Ok(Writer::from_file(file))
     }
 
     fn from_file(file: File) -> Writer {
         Writer {
-            inner: Arc::new(Mutex::new(Inner { file, error: None })),
+            sink: LineSink::new(file, ()),
         }
     }
 
@@ -129,40 +118,22 @@ impl Writer {
     /// [`Error::Io`] when writing fails, now or at an earlier message (the writer then stays
     /// silent, so the file never has a hole in the middle).
     pub fn write_message(&self, message: &Message) -> Result<(), Error> {
-        let mut inner = self.inner.lock();
-        if let Some(e) = &inner.error {
-            return Err(e.clone());
-        }
-        let mut line = serde_json::to_vec(message)
-            // OK because a message is plain data with string keys.
-            .expect("a message serializes");
-        line.push(b'\n');
-        let written = inner
-            .file
-            .write_all(&line)
-            .and_then(|()| inner.file.flush());
-        written.map_err(|e| {
-            let e = io(e);
-            inner.error = Some(e.clone());
-            e
-        })
+        self.sink.write(|(), buf| message_line(buf, message))
     }
 
     /// A listener that appends each message at its `MessageEnd` (errors are kept in
     /// [`Writer::error`]).
     pub fn listener(&self) -> impl Fn(&AgentEvent) + Send + Sync + 'static {
-        let writer = self.clone();
-        move |event| {
+        self.sink.listener(|(), event, buf| {
             if let AgentEvent::MessageEnd { message } = event {
-                // Kept for `Writer::error`; a listener has nobody to return it to.
-                let _ = writer.write_message(message);
+                message_line(buf, message);
             }
-        }
+        })
     }
 
     /// The first write error, if writing failed.
     pub fn error(&self) -> Option<Error> {
-        self.inner.lock().error.clone()
+        self.sink.error()
     }
 }
 
@@ -190,40 +161,86 @@ pub struct Loaded {
     pub warnings: Vec<String>,
 }
 
-/// Reads a session file.
+/// Reads a session file, with lines up to [`wire::MAX_LINE_LEN`](crate::wire::MAX_LINE_LEN)
+/// bytes (8 MiB).
 ///
 /// Lines that are not a message are skipped with a warning, never a failure: a torn last
-/// line (the process died in the middle of a write), or a damaged line elsewhere. Empty lines
-/// are skipped silently.
+/// line (the process died in the middle of a write), a damaged line elsewhere, or a line
+/// over the limit (see [`load_with_limit`] to raise it). Empty lines are skipped silently.
+/// The file is read line by line: it is never held in memory whole.
 ///
 /// # Errors
 /// [`Error::Io`] only when the file cannot be read.
 pub fn load(path: impl AsRef<Path>) -> Result<Loaded, Error> {
-    let bytes = std::fs::read(path).map_err(io)?;
+    load_with_limit(path, crate::wire::MAX_LINE_LEN)
+}
+
+/// [`load`] with lines up to `max_line_len` bytes, line end excluded; a longer line is
+/// skipped with a warning.
+///
+/// # Errors
+/// [`Error::Io`] only when the file cannot be read.
+pub fn load_with_limit(path: impl AsRef<Path>, max_line_len: usize) -> Result<Loaded, Error> {
+    let mut input = BufReader::new(File::open(path).map_err(io)?);
+    let mut buf = Vec::new();
     let mut loaded = Loaded::default();
-    let complete = bytes.ends_with(b"\n");
-    let lines: Vec<&[u8]> = bytes.split(|&b| b == b'\n').collect();
-    // `split` yields an empty piece after a final '\n'.
-    let count = if complete {
-        lines.len() - 1
-    } else {
-        lines.len()
-    };
-    for (i, line) in lines.iter().take(count).enumerate() {
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        match serde_json::from_slice::<Message>(line) {
-            Ok(m) => loaded.messages.push(m),
-            Err(e) if i + 1 == count && !complete => loaded.warnings.push(format!(
-                "line {}: torn last line ({} bytes, no line end), skipped: {e}",
-                i + 1,
-                line.len()
+    for number in 1u64.. {
+        match read_line(&mut input, &mut buf, max_line_len).map_err(io)? {
+            Line::End => break,
+            Line::TooLong(n) => loaded.warnings.push(format!(
+                "line {number}: line of {n} bytes is over the limit of {max_line_len} bytes, skipped"
             )),
-            Err(e) => loaded
-                .warnings
-                .push(format!("line {}: not a message, skipped: {e}", i + 1)),
+            Line::Whole { .. } if buf.iter().all(u8::is_ascii_whitespace) => {}
+            Line::Whole { ended } => match serde_json::from_slice::<Message>(&buf) {
+                Ok(m) => loaded.messages.push(m),
+                Err(e) if !ended => loaded.warnings.push(format!(
+                    "line {number}: torn last line ({} bytes, no line end), skipped: {e}",
+                    buf.len()
+                )),
+                Err(e) => loaded
+                    .warnings
+                    .push(format!("line {number}: not a message, skipped: {e}")),
+            },
         }
     }
     Ok(loaded)
+}
+
+/// Makes a non-empty session file end with a line end, reading only its last line: a whole
+/// message without its line end gets one, a torn last line is cut off.
+fn end_last_line(file: &mut File) -> std::io::Result<()> {
+    let len = file.seek(SeekFrom::End(0))?;
+    if len == 0 || last_byte(file, len)? == b'\n' {
+        return Ok(());
+    }
+    // Where the last line starts: after the last '\n', scanning back a block at a time.
+    let mut block = [0u8; 8192];
+    let mut start = len;
+    while start > 0 {
+        let n = start.min(block.len() as u64);
+        file.seek(SeekFrom::Start(start - n))?;
+        let block = &mut block[..n as usize];
+        file.read_exact(block)?;
+        if let Some(i) = block.iter().rposition(|&b| b == b'\n') {
+            start = start - n + i as u64 + 1;
+            break;
+        }
+        start -= n;
+    }
+    file.seek(SeekFrom::Start(start))?;
+    let last = BufReader::new(Read::by_ref(file).take(len - start));
+    if serde_json::from_reader::<_, Message>(last).is_ok() {
+        // A whole message without its line end (written by hand): keep it.
+        file.write_all(b"\n")
+    } else {
+        file.set_len(start)?;
+        file.seek(SeekFrom::End(0)).map(drop)
+    }
+}
+
+fn last_byte(file: &mut File, len: u64) -> std::io::Result<u8> {
+    let mut byte = [0u8];
+    file.seek(SeekFrom::Start(len - 1))?;
+    file.read_exact(&mut byte)?;
+    Ok(byte[0])
 }

@@ -162,3 +162,96 @@ fn loading_a_missing_file_is_an_io_error() {
     let err = session::load(temp("missing")).unwrap_err();
     assert!(matches!(err, pagent::Error::Io(_)), "{err}");
 }
+
+#[test]
+fn an_over_long_line_is_skipped_not_fatal() {
+    let path = temp("over-long");
+    let short = serde_json::to_string(&Message::user("kept")).unwrap();
+    let long = serde_json::to_string(&Message::user("x".repeat(500))).unwrap();
+    std::fs::write(&path, format!("{short}\n{long}\n{short}\n{long}")).unwrap();
+    let loaded = session::load_with_limit(&path, 100).unwrap();
+    assert_eq!(
+        loaded.messages,
+        [Message::user("kept"), Message::user("kept")]
+    );
+    assert_eq!(loaded.warnings.len(), 2, "{:?}", loaded.warnings);
+    for (warning, line) in loaded.warnings.iter().zip([2, 4]) {
+        assert!(
+            warning.starts_with(&format!(
+                "line {line}: line of {} bytes is over the limit of 100 bytes",
+                long.len()
+            )),
+            "{warning}"
+        );
+    }
+    // Within the default limit the same file loads whole.
+    let loaded = session::load(&path).unwrap();
+    assert_eq!(loaded.messages.len(), 4);
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn append_reads_back_past_a_long_last_line() {
+    // Last lines longer than the blocks `append` scans back in, with and without an earlier
+    // line before them.
+    let long = Message::user("y".repeat(20_000));
+    let line = serde_json::to_string(&long).unwrap();
+    let first = serde_json::to_string(&Message::user("first")).unwrap();
+    for before in ["", &format!("{first}\n")] {
+        let path = temp("long-tail");
+        let kept = if before.is_empty() {
+            vec![]
+        } else {
+            vec![Message::user("first")]
+        };
+
+        // A whole message without its line end is kept.
+        std::fs::write(&path, format!("{before}{line}")).unwrap();
+        session::Writer::append(&path)
+            .unwrap()
+            .write_message(&Message::user("next"))
+            .unwrap();
+        let loaded = session::load(&path).unwrap();
+        let mut expected = kept.clone();
+        expected.extend([long.clone(), Message::user("next")]);
+        assert_eq!(loaded.messages, expected);
+        assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+
+        // A torn one is cut off.
+        std::fs::write(&path, format!("{before}{}", &line[..15_000])).unwrap();
+        session::Writer::append(&path)
+            .unwrap()
+            .write_message(&Message::user("next"))
+            .unwrap();
+        let loaded = session::load(&path).unwrap();
+        let mut expected = kept;
+        expected.push(Message::user("next"));
+        assert_eq!(loaded.messages, expected);
+        assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+        std::fs::remove_file(&path).unwrap();
+    }
+}
+
+#[test]
+fn append_to_a_clean_file_changes_nothing_before_its_message() {
+    let path = temp("clean-append");
+    session::save(&path, &[Message::user("one")]).unwrap();
+    let before = std::fs::read(&path).unwrap();
+    session::Writer::append(&path)
+        .unwrap()
+        .write_message(&Message::user("two"))
+        .unwrap();
+    let after = std::fs::read(&path).unwrap();
+    assert_eq!(after[..before.len()], before[..]);
+    assert_eq!(
+        session::load(&path).unwrap().messages,
+        [Message::user("one"), Message::user("two")]
+    );
+    // A new, empty file.
+    let empty = temp("empty-append");
+    session::Writer::append(&empty).unwrap();
+    assert_eq!(std::fs::read(&empty).unwrap(), b"");
+    std::fs::remove_file(&path).unwrap();
+    std::fs::remove_file(&empty).unwrap();
+}

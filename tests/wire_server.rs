@@ -443,14 +443,21 @@ fn malformed_lines_get_errors_and_the_server_reads_on() {
     let (id, code, _) = error(&c);
     assert_eq!((id, code), (Value::Null, codes::PARSE_ERROR));
     c.send_raw("[1,2,3]");
-    assert_eq!(error(&c).1, codes::INVALID_REQUEST);
+    assert_eq!(
+        error(&c),
+        (
+            Value::Null,
+            codes::INVALID_REQUEST,
+            "the line is not a JSON object".to_owned()
+        )
+    );
     c.send_raw(r#"{"jsonrpc":"1.0","id":2,"method":"initialize"}"#);
     assert_eq!(
         error(&c),
         (
             json!(2),
             codes::INVALID_REQUEST,
-            "`jsonrpc` must be \"2.0\"".to_owned()
+            r#"`jsonrpc` is "1.0", not "2.0""#.to_owned()
         )
     );
     c.send_raw(r#"{"jsonrpc":"2.0","id":3,"method":7}"#);
@@ -579,5 +586,41 @@ fn python_client_drives_the_example_server_through_an_approved_tool_call() {
         );
         assert!(stdout.contains("[approve? add("), "{stdout}");
         assert!(stdout.trim_end().ends_with("ok"), "{stdout}");
+    }
+}
+
+/// An output that refuses every write.
+struct Broken;
+
+impl Write for Broken {
+    fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::BrokenPipe,
+            "the client is gone",
+        ))
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_failing_output_is_returned_when_the_input_ends() {
+    let input = concat!(
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize"}"#,
+        "\n",
+        r#"{"jsonrpc":"2.0","id":2,"method":"snapshot"}"#,
+        "\n"
+    );
+    let result = wire::serve(
+        agent(Faux::default()),
+        input.as_bytes(),
+        Broken,
+        ServeOptions::new(),
+    );
+    match result {
+        Err(Error::Io(why)) => assert!(why.contains("the client is gone"), "{why}"),
+        other => panic!("{other:?}"),
     }
 }

@@ -1,7 +1,8 @@
 //! The native dialect: one event to one JSON-RPC 2.0 notification line, and back.
 //!
-//! Encoding writes typed param structs (no intermediate `serde_json::Value` for the hot
-//! `MessageUpdate` path); decoding is strict: the envelope is checked member by member, then
+//! Encoding serializes param structs that borrow the event's fields straight into the
+//! output buffer (no intermediate `serde_json::Value` or `String`, no copy of a delta);
+//! decoding is strict: the envelope is checked member by member, then
 //! the params of the named method are deserialized into the same structs.
 
 use std::sync::Arc;
@@ -36,6 +37,9 @@ pub const METHODS: [&str; 10] = [
     "AgentEnd",
 ];
 
+// The params of each method. The structs are generic over how a field is held: encoding
+// borrows from the event (a `&T` serializes as `T`), decoding owns.
+
 #[derive(Serialize, Deserialize)]
 struct Empty {}
 
@@ -45,47 +49,47 @@ struct TurnParams {
 }
 
 #[derive(Serialize, Deserialize)]
-struct MessageParams {
-    message: Arc<Message>,
+struct MessageParams<M> {
+    message: M,
 }
 
 #[derive(Serialize, Deserialize)]
-struct UpdateParams {
-    delta: StreamEvent,
+struct UpdateParams<D> {
+    delta: D,
 }
 
 #[derive(Serialize, Deserialize)]
-struct ToolStartParams {
-    call: ToolCall,
+struct ToolStartParams<C> {
+    call: C,
 }
 
 #[derive(Serialize, Deserialize)]
-struct ToolUpdateParams {
-    call_id: String,
-    tool_name: String,
-    partial: ToolOutput,
+struct ToolUpdateParams<S, O> {
+    call_id: S,
+    tool_name: S,
+    partial: O,
 }
 
 #[derive(Serialize, Deserialize)]
-struct ToolEndParams {
-    result: Arc<ToolResultMessage>,
+struct ToolEndParams<R> {
+    result: R,
 }
 
 #[derive(Serialize, Deserialize)]
-struct TurnEndParams {
+struct TurnEndParams<M, R> {
     turn: u32,
-    message: Arc<Message>,
-    tool_results: Vec<Arc<ToolResultMessage>>,
+    message: M,
+    tool_results: R,
     stop_reason: RunStopReason,
 }
 
 #[derive(Serialize, Deserialize)]
-struct AgentEndParams {
-    messages: Vec<Arc<Message>>,
+struct AgentEndParams<M, E> {
+    messages: M,
     stop_reason: RunStopReason,
     usage: Usage,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    error_message: Option<String>,
+    error_message: Option<E>,
 }
 
 /// Encodes `event` as one line of the native dialect, without the line break.
@@ -95,73 +99,159 @@ struct AgentEndParams {
 /// escapes those inside strings. A `MessageUpdate` line carries only its delta, so a reply
 /// of n deltas costs O(n) bytes on the wire.
 pub fn encode_event_line(event: &AgentEvent) -> String {
-    // Arc and Vec<Arc> clones below are pointer copies; the ToolCall and ToolUpdate clones are
-    // O(size of the event), which serializing costs anyway.
-    let params = match event {
-        AgentEvent::AgentStart => to_json(&Empty {}),
-        AgentEvent::TurnStart { turn } => to_json(&TurnParams { turn: *turn }),
+    let mut line = Vec::new();
+    write_event(&mut line, event);
+    line.pop();
+    String::from_utf8(line).expect("JSON is UTF-8")
+}
+
+/// Appends the line of `event` and its `\n` to `buf`, serializing the event's fields in
+/// place: nothing is copied on the way.
+pub(crate) fn write_event(buf: &mut Vec<u8>, event: &AgentEvent) {
+    let method = event.name();
+    match event {
+        AgentEvent::AgentStart => notification_to(buf, method, &Empty {}),
+        AgentEvent::TurnStart { turn } => notification_to(buf, method, &TurnParams { turn: *turn }),
         AgentEvent::MessageStart { message } | AgentEvent::MessageEnd { message } => {
-            to_json(&MessageParams {
-                message: message.clone(),
-            })
+            notification_to(buf, method, &MessageParams { message });
         }
-        AgentEvent::MessageUpdate { delta, .. } => to_json(&UpdateParams {
-            delta: delta.clone(),
-        }),
-        AgentEvent::ToolStart { call } => to_json(&ToolStartParams { call: call.clone() }),
+        AgentEvent::MessageUpdate { delta, .. } => {
+            notification_to(buf, method, &UpdateParams { delta });
+        }
+        AgentEvent::ToolStart { call } => notification_to(buf, method, &ToolStartParams { call }),
         AgentEvent::ToolUpdate {
             call_id,
             tool_name,
             partial,
-        } => to_json(&ToolUpdateParams {
-            call_id: call_id.clone(),
-            tool_name: tool_name.clone(),
-            partial: partial.clone(),
-        }),
-        AgentEvent::ToolEnd { result } => to_json(&ToolEndParams {
-            result: result.clone(),
-        }),
+        } => notification_to(
+            buf,
+            method,
+            &ToolUpdateParams {
+                call_id,
+                tool_name,
+                partial,
+            },
+        ),
+        AgentEvent::ToolEnd { result } => notification_to(buf, method, &ToolEndParams { result }),
         AgentEvent::TurnEnd {
             turn,
             message,
             tool_results,
             stop_reason,
-        } => to_json(&TurnEndParams {
-            turn: *turn,
-            message: message.clone(),
-            tool_results: tool_results.clone(),
-            stop_reason: *stop_reason,
-        }),
+        } => notification_to(
+            buf,
+            method,
+            &TurnEndParams {
+                turn: *turn,
+                message,
+                tool_results,
+                stop_reason: *stop_reason,
+            },
+        ),
         AgentEvent::AgentEnd {
             messages,
             stop_reason,
             usage,
             error_message,
-        } => to_json(&AgentEndParams {
-            messages: messages.clone(),
-            stop_reason: *stop_reason,
-            usage: *usage,
-            error_message: error_message.clone(),
-        }),
-    };
-    notification_line(event.name(), &params)
+        } => notification_to(
+            buf,
+            method,
+            &AgentEndParams {
+                messages,
+                stop_reason: *stop_reason,
+                usage: *usage,
+                error_message: error_message.as_ref(),
+            },
+        ),
+    }
 }
 
-/// `{"jsonrpc":"2.0","method":..,"params":..}` around already encoded params.
-pub(crate) fn notification_line(method: &str, params: &str) -> String {
-    let mut line = String::with_capacity(params.len() + method.len() + 40);
-    line.push_str(r#"{"jsonrpc":"2.0","method":"#);
-    line.push_str(&to_json(&method));
-    line.push_str(r#","params":"#);
-    line.push_str(params);
-    line.push('}');
-    line
+/// One JSON-RPC 2.0 message, members in the order written: `jsonrpc`, `id`, `method`,
+/// `params`, `result`, `error` (each but `jsonrpc` left out when absent).
+#[derive(Serialize)]
+struct Envelope<'a, P, R> {
+    jsonrpc: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    method: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    params: Option<&'a P>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<&'a R>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<ErrorObject<'a>>,
 }
 
-pub(crate) fn to_json<T: Serialize + ?Sized>(value: &T) -> String {
-    // OK because every type we encode serializes to a JSON object or string: string keys
-    // only, no fallible custom `Serialize`.
-    serde_json::to_string(value).expect("wire types always serialize")
+#[derive(Serialize)]
+struct ErrorObject<'a> {
+    code: i64,
+    message: &'a str,
+}
+
+impl<'a, P: Serialize, R: Serialize> Envelope<'a, P, R> {
+    fn new(id: Option<&'a Value>) -> Self {
+        Envelope {
+            jsonrpc: "2.0",
+            id,
+            method: None,
+            params: None,
+            result: None,
+            error: None,
+        }
+    }
+
+    /// Appends the message and its line end to `buf`.
+    fn write_line(&self, buf: &mut Vec<u8>) {
+        write_json(buf, self);
+        buf.push(b'\n');
+    }
+}
+
+/// Appends `value` as JSON to `buf`.
+pub(crate) fn write_json<T: Serialize + ?Sized>(buf: &mut Vec<u8>, value: &T) {
+    // OK because every type we encode serializes to JSON: string keys only, no fallible
+    // custom `Serialize`, and writing to a `Vec` cannot fail.
+    serde_json::to_writer(buf, value).expect("wire types always serialize");
+}
+
+/// Appends the notification line `{"jsonrpc":"2.0","method":..,"params":..}` and its `\n`.
+pub(crate) fn notification_to(buf: &mut Vec<u8>, method: &str, params: &impl Serialize) {
+    Envelope::<_, ()> {
+        method: Some(method),
+        params: Some(params),
+        ..Envelope::new(None)
+    }
+    .write_line(buf);
+}
+
+/// Appends the request line `{"jsonrpc":"2.0","id":..,"method":..,"params":..}` and its `\n`.
+pub(crate) fn request_to(buf: &mut Vec<u8>, id: &Value, method: &str, params: &impl Serialize) {
+    Envelope::<_, ()> {
+        method: Some(method),
+        params: Some(params),
+        ..Envelope::new(Some(id))
+    }
+    .write_line(buf);
+}
+
+/// Appends the response line `{"jsonrpc":"2.0","id":..,"result":..}` and its `\n`.
+pub(crate) fn result_to(buf: &mut Vec<u8>, id: &Value, result: &impl Serialize) {
+    Envelope::<(), _> {
+        result: Some(result),
+        ..Envelope::new(Some(id))
+    }
+    .write_line(buf);
+}
+
+/// Appends the error response line
+/// `{"jsonrpc":"2.0","id":..,"error":{"code":..,"message":..}}` and its `\n`.
+pub(crate) fn error_to(buf: &mut Vec<u8>, id: &Value, code: i64, message: &str) {
+    Envelope::<(), ()> {
+        error: Some(ErrorObject { code, message }),
+        ..Envelope::new(Some(id))
+    }
+    .write_line(buf);
 }
 
 /// Decodes one line of the native dialect on its own.
@@ -273,11 +363,11 @@ impl Decoder {
                 AgentEvent::TurnStart { turn: p.turn }
             }
             "MessageStart" => {
-                let p: MessageParams = params_of(method, params)?;
+                let p: MessageParams<Arc<Message>> = params_of(method, params)?;
                 AgentEvent::MessageStart { message: p.message }
             }
             "MessageUpdate" => {
-                let p: UpdateParams = params_of(method, params)?;
+                let p: UpdateParams<StreamEvent> = params_of(method, params)?;
                 let message = match &self.partial {
                     Some(partial) => partial.apply(&p.delta),
                     None => PartialMessage::default().apply(&p.delta),
@@ -288,15 +378,15 @@ impl Decoder {
                 }
             }
             "MessageEnd" => {
-                let p: MessageParams = params_of(method, params)?;
+                let p: MessageParams<Arc<Message>> = params_of(method, params)?;
                 AgentEvent::MessageEnd { message: p.message }
             }
             "ToolStart" => {
-                let p: ToolStartParams = params_of(method, params)?;
+                let p: ToolStartParams<ToolCall> = params_of(method, params)?;
                 AgentEvent::ToolStart { call: p.call }
             }
             "ToolUpdate" => {
-                let p: ToolUpdateParams = params_of(method, params)?;
+                let p: ToolUpdateParams<String, ToolOutput> = params_of(method, params)?;
                 AgentEvent::ToolUpdate {
                     call_id: p.call_id,
                     tool_name: p.tool_name,
@@ -304,11 +394,12 @@ impl Decoder {
                 }
             }
             "ToolEnd" => {
-                let p: ToolEndParams = params_of(method, params)?;
+                let p: ToolEndParams<Arc<ToolResultMessage>> = params_of(method, params)?;
                 AgentEvent::ToolEnd { result: p.result }
             }
             "TurnEnd" => {
-                let p: TurnEndParams = params_of(method, params)?;
+                let p: TurnEndParams<Arc<Message>, Vec<Arc<ToolResultMessage>>> =
+                    params_of(method, params)?;
                 AgentEvent::TurnEnd {
                     turn: p.turn,
                     message: p.message,
@@ -317,7 +408,7 @@ impl Decoder {
                 }
             }
             "AgentEnd" => {
-                let p: AgentEndParams = params_of(method, params)?;
+                let p: AgentEndParams<Vec<Arc<Message>>, String> = params_of(method, params)?;
                 AgentEvent::AgentEnd {
                     messages: p.messages,
                     stop_reason: p.stop_reason,
@@ -342,8 +433,8 @@ fn params_of<T: for<'de> Deserialize<'de>>(method: &str, params: Value) -> Resul
 
 /// Checks the envelope of a notification; returns its method and params (`{}` when absent).
 fn parse_notification(line: &str) -> Result<(String, Value), Error> {
-    let mut object = parse_object(line)?;
-    check_jsonrpc(&object)?;
+    let mut object = parse_object(line.as_bytes())?;
+    check_jsonrpc(&object).map_err(Error::Wire)?;
     if object.contains_key("id") {
         return Err(Error::Wire(
             "an event is a notification and must not have an `id`".into(),
@@ -369,24 +460,46 @@ fn parse_notification(line: &str) -> Result<(String, Value), Error> {
     Ok((method, params))
 }
 
-/// Parses `line` as one JSON object and nothing after it.
-pub(crate) fn parse_object(line: &str) -> Result<Map<String, Value>, Error> {
-    match serde_json::from_str::<Value>(line) {
+/// Why a line is not a JSON-RPC message: it is not JSON at all, or JSON but not an object.
+/// JSON-RPC answers the two with different codes.
+pub(crate) enum Malformed {
+    NotJson(String),
+    NotObject,
+}
+
+impl Malformed {
+    pub(crate) fn message(&self) -> String {
+        match self {
+            Malformed::NotJson(why) => why.clone(),
+            Malformed::NotObject => "the line is not a JSON object".into(),
+        }
+    }
+}
+
+impl From<Malformed> for Error {
+    fn from(m: Malformed) -> Error {
+        Error::Wire(m.message())
+    }
+}
+
+/// Parses `line` as one JSON object and nothing after it (UTF-8 is checked on the way).
+pub(crate) fn parse_object(line: &[u8]) -> Result<Map<String, Value>, Malformed> {
+    match serde_json::from_slice::<Value>(line) {
         Ok(Value::Object(o)) => Ok(o),
-        Ok(_) => Err(Error::Wire("the line is not a JSON object".into())),
-        Err(e) if e.is_eof() => Err(Error::Wire(format!("incomplete JSON: {e}"))),
+        Ok(_) => Err(Malformed::NotObject),
+        Err(e) if e.is_eof() => Err(Malformed::NotJson(format!("incomplete JSON: {e}"))),
         // serde_json names trailing characters as such ("trailing characters at line 1
         // column 40"), so the message says what is wrong.
-        Err(e) => Err(Error::Wire(format!("invalid JSON: {e}"))),
+        Err(e) => Err(Malformed::NotJson(format!("invalid JSON: {e}"))),
     }
 }
 
 /// `jsonrpc` must be the string `"2.0"`.
-pub(crate) fn check_jsonrpc(object: &Map<String, Value>) -> Result<(), Error> {
+pub(crate) fn check_jsonrpc(object: &Map<String, Value>) -> Result<(), String> {
     match object.get("jsonrpc") {
         Some(Value::String(v)) if v == "2.0" => Ok(()),
-        Some(other) => Err(Error::Wire(format!("`jsonrpc` is {other}, not \"2.0\""))),
-        None => Err(Error::Wire("no `jsonrpc` member".into())),
+        Some(other) => Err(format!("`jsonrpc` is {other}, not \"2.0\"")),
+        None => Err("no `jsonrpc` member".into()),
     }
 }
 
@@ -405,6 +518,29 @@ mod tests {
         assert_eq!(
             decode_event_line(&line).unwrap(),
             AgentEvent::TurnStart { turn: 3 }
+        );
+    }
+
+    #[test]
+    fn envelopes_are_exact() {
+        let mut buf = Vec::new();
+        let id = Value::from(7);
+        notification_to(&mut buf, "TurnStart", &serde_json::json!({"turn": 1}));
+        request_to(&mut buf, &id, "approve_tool_call", &serde_json::json!({}));
+        result_to(&mut buf, &id, &serde_json::json!({"queued": true}));
+        error_to(&mut buf, &Value::Null, -32600, "no \"method\"");
+        assert_eq!(
+            String::from_utf8(buf).unwrap(),
+            concat!(
+                r#"{"jsonrpc":"2.0","method":"TurnStart","params":{"turn":1}}"#,
+                "\n",
+                r#"{"jsonrpc":"2.0","id":7,"method":"approve_tool_call","params":{}}"#,
+                "\n",
+                r#"{"jsonrpc":"2.0","id":7,"result":{"queued":true}}"#,
+                "\n",
+                r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"no \"method\""}}"#,
+                "\n",
+            )
         );
     }
 

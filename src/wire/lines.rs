@@ -1,11 +1,22 @@
-//! Reading wire input line by line without ever holding more than the line limit.
+//! Lines in and out: reading input line by line without ever holding more than the line
+//! limit, and a shared sink that writes whole lines (the wire writer, the stdio server and
+//! the session writer all write through one).
 
-use std::io::{self, BufRead};
+use std::io::{self, BufRead, Write};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::Error;
+use crate::event::AgentEvent;
 
 /// What [`read_line`] found.
 pub(crate) enum Line {
     End,
-    Whole,
+    /// A line within the limit; `ended` is false for a last line without its line end.
+    Whole {
+        ended: bool,
+    },
     TooLong(usize),
 }
 
@@ -28,7 +39,7 @@ pub(crate) fn read_line(
         if available.is_empty() {
             return Ok(match (seen, dropped) {
                 (false, _) => Line::End,
-                (true, 0) => Line::Whole,
+                (true, 0) => Line::Whole { ended: false },
                 (true, n) => Line::TooLong(n),
             });
         }
@@ -55,10 +66,188 @@ pub(crate) fn read_line(
                 buf.pop();
             }
             return Ok(if dropped == 0 {
-                Line::Whole
+                Line::Whole { ended: true }
             } else {
                 Line::TooLong(dropped)
             });
         }
+    }
+}
+
+/// A buffer that grew past this is dropped after its write, so one huge line does not pin
+/// its memory for the rest of the stream.
+const KEEP_BUFFER: usize = 1 << 20;
+
+/// A shared, flushed line output with a sticky error: each write encodes whole lines into a
+/// reused buffer, hands them to `W` in one `write_all` and flushes. After the first write or
+/// flush error nothing more is written, since a stream with a hole in it would mislead its
+/// reader. `S` is encoder state kept under the same lock. A cheap `Clone` handle.
+pub(crate) struct LineSink<W, S = ()> {
+    inner: Arc<Mutex<SinkInner<W, S>>>,
+}
+
+struct SinkInner<W, S> {
+    out: W,
+    state: S,
+    error: Option<Error>,
+    buf: Vec<u8>,
+}
+
+impl<W, S> Clone for LineSink<W, S> {
+    fn clone(&self) -> Self {
+        LineSink {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<W, S> LineSink<W, S> {
+    pub(crate) fn new(out: W, state: S) -> Self {
+        LineSink {
+            inner: Arc::new(Mutex::new(SinkInner {
+                out,
+                state,
+                error: None,
+                buf: Vec::new(),
+            })),
+        }
+    }
+
+    /// The first write error, if writing failed.
+    pub(crate) fn error(&self) -> Option<Error> {
+        self.inner.lock().error.clone()
+    }
+
+    /// Runs `f` on the output, holding the lock.
+    pub(crate) fn with_output<R>(&self, f: impl FnOnce(&mut W) -> R) -> R {
+        f(&mut self.inner.lock().out)
+    }
+
+    /// Runs `f` on the state, holding the lock.
+    pub(crate) fn with_state<R>(&self, f: impl FnOnce(&S) -> R) -> R {
+        f(&self.inner.lock().state)
+    }
+}
+
+impl<W: Write, S> LineSink<W, S> {
+    /// Writes the lines `encode` appends (each with its `\n`; none is fine) and flushes.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when writing or flushing fails, now or at an earlier write.
+    pub(crate) fn write(&self, encode: impl FnOnce(&mut S, &mut Vec<u8>)) -> Result<(), Error> {
+        let mut guard = self.inner.lock();
+        let inner = &mut *guard;
+        if let Some(e) = &inner.error {
+            return Err(e.clone());
+        }
+        inner.buf.clear();
+        encode(&mut inner.state, &mut inner.buf);
+        if inner.buf.is_empty() {
+            return Ok(());
+        }
+        let written = inner
+            .out
+            .write_all(&inner.buf)
+            .and_then(|()| inner.out.flush());
+        if inner.buf.capacity() > KEEP_BUFFER {
+            inner.buf = Vec::new();
+        }
+        written.map_err(|e| {
+            let e = Error::Io(e.to_string());
+            inner.error = Some(e.clone());
+            e
+        })
+    }
+
+    /// A listener that writes what `encode` makes of each event (errors are kept for
+    /// [`LineSink::error`]; a listener has nobody to return them to).
+    pub(crate) fn listener(
+        &self,
+        encode: impl Fn(&mut S, &AgentEvent, &mut Vec<u8>) + Send + Sync + 'static,
+    ) -> impl Fn(&AgentEvent) + Send + Sync + 'static
+    where
+        W: Send + 'static,
+        S: Send + 'static,
+    {
+        let sink = self.clone();
+        move |event| {
+            let _ = sink.write(|state, buf| encode(state, event, buf));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Accepts `ok` writes, then fails every one; counts the attempts.
+    struct Flaky {
+        ok: usize,
+        attempts: usize,
+        written: Vec<u8>,
+    }
+
+    impl Write for Flaky {
+        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+            self.attempts += 1;
+            if self.attempts > self.ok {
+                return Err(io::Error::other("disk full"));
+            }
+            self.written.extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn sink_writes_whole_lines_then_stays_silent_after_an_error() {
+        let sink = LineSink::new(
+            Flaky {
+                ok: 1,
+                attempts: 0,
+                written: Vec::new(),
+            },
+            0u32,
+        );
+        let line = |n: &mut u32, buf: &mut Vec<u8>| {
+            *n += 1;
+            buf.extend_from_slice(format!("line {n}\n").as_bytes());
+        };
+        sink.write(line).unwrap();
+        // Nothing to write: no write at all.
+        sink.write(|_, _| {}).unwrap();
+        let err = sink.write(line).unwrap_err();
+        assert_eq!(err, Error::Io("disk full".into()));
+        assert_eq!(sink.write(line).unwrap_err(), err);
+        assert_eq!(sink.error(), Some(err));
+        assert_eq!(
+            sink.with_output(|f| (f.attempts, f.written.clone())),
+            (2, b"line 1\n".to_vec())
+        );
+        // The third write was refused before encoding.
+        assert_eq!(sink.with_state(|n| *n), 2);
+    }
+
+    #[test]
+    fn read_line_tells_a_last_line_without_its_end() {
+        let mut input = &b"one\r\ntwo"[..];
+        let mut buf = Vec::new();
+        let mut read = || read_line(&mut input, &mut buf, 10).unwrap();
+        assert!(matches!(read(), Line::Whole { ended: true }));
+        assert!(matches!(read(), Line::Whole { ended: false }));
+        assert!(matches!(read(), Line::End));
+        let mut input = &b"far too long\nok"[..];
+        assert!(matches!(
+            read_line(&mut input, &mut buf, 4).unwrap(),
+            Line::TooLong(12)
+        ));
+        assert!(matches!(
+            read_line(&mut input, &mut buf, 4).unwrap(),
+            Line::Whole { ended: false }
+        ));
+        assert_eq!(buf, b"ok");
     }
 }

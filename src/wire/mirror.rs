@@ -114,7 +114,7 @@ impl Mirror {
                         self.decoder.line_limit()
                     )));
                 }
-                Line::Whole => std::str::from_utf8(&buf)
+                Line::Whole { .. } => std::str::from_utf8(&buf)
                     .map_err(|_| Error::Wire(format!("line {number}: not valid utf-8")))?,
             };
             if line.trim().is_empty() {

@@ -167,8 +167,8 @@
 //! from the server to the client. Its docs hold the whole protocol;
 //! `examples/wire_client.py` is a client in Python's standard library.
 
-mod codec;
-mod lines;
+pub(crate) mod codec;
+pub(crate) mod lines;
 mod mirror;
 mod pagent;
 mod serve;

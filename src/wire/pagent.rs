@@ -8,9 +8,10 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
+use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::codec::{notification_line, to_json};
+use super::codec::notification_to;
 use crate::event::{AgentEvent, RunStopReason};
 use crate::llm::StreamEvent;
 use crate::message::{AssistantMessage, Message, ToolCall, ToolResultMessage, Usage};
@@ -44,11 +45,11 @@ pub(crate) struct Encoder {
     begun: bool,
     /// Results that arrived before their call's turn to be written.
     ended: HashMap<String, Arc<ToolResultMessage>>,
-    /// v4: the `ToolCallBegin` / `ToolResult` lines of the open turn, held until its
-    /// `TurnEnd`.
-    tool_lines: Vec<String>,
+    /// v4: the `ToolCallBegin` / `ToolResult` lines of the open turn (each with its `\n`),
+    /// held until its `TurnEnd`.
+    tool_lines: Vec<u8>,
     /// Params of the last `StepEnd` / `TurnResult`, for the v1 `RunEnd`.
-    last_summary: Option<String>,
+    last_summary: Option<Value>,
     /// The 0-based turn and stop reason of the last `TurnEnd`, for the v4 `RunEnd`.
     last_turn_end: Option<(u32, &'static str)>,
     /// Our number of the first turn of the current pagent run (pagent counts from 0 per run,
@@ -72,8 +73,8 @@ impl Encoder {
         }
     }
 
-    /// Appends the lines (zero or more) `event` becomes to `out`.
-    pub(crate) fn encode(&mut self, event: &AgentEvent, out: &mut Vec<String>) {
+    /// Appends the lines (zero or more) `event` becomes to `out`, each with its `\n`.
+    pub(crate) fn encode(&mut self, event: &AgentEvent, out: &mut Vec<u8>) {
         match event {
             AgentEvent::AgentStart => {
                 *self = Encoder::new(self.version);
@@ -89,10 +90,8 @@ impl Encoder {
                 if let Phase::Pending(waiting) = &mut self.phase {
                     *waiting = Some(*turn);
                 } else {
-                    out.push(line(
-                        "TurnBegin",
-                        &json!({ "turn": self.pagent_turn(*turn) }),
-                    ));
+                    let turn = self.pagent_turn(*turn);
+                    notification_to(out, "TurnBegin", &json!({ "turn": turn }));
                 }
                 return;
             }
@@ -110,21 +109,21 @@ impl Encoder {
         match event {
             AgentEvent::MessageUpdate { delta, .. } => match delta {
                 StreamEvent::TextDelta { text } => {
-                    out.push(line("TextDelta", &json!({ "text": text })));
+                    notification_to(out, "TextDelta", &TextParams { text });
                 }
                 StreamEvent::ThinkingDelta { text } => {
-                    out.push(line("ReasoningDelta", &json!({ "text": text })));
+                    notification_to(out, "ReasoningDelta", &TextParams { text });
                 }
                 _ => {}
             },
             AgentEvent::MessageEnd { message } => {
                 if let Message::Assistant(m) = &**message {
-                    let params = to_json(&self.summary(m));
+                    let params = self.summary(m);
                     let method = match self.version {
                         Version::V1 => "StepEnd",
                         Version::V4 => "TurnResult",
                     };
-                    out.push(notification_line(method, &params));
+                    notification_to(out, method, &params);
                     self.last_summary = Some(params);
                 }
             }
@@ -153,18 +152,18 @@ impl Encoder {
                 if let Some(turn) = self.open_turn {
                     self.end_turn(turn, *stop_reason, false, None, out);
                 }
-                out.push(self.run_end(*stop_reason));
+                self.run_end(*stop_reason, out);
                 self.phase = Phase::Idle;
             }
             _ => {}
         }
     }
 
-    fn begin_run(&mut self, user_input: &str, out: &mut Vec<String>) {
-        out.push(line("RunBegin", &json!({ "user_input": user_input })));
+    fn begin_run(&mut self, user_input: &str, out: &mut Vec<u8>) {
+        notification_to(out, "RunBegin", &json!({ "user_input": user_input }));
         if let Phase::Pending(Some(turn)) = self.phase {
             self.base = turn;
-            out.push(line("TurnBegin", &json!({ "turn": 0 })));
+            notification_to(out, "TurnBegin", &json!({ "turn": 0 }));
         }
         self.phase = Phase::Running;
     }
@@ -172,20 +171,25 @@ impl Encoder {
     /// Writes what the tool calls allow, in call order: the first waiting call's
     /// `ToolCallBegin` at once, its `ToolResult` when it ended, then the next call's. v1 gets
     /// the lines as they come; v4 holds them until the turn's `TurnEnd` (see `end_turn`).
-    fn pair_tools(&mut self, out: &mut Vec<String>) {
-        let mut lines = Vec::new();
+    fn pair_tools(&mut self, out: &mut Vec<u8>) {
+        let lines = match self.version {
+            Version::V1 => out,
+            Version::V4 => &mut self.tool_lines,
+        };
         while let Some(call) = self.started.front() {
             if !self.begun {
-                lines.push(line(
+                notification_to(
+                    lines,
                     "ToolCallBegin",
                     &json!({ "tool_call_id": call.id, "name": call.name, "arguments": call.arguments }),
-                ));
+                );
                 self.begun = true;
             }
             let Some(result) = self.ended.remove(&call.id) else {
                 break;
             };
-            lines.push(line(
+            notification_to(
+                lines,
                 "ToolResult",
                 &json!({
                     "tool_call_id": call.id,
@@ -193,13 +197,9 @@ impl Encoder {
                     "content": result.content,
                     "ok": !result.is_error,
                 }),
-            ));
+            );
             self.started.pop_front();
             self.begun = false;
-        }
-        match self.version {
-            Version::V1 => out.append(&mut lines),
-            Version::V4 => self.tool_lines.append(&mut lines),
         }
     }
 
@@ -209,7 +209,7 @@ impl Encoder {
         stop: RunStopReason,
         had_calls: bool,
         reply: Option<&AssistantMessage>,
-        out: &mut Vec<String>,
+        out: &mut Vec<u8>,
     ) {
         let reason = v4_reason(stop, had_calls, reply);
         let stopped = match self.version {
@@ -229,17 +229,15 @@ impl Encoder {
         }
         self.tool_lines.clear();
         let turn = self.pagent_turn(turn);
-        out.push(match self.version {
-            Version::V1 => line("TurnEnd", &json!({ "turn": turn, "stopped": stopped })),
-            Version::V4 => line(
-                "TurnEnd",
-                &json!({ "turn": turn, "stopped": stopped, "stop_reason": reason }),
-            ),
-        });
+        let params = match self.version {
+            Version::V1 => json!({ "turn": turn, "stopped": stopped }),
+            Version::V4 => json!({ "turn": turn, "stopped": stopped, "stop_reason": reason }),
+        };
+        notification_to(out, "TurnEnd", &params);
         self.last_turn_end = Some((turn, reason));
         self.open_turn = None;
         if split {
-            out.push(self.run_end(stop));
+            self.run_end(stop, out);
             self.phase = Phase::Pending(None);
         }
     }
@@ -249,23 +247,19 @@ impl Encoder {
         turn.saturating_sub(self.base)
     }
 
-    fn run_end(&self, stop: RunStopReason) -> String {
-        match self.version {
-            Version::V1 => {
-                let params = self.last_summary.clone().unwrap_or_else(|| {
-                    to_json(&json!({
-                        "content": "", "tool_calls": [], "reasoning_content": "", "usage": null
-                    }))
-                });
-                notification_line("RunEnd", &params)
-            }
+    fn run_end(&self, stop: RunStopReason, out: &mut Vec<u8>) {
+        let params = match self.version {
+            Version::V1 => self.last_summary.clone().unwrap_or_else(|| {
+                json!({ "content": "", "tool_calls": [], "reasoning_content": "", "usage": null })
+            }),
             Version::V4 => {
                 let (turn, reason) = self
                     .last_turn_end
                     .unwrap_or((0, v4_reason(stop, false, None)));
-                line("RunEnd", &json!({ "turn": turn, "stop_reason": reason }))
+                json!({ "turn": turn, "stop_reason": reason })
             }
-        }
+        };
+        notification_to(out, "RunEnd", &params);
     }
 
     /// The params of `StepEnd` (v1) or `TurnResult` (v4).
@@ -292,8 +286,10 @@ impl Encoder {
     }
 }
 
-fn line(method: &str, params: &Value) -> String {
-    notification_line(method, &to_json(params))
+/// The params of `TextDelta` and `ReasoningDelta`, borrowed from the delta.
+#[derive(Serialize)]
+struct TextParams<'a> {
+    text: &'a str,
 }
 
 /// pagent's usage object: the OpenAI names.
@@ -366,7 +362,9 @@ mod tests {
             .map(|e| {
                 let mut out = Vec::new();
                 encoder.encode(e, &mut out);
-                out.iter()
+                String::from_utf8(out)
+                    .unwrap()
+                    .lines()
                     .map(|l| serde_json::from_str::<Value>(l).unwrap()["method"].to_string())
                     .collect()
             })

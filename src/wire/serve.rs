@@ -1,7 +1,7 @@
 //! `serve`: an agent driven over line-delimited JSON-RPC 2.0 (stdin/stdout or any pipe).
 
 use std::collections::HashMap;
-use std::io::{self, BufRead, Write};
+use std::io::{BufRead, Write};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -9,8 +9,11 @@ use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
 
-use super::codec::{MAX_LINE_LEN, encode_event_line};
-use super::lines::{Line, read_line};
+use super::codec::{
+    MAX_LINE_LEN, Malformed, check_jsonrpc, error_to, parse_object, request_to, result_to,
+    write_event,
+};
+use super::lines::{Line, LineSink, read_line};
 use crate::hooks::ToolDecision;
 use crate::message::Message;
 use crate::state::State;
@@ -74,31 +77,23 @@ impl ServeOptions {
 }
 
 /// Where every line goes: responses, requests to the client and event notifications, each
-/// written whole and flushed under one lock.
-struct Out {
-    w: Mutex<Box<dyn Write + Send>>,
-    error: Mutex<Option<io::Error>>,
-}
+/// written whole and flushed under one lock. After a write error nothing more is written;
+/// `serve` returns the error when its input ends.
+struct Out(LineSink<Box<dyn Write + Send>>);
 
 impl Out {
-    fn line(&self, line: &str) {
-        let mut w = self.w.lock();
-        let r = w
-            .write_all(line.as_bytes())
-            .and_then(|()| w.write_all(b"\n"))
-            .and_then(|()| w.flush());
-        if let Err(e) = r {
-            self.error.lock().get_or_insert(e);
-        }
+    /// Writes what `encode` appends (whole lines) and flushes.
+    fn lines(&self, encode: impl FnOnce(&mut Vec<u8>)) {
+        // The error is kept in the sink, for `serve` to return.
+        let _ = self.0.write(|(), bytes| encode(bytes));
     }
 
-    fn result(&self, id: &Value, result: Value) {
-        self.line(&json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string());
+    fn result(&self, id: &Value, result: &Value) {
+        self.lines(|bytes| result_to(bytes, id, result));
     }
 
-    fn error(&self, id: &Value, code: i64, message: impl Into<String>) {
-        let error = json!({"code": code, "message": message.into()});
-        self.line(&json!({"jsonrpc": "2.0", "id": id, "error": error}).to_string());
+    fn error(&self, id: &Value, code: i64, message: impl AsRef<str>) {
+        self.lines(|bytes| error_to(bytes, id, code, message.as_ref()));
     }
 }
 
@@ -199,10 +194,7 @@ pub fn serve(
     output: impl Write + Send + 'static,
     options: ServeOptions,
 ) -> Result<(), Error> {
-    let out = Arc::new(Out {
-        w: Mutex::new(Box::new(output)),
-        error: Mutex::new(None),
-    });
+    let out = Arc::new(Out(LineSink::new(Box::new(output), ())));
     let approvals = Arc::new(Approvals::default());
     let builder = if options.approve_tools {
         let (out, approvals) = (out.clone(), approvals.clone());
@@ -217,24 +209,22 @@ pub fn serve(
                 pending.insert(id, tx);
             }
             let params = json!({"call": request.call});
-            out.line(
-                &json!({"jsonrpc": "2.0", "id": id, "method": "approve_tool_call", "params": params})
-                    .to_string(),
-            );
+            out.lines(|bytes| request_to(bytes, &id.into(), "approve_tool_call", &params));
             let answer = request.wait_for(&rx);
             approvals.pending.lock().remove(&id);
             match answer {
                 Some(Answer::Approve) => ToolDecision::Allow,
                 Some(Answer::Reject(reason)) => ToolDecision::Block(reason),
-                None => ToolDecision::Block("no approval: the run was aborted or the client left".into()),
+                None => ToolDecision::Block(
+                    "no approval: the run was aborted or the client left".into(),
+                ),
             }
         })
     } else {
         builder
     };
     let agent = builder.build()?;
-    let events = out.clone();
-    let _events = agent.subscribe(move |event| events.line(&encode_event_line(event)));
+    let _events = agent.subscribe(out.0.listener(|(), event, bytes| write_event(bytes, event)));
     let server = Server {
         agent: &agent,
         out: &out,
@@ -255,7 +245,7 @@ pub fn serve(
                         options.max_line_len
                     ),
                 ),
-                Ok(Line::Whole) => server.handle(scope, &buf),
+                Ok(Line::Whole { .. }) => server.handle(scope, &buf),
                 Err(e) => break Err(Error::Io(e.to_string())),
             }
         };
@@ -263,8 +253,8 @@ pub fn serve(
         read
     });
     read?;
-    match out.error.lock().take() {
-        Some(e) => Err(Error::Io(e.to_string())),
+    match out.0.error() {
+        Some(e) => Err(e),
         None => Ok(()),
     }
 }
@@ -285,21 +275,15 @@ impl<'a> Server<'a> {
         if line.iter().all(u8::is_ascii_whitespace) {
             return;
         }
-        let parsed = std::str::from_utf8(line)
-            .map_err(|e| format!("parse error: {e}"))
-            .and_then(|s| {
-                serde_json::from_str::<Value>(s).map_err(|e| format!("parse error: {e}"))
-            });
-        let message = match parsed {
-            Ok(Value::Object(m)) => m,
-            Ok(_) => {
-                return self.out.error(
-                    &Value::Null,
-                    codes::INVALID_REQUEST,
-                    "a request must be a JSON object",
-                );
+        let message = match parse_object(line) {
+            Ok(m) => m,
+            Err(bad) => {
+                let code = match bad {
+                    Malformed::NotJson(_) => codes::PARSE_ERROR,
+                    Malformed::NotObject => codes::INVALID_REQUEST,
+                };
+                return self.out.error(&Value::Null, code, bad.message());
             }
-            Err(why) => return self.out.error(&Value::Null, codes::PARSE_ERROR, why),
         };
         let id = message.get("id").cloned();
         let is_response = message.contains_key("result") || message.contains_key("error");
@@ -309,12 +293,8 @@ impl<'a> Server<'a> {
             return;
         }
         let reply_id = id.clone().unwrap_or(Value::Null);
-        if message.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-            return self.out.error(
-                &reply_id,
-                codes::INVALID_REQUEST,
-                "`jsonrpc` must be \"2.0\"",
-            );
+        if let Err(why) = check_jsonrpc(&message) {
+            return self.out.error(&reply_id, codes::INVALID_REQUEST, why);
         }
         if !matches!(
             id,
@@ -339,7 +319,7 @@ impl<'a> Server<'a> {
             _ => self.call(method, params),
         };
         match (answer, id) {
-            (Ok(Some(result)), Some(id)) => self.out.result(&id, result),
+            (Ok(Some(result)), Some(id)) => self.out.result(&id, &result),
             (Err((code, why)), Some(id)) => self.out.error(&id, code, why),
             // Notifications are never answered; a prompt answers when its run ends.
             _ => {}
@@ -398,7 +378,7 @@ impl<'a> Server<'a> {
             match outcome {
                 Ok(r) => self.out.result(
                     &id,
-                    json!({
+                    &json!({
                         "stop_reason": r.stop_reason,
                         "text": r.text(),
                         "usage": r.usage,

@@ -2,11 +2,9 @@
 
 use std::fmt;
 use std::io::Write;
-use std::sync::Arc;
 
-use parking_lot::Mutex;
-
-use super::codec::encode_event_line;
+use super::codec::write_event;
+use super::lines::LineSink;
 use super::pagent::{Encoder, Version};
 use crate::Error;
 use crate::event::AgentEvent;
@@ -32,11 +30,14 @@ enum Format {
     Pagent(Encoder),
 }
 
-struct Inner<W> {
-    out: W,
-    format: Format,
-    error: Option<Error>,
-    lines: Vec<String>,
+impl Format {
+    /// Appends the lines of `event`, each with its `\n`.
+    fn encode(&mut self, event: &AgentEvent, buf: &mut Vec<u8>) {
+        match self {
+            Format::Native => write_event(buf, event),
+            Format::Pagent(encoder) => encoder.encode(event, buf),
+        }
+    }
 }
 
 /// Writes an agent's events as wire lines to `W` (a file, a socket, stdout, a `Vec<u8>`).
@@ -66,29 +67,26 @@ struct Inner<W> {
 /// # Ok::<(), pagent::Error>(())
 /// ```
 pub struct Writer<W> {
-    inner: Arc<Mutex<Inner<W>>>,
+    sink: LineSink<W, Format>,
 }
 
 impl<W> Clone for Writer<W> {
     fn clone(&self) -> Writer<W> {
         Writer {
-            inner: self.inner.clone(),
+            sink: self.sink.clone(),
         }
     }
 }
 
 impl<W> fmt::Debug for Writer<W> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let inner = self.inner.lock();
+        let dialect = self.sink.with_state(|format| match format {
+            Format::Native => "native",
+            Format::Pagent(_) => "pagent",
+        });
         f.debug_struct("Writer")
-            .field(
-                "dialect",
-                &match &inner.format {
-                    Format::Native => "native",
-                    Format::Pagent(_) => "pagent",
-                },
-            )
-            .field("error", &inner.error)
+            .field("dialect", &dialect)
+            .field("error", &self.sink.error())
             .finish()
     }
 }
@@ -107,12 +105,7 @@ impl<W: Write + Send + 'static> Writer<W> {
             Dialect::PagentV4 => Format::Pagent(Encoder::new(Version::V4)),
         };
         Writer {
-            inner: Arc::new(Mutex::new(Inner {
-                out,
-                format,
-                error: None,
-                lines: Vec::new(),
-            })),
+            sink: LineSink::new(out, format),
         }
     }
 
@@ -124,50 +117,23 @@ impl<W: Write + Send + 'static> Writer<W> {
     /// [`Error::Io`] when writing or flushing fails, now or at an earlier event (the writer
     /// then stays silent).
     pub fn write_event(&self, event: &AgentEvent) -> Result<(), Error> {
-        let mut guard = self.inner.lock();
-        let inner = &mut *guard;
-        if let Some(e) = &inner.error {
-            return Err(e.clone());
-        }
-        inner.lines.clear();
-        match &mut inner.format {
-            Format::Native => inner.lines.push(encode_event_line(event)),
-            Format::Pagent(encoder) => encoder.encode(event, &mut inner.lines),
-        }
-        if inner.lines.is_empty() {
-            return Ok(());
-        }
-        let mut bytes = Vec::with_capacity(inner.lines.iter().map(|l| l.len() + 1).sum());
-        for l in &inner.lines {
-            bytes.extend_from_slice(l.as_bytes());
-            bytes.push(b'\n');
-        }
-        let written = inner.out.write_all(&bytes).and_then(|()| inner.out.flush());
-        written.map_err(|e| {
-            let e = Error::Io(e.to_string());
-            inner.error = Some(e.clone());
-            e
-        })
+        self.sink.write(|format, buf| format.encode(event, buf))
     }
 
     /// A listener for [`crate::Agent::subscribe`] that writes every event (see
     /// [`Writer::write_event`]; errors are kept in [`Writer::error`]).
     pub fn listener(&self) -> impl Fn(&AgentEvent) + Send + Sync + 'static {
-        let writer = self.clone();
-        move |event| {
-            // The error is kept for `Writer::error`; a listener has nobody to return it to.
-            let _ = writer.write_event(event);
-        }
+        self.sink.listener(Format::encode)
     }
 
     /// The first write error, if writing failed.
     pub fn error(&self) -> Option<Error> {
-        self.inner.lock().error.clone()
+        self.sink.error()
     }
 
     /// Runs `f` on the output (to read a `Vec<u8>` back, or sync a file). Holds the writer's
     /// lock meanwhile: an event being written waits for `f`.
     pub fn with_output<R>(&self, f: impl FnOnce(&mut W) -> R) -> R {
-        f(&mut self.inner.lock().out)
+        self.sink.with_output(f)
     }
 }
