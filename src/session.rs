@@ -161,8 +161,12 @@ pub struct Loaded {
     pub warnings: Vec<String>,
 }
 
-/// Reads a session file, with lines up to [`wire::MAX_LINE_LEN`](crate::wire::MAX_LINE_LEN)
-/// bytes (8 MiB).
+/// The longest line [`load`] reads: 256 MiB. A session is the program's own file and one
+/// message may hold a large tool output, so the limit is far above the wire's; it only
+/// guards against a file that is not a session at all.
+pub const MAX_MESSAGE_LINE_LEN: usize = 256 * 1024 * 1024;
+
+/// Reads a session file, with lines up to [`MAX_MESSAGE_LINE_LEN`] bytes.
 ///
 /// Lines that are not a message are skipped with a warning, never a failure: a torn last
 /// line (the process died in the middle of a write), a damaged line elsewhere, or a line
@@ -172,7 +176,7 @@ pub struct Loaded {
 /// # Errors
 /// [`Error::Io`] only when the file cannot be read.
 pub fn load(path: impl AsRef<Path>) -> Result<Loaded, Error> {
-    load_with_limit(path, crate::wire::MAX_LINE_LEN)
+    load_with_limit(path, MAX_MESSAGE_LINE_LEN)
 }
 
 /// [`load`] with lines up to `max_line_len` bytes, line end excluded; a longer line is
