@@ -1221,3 +1221,23 @@ fn run_result_shares_the_transcripts_messages() {
         assert!(Arc::ptr_eq(ours, theirs), "{:?}", ours.role());
     }
 }
+
+#[test]
+fn a_handle_outliving_its_agent_gives_messages_back() {
+    let agent = Agent::builder()
+        .provider(Faux::new([FauxReply::text("hi")]))
+        .build()
+        .unwrap();
+    agent.prompt("hello").unwrap();
+    let handle = agent.handle();
+    drop(agent);
+    assert_eq!(
+        handle.steer("too late").unwrap_err(),
+        pagent::Refused(Box::new(Message::user("too late")))
+    );
+    assert_eq!(handle.follow_up("later").unwrap_err().0.text(), "later");
+    assert!(!handle.abort());
+    assert!(!handle.is_running());
+    // The last state is still readable.
+    assert_eq!(handle.snapshot().messages.len(), 2);
+}
