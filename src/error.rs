@@ -67,12 +67,17 @@ pub enum TimeoutPhase {
 }
 
 impl Error {
-    /// True for failures worth trying again: HTTP 408, 409, 429 and 5xx, timeouts and
-    /// connection failures.
+    /// True for failures worth trying again: HTTP 408, 409, 429 and 5xx, connection
+    /// failures and connect timeouts.
+    ///
+    /// A first-byte timeout is not: the server took the request and stayed silent for the
+    /// whole first-byte window (minutes, by default), so sending it again would double the
+    /// wait and likely the server's work. An idle timeout comes after the reply started, when
+    /// nothing is retried anyway.
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Http { status, .. } => matches!(status, 408 | 409 | 429 | 500..=599),
-            Error::Timeout(_) | Error::Connection(_) => true,
+            Error::Timeout(TimeoutPhase::Connect) | Error::Connection(_) => true,
             _ => false,
         }
     }
@@ -174,6 +179,8 @@ mod tests {
             "timed out waiting for the next chunk"
         );
         assert!(!Error::Stream("x".into()).is_retryable());
+        assert!(Error::Timeout(TimeoutPhase::Connect).is_retryable());
+        assert!(!Error::Timeout(TimeoutPhase::FirstByte).is_retryable());
         assert!(Error::Aborted.is_aborted());
         let api = Error::Api {
             kind: "overloaded_error".into(),

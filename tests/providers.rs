@@ -818,6 +818,30 @@ fn abort_mid_stream_keeps_the_partial_reply() {
 }
 
 #[test]
+fn a_first_byte_timeout_is_not_retried() {
+    let server = Server::start(vec![
+        Reply::sse("").stall(Duration::from_secs(20)),
+        Reply::sse("").stall(Duration::from_secs(20)),
+    ]);
+    // Retries on (the default policy): a silent server is still asked only once.
+    let provider = openai(&server).first_byte_timeout(Duration::from_millis(200));
+    let request = Request {
+        model: "m".into(),
+        messages: vec![Message::user("Hi")],
+        ..Request::default()
+    };
+    let mut retries = 0;
+    let r = provider.stream(&request, &CancelToken::new(), &mut |e| {
+        if matches!(e, StreamEvent::Retry { .. }) {
+            retries += 1;
+        }
+    });
+    assert_eq!(r.unwrap_err(), Error::Timeout(TimeoutPhase::FirstByte));
+    assert_eq!(retries, 0);
+    assert_eq!(server.requests().len(), 1);
+}
+
+#[test]
 fn timeouts_name_their_phase() {
     let server = Server::start(vec![
         Reply::sse("").stall(Duration::from_secs(20)),

@@ -16,7 +16,7 @@
 //!   [`Error::Timeout`] naming the phase, [`Error::Connection`], [`Error::Stream`] for a
 //!   malformed or truncated stream, [`Error::Api`] for an error the server reports inside
 //!   the stream. [`Error::is_context_overflow`] recognises a prompt too long for the model.
-//! - **Retries**: HTTP 408, 409, 429, 5xx, connection failures and timeouts are retried
+//! - **Retries**: HTTP 408, 409, 429, 5xx, connection failures and connect timeouts are retried
 //!   while nothing of the reply has arrived, per a [`RetryPolicy`], honouring `Retry-After`
 //!   and `retry-after-ms`. Each retry is first announced as a [`StreamEvent::Retry`], which
 //!   the agent publishes as a `MessageUpdate` whose delta is the retry (and which sets

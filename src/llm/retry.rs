@@ -6,8 +6,8 @@ use crate::Error;
 
 /// How a provider retries a request that failed before any byte of the reply arrived.
 ///
-/// Retried: HTTP 408, 409, 429 and 5xx, connection failures and timeouts
-/// ([`Error::is_retryable`]). Never retried: anything after the first byte of the reply
+/// Retried: HTTP 408, 409, 429 and 5xx, connection failures and connect timeouts
+/// ([`Error::is_retryable`]; a first-byte timeout is not retried). Never retried: anything after the first byte of the reply
 /// arrived (the reply is already partly delivered to listeners), other statuses, an abort.
 ///
 /// The wait before retry `n` (from 1) is `initial_delay * 2^(n-1)`, capped at `max_delay`,
