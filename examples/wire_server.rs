@@ -13,9 +13,9 @@
 
 use std::io::{BufReader, stdin, stdout};
 
-use pagent::llm::{CancelToken, Faux, FauxReply, Provider, Request, StreamEvent};
+use pagent::llm::{Faux, FauxReply, Request};
 use pagent::wire::{ServeOptions, serve};
-use pagent::{Agent, AssistantMessage, Error, Message, ToolOutput, tool};
+use pagent::{Agent, Error, Message, ToolOutput, tool};
 use serde_json::json;
 
 #[derive(serde::Deserialize, schemars::JsonSchema)]
@@ -27,57 +27,32 @@ struct Add {
 }
 
 /// The scripted demo model: calls `add` for two numbers, answers from a tool result.
-struct Demo {
-    tokens_per_second: Option<f64>,
-}
-
-impl Demo {
-    fn reply(request: &Request) -> FauxReply {
-        match request.messages.last() {
-            Some(Message::ToolResult(r)) if r.is_error => {
-                FauxReply::text(format!("I could not add them: {}", r.content))
-            }
-            Some(Message::ToolResult(r)) => FauxReply::text(format!("The sum is {}.", r.content)),
-            Some(m) => {
-                let text = m.text();
-                let numbers: Vec<f64> = text
-                    .split(|c: char| !(c.is_ascii_digit() || c == '.'))
-                    .filter_map(|w| w.parse().ok())
-                    .collect();
-                match numbers[..] {
-                    [a, b, ..] => FauxReply::text("Let me add those.")
-                        .then_tool_call("add", json!({ "a": a, "b": b })),
-                    _ => FauxReply::text(format!("You said: {text}")),
-                }
-            }
-            None => FauxReply::text("Hello."),
+fn demo_reply(request: &Request) -> FauxReply {
+    match request.messages.last() {
+        Some(Message::ToolResult(r)) if r.is_error => {
+            FauxReply::text(format!("I could not add them: {}", r.content))
         }
-    }
-}
-
-impl Provider for Demo {
-    fn stream(
-        &self,
-        request: &Request,
-        cancel: &CancelToken,
-        on_event: &mut dyn FnMut(StreamEvent),
-    ) -> Result<AssistantMessage, Error> {
-        let mut faux = Faux::default().reply(Demo::reply(request));
-        if let Some(tps) = self.tokens_per_second {
-            faux = faux.tokens_per_second(tps);
+        Some(Message::ToolResult(r)) => FauxReply::text(format!("The sum is {}.", r.content)),
+        Some(m) => {
+            let text = m.text();
+            let numbers: Vec<f64> = text
+                .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+                .filter_map(|w| w.parse().ok())
+                .collect();
+            match numbers[..] {
+                [a, b, ..] => FauxReply::text("Let me add those.")
+                    .then_tool_call("add", json!({ "a": a, "b": b })),
+                _ => FauxReply::text(format!("You said: {text}")),
+            }
         }
-        faux.stream(request, cancel, on_event)
-    }
-
-    fn name(&self) -> &str {
-        "demo"
+        None => FauxReply::text("Hello."),
     }
 }
 
 fn main() -> Result<(), Error> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let ask = args.iter().any(|a| a == "--ask");
-    let tokens_per_second = args
+    let tokens_per_second: Option<f64> = args
         .iter()
         .position(|a| a == "--tokens-per-second")
         .and_then(|i| args.get(i + 1))
@@ -85,8 +60,14 @@ fn main() -> Result<(), Error> {
     let add = tool::typed("add", "Adds two numbers.", |args: Add, _ctx| {
         Ok(ToolOutput::text((args.a + args.b).to_string()))
     });
+    // The scripted demo answers every request with `demo_reply`.
+    let demo = Faux::default().otherwise(demo_reply);
+    let demo = match tokens_per_second {
+        Some(tps) => demo.tokens_per_second(tps),
+        None => demo,
+    };
     let builder = Agent::builder()
-        .provider(Demo { tokens_per_second })
+        .provider(demo)
         .model("demo")
         .system_prompt("You add numbers.")
         .tool(add);
