@@ -22,6 +22,7 @@ use std::sync::Arc;
 
 use crossbeam_channel::Receiver;
 
+use super::builder::debug_name;
 use crate::cancel::CancelToken;
 use crate::llm::ThinkingLevel;
 use crate::message::{Message, ToolCall, ToolResultMessage};
@@ -122,7 +123,7 @@ impl fmt::Debug for TurnSetup {
             .field("thinking", &self.thinking)
             .field(
                 "tools",
-                &self.tools.iter().map(|t| t.name()).collect::<Vec<_>>(),
+                &self.tools.iter().map(debug_name).collect::<Vec<_>>(),
             )
             .finish()
     }
