@@ -207,6 +207,14 @@ impl AgentBuilder {
     }
 
     /// A transcript to start from (a restored session, say). Defaults to empty.
+    ///
+    /// The transcript is kept as given. Tool calls without a result are answered for the
+    /// model: every request carries a synthesized error result (`no result: this tool call
+    /// was never answered ..`) right after the results the call's message has. When such
+    /// calls are in the last assistant message (a session cut by a crash in the middle of a
+    /// tool batch), the next run appends those results as real messages first
+    /// (`MessageStart` / `MessageEnd` right after its first `TurnStart`, before its input),
+    /// so the transcript is whole again; `continue_run` then lets the model answer them.
     pub fn messages(mut self, messages: impl IntoIterator<Item = Message>) -> AgentBuilder {
         self.messages = messages.into_iter().collect();
         self
@@ -247,8 +255,10 @@ impl AgentBuilder {
 
     /// Rewrites the messages sent to the model for each request (pruning, compaction) without
     /// touching the transcript: it gets a copy of the transcript at each model call, on the
-    /// run thread, and returns what the request carries. A panic ends the run with
-    /// `RunStopReason::Error`, before the model call. Defaults to none.
+    /// run thread, and returns what the request carries. A tool call it leaves without a
+    /// result gets a synthesized error result in the request, so pruning cannot make a
+    /// request the provider rejects. A panic ends the run with `RunStopReason::Error` and
+    /// [`Error::Panic`], before the model call. Defaults to none.
     pub fn transform_context(
         mut self,
         hook: impl Fn(Vec<Message>) -> Vec<Message> + Send + Sync + 'static,
@@ -261,8 +271,9 @@ impl AgentBuilder {
     /// the turn's input messages; may change the model, thinking level or tools for that call
     /// and the rest of the run. The state shows the change before the reply's `MessageStart`.
     /// A change stays, as with [`Agent::set_model`]: the state and later runs use it too. A
-    /// panic ends the run with `RunStopReason::Error`, before the model call. Defaults to
-    /// none.
+    /// panic ends the run with `RunStopReason::Error` and [`Error::Panic`], before the model
+    /// call, and so does a tool it puts in place whose [`Tool::definition`] panics (the
+    /// change is then not made). Defaults to none.
     pub fn before_turn(
         mut self,
         hook: impl Fn(&mut TurnSetup) + Send + Sync + 'static,
@@ -274,7 +285,8 @@ impl AgentBuilder {
     /// Builds the agent.
     ///
     /// # Errors
-    /// [`Error::Config`] when no provider was set or two tools share a name.
+    /// [`Error::Config`] when no provider was set, two tools share a name, or a tool's
+    /// [`Tool::name`] or [`Tool::definition`] panics.
     pub fn build(self) -> Result<Agent, Error> {
         let provider = self
             .provider
