@@ -17,11 +17,13 @@
 //! `run.rs` (`guard::catch(|| provider.stream(..))`, mapping `Err(message)` to
 //! `Error::Panic { source: "the provider", message }`).
 
-use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crossbeam_channel::Sender;
 
+// The listener call site's own helper, shared until that call site adopts `catch` (the
+// function can then move here).
+use super::dispatch::panic_message;
 use crate::Error;
 use crate::tool::{ToolError, ToolMsg, ToolOutput};
 
@@ -45,17 +47,6 @@ pub(crate) fn must<R>(source: &'static str, f: impl FnOnce() -> R) -> Result<R, 
     catch(f).map_err(|message| Error::Panic { source, message })
 }
 
-/// The text of a panic payload (a `&str` or `String` message, as `panic!` makes).
-pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a panic without a message".to_owned()
-    }
-}
-
 /// Owned by a tool worker thread: reports the call's outcome to the run thread when dropped,
 /// so a call is reported done whatever its worker did (returned, panicked, or failed in our
 /// own code after the tool returned). Without an outcome set, the call gets an error result.
@@ -66,8 +57,8 @@ pub(crate) struct Worker {
 }
 
 /// The result of a call whose worker ended without reporting an outcome.
-pub(crate) const WORKER_LOST: &str =
-    "the tool's worker ended without a result (a panic outside the tool's own code)";
+pub(crate) const WORKER_LOST: &str = "the tool's worker ended without a result (its thread \
+                                       could not start, or failed outside the tool's own code)";
 
 impl Worker {
     pub(crate) fn new(index: usize, tx: Sender<ToolMsg>) -> Worker {

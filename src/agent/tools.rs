@@ -101,10 +101,12 @@ impl Run<'_> {
                         let worker = Worker::new(index, tx.clone());
                         let name = call.name.clone();
                         batch.running += 1;
-                        scope.spawn(move || {
-                            // `work` catches the tool's panics, and `worker` reports the call
-                            // done whatever happens; this catch keeps a panic of our own code
-                            // from reaching the scope, which would re-raise it on this thread.
+                        // `work` catches the tool's panics, and `worker` reports the call done
+                        // whatever happens: also when the thread cannot start (the closure,
+                        // and the worker in it, are dropped then), so that error needs no
+                        // handling here. The catch keeps a panic of our own code from reaching
+                        // the scope, which would raise it again on this thread.
+                        let _ = std::thread::Builder::new().spawn_scoped(scope, move || {
                             let _ = guard::catch(|| work(worker, &name, &tool, args, ctx));
                         });
                     }
@@ -175,8 +177,7 @@ impl Run<'_> {
         // Before the hook: nobody is asked to approve a call that cannot run.
         validate(&args).map_err(fail)?;
         if let Some(decision) = self.ask_before_tool_call(call, &args, batch) {
-            let decision = decision
-                .map_err(|panic| fail(format!("the before_tool_call hook panicked: {panic}")))?;
+            let decision = decision.map_err(fail)?;
             if self.cancel.is_cancelled() {
                 return Err(fail(CANCELLED.to_owned()));
             }
@@ -194,10 +195,10 @@ impl Run<'_> {
         Ok((tool, args))
     }
 
-    /// Calls `before_tool_call`, if set; `Err` holds a panic's message. While calls of the
-    /// batch are running, the hook runs on a helper thread and this (run) thread keeps
-    /// publishing their progress and ends, so an approval prompt does not hold back the
-    /// results of tools that already finished.
+    /// Calls `before_tool_call`, if set; `Err` holds the text of the call's error result (the
+    /// hook panicked). While calls of the batch are running, the hook runs on a helper thread
+    /// and this (run) thread keeps publishing their progress and ends, so an approval prompt
+    /// does not hold back the results of tools that already finished.
     fn ask_before_tool_call(
         &mut self,
         call: &ToolCall,
@@ -207,19 +208,30 @@ impl Run<'_> {
         let hook = self.config.hooks.before_tool_call.clone()?;
         let cancel = self.cancel.clone();
         let request = ToolCallRequest::new(call, args, &cancel);
-        let ask = || guard::catch(|| hook(&request));
+        let ask = || {
+            guard::catch(|| hook(&request))
+                .map_err(|panic| format!("the before_tool_call hook panicked: {panic}"))
+        };
         if batch.running == 0 {
             return Some(ask());
         }
         Some(std::thread::scope(|scope| {
             let (done_tx, done_rx) = crossbeam_channel::bounded(1);
-            scope.spawn(move || {
+            let helper = std::thread::Builder::new().spawn_scoped(scope, move || {
                 let _ = done_tx.send(ask());
             });
+            if let Err(e) = helper {
+                return Err(format!(
+                    "no thread could start for the before_tool_call hook: {e}"
+                ));
+            }
             loop {
                 crossbeam_channel::select! {
-                    // OK because the helper catches the hook's panic and always sends.
-                    recv(done_rx) -> answer => return answer.expect("the hook helper answers"),
+                    // The helper catches the hook's panic and always answers; were it to end
+                    // without an answer all the same, the call gets an error result.
+                    recv(done_rx) -> answer => return answer.unwrap_or_else(|_| {
+                        Err("the before_tool_call hook's thread ended without an answer".into())
+                    }),
                     recv(batch.rx) -> msg => {
                         // OK because the run thread holds a sender for the whole batch.
                         let msg = msg.expect("the tool channel stays open");
