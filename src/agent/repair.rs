@@ -59,12 +59,25 @@ fn holes(messages: &[Message]) -> Vec<(usize, ToolResultMessage)> {
         if reply.tool_calls().next().is_none() {
             continue;
         }
-        let answered: Vec<&Message> = messages[i + 1..]
+        let results = &messages[i + 1..];
+        let results = match results
             .iter()
-            .take_while(|m| matches!(m, Message::ToolResult(_)))
-            .collect();
-        let at = i + 1 + answered.len();
-        for call in unanswered(reply.tool_calls(), answered) {
+            .position(|m| !matches!(m, Message::ToolResult(_)))
+        {
+            Some(n) => &results[..n],
+            None => results,
+        };
+        // The common case, and the loop's own order: one result per call, in call order.
+        let in_order = reply.tool_calls().count() <= results.len()
+            && reply
+                .tool_calls()
+                .zip(results)
+                .all(|(call, m)| matches!(m, Message::ToolResult(r) if r.tool_call_id == call.id));
+        if in_order {
+            continue;
+        }
+        let at = i + 1 + results.len();
+        for call in unanswered(reply.tool_calls(), results) {
             holes.push((at, Run::tool_result(call, NO_RESULT, true)));
         }
     }
