@@ -586,3 +586,21 @@ fn a_result_pruned_by_transform_context_is_sent_repaired() {
         "the transcript keeps the real result"
     );
 }
+
+#[test]
+fn set_tools_leaves_out_a_tool_whose_definition_panics() {
+    // `set_tools` cannot fail: the model is not offered the tool (the state shows what the
+    // model is offered), and the agent goes on with the others.
+    let agent = Agent::builder().provider(Faux::default()).build().unwrap();
+    agent.set_tools(vec![
+        Arc::new(fragile("definition", 0)),
+        Arc::new(echo()) as Arc<dyn Tool>,
+    ]);
+    let names: Vec<_> = agent
+        .snapshot()
+        .tools
+        .iter()
+        .map(|t| t.name.clone())
+        .collect();
+    assert_eq!(names, ["echo"]);
+}
