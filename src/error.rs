@@ -52,6 +52,15 @@ pub enum Error {
     Wire(String),
     /// Reading or writing a file or stream failed.
     Io(String),
+    /// User code that must succeed for the run to go on panicked (the `before_turn` or
+    /// `transform_context` hook, the definition of a tool a hook put in place). Tool code that
+    /// panics does not end the run: its call gets an error result instead.
+    Panic {
+        /// Whose code panicked: `"the before_turn hook"`, `"the transform_context hook"`...
+        source: &'static str,
+        /// The panic's message.
+        message: String,
+    },
 }
 
 /// The phase of a request that ran out of time.
@@ -108,6 +117,11 @@ impl Error {
         matches!(self, Error::Aborted)
     }
 
+    /// True when user code (a hook, a tool's definition) panicked: [`Error::Panic`].
+    pub fn is_panic(&self) -> bool {
+        matches!(self, Error::Panic { .. })
+    }
+
     /// The HTTP status, for HTTP errors.
     pub fn status(&self) -> Option<u16> {
         match self {
@@ -135,6 +149,7 @@ impl fmt::Display for Error {
             Error::ScriptExhausted => f.write_str("the scripted provider has no reply left"),
             Error::Wire(why) => write!(f, "wire: {why}"),
             Error::Io(why) => write!(f, "io: {why}"),
+            Error::Panic { source, message } => write!(f, "{source} panicked: {message}"),
         }
     }
 }

@@ -1261,11 +1261,11 @@ fn hooks_that_panic_are_contained_as_documented() {
     let cases: [(Build, &str); 2] = [
         (
             |b| b.transform_context(|_| panic!("transform boom")),
-            "provider error: the transform_context hook panicked: transform boom",
+            "the transform_context hook panicked: transform boom",
         ),
         (
             |b| b.before_turn(|_| panic!("turn boom")),
-            "provider error: the before_turn hook panicked: turn boom",
+            "the before_turn hook panicked: turn boom",
         ),
     ];
     for (build, message) in cases {
@@ -1275,6 +1275,7 @@ fn hooks_that_panic_are_contained_as_documented() {
         let result = agent.prompt("go").unwrap();
         assert_eq!(result.stop_reason, RunStopReason::Error);
         assert_eq!(result.error.as_ref().unwrap().to_string(), message);
+        assert!(result.error.as_ref().unwrap().is_panic());
         assert_eq!(faux.remaining(), 1, "no model call");
         assert_eq!(
             rec.lines(),

@@ -624,3 +624,71 @@ fn a_failing_output_is_returned_when_the_input_ends() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn steering_past_the_queue_cap_is_refused_and_the_server_serves_on() {
+    // With no run active nothing takes the queues: before the cap, a client could grow them
+    // without bound.
+    let faux = Faux::default().otherwise(|_| FauxReply::text("ok"));
+    let c = Client::start(agent(faux), ServeOptions::new().max_queued(2));
+    for (id, method) in [(1, "steer"), (2, "steer"), (3, "follow_up")] {
+        c.request(id, method, json!({"text": format!("m{id}")}));
+        assert_eq!(c.until_response(id).1["result"], json!({"queued": true}));
+    }
+    c.request(4, "steer", json!({"text": "m4"}));
+    let (_, r) = c.until_response(4);
+    assert_eq!(r["error"]["code"], codes::QUEUE_FULL);
+    assert_eq!(
+        r["error"]["message"],
+        "the steering queue is full (2 of 2 messages, 4 of 16777216 bytes waiting): this \
+         message of 2 bytes was not queued"
+    );
+    // The follow-up queue has a cap of its own, and still room.
+    c.request(5, "follow_up", json!({"text": "m5"}));
+    assert_eq!(c.until_response(5).1["result"], json!({"queued": true}));
+    c.request(6, "follow_up", json!({"text": "m6"}));
+    assert_eq!(c.until_response(6).1["error"]["code"], codes::QUEUE_FULL);
+    c.request(7, "snapshot", json!({}));
+    let (_, r) = c.until_response(7);
+    let texts = |queue: &Value| -> Vec<String> {
+        queue
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["content"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(texts(&r["result"]["steering_queue"]), ["m1", "m2"]);
+    assert_eq!(texts(&r["result"]["follow_up_queue"]), ["m3", "m5"]);
+
+    // A run takes them all; the queues then have room again.
+    c.request(8, "prompt", json!({"text": "go"}));
+    let (_, r) = c.until_response(8);
+    assert_eq!(r["result"]["stop_reason"], "no_tool_calls");
+    c.request(9, "steer", json!({"text": "m9"}));
+    assert_eq!(c.until_response(9).1["result"], json!({"queued": true}));
+    c.close().unwrap();
+}
+
+#[test]
+fn steering_past_the_byte_cap_is_refused() {
+    let c = Client::start(
+        agent(Faux::default()),
+        ServeOptions::new().max_queued_bytes(10),
+    );
+    c.request(1, "steer", json!({"text": "12345678"}));
+    assert_eq!(c.until_response(1).1["result"], json!({"queued": true}));
+    c.request(2, "steer", json!({"text": "abc"}));
+    let (_, r) = c.until_response(2);
+    assert_eq!(r["error"]["code"], codes::QUEUE_FULL);
+    assert_eq!(
+        r["error"]["message"],
+        "the steering queue is full (1 of 64 messages, 8 of 10 bytes waiting): this message of \
+         3 bytes was not queued"
+    );
+    c.request(3, "steer", json!({"text": "ab"}));
+    assert_eq!(c.until_response(3).1["result"], json!({"queued": true}));
+    c.request(4, "follow_up", json!({"text": "x".repeat(11)}));
+    assert_eq!(c.until_response(4).1["error"]["code"], codes::QUEUE_FULL);
+    c.close().unwrap();
+}

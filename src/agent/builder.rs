@@ -1,8 +1,9 @@
 //! `AgentBuilder` and the configuration a run uses.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
+use super::guard;
 use super::hooks::{Hooks, ToolCallRequest, ToolDecision, TurnSetup};
 use super::{Agent, QueueMode, SteeringPolicy};
 use crate::Error;
@@ -21,6 +22,8 @@ pub(crate) struct Config {
     // What the model sees of `tools`, worked out when the tools are set (never under a lock:
     // `definition()` is user code).
     pub(crate) tool_defs: Arc<[ToolDefinition]>,
+    // The names of `tools`, asked on first use by a run (on its own copy of the config).
+    pub(crate) tool_names: ToolNames,
     pub(crate) max_turns: u32,
     pub(crate) max_parallel_tools: usize,
     pub(crate) steering_policy: SteeringPolicy,
@@ -29,15 +32,46 @@ pub(crate) struct Config {
     pub(crate) hooks: Hooks,
 }
 
+/// The names of a run's tools, in tool order, asked once (`Tool::name` is user code, and the
+/// lookup of each call would otherwise ask every tool): `Err` holds the panic of a tool whose
+/// `name()` panicked, and no call finds that tool.
+///
+/// The agent's own config never fills it (only a run's copy does), so a `set_tools` needs no
+/// reset; a run that changes its tools (`before_turn`) puts in a fresh one.
+#[derive(Clone, Default)]
+pub(crate) struct ToolNames(OnceLock<Arc<[Result<String, String>]>>);
+
+impl ToolNames {
+    pub(crate) fn get(&self, tools: &[Arc<dyn Tool>]) -> &[Result<String, String>] {
+        self.0
+            .get_or_init(|| tools.iter().map(|t| tool_name(&**t)).collect())
+    }
+}
+
+/// A tool's name, or the message of the panic that came instead.
+pub(crate) fn tool_name(tool: &dyn Tool) -> Result<String, String> {
+    guard::catch(|| tool.name().to_owned())
+}
+
+/// A name for `Debug` output, which must not panic.
+pub(crate) fn debug_name(tool: &Arc<dyn Tool>) -> String {
+    tool_name(&**tool).unwrap_or_else(|_| "<name() panicked>".to_owned())
+}
+
+/// The provider's name for `Debug` output, which must not panic.
+fn debug_provider(provider: &Arc<dyn Provider>) -> String {
+    guard::catch(|| provider.name().to_owned()).unwrap_or_else(|_| "<name() panicked>".to_owned())
+}
+
 impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Config")
-            .field("provider", &self.provider.name())
+            .field("provider", &debug_provider(&self.provider))
             .field("model", &self.model)
             .field("thinking", &self.thinking)
             .field(
                 "tools",
-                &self.tools.iter().map(|t| t.name()).collect::<Vec<_>>(),
+                &self.tools.iter().map(debug_name).collect::<Vec<_>>(),
             )
             .field("max_turns", &self.max_turns)
             .field("max_parallel_tools", &self.max_parallel_tools)
@@ -173,6 +207,14 @@ impl AgentBuilder {
     }
 
     /// A transcript to start from (a restored session, say). Defaults to empty.
+    ///
+    /// The transcript is kept as given. Tool calls without a result are answered for the
+    /// model: every request carries a synthesized error result (`no result: this tool call
+    /// was never answered ..`) right after the results the call's message has. When such
+    /// calls are in the last assistant message (a session cut by a crash in the middle of a
+    /// tool batch), the next run appends those results as real messages first
+    /// (`MessageStart` / `MessageEnd` right after its first `TurnStart`, before its input),
+    /// so the transcript is whole again; `continue_run` then lets the model answer them.
     pub fn messages(mut self, messages: impl IntoIterator<Item = Message>) -> AgentBuilder {
         self.messages = messages.into_iter().collect();
         self
@@ -213,8 +255,10 @@ impl AgentBuilder {
 
     /// Rewrites the messages sent to the model for each request (pruning, compaction) without
     /// touching the transcript: it gets a copy of the transcript at each model call, on the
-    /// run thread, and returns what the request carries. A panic ends the run with
-    /// `RunStopReason::Error`, before the model call. Defaults to none.
+    /// run thread, and returns what the request carries. A tool call it leaves without a
+    /// result gets a synthesized error result in the request, so pruning cannot make a
+    /// request the provider rejects. A panic ends the run with `RunStopReason::Error` and
+    /// [`Error::Panic`], before the model call. Defaults to none.
     pub fn transform_context(
         mut self,
         hook: impl Fn(Vec<Message>) -> Vec<Message> + Send + Sync + 'static,
@@ -227,8 +271,9 @@ impl AgentBuilder {
     /// the turn's input messages; may change the model, thinking level or tools for that call
     /// and the rest of the run. The state shows the change before the reply's `MessageStart`.
     /// A change stays, as with [`Agent::set_model`]: the state and later runs use it too. A
-    /// panic ends the run with `RunStopReason::Error`, before the model call. Defaults to
-    /// none.
+    /// panic ends the run with `RunStopReason::Error` and [`Error::Panic`], before the model
+    /// call, and so does a tool it puts in place whose [`Tool::definition`] panics (the
+    /// change is then not made). Defaults to none.
     pub fn before_turn(
         mut self,
         hook: impl Fn(&mut TurnSetup) + Send + Sync + 'static,
@@ -240,23 +285,33 @@ impl AgentBuilder {
     /// Builds the agent.
     ///
     /// # Errors
-    /// [`Error::Config`] when no provider was set or two tools share a name.
+    /// [`Error::Config`] when no provider was set, two tools share a name, or a tool's
+    /// [`Tool::name`] or [`Tool::definition`] panics.
     pub fn build(self) -> Result<Agent, Error> {
         let provider = self
             .provider
             .ok_or_else(|| Error::Config("no provider set on the builder".into()))?;
         let mut names = std::collections::HashSet::new();
-        for t in &self.tools {
-            if !names.insert(t.name().to_owned()) {
-                return Err(Error::Config(format!("two tools are named `{}`", t.name())));
+        for (i, t) in self.tools.iter().enumerate() {
+            let name = tool_name(&**t).map_err(|panic| {
+                Error::Config(format!("the `name()` of tool {} panicked: {panic}", i + 1))
+            })?;
+            if !names.insert(name.clone()) {
+                return Err(Error::Config(format!("two tools are named `{name}`")));
             }
         }
+        let tool_defs = try_definitions(&self.tools).map_err(|(name, panic)| {
+            Error::Config(format!(
+                "the `definition()` of tool `{name}` panicked: {panic}"
+            ))
+        })?;
         let config = Config {
             provider,
             model: self.model,
             system_prompt: self.system_prompt,
             thinking: self.thinking,
-            tool_defs: definitions(&self.tools),
+            tool_defs,
+            tool_names: ToolNames::default(),
             tools: self.tools,
             max_turns: self.max_turns,
             max_parallel_tools: self.max_parallel_tools,
@@ -272,14 +327,11 @@ impl AgentBuilder {
 impl fmt::Debug for AgentBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AgentBuilder")
-            .field(
-                "provider",
-                &self.provider.as_ref().map(|p| p.name().to_owned()),
-            )
+            .field("provider", &self.provider.as_ref().map(debug_provider))
             .field("model", &self.model)
             .field(
                 "tools",
-                &self.tools.iter().map(|t| t.name()).collect::<Vec<_>>(),
+                &self.tools.iter().map(debug_name).collect::<Vec<_>>(),
             )
             .field("max_turns", &self.max_turns)
             .finish_non_exhaustive()
@@ -297,7 +349,27 @@ impl TurnSetup {
     }
 }
 
-/// The definitions the model sees, in tool order.
+/// The definitions the model sees, in tool order, leaving out the tools whose
+/// `definition()` panics (the model is not offered a tool that cannot describe itself; a
+/// call to it gets an error result). `build` and `before_turn` refuse such tools instead
+/// (see [`try_definitions`]); this is for `Agent::set_tools`, which cannot fail.
 pub(crate) fn definitions(tools: &[Arc<dyn Tool>]) -> Arc<[ToolDefinition]> {
-    tools.iter().map(|t| t.definition()).collect()
+    tools
+        .iter()
+        .filter_map(|t| guard::catch(|| t.definition()).ok())
+        .collect()
+}
+
+/// The definitions the model sees, in tool order; `Err` holds the name of the first tool
+/// whose `definition()` panicked (or `?` when its name panics too), and the panic.
+pub(crate) fn try_definitions(
+    tools: &[Arc<dyn Tool>],
+) -> Result<Arc<[ToolDefinition]>, (String, String)> {
+    tools
+        .iter()
+        .map(|t| {
+            guard::catch(|| t.definition())
+                .map_err(|panic| (tool_name(&**t).unwrap_or_else(|_| "?".to_owned()), panic))
+        })
+        .collect()
 }

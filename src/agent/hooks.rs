@@ -9,19 +9,26 @@
 //!
 //! | hook | when | a panic |
 //! | --- | --- | --- |
-//! | `before_turn` | before each model call, the first included | ends the run with `Error` |
-//! | `transform_context` | building each request | ends the run with `Error` |
+//! | `before_turn` | before each model call, the first included | ends the run with `Error` ([`Error::Panic`](crate::Error::Panic)) |
+//! | `transform_context` | building each request | ends the run with `Error` ([`Error::Panic`](crate::Error::Panic)) |
 //! | `before_tool_call` | before each call runs, one call at a time in call order, after its `ToolStart` | error result for that call |
 //! | `after_tool_call` | after each call whose tool ran, before its `ToolEnd` | error result for that call |
 //!
 //! A hook ended by a panic never leaves the run half-done: `AgentEnd` still comes, and every
-//! tool call still gets exactly one result.
+//! tool call still gets exactly one result. A hook that ends the run does so before the
+//! model call, with an error reply in the transcript (`MessageEnd` of an assistant message
+//! with `StopReason::Error`, then `TurnEnd` and `AgentEnd` with `Error`).
+//!
+//! The messages `transform_context` returns are repaired before they are sent: a tool call
+//! left without a result (a result the hook pruned, say) gets a synthesized error result
+//! right after the results it has, so the request is always valid for the provider.
 
 use std::fmt;
 use std::sync::Arc;
 
 use crossbeam_channel::Receiver;
 
+use super::builder::debug_name;
 use crate::cancel::CancelToken;
 use crate::llm::ThinkingLevel;
 use crate::message::{Message, ToolCall, ToolResultMessage};
@@ -122,7 +129,7 @@ impl fmt::Debug for TurnSetup {
             .field("thinking", &self.thinking)
             .field(
                 "tools",
-                &self.tools.iter().map(|t| t.name()).collect::<Vec<_>>(),
+                &self.tools.iter().map(debug_name).collect::<Vec<_>>(),
             )
             .finish()
     }

@@ -17,7 +17,9 @@ use crate::tool::Tool;
 
 mod builder;
 pub(crate) mod dispatch;
+pub(crate) mod guard;
 pub(crate) mod hooks;
+mod repair;
 mod run;
 mod tools;
 

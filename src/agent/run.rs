@@ -7,9 +7,11 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::builder::Config;
+use super::builder::{Config, ToolNames};
 use super::dispatch::panic_message;
+use super::guard;
 use super::hooks::TurnSetup;
+use super::repair;
 use super::{Inner, QueueMode, RunResult};
 use crate::Error;
 use crate::cancel::CancelToken;
@@ -92,9 +94,14 @@ pub(crate) fn run(inner: &Arc<Inner>, start: Start) -> Result<RunResult, Error> 
 /// queued follow-ups.
 fn continue_input(inner: &Inner) -> Result<Vec<Message>, Error> {
     let state = inner.shared.snapshot();
+    // A reply whose calls lack results is not the end: the run answers them first (see
+    // `repair`), and the model is then due to answer.
     let last_is_assistant = match state.last_message() {
         None => true,
-        Some(m) => matches!(**m, Message::Assistant(_)),
+        Some(m) => {
+            matches!(**m, Message::Assistant(_))
+                && repair::unanswered_tail(state.messages.iter()).is_empty()
+        }
     };
     if !last_is_assistant || !state.steering_queue.is_empty() {
         return Ok(Vec::new());
@@ -161,6 +168,7 @@ impl Run<'_> {
     }
 
     fn turns(&mut self, mut input: Vec<Message>) -> (RunStopReason, Option<Error>) {
+        self.answer_unanswered(&mut input);
         let mut follow_up_due = false;
         loop {
             // An abort that landed after a turn ended (in a `TurnEnd` listener, say) starts
@@ -264,12 +272,7 @@ impl Run<'_> {
             return Ok(());
         };
         let mut setup = TurnSetup::from_config(self.turn, &self.config);
-        catch_unwind(AssertUnwindSafe(|| hook(&mut setup))).map_err(|p| {
-            Error::Provider(format!(
-                "the before_turn hook panicked: {}",
-                panic_message(&*p)
-            ))
-        })?;
+        guard::must("the before_turn hook", || hook(&mut setup))?;
         let tools_changed = setup.tools.len() != self.config.tools.len()
             || setup
                 .tools
@@ -284,9 +287,17 @@ impl Run<'_> {
         self.config.model = setup.model;
         self.config.thinking = setup.thinking;
         if tools_changed {
-            // Worked out here, with no lock held: `definition()` is the tools' own code.
-            self.config.tool_defs = super::builder::definitions(&setup.tools);
+            // Worked out here, with no lock held: `definition()` is the tools' own code. A
+            // tool that cannot describe itself is refused, as `build` refuses it.
+            self.config.tool_defs =
+                super::builder::try_definitions(&setup.tools).map_err(|(name, panic)| {
+                    Error::Panic {
+                        source: "a tool's definition",
+                        message: format!("{panic} (tool `{name}`, put in place by before_turn)"),
+                    }
+                })?;
             self.config.tools = setup.tools;
+            self.config.tool_names = ToolNames::default();
         }
         // The switch sticks, so that the state (which shows it) and the next run agree. Only
         // what the hook changed is written back: a `set_*` made meanwhile from another
@@ -351,13 +362,9 @@ impl Run<'_> {
             .map(|m| (**m).clone())
             .collect();
         if let Some(hook) = &self.config.hooks.transform_context {
-            messages = catch_unwind(AssertUnwindSafe(|| hook(messages))).map_err(|p| {
-                Error::Provider(format!(
-                    "the transform_context hook panicked: {}",
-                    panic_message(&*p)
-                ))
-            })?;
+            messages = guard::must("the transform_context hook", || hook(messages))?;
         }
+        let messages = repair::repair(messages);
         Ok(Request {
             system_prompt: self.config.system_prompt.clone(),
             messages,

@@ -3,19 +3,23 @@
 //! Workers are scoped threads; they never emit events. They send progress and their outcome
 //! over one channel (so a tool's updates always arrive before its end), and the run thread
 //! turns those into `ToolUpdate` / `ToolEnd` events in the order they arrive.
+//!
+//! Every call into a tool (`name`, `sequential`, `validate`, `execute`) and into the tool
+//! hooks goes through [`guard::catch`]: a panic becomes that call's error result, and each
+//! worker owns a [`guard::Worker`] that reports the call done whatever happens, so every
+//! call of the batch gets exactly one result.
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Receiver;
 
 use super::SteeringPolicy;
-use super::dispatch::panic_message;
+use super::guard::{self, Worker};
 use super::hooks::{ToolCallRequest, ToolDecision};
 use super::run::Run;
 use crate::event::AgentEvent;
 use crate::message::{AssistantMessage, Message, StopReason, ToolCall, ToolResultMessage};
-use crate::tool::{Tool, ToolContext, ToolError, ToolMsg, ToolOutput};
+use crate::tool::{Tool, ToolContext, ToolError, ToolMsg};
 
 /// Text of the results synthesized for calls that never ran.
 pub(crate) const CANCELLED: &str = "cancelled: the run was aborted before this tool call ran";
@@ -41,10 +45,19 @@ impl Run<'_> {
             StopReason::Aborted => Some(CANCELLED),
             StopReason::Stop | StopReason::ToolUse => None,
         };
+        // Asked once per call, before any runs. A tool whose `sequential()` panics makes the
+        // batch sequential (the cautious answer), and its calls get an error result.
+        let asked: Vec<Option<Result<bool, String>>> = calls
+            .iter()
+            .map(|c| {
+                let (tool, name) = self.find_tool(&c.name)?;
+                Some(guard::catch(|| tool.sequential()).map_err(|panic| {
+                    format!("the tool `{name}` panicked in `sequential()`: {panic}")
+                }))
+            })
+            .collect();
         let sequential = self.config.max_parallel_tools <= 1
-            || calls
-                .iter()
-                .any(|c| self.find_tool(&c.name).is_some_and(|t| t.sequential()));
+            || asked.iter().any(|a| !matches!(a, None | Some(Ok(false))));
         let cap = if sequential {
             1
         } else {
@@ -66,6 +79,8 @@ impl Run<'_> {
                 self.emit(AgentEvent::ToolStart { call: call.clone() });
                 let settled = if let Some(text) = not_run {
                     Err(Run::tool_result(call, text, true))
+                } else if let Some(Err(text)) = &asked[index] {
+                    Err(Run::tool_result(call, text.as_str(), true))
                 } else if self.cancel.is_cancelled() {
                     Err(Run::tool_result(call, CANCELLED, true))
                 } else if self.config.steering_policy == SteeringPolicy::AtToolBoundary
@@ -83,9 +98,17 @@ impl Run<'_> {
                             self.cancel.clone(),
                             Some(tx.clone()),
                         );
-                        let tx = tx.clone();
+                        let worker = Worker::new(index, tx.clone());
+                        let name = call.name.clone();
                         batch.running += 1;
-                        scope.spawn(move || work(index, tool, args, ctx, tx));
+                        // `work` catches the tool's panics, and `worker` reports the call done
+                        // whatever happens: also when the thread cannot start (the closure,
+                        // and the worker in it, are dropped then), so that error needs no
+                        // handling here. The catch keeps a panic of our own code from reaching
+                        // the scope, which would raise it again on this thread.
+                        let _ = std::thread::Builder::new().spawn_scoped(scope, move || {
+                            let _ = guard::catch(|| work(worker, &name, &tool, args, ctx));
+                        });
                     }
                 }
             }
@@ -108,8 +131,14 @@ impl Run<'_> {
         results
     }
 
-    fn find_tool(&self, name: &str) -> Option<Arc<dyn Tool>> {
-        self.config.tools.iter().find(|t| t.name() == name).cloned()
+    /// The tool the model calls `name`, and that name. The tools' names are asked once per
+    /// run (see `Config::tool_names`), never under a lock.
+    fn find_tool<'n>(&self, name: &'n str) -> Option<(Arc<dyn Tool>, &'n str)> {
+        let names = self.config.tool_names.get(&self.config.tools);
+        names
+            .iter()
+            .position(|n| n.as_deref() == Ok(name))
+            .map(|i| (self.config.tools[i].clone(), name))
     }
 
     /// Looks the tool up, parses and validates the arguments, asks `before_tool_call` (and
@@ -120,18 +149,18 @@ impl Run<'_> {
         batch: &mut Batch<'_>,
     ) -> Result<(Arc<dyn Tool>, serde_json::Value), ToolResultMessage> {
         let fail = |text: String| Run::tool_result(call, text, true);
-        let Some(tool) = self.find_tool(&call.name) else {
-            let known: Vec<_> = self
-                .config
-                .tools
-                .iter()
-                .map(|t| t.name().to_owned())
-                .collect();
-            return Err(fail(format!(
+        let Some((tool, name)) = self.find_tool(&call.name) else {
+            let names = self.config.tool_names.get(&self.config.tools);
+            let known: Vec<&str> = names.iter().filter_map(|n| n.as_deref().ok()).collect();
+            let mut text = format!(
                 "unknown tool `{}`; the tools are: {}",
                 call.name,
                 known.join(", ")
-            )));
+            );
+            for panic in names.iter().filter_map(|n| n.as_ref().err()) {
+                text.push_str(&format!(" (and one whose `name()` panicked: {panic})"));
+            }
+            return Err(fail(text));
         };
         let mut args = call.parse_arguments().map_err(|e| {
             fail(format!(
@@ -139,11 +168,16 @@ impl Run<'_> {
                 call.name
             ))
         })?;
+        let validate = |args: &serde_json::Value| match guard::catch(|| tool.validate(args)) {
+            Ok(checked) => checked,
+            Err(panic) => Err(format!(
+                "the tool `{name}` panicked while validating its arguments: {panic}"
+            )),
+        };
         // Before the hook: nobody is asked to approve a call that cannot run.
-        tool.validate(&args).map_err(fail)?;
+        validate(&args).map_err(fail)?;
         if let Some(decision) = self.ask_before_tool_call(call, &args, batch) {
-            let decision = decision
-                .map_err(|panic| fail(format!("the before_tool_call hook panicked: {panic}")))?;
+            let decision = decision.map_err(fail)?;
             if self.cancel.is_cancelled() {
                 return Err(fail(CANCELLED.to_owned()));
             }
@@ -153,7 +187,7 @@ impl Run<'_> {
                     return Err(fail(format!("blocked: {reason}")));
                 }
                 ToolDecision::Rewrite(new_args) => {
-                    tool.validate(&new_args).map_err(fail)?;
+                    validate(&new_args).map_err(fail)?;
                     args = new_args;
                 }
             }
@@ -161,10 +195,10 @@ impl Run<'_> {
         Ok((tool, args))
     }
 
-    /// Calls `before_tool_call`, if set; `Err` holds a panic's message. While calls of the
-    /// batch are running, the hook runs on a helper thread and this (run) thread keeps
-    /// publishing their progress and ends, so an approval prompt does not hold back the
-    /// results of tools that already finished.
+    /// Calls `before_tool_call`, if set; `Err` holds the text of the call's error result (the
+    /// hook panicked). While calls of the batch are running, the hook runs on a helper thread
+    /// and this (run) thread keeps publishing their progress and ends, so an approval prompt
+    /// does not hold back the results of tools that already finished.
     fn ask_before_tool_call(
         &mut self,
         call: &ToolCall,
@@ -174,20 +208,30 @@ impl Run<'_> {
         let hook = self.config.hooks.before_tool_call.clone()?;
         let cancel = self.cancel.clone();
         let request = ToolCallRequest::new(call, args, &cancel);
-        let ask =
-            || catch_unwind(AssertUnwindSafe(|| hook(&request))).map_err(|p| panic_message(&*p));
+        let ask = || {
+            guard::catch(|| hook(&request))
+                .map_err(|panic| format!("the before_tool_call hook panicked: {panic}"))
+        };
         if batch.running == 0 {
             return Some(ask());
         }
         Some(std::thread::scope(|scope| {
             let (done_tx, done_rx) = crossbeam_channel::bounded(1);
-            scope.spawn(move || {
+            let helper = std::thread::Builder::new().spawn_scoped(scope, move || {
                 let _ = done_tx.send(ask());
             });
+            if let Err(e) = helper {
+                return Err(format!(
+                    "no thread could start for the before_tool_call hook: {e}"
+                ));
+            }
             loop {
                 crossbeam_channel::select! {
-                    // OK because the helper catches the hook's panic and always sends.
-                    recv(done_rx) -> answer => return answer.expect("the hook helper answers"),
+                    // The helper catches the hook's panic and always answers; were it to end
+                    // without an answer all the same, the call gets an error result.
+                    recv(done_rx) -> answer => return answer.unwrap_or_else(|_| {
+                        Err("the before_tool_call hook's thread ended without an answer".into())
+                    }),
                     recv(batch.rx) -> msg => {
                         // OK because the run thread holds a sender for the whole batch.
                         let msg = msg.expect("the tool channel stays open");
@@ -248,10 +292,10 @@ impl Run<'_> {
         let call = &batch.calls[index];
         if ran && let Some(hook) = &self.config.hooks.after_tool_call {
             let given = result.clone();
-            result = catch_unwind(AssertUnwindSafe(|| hook(call, given))).unwrap_or_else(|p| {
+            result = guard::catch(|| hook(call, given)).unwrap_or_else(|panic| {
                 Run::tool_result(
                     call,
-                    format!("the after_tool_call hook panicked: {}", panic_message(&*p)),
+                    format!("the after_tool_call hook panicked: {panic}"),
                     true,
                 )
             });
@@ -273,23 +317,18 @@ struct Batch<'c> {
     running: usize,
 }
 
-/// A worker: runs one tool, catching a panic, and reports the outcome.
+/// A worker: runs one tool, catching a panic; `worker` reports the outcome when it drops
+/// (here, or while unwinding should anything below fail).
 fn work(
-    index: usize,
-    tool: Arc<dyn Tool>,
+    mut worker: Worker,
+    name: &str,
+    tool: &Arc<dyn Tool>,
     args: serde_json::Value,
     ctx: ToolContext,
-    tx: Sender<ToolMsg>,
 ) {
-    let outcome: Result<ToolOutput, ToolError> =
-        match catch_unwind(AssertUnwindSafe(|| tool.execute(args, &ctx))) {
-            Ok(r) => r,
-            Err(p) => Err(ToolError(format!(
-                "the tool `{}` panicked: {}",
-                tool.name(),
-                panic_message(&*p)
-            ))),
-        };
+    let outcome = guard::catch(|| tool.execute(args, &ctx))
+        .unwrap_or_else(|panic| Err(ToolError(format!("the tool `{name}` panicked: {panic}"))));
+    // The context holds a sender of the batch channel: gone before `Done` is sent.
     drop(ctx);
-    let _ = tx.send(ToolMsg::Done { index, outcome });
+    worker.set(outcome);
 }

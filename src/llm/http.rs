@@ -582,7 +582,8 @@ fn scrub_error(mut e: Error, secret: Option<&str>) -> Error {
         | Error::Stream(message)
         | Error::Provider(message)
         | Error::Wire(message)
-        | Error::Io(message) => vec![message],
+        | Error::Io(message)
+        | Error::Panic { message, .. } => vec![message],
         Error::Busy | Error::Aborted | Error::Timeout(_) | Error::ScriptExhausted => vec![],
     };
     for text in texts {

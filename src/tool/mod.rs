@@ -9,6 +9,20 @@
 //!   waits for every started tool to return and keeps its result.
 //! - `Ok` becomes the result the model sees; `Err` becomes an error result with the message;
 //!   a panic is caught and becomes an error result too. The run goes on in every case.
+//!
+//! # Panics
+//! Every method is user code, and the agent catches a panic in any of them. The run goes on,
+//! and every call the model made gets exactly one result:
+//!
+//! | method | asked | a panic |
+//! | --- | --- | --- |
+//! | [`Tool::name`] | by `build` (a duplicate check), then once per run, on the run thread | `build` fails with [`Error::Config`](crate::Error::Config); during a run no call finds the tool, and its calls get an "unknown tool" error result naming the panic |
+//! | [`Tool::definition`] (and the `description` and `parameters` it calls) | when the tools are set: `build`, `set_tools`, a `before_turn` that changes them | `build` fails with `Error::Config`; a `before_turn` change ends the run with [`Error::Panic`](crate::Error::Panic); `set_tools` leaves the tool out of what the model is offered |
+//! | [`Tool::sequential`] | once per call, before a batch runs | the batch runs one call at a time, and that tool's calls get an error result without running |
+//! | [`Tool::validate`] | before `before_tool_call`, and again on rewritten arguments | that call gets an error result; `execute` is not called |
+//! | [`Tool::execute`] | on a worker thread | that call gets an error result `the tool `name` panicked: ..` |
+//!
+//! (Built with `panic = "abort"`, a panic ends the process instead: nothing can catch it.)
 //! - [`ToolContext::update`] publishes progress as a `ToolUpdate` event (emitted from the run
 //!   thread, in the order the updates were made).
 
@@ -27,6 +41,10 @@ mod typed;
 pub use typed::{TypedTool, typed};
 
 /// A tool the model can call.
+///
+/// Every method may be called from the run thread or a worker thread of the run, never under
+/// a lock of the agent; see the [module docs](self) for the contract and for what a panic in
+/// each method does (in short: never a crash, and never a call without its result).
 pub trait Tool: Send + Sync {
     /// The name the model calls it by.
     fn name(&self) -> &str;

@@ -166,6 +166,14 @@
 //! `snapshot` requests, the run's events as native notifications, tool approval as a request
 //! from the server to the client. Its docs hold the whole protocol;
 //! `examples/wire_client.py` is a client in Python's standard library.
+//!
+//! Errors are JSON-RPC error responses with the codes of [`codes`]. A `steer` or `follow_up`
+//! whose queue is full ([`ServeOptions::max_queued`] messages, default [`MAX_QUEUED`], or
+//! [`ServeOptions::max_queued_bytes`] bytes, default [`MAX_QUEUED_BYTES`]) is answered with
+//! code [`codes::QUEUE_FULL`] (-32001) and the message `the steering queue is full (<n> of
+//! <max> messages, <b> of <max bytes> bytes waiting): this message of <m> bytes was not
+//! queued` (`follow-up queue` for the other one); the server goes on serving, and the client
+//! may send it again once the run has taken some.
 
 pub(crate) mod codec;
 pub(crate) mod lines;
@@ -176,5 +184,5 @@ mod writer;
 
 pub use codec::{Decoder, MAX_LINE_LEN, METHODS, decode_event_line, encode_event_line};
 pub use mirror::Mirror;
-pub use serve::{PROTOCOL_VERSION, ServeOptions, codes, serve};
+pub use serve::{MAX_QUEUED, MAX_QUEUED_BYTES, PROTOCOL_VERSION, ServeOptions, codes, serve};
 pub use writer::{Dialect, Writer};

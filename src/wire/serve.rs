@@ -37,7 +37,18 @@ pub mod codes {
     pub const INTERNAL_ERROR: i64 = -32603;
     /// `prompt` while a run is active (our code, in the range JSON-RPC leaves to servers).
     pub const RUN_ACTIVE: i64 = -32000;
+    /// `steer` or `follow_up` while that queue is full (see [`super::ServeOptions::max_queued`]):
+    /// the message was not queued; send it again once the run has taken some.
+    pub const QUEUE_FULL: i64 = -32001;
 }
+
+/// The default of [`ServeOptions::max_queued`]: messages waiting in each of the steering and
+/// follow-up queues.
+pub const MAX_QUEUED: usize = 64;
+
+/// The default of [`ServeOptions::max_queued_bytes`]: text waiting in each of the steering
+/// and follow-up queues, in bytes.
+pub const MAX_QUEUED_BYTES: usize = 16 * 1024 * 1024;
 
 /// Options of [`serve`].
 #[derive(Clone, Debug)]
@@ -45,6 +56,8 @@ pub mod codes {
 pub struct ServeOptions {
     approve_tools: bool,
     max_line_len: usize,
+    max_queued: usize,
+    max_queued_bytes: usize,
 }
 
 impl Default for ServeOptions {
@@ -52,6 +65,8 @@ impl Default for ServeOptions {
         ServeOptions {
             approve_tools: false,
             max_line_len: MAX_LINE_LEN,
+            max_queued: MAX_QUEUED,
+            max_queued_bytes: MAX_QUEUED_BYTES,
         }
     }
 }
@@ -72,6 +87,26 @@ impl ServeOptions {
     /// The longest request line accepted, in bytes. Defaults to [`MAX_LINE_LEN`].
     pub fn max_line_len(mut self, bytes: usize) -> ServeOptions {
         self.max_line_len = bytes;
+        self
+    }
+
+    /// The most messages each of the steering and follow-up queues holds: a `steer` (or
+    /// `follow_up`) that finds its queue this full is refused with [`codes::QUEUE_FULL`], and
+    /// the server goes on serving. Defaults to [`MAX_QUEUED`].
+    ///
+    /// The queues empty only as runs take their messages, so without a cap a client that
+    /// steers faster than the model answers (or steers with no run active) grows them
+    /// without bound.
+    pub fn max_queued(mut self, messages: usize) -> ServeOptions {
+        self.max_queued = messages;
+        self
+    }
+
+    /// The most text, in bytes, each of the steering and follow-up queues holds: a message
+    /// that would take its queue past it is refused with [`codes::QUEUE_FULL`] (one larger
+    /// than this on its own always is). Defaults to [`MAX_QUEUED_BYTES`].
+    pub fn max_queued_bytes(mut self, bytes: usize) -> ServeOptions {
+        self.max_queued_bytes = bytes;
         self
     }
 }
@@ -103,6 +138,10 @@ enum Answer {
 }
 
 /// Approval requests waiting for the client's answer, by request id.
+///
+/// Bounded without a cap of its own: `before_tool_call` asks about one call at a time, and
+/// one run is active at a time, so at most one request waits; a client's responses only
+/// remove entries (an unknown id is ignored).
 #[derive(Default)]
 struct Approvals {
     next_id: AtomicU64,
@@ -181,9 +220,18 @@ impl Approvals {
 /// error result `blocked: <reason>`. An error response rejects too. `abort` ends the wait.
 ///
 /// Errors use the codes in [`codes`]: -32700 parse error (`id` null), -32600 invalid
-/// request, -32601 unknown method, -32602 invalid params, -32603 internal error, and -32000
-/// for a `prompt` while a run is active. A malformed line is answered with an error and the
-/// server reads on: nothing a client sends stops it but the end of its input.
+/// request, -32601 unknown method, -32602 invalid params, -32603 internal error, -32000
+/// for a `prompt` while a run is active, and -32001 for a `steer` or `follow_up` whose
+/// queue is full. A malformed line is answered with an error and the server reads on:
+/// nothing a client sends stops it but the end of its input.
+///
+/// # Memory
+///
+/// What a client sends is bounded: a request line by [`ServeOptions::max_line_len`] (a
+/// longer one is read through and refused, never held), the steering and follow-up queues
+/// by [`ServeOptions::max_queued`] messages and [`ServeOptions::max_queued_bytes`] bytes
+/// each (past either, the message is refused with -32001 `queue full`), one run at a time,
+/// and at most one approval request waiting for an answer.
 ///
 /// # Errors
 /// [`Error::Config`] when the builder cannot build an agent; [`Error::Io`] when reading
@@ -230,7 +278,7 @@ pub fn serve(
         out: &out,
         approvals: &approvals,
         busy: AtomicBool::new(false),
-        approve_tools: options.approve_tools,
+        options: &options,
     };
     let read = std::thread::scope(|scope| {
         let mut buf = Vec::new();
@@ -264,7 +312,7 @@ struct Server<'a> {
     out: &'a Out,
     approvals: &'a Approvals,
     busy: AtomicBool,
-    approve_tools: bool,
+    options: &'a ServeOptions,
 }
 
 /// A request that cannot be served: its error code and message.
@@ -334,16 +382,20 @@ impl<'a> Server<'a> {
                 "capabilities": {
                     "methods": ["initialize", "prompt", "steer", "follow_up", "abort", "snapshot"],
                     "events": "native",
-                    "tool_approval": self.approve_tools,
+                    "tool_approval": self.options.approve_tools,
                 },
             }),
             "steer" => {
+                let text = text_param(method, params)?;
+                self.room_for(&text, true)?;
                 // Refused only when the agent is gone, and it lives as long as `serve`.
-                let _ = self.agent.steer(text_param(method, params)?);
+                let _ = self.agent.steer(text);
                 json!({"queued": true})
             }
             "follow_up" => {
-                let _ = self.agent.follow_up(text_param(method, params)?);
+                let text = text_param(method, params)?;
+                self.room_for(&text, false)?;
+                let _ = self.agent.follow_up(text);
                 json!({"queued": true})
             }
             "abort" => json!({"aborted": self.agent.abort()}),
@@ -357,6 +409,32 @@ impl<'a> Server<'a> {
                 ));
             }
         }))
+    }
+
+    /// Refuses `text` when the steering (or follow-up) queue has no room for it. The reading
+    /// thread is the only one that queues messages from the client, and runs only take them
+    /// out, so the room seen here is still there when the message goes in.
+    fn room_for(&self, text: &str, steering: bool) -> Result<(), Refusal> {
+        let state = self.agent.snapshot();
+        let (queue, name) = if steering {
+            (&state.steering_queue, "steering")
+        } else {
+            (&state.follow_up_queue, "follow-up")
+        };
+        let bytes: usize = queue.iter().map(|m| m.text().len()).sum();
+        let (max, max_bytes) = (self.options.max_queued, self.options.max_queued_bytes);
+        if queue.len() < max && bytes.saturating_add(text.len()) <= max_bytes {
+            return Ok(());
+        }
+        Err((
+            codes::QUEUE_FULL,
+            format!(
+                "the {name} queue is full ({} of {max} messages, {bytes} of {max_bytes} bytes \
+                 waiting): this message of {} bytes was not queued",
+                queue.len(),
+                text.len()
+            ),
+        ))
     }
 
     /// Starts a run on a thread of the scope; it answers when the run ends.

@@ -1,0 +1,232 @@
+//! Transcript repair: every tool call gets a result before the model sees it.
+//!
+//! Providers reject a request in which an assistant message calls a tool and no result for
+//! that call follows it (OpenAI wants a `tool` message per call right after the assistant
+//! message; Anthropic a `tool_result` block in the next user message). The loop gives every
+//! call of its own runs a result, but a transcript can still have holes: a session file cut
+//! in the middle of a tool batch (a crash, a kill), messages handed to
+//! [`crate::AgentBuilder::messages`], or a `transform_context` hook that pruned a result.
+//!
+//! Two repairs, both placing a synthesized error result ([`NO_RESULT`]) right after the
+//! assistant message's existing results, in call order:
+//! - [`repair`] runs on the messages of every model request, after `transform_context`, so
+//!   the request is always valid. It never changes the transcript.
+//! - At the start of a run, when the transcript ends with an assistant message whose calls
+//!   are not all answered (only results after it), [`Run::answer_unanswered`] appends the
+//!   missing results as real messages (`MessageStart` / `MessageEnd` in the first turn,
+//!   before the run's input), so the state, a session writer and the next request agree.
+//!   A hole earlier in the transcript cannot be filled by appending; it stays in the
+//!   transcript (the state shows what was handed over) and is repaired in each request.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use super::run::Run;
+use crate::message::{Message, ToolCall, ToolResultMessage};
+
+/// The text of a result synthesized for a call that has none.
+pub(crate) const NO_RESULT: &str = "no result: this tool call was never answered (the run that \
+                                    made it ended before its result was recorded)";
+
+/// `messages` with a synthesized error result for every tool call that has none, placed right
+/// after that assistant message's existing results. Returns `messages` itself, unchanged,
+/// when nothing is missing (the common case: one pass, no allocation).
+pub(crate) fn repair(messages: Vec<Message>) -> Vec<Message> {
+    let holes = holes(&messages);
+    if holes.is_empty() {
+        return messages;
+    }
+    let mut out = Vec::with_capacity(messages.len() + holes.len());
+    let mut holes = holes.into_iter().peekable();
+    for (i, m) in messages.into_iter().enumerate() {
+        while let Some((_, result)) = holes.next_if(|(at, _)| *at == i) {
+            out.push(Message::ToolResult(result));
+        }
+        out.push(m);
+    }
+    out.extend(holes.map(|(_, result)| Message::ToolResult(result)));
+    out
+}
+
+/// The missing results of `messages`, each with the index it goes in front of (the length,
+/// for the end), in order.
+fn holes(messages: &[Message]) -> Vec<(usize, ToolResultMessage)> {
+    let mut holes = Vec::new();
+    for (i, m) in messages.iter().enumerate() {
+        let Some(reply) = m.as_assistant() else {
+            continue;
+        };
+        if reply.tool_calls().next().is_none() {
+            continue;
+        }
+        let results = &messages[i + 1..];
+        let results = match results
+            .iter()
+            .position(|m| !matches!(m, Message::ToolResult(_)))
+        {
+            Some(n) => &results[..n],
+            None => results,
+        };
+        // The common case, and the loop's own order: one result per call, in call order.
+        let in_order = reply.tool_calls().count() <= results.len()
+            && reply
+                .tool_calls()
+                .zip(results)
+                .all(|(call, m)| matches!(m, Message::ToolResult(r) if r.tool_call_id == call.id));
+        if in_order {
+            continue;
+        }
+        let at = i + 1 + results.len();
+        for call in unanswered(reply.tool_calls(), results) {
+            holes.push((at, Run::tool_result(call, NO_RESULT, true)));
+        }
+    }
+    holes
+}
+
+/// The calls among `calls` whose id none of `results` answers, in call order.
+fn unanswered<'c, 'r>(
+    calls: impl Iterator<Item = &'c ToolCall>,
+    results: impl IntoIterator<Item = &'r Message>,
+) -> impl Iterator<Item = &'c ToolCall> {
+    let answered: HashSet<&str> = results
+        .into_iter()
+        .filter_map(|m| match m {
+            Message::ToolResult(r) => Some(r.tool_call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    calls
+        .filter(move |c| !answered.contains(c.id.as_str()))
+        .collect::<Vec<_>>()
+        .into_iter()
+}
+
+/// The results missing at the end of `transcript`: for the calls of its last message, or of
+/// the assistant message that only tool results follow.
+pub(crate) fn unanswered_tail<'t>(
+    transcript: impl DoubleEndedIterator<Item = &'t Arc<Message>>,
+) -> Vec<ToolResultMessage> {
+    let mut results = Vec::new();
+    for m in transcript.rev() {
+        match &**m {
+            Message::ToolResult(_) => results.push(&**m),
+            Message::Assistant(reply) => {
+                return unanswered(reply.tool_calls(), results)
+                    .map(|call| Run::tool_result(call, NO_RESULT, true))
+                    .collect();
+            }
+            Message::User(_) => break,
+        }
+    }
+    Vec::new()
+}
+
+impl Run<'_> {
+    /// At the start of a run: puts the results missing at the end of the transcript in front
+    /// of the run's first input, so the first turn appends them (with their events) before
+    /// anything else.
+    pub(crate) fn answer_unanswered(&self, input: &mut Vec<Message>) {
+        let state = self.inner.shared.snapshot();
+        let missing = unanswered_tail(state.messages.iter());
+        if !missing.is_empty() {
+            input.splice(0..0, missing.into_iter().map(Message::ToolResult));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::{AssistantMessage, ContentBlock, StopReason};
+
+    fn call(id: &str) -> ToolCall {
+        ToolCall {
+            id: id.into(),
+            name: "t".into(),
+            arguments: "{}".into(),
+        }
+    }
+
+    fn reply(ids: &[&str]) -> Message {
+        Message::Assistant(AssistantMessage {
+            content: ids
+                .iter()
+                .map(|id| ContentBlock::ToolCall(call(id)))
+                .collect(),
+            stop_reason: StopReason::ToolUse,
+            ..AssistantMessage::default()
+        })
+    }
+
+    fn result(id: &str) -> Message {
+        Message::ToolResult(Run::tool_result(&call(id), "ok", false))
+    }
+
+    fn synthesized(id: &str) -> Message {
+        Message::ToolResult(Run::tool_result(&call(id), NO_RESULT, true))
+    }
+
+    #[test]
+    fn a_whole_transcript_is_left_as_is() {
+        let messages = vec![
+            Message::user("hi"),
+            reply(&["a", "b"]),
+            result("b"),
+            result("a"),
+            Message::user("more"),
+        ];
+        assert_eq!(repair(messages.clone()), messages);
+        assert!(
+            unanswered_tail(
+                messages
+                    .iter()
+                    .cloned()
+                    .map(Arc::new)
+                    .collect::<Vec<_>>()
+                    .iter()
+            )
+            .is_empty()
+        );
+    }
+
+    #[test]
+    fn holes_get_results_after_the_existing_ones() {
+        let messages = vec![
+            Message::user("hi"),
+            reply(&["a", "b", "c"]),
+            result("b"),
+            Message::user("more"),
+            reply(&["d"]),
+        ];
+        assert_eq!(
+            repair(messages),
+            vec![
+                Message::user("hi"),
+                reply(&["a", "b", "c"]),
+                result("b"),
+                synthesized("a"),
+                synthesized("c"),
+                Message::user("more"),
+                reply(&["d"]),
+                synthesized("d"),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_tail_is_the_last_reply_and_the_results_after_it() {
+        let tail = |messages: Vec<Message>| {
+            let arcs: Vec<_> = messages.into_iter().map(Arc::new).collect();
+            unanswered_tail(arcs.iter())
+                .into_iter()
+                .map(|r| r.tool_call_id)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(tail(vec![reply(&["a", "b"]), result("a")]), ["b"]);
+        assert_eq!(tail(vec![reply(&["a", "b"])]), ["a", "b"]);
+        assert!(tail(vec![reply(&["a"]), Message::user("x")]).is_empty());
+        assert!(tail(vec![reply(&["a"]), result("a")]).is_empty());
+        assert!(tail(vec![]).is_empty());
+    }
+}
