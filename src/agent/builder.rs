@@ -22,6 +22,7 @@ pub(crate) struct Config {
     // `definition()` is user code).
     pub(crate) tool_defs: Arc<[ToolDefinition]>,
     pub(crate) max_turns: u32,
+    pub(crate) run_timeout: Option<std::time::Duration>,
     pub(crate) max_parallel_tools: usize,
     pub(crate) steering_policy: SteeringPolicy,
     pub(crate) steering_mode: QueueMode,
@@ -40,6 +41,7 @@ impl fmt::Debug for Config {
                 &self.tools.iter().map(|t| t.name()).collect::<Vec<_>>(),
             )
             .field("max_turns", &self.max_turns)
+            .field("run_timeout", &self.run_timeout)
             .field("max_parallel_tools", &self.max_parallel_tools)
             .field("steering_policy", &self.steering_policy)
             .field("steering_mode", &self.steering_mode)
@@ -58,6 +60,7 @@ pub struct AgentBuilder {
     thinking: ThinkingLevel,
     tools: Vec<Arc<dyn Tool>>,
     max_turns: u32,
+    run_timeout: Option<std::time::Duration>,
     max_parallel_tools: usize,
     steering_policy: SteeringPolicy,
     steering_mode: QueueMode,
@@ -75,6 +78,7 @@ impl Default for AgentBuilder {
             thinking: ThinkingLevel::Off,
             tools: Vec::new(),
             max_turns: 16,
+            run_timeout: None,
             max_parallel_tools: 8,
             steering_policy: SteeringPolicy::AfterBatch,
             steering_mode: QueueMode::OneAtATime,
@@ -126,6 +130,25 @@ impl AgentBuilder {
     /// allowed turn ran; the run then ends with `RunStopReason::MaxTurns`. Defaults to 16.
     pub fn max_turns(mut self, turns: u32) -> AgentBuilder {
         self.max_turns = turns.max(1);
+        self
+    }
+
+    /// How long one run (`prompt`, `continue_run`) may take in all. Defaults to none.
+    ///
+    /// At the deadline the run ends in whatever phase it is: connecting, waiting for the
+    /// reply, streaming it (keep-alive comments do not extend it), waiting before a retry,
+    /// in a tool that honours its cancel token, or in a `before_tool_call` hook waiting in
+    /// [`ToolCallRequest::wait_for`]. It ends with `RunStopReason::Error` and
+    /// [`Error::Timeout`]`(`[`TimeoutPhase::Run`](crate::TimeoutPhase::Run)`)`, and the
+    /// transcript stays valid: the reply cut by the deadline keeps what streamed and ends
+    /// with `StopReason::Error`, and tool calls that did not run get results saying so.
+    ///
+    /// The run's [`CancelToken`](crate::llm::CancelToken) carries the deadline, so no
+    /// thread watches the clock. The limit: code that ignores its token (a tool that blocks
+    /// without looking at it, a hook that waits on something else, a provider that does
+    /// not look at the token, a DNS lookup) holds the run until it returns.
+    pub fn run_timeout(mut self, timeout: std::time::Duration) -> AgentBuilder {
+        self.run_timeout = Some(timeout);
         self
     }
 
@@ -259,6 +282,7 @@ impl AgentBuilder {
             tool_defs: definitions(&self.tools),
             tools: self.tools,
             max_turns: self.max_turns,
+            run_timeout: self.run_timeout,
             max_parallel_tools: self.max_parallel_tools,
             steering_policy: self.steering_policy,
             steering_mode: self.steering_mode,

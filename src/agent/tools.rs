@@ -202,7 +202,16 @@ impl Run<'_> {
     fn receive(&mut self, batch: &mut Batch<'_>) {
         // OK because the run thread holds a sender for the whole scope, so this never
         // disconnects, and every running worker sends Done before it exits.
-        let msg = batch.rx.recv().expect("the tool channel stays open");
+        let timer = self.cancel.timer();
+        let msg = crossbeam_channel::select! {
+            recv(batch.rx) -> msg => msg.expect("the tool channel stays open"),
+            recv(timer) -> _ => {
+                // The run deadline: cancel the token, so that the tools see it, and keep
+                // waiting for them (a tool that ignores its token holds the run).
+                self.cancel.is_cancelled();
+                batch.rx.recv().expect("the tool channel stays open")
+            }
+        };
         self.handle(msg, batch);
     }
 

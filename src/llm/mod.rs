@@ -107,6 +107,7 @@ mod faux;
 mod http;
 mod openai;
 mod retry;
+mod transport;
 pub mod sse;
 
 pub use anthropic::{ANTHROPIC_BASE_URL, ANTHROPIC_VERSION, Anthropic};
