@@ -11,12 +11,12 @@ use super::builder::Config;
 use super::dispatch::panic_message;
 use super::hooks::TurnSetup;
 use super::{Inner, QueueMode, RunResult};
-use crate::{Error, TimeoutPhase};
 use crate::cancel::CancelToken;
 use crate::event::{AgentEvent, RunStopReason};
 use crate::llm::Request;
 use crate::message::{AssistantMessage, Message, StopReason, ToolResultMessage, Usage};
 use crate::partial::PartialMessage;
+use crate::{Error, TimeoutPhase};
 
 pub(crate) enum Start {
     Prompt(Vec<Message>),
@@ -275,7 +275,10 @@ impl Run<'_> {
     /// (`run_timeout`) with its timeout error.
     fn cancelled(&self) -> (RunStopReason, Option<Error>) {
         if self.cancel.is_timed_out() {
-            (RunStopReason::Error, Some(Error::Timeout(TimeoutPhase::Run)))
+            (
+                RunStopReason::Error,
+                Some(Error::Timeout(TimeoutPhase::Run)),
+            )
         } else {
             (RunStopReason::Cancelled, None)
         }

@@ -18,11 +18,11 @@ use std::time::{Duration, Instant, SystemTime};
 use super::retry::{RetryPolicy, parse_retry_after};
 use super::sse;
 use super::transport::{Ctx, Ready, Stage, Tcp};
-use ureq::unversioned::transport::{Connector, RustlsConnector};
 use super::{CancelToken, StreamEvent};
 use crate::message::AssistantMessage;
 use crate::partial::PartialMessage;
 use crate::{Error, TimeoutPhase};
+use ureq::unversioned::transport::{Connector, RustlsConnector};
 
 /// The most of an error body we read, and of it the most we put into an error message.
 const ERROR_BODY_LIMIT: u64 = 64 * 1024;

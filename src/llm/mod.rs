@@ -107,8 +107,8 @@ mod faux;
 mod http;
 mod openai;
 mod retry;
-mod transport;
 pub mod sse;
+mod transport;
 
 pub use anthropic::{ANTHROPIC_BASE_URL, ANTHROPIC_VERSION, Anthropic};
 pub use env::{FromEnv, from_env};

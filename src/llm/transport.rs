@@ -241,11 +241,7 @@ impl Connector<()> for Tcp {
 /// from before the connect starts.
 fn connect_one(ctx: &Ctx, addr: SocketAddr) -> io::Result<TcpStream> {
     use socket2::{Domain, Protocol, Socket, Type};
-    let socket = Socket::new(
-        Domain::for_address(addr),
-        Type::STREAM,
-        Some(Protocol::TCP),
-    )?;
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     ctx.watch(&TcpStream::from(socket.try_clone()?))?;
     let left = ctx.time_left().map_err(|phase| {
         ctx.timed_out.set(Some(phase));
