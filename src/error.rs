@@ -23,7 +23,10 @@ pub enum Error {
     Http {
         /// The HTTP status code.
         status: u16,
-        /// The provider's own error message, or the body when it had none.
+        /// The provider's own error message (or the body when it had none, cut to 1,000
+        /// bytes after the API key was removed), then the request in parentheses: the method
+        /// and the URL tried (scheme, host, port, path; never a query string), as in
+        /// `Not Found (POST http://127.0.0.1:8080/v1/chat/completions)`.
         message: String,
         /// How long the server asked us to wait before trying again, if it said.
         retry_after: Option<Duration>,

@@ -85,7 +85,11 @@ impl Run<'_> {
                         );
                         let tx = tx.clone();
                         batch.running += 1;
-                        scope.spawn(move || work(index, tool, args, ctx, tx));
+                        // OK because spawning fails only when the OS is out of threads.
+                        std::thread::Builder::new()
+                            .name("pagent-tool".into())
+                            .spawn_scoped(scope, move || work(index, tool, args, ctx, tx))
+                            .expect("cannot start a tool thread");
                     }
                 }
             }
@@ -181,9 +185,13 @@ impl Run<'_> {
         }
         Some(std::thread::scope(|scope| {
             let (done_tx, done_rx) = crossbeam_channel::bounded(1);
-            scope.spawn(move || {
-                let _ = done_tx.send(ask());
-            });
+            // OK because spawning fails only when the OS is out of threads.
+            std::thread::Builder::new()
+                .name("pagent-hook".into())
+                .spawn_scoped(scope, move || {
+                    let _ = done_tx.send(ask());
+                })
+                .expect("cannot start a hook thread");
             loop {
                 crossbeam_channel::select! {
                     // OK because the helper catches the hook's panic and always sends.
