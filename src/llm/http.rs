@@ -479,6 +479,7 @@ impl Body {
         let n = self.read()?;
         if n == 0 {
             self.ended = true;
+            self.ctx.keep_connection();
             return Ok(None);
         }
         Ok(Some(&self.buf[..n]))
@@ -532,7 +533,11 @@ impl Body {
         for _ in 0..16 {
             self.ctx.set_deadline(until, TimeoutPhase::Idle);
             match self.read() {
-                Ok(0) | Err(_) => break,
+                Ok(0) => {
+                    self.ctx.keep_connection();
+                    break;
+                }
+                Err(_) => break,
                 Ok(_) => {}
             }
         }

@@ -29,6 +29,7 @@ use std::cell::{Cell, RefCell};
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -65,8 +66,10 @@ pub(crate) struct Ctx {
     deadline: Cell<(Instant, TimeoutPhase)>,
     /// Set when an I/O ran out of time: the phase whose deadline passed.
     timed_out: Cell<Option<TimeoutPhase>>,
-    /// The cancel hooks of the sockets this request used.
-    hooks: RefCell<Vec<u64>>,
+    /// The sockets this request used, with their cancel hooks.
+    sockets: RefCell<Vec<(u64, Arc<TcpStream>)>>,
+    /// Set once the reply ended normally: its socket may stay in ureq's pool.
+    keep: Cell<bool>,
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -92,7 +95,8 @@ impl Ctx {
             first_byte_timeout,
             deadline: Cell::new((now + first_byte_timeout, TimeoutPhase::FirstByte)),
             timed_out: Cell::new(None),
-            hooks: RefCell::new(Vec::new()),
+            sockets: RefCell::new(Vec::new()),
+            keep: Cell::new(false),
         })
     }
 
@@ -139,15 +143,21 @@ impl Ctx {
         Ok(left)
     }
 
+    /// Says that the reply ended normally, so that its connection may be pooled.
+    pub(crate) fn keep_connection(&self) {
+        self.keep.set(true);
+    }
+
     /// Registers `stream` to be shut down when the request is cancelled.
     fn watch(&self, stream: &TcpStream) -> io::Result<()> {
-        let clone = stream.try_clone()?;
+        let clone = Arc::new(stream.try_clone()?);
+        let for_hook = clone.clone();
         let hook = self.cancel.on_cancel(move || {
             // An error means the socket is closed or shut down already.
-            let _ = clone.shutdown(Shutdown::Both);
+            let _ = for_hook.shutdown(Shutdown::Both);
         });
         match hook {
-            Some(id) => self.hooks.borrow_mut().push(id),
+            Some(id) => self.sockets.borrow_mut().push((id, clone)),
             None => return Err(aborted()),
         }
         Ok(())
@@ -155,10 +165,16 @@ impl Ctx {
 }
 
 impl Drop for Ctx {
+    /// Unregisters the sockets (dropping their clones, so that they close with their
+    /// transports), and shuts them down unless the reply ended normally: a connection whose
+    /// reply was an error, or was left half read, never goes back to the pool, and the
+    /// server learns at once that the client left.
     fn drop(&mut self) {
-        // Drops the socket clones, so that the sockets close with their transports.
-        for id in self.hooks.take() {
+        for (id, socket) in self.sockets.take() {
             self.cancel.remove_hook(id);
+            if !self.keep.get() {
+                let _ = socket.shutdown(Shutdown::Both);
+            }
         }
     }
 }

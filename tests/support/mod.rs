@@ -456,7 +456,8 @@ impl Act {
 
 /// A loopback server that plays one [`Act`] per request (keeping connections alive across
 /// whole replies), counting the connections it accepted and recording when each was closed
-/// by the client.
+/// by the client. Clones share the counters.
+#[derive(Clone)]
 pub struct Probe {
     pub url: String,
     pub addr: std::net::SocketAddr,
