@@ -19,8 +19,12 @@
 //!   and registered before it connects (with `socket2`, as std has no way to make a socket
 //!   without connecting it), so a connect blocked in the kernel wakes too.
 //! - **Pooling**: a socket that was shut down, timed out or failed reports
-//!   `is_open() == false`, so ureq never pools it; a reply read to its end leaves its
-//!   socket open and pooled for the next request.
+//!   `is_open() == false`, so ureq never pools it. When the request ends, its sockets are
+//!   shut down unless its reply ended normally (an error reply, a reply left half read):
+//!   only a reply read to its end leaves its socket pooled for the next request.
+//!
+//! Limits: a DNS lookup (ureq's resolver, on the run thread) cannot be interrupted; a host
+//! given as an IP address needs none.
 //!
 //! ureq's `unversioned` transport API is exempt from its semver promises; `Cargo.toml`
 //! pins ureq's minor version for that reason.
