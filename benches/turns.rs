@@ -116,7 +116,10 @@ fn connection(stream: TcpStream, mode: Mode, closed: Option<Sender<Instant>>) {
         }
         match mode {
             Mode::Turns => {
-                let results = body.windows(13).filter(|w| w == b"\"role\":\"tool\"").count();
+                let results = body
+                    .windows(13)
+                    .filter(|w| w == b"\"role\":\"tool\"")
+                    .count();
                 let one = body.windows(8).any(|w| w == b"one turn");
                 let reply = if results + 1 < TURNS && !one {
                     tool_call(results)
@@ -211,7 +214,10 @@ fn minimal_run(client: &ureq::Agent, url: &str, turns: usize) {
 
 /// Wall and client CPU time of `f`.
 fn measure(mut f: impl FnMut()) -> (Duration, Duration) {
-    let (cpu, server) = (cpu_ns(libc::RUSAGE_SELF), SERVER_CPU_NS.load(Ordering::SeqCst));
+    let (cpu, server) = (
+        cpu_ns(libc::RUSAGE_SELF),
+        SERVER_CPU_NS.load(Ordering::SeqCst),
+    );
     let start = Instant::now();
     f();
     let wall = start.elapsed();
@@ -313,11 +319,7 @@ fn turns(c: &mut Criterion) {
             b.iter(|| minimal_run(&client, &url, n))
         });
         g.bench_function(format!("agent_{n}_cpu"), |b| {
-            b.iter_custom(|iters| {
-                (0..iters)
-                    .map(|_| measure(|| agent_run(&agent, n)).1)
-                    .sum()
-            })
+            b.iter_custom(|iters| (0..iters).map(|_| measure(|| agent_run(&agent, n)).1).sum())
         });
         g.bench_function(format!("minimal_{n}_cpu"), |b| {
             b.iter_custom(|iters| {

@@ -218,7 +218,8 @@ pub(crate) struct Post {
 
 /// The request as errors name it: the method and the URL without user info, query or
 /// fragment (where keys may hide), with the port always shown.
-struct Target(String);
+#[derive(Clone)]
+struct Target(Rc<str>);
 
 impl Target {
     /// # Errors
@@ -254,7 +255,7 @@ impl Target {
             format!("{host}:{port}")
         };
         let text = format!("POST {}://{host}{path}", scheme.to_ascii_lowercase());
-        Ok(Target(clip(text, secret, 500)))
+        Ok(Target(clip(text, secret, 500).into()))
     }
 }
 
@@ -364,6 +365,7 @@ impl HttpClient {
         let content_type = header("content-type").unwrap_or_default();
         let mut body = Body {
             reader: response.into_body().into_reader(),
+            target: target.clone(),
             first: Instant::now() + self.first_byte_timeout,
             ctx,
             idle: self.idle_timeout,
@@ -408,16 +410,18 @@ fn failed(ctx: &Ctx, e: ureq::Error, target: &Target, secret: Option<&str>) -> E
     if ctx.cancel.is_cancelled() {
         return cancelled(&ctx.cancel);
     }
-    let tls = ctx.stage() == Stage::Tls;
-    if tls {
+    if ctx.stage() == Stage::Tls {
         let why = match ctx.timed_out() {
             Some(_) => "no TLS handshake within the connect timeout".to_owned(),
             None => clip(e.to_string(), secret, ERROR_MESSAGE_LIMIT),
         };
-        return Error::Config(format!(
-            "{target}: the TLS handshake failed ({why}): the server may not speak TLS \
-             (check http:// vs https:// in the base URL)"
-        ));
+        // A certificate the client refuses is a TLS server all the same.
+        let hint = if why.to_ascii_lowercase().contains("certificate") {
+            ""
+        } else {
+            ": the server may not speak TLS (check http:// vs https:// in the base URL)"
+        };
+        return Error::Config(format!("{target}: the TLS handshake failed ({why}){hint}"));
     }
     if let Some(phase) = ctx.timed_out() {
         return Error::Timeout(phase);
@@ -441,6 +445,7 @@ fn failed(ctx: &Ctx, e: ureq::Error, target: &Target, secret: Option<&str>) -> E
 /// A reply body being received on the run thread; see the module docs.
 pub(crate) struct Body {
     reader: ureq::BodyReader<'static>,
+    target: Target,
     /// Deadlines and the cancel token, for the sockets.
     ctx: Rc<Ctx>,
     /// When the first event is due (the first-byte timeout).
@@ -499,7 +504,10 @@ impl Body {
                     return Err(Error::Timeout(self.ctx.timed_out().expect("a phase")));
                 }
                 Err(e) => {
-                    return Err(Error::Connection(format!("the reply broke off: {e}")));
+                    return Err(Error::Connection(format!(
+                        "{}: the reply broke off: {e}",
+                        self.target
+                    )));
                 }
             }
         }
@@ -774,6 +782,38 @@ mod tests {
             error(serde_json::json!({"code": true})),
             api("error", r#"{"code":true}"#)
         );
+    }
+
+    #[test]
+    fn errors_name_the_url_without_user_info_query_or_key() {
+        let shown = |url: &str| Target::parse(url, Some("sk-KEY")).map(|t| t.to_string());
+        assert_eq!(
+            shown("https://api.openai.com/v1/chat/completions").unwrap(),
+            "POST https://api.openai.com:443/v1/chat/completions"
+        );
+        assert_eq!(
+            shown("http://u:sk-KEY@[::1]:8080/v1?api-key=sk-KEY#x").unwrap(),
+            "POST http://[::1]:8080/v1"
+        );
+        assert_eq!(shown("HTTP://host").unwrap(), "POST http://host:80/");
+        assert!(matches!(shown("host:80/v1"), Err(Error::Config(_))));
+        let Err(Error::Config(m)) = shown("sk-KEY://h/?k=sk-KEY") else {
+            panic!("a configuration error")
+        };
+        assert!(!m.contains("sk-KEY"), "{m}");
+    }
+
+    #[test]
+    fn a_cut_never_leaves_a_part_of_the_key() {
+        let key = "sk-ABCDEFGHIJKLMNOPQRSTUVWXYZ";
+        for offset in 0..40 {
+            let text = format!("{}{key}{}", "x".repeat(offset), "y".repeat(40));
+            for limit in 0..text.len() {
+                let cut = clip(text.clone(), Some(key), limit);
+                assert!(!cut.contains("sk-A"), "{offset} {limit}: {cut}");
+                assert!(!cut.contains("WXYZ"), "{offset} {limit}: {cut}");
+            }
+        }
     }
 
     #[test]
