@@ -73,7 +73,10 @@ macro_rules! http_setters {
                 &self.endpoint.base_url
             }
 
-            /// How long connecting (DNS, TCP, TLS) may take. Defaults to 10 s.
+            /// How long connecting (TCP and TLS) may take. Defaults to 10 s. An `https` URL
+            /// whose server does not complete a TLS handshake in this time fails with
+            /// [`Error::Config`](crate::Error::Config) saying it may not speak TLS. A DNS
+            /// lookup is not bounded by it (nor interrupted by an abort).
             #[must_use]
             pub fn connect_timeout(mut self, timeout: std::time::Duration) -> $provider {
                 self.endpoint.http.connect_timeout = timeout;
@@ -81,8 +84,11 @@ macro_rules! http_setters {
                 self
             }
 
-            /// How long the first byte of the reply body may take, counted from the start of
-            /// the request. Defaults to 300 s.
+            /// How long the reply may take to start: from sending the request to the first
+            /// event of the stream. Defaults to 300 s. Keep-alive comments (`:` lines) do
+            /// not count, so a server that sends only comments fails with
+            /// [`TimeoutPhase::FirstByte`](crate::TimeoutPhase::FirstByte). The connection is
+            /// closed when it passes.
             #[must_use]
             pub fn first_byte_timeout(mut self, timeout: std::time::Duration) -> $provider {
                 self.endpoint.http.first_byte_timeout = timeout;
@@ -90,8 +96,11 @@ macro_rules! http_setters {
                 self
             }
 
-            /// How long the stream may stay silent between two chunks once it started.
-            /// Defaults to 120 s.
+            /// How long the reply may stay silent between two reads, from its headers on
+            /// (so it also covers the gap between the headers and the first body byte).
+            /// Defaults to 120 s. Any bytes count as progress, keep-alive comments included:
+            /// a server that sends them is alive; the agent's `run_timeout` bounds a run
+            /// whatever the server sends. The connection is closed when it passes.
             #[must_use]
             pub fn idle_timeout(mut self, timeout: std::time::Duration) -> $provider {
                 self.endpoint.http.idle_timeout = timeout;
