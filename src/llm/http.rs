@@ -22,7 +22,7 @@ use super::{CancelToken, StreamEvent};
 use crate::message::AssistantMessage;
 use crate::partial::PartialMessage;
 use crate::{Error, TimeoutPhase};
-use ureq::unversioned::transport::{Connector, RustlsConnector};
+use ureq::unversioned::transport::{ConnectProxyConnector, Connector, RustlsConnector};
 
 /// The most of an error body we read, and of it the most we put into an error message.
 const ERROR_BODY_LIMIT: u64 = 64 * 1024;
@@ -284,7 +284,12 @@ impl HttpClient {
                 .http_status_as_error(false)
                 .user_agent(concat!("pagent/", env!("CARGO_PKG_VERSION")))
                 .build();
-            let connector = Tcp.chain(RustlsConnector::default()).chain(Ready);
+            // ureq's default chain, with our TCP link and the `Ready` mark (no SOCKS: that
+            // feature of ureq is off).
+            let connector = ConnectProxyConnector::default()
+                .chain(Tcp)
+                .chain(RustlsConnector::default())
+                .chain(Ready);
             ureq::Agent::with_parts(
                 config,
                 connector,

@@ -3,9 +3,9 @@
 //!
 //! # How
 //! ureq runs a request on the calling thread through a chain of connectors. This module
-//! gives it its own first link ([`Tcp`], in place of ureq's TCP connector; ureq's rustls
-//! connector wraps it for `https`) and a last one ([`Ready`]) that marks the connection as
-//! set up. Around every ureq call the run thread puts the request's [`Ctx`] in a
+//! gives it its own TCP link ([`Tcp`], in place of ureq's; ureq's CONNECT proxy connector
+//! comes before it, as in ureq's default chain, and ureq's rustls connector wraps it for
+//! `https`) and a last one ([`Ready`]) that marks the connection as set up. Around every ureq call the run thread puts the request's [`Ctx`] in a
 //! thread-local; each I/O of a [`Sock`] reads it:
 //!
 //! - **Timeouts**: every blocking connect, write and read gets the time left until the
@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use ureq::unversioned::transport::{
-    Buffers, ConnectionDetails, Connector, LazyBuffers, NextTimeout, Transport,
+    Buffers, ConnectionDetails, Connector, Either, LazyBuffers, NextTimeout, Transport,
 };
 
 use super::CancelToken;
@@ -210,14 +210,19 @@ fn timed_out(phase: TimeoutPhase) -> io::Error {
 #[derive(Debug, Default)]
 pub(crate) struct Tcp;
 
-impl Connector<()> for Tcp {
-    type Out = Sock;
+impl<In: Transport> Connector<In> for Tcp {
+    type Out = Either<In, Sock>;
 
     fn connect(
         &self,
         details: &ConnectionDetails<'_>,
-        _chained: Option<()>,
-    ) -> Result<Option<Sock>, ureq::Error> {
+        chained: Option<In>,
+    ) -> Result<Option<Self::Out>, ureq::Error> {
+        // A tunnel through a CONNECT proxy, made by the link before: its own connection to
+        // the proxy came from this connector too (ureq runs the chain for it).
+        if let Some(tunnel) = chained {
+            return Ok(Some(Either::A(tunnel)));
+        }
         let Some(ctx) = current() else {
             return Err(ureq::Error::Io(io::Error::other(
                 "a request outside of a provider call",
@@ -237,12 +242,12 @@ impl Connector<()> for Tcp {
                     if details.needs_tls() {
                         ctx.stage.set(Stage::Tls);
                     }
-                    return Ok(Some(Sock {
+                    return Ok(Some(Either::B(Sock {
                         stream,
                         buffers,
                         watched_by: ctx.id,
                         broken: false,
-                    }));
+                    })));
                 }
                 // Refused, unreachable: the next address may answer.
                 Err(e) if e.kind() != io::ErrorKind::TimedOut && !ctx.cancel.is_cancelled() => {
