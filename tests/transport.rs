@@ -527,6 +527,17 @@ fn replies_that_ended_normally_keep_their_connection_for_the_next_request() {
 }
 
 #[test]
+fn chunked_replies_that_ended_normally_keep_their_connection_too() {
+    let body = SSE_TEXT.as_bytes().to_vec();
+    let probe = Probe::start(vec![Act::SseChunked(body.clone()), Act::SseChunked(body)]);
+    let agent = agent_on(openai(&probe.url));
+    assert_eq!(agent.prompt("Hi").unwrap().text(), "Hello");
+    assert_eq!(agent.prompt("Again").unwrap().text(), "Hello");
+    assert_eq!(probe.requests(), 2);
+    assert_eq!(probe.accepted(), 1, "two prompts, one connection");
+}
+
+#[test]
 fn no_pagent_thread_runs_beside_a_stream_and_none_outlives_the_run() {
     let probe = Probe::start(vec![Act::sse(SSE_TEXT)]);
     let agent = agent_on(openai(&probe.url));

@@ -422,6 +422,9 @@ pub enum Act {
     Then(Vec<u8>),
     /// Sends the headers, then an SSE comment (`:` line) every period.
     Comments(Duration),
+    /// Sends a whole event stream in chunked encoding (as model servers do), ends it, and
+    /// keeps the connection for the next request.
+    SseChunked(Vec<u8>),
     /// Sends a whole reply with a `Content-Length` and keeps the connection for the next
     /// request.
     Whole {
@@ -567,6 +570,13 @@ fn play(stream: &TcpStream, acts: &Mutex<std::vec::IntoIter<Act>>, requests: &Mu
                     std::thread::sleep(period);
                 }
                 return;
+            }
+            Act::SseChunked(body) => {
+                let _ = out.write_all(head.as_bytes());
+                let _ = write!(out, "{:x}\r\n", body.len());
+                let _ = out.write_all(&body);
+                let _ = out.write_all(b"\r\n0\r\n\r\n");
+                continue;
             }
             Act::Whole {
                 status,
