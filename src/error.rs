@@ -23,15 +23,26 @@ pub enum Error {
     Http {
         /// The HTTP status code.
         status: u16,
-        /// The provider's own error message, or the body when it had none.
+        /// The provider's own error message (or the body when it had none, cut to 1,000
+        /// bytes after the API key was removed), then the request in parentheses: the method
+        /// and the URL tried (scheme, host, port, path; never a query string), as in
+        /// `Not Found (POST http://127.0.0.1:8080/v1/chat/completions)`.
         message: String,
         /// How long the server asked us to wait before trying again, if it said.
         retry_after: Option<Duration>,
     },
     /// No answer in time.
     Timeout(TimeoutPhase),
-    /// The connection failed or dropped.
+    /// The connection failed or dropped. The text names the request (method and URL).
     Connection(String),
+    /// The server answered a streamed request with something other than an event stream
+    /// (an HTML error page, plain JSON): nothing of it is a reply.
+    ContentType {
+        /// The `Content-Type` the server sent (empty when it sent none).
+        content_type: String,
+        /// The request (method and URL) and the start of the body, secrets removed.
+        message: String,
+    },
     /// The stream broke the provider's protocol: malformed JSON, a stream that ends before
     /// its `finish_reason` (or `message_stop`), invalid UTF-8, an event over the size limit.
     Stream(String),
@@ -69,10 +80,14 @@ pub enum Error {
 pub enum TimeoutPhase {
     /// Opening the connection.
     Connect,
-    /// Waiting for the first byte of the response.
+    /// Waiting for the reply to start: from sending the request to the first event of the
+    /// stream (keep-alive comments do not count).
     FirstByte,
-    /// Waiting for the next chunk of a stream that already started.
+    /// Waiting for the next chunk: between two reads of the body, and between the
+    /// response headers and the first body byte.
     Idle,
+    /// The whole run took longer than its `run_timeout`.
+    Run,
 }
 
 impl Error {
@@ -143,6 +158,13 @@ impl fmt::Display for Error {
             } => write!(f, "http status {status}: {message}"),
             Error::Timeout(phase) => write!(f, "timed out {phase}"),
             Error::Connection(why) => write!(f, "connection failed: {why}"),
+            Error::ContentType {
+                content_type,
+                message,
+            } => write!(
+                f,
+                "unexpected content type `{content_type}` (expected text/event-stream): {message}"
+            ),
             Error::Stream(why) => write!(f, "malformed stream: {why}"),
             Error::Api { kind, message } => write!(f, "provider reported {kind}: {message}"),
             Error::Provider(why) => write!(f, "provider error: {why}"),
@@ -160,6 +182,7 @@ impl fmt::Display for TimeoutPhase {
             TimeoutPhase::Connect => "connecting",
             TimeoutPhase::FirstByte => "waiting for the first byte",
             TimeoutPhase::Idle => "waiting for the next chunk",
+            TimeoutPhase::Run => "at the run deadline",
         })
     }
 }
@@ -197,6 +220,11 @@ mod tests {
         assert!(Error::Timeout(TimeoutPhase::Connect).is_retryable());
         assert!(!Error::Timeout(TimeoutPhase::FirstByte).is_retryable());
         assert!(Error::Aborted.is_aborted());
+        assert_eq!(
+            Error::Timeout(TimeoutPhase::Run).to_string(),
+            "timed out at the run deadline"
+        );
+        assert!(!Error::Timeout(TimeoutPhase::Run).is_retryable());
         let api = Error::Api {
             kind: "overloaded_error".into(),
             message: "Overloaded".into(),

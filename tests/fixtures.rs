@@ -241,7 +241,10 @@ fn llama_server_context_overflow_on_a_stream_is_a_typed_http_error() {
         error,
         Error::Http {
             status: 400,
-            message: "request (5033 tokens) exceeds the available context size (4096 tokens), try increasing it".into(),
+            message: format!(
+                "request (5033 tokens) exceeds the available context size (4096 tokens), try increasing it (POST {}/v1/chat/completions)",
+                server.url
+            ),
             retry_after: None,
         }
     );
@@ -310,14 +313,14 @@ fn llama_cpp_python_error_bodies_are_http_errors_with_the_servers_message() {
     for (name, status, message) in cases {
         let reply = recorded_reply(&format!("llama-cpp-python/{name}"), "json");
         let server = Server::start(vec![reply]);
-        // No retries, so that the message is the server's alone.
+        // No retries, so that the message is the server's and the request's alone.
         let (agent, rec) = agent(openai(&server).retry(RetryPolicy::none()), "smollm2");
         let error = agent.prompt("Hi").unwrap().error.unwrap();
         assert_eq!(
             error,
             Error::Http {
                 status,
-                message: message.into(),
+                message: format!("{message} (POST {}/v1/chat/completions)", server.url),
                 retry_after: None,
             },
             "{name}"

@@ -207,12 +207,18 @@ fn llama_server_context_overflow_is_a_typed_http_error() {
     assert!(error.is_context_overflow());
     assert_eq!(
         error.to_string(),
-        "http status 400: request (5033 tokens) exceeds the available context size (4096 tokens), try increasing it"
+        format!(
+            "http status 400: request (5033 tokens) exceeds the available context size (4096 tokens), try increasing it (POST {}/v1/chat/completions)",
+            server.url
+        )
     );
     assert_eq!(
         rec.lines(),
         with_prompt(&[
-            "MessageEnd assistant Error calls=0 error=http status 400: request (5033 tokens) exceeds the available context size (4096 tokens), try increasing it",
+            &format!(
+                "MessageEnd assistant Error calls=0 error=http status 400: request (5033 tokens) exceeds the available context size (4096 tokens), try increasing it (POST {}/v1/chat/completions)",
+                server.url
+            ),
             "TurnEnd 1 error",
             "AgentEnd error in=0 out=0",
         ])
@@ -653,7 +659,10 @@ fn a_429_with_retry_after_is_retried_then_succeeds() {
     assert_eq!(
         rec.lines(),
         with_prompt(&[
-            "retry 1 after 1000 ms: http status 429: Rate limit reached",
+            &format!(
+                "retry 1 after 1000 ms: http status 429: Rate limit reached (POST {}/v1/chat/completions)",
+                server.url
+            ),
             "text x2 \"Hello\"",
             "MessageEnd assistant Stop calls=0",
             "TurnEnd 1 no_tool_calls",
@@ -674,7 +683,10 @@ fn retry_after_ms_is_honoured() {
     assert_eq!(
         rec.lines(),
         with_prompt(&[
-            "retry 1 after 20 ms: http status 503: the server gave no reason for status 503",
+            &format!(
+                "retry 1 after 20 ms: http status 503: the server gave no reason for status 503 (POST {}/v1/chat/completions)",
+                server.url
+            ),
             "text x2 \"Hello\"",
             "MessageEnd assistant Stop calls=0",
             "TurnEnd 1 no_tool_calls",
@@ -697,7 +709,11 @@ fn anthropic_overloaded_is_retried_with_its_own_message() {
     assert_eq!(result.text(), "It is sunny in Paris.");
     let retry = &rec.lines()[5];
     assert!(
-        retry.starts_with("retry 1 after ") && retry.ends_with(" ms: http status 529: Overloaded"),
+        retry.starts_with("retry 1 after ")
+            && retry.ends_with(&format!(
+                " ms: http status 529: Overloaded (POST {}/v1/messages)",
+                server.url
+            )),
         "{retry}"
     );
     assert_eq!(server.requests().len(), 2);
@@ -712,9 +728,10 @@ fn a_500_three_times_gives_up_with_a_clear_error() {
     let error = result.error.unwrap();
     assert_eq!(error.status(), Some(500));
     assert!(
-        error
-            .to_string()
-            .ends_with("expected ']' (gave up after 3 attempts)"),
+        error.to_string().ends_with(&format!(
+            "expected ']' (POST {}/v1/chat/completions) (gave up after 3 attempts)",
+            server.url
+        )),
         "{error}"
     );
     assert_eq!(server.requests().len(), 3);
@@ -910,7 +927,10 @@ fn the_api_key_never_shows_in_debug_errors_or_events() {
     let error = result.error.unwrap();
     assert_eq!(
         error.to_string(),
-        "http status 401: Incorrect API key provided: <redacted>"
+        format!(
+            "http status 401: Incorrect API key provided: <redacted> (POST {}/v1/chat/completions)",
+            server.url
+        )
     );
     assert!(!format!("{:?}", rec.events()).contains(key));
     assert!(!format!("{:?}", agent.snapshot()).contains(key));
@@ -960,9 +980,8 @@ fn an_api_key_echoed_in_error_bodies_and_stream_errors_is_scrubbed_everywhere() 
         assert_eq!(result.text(), "Hello", "{name}");
         let lines = rec.lines();
         assert!(
-            lines
-                .iter()
-                .any(|l| l.starts_with("retry 1") && l.ends_with(redacted)),
+            lines.iter().any(|l| l.starts_with("retry 1")
+                && l.contains(&format!("{redacted} (POST {}", server.url))),
             "{name}: {lines:?}"
         );
         let wire: Vec<String> = rec

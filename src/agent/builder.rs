@@ -25,6 +25,7 @@ pub(crate) struct Config {
     // The names of `tools`, asked on first use by a run (on its own copy of the config).
     pub(crate) tool_names: ToolNames,
     pub(crate) max_turns: u32,
+    pub(crate) run_timeout: Option<std::time::Duration>,
     pub(crate) max_parallel_tools: usize,
     pub(crate) steering_policy: SteeringPolicy,
     pub(crate) steering_mode: QueueMode,
@@ -74,6 +75,7 @@ impl fmt::Debug for Config {
                 &self.tools.iter().map(debug_name).collect::<Vec<_>>(),
             )
             .field("max_turns", &self.max_turns)
+            .field("run_timeout", &self.run_timeout)
             .field("max_parallel_tools", &self.max_parallel_tools)
             .field("steering_policy", &self.steering_policy)
             .field("steering_mode", &self.steering_mode)
@@ -92,6 +94,7 @@ pub struct AgentBuilder {
     thinking: ThinkingLevel,
     tools: Vec<Arc<dyn Tool>>,
     max_turns: u32,
+    run_timeout: Option<std::time::Duration>,
     max_parallel_tools: usize,
     steering_policy: SteeringPolicy,
     steering_mode: QueueMode,
@@ -109,6 +112,7 @@ impl Default for AgentBuilder {
             thinking: ThinkingLevel::Off,
             tools: Vec::new(),
             max_turns: 16,
+            run_timeout: None,
             max_parallel_tools: 8,
             steering_policy: SteeringPolicy::AfterBatch,
             steering_mode: QueueMode::OneAtATime,
@@ -160,6 +164,25 @@ impl AgentBuilder {
     /// allowed turn ran; the run then ends with `RunStopReason::MaxTurns`. Defaults to 16.
     pub fn max_turns(mut self, turns: u32) -> AgentBuilder {
         self.max_turns = turns.max(1);
+        self
+    }
+
+    /// How long one run (`prompt`, `continue_run`) may take in all. Defaults to none.
+    ///
+    /// At the deadline the run ends in whatever phase it is: connecting, waiting for the
+    /// reply, streaming it (keep-alive comments do not extend it), waiting before a retry,
+    /// in a tool that honours its cancel token, or in a `before_tool_call` hook waiting in
+    /// [`ToolCallRequest::wait_for`]. It ends with `RunStopReason::Error` and
+    /// [`Error::Timeout`]`(`[`TimeoutPhase::Run`](crate::TimeoutPhase::Run)`)`, and the
+    /// transcript stays valid: the reply cut by the deadline keeps what streamed and ends
+    /// with `StopReason::Error`, and tool calls that did not run get results saying so.
+    ///
+    /// The run's [`CancelToken`](crate::llm::CancelToken) carries the deadline, so no
+    /// thread watches the clock. The limit: code that ignores its token (a tool that blocks
+    /// without looking at it, a hook that waits on something else, a provider that does
+    /// not look at the token, a DNS lookup) holds the run until it returns.
+    pub fn run_timeout(mut self, timeout: std::time::Duration) -> AgentBuilder {
+        self.run_timeout = Some(timeout);
         self
     }
 
@@ -314,6 +337,7 @@ impl AgentBuilder {
             tool_names: ToolNames::default(),
             tools: self.tools,
             max_turns: self.max_turns,
+            run_timeout: self.run_timeout,
             max_parallel_tools: self.max_parallel_tools,
             steering_policy: self.steering_policy,
             steering_mode: self.steering_mode,

@@ -70,8 +70,9 @@ impl<'a> ToolCallRequest<'a> {
         self.cancel
     }
 
-    /// Blocks until `answers` yields a value or the run is aborted, whichever comes first;
-    /// `None` when aborted (or when the sender is gone). This is how an approval prompt waits
+    /// Blocks until `answers` yields a value or the run is aborted (or reaches its
+    /// `run_timeout`), whichever comes first; `None` when aborted or timed out (or when the
+    /// sender is gone). This is how an approval prompt waits
     /// for a human without keeping `abort()` from ending the run.
     ///
     /// ```
@@ -104,6 +105,11 @@ impl<'a> ToolCallRequest<'a> {
         crossbeam_channel::select! {
             recv(answers) -> v => v.ok(),
             recv(self.cancel.receiver()) -> _ => None,
+            // The run deadline (`run_timeout`): cancels the run's token for everyone.
+            recv(self.cancel.timer()) -> _ => {
+                self.cancel.is_cancelled();
+                None
+            }
         }
     }
 }

@@ -13,12 +13,12 @@ use super::guard;
 use super::hooks::TurnSetup;
 use super::repair;
 use super::{Inner, QueueMode, RunResult};
-use crate::Error;
 use crate::cancel::CancelToken;
 use crate::event::{AgentEvent, RunStopReason};
 use crate::llm::Request;
 use crate::message::{AssistantMessage, Message, StopReason, ToolResultMessage, Usage};
 use crate::partial::PartialMessage;
+use crate::{Error, TimeoutPhase};
 
 pub(crate) enum Start {
     Prompt(Vec<Message>),
@@ -45,7 +45,13 @@ pub(crate) fn run(inner: &Arc<Inner>, start: Start) -> Result<RunResult, Error> 
     let claim = Claim(inner);
     // The token exists from the moment the run is claimed, so an `abort()` that sees
     // `is_running()` true always reaches this run.
-    let cancel = CancelToken::new();
+    // With a `run_timeout` the token carries the run's deadline (see `CancelToken`).
+    let deadline = inner
+        .config
+        .lock()
+        .run_timeout
+        .and_then(|t| std::time::Instant::now().checked_add(t));
+    let cancel = deadline.map_or_else(CancelToken::new, CancelToken::with_deadline);
     *inner.cancel.lock() = Some(cancel.clone());
     let input = match start {
         Start::Prompt(messages) => messages,
@@ -175,7 +181,7 @@ impl Run<'_> {
             // no new turn: no further model call, and queued steering and follow-ups stay
             // queued (they are taken only below, once the turn is sure to start).
             if self.turn > 0 && self.cancel.is_cancelled() {
-                return (RunStopReason::Cancelled, None);
+                return self.cancelled();
             }
             self.turn += 1;
             if std::mem::take(&mut follow_up_due) {
@@ -215,7 +221,11 @@ impl Run<'_> {
                 stop_reason: stop,
             });
             if stop != RunStopReason::Continuing {
-                return (stop, error);
+                // A deadline that passed after the reply came still ends the run with its error.
+                return match error {
+                    None if self.cancel.is_timed_out() => self.cancelled(),
+                    error => (stop, error),
+                };
             }
         }
     }
@@ -228,6 +238,9 @@ impl Run<'_> {
         had_calls: bool,
         follow_up_due: &mut bool,
     ) -> RunStopReason {
+        if self.cancel.is_timed_out() {
+            return RunStopReason::Error;
+        }
         if self.cancel.is_cancelled() || reply.stop_reason == StopReason::Aborted {
             return RunStopReason::Cancelled;
         }
@@ -264,6 +277,19 @@ impl Run<'_> {
             return RunStopReason::Continuing;
         }
         natural
+    }
+
+    /// How the run ends once its token is cancelled: by an abort, or at the run deadline
+    /// (`run_timeout`) with its timeout error.
+    fn cancelled(&self) -> (RunStopReason, Option<Error>) {
+        if self.cancel.is_timed_out() {
+            (
+                RunStopReason::Error,
+                Some(Error::Timeout(TimeoutPhase::Run)),
+            )
+        } else {
+            (RunStopReason::Cancelled, None)
+        }
     }
 
     /// Runs the `before_turn` hook and publishes what it changed.
@@ -418,6 +444,13 @@ impl Run<'_> {
                 (reply, Some(Error::Provider(message)))
             }
             Ok(Ok(reply)) => (reply, None),
+            // The run deadline passed: whatever the provider made of it, the turn failed.
+            Ok(Err(_)) if self.cancel.is_timed_out() => {
+                let e = Error::Timeout(TimeoutPhase::Run);
+                let mut reply = partial.to_message(StopReason::Error);
+                reply.error_message = Some(e.to_string());
+                (reply, Some(e))
+            }
             Ok(Err(e)) if e.is_aborted() || self.cancel.is_cancelled() => {
                 let mut reply = partial.to_message(StopReason::Aborted);
                 reply.error_message = Some(Error::Aborted.to_string());

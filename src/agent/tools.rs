@@ -106,9 +106,11 @@ impl Run<'_> {
                         // and the worker in it, are dropped then), so that error needs no
                         // handling here. The catch keeps a panic of our own code from reaching
                         // the scope, which would raise it again on this thread.
-                        let _ = std::thread::Builder::new().spawn_scoped(scope, move || {
-                            let _ = guard::catch(|| work(worker, &name, &tool, args, ctx));
-                        });
+                        let _ = std::thread::Builder::new()
+                            .name("pagent-tool".into())
+                            .spawn_scoped(scope, move || {
+                                let _ = guard::catch(|| work(worker, &name, &tool, args, ctx));
+                            });
                     }
                 }
             }
@@ -217,9 +219,11 @@ impl Run<'_> {
         }
         Some(std::thread::scope(|scope| {
             let (done_tx, done_rx) = crossbeam_channel::bounded(1);
-            let helper = std::thread::Builder::new().spawn_scoped(scope, move || {
-                let _ = done_tx.send(ask());
-            });
+            let helper = std::thread::Builder::new()
+                .name("pagent-hook".into())
+                .spawn_scoped(scope, move || {
+                    let _ = done_tx.send(ask());
+                });
             if let Err(e) = helper {
                 return Err(format!(
                     "no thread could start for the before_tool_call hook: {e}"
@@ -246,7 +250,16 @@ impl Run<'_> {
     fn receive(&mut self, batch: &mut Batch<'_>) {
         // OK because the run thread holds a sender for the whole scope, so this never
         // disconnects, and every running worker sends Done before it exits.
-        let msg = batch.rx.recv().expect("the tool channel stays open");
+        let timer = self.cancel.timer();
+        let msg = crossbeam_channel::select! {
+            recv(batch.rx) -> msg => msg.expect("the tool channel stays open"),
+            recv(timer) -> _ => {
+                // The run deadline: cancel the token, so that the tools see it, and keep
+                // waiting for them (a tool that ignores its token holds the run).
+                self.cancel.is_cancelled();
+                batch.rx.recv().expect("the tool channel stays open")
+            }
+        };
         self.handle(msg, batch);
     }
 

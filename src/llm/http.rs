@@ -1,36 +1,41 @@
 //! What the HTTP providers share: the client settings, sending a request with retries, and
-//! a body reader that an abort interrupts at once.
+//! a body reader that an abort or a timeout interrupts at once.
 //!
-//! # Why a reader thread
-//! A blocking socket read cannot be interrupted from another thread. So each request runs
-//! on a helper thread that sends it and forwards the body in chunks through a channel; the
-//! run thread waits on that channel, the cancel token and a timer together
-//! (`crossbeam_channel::select!`), so `abort()` and the idle timeout take effect within
-//! microseconds whatever the network does.
-//!
-//! After an abort or a timeout the run thread drops the channel and returns. The helper
-//! thread then ends on its own: its next send fails as soon as a chunk arrives, and if the
-//! server sends nothing at all, ureq's per-read timeout (the longer of the first-byte and
-//! idle timeouts, plus 5 s) ends its blocked read; dropping the response closes the
-//! connection.
+//! # On the run thread
+//! The request is sent and its reply read on the run thread itself: no helper thread, no
+//! hand-off of chunks. A blocking socket call cannot be woken by a flag, so the sockets are
+//! our own ([`super::transport`]): every connect, write and read is bounded by the deadline
+//! of its phase (and the run deadline), and cancelling the token shuts the socket of the
+//! request in flight down from the cancelling thread, which wakes the blocked call at
+//! once. Either way the connection is closed, so the server learns at once that the client
+//! left, and no thread or socket is left behind.
 
 use std::io::Read;
+use std::rc::Rc;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime};
 
-use crossbeam_channel::{Receiver, Sender};
-
 use super::retry::{RetryPolicy, parse_retry_after};
 use super::sse;
+use super::transport::{Ctx, Ready, Stage, Tcp};
 use super::{CancelToken, StreamEvent};
 use crate::message::AssistantMessage;
 use crate::partial::PartialMessage;
 use crate::{Error, TimeoutPhase};
+use ureq::unversioned::transport::{ConnectProxyConnector, Connector, RustlsConnector};
 
 /// The most of an error body we read, and of it the most we put into an error message.
 const ERROR_BODY_LIMIT: u64 = 64 * 1024;
 const ERROR_MESSAGE_LIMIT: usize = 1000;
+/// The most of a body that is not an event stream shown in the error.
+const CONTENT_TYPE_SNIPPET: usize = 200;
+/// The cap on every text of an error that leaves a provider: room for a message cut at
+/// [`ERROR_MESSAGE_LIMIT`] and the notes appended to it (the request, the attempts).
+const FINAL_MESSAGE_LIMIT: usize = 4 * ERROR_MESSAGE_LIMIT;
 const READ_BUFFER: usize = 16 * 1024;
+/// How long the rest of a reply (the end of its chunked body) may take once its last event
+/// came, to keep the connection for the next request; past it the connection is dropped.
+const DRAIN_TIMEOUT: Duration = Duration::from_millis(250);
 
 /// Client settings common to the HTTP providers, and the ureq agent built from them.
 #[derive(Clone)]
@@ -138,7 +143,9 @@ impl Endpoint {
             body: serde_json::to_vec(&call.body)
                 .map_err(|e| Error::Config(format!("cannot encode the request: {e}")))?,
         };
-        let mut body = self.http.open(&post, cancel, on_event)?;
+        let mut body = self
+            .http
+            .open(&post, self.api_key.as_deref(), cancel, on_event)?;
         let mut out = Emitter {
             partial: PartialMessage::new(call.model),
             on_event,
@@ -209,16 +216,57 @@ pub(crate) struct Post {
     pub(crate) body: Vec<u8>,
 }
 
-enum Msg {
-    Head,
-    Chunk(Vec<u8>),
-    End,
-    Status {
-        status: u16,
-        body: Vec<u8>,
-        retry_after: Option<Duration>,
-    },
-    Fail(Error),
+/// The request as errors name it: the method and the URL without user info, query or
+/// fragment (where keys may hide), with the port always shown.
+#[derive(Clone)]
+struct Target(Rc<str>);
+
+impl Target {
+    /// # Errors
+    /// [`Error::Config`] for a URL without a scheme or with one other than http and https.
+    fn parse(url: &str, secret: Option<&str>) -> Result<Target, Error> {
+        let shown = || clip(strip_query(url).to_owned(), secret, 200);
+        let Some((scheme, rest)) = url.split_once("://") else {
+            return Err(Error::Config(format!(
+                "the base URL `{}` has no scheme: start it with http:// or https://",
+                shown()
+            )));
+        };
+        let port = match scheme.to_ascii_lowercase().as_str() {
+            "http" => 80,
+            "https" => 443,
+            _ => {
+                return Err(Error::Config(format!(
+                    "the base URL `{}` has the unknown scheme `{}`: use http:// or https://",
+                    shown(),
+                    clip(scheme.to_owned(), secret, 20)
+                )));
+            }
+        };
+        let rest = strip_query(rest);
+        let (authority, path) = rest.find('/').map_or((rest, "/"), |i| rest.split_at(i));
+        let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+        let has_port = host
+            .rsplit_once(':')
+            .is_some_and(|(_, p)| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+        let host = if has_port {
+            host.to_owned()
+        } else {
+            format!("{host}:{port}")
+        };
+        let text = format!("POST {}://{host}{path}", scheme.to_ascii_lowercase());
+        Ok(Target(clip(text, secret, 500).into()))
+    }
+}
+
+fn strip_query(url: &str) -> &str {
+    url.split(['?', '#']).next().unwrap_or(url)
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
 }
 
 impl HttpClient {
@@ -230,33 +278,44 @@ impl HttpClient {
 
     fn agent(&self) -> &ureq::Agent {
         self.agent.get_or_init(|| {
-            // Longer than the timeouts the run thread keeps, so that those fire first and
-            // name their phase; this one only bounds a helper thread after an abort.
-            let slowest = self.first_byte_timeout.max(self.idle_timeout) + Duration::from_secs(5);
-            ureq::Agent::config_builder()
+            // No ureq timeouts: the sockets enforce ours (see `transport`). No resolve
+            // timeout either, as ureq would start a thread for it.
+            let config = ureq::Agent::config_builder()
                 .http_status_as_error(false)
-                .timeout_connect(Some(self.connect_timeout))
-                .timeout_send_request(Some(self.first_byte_timeout))
-                .timeout_send_body(Some(self.first_byte_timeout))
-                .timeout_recv_response(Some(self.first_byte_timeout))
-                .timeout_per_read(Some(slowest))
                 .user_agent(concat!("pagent/", env!("CARGO_PKG_VERSION")))
-                .build()
-                .into()
+                .build();
+            // ureq's default chain, with our TCP link and the `Ready` mark (no SOCKS: that
+            // feature of ureq is off).
+            let connector = ConnectProxyConnector::default()
+                .chain(Tcp)
+                .chain(RustlsConnector::default())
+                .chain(Ready);
+            ureq::Agent::with_parts(
+                config,
+                connector,
+                ureq::unversioned::resolver::DefaultResolver::default(),
+            )
         })
     }
 
-    /// Sends `post` and waits for the first byte of the reply body, retrying transient
-    /// failures per the policy and announcing each retry through `on_event`.
+    /// Sends `post` and waits for the headers of the reply, retrying transient failures
+    /// per the policy and announcing each retry through `on_event`. Only failures before
+    /// the server accepted the request are retried: once a reply started (a 200), the
+    /// request is never sent again.
+    ///
+    /// Every message is built redacted: the key is removed from the server's text before
+    /// it is cut, and notes are appended after.
     pub(crate) fn open(
         &self,
         post: &Post,
+        secret: Option<&str>,
         cancel: &CancelToken,
         on_event: &mut dyn FnMut(StreamEvent),
     ) -> Result<Body, Error> {
+        let target = Target::parse(&post.url, secret)?;
         let mut attempt = 0;
         loop {
-            let error = match self.attempt(post, cancel) {
+            let error = match self.attempt(post, &target, secret, cancel) {
                 Ok(body) => return Ok(body),
                 Err(e) => e,
             };
@@ -270,121 +329,241 @@ impl HttpClient {
                 error: error.to_string(),
             });
             if cancel.wait_timeout(delay) {
-                return Err(Error::Aborted);
+                return Err(cancelled(cancel));
             }
         }
     }
 
-    fn attempt(&self, post: &Post, cancel: &CancelToken) -> Result<Body, Error> {
+    fn attempt(
+        &self,
+        post: &Post,
+        target: &Target,
+        secret: Option<&str>,
+        cancel: &CancelToken,
+    ) -> Result<Body, Error> {
         if cancel.is_cancelled() {
-            return Err(Error::Aborted);
+            return Err(cancelled(cancel));
         }
-        let start = Instant::now();
-        let (tx, rx) = crossbeam_channel::bounded(32);
-        let agent = self.agent().clone();
-        let (url, headers, body) = (post.url.clone(), post.headers.clone(), post.body.clone());
-        std::thread::Builder::new()
-            .name("pagent-http".into())
-            .spawn(move || request_thread(&agent, &url, &headers, &body, &tx))
-            .map_err(|e| Error::Io(format!("cannot start the http thread: {e}")))?;
-        let mut body = Body {
-            rx,
-            idle: self.idle_timeout,
-            first: None,
-            ended: false,
+        let ctx = Ctx::new(cancel, self.connect_timeout, self.first_byte_timeout);
+        let entered = ctx.enter();
+        let mut request = self.agent().post(&post.url);
+        for (name, value) in &post.headers {
+            request = request.header(*name, value);
+        }
+        let response = request
+            .send(&post.body[..])
+            .map_err(|e| failed(&ctx, e, target, secret))?;
+        drop(entered);
+        let status = response.status().as_u16();
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
         };
-        let deadline = start + self.first_byte_timeout;
-        loop {
-            let wait = deadline.saturating_duration_since(Instant::now());
-            match body.recv(cancel, wait, TimeoutPhase::FirstByte)? {
-                Msg::Head => {}
-                Msg::Chunk(bytes) => {
-                    body.first = Some(bytes);
-                    return Ok(body);
-                }
-                Msg::End => {
-                    body.ended = true;
-                    return Ok(body);
-                }
-                Msg::Status {
-                    status,
-                    body,
-                    retry_after,
-                } => {
-                    return Err(Error::Http {
-                        status,
-                        message: error_message(status, &body),
-                        retry_after,
-                    });
-                }
-                Msg::Fail(Error::Timeout(TimeoutPhase::Idle)) => {
-                    return Err(Error::Timeout(TimeoutPhase::FirstByte));
-                }
-                Msg::Fail(e) => return Err(e),
-            }
+        let retry_after = parse_retry_after(
+            header("retry-after-ms").as_deref(),
+            header("retry-after").as_deref(),
+            SystemTime::now(),
+        );
+        let content_type = header("content-type").unwrap_or_default();
+        let mut body = Body {
+            reader: response.into_body().into_reader(),
+            target: target.clone(),
+            first: Instant::now() + self.first_byte_timeout,
+            ctx,
+            idle: self.idle_timeout,
+            seen_event: false,
+            ended: false,
+            buf: vec![0; READ_BUFFER],
+        };
+        if status >= 400 {
+            let bytes = body.read_some(ERROR_BODY_LIMIT)?;
+            let message = clip(error_message(status, &bytes), secret, ERROR_MESSAGE_LIMIT);
+            return Err(Error::Http {
+                status,
+                message: format!("{message} ({target})"),
+                retry_after,
+            });
         }
+        let media = content_type.split(';').next().unwrap_or("").trim();
+        if !media.eq_ignore_ascii_case("text/event-stream") {
+            let bytes = body.read_some(CONTENT_TYPE_SNIPPET as u64 * 4)?;
+            let text = String::from_utf8_lossy(&bytes).into_owned();
+            let start = clip(text.trim().to_owned(), secret, CONTENT_TYPE_SNIPPET);
+            return Err(Error::ContentType {
+                content_type: clip(content_type, secret, 100),
+                message: format!("status {status} from {target}; the body starts: {start:?}"),
+            });
+        }
+        Ok(body)
     }
 }
 
-/// A reply body being received; see the module docs for how it stays abortable.
-#[derive(Debug)]
-pub(crate) struct Body {
-    rx: Receiver<Msg>,
-    idle: Duration,
-    first: Option<Vec<u8>>,
-    ended: bool,
+/// The error of a cancelled request: the run deadline's timeout, or an abort.
+fn cancelled(cancel: &CancelToken) -> Error {
+    if cancel.is_timed_out() {
+        Error::Timeout(TimeoutPhase::Run)
+    } else {
+        Error::Aborted
+    }
 }
 
-impl std::fmt::Debug for Msg {
+/// The error of a request that failed before its reply started.
+fn failed(ctx: &Ctx, e: ureq::Error, target: &Target, secret: Option<&str>) -> Error {
+    if ctx.cancel.is_cancelled() {
+        return cancelled(&ctx.cancel);
+    }
+    if ctx.stage() == Stage::Tls {
+        let why = match ctx.timed_out() {
+            Some(_) => "no TLS handshake within the connect timeout".to_owned(),
+            None => clip(e.to_string(), secret, ERROR_MESSAGE_LIMIT),
+        };
+        // A certificate the client refuses is a TLS server all the same.
+        let hint = if why.to_ascii_lowercase().contains("certificate") {
+            ""
+        } else {
+            ": the server may not speak TLS (check http:// vs https:// in the base URL)"
+        };
+        return Error::Config(format!("{target}: the TLS handshake failed ({why}){hint}"));
+    }
+    if let Some(phase) = ctx.timed_out() {
+        return Error::Timeout(phase);
+    }
+    let why = match e {
+        ureq::Error::BadUri(uri) => {
+            return Error::Config(format!(
+                "{target}: bad URL: {}",
+                clip(uri, secret, ERROR_MESSAGE_LIMIT)
+            ));
+        }
+        ureq::Error::Io(io) => io.to_string(),
+        other => other.to_string(),
+    };
+    Error::Connection(format!(
+        "{target}: {}",
+        clip(why, secret, ERROR_MESSAGE_LIMIT)
+    ))
+}
+
+/// A reply body being received on the run thread; see the module docs.
+pub(crate) struct Body {
+    reader: ureq::BodyReader<'static>,
+    target: Target,
+    /// Deadlines and the cancel token, for the sockets.
+    ctx: Rc<Ctx>,
+    /// When the first event is due (the first-byte timeout).
+    first: Instant,
+    idle: Duration,
+    seen_event: bool,
+    ended: bool,
+    buf: Vec<u8>,
+}
+
+impl std::fmt::Debug for Body {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Msg")
+        f.debug_struct("Body")
+            .field("seen_event", &self.seen_event)
+            .field("ended", &self.ended)
+            .finish_non_exhaustive()
     }
 }
 
 impl Body {
     /// The next bytes of the body, `None` at its end.
     ///
-    /// Blocks until bytes arrive, the body ends, the idle timeout passes, or `cancel` fires.
-    pub(crate) fn next_chunk(&mut self, cancel: &CancelToken) -> Result<Option<Vec<u8>>, Error> {
-        if let Some(first) = self.first.take() {
-            return Ok(Some(first));
-        }
+    /// Blocks until bytes arrive, the body ends, the idle timeout passes (or, before the
+    /// first event, the first-byte timeout), the run deadline passes, or the token is
+    /// cancelled.
+    pub(crate) fn next_chunk(&mut self) -> Result<Option<&[u8]>, Error> {
         if self.ended {
             return Ok(None);
         }
-        match self.recv(cancel, self.idle, TimeoutPhase::Idle)? {
-            Msg::Chunk(bytes) => Ok(Some(bytes)),
-            Msg::End => {
-                self.ended = true;
-                Ok(None)
+        let idle = Instant::now() + self.idle;
+        if !self.seen_event && self.first < idle {
+            self.ctx.set_deadline(self.first, TimeoutPhase::FirstByte);
+        } else {
+            self.ctx.set_deadline(idle, TimeoutPhase::Idle);
+        }
+        let n = self.read()?;
+        if n == 0 {
+            self.ended = true;
+            self.ctx.keep_connection();
+            return Ok(None);
+        }
+        Ok(Some(&self.buf[..n]))
+    }
+
+    fn read(&mut self) -> Result<usize, Error> {
+        let _entered = self.ctx.enter();
+        loop {
+            match self.reader.read(&mut self.buf) {
+                Ok(_) | Err(_) if self.ctx.cancel.is_cancelled() => {
+                    return Err(cancelled(&self.ctx.cancel));
+                }
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) if self.ctx.timed_out().is_some() => {
+                    // OK because the arm's guard just saw it set.
+                    return Err(Error::Timeout(self.ctx.timed_out().expect("a phase")));
+                }
+                Err(e) => {
+                    return Err(Error::Connection(format!(
+                        "{}: the reply broke off: {e}",
+                        self.target
+                    )));
+                }
             }
-            Msg::Fail(e) => Err(e),
-            Msg::Head | Msg::Status { .. } => Err(Error::Stream("unexpected response".into())),
         }
     }
 
-    fn recv(
-        &self,
-        cancel: &CancelToken,
-        wait: Duration,
-        phase: TimeoutPhase,
-    ) -> Result<Msg, Error> {
-        if cancel.is_cancelled() {
-            return Err(Error::Aborted);
+    /// Up to `limit` bytes of the body, each read bounded by the idle timeout; what
+    /// arrived before a failure is kept. Fails only when the request is cancelled.
+    fn read_some(&mut self, limit: u64) -> Result<Vec<u8>, Error> {
+        let mut out = Vec::new();
+        while (out.len() as u64) < limit {
+            self.ctx
+                .set_deadline(Instant::now() + self.idle, TimeoutPhase::Idle);
+            match self.read() {
+                Ok(0) => break,
+                Ok(n) => {
+                    let room = usize::try_from(limit).unwrap_or(usize::MAX) - out.len();
+                    out.extend_from_slice(&self.buf[..n.min(room)]);
+                }
+                Err(e @ (Error::Aborted | Error::Timeout(TimeoutPhase::Run))) => return Err(e),
+                Err(_) => break,
+            }
         }
-        crossbeam_channel::select! {
-            recv(self.rx) -> msg => msg.map_err(|_| {
-                Error::Connection("the http thread ended without a reply".into())
-            }),
-            // The cancel receiver never yields a message; it disconnects on cancel.
-            recv(cancel.receiver()) -> _ => Err(Error::Aborted),
-            default(wait) => Err(Error::Timeout(phase)),
+        Ok(out)
+    }
+
+    /// Reads what is left of a reply whose last event came, briefly, so that its
+    /// connection goes back to the pool; a server that holds the stream open after its
+    /// last event costs at most [`DRAIN_TIMEOUT`] and its connection.
+    fn drain(&mut self) {
+        let until = Instant::now() + DRAIN_TIMEOUT.min(self.idle);
+        for _ in 0..16 {
+            self.ctx.set_deadline(until, TimeoutPhase::Idle);
+            match self.read() {
+                Ok(0) => {
+                    self.ctx.keep_connection();
+                    break;
+                }
+                Err(_) => break,
+                Ok(_) => {}
+            }
         }
+        self.ended = true;
     }
 }
 
 /// Sends the SSE body of `body` through a parser and hands each event to `f` until `f`
 /// says it has seen the end (`Ok(true)`) or the body ends. Returns whether `f` saw the end.
+///
+/// The first event stops the first-byte timeout; keep-alive comments (`:` lines) are not
+/// events, so a server that sends only comments times out there. After it, any bytes,
+/// comments included, count as progress for the idle timeout.
 fn for_each_event(
     body: &mut Body,
     max_event_bytes: usize,
@@ -392,103 +571,25 @@ fn for_each_event(
     mut f: impl FnMut(sse::Event) -> Result<bool, Error>,
 ) -> Result<bool, Error> {
     let mut parser = sse::Parser::new().max_event_bytes(max_event_bytes);
-    while let Some(bytes) = body.next_chunk(cancel)? {
-        parser.push(&bytes);
+    while let Some(bytes) = body.next_chunk()? {
+        parser.push(bytes);
         while let Some(event) = parser.next_event()? {
+            body.seen_event = true;
             if f(event)? {
+                body.drain();
                 return Ok(true);
             }
+        }
+        if cancel.is_cancelled() {
+            return Err(cancelled(cancel));
         }
     }
     Ok(false)
 }
 
-fn request_thread(
-    agent: &ureq::Agent,
-    url: &str,
-    headers: &[(&'static str, String)],
-    body: &[u8],
-    tx: &Sender<Msg>,
-) {
-    let mut request = agent.post(url);
-    for (name, value) in headers {
-        request = request.header(*name, value);
-    }
-    let response = match request.send(body) {
-        Ok(r) => r,
-        Err(e) => {
-            let _ = tx.send(Msg::Fail(from_ureq(e)));
-            return;
-        }
-    };
-    let status = response.status().as_u16();
-    if status >= 400 {
-        let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok());
-        let retry_after = parse_retry_after(
-            header("retry-after-ms"),
-            header("retry-after"),
-            SystemTime::now(),
-        );
-        let mut bytes = Vec::new();
-        // A body that fails half-way still says something; keep what arrived.
-        let _ = response
-            .into_body()
-            .into_reader()
-            .take(ERROR_BODY_LIMIT)
-            .read_to_end(&mut bytes);
-        let _ = tx.send(Msg::Status {
-            status,
-            body: bytes,
-            retry_after,
-        });
-        return;
-    }
-    if tx.send(Msg::Head).is_err() {
-        return;
-    }
-    let mut reader = response.into_body().into_reader();
-    // One buffer for every read; each chunk sent on is a copy of just the bytes read, as a
-    // model server's chunks are usually a few hundred bytes.
-    let mut buf = vec![0; READ_BUFFER];
-    loop {
-        let msg = match reader.read(&mut buf) {
-            Ok(0) => Msg::End,
-            Ok(n) => Msg::Chunk(buf[..n].to_vec()),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) if is_timeout(&e) => Msg::Fail(Error::Timeout(TimeoutPhase::Idle)),
-            Err(e) => Msg::Fail(Error::Connection(format!("the reply broke off: {e}"))),
-        };
-        let last = !matches!(msg, Msg::Chunk(_));
-        // A failed send means the run thread went away (abort, timeout): stop reading.
-        if tx.send(msg).is_err() || last {
-            return;
-        }
-    }
-}
-
-/// A read error that is a timeout, as the OS or ureq (wrapped in the io error) says.
-fn is_timeout(e: &std::io::Error) -> bool {
-    e.kind() == std::io::ErrorKind::TimedOut
-        || e.get_ref()
-            .and_then(|inner| inner.downcast_ref::<ureq::Error>())
-            .is_some_and(|u| matches!(u, ureq::Error::Timeout(_)))
-}
-
-fn from_ureq(e: ureq::Error) -> Error {
-    use ureq::Timeout as T;
-    match e {
-        ureq::Error::Timeout(T::Connect | T::Resolve) => Error::Timeout(TimeoutPhase::Connect),
-        ureq::Error::Timeout(_) => Error::Timeout(TimeoutPhase::FirstByte),
-        ureq::Error::BadUri(uri) => Error::Config(format!("bad url: {uri}")),
-        ureq::Error::Io(io) if io.kind() == std::io::ErrorKind::TimedOut => {
-            Error::Timeout(TimeoutPhase::FirstByte)
-        }
-        other => Error::Connection(other.to_string()),
-    }
-}
-
 /// The provider's own message from an error body: `error.message` (OpenAI, Anthropic,
-/// llama.cpp), a string `error`, `message` or `detail`, else the body itself.
+/// llama.cpp), a string `error`, `message` or `detail`, else the body itself. Not cut: cut
+/// it with [`clip`], which removes the key first.
 pub(crate) fn error_message(status: u16, body: &[u8]) -> String {
     let text = String::from_utf8_lossy(body);
     let json: Option<serde_json::Value> = serde_json::from_str(&text).ok();
@@ -499,7 +600,7 @@ pub(crate) fn error_message(status: u16, body: &[u8]) -> String {
     if message.is_empty() {
         return format!("the server gave no reason for status {status}");
     }
-    truncate(message, ERROR_MESSAGE_LIMIT)
+    message
 }
 
 /// The message of an error object or body: `error.message`, a string `error`, `message` or
@@ -526,10 +627,14 @@ pub(crate) fn api_error(error: &serde_json::Value) -> Error {
         })
         .unwrap_or_else(|| "error".into());
     let message = pick_message(error).unwrap_or_else(|| error.to_string());
-    Error::Api {
-        kind,
-        message: truncate(message, ERROR_MESSAGE_LIMIT),
-    }
+    // Not cut here: `Endpoint::stream` removes the key and then cuts (`scrub_error`).
+    Error::Api { kind, message }
+}
+
+/// `text` without the key, then cut to `limit` bytes on a character boundary: in this order,
+/// so that a cut can never leave a part of the key behind.
+pub(crate) fn clip(text: String, secret: Option<&str>, limit: usize) -> String {
+    truncate(scrub(text, secret), limit)
 }
 
 fn truncate(mut s: String, limit: usize) -> String {
@@ -571,10 +676,15 @@ pub(crate) fn scrub(text: String, secret: Option<&str>) -> String {
     }
 }
 
-/// `e` with the key scrubbed from every text it holds.
+/// `e` with the key scrubbed from every text it holds, then each text cut to
+/// [`FINAL_MESSAGE_LIMIT`] (texts built here are shorter already; in-stream errors are not).
 fn scrub_error(mut e: Error, secret: Option<&str>) -> Error {
     let texts = match &mut e {
         Error::Api { kind, message } => vec![kind, message],
+        Error::ContentType {
+            content_type,
+            message,
+        } => vec![content_type, message],
         Error::Http { message, .. }
         | Error::NothingToContinue(message)
         | Error::Config(message)
@@ -587,12 +697,13 @@ fn scrub_error(mut e: Error, secret: Option<&str>) -> Error {
         Error::Busy | Error::Aborted | Error::Timeout(_) | Error::ScriptExhausted => vec![],
     };
     for text in texts {
-        *text = scrub(std::mem::take(text), secret);
+        *text = clip(std::mem::take(text), secret, FINAL_MESSAGE_LIMIT);
     }
     e
 }
 
-/// `event` with the key scrubbed from the error text of a retry.
+/// `event` with the key scrubbed from the error text of a retry (built redacted already:
+/// see [`HttpClient::open`]; this is the second line of defence).
 fn scrub_event(event: StreamEvent, secret: Option<&str>) -> StreamEvent {
     match event {
         StreamEvent::Retry {
@@ -649,7 +760,12 @@ mod tests {
             error_message(503, b""),
             "the server gave no reason for status 503"
         );
-        assert!(error_message(500, "é".repeat(2000).as_bytes()).ends_with("..."));
+        let long = clip(
+            error_message(500, "é".repeat(2000).as_bytes()),
+            None,
+            ERROR_MESSAGE_LIMIT,
+        );
+        assert!(long.ends_with("...") && long.len() <= ERROR_MESSAGE_LIMIT + 3);
     }
 
     #[test]
@@ -672,6 +788,38 @@ mod tests {
             error(serde_json::json!({"code": true})),
             api("error", r#"{"code":true}"#)
         );
+    }
+
+    #[test]
+    fn errors_name_the_url_without_user_info_query_or_key() {
+        let shown = |url: &str| Target::parse(url, Some("sk-KEY")).map(|t| t.to_string());
+        assert_eq!(
+            shown("https://api.openai.com/v1/chat/completions").unwrap(),
+            "POST https://api.openai.com:443/v1/chat/completions"
+        );
+        assert_eq!(
+            shown("http://u:sk-KEY@[::1]:8080/v1?api-key=sk-KEY#x").unwrap(),
+            "POST http://[::1]:8080/v1"
+        );
+        assert_eq!(shown("HTTP://host").unwrap(), "POST http://host:80/");
+        assert!(matches!(shown("host:80/v1"), Err(Error::Config(_))));
+        let Err(Error::Config(m)) = shown("sk-KEY://h/?k=sk-KEY") else {
+            panic!("a configuration error")
+        };
+        assert!(!m.contains("sk-KEY"), "{m}");
+    }
+
+    #[test]
+    fn a_cut_never_leaves_a_part_of_the_key() {
+        let key = "sk-ABCDEFGHIJKLMNOPQRSTUVWXYZ";
+        for offset in 0..40 {
+            let text = format!("{}{key}{}", "x".repeat(offset), "y".repeat(40));
+            for limit in 0..text.len() {
+                let cut = clip(text.clone(), Some(key), limit);
+                assert!(!cut.contains("sk-A"), "{offset} {limit}: {cut}");
+                assert!(!cut.contains("WXYZ"), "{offset} {limit}: {cut}");
+            }
+        }
     }
 
     #[test]

@@ -21,13 +21,31 @@
 //!   and `retry-after-ms`. Each retry is first announced as a [`StreamEvent::Retry`], which
 //!   the agent publishes as a `MessageUpdate` whose delta is the retry (and which sets
 //!   `State::retry`), so a UI can say "rate limited, retrying in 2 s".
-//! - **Timeouts** per phase: connect (default 10 s), first byte of the reply counted from
-//!   the request (default 300 s, time for a slow prompt or a reasoning model), and idle gap
-//!   between chunks (default 120 s).
-//! - **Abort**: cancelling the token (the agent's `abort()`) ends a blocked request within
-//!   microseconds, even when the server sends nothing at all; the body is read on a helper
-//!   thread that ends on its own afterwards.
-//! - **Secrets**: API keys never appear in `Debug`, errors or events.
+//! - **Timeouts** per phase, each enforced on the socket itself: connect (default 10 s, TCP
+//!   and TLS); first byte (default 300 s, time for a slow prompt or a reasoning model),
+//!   counted from sending the request to the first *event* of the stream; and idle (default
+//!   120 s), the longest gap between two reads, which also covers the gap between the
+//!   response headers and the first body byte. Keep-alive comments (`:` lines) count as
+//!   progress for the idle timeout (a server that sends them is alive) but never as the
+//!   first byte: a server that sends only comments fails with the first-byte timeout. The
+//!   agent's `run_timeout` bounds the whole run on top of these, comments or not.
+//! - **Retried only before the reply**: once the server answered with its headers, the
+//!   request is never sent again (a close after a 200 is an error, not a retry), since the
+//!   server may already be working on it.
+//! - **Abort**: the request is sent and its reply read on the run thread, with no helper
+//!   thread. Cancelling the token (the agent's `abort()`) from any thread shuts the socket of
+//!   the request in flight down, which wakes a blocked connect, write or read at once; the
+//!   connection is closed, so the server sees the client leave at once, and nothing is left
+//!   running. A timeout closes the connection the same way. Only replies that ended
+//!   normally leave their connection in the pool for the next request.
+//! - **Configuration mistakes** fail at once and are not retried: a base URL without a
+//!   scheme or with another than `http`/`https` ([`Error::Config`]), TLS spoken to a plain
+//!   HTTP server (within the connect timeout), a reply that is not an event stream
+//!   ([`Error::ContentType`], with the start of the body). Every HTTP-level error names the
+//!   method and URL tried (`POST http://127.0.0.1:8080/v1/chat/completions`), without user
+//!   info or query string.
+//! - **Secrets**: API keys never appear in `Debug`, errors or events, not even in part: a
+//!   server's text has the key removed before it is cut, and notes are appended after.
 //! - **Configuration** from the environment: see [`from_env`].
 
 use std::time::Duration;
@@ -55,7 +73,10 @@ macro_rules! http_setters {
                 &self.endpoint.base_url
             }
 
-            /// How long connecting (DNS, TCP, TLS) may take. Defaults to 10 s.
+            /// How long connecting (TCP and TLS) may take. Defaults to 10 s. An `https` URL
+            /// whose server does not complete a TLS handshake in this time fails with
+            /// [`Error::Config`](crate::Error::Config) saying it may not speak TLS. A DNS
+            /// lookup is not bounded by it (nor interrupted by an abort).
             #[must_use]
             pub fn connect_timeout(mut self, timeout: std::time::Duration) -> $provider {
                 self.endpoint.http.connect_timeout = timeout;
@@ -63,8 +84,11 @@ macro_rules! http_setters {
                 self
             }
 
-            /// How long the first byte of the reply body may take, counted from the start of
-            /// the request. Defaults to 300 s.
+            /// How long the reply may take to start: from sending the request to the first
+            /// event of the stream. Defaults to 300 s. Keep-alive comments (`:` lines) do
+            /// not count, so a server that sends only comments fails with
+            /// [`TimeoutPhase::FirstByte`](crate::TimeoutPhase::FirstByte). The connection is
+            /// closed when it passes.
             #[must_use]
             pub fn first_byte_timeout(mut self, timeout: std::time::Duration) -> $provider {
                 self.endpoint.http.first_byte_timeout = timeout;
@@ -72,8 +96,11 @@ macro_rules! http_setters {
                 self
             }
 
-            /// How long the stream may stay silent between two chunks once it started.
-            /// Defaults to 120 s.
+            /// How long the reply may stay silent between two reads, from its headers on
+            /// (so it also covers the gap between the headers and the first body byte).
+            /// Defaults to 120 s. Any bytes count as progress, keep-alive comments included:
+            /// a server that sends them is alive; the agent's `run_timeout` bounds a run
+            /// whatever the server sends. The connection is closed when it passes.
             #[must_use]
             pub fn idle_timeout(mut self, timeout: std::time::Duration) -> $provider {
                 self.endpoint.http.idle_timeout = timeout;
@@ -108,6 +135,7 @@ mod http;
 mod openai;
 mod retry;
 pub mod sse;
+mod transport;
 
 pub use anthropic::{ANTHROPIC_BASE_URL, ANTHROPIC_VERSION, Anthropic};
 pub use env::{FromEnv, from_env};

@@ -408,3 +408,213 @@ fn render(e: &AgentEvent) -> String {
         other => other.name().into(),
     }
 }
+
+// ---- a fault-injecting server that records when the client's connection closed ----
+
+/// What a [`Probe`] does with one request.
+#[derive(Clone, Debug)]
+pub enum Act {
+    /// Answers nothing; holds the connection until the client closes it.
+    Silent,
+    /// Sends the 200 headers of an event stream, then nothing.
+    HeadersOnly,
+    /// Sends the headers and these bytes as one chunk, then nothing.
+    Then(Vec<u8>),
+    /// Sends the headers, then an SSE comment (`:` line) every period.
+    Comments(Duration),
+    /// Sends a whole event stream in chunked encoding (as model servers do), ends it, and
+    /// keeps the connection for the next request.
+    SseChunked(Vec<u8>),
+    /// Sends a whole reply with a `Content-Length` and keeps the connection for the next
+    /// request.
+    Whole {
+        status: u16,
+        content_type: String,
+        headers: Vec<(String, String)>,
+        body: Vec<u8>,
+    },
+}
+
+impl Act {
+    pub fn sse(body: impl Into<Vec<u8>>) -> Act {
+        Act::whole(200, "text/event-stream", body)
+    }
+
+    pub fn whole(status: u16, content_type: &str, body: impl Into<Vec<u8>>) -> Act {
+        Act::Whole {
+            status,
+            content_type: content_type.into(),
+            headers: Vec::new(),
+            body: body.into(),
+        }
+    }
+
+    pub fn header(mut self, name: &str, value: &str) -> Act {
+        if let Act::Whole { headers, .. } = &mut self {
+            headers.push((name.into(), value.into()));
+        }
+        self
+    }
+}
+
+/// A loopback server that plays one [`Act`] per request (keeping connections alive across
+/// whole replies), counting the connections it accepted and recording when each was closed
+/// by the client. Clones share the counters.
+#[derive(Clone)]
+pub struct Probe {
+    pub url: String,
+    pub addr: std::net::SocketAddr,
+    accepted: Arc<Mutex<usize>>,
+    closed: Arc<Mutex<Vec<Instant>>>,
+    requests: Arc<Mutex<usize>>,
+}
+
+impl Probe {
+    pub fn start(acts: Vec<Act>) -> Probe {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let acts = Arc::new(Mutex::new(acts.into_iter()));
+        let (accepted, closed, requests) = Default::default();
+        let probe = Probe {
+            url: format!("http://{addr}"),
+            addr,
+            accepted,
+            closed,
+            requests,
+        };
+        let (accepted, closed, requests) = (
+            probe.accepted.clone(),
+            probe.closed.clone(),
+            probe.requests.clone(),
+        );
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + SERVER_LIFETIME;
+            while Instant::now() < deadline {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        *accepted.lock().unwrap() += 1;
+                        let (acts, closed, requests) =
+                            (acts.clone(), closed.clone(), requests.clone());
+                        std::thread::spawn(move || {
+                            play(&stream, &acts, &requests);
+                            closed.lock().unwrap().push(Instant::now());
+                        });
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(1)),
+                }
+            }
+        });
+        probe
+    }
+
+    /// The connections accepted so far.
+    pub fn accepted(&self) -> usize {
+        *self.accepted.lock().unwrap()
+    }
+
+    /// The requests read so far.
+    pub fn requests(&self) -> usize {
+        *self.requests.lock().unwrap()
+    }
+
+    /// Waits (at most 5 s) until `n` connections were closed by the client; the time the
+    /// last of them closed.
+    pub fn wait_closed(&self, n: usize) -> Option<Instant> {
+        let until = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < until {
+            let closed = self.closed.lock().unwrap();
+            if closed.len() >= n {
+                return closed.iter().max().copied();
+            }
+            drop(closed);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        None
+    }
+}
+
+/// Serves requests on one connection until the client closes it (or an act holds it).
+fn play(stream: &TcpStream, acts: &Mutex<std::vec::IntoIter<Act>>, requests: &Mutex<usize>) {
+    stream.set_nonblocking(false).unwrap();
+    stream.set_read_timeout(Some(SERVER_LIFETIME)).unwrap();
+    let mut out = stream;
+    loop {
+        if read_request(stream).is_none() {
+            return;
+        }
+        *requests.lock().unwrap() += 1;
+        let Some(act) = acts.lock().unwrap().next() else {
+            return;
+        };
+        let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\
+                    Transfer-Encoding: chunked\r\n\r\n";
+        match act {
+            Act::Silent => {}
+            Act::HeadersOnly => {
+                let _ = out.write_all(head.as_bytes());
+            }
+            Act::Then(bytes) => {
+                let _ = out.write_all(head.as_bytes());
+                let _ = write!(out, "{:x}\r\n", bytes.len());
+                let _ = out.write_all(&bytes);
+                let _ = out.write_all(b"\r\n");
+            }
+            Act::Comments(period) => {
+                let _ = out.write_all(head.as_bytes());
+                let until = Instant::now() + SERVER_LIFETIME;
+                while Instant::now() < until {
+                    if out.write_all(b"3\r\n:\n\n\r\n").is_err() {
+                        return;
+                    }
+                    std::thread::sleep(period);
+                }
+                return;
+            }
+            Act::SseChunked(body) => {
+                let _ = out.write_all(head.as_bytes());
+                let _ = write!(out, "{:x}\r\n", body.len());
+                let _ = out.write_all(&body);
+                let _ = out.write_all(b"\r\n0\r\n\r\n");
+                continue;
+            }
+            Act::Whole {
+                status,
+                content_type,
+                headers,
+                body,
+            } => {
+                let mut head = format!(
+                    "HTTP/1.1 {status} Scripted\r\nContent-Type: {content_type}\r\n\
+                     Content-Length: {}\r\n",
+                    body.len()
+                );
+                for (n, v) in headers {
+                    head.push_str(&format!("{n}: {v}\r\n"));
+                }
+                head.push_str("\r\n");
+                let _ = out.write_all(head.as_bytes());
+                let _ = out.write_all(&body);
+                continue;
+            }
+        }
+        // Held: wait for the client to close.
+        let mut buf = [0; 1024];
+        while matches!((&*stream).read(&mut buf), Ok(n) if n > 0) {}
+        return;
+    }
+}
+
+/// The names of this process's threads that pagent started (`pagent-...`).
+pub fn pagent_threads() -> Vec<String> {
+    let mut names = Vec::new();
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        if let Ok(comm) = std::fs::read_to_string(task.path().join("comm")) {
+            let comm = comm.trim();
+            if comm.starts_with("pagent-") {
+                names.push(comm.to_owned());
+            }
+        }
+    }
+    names
+}

@@ -1,0 +1,448 @@
+//! The TCP layer under ureq: sockets that an abort, a phase timeout or the run deadline
+//! interrupt from the run thread itself, with no helper thread.
+//!
+//! # How
+//! ureq runs a request on the calling thread through a chain of connectors. This module
+//! gives it its own TCP link ([`Tcp`], in place of ureq's; ureq's CONNECT proxy connector
+//! comes before it, as in ureq's default chain, and ureq's rustls connector wraps it for
+//! `https`) and a last one ([`Ready`]) that marks the connection as set up. Around every ureq call the run thread puts the request's [`Ctx`] in a
+//! thread-local; each I/O of a [`Sock`] reads it:
+//!
+//! - **Timeouts**: every blocking connect, write and read gets the time left until the
+//!   earliest of the phase deadline the run thread set (connect, first byte, idle) and the
+//!   run deadline of the cancel token, as the socket's own timeout. When it passes, the
+//!   socket is shut down and the phase recorded, so the error names it.
+//! - **Abort**: the first I/O of a request on a socket (new or taken from ureq's pool)
+//!   registers a hook with the cancel token that shuts a clone of the socket down
+//!   (`Shutdown::Both`). [`CancelToken::cancel`] from any thread then wakes a blocked read
+//!   or write at once, and the server sees the connection close. A new socket is created
+//!   and registered before it connects (with `socket2`, as std has no way to make a socket
+//!   without connecting it), so a connect blocked in the kernel wakes too.
+//! - **Pooling**: a socket that was shut down, timed out or failed reports
+//!   `is_open() == false`, so ureq never pools it. When the request ends, its sockets are
+//!   shut down unless its reply ended normally (an error reply, a reply left half read):
+//!   only a reply read to its end leaves its socket pooled for the next request.
+//!
+//! Limits: a DNS lookup (ureq's resolver, on the run thread) cannot be interrupted; a host
+//! given as an IP address needs none.
+//!
+//! ureq's `unversioned` transport API is exempt from its semver promises; `Cargo.toml`
+//! pins ureq's minor version for that reason.
+
+use std::cell::{Cell, RefCell};
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use ureq::unversioned::transport::{
+    Buffers, ConnectionDetails, Connector, Either, LazyBuffers, NextTimeout, Transport,
+};
+
+use super::CancelToken;
+use crate::TimeoutPhase;
+
+/// Where a request stands: what bounds the I/O and what happened to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stage {
+    /// Not connecting (a pooled connection is used, or none yet).
+    Idle,
+    /// Opening the TCP connection.
+    Tcp,
+    /// The TLS handshake on a fresh connection.
+    Tls,
+    /// Sending the request and reading the reply.
+    Http,
+}
+
+/// One request of the run thread, as the sockets see it.
+pub(crate) struct Ctx {
+    pub(crate) cancel: CancelToken,
+    /// Tells sockets whether they registered with this request already.
+    id: u64,
+    stage: Cell<Stage>,
+    connect_timeout: Duration,
+    connect_deadline: Cell<Instant>,
+    first_byte_timeout: Duration,
+    /// The deadline of the next I/O once connected, and the phase it belongs to.
+    deadline: Cell<(Instant, TimeoutPhase)>,
+    /// Set when an I/O ran out of time: the phase whose deadline passed.
+    timed_out: Cell<Option<TimeoutPhase>>,
+    /// The sockets this request used, with their cancel hooks.
+    sockets: RefCell<Vec<(u64, Arc<TcpStream>)>>,
+    /// Set once the reply ended normally: its socket may stay in ureq's pool.
+    keep: Cell<bool>,
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    static CURRENT: RefCell<Option<Rc<Ctx>>> = const { RefCell::new(None) };
+}
+
+impl Ctx {
+    /// A request starting now: its first byte is due `first_byte_timeout` after it is sent.
+    pub(crate) fn new(
+        cancel: &CancelToken,
+        connect_timeout: Duration,
+        first_byte_timeout: Duration,
+    ) -> Rc<Ctx> {
+        let now = Instant::now();
+        Rc::new(Ctx {
+            cancel: cancel.clone(),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            stage: Cell::new(Stage::Idle),
+            connect_timeout,
+            connect_deadline: Cell::new(now + connect_timeout),
+            first_byte_timeout,
+            deadline: Cell::new((now + first_byte_timeout, TimeoutPhase::FirstByte)),
+            timed_out: Cell::new(None),
+            sockets: RefCell::new(Vec::new()),
+            keep: Cell::new(false),
+        })
+    }
+
+    /// Makes this the request of the current thread until the guard is dropped.
+    pub(crate) fn enter(self: &Rc<Ctx>) -> Entered {
+        let previous = CURRENT.with(|c| c.replace(Some(self.clone())));
+        Entered(previous)
+    }
+
+    /// Bounds the next reads of the reply by `deadline`, for `phase`.
+    pub(crate) fn set_deadline(&self, deadline: Instant, phase: TimeoutPhase) {
+        self.deadline.set((deadline, phase));
+    }
+
+    pub(crate) fn stage(&self) -> Stage {
+        self.stage.get()
+    }
+
+    /// The phase whose deadline an I/O of this request ran past, if one did.
+    pub(crate) fn timed_out(&self) -> Option<TimeoutPhase> {
+        self.timed_out.get()
+    }
+
+    /// The deadline of an I/O now, and the phase it belongs to: the stage's own deadline or
+    /// the run deadline, whichever comes first.
+    fn limit(&self) -> (Instant, TimeoutPhase) {
+        let own = match self.stage.get() {
+            Stage::Tcp | Stage::Tls => (self.connect_deadline.get(), TimeoutPhase::Connect),
+            Stage::Idle | Stage::Http => self.deadline.get(),
+        };
+        match self.cancel.deadline() {
+            Some(run) if run <= own.0 => (run, TimeoutPhase::Run),
+            _ => own,
+        }
+    }
+
+    /// The time left for an I/O, or the phase whose deadline already passed.
+    fn time_left(&self) -> Result<Duration, TimeoutPhase> {
+        let (deadline, phase) = self.limit();
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(phase);
+        }
+        Ok(left)
+    }
+
+    /// Says that the reply ended normally, so that its connection may be pooled.
+    pub(crate) fn keep_connection(&self) {
+        self.keep.set(true);
+    }
+
+    /// Registers `stream` to be shut down when the request is cancelled.
+    fn watch(&self, stream: &TcpStream) -> io::Result<()> {
+        let clone = Arc::new(stream.try_clone()?);
+        let for_hook = clone.clone();
+        let hook = self.cancel.on_cancel(move || {
+            // An error means the socket is closed or shut down already.
+            let _ = for_hook.shutdown(Shutdown::Both);
+        });
+        match hook {
+            Some(id) => self.sockets.borrow_mut().push((id, clone)),
+            None => return Err(aborted()),
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Ctx {
+    /// Unregisters the sockets (dropping their clones, so that they close with their
+    /// transports), and shuts them down unless the reply ended normally: a connection whose
+    /// reply was an error, or was left half read, never goes back to the pool, and the
+    /// server learns at once that the client left.
+    fn drop(&mut self) {
+        for (id, socket) in self.sockets.take() {
+            self.cancel.remove_hook(id);
+            if !self.keep.get() {
+                let _ = socket.shutdown(Shutdown::Both);
+            }
+        }
+    }
+}
+
+/// Restores the thread's previous request when dropped.
+pub(crate) struct Entered(Option<Rc<Ctx>>);
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        let previous = self.0.take();
+        CURRENT.with(|c| *c.borrow_mut() = previous);
+    }
+}
+
+fn current() -> Option<Rc<Ctx>> {
+    CURRENT.with(|c| c.borrow().clone())
+}
+
+fn aborted() -> io::Error {
+    io::Error::new(io::ErrorKind::ConnectionAborted, "aborted")
+}
+
+fn timed_out(phase: TimeoutPhase) -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, crate::Error::Timeout(phase))
+}
+
+/// The first link of the chain: opens a TCP connection that the request's cancel token
+/// and deadlines can interrupt.
+#[derive(Debug, Default)]
+pub(crate) struct Tcp;
+
+impl<In: Transport> Connector<In> for Tcp {
+    type Out = Either<In, Sock>;
+
+    fn connect(
+        &self,
+        details: &ConnectionDetails<'_>,
+        chained: Option<In>,
+    ) -> Result<Option<Self::Out>, ureq::Error> {
+        // A tunnel through a CONNECT proxy, made by the link before: its own connection to
+        // the proxy came from this connector too (ureq runs the chain for it).
+        if let Some(tunnel) = chained {
+            return Ok(Some(Either::A(tunnel)));
+        }
+        let Some(ctx) = current() else {
+            return Err(ureq::Error::Io(io::Error::other(
+                "a request outside of a provider call",
+            )));
+        };
+        ctx.stage.set(Stage::Tcp);
+        ctx.connect_deadline
+            .set(Instant::now() + ctx.connect_timeout);
+        let mut last = None;
+        for addr in &details.addrs {
+            match connect_one(&ctx, *addr) {
+                Ok(stream) => {
+                    let buffers = LazyBuffers::new(
+                        details.config.input_buffer_size(),
+                        details.config.output_buffer_size(),
+                    );
+                    if details.needs_tls() {
+                        ctx.stage.set(Stage::Tls);
+                    }
+                    return Ok(Some(Either::B(Sock {
+                        stream,
+                        buffers,
+                        watched_by: ctx.id,
+                        broken: false,
+                    })));
+                }
+                // Refused, unreachable: the next address may answer.
+                Err(e) if e.kind() != io::ErrorKind::TimedOut && !ctx.cancel.is_cancelled() => {
+                    last = Some(e);
+                }
+                Err(e) => return Err(ureq::Error::Io(e)),
+            }
+        }
+        Err(ureq::Error::Io(last.unwrap_or_else(|| {
+            io::Error::new(io::ErrorKind::NotFound, "the host has no address")
+        })))
+    }
+}
+
+/// Connects to `addr` within the time left, the socket registered with the cancel token
+/// from before the connect starts.
+fn connect_one(ctx: &Ctx, addr: SocketAddr) -> io::Result<TcpStream> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    ctx.watch(&TcpStream::from(socket.try_clone()?))?;
+    let left = ctx.time_left().map_err(|phase| {
+        ctx.timed_out.set(Some(phase));
+        timed_out(phase)
+    })?;
+    match socket.connect_timeout(&addr.into(), left) {
+        Ok(()) => {}
+        Err(_) if ctx.cancel.is_cancelled() => return Err(aborted()),
+        Err(e) if e.kind() == io::ErrorKind::TimedOut || e.kind() == io::ErrorKind::WouldBlock => {
+            let (_, phase) = ctx.limit();
+            ctx.timed_out.set(Some(phase));
+            return Err(timed_out(phase));
+        }
+        Err(e) => return Err(e),
+    }
+    socket.set_tcp_nodelay(true)?;
+    Ok(TcpStream::from(socket))
+}
+
+/// The last link of the chain: the connection is set up (TCP, and TLS for `https`), so the
+/// first-byte timeout starts now, as the request goes out.
+#[derive(Debug, Default)]
+pub(crate) struct Ready;
+
+impl<In: Transport> Connector<In> for Ready {
+    type Out = In;
+
+    fn connect(
+        &self,
+        _details: &ConnectionDetails<'_>,
+        chained: Option<In>,
+    ) -> Result<Option<In>, ureq::Error> {
+        if let Some(ctx) = current() {
+            ctx.stage.set(Stage::Http);
+            let now = Instant::now();
+            ctx.deadline
+                .set((now + ctx.first_byte_timeout, TimeoutPhase::FirstByte));
+        }
+        Ok(chained)
+    }
+}
+
+/// A TCP connection as ureq's transport; see the module docs.
+pub(crate) struct Sock {
+    stream: TcpStream,
+    buffers: LazyBuffers,
+    /// The request that registered this socket with its cancel token last.
+    watched_by: u64,
+    /// Shut down, timed out or failed: never to be reused.
+    broken: bool,
+}
+
+impl std::fmt::Debug for Sock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sock")
+            .field("peer", &self.stream.peer_addr().ok())
+            .field("broken", &self.broken)
+            .finish()
+    }
+}
+
+impl Sock {
+    /// Prepares one I/O: registers the socket with the current request and returns the
+    /// time it may take.
+    fn before_io(&mut self) -> Result<Option<(Rc<Ctx>, Duration)>, ureq::Error> {
+        let Some(ctx) = current() else {
+            return Ok(None);
+        };
+        if self.watched_by != ctx.id {
+            ctx.watch(&self.stream).map_err(|e| self.fail(e))?;
+            self.watched_by = ctx.id;
+        }
+        if ctx.cancel.is_cancelled() {
+            return Err(self.fail(aborted()));
+        }
+        match ctx.time_left() {
+            Ok(left) => Ok(Some((ctx, left))),
+            Err(phase) => {
+                ctx.timed_out.set(Some(phase));
+                Err(self.fail(timed_out(phase)))
+            }
+        }
+    }
+
+    /// Marks the socket broken, shuts it down (so the server learns at once), and turns
+    /// `e` into ureq's error.
+    fn fail(&mut self, e: io::Error) -> ureq::Error {
+        self.broken = true;
+        let _ = self.stream.shutdown(Shutdown::Both);
+        ureq::Error::Io(e)
+    }
+
+    /// The error of a failed I/O: a timeout names its phase, a cancelled request says so.
+    fn io_failed(&mut self, ctx: Option<&Ctx>, e: io::Error) -> ureq::Error {
+        let Some(ctx) = ctx else {
+            return self.fail(e);
+        };
+        if ctx.cancel.is_cancelled() {
+            return self.fail(aborted());
+        }
+        if matches!(
+            e.kind(),
+            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
+        ) {
+            let (_, phase) = ctx.limit();
+            ctx.timed_out.set(Some(phase));
+            return self.fail(timed_out(phase));
+        }
+        self.fail(e)
+    }
+}
+
+impl Transport for Sock {
+    fn buffers(&mut self) -> &mut dyn Buffers {
+        &mut self.buffers
+    }
+
+    // ureq's own timeouts are off (`HttpClient::agent`); the request's deadlines apply.
+    fn transmit_output(&mut self, amount: usize, _timeout: NextTimeout) -> Result<(), ureq::Error> {
+        let ctx = self.before_io()?;
+        if let Some((_, left)) = &ctx {
+            self.stream
+                .set_write_timeout(Some(*left))
+                .map_err(|e| self.fail(e))?;
+        }
+        let output = &self.buffers.output()[..amount];
+        match (&self.stream).write_all(output) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.io_failed(ctx.as_ref().map(|(c, _)| &**c), e)),
+        }
+    }
+
+    fn await_input(&mut self, _timeout: NextTimeout) -> Result<bool, ureq::Error> {
+        let ctx = self.before_io()?;
+        if let Some((_, left)) = &ctx {
+            self.stream
+                .set_read_timeout(Some(*left))
+                .map_err(|e| self.fail(e))?;
+        }
+        let ctx = ctx.map(|(c, _)| c);
+        loop {
+            let input = self.buffers.input_append_buf();
+            match (&self.stream).read(input) {
+                // The end of the stream, or a shutdown by a cancel: then it is an abort, and
+                // the reply must not look complete.
+                Ok(0) if ctx.as_ref().is_some_and(|c| c.cancel.is_cancelled()) => {
+                    return Err(self.fail(aborted()));
+                }
+                Ok(0) => {
+                    self.broken = true;
+                    return Ok(false);
+                }
+                Ok(n) => {
+                    self.buffers.input_appended(n);
+                    return Ok(true);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.io_failed(ctx.as_deref(), e)),
+            }
+        }
+    }
+
+    fn is_open(&mut self) -> bool {
+        !self.broken && probe(&self.stream)
+    }
+}
+
+/// True when an idle pooled connection is still usable: nothing to read (the server sent
+/// no close and no stray bytes) without blocking.
+fn probe(stream: &TcpStream) -> bool {
+    if stream.set_nonblocking(true).is_err() {
+        return false;
+    }
+    let open = matches!(
+        stream.peek(&mut [0]),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock
+    );
+    stream.set_nonblocking(false).is_ok() && open
+}
