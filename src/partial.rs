@@ -347,6 +347,7 @@ impl PartialMessage {
             stop_reason,
             usage: self.usage,
             model: self.model.to_string(),
+            response_id: None,
             error_message: None,
         }
     }

@@ -28,7 +28,7 @@ fn sent(faux: &Faux, request: usize) -> Vec<String> {
     faux.requests()[request]
         .messages
         .iter()
-        .map(describe)
+        .map(|m| describe(m))
         .collect()
 }
 
@@ -1099,7 +1099,7 @@ fn transform_context_drops_old_messages_without_touching_the_transcript() {
             // Keep the last user message and what follows it.
             let from = messages
                 .iter()
-                .rposition(|m| matches!(m, Message::User(_)))
+                .rposition(|m| matches!(&**m, Message::User(_)))
                 .unwrap_or(0);
             messages[from..].to_vec()
         })

@@ -482,11 +482,23 @@ fn stream_once(
 ) -> (Result<pagent::AssistantMessage, Error>, Vec<StreamEvent>) {
     let request = Request {
         model: "m".into(),
-        messages: vec![Message::user("Hi")],
+        messages: vec![Message::user("Hi").into()],
         ..Request::default()
     };
     let mut events = Vec::new();
-    let result = provider.stream(&request, &CancelToken::new(), &mut |e| events.push(e));
+    let result = provider.stream(&request, &CancelToken::new(), &mut |e| {
+        events.push(e);
+        Ok(())
+    });
+    // Assembled from the events, as the agent does it.
+    let mut partial = pagent::PartialMessage::new("m");
+    events.iter().for_each(|e| partial.push(e));
+    let result = result.map(|end| {
+        let mut message = partial.to_message(end.stop_reason);
+        message.response_id = end.response_id;
+        message.model = end.model.unwrap_or(message.model);
+        message
+    });
     (result, events)
 }
 
@@ -788,7 +800,7 @@ fn abort_before_the_response_headers_returns_promptly() {
         remote.cancel();
         Instant::now()
     });
-    let r = provider.stream(&Request::default(), &cancel, &mut |_| {});
+    let r = provider.stream(&Request::default(), &cancel, &mut |_| Ok(()));
     let returned = Instant::now();
     assert_eq!(r.unwrap_err(), Error::Aborted);
     assert!(returned - aborter.join().unwrap() < Duration::from_secs(2));
@@ -827,7 +839,7 @@ fn a_first_byte_timeout_is_not_retried() {
     let provider = openai(&server).first_byte_timeout(Duration::from_millis(200));
     let request = Request {
         model: "m".into(),
-        messages: vec![Message::user("Hi")],
+        messages: vec![Message::user("Hi").into()],
         ..Request::default()
     };
     let mut retries = 0;
@@ -835,6 +847,7 @@ fn a_first_byte_timeout_is_not_retried() {
         if matches!(e, StreamEvent::Retry { .. }) {
             retries += 1;
         }
+        Ok(())
     });
     assert_eq!(r.unwrap_err(), Error::Timeout(TimeoutPhase::FirstByte));
     assert_eq!(retries, 0);
@@ -853,17 +866,18 @@ fn timeouts_name_their_phase() {
         .idle_timeout(Duration::from_millis(200));
     let request = Request {
         model: "m".into(),
-        messages: vec![Message::user("Hi")],
+        messages: vec![Message::user("Hi").into()],
         ..Request::default()
     };
     let cancel = CancelToken::new();
-    let r = provider.stream(&request, &cancel, &mut |_| {});
+    let r = provider.stream(&request, &cancel, &mut |_| Ok(()));
     assert_eq!(r.unwrap_err(), Error::Timeout(TimeoutPhase::FirstByte));
     let mut texts = String::new();
     let r = provider.stream(&request, &cancel, &mut |e| {
         if let StreamEvent::TextDelta { text } = e {
             texts.push_str(&text);
         }
+        Ok(())
     });
     assert_eq!(r.unwrap_err(), Error::Timeout(TimeoutPhase::Idle));
     assert_eq!(texts, "Hello wor");
@@ -881,6 +895,7 @@ fn a_refused_connection_is_retried_then_reported() {
     let mut retries = 0;
     let r = provider.stream(&Request::default(), &CancelToken::new(), &mut |e| {
         retries += matches!(e, StreamEvent::Retry { .. }) as u32;
+        Ok(())
     });
     let error = r.unwrap_err();
     assert!(
@@ -1014,7 +1029,10 @@ fn openai_request_carries_the_whole_transcript() {
                 content: "sunny".into(),
                 ..Default::default()
             }),
-        ],
+        ]
+        .into_iter()
+        .map(std::sync::Arc::new)
+        .collect(),
         ..Request::default()
     };
     assert_eq!(
