@@ -43,10 +43,14 @@ impl Text {
             return;
         }
         self.len += piece.len();
-        if self.tail.len() + piece.len() <= Text::TAIL {
-            let mut joined = String::with_capacity(self.tail.len() + piece.len());
-            joined.push_str(&self.tail);
-            joined.push_str(piece);
+        let joined_len = self.tail.len() + piece.len();
+        if joined_len <= Text::TAIL {
+            // Joined on the stack, so the new tail costs one allocation (the `Arc`).
+            let mut joined = [0u8; Text::TAIL];
+            joined[..self.tail.len()].copy_from_slice(self.tail.as_bytes());
+            joined[self.tail.len()..joined_len].copy_from_slice(piece.as_bytes());
+            // OK because two whole UTF-8 strings joined are UTF-8.
+            let joined = std::str::from_utf8(&joined[..joined_len]).expect("joined UTF-8");
             self.tail = Arc::from(joined);
             return;
         }
@@ -155,11 +159,67 @@ pub enum PartialBlock {
 /// one reply stay linear in total.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PartialMessage {
-    blocks: Vector<PartialBlock>,
+    blocks: Blocks,
     // Block index of each tool call, by call order, so argument fragments find their block.
     calls: Vector<usize>,
     usage: Usage,
     model: Arc<str>,
+}
+
+/// The blocks of a partial: the finished ones in a persistent vector, the last one on its
+/// own.
+///
+/// Deltas nearly always go to the last block, and the partial is shared with every snapshot
+/// and event that holds it; in the vector, each such delta would copy the vector's whole
+/// leaf (dozens of blocks) to write one of them. On its own, the last block is cloned on its
+/// own (an O(1) handle), and a delta costs only its text.
+///
+/// Invariant, which keeps the derived equality meaningful: `last` is `Some` exactly when
+/// there is a block, and it is the last one.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Blocks {
+    done: Vector<PartialBlock>,
+    last: Option<PartialBlock>,
+}
+
+impl Blocks {
+    fn len(&self) -> usize {
+        self.done.len() + usize::from(self.last.is_some())
+    }
+
+    fn is_empty(&self) -> bool {
+        self.last.is_none()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &PartialBlock> {
+        self.done.iter().chain(self.last.as_ref())
+    }
+
+    fn push_back(&mut self, block: PartialBlock) {
+        if let Some(previous) = self.last.replace(block) {
+            self.done.push_back(previous);
+        }
+    }
+
+    fn back_mut(&mut self) -> Option<&mut PartialBlock> {
+        self.last.as_mut()
+    }
+
+    fn get_mut(&mut self, index: usize) -> Option<&mut PartialBlock> {
+        if index == self.done.len() {
+            self.last.as_mut()
+        } else {
+            self.done.get_mut(index)
+        }
+    }
+
+    /// The index of the last block that `f` accepts.
+    fn rposition(&self, f: impl Fn(&PartialBlock) -> bool) -> Option<usize> {
+        match &self.last {
+            Some(last) if f(last) => Some(self.done.len()),
+            _ => self.done.iter().rposition(f),
+        }
+    }
 }
 
 impl PartialMessage {
@@ -199,7 +259,6 @@ impl PartialMessage {
             StreamEvent::ThinkingSignature { signature } => {
                 let idx = self
                     .blocks
-                    .iter()
                     .rposition(|b| matches!(b, PartialBlock::Thinking { .. }));
                 match idx.and_then(|i| self.blocks.get_mut(i)) {
                     Some(PartialBlock::Thinking { signature: s, .. }) => {
@@ -253,7 +312,7 @@ impl PartialMessage {
     /// The visible text so far.
     pub fn text(&self) -> String {
         let mut out = String::new();
-        for b in &self.blocks {
+        for b in self.blocks.iter() {
             if let PartialBlock::Text(t) = b {
                 out.extend(t.chunks());
             }
@@ -264,7 +323,7 @@ impl PartialMessage {
     /// The reasoning text so far.
     pub fn thinking(&self) -> String {
         let mut out = String::new();
-        for b in &self.blocks {
+        for b in self.blocks.iter() {
             if let PartialBlock::Thinking { text, .. } = b {
                 out.extend(text.chunks());
             }
