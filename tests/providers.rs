@@ -1055,3 +1055,205 @@ fn openai_request_carries_the_whole_transcript() {
         })
     );
 }
+
+// ---- one assembly of the reply, one body per call, a bounded reply ----
+
+/// A provider whose end report says more than its events: a stop reason for tool calls it
+/// never streamed, a model and a response id.
+struct Boastful;
+
+impl Provider for Boastful {
+    fn stream(
+        &self,
+        _request: &Request,
+        _cancel: &CancelToken,
+        on_event: &mut pagent::llm::OnEvent<'_>,
+    ) -> Result<pagent::llm::ReplyEnd, Error> {
+        on_event(StreamEvent::text("only "))?;
+        on_event(StreamEvent::text("this"))?;
+        Ok(pagent::llm::ReplyEnd::new(StopReason::Stop)
+            .response_id("resp-1")
+            .model("served-model"))
+    }
+}
+
+/// The message of each `MessageEnd` equals the partial of the last `MessageUpdate` before
+/// it (what a listener saw streaming), apart from how it ended.
+fn assert_messages_equal_their_events(events: &[pagent::AgentEvent]) {
+    let mut last_partial = None;
+    let mut checked = 0;
+    for e in events {
+        match e {
+            pagent::AgentEvent::MessageUpdate { message, .. } => {
+                last_partial = Some(message.clone())
+            }
+            pagent::AgentEvent::MessageEnd { message } => {
+                if let (Some(reply), Some(partial)) = (message.as_assistant(), last_partial.take())
+                {
+                    assert_eq!(reply.content, partial.to_message(reply.stop_reason).content);
+                    assert_eq!(reply.usage, partial.usage());
+                    checked += 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    assert!(checked > 0, "no streamed reply in {events:?}");
+}
+
+#[test]
+fn a_provider_end_report_cannot_change_the_message_the_events_built() {
+    let agent = Agent::builder()
+        .provider(Boastful)
+        .model("asked")
+        .build()
+        .unwrap();
+    let rec = Recorder::attach(&agent);
+    let result = agent.prompt("Hi").unwrap();
+    let reply = result
+        .messages
+        .last()
+        .unwrap()
+        .as_assistant()
+        .unwrap()
+        .clone();
+    assert_eq!(reply.text(), "only this");
+    assert_eq!(reply.stop_reason, StopReason::Stop);
+    assert_eq!(reply.model, "served-model");
+    assert_eq!(reply.response_id.as_deref(), Some("resp-1"));
+    assert_messages_equal_their_events(&rec.events());
+}
+
+#[test]
+fn http_replies_are_exactly_what_their_events_showed() {
+    let server = Server::start(vec![
+        Reply::sse_file("llama-server/stream_tools_fewshot_usage.sse").chunked(13, Duration::ZERO),
+        Reply::sse_file("llama-server/stream_tool_result_followup.sse"),
+    ]);
+    let (agent, rec) = agent(openai(&server), "smollm2");
+    agent.prompt("Weather in Paris?").unwrap();
+    assert_messages_equal_their_events(&rec.events());
+    let reply = agent.snapshot().messages[1].as_assistant().unwrap().clone();
+    assert!(reply.response_id.is_some(), "the chunk id is kept");
+}
+
+/// A transcript of a few messages of each kind, for request bodies.
+fn transcript() -> Vec<Message> {
+    vec![
+        Message::user("first question"),
+        Message::Assistant(pagent::AssistantMessage {
+            content: vec![
+                ContentBlock::Text {
+                    text: "calling \"tools\"\n".into(),
+                },
+                ContentBlock::ToolCall(pagent::ToolCall {
+                    id: "c1".into(),
+                    name: "get_weather".into(),
+                    arguments: r#"{"city": "Paris"}"#.into(),
+                }),
+            ],
+            stop_reason: StopReason::ToolUse,
+            ..Default::default()
+        }),
+        Message::ToolResult(pagent::ToolResultMessage {
+            tool_call_id: "c1".into(),
+            tool_name: "get_weather".into(),
+            content: "sunny, 21°C".into(),
+            ..Default::default()
+        }),
+    ]
+}
+
+#[test]
+fn request_bytes_are_identical_across_retries() {
+    let anthropic_ok = sse(&[
+        json!({"type": "message_start", "message": {"id": "msg_1", "model": "claude", "usage": {"input_tokens": 3}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "ok"}}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 1}}),
+        json!({"type": "message_stop"}),
+    ]);
+    let providers: [(&str, Box<dyn Fn(&Server) -> Box<dyn Provider>>, Reply); 2] = [
+        (
+            "openai",
+            Box::new(|s| Box::new(openai(s))),
+            Reply::sse_file("written/keepalive_crlf.sse"),
+        ),
+        (
+            "anthropic",
+            Box::new(|s| Box::new(anthropic(s))),
+            Reply::sse(anthropic_ok),
+        ),
+    ];
+    for (name, provider, ok) in providers {
+        let server = Server::start(vec![
+            Reply::json(500, r#"{"error":{"message":"boom"}}"#),
+            Reply::json(503, r#"{"error":{"message":"busy"}}"#),
+            ok,
+        ]);
+        let agent = Agent::builder()
+            .provider(std::sync::Arc::<dyn Provider>::from(provider(&server)))
+            .model("m")
+            .system_prompt("Be terse.")
+            .tool(weather())
+            .messages(transcript())
+            .build()
+            .unwrap();
+        let result = agent.prompt("and tomorrow?").unwrap();
+        assert_eq!(result.text(), if name == "openai" { "Hello" } else { "ok" });
+        let bodies: Vec<Vec<u8>> = server.requests().into_iter().map(|r| r.body).collect();
+        assert_eq!(bodies.len(), 3, "{name}");
+        assert!(
+            bodies.iter().all(|b| *b == bodies[0]),
+            "{name}: retries send the same bytes"
+        );
+        let body: serde_json::Value = serde_json::from_slice(&bodies[0]).unwrap();
+        assert_eq!(
+            body["messages"].as_array().unwrap().len(),
+            if name == "openai" { 5 } else { 3 }
+        );
+    }
+}
+
+#[test]
+fn a_reply_past_max_reply_bytes_ends_with_a_typed_error_keeping_what_arrived() {
+    // 200 deltas of 10 bytes each, far past a 95-byte limit, then the next prompt's reply.
+    let chunk =
+        |text: &str| json!({"choices": [{"delta": {"content": text}, "finish_reason": null}]});
+    let long: Vec<_> = (0..200).map(|i| chunk(&format!("{i:09} "))).collect();
+    let server = Server::start(vec![
+        Reply::sse(sse(&long) + "data: [DONE]\n\n"),
+        Reply::sse_file("written/keepalive_crlf.sse"),
+    ]);
+    let agent = Agent::builder()
+        .provider(openai(&server))
+        .model("m")
+        .max_reply_bytes(95)
+        .build()
+        .unwrap();
+    let rec = Recorder::attach(&agent);
+    let result = agent.prompt("Talk").unwrap();
+    assert_eq!(result.stop_reason, RunStopReason::Error);
+    assert_eq!(result.error, Some(Error::ReplyTooLarge { limit: 95 }));
+    let kept: String = (0..9).map(|i| format!("{i:09} ")).collect();
+    assert_eq!(result.text(), kept, "the deltas before the limit are kept");
+    assert_eq!(
+        rec.lines(),
+        with_prompt(&[
+            &format!("text x9 {kept:?}"),
+            "MessageEnd assistant Error calls=0 error=the reply grew past the limit of 95 bytes",
+            "TurnEnd 1 error",
+            "AgentEnd error in=0 out=0",
+        ])
+    );
+    // The transcript stays valid: the next prompt sends it and gets its answer.
+    assert_eq!(agent.prompt("Shorter").unwrap().text(), "Hello");
+    let sent = server.requests()[1].json();
+    let roles: Vec<_> = sent["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "user"]);
+}
