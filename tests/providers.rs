@@ -1173,26 +1173,22 @@ fn request_bytes_are_identical_across_retries() {
         json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 1}}),
         json!({"type": "message_stop"}),
     ]);
-    let providers: [(&str, Box<dyn Fn(&Server) -> Box<dyn Provider>>, Reply); 2] = [
-        (
-            "openai",
-            Box::new(|s| Box::new(openai(s))),
-            Reply::sse_file("written/keepalive_crlf.sse"),
-        ),
-        (
-            "anthropic",
-            Box::new(|s| Box::new(anthropic(s))),
-            Reply::sse(anthropic_ok),
-        ),
-    ];
-    for (name, provider, ok) in providers {
+    for name in ["openai", "anthropic"] {
+        let ok = match name {
+            "openai" => Reply::sse_file("written/keepalive_crlf.sse"),
+            _ => Reply::sse(anthropic_ok.clone()),
+        };
         let server = Server::start(vec![
             Reply::json(500, r#"{"error":{"message":"boom"}}"#),
             Reply::json(503, r#"{"error":{"message":"busy"}}"#),
             ok,
         ]);
+        let provider: std::sync::Arc<dyn Provider> = match name {
+            "openai" => std::sync::Arc::new(openai(&server)),
+            _ => std::sync::Arc::new(anthropic(&server)),
+        };
         let agent = Agent::builder()
-            .provider(std::sync::Arc::<dyn Provider>::from(provider(&server)))
+            .provider(provider)
             .model("m")
             .system_prompt("Be terse.")
             .tool(weather())
