@@ -8,6 +8,7 @@ use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::http::{self, Call, Decode, Emitter, Endpoint};
 use super::{
@@ -383,6 +384,7 @@ struct Decoder {
     // The server's `index` of each call we started, in our call order.
     calls: Vec<u64>,
     finish: Option<String>,
+    head_read: bool,
     id: Option<String>,
     model: Option<String>,
 }
@@ -390,16 +392,24 @@ struct Decoder {
 // The chunk types borrow from the event's text: a delta's strings are copied once, into the
 // event handed on, and fields we do not need are skipped without being stored.
 
+/// What the first chunk says of the whole reply. Read from the first chunk only: later
+/// chunks repeat it, and skipping a field costs less than reading it.
 #[derive(Deserialize)]
-struct Chunk<'a> {
+struct Head<'a> {
     #[serde(borrow)]
     id: Option<Cow<'a, str>>,
     #[serde(borrow)]
     model: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct Chunk<'a> {
     #[serde(default, borrow)]
     choices: Choices<'a>,
-    usage: Option<WireUsage>,
-    error: Option<Value>,
+    // Boxed and borrowed: they come once a reply, and a small chunk is cheaper to move.
+    usage: Option<Box<WireUsage>>,
+    #[serde(borrow)]
+    error: Option<&'a RawValue>,
 }
 
 /// The `choices` of a chunk: nearly always one, kept without allocating; any more follow.
@@ -508,13 +518,15 @@ impl Decode for Decoder {
         let chunk: Chunk<'_> = serde_json::from_str(data)
             .map_err(|e| Error::Stream(format!("a chunk is not valid json ({e})")))?;
         if let Some(error) = chunk.error {
+            let error = serde_json::from_str(error.get()).unwrap_or(Value::Null);
             return Err(http::api_error(&error));
         }
-        if self.id.is_none() {
-            self.id = chunk.id.map(Cow::into_owned);
-        }
-        if self.model.is_none() {
-            self.model = chunk.model.filter(|m| !m.is_empty()).map(Cow::into_owned);
+        if !self.head_read {
+            self.head_read = true;
+            if let Ok(head) = serde_json::from_str::<Head<'_>>(data) {
+                self.id = head.id.map(Cow::into_owned);
+                self.model = head.model.filter(|m| !m.is_empty()).map(Cow::into_owned);
+            }
         }
         let Choices { first, rest } = chunk.choices;
         for choice in first.into_iter().chain(rest) {
