@@ -363,7 +363,7 @@ impl Run<'_> {
         Ok(Request {
             system_prompt: self.config.system_prompt.clone(),
             messages,
-            tools: self.config.tool_defs.to_vec(),
+            tools: self.config.tool_defs.clone(),
             model: self.config.model.clone(),
             thinking: self.config.thinking,
         })

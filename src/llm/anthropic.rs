@@ -582,7 +582,8 @@ mod tests {
                 name: "f".into(),
                 description: "does f".into(),
                 parameters: json!({"type": "object"}),
-            }],
+            }]
+            .into(),
             messages: [
                 Message::user("hi"),
                 Message::Assistant(AssistantMessage {

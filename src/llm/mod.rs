@@ -125,8 +125,8 @@ pub struct Request {
     /// The conversation so far, oldest first: the transcript's own messages, shared, not
     /// copied (see `AgentBuilder::transform_context` to send others).
     pub messages: Vec<Arc<Message>>,
-    /// The tools the model may call.
-    pub tools: Vec<ToolDefinition>,
+    /// The tools the model may call: the agent's own list, shared, not copied.
+    pub tools: Arc<[ToolDefinition]>,
     /// The model id, as the provider names it.
     pub model: String,
     /// How hard the model should think, where it can.
