@@ -1253,3 +1253,28 @@ fn a_reply_past_max_reply_bytes_ends_with_a_typed_error_keeping_what_arrived() {
         .collect();
     assert_eq!(roles, ["user", "assistant", "user"]);
 }
+
+#[test]
+fn extra_body_overrides_known_fields_without_duplicate_keys() {
+    let server = Server::start(vec![Reply::sse_file("written/keepalive_crlf.sse")]);
+    let provider = openai(&server).temperature(0.5).extra_body(
+        json!({"temperature": 0.0, "stream_options": {"include_usage": false}, "seed": 7}),
+    );
+    let (agent, _) = agent(provider, "m");
+    agent.prompt("Hi").unwrap();
+    let sent = &server.requests()[0];
+    let text = String::from_utf8(sent.body.clone()).unwrap();
+    for key in [
+        "\"temperature\"",
+        "\"stream_options\"",
+        "\"seed\"",
+        "\"model\"",
+    ] {
+        assert_eq!(text.matches(key).count(), 1, "{key} once in {text}");
+    }
+    let body = sent.json();
+    assert_eq!(body["temperature"], json!(0.0));
+    assert_eq!(body["stream_options"], json!({"include_usage": false}));
+    assert_eq!(body["seed"], json!(7));
+    assert_eq!(body["model"], json!("m"));
+}
