@@ -18,6 +18,12 @@
 //! flushes each token; `e2e/bulk/*` writes the whole reply at once, so the reads are large
 //! and what remains is the processing per delta.
 //!
+//! `request/openai/{1000,10000}` times one model call of `OpenAiCompat` with a transcript of
+//! that many messages (shared `Arc`s, as the agent hands them over) and a one-delta reply:
+//! building the body, sending it, reading the short reply. Its throughput is the body's
+//! bytes, so the cost per byte shows whether it grows faster than what is sent; the bytes
+//! are printed too.
+//!
 //! `cargo bench --bench e2e`
 
 use std::hint::black_box;
@@ -28,14 +34,17 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use pagent::llm::OpenAiCompat;
-use pagent::{Agent, AgentEvent};
+use pagent::llm::{CancelToken, OpenAiCompat, Provider, Request};
+use pagent::{Agent, AgentEvent, AssistantMessage, ContentBlock, Message, ToolCall};
+use pagent::{StopReason, ToolResultMessage};
 use serde::Deserialize;
 
 const DELTAS: usize = 2000;
 
 /// CPU time the server's reply threads spent, in nanoseconds.
 static SERVER_CPU_NS: AtomicU64 = AtomicU64::new(0);
+/// The size of the last request body the server read.
+static LAST_BODY_BYTES: AtomicUsize = AtomicUsize::new(0);
 
 /// User + system CPU time of the whole process (`RUSAGE_SELF`) or the calling thread
 /// (`RUSAGE_THREAD`), in nanoseconds.
@@ -117,6 +126,7 @@ fn write_reply(stream: &TcpStream, events: &[Vec<u8>]) {
     let mut reader = BufReader::new(stream);
     let mut len = 0;
     let mut bulk = false;
+    let mut short = false;
     loop {
         let mut line = String::new();
         if reader.read_line(&mut line).unwrap() == 0 {
@@ -127,6 +137,7 @@ fn write_reply(stream: &TcpStream, events: &[Vec<u8>]) {
             break;
         }
         bulk |= line.starts_with("POST /bulk/");
+        short |= line.starts_with("POST /short/");
         if let Some((name, value)) = line.split_once(':')
             && name.eq_ignore_ascii_case("content-length")
         {
@@ -135,11 +146,17 @@ fn write_reply(stream: &TcpStream, events: &[Vec<u8>]) {
     }
     let mut body = vec![0; len];
     reader.read_exact(&mut body).unwrap();
+    LAST_BODY_BYTES.store(len, Ordering::SeqCst);
     let mut out = stream;
     out.write_all(
         b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n",
     )
     .unwrap();
+    if short {
+        let n = events.len();
+        let _ = out.write_all(&[&events[0][..], &events[n - 3], &events[n - 1]].concat());
+        return;
+    }
     if bulk {
         let _ = out.write_all(&events.concat());
         return;
@@ -245,6 +262,75 @@ fn parse(event: &[u8]) -> usize {
         .count()
 }
 
+/// A transcript of `n` messages in turns of four: a question, a reply that calls a tool, the
+/// tool's result, an answer (about 1 KB a turn).
+fn transcript(n: usize) -> Vec<Arc<Message>> {
+    let prose = "The quick brown fox jumps over the lazy dog; \"quoted\" text, and a newline.\n";
+    (0..n)
+        .map(|i| {
+            Arc::new(match i % 4 {
+                0 => Message::user(format!("Question {i}: {}", prose.repeat(2))),
+                1 => Message::Assistant(AssistantMessage {
+                    content: vec![
+                        ContentBlock::Text {
+                            text: prose.repeat(3),
+                        },
+                        ContentBlock::ToolCall(ToolCall {
+                            id: format!("call_{i}"),
+                            name: "get_weather".into(),
+                            arguments: format!(r#"{{"city": "Paris {i}"}}"#),
+                        }),
+                    ],
+                    stop_reason: StopReason::ToolUse,
+                    ..AssistantMessage::default()
+                }),
+                2 => Message::ToolResult(ToolResultMessage {
+                    tool_call_id: format!("call_{}", i - 1),
+                    tool_name: "get_weather".into(),
+                    content: prose.repeat(2),
+                    ..ToolResultMessage::default()
+                }),
+                _ => Message::Assistant(AssistantMessage {
+                    content: vec![ContentBlock::Text {
+                        text: prose.repeat(4),
+                    }],
+                    ..AssistantMessage::default()
+                }),
+            })
+        })
+        .collect()
+}
+
+fn request_bench(c: &mut Criterion, server: &str) {
+    let provider = OpenAiCompat::new(format!("{server}/short/v1"));
+    let mut group = c.benchmark_group("request/openai");
+    for n in [1_000, 10_000] {
+        let request = Request {
+            model: "smollm2".into(),
+            system_prompt: "You are terse.".into(),
+            messages: transcript(n),
+            ..Request::default()
+        };
+        let call = || {
+            let end = provider
+                .stream(&request, &CancelToken::new(), &mut |e| {
+                    black_box(e);
+                    Ok(())
+                })
+                .unwrap();
+            black_box(end);
+        };
+        call();
+        let bytes = LAST_BODY_BYTES.load(Ordering::SeqCst);
+        println!("request/openai/{n}: {bytes} bytes sent");
+        group.throughput(Throughput::Bytes(bytes as u64));
+        group.bench_function(n.to_string(), |b| {
+            b.iter_custom(|iters| client_cpu(iters, call))
+        });
+    }
+    group.finish();
+}
+
 fn bench(c: &mut Criterion) {
     let server = serve();
     let addr = server.trim_start_matches("http://").to_owned();
@@ -267,6 +353,7 @@ fn bench(c: &mut Criterion) {
         });
         group.finish();
     }
+    request_bench(c, &server);
 }
 
 criterion_group! {

@@ -181,7 +181,7 @@ fn clock() -> impl pagent::Tool {
 
 /// The offline demo model: answers from the last message of the request.
 fn demo_reply(request: &Request) -> FauxReply {
-    match request.messages.last() {
+    match request.messages.last().map(|m| &**m) {
         Some(Message::ToolResult(result)) if result.is_error => FauxReply::text(format!(
             "The {} could not do that: {}.",
             result.tool_name, result.content

@@ -129,13 +129,16 @@ fn demo(tps: f64) -> pagent::AgentBuilder {
 
 fn demo_reply(request: &Request) -> FauxReply {
     let n = request.messages.len();
-    let last = request.messages.last();
-    let before = n.checked_sub(2).and_then(|i| request.messages.get(i));
+    let last = request.messages.last().map(|m| &**m);
+    let before = n
+        .checked_sub(2)
+        .and_then(|i| request.messages.get(i))
+        .map(|m| &**m);
     let topic = request
         .messages
         .iter()
         .rev()
-        .find_map(|m| match m {
+        .find_map(|m| match &**m {
             Message::User(u) => Some(u.content.clone()),
             _ => None,
         })

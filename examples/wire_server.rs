@@ -28,7 +28,7 @@ struct Add {
 
 /// The scripted demo model: calls `add` for two numbers, answers from a tool result.
 fn demo_reply(request: &Request) -> FauxReply {
-    match request.messages.last() {
+    match request.messages.last().map(|m| &**m) {
         Some(Message::ToolResult(r)) if r.is_error => {
             FauxReply::text(format!("I could not add them: {}", r.content))
         }

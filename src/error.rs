@@ -59,6 +59,14 @@ pub enum Error {
     Provider(String),
     /// The scripted provider was asked for a reply it does not have.
     ScriptExhausted,
+    /// A reply grew past the agent's size limit (`AgentBuilder::max_reply_bytes`), counted
+    /// over its text, thinking and tool-call arguments. The reply was ended there; what
+    /// arrived before the limit is kept. Not retryable as is: the same request would likely
+    /// grow as large again.
+    ReplyTooLarge {
+        /// The limit, in bytes.
+        limit: u64,
+    },
     /// A wire line could not be decoded; the text names the problem.
     Wire(String),
     /// Reading or writing a file or stream failed.
@@ -169,6 +177,9 @@ impl fmt::Display for Error {
             Error::Api { kind, message } => write!(f, "provider reported {kind}: {message}"),
             Error::Provider(why) => write!(f, "provider error: {why}"),
             Error::ScriptExhausted => f.write_str("the scripted provider has no reply left"),
+            Error::ReplyTooLarge { limit } => {
+                write!(f, "the reply grew past the limit of {limit} bytes")
+            }
             Error::Wire(why) => write!(f, "wire: {why}"),
             Error::Io(why) => write!(f, "io: {why}"),
             Error::Panic { source, message } => write!(f, "{source} panicked: {message}"),

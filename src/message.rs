@@ -93,9 +93,13 @@ pub struct AssistantMessage {
     /// Token usage the provider reported for this reply.
     #[serde(default)]
     pub usage: Usage,
-    /// The model that produced the reply, as the provider named it.
+    /// The model that produced the reply: the one the server reported, else the one asked
+    /// for.
     #[serde(default)]
     pub model: String,
+    /// The server's id of the response (`chatcmpl-...`, `msg_...`), when it sent one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_id: Option<String>,
     /// What went wrong, when `stop_reason` is [`StopReason::Error`] or [`StopReason::Aborted`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_message: Option<String>,
@@ -304,6 +308,7 @@ mod tests {
                 total: 6,
             },
             model: "m".into(),
+            response_id: Some("r1".into()),
             error_message: Some("boom".into()),
         }));
         round_trip(&Message::ToolResult(ToolResultMessage {

@@ -23,7 +23,9 @@ use crate::message::{AssistantMessage, ContentBlock, StopReason, ToolCall, Usage
 /// not how they were cut.
 #[derive(Clone, Default)]
 pub struct Text {
-    sealed: Vector<Arc<str>>,
+    // Behind one `Arc` (and absent for short texts) to keep `Text` small: it is moved and
+    // cloned with every event that carries a partial reply.
+    sealed: Option<Arc<Vector<Arc<str>>>>,
     tail: Arc<str>,
     len: usize,
 }
@@ -43,18 +45,23 @@ impl Text {
             return;
         }
         self.len += piece.len();
-        if self.tail.len() + piece.len() <= Text::TAIL {
-            let mut joined = String::with_capacity(self.tail.len() + piece.len());
-            joined.push_str(&self.tail);
-            joined.push_str(piece);
+        let joined_len = self.tail.len() + piece.len();
+        if joined_len <= Text::TAIL {
+            // Joined on the stack, so the new tail costs one allocation (the `Arc`).
+            let mut joined = [0u8; Text::TAIL];
+            joined[..self.tail.len()].copy_from_slice(self.tail.as_bytes());
+            joined[self.tail.len()..joined_len].copy_from_slice(piece.as_bytes());
+            // OK because two whole UTF-8 strings joined are UTF-8.
+            let joined = std::str::from_utf8(&joined[..joined_len]).expect("joined UTF-8");
             self.tail = Arc::from(joined);
             return;
         }
+        let sealed = Arc::make_mut(self.sealed.get_or_insert_default());
         if !self.tail.is_empty() {
-            self.sealed.push_back(std::mem::take(&mut self.tail));
+            sealed.push_back(std::mem::take(&mut self.tail));
         }
         if piece.len() > Text::TAIL {
-            self.sealed.push_back(Arc::from(piece));
+            sealed.push_back(Arc::from(piece));
         } else {
             self.tail = Arc::from(piece);
         }
@@ -74,6 +81,7 @@ impl Text {
     pub fn chunks(&self) -> impl Iterator<Item = &str> {
         self.sealed
             .iter()
+            .flat_map(|v| v.iter())
             .map(|c| &**c)
             .chain(std::iter::once(&*self.tail))
             .filter(|c| !c.is_empty())
@@ -155,7 +163,21 @@ pub enum PartialBlock {
 /// one reply stay linear in total.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PartialMessage {
-    blocks: Vector<PartialBlock>,
+    settled: Arc<Settled>,
+    // The last block, on its own. Deltas nearly always go to it, and the partial is shared
+    // with every snapshot and event that holds it: in the persistent vector, each delta
+    // would copy the vector's whole leaf (dozens of blocks) to write one of them. Invariant,
+    // which keeps the derived equality meaningful: `last` is `Some` exactly when there is a
+    // block, and it is the last one.
+    last: Option<PartialBlock>,
+}
+
+/// The part of a partial that few deltas change, behind one `Arc` so that the partial (which
+/// every `MessageUpdate` carries) stays small.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Settled {
+    // Every block but the last.
+    done: Vector<PartialBlock>,
     // Block index of each tool call, by call order, so argument fragments find their block.
     calls: Vector<usize>,
     usage: Usage,
@@ -166,8 +188,35 @@ impl PartialMessage {
     /// An empty reply from `model`.
     pub fn new(model: &str) -> PartialMessage {
         PartialMessage {
-            model: Arc::from(model),
-            ..PartialMessage::default()
+            settled: Arc::new(Settled {
+                model: Arc::from(model),
+                ..Settled::default()
+            }),
+            last: None,
+        }
+    }
+
+    fn block_len(&self) -> usize {
+        self.settled.done.len() + usize::from(self.last.is_some())
+    }
+
+    fn push_block(&mut self, block: PartialBlock) {
+        if let Some(previous) = self.last.replace(block) {
+            Arc::make_mut(&mut self.settled).done.push_back(previous);
+        }
+    }
+
+    fn push_call(&mut self, block: PartialBlock) {
+        let index = self.block_len();
+        Arc::make_mut(&mut self.settled).calls.push_back(index);
+        self.push_block(block);
+    }
+
+    fn block_mut(&mut self, index: usize) -> Option<&mut PartialBlock> {
+        if index == self.settled.done.len() {
+            self.last.as_mut()
+        } else {
+            Arc::make_mut(&mut self.settled).done.get_mut(index)
         }
     }
 
@@ -183,77 +232,70 @@ impl PartialMessage {
     /// Applies `event` in place.
     pub fn push(&mut self, event: &StreamEvent) {
         match event {
-            StreamEvent::TextDelta { text } => match self.blocks.back_mut() {
+            StreamEvent::TextDelta { text } => match &mut self.last {
                 Some(PartialBlock::Text(t)) => t.push_str(text),
-                _ => self
-                    .blocks
-                    .push_back(PartialBlock::Text(Text::from(text.as_str()))),
+                _ => self.push_block(PartialBlock::Text(Text::from(text.as_str()))),
             },
-            StreamEvent::ThinkingDelta { text } => match self.blocks.back_mut() {
+            StreamEvent::ThinkingDelta { text } => match &mut self.last {
                 Some(PartialBlock::Thinking { text: t, .. }) => t.push_str(text),
-                _ => self.blocks.push_back(PartialBlock::Thinking {
+                _ => self.push_block(PartialBlock::Thinking {
                     text: Text::from(text.as_str()),
                     signature: None,
                 }),
             },
             StreamEvent::ThinkingSignature { signature } => {
-                let idx = self
-                    .blocks
-                    .iter()
-                    .rposition(|b| matches!(b, PartialBlock::Thinking { .. }));
-                match idx.and_then(|i| self.blocks.get_mut(i)) {
+                let thinking = |b: &PartialBlock| matches!(b, PartialBlock::Thinking { .. });
+                let idx = match &self.last {
+                    Some(last) if thinking(last) => Some(self.settled.done.len()),
+                    _ => self.settled.done.iter().rposition(thinking),
+                };
+                match idx.and_then(|i| self.block_mut(i)) {
                     Some(PartialBlock::Thinking { signature: s, .. }) => {
                         *s = Some(Arc::from(signature.as_str()))
                     }
-                    _ => self.blocks.push_back(PartialBlock::Thinking {
+                    _ => self.push_block(PartialBlock::Thinking {
                         text: Text::new(),
                         signature: Some(Arc::from(signature.as_str())),
                     }),
                 }
             }
-            StreamEvent::ToolCallStart { id, name } => {
-                self.calls.push_back(self.blocks.len());
-                self.blocks.push_back(PartialBlock::ToolCall {
-                    id: Arc::from(id.as_str()),
-                    name: Arc::from(name.as_str()),
-                    arguments: Text::new(),
-                });
-            }
+            StreamEvent::ToolCallStart { id, name } => self.push_call(PartialBlock::ToolCall {
+                id: Arc::from(id.as_str()),
+                name: Arc::from(name.as_str()),
+                arguments: Text::new(),
+            }),
             StreamEvent::ToolCallDelta { index, arguments } => {
-                let block = self.calls.get(*index).copied();
-                match block.and_then(|b| self.blocks.get_mut(b)) {
+                let block = self.settled.calls.get(*index).copied();
+                match block.and_then(|b| self.block_mut(b)) {
                     Some(PartialBlock::ToolCall { arguments: a, .. }) => a.push_str(arguments),
                     // A fragment for a call that never started: keep the text rather than
                     // lose it, under an empty id and name.
-                    _ => {
-                        self.calls.push_back(self.blocks.len());
-                        self.blocks.push_back(PartialBlock::ToolCall {
-                            id: Arc::from(""),
-                            name: Arc::from(""),
-                            arguments: Text::from(arguments.as_str()),
-                        });
-                    }
+                    _ => self.push_call(PartialBlock::ToolCall {
+                        id: Arc::from(""),
+                        name: Arc::from(""),
+                        arguments: Text::from(arguments.as_str()),
+                    }),
                 }
             }
-            StreamEvent::Usage { usage } => self.usage = *usage,
+            StreamEvent::Usage { usage } => Arc::make_mut(&mut self.settled).usage = *usage,
             StreamEvent::Retry { .. } => {}
         }
     }
 
     /// The blocks so far.
     pub fn blocks(&self) -> impl Iterator<Item = &PartialBlock> {
-        self.blocks.iter()
+        self.settled.done.iter().chain(self.last.as_ref())
     }
 
     /// The number of blocks.
     pub fn block_count(&self) -> usize {
-        self.blocks.len()
+        self.block_len()
     }
 
     /// The visible text so far.
     pub fn text(&self) -> String {
         let mut out = String::new();
-        for b in &self.blocks {
+        for b in self.blocks() {
             if let PartialBlock::Text(t) = b {
                 out.extend(t.chunks());
             }
@@ -264,7 +306,7 @@ impl PartialMessage {
     /// The reasoning text so far.
     pub fn thinking(&self) -> String {
         let mut out = String::new();
-        for b in &self.blocks {
+        for b in self.blocks() {
             if let PartialBlock::Thinking { text, .. } = b {
                 out.extend(text.chunks());
             }
@@ -274,8 +316,7 @@ impl PartialMessage {
 
     /// Bytes of text, reasoning and arguments so far.
     pub fn len(&self) -> usize {
-        self.blocks
-            .iter()
+        self.blocks()
             .map(|b| match b {
                 PartialBlock::Text(t) => t.len(),
                 PartialBlock::Thinking { text, .. } => text.len(),
@@ -286,13 +327,12 @@ impl PartialMessage {
 
     /// True when nothing streamed yet.
     pub fn is_empty(&self) -> bool {
-        self.blocks.is_empty()
+        self.last.is_none()
     }
 
     /// The tool calls so far, arguments possibly incomplete.
     pub fn tool_calls(&self) -> Vec<ToolCall> {
-        self.blocks
-            .iter()
+        self.blocks()
             .filter_map(|b| match b {
                 PartialBlock::ToolCall {
                     id,
@@ -310,19 +350,18 @@ impl PartialMessage {
 
     /// The usage reported so far.
     pub fn usage(&self) -> Usage {
-        self.usage
+        self.settled.usage
     }
 
     /// The model that produces the reply.
     pub fn model(&self) -> &str {
-        &self.model
+        &self.settled.model
     }
 
     /// The finished message with `stop_reason`.
     pub fn to_message(&self, stop_reason: StopReason) -> AssistantMessage {
         let content = self
-            .blocks
-            .iter()
+            .blocks()
             .map(|b| match b {
                 PartialBlock::Text(t) => ContentBlock::Text {
                     text: t.to_string(),
@@ -345,8 +384,9 @@ impl PartialMessage {
         AssistantMessage {
             content,
             stop_reason,
-            usage: self.usage,
-            model: self.model.to_string(),
+            usage: self.settled.usage,
+            model: self.settled.model.to_string(),
+            response_id: None,
             error_message: None,
         }
     }
@@ -356,27 +396,24 @@ impl PartialMessage {
         let mut p = PartialMessage::new(&message.model);
         for block in &message.content {
             match block {
-                ContentBlock::Text { text } => p
-                    .blocks
-                    .push_back(PartialBlock::Text(Text::from(text.as_str()))),
+                ContentBlock::Text { text } => {
+                    p.push_block(PartialBlock::Text(Text::from(text.as_str())))
+                }
                 ContentBlock::Thinking {
                     thinking,
                     signature,
-                } => p.blocks.push_back(PartialBlock::Thinking {
+                } => p.push_block(PartialBlock::Thinking {
                     text: Text::from(thinking.as_str()),
                     signature: signature.as_deref().map(Arc::from),
                 }),
-                ContentBlock::ToolCall(call) => {
-                    p.calls.push_back(p.blocks.len());
-                    p.blocks.push_back(PartialBlock::ToolCall {
-                        id: Arc::from(call.id.as_str()),
-                        name: Arc::from(call.name.as_str()),
-                        arguments: Text::from(call.arguments.as_str()),
-                    });
-                }
+                ContentBlock::ToolCall(call) => p.push_call(PartialBlock::ToolCall {
+                    id: Arc::from(call.id.as_str()),
+                    name: Arc::from(call.name.as_str()),
+                    arguments: Text::from(call.arguments.as_str()),
+                }),
             }
         }
-        p.usage = message.usage;
+        Arc::make_mut(&mut p.settled).usage = message.usage;
         p
     }
 }
@@ -398,6 +435,11 @@ impl<'de> Deserialize<'de> for PartialMessage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_partial_stays_small_as_every_update_event_carries_one() {
+        assert!(std::mem::size_of::<PartialMessage>() <= 96);
+    }
 
     fn text(t: &str) -> StreamEvent {
         StreamEvent::TextDelta { text: t.into() }

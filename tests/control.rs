@@ -28,7 +28,7 @@ fn sent(faux: &Faux, request: usize) -> Vec<String> {
     faux.requests()[request]
         .messages
         .iter()
-        .map(describe)
+        .map(|m| describe(m))
         .collect()
 }
 
@@ -1099,7 +1099,7 @@ fn transform_context_drops_old_messages_without_touching_the_transcript() {
             // Keep the last user message and what follows it.
             let from = messages
                 .iter()
-                .rposition(|m| matches!(m, Message::User(_)))
+                .rposition(|m| matches!(&**m, Message::User(_)))
                 .unwrap_or(0);
             messages[from..].to_vec()
         })
@@ -1146,6 +1146,55 @@ fn transform_context_drops_old_messages_without_touching_the_transcript() {
             &["ToolStart(call_1)", r#"ToolEnd(call_1 "1")"#],
             "done",
         )
+    );
+}
+
+#[test]
+fn transform_context_gets_the_transcript_s_own_messages_and_may_add_new_ones() {
+    let faux = Faux::default().reply(FauxReply::text("done"));
+    let shared = Arc::new(AtomicBool::new(false));
+    let seen = shared.clone();
+    let handle: Arc<OnceLock<AgentHandle>> = Arc::default();
+    let agent_handle = handle.clone();
+    let agent = builder(&faux)
+        .messages([Message::user("old question"), assistant("old answer")])
+        .transform_context(move |mut messages| {
+            // The very `Arc`s of the transcript: nothing was copied to build the request.
+            let snapshot = agent_handle.get().unwrap().snapshot();
+            seen.store(
+                messages.len() == snapshot.messages.len()
+                    && messages
+                        .iter()
+                        .zip(snapshot.messages.iter())
+                        .all(|(a, b)| Arc::ptr_eq(a, b)),
+                Ordering::SeqCst,
+            );
+            messages.insert(0, Arc::new(Message::user("summary of before")));
+            messages
+        })
+        .build()
+        .unwrap();
+    handle.set(agent.handle()).unwrap();
+
+    agent.prompt("new question").unwrap();
+
+    assert!(
+        shared.load(Ordering::SeqCst),
+        "the hook got the transcript's own Arcs"
+    );
+    assert_eq!(
+        sent(&faux, 0),
+        [
+            r#"user "summary of before""#,
+            r#"user "old question""#,
+            r#"assistant stop "old answer""#,
+            r#"user "new question""#,
+        ]
+    );
+    assert_eq!(
+        agent.snapshot().messages.len(),
+        4,
+        "the transcript is untouched"
     );
 }
 

@@ -488,11 +488,23 @@ fn stream_once(
 ) -> (Result<pagent::AssistantMessage, Error>, Vec<StreamEvent>) {
     let request = Request {
         model: "m".into(),
-        messages: vec![Message::user("Hi")],
+        messages: vec![Message::user("Hi").into()],
         ..Request::default()
     };
     let mut events = Vec::new();
-    let result = provider.stream(&request, &CancelToken::new(), &mut |e| events.push(e));
+    let result = provider.stream(&request, &CancelToken::new(), &mut |e| {
+        events.push(e);
+        Ok(())
+    });
+    // Assembled from the events, as the agent does it.
+    let mut partial = pagent::PartialMessage::new("m");
+    events.iter().for_each(|e| partial.push(e));
+    let result = result.map(|end| {
+        let mut message = partial.to_message(end.stop_reason);
+        message.response_id = end.response_id;
+        message.model = end.model.unwrap_or(message.model);
+        message
+    });
     (result, events)
 }
 
@@ -805,7 +817,7 @@ fn abort_before_the_response_headers_returns_promptly() {
         remote.cancel();
         Instant::now()
     });
-    let r = provider.stream(&Request::default(), &cancel, &mut |_| {});
+    let r = provider.stream(&Request::default(), &cancel, &mut |_| Ok(()));
     let returned = Instant::now();
     assert_eq!(r.unwrap_err(), Error::Aborted);
     assert!(returned - aborter.join().unwrap() < Duration::from_secs(2));
@@ -844,7 +856,7 @@ fn a_first_byte_timeout_is_not_retried() {
     let provider = openai(&server).first_byte_timeout(Duration::from_millis(200));
     let request = Request {
         model: "m".into(),
-        messages: vec![Message::user("Hi")],
+        messages: vec![Message::user("Hi").into()],
         ..Request::default()
     };
     let mut retries = 0;
@@ -852,6 +864,7 @@ fn a_first_byte_timeout_is_not_retried() {
         if matches!(e, StreamEvent::Retry { .. }) {
             retries += 1;
         }
+        Ok(())
     });
     assert_eq!(r.unwrap_err(), Error::Timeout(TimeoutPhase::FirstByte));
     assert_eq!(retries, 0);
@@ -870,17 +883,18 @@ fn timeouts_name_their_phase() {
         .idle_timeout(Duration::from_millis(200));
     let request = Request {
         model: "m".into(),
-        messages: vec![Message::user("Hi")],
+        messages: vec![Message::user("Hi").into()],
         ..Request::default()
     };
     let cancel = CancelToken::new();
-    let r = provider.stream(&request, &cancel, &mut |_| {});
+    let r = provider.stream(&request, &cancel, &mut |_| Ok(()));
     assert_eq!(r.unwrap_err(), Error::Timeout(TimeoutPhase::FirstByte));
     let mut texts = String::new();
     let r = provider.stream(&request, &cancel, &mut |e| {
         if let StreamEvent::TextDelta { text } = e {
             texts.push_str(&text);
         }
+        Ok(())
     });
     assert_eq!(r.unwrap_err(), Error::Timeout(TimeoutPhase::Idle));
     assert_eq!(texts, "Hello wor");
@@ -898,6 +912,7 @@ fn a_refused_connection_is_retried_then_reported() {
     let mut retries = 0;
     let r = provider.stream(&Request::default(), &CancelToken::new(), &mut |e| {
         retries += matches!(e, StreamEvent::Retry { .. }) as u32;
+        Ok(())
     });
     let error = r.unwrap_err();
     assert!(
@@ -1033,7 +1048,10 @@ fn openai_request_carries_the_whole_transcript() {
                 content: "sunny".into(),
                 ..Default::default()
             }),
-        ],
+        ]
+        .into_iter()
+        .map(std::sync::Arc::new)
+        .collect(),
         ..Request::default()
     };
     assert_eq!(
@@ -1055,4 +1073,227 @@ fn openai_request_carries_the_whole_transcript() {
             "seed": 7,
         })
     );
+}
+
+// ---- one assembly of the reply, one body per call, a bounded reply ----
+
+/// A provider whose end report says more than its events: a stop reason for tool calls it
+/// never streamed, a model and a response id.
+struct Boastful;
+
+impl Provider for Boastful {
+    fn stream(
+        &self,
+        _request: &Request,
+        _cancel: &CancelToken,
+        on_event: &mut pagent::llm::OnEvent<'_>,
+    ) -> Result<pagent::llm::ReplyEnd, Error> {
+        on_event(StreamEvent::text("only "))?;
+        on_event(StreamEvent::text("this"))?;
+        Ok(pagent::llm::ReplyEnd::new(StopReason::Stop)
+            .response_id("resp-1")
+            .model("served-model"))
+    }
+}
+
+/// The message of each `MessageEnd` equals the partial of the last `MessageUpdate` before
+/// it (what a listener saw streaming), apart from how it ended.
+fn assert_messages_equal_their_events(events: &[pagent::AgentEvent]) {
+    let mut last_partial = None;
+    let mut checked = 0;
+    for e in events {
+        match e {
+            pagent::AgentEvent::MessageUpdate { message, .. } => {
+                last_partial = Some(message.clone())
+            }
+            pagent::AgentEvent::MessageEnd { message } => {
+                if let (Some(reply), Some(partial)) = (message.as_assistant(), last_partial.take())
+                {
+                    assert_eq!(reply.content, partial.to_message(reply.stop_reason).content);
+                    assert_eq!(reply.usage, partial.usage());
+                    checked += 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    assert!(checked > 0, "no streamed reply in {events:?}");
+}
+
+#[test]
+fn a_provider_end_report_cannot_change_the_message_the_events_built() {
+    let agent = Agent::builder()
+        .provider(Boastful)
+        .model("asked")
+        .build()
+        .unwrap();
+    let rec = Recorder::attach(&agent);
+    let result = agent.prompt("Hi").unwrap();
+    let reply = result
+        .messages
+        .last()
+        .unwrap()
+        .as_assistant()
+        .unwrap()
+        .clone();
+    assert_eq!(reply.text(), "only this");
+    assert_eq!(reply.stop_reason, StopReason::Stop);
+    assert_eq!(reply.model, "served-model");
+    assert_eq!(reply.response_id.as_deref(), Some("resp-1"));
+    assert_messages_equal_their_events(&rec.events());
+}
+
+#[test]
+fn http_replies_are_exactly_what_their_events_showed() {
+    let server = Server::start(vec![
+        Reply::sse_file("llama-server/stream_tools_fewshot_usage.sse").chunked(13, Duration::ZERO),
+        Reply::sse_file("llama-server/stream_tool_result_followup.sse"),
+    ]);
+    let (agent, rec) = agent(openai(&server), "smollm2");
+    agent.prompt("Weather in Paris?").unwrap();
+    assert_messages_equal_their_events(&rec.events());
+    let reply = agent.snapshot().messages[1].as_assistant().unwrap().clone();
+    assert!(reply.response_id.is_some(), "the chunk id is kept");
+}
+
+/// A transcript of a few messages of each kind, for request bodies.
+fn transcript() -> Vec<Message> {
+    vec![
+        Message::user("first question"),
+        Message::Assistant(pagent::AssistantMessage {
+            content: vec![
+                ContentBlock::Text {
+                    text: "calling \"tools\"\n".into(),
+                },
+                ContentBlock::ToolCall(pagent::ToolCall {
+                    id: "c1".into(),
+                    name: "get_weather".into(),
+                    arguments: r#"{"city": "Paris"}"#.into(),
+                }),
+            ],
+            stop_reason: StopReason::ToolUse,
+            ..Default::default()
+        }),
+        Message::ToolResult(pagent::ToolResultMessage {
+            tool_call_id: "c1".into(),
+            tool_name: "get_weather".into(),
+            content: "sunny, 21°C".into(),
+            ..Default::default()
+        }),
+    ]
+}
+
+#[test]
+fn request_bytes_are_identical_across_retries() {
+    let anthropic_ok = sse(&[
+        json!({"type": "message_start", "message": {"id": "msg_1", "model": "claude", "usage": {"input_tokens": 3}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "ok"}}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 1}}),
+        json!({"type": "message_stop"}),
+    ]);
+    for name in ["openai", "anthropic"] {
+        let ok = match name {
+            "openai" => Reply::sse_file("written/keepalive_crlf.sse"),
+            _ => Reply::sse(anthropic_ok.clone()),
+        };
+        let server = Server::start(vec![
+            Reply::json(500, r#"{"error":{"message":"boom"}}"#),
+            Reply::json(503, r#"{"error":{"message":"busy"}}"#),
+            ok,
+        ]);
+        let provider: std::sync::Arc<dyn Provider> = match name {
+            "openai" => std::sync::Arc::new(openai(&server)),
+            _ => std::sync::Arc::new(anthropic(&server)),
+        };
+        let agent = Agent::builder()
+            .provider(provider)
+            .model("m")
+            .system_prompt("Be terse.")
+            .tool(weather())
+            .messages(transcript())
+            .build()
+            .unwrap();
+        let result = agent.prompt("and tomorrow?").unwrap();
+        assert_eq!(result.text(), if name == "openai" { "Hello" } else { "ok" });
+        let bodies: Vec<Vec<u8>> = server.requests().into_iter().map(|r| r.body).collect();
+        assert_eq!(bodies.len(), 3, "{name}");
+        assert!(
+            bodies.iter().all(|b| *b == bodies[0]),
+            "{name}: retries send the same bytes"
+        );
+        let body: serde_json::Value = serde_json::from_slice(&bodies[0]).unwrap();
+        assert_eq!(
+            body["messages"].as_array().unwrap().len(),
+            if name == "openai" { 5 } else { 3 }
+        );
+    }
+}
+
+#[test]
+fn a_reply_past_max_reply_bytes_ends_with_a_typed_error_keeping_what_arrived() {
+    // 200 deltas of 10 bytes each, far past a 95-byte limit, then the next prompt's reply.
+    let chunk =
+        |text: &str| json!({"choices": [{"delta": {"content": text}, "finish_reason": null}]});
+    let long: Vec<_> = (0..200).map(|i| chunk(&format!("{i:09} "))).collect();
+    let server = Server::start(vec![
+        Reply::sse(sse(&long) + "data: [DONE]\n\n"),
+        Reply::sse_file("written/keepalive_crlf.sse"),
+    ]);
+    let agent = Agent::builder()
+        .provider(openai(&server))
+        .model("m")
+        .max_reply_bytes(95)
+        .build()
+        .unwrap();
+    let rec = Recorder::attach(&agent);
+    let result = agent.prompt("Talk").unwrap();
+    assert_eq!(result.stop_reason, RunStopReason::Error);
+    assert_eq!(result.error, Some(Error::ReplyTooLarge { limit: 95 }));
+    let kept: String = (0..9).map(|i| format!("{i:09} ")).collect();
+    assert_eq!(result.text(), kept, "the deltas before the limit are kept");
+    assert_eq!(
+        rec.lines(),
+        with_prompt(&[
+            &format!("text x9 {kept:?}"),
+            "MessageEnd assistant Error calls=0 error=the reply grew past the limit of 95 bytes",
+            "TurnEnd 1 error",
+            "AgentEnd error in=0 out=0",
+        ])
+    );
+    // The transcript stays valid: the next prompt sends it and gets its answer.
+    assert_eq!(agent.prompt("Shorter").unwrap().text(), "Hello");
+    let sent = server.requests()[1].json();
+    let roles: Vec<_> = sent["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "user"]);
+}
+
+#[test]
+fn extra_body_overrides_known_fields_without_duplicate_keys() {
+    let server = Server::start(vec![Reply::sse_file("written/keepalive_crlf.sse")]);
+    let provider = openai(&server).temperature(0.5).extra_body(
+        json!({"temperature": 0.0, "stream_options": {"include_usage": false}, "seed": 7}),
+    );
+    let (agent, _) = agent(provider, "m");
+    agent.prompt("Hi").unwrap();
+    let sent = &server.requests()[0];
+    let text = String::from_utf8(sent.body.clone()).unwrap();
+    for key in [
+        "\"temperature\"",
+        "\"stream_options\"",
+        "\"seed\"",
+        "\"model\"",
+    ] {
+        assert_eq!(text.matches(key).count(), 1, "{key} once in {text}");
+    }
+    let body = sent.json();
+    assert_eq!(body["temperature"], json!(0.0));
+    assert_eq!(body["stream_options"], json!({"include_usage": false}));
+    assert_eq!(body["seed"], json!(7));
+    assert_eq!(body["model"], json!("m"));
 }

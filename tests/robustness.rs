@@ -12,7 +12,7 @@ mod support;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use pagent::llm::{Faux, FauxReply, Request, ToolDefinition};
+use pagent::llm::{Faux, FauxReply, ToolDefinition};
 use pagent::{
     Agent, AssistantMessage, ContentBlock, Error, Message, RunStopReason, StopReason, Tool,
     ToolCall, ToolContext, ToolError, ToolOutput, ToolResultMessage, session,
@@ -81,13 +81,21 @@ impl Tool for Fragile {
 }
 
 /// A scripted provider that keeps every request it gets.
-fn faux_with_log(replies: Vec<FauxReply>) -> (Faux, Arc<Mutex<Vec<Request>>>) {
+/// What one model call was sent.
+struct Sent {
+    messages: Vec<Message>,
+}
+
+/// A Faux playing `replies`, and a log of the messages each call was sent.
+fn faux_with_log(replies: Vec<FauxReply>) -> (Faux, Arc<Mutex<Vec<Sent>>>) {
     let log = Arc::new(Mutex::new(Vec::new()));
     let faux = Faux::default();
     for reply in replies {
         let log = log.clone();
         faux.push_with(move |request| {
-            log.lock().unwrap().push(request.clone());
+            log.lock().unwrap().push(Sent {
+                messages: request.messages.iter().map(|m| (**m).clone()).collect(),
+            });
             reply.clone()
         });
     }
@@ -570,7 +578,7 @@ fn a_result_pruned_by_transform_context_is_sent_repaired() {
         .transform_context(|messages| {
             messages
                 .into_iter()
-                .filter(|m| !matches!(m, Message::ToolResult(_)))
+                .filter(|m| !matches!(**m, Message::ToolResult(_)))
                 .collect()
         })
         .build()

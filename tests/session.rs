@@ -98,7 +98,11 @@ fn crash_mid_write_then_restore_and_continue() {
         .unwrap();
     let _sub = agent.subscribe(session::Writer::append(&path).unwrap().listener());
     agent.prompt("Where were we?").unwrap();
-    let sent = &faux.requests()[0].messages;
+    let sent: Vec<Message> = faux.requests()[0]
+        .messages
+        .iter()
+        .map(|m| Message::clone(m))
+        .collect();
     assert_eq!(
         sent[..3],
         saved[..3],

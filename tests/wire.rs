@@ -116,17 +116,21 @@ fn message() -> impl Strategy<Value = Message> {
             stop_reason(),
             usage(),
             text(),
+            prop::option::of(text()),
             prop::option::of(text())
         )
-            .prop_map(|(content, stop_reason, usage, model, error_message)| {
-                Message::Assistant(AssistantMessage {
-                    content,
-                    stop_reason,
-                    usage,
-                    model,
-                    error_message,
-                })
-            }),
+            .prop_map(
+                |(content, stop_reason, usage, model, response_id, error_message)| {
+                    Message::Assistant(AssistantMessage {
+                        content,
+                        stop_reason,
+                        usage,
+                        model,
+                        response_id,
+                        error_message,
+                    })
+                },
+            ),
         result().prop_map(Message::ToolResult),
     ]
 }

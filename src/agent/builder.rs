@@ -27,6 +27,7 @@ pub(crate) struct Config {
     pub(crate) max_turns: u32,
     pub(crate) run_timeout: Option<std::time::Duration>,
     pub(crate) max_parallel_tools: usize,
+    pub(crate) max_reply_bytes: u64,
     pub(crate) steering_policy: SteeringPolicy,
     pub(crate) steering_mode: QueueMode,
     pub(crate) follow_up_mode: QueueMode,
@@ -77,6 +78,7 @@ impl fmt::Debug for Config {
             .field("max_turns", &self.max_turns)
             .field("run_timeout", &self.run_timeout)
             .field("max_parallel_tools", &self.max_parallel_tools)
+            .field("max_reply_bytes", &self.max_reply_bytes)
             .field("steering_policy", &self.steering_policy)
             .field("steering_mode", &self.steering_mode)
             .field("follow_up_mode", &self.follow_up_mode)
@@ -96,6 +98,7 @@ pub struct AgentBuilder {
     max_turns: u32,
     run_timeout: Option<std::time::Duration>,
     max_parallel_tools: usize,
+    max_reply_bytes: u64,
     steering_policy: SteeringPolicy,
     steering_mode: QueueMode,
     follow_up_mode: QueueMode,
@@ -114,6 +117,7 @@ impl Default for AgentBuilder {
             max_turns: 16,
             run_timeout: None,
             max_parallel_tools: 8,
+            max_reply_bytes: AgentBuilder::DEFAULT_MAX_REPLY_BYTES,
             steering_policy: SteeringPolicy::AfterBatch,
             steering_mode: QueueMode::OneAtATime,
             follow_up_mode: QueueMode::OneAtATime,
@@ -124,6 +128,9 @@ impl Default for AgentBuilder {
 }
 
 impl AgentBuilder {
+    /// The default of [`AgentBuilder::max_reply_bytes`]: 64 MiB.
+    pub const DEFAULT_MAX_REPLY_BYTES: u64 = 64 * 1024 * 1024;
+
     /// The model server. Required.
     pub fn provider(mut self, provider: impl Provider + 'static) -> AgentBuilder {
         self.provider = Some(Arc::new(provider));
@@ -198,6 +205,18 @@ impl AgentBuilder {
     /// out, while its siblings still run.
     pub fn max_parallel_tools(mut self, n: usize) -> AgentBuilder {
         self.max_parallel_tools = n.max(1);
+        self
+    }
+
+    /// The most bytes one model reply may stream, counted over its text, thinking and
+    /// tool-call arguments (and the small ids, names and signatures) as they arrive. A reply that would grow past it is ended there
+    /// with [`Error::ReplyTooLarge`]: the provider is told to stop, what arrived before the
+    /// limit is kept as the reply (stop reason `Error`), its tool calls get results, and the
+    /// run ends with `RunStopReason::Error`; the agent takes the next prompt as usual.
+    /// Bounds the memory a misbehaving or hostile server can make a run hold. Defaults to
+    /// [`AgentBuilder::DEFAULT_MAX_REPLY_BYTES`] (64 MiB).
+    pub fn max_reply_bytes(mut self, bytes: u64) -> AgentBuilder {
+        self.max_reply_bytes = bytes;
         self
     }
 
@@ -277,14 +296,32 @@ impl AgentBuilder {
     }
 
     /// Rewrites the messages sent to the model for each request (pruning, compaction) without
-    /// touching the transcript: it gets a copy of the transcript at each model call, on the
-    /// run thread, and returns what the request carries. A tool call it leaves without a
-    /// result gets a synthesized error result in the request, so pruning cannot make a
-    /// request the provider rejects. A panic ends the run with `RunStopReason::Error` and
-    /// [`Error::Panic`], before the model call. Defaults to none.
+    /// touching the transcript: it gets the transcript's messages at each model call (shared
+    /// `Arc`s, so the call copies no message), on the run thread, and returns what the
+    /// request carries: keep, drop or reorder the `Arc`s, or make new messages with
+    /// `Arc::new`. A tool call it leaves without a result gets a synthesized error result in
+    /// the request, so pruning cannot make a request the provider rejects. A panic ends the run
+    /// with `RunStopReason::Error` and [`Error::Panic`], before the model call. Defaults to none.
+    ///
+    /// ```
+    /// use pagent::Agent;
+    /// use pagent::llm::{Faux, FauxReply};
+    ///
+    /// // Send only the last four messages.
+    /// let agent = Agent::builder()
+    ///     .provider(Faux::new([FauxReply::text("ok")]))
+    ///     .transform_context(|mut messages| {
+    ///         let old = messages.len().saturating_sub(4);
+    ///         messages.drain(..old);
+    ///         messages
+    ///     })
+    ///     .build()?;
+    /// agent.prompt("hi")?;
+    /// # Ok::<(), pagent::Error>(())
+    /// ```
     pub fn transform_context(
         mut self,
-        hook: impl Fn(Vec<Message>) -> Vec<Message> + Send + Sync + 'static,
+        hook: impl Fn(Vec<Arc<Message>>) -> Vec<Arc<Message>> + Send + Sync + 'static,
     ) -> AgentBuilder {
         self.hooks.transform_context = Some(Arc::new(hook));
         self
@@ -339,6 +376,7 @@ impl AgentBuilder {
             max_turns: self.max_turns,
             run_timeout: self.run_timeout,
             max_parallel_tools: self.max_parallel_tools,
+            max_reply_bytes: self.max_reply_bytes,
             steering_policy: self.steering_policy,
             steering_mode: self.steering_mode,
             follow_up_mode: self.follow_up_mode,

@@ -144,7 +144,7 @@ impl fmt::Debug for TurnSetup {
 pub(crate) type BeforeToolCall = dyn Fn(&ToolCallRequest<'_>) -> ToolDecision + Send + Sync;
 pub(crate) type AfterToolCall =
     dyn Fn(&ToolCall, ToolResultMessage) -> ToolResultMessage + Send + Sync;
-pub(crate) type TransformContext = dyn Fn(Vec<Message>) -> Vec<Message> + Send + Sync;
+pub(crate) type TransformContext = dyn Fn(Vec<Arc<Message>>) -> Vec<Arc<Message>> + Send + Sync;
 pub(crate) type BeforeTurn = dyn Fn(&mut TurnSetup) + Send + Sync;
 
 /// The hooks of an agent.

@@ -31,7 +31,7 @@ pub(crate) const NO_RESULT: &str = "no result: this tool call was never answered
 /// `messages` with a synthesized error result for every tool call that has none, placed right
 /// after that assistant message's existing results. Returns `messages` itself, unchanged,
 /// when nothing is missing (the common case: one pass, no allocation).
-pub(crate) fn repair(messages: Vec<Message>) -> Vec<Message> {
+pub(crate) fn repair(messages: Vec<Arc<Message>>) -> Vec<Arc<Message>> {
     let holes = holes(&messages);
     if holes.is_empty() {
         return messages;
@@ -40,17 +40,17 @@ pub(crate) fn repair(messages: Vec<Message>) -> Vec<Message> {
     let mut holes = holes.into_iter().peekable();
     for (i, m) in messages.into_iter().enumerate() {
         while let Some((_, result)) = holes.next_if(|(at, _)| *at == i) {
-            out.push(Message::ToolResult(result));
+            out.push(Arc::new(Message::ToolResult(result)));
         }
         out.push(m);
     }
-    out.extend(holes.map(|(_, result)| Message::ToolResult(result)));
+    out.extend(holes.map(|(_, result)| Arc::new(Message::ToolResult(result))));
     out
 }
 
 /// The missing results of `messages`, each with the index it goes in front of (the length,
 /// for the end), in order.
-fn holes(messages: &[Message]) -> Vec<(usize, ToolResultMessage)> {
+fn holes(messages: &[Arc<Message>]) -> Vec<(usize, ToolResultMessage)> {
     let mut holes = Vec::new();
     for (i, m) in messages.iter().enumerate() {
         let Some(reply) = m.as_assistant() else {
@@ -62,22 +62,21 @@ fn holes(messages: &[Message]) -> Vec<(usize, ToolResultMessage)> {
         let results = &messages[i + 1..];
         let results = match results
             .iter()
-            .position(|m| !matches!(m, Message::ToolResult(_)))
+            .position(|m| !matches!(&**m, Message::ToolResult(_)))
         {
             Some(n) => &results[..n],
             None => results,
         };
         // The common case, and the loop's own order: one result per call, in call order.
         let in_order = reply.tool_calls().count() <= results.len()
-            && reply
-                .tool_calls()
-                .zip(results)
-                .all(|(call, m)| matches!(m, Message::ToolResult(r) if r.tool_call_id == call.id));
+            && reply.tool_calls().zip(results).all(
+                |(call, m)| matches!(&**m, Message::ToolResult(r) if r.tool_call_id == call.id),
+            );
         if in_order {
             continue;
         }
         let at = i + 1 + results.len();
-        for call in unanswered(reply.tool_calls(), results) {
+        for call in unanswered(reply.tool_calls(), results.iter().map(|m| &**m)) {
             holes.push((at, Run::tool_result(call, NO_RESULT, true)));
         }
     }
@@ -163,6 +162,14 @@ mod tests {
         Message::ToolResult(Run::tool_result(&call(id), "ok", false))
     }
 
+    /// `repair` on owned messages, for readable expectations.
+    fn fix(messages: Vec<Message>) -> Vec<Message> {
+        repair(messages.into_iter().map(Arc::new).collect())
+            .into_iter()
+            .map(Arc::unwrap_or_clone)
+            .collect()
+    }
+
     fn synthesized(id: &str) -> Message {
         Message::ToolResult(Run::tool_result(&call(id), NO_RESULT, true))
     }
@@ -176,7 +183,7 @@ mod tests {
             result("a"),
             Message::user("more"),
         ];
-        assert_eq!(repair(messages.clone()), messages);
+        assert_eq!(fix(messages.clone()), messages);
         assert!(
             unanswered_tail(
                 messages
@@ -200,7 +207,7 @@ mod tests {
             reply(&["d"]),
         ];
         assert_eq!(
-            repair(messages),
+            fix(messages),
             vec![
                 Message::user("hi"),
                 reply(&["a", "b", "c"]),

@@ -15,7 +15,7 @@ use super::repair;
 use super::{Inner, QueueMode, RunResult};
 use crate::cancel::CancelToken;
 use crate::event::{AgentEvent, RunStopReason};
-use crate::llm::Request;
+use crate::llm::{Request, StreamEvent};
 use crate::message::{AssistantMessage, Message, StopReason, ToolResultMessage, Usage};
 use crate::partial::PartialMessage;
 use crate::{Error, TimeoutPhase};
@@ -378,14 +378,16 @@ impl Run<'_> {
         (RunStopReason::Error, Some(error))
     }
 
+    /// The request of this turn: the transcript's own messages (shared, never copied), as
+    /// `transform_context` leaves them.
     fn request(&self) -> Result<Request, Error> {
-        let mut messages: Vec<Message> = self
+        let mut messages: Vec<Arc<Message>> = self
             .inner
             .shared
             .snapshot()
             .messages
             .iter()
-            .map(|m| (**m).clone())
+            .cloned()
             .collect();
         if let Some(hook) = &self.config.hooks.transform_context {
             messages = guard::must("the transform_context hook", || hook(messages))?;
@@ -394,7 +396,7 @@ impl Run<'_> {
         Ok(Request {
             system_prompt: self.config.system_prompt.clone(),
             messages,
-            tools: self.config.tool_defs.to_vec(),
+            tools: self.config.tool_defs.clone(),
             model: self.config.model.clone(),
             thinking: self.config.thinking,
         })
@@ -403,6 +405,10 @@ impl Run<'_> {
     /// Streams one reply: `MessageStart`, a `MessageUpdate` per piece. Returns the finished
     /// reply (the caller emits `MessageEnd`) and the error that cut it, if any. What streamed
     /// before an error or abort is kept in the reply.
+    ///
+    /// The reply is assembled here and only here, from the events the provider handed over
+    /// (each one folded into the partial that its `MessageUpdate` carries); the provider adds
+    /// only how it ended. So the message always equals what the events showed.
     fn stream_reply(&mut self) -> (AssistantMessage, Option<Error>) {
         let model = self.config.model.clone();
         self.emit(AgentEvent::MessageStart {
@@ -412,6 +418,10 @@ impl Run<'_> {
             })),
         });
         let mut partial = PartialMessage::new(&model);
+        let limit = self.config.max_reply_bytes;
+        // Set when the reply reached its size limit: from then on every event is refused
+        // and dropped, whatever the provider does, and the reply ends with that error.
+        let mut too_large = false;
         let outcome = match self.request() {
             Err(e) => Ok(Err(e)),
             Ok(request) if self.cancel.is_cancelled() => {
@@ -422,28 +432,43 @@ impl Run<'_> {
                 let provider = self.config.provider.clone();
                 let cancel = self.cancel.clone();
                 let partial = &mut partial;
+                let too_large = &mut too_large;
+                let mut size = 0u64;
                 catch_unwind(AssertUnwindSafe(|| {
                     provider.stream(&request, &cancel, &mut |delta| {
+                        size = size.saturating_add(content_bytes(&delta));
+                        if *too_large || size > limit {
+                            *too_large = true;
+                            return Err(Error::ReplyTooLarge { limit });
+                        }
                         partial.push(&delta);
                         self.emit(AgentEvent::MessageUpdate {
                             message: partial.clone(),
                             delta,
                         });
+                        Ok(())
                     })
                 }))
             }
         };
+        let outcome = match outcome {
+            Ok(_) if too_large => Ok(Err(Error::ReplyTooLarge { limit })),
+            other => other,
+        };
         let (mut reply, error) = match outcome {
-            // A reply the provider ended with `Error` without failing (a scripted `Faux` reply,
-            // a custom provider): the run ends with `Error`, so it carries one.
-            Ok(Ok(reply)) if reply.stop_reason == StopReason::Error => {
-                let message = reply
-                    .error_message
-                    .clone()
-                    .unwrap_or_else(|| "the provider ended the reply with an error".to_owned());
-                (reply, Some(Error::Provider(message)))
+            Ok(Ok(end)) => {
+                let mut reply = partial.to_message(end.stop_reason);
+                reply.response_id = end.response_id;
+                if let Some(model) = end.model {
+                    reply.model = model;
+                }
+                // A reply the provider ended with `Error` without failing (a scripted `Faux`
+                // reply, a custom provider): the run ends with `Error`, so it carries one.
+                let error = (end.stop_reason == StopReason::Error).then(|| {
+                    Error::Provider("the provider ended the reply with an error".to_owned())
+                });
+                (reply, error)
             }
-            Ok(Ok(reply)) => (reply, None),
             // The run deadline passed: whatever the provider made of it, the turn failed.
             Ok(Err(_)) if self.cancel.is_timed_out() => {
                 let e = Error::Timeout(TimeoutPhase::Run);
@@ -490,4 +515,16 @@ impl Run<'_> {
             details: None,
         }
     }
+}
+
+/// The bytes `event` adds to a reply: its text, reasoning or argument text.
+fn content_bytes(event: &StreamEvent) -> u64 {
+    let bytes = match event {
+        StreamEvent::TextDelta { text } | StreamEvent::ThinkingDelta { text } => text.len(),
+        StreamEvent::ToolCallDelta { arguments, .. } => arguments.len(),
+        StreamEvent::ThinkingSignature { signature } => signature.len(),
+        StreamEvent::ToolCallStart { id, name } => id.len() + name.len(),
+        StreamEvent::Usage { .. } | StreamEvent::Retry { .. } => 0,
+    };
+    bytes as u64
 }

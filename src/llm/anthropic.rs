@@ -1,13 +1,19 @@
 //! `Anthropic`: the Anthropic Messages API, streamed.
 
-use serde::Deserialize;
-use serde_json::{Value, json};
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use serde::ser::Serializer;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::http::{self, Call, Decode, Emitter, Endpoint};
-use super::{CancelToken, Provider, Request, StreamEvent, ThinkingLevel};
+use super::{
+    CancelToken, OnEvent, Provider, ReplyEnd, Request, StreamEvent, ThinkingLevel, ToolDefinition,
+};
 use crate::Error;
-use crate::message::{AssistantMessage, ContentBlock, Message, StopReason, Usage};
-use crate::partial::PartialMessage;
+use crate::message::{ContentBlock, Message, StopReason, Usage};
 
 /// The default base URL, Anthropic's.
 pub const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
@@ -89,8 +95,14 @@ impl Anthropic {
         self
     }
 
-    /// The request body for `request`, as sent.
+    /// The request body for `request`, as sent (parsed back from the bytes it writes).
     pub fn request_body(&self, request: &Request) -> Value {
+        // OK because the bytes were written by serde_json from JSON values.
+        serde_json::from_slice(&self.body_bytes(request)).expect("the body is valid JSON")
+    }
+
+    /// The request body for `request`, serialized straight from the shared messages.
+    fn body_bytes(&self, request: &Request) -> Vec<u8> {
         let budget = match request.thinking {
             ThinkingLevel::Off => None,
             ThinkingLevel::Minimal => Some(1024),
@@ -98,99 +110,199 @@ impl Anthropic {
             ThinkingLevel::Medium => Some(10_000),
             ThinkingLevel::High => Some(32_000),
         };
-        let max_tokens = match budget {
-            Some(b) => self.max_tokens.max(b + 4096),
-            None => self.max_tokens,
+        let body = Body {
+            model: &request.model,
+            max_tokens: match budget {
+                Some(b) => self.max_tokens.max(b + 4096),
+                None => self.max_tokens,
+            },
+            messages: Turns(&request.messages),
+            stream: true,
+            system: (!request.system_prompt.is_empty()).then_some(&*request.system_prompt),
+            tools: (!request.tools.is_empty()).then_some(Tools(&request.tools)),
+            thinking: budget.map(|budget_tokens| Thinking {
+                kind: "enabled",
+                budget_tokens,
+            }),
+            // The API accepts no temperature with extended thinking.
+            temperature: self.temperature.filter(|_| budget.is_none()),
         };
-        let mut body = json!({
-            "model": request.model,
-            "max_tokens": max_tokens,
-            "messages": messages_json(&request.messages),
-            "stream": true,
-        });
-        let obj = body
-            .as_object_mut()
-            .expect("OK because it is an object literal");
-        if !request.system_prompt.is_empty() {
-            obj.insert("system".into(), request.system_prompt.clone().into());
-        }
-        if !request.tools.is_empty() {
-            let tools: Vec<Value> = request
-                .tools
-                .iter()
-                .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
-                .collect();
-            obj.insert("tools".into(), tools.into());
-        }
-        match (budget, self.temperature) {
-            (Some(b), _) => {
-                obj.insert(
-                    "thinking".into(),
-                    json!({"type": "enabled", "budget_tokens": b}),
-                );
-            }
-            (None, Some(t)) => {
-                obj.insert("temperature".into(), t.into());
-            }
-            (None, None) => {}
-        }
-        body
+        let mut out = Vec::new();
+        // OK because writing to a Vec cannot fail, and every value here serializes.
+        serde_json::to_writer(&mut out, &body).expect("the body serializes");
+        out
     }
 }
 
 super::http_setters!(Anthropic, "The key sent as `x-api-key`. Defaults to none.");
 
-/// The transcript as Anthropic messages: user turns and assistant turns alternate, so
-/// consecutive user-side messages (user text, tool results) share one turn.
-fn messages_json(messages: &[Message]) -> Vec<Value> {
-    let mut out: Vec<(&str, Vec<Value>)> = Vec::new();
-    for message in messages {
-        let (role, blocks) = match message {
-            Message::User(m) => ("user", vec![json!({"type": "text", "text": m.content})]),
-            Message::ToolResult(r) => (
-                "user",
-                vec![json!({"type": "tool_result", "tool_use_id": r.tool_call_id,
-                            "content": r.content, "is_error": r.is_error})],
-            ),
-            Message::Assistant(m) => ("assistant", assistant_blocks(m)),
-        };
-        if blocks.is_empty() {
-            continue;
-        }
-        match out.last_mut() {
-            Some((last, content)) if *last == role => content.extend(blocks),
-            _ => out.push((role, blocks)),
-        }
-    }
-    out.into_iter()
-        .map(|(role, content)| json!({"role": role, "content": content}))
-        .collect()
+/// The Messages body of one request, borrowing from it.
+#[derive(Serialize)]
+struct Body<'a> {
+    model: &'a str,
+    max_tokens: u32,
+    messages: Turns<'a>,
+    stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tools: Option<Tools<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    thinking: Option<Thinking>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f32>,
 }
 
-fn assistant_blocks(m: &AssistantMessage) -> Vec<Value> {
-    m.content
-        .iter()
-        .filter_map(|block| match block {
-            // The API rejects empty text and unsigned thinking.
-            ContentBlock::Text { text } if text.is_empty() => None,
-            ContentBlock::Text { text } => Some(json!({"type": "text", "text": text})),
-            ContentBlock::Thinking {
-                thinking,
-                signature: Some(signature),
-            } => Some(json!({"type": "thinking", "thinking": thinking, "signature": signature})),
-            ContentBlock::Thinking { .. } => None,
-            ContentBlock::ToolCall(call) => {
-                // Invalid arguments still need an object here; the tool result told the
-                // model what was wrong.
-                let input = call
-                    .parse_arguments()
-                    .ok()
-                    .filter(Value::is_object)
-                    .unwrap_or_else(|| json!({}));
-                Some(json!({"type": "tool_use", "id": call.id, "name": call.name, "input": input}))
-            }
-        })
-        .collect()
+#[derive(Serialize)]
+struct Thinking {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    budget_tokens: u32,
+}
+
+struct Tools<'a>(&'a [ToolDefinition]);
+
+impl Serialize for Tools<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().map(|t| WireTool {
+            name: &t.name,
+            description: &t.description,
+            input_schema: &t.parameters,
+        }))
+    }
+}
+
+#[derive(Serialize)]
+struct WireTool<'a> {
+    name: &'a str,
+    description: &'a str,
+    input_schema: &'a Value,
+}
+
+/// The transcript as Anthropic messages: user turns and assistant turns alternate, so
+/// consecutive user-side messages (user text, tool results) share one turn. Messages with
+/// nothing to send (an empty reply) are left out before turns are joined.
+struct Turns<'a>(&'a [Arc<Message>]);
+
+impl Serialize for Turns<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut rest = self.0;
+        let turns = std::iter::from_fn(|| {
+            let start = rest.iter().position(|m| sends(m))?;
+            let role = role(&rest[start]);
+            // A turn runs on over messages of its role, and over those that send nothing.
+            let len = rest[start..]
+                .iter()
+                .position(|m| sends(m) && self::role(m) != role)
+                .unwrap_or(rest.len() - start);
+            let turn = &rest[start..start + len];
+            rest = &rest[start + len..];
+            Some(Turn {
+                role,
+                content: TurnBlocks(turn),
+            })
+        });
+        s.collect_seq(turns)
+    }
+}
+
+fn role(message: &Message) -> &'static str {
+    match message {
+        Message::User(_) | Message::ToolResult(_) => "user",
+        Message::Assistant(_) => "assistant",
+    }
+}
+
+/// True when `message` has a block to send.
+fn sends(message: &Message) -> bool {
+    blocks(message).next().is_some()
+}
+
+#[derive(Serialize)]
+struct Turn<'a> {
+    role: &'static str,
+    content: TurnBlocks<'a>,
+}
+
+/// The content blocks of one turn: every block of its messages, in order.
+struct TurnBlocks<'a>(&'a [Arc<Message>]);
+
+impl Serialize for TurnBlocks<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().flat_map(|m| blocks(m)))
+    }
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum WireBlock<'a> {
+    Text {
+        text: &'a str,
+    },
+    Thinking {
+        thinking: &'a str,
+        signature: &'a str,
+    },
+    ToolUse {
+        id: &'a str,
+        name: &'a str,
+        input: &'a RawValue,
+    },
+    ToolResult {
+        tool_use_id: &'a str,
+        content: &'a str,
+        is_error: bool,
+    },
+}
+
+/// The blocks a message sends.
+fn blocks(message: &Message) -> impl Iterator<Item = WireBlock<'_>> {
+    let (one, reply) = match message {
+        Message::User(m) => (Some(WireBlock::Text { text: &m.content }), None),
+        Message::ToolResult(r) => (
+            Some(WireBlock::ToolResult {
+                tool_use_id: &r.tool_call_id,
+                content: &r.content,
+                is_error: r.is_error,
+            }),
+            None,
+        ),
+        Message::Assistant(m) => (None, Some(m.content.iter().filter_map(assistant_block))),
+    };
+    one.into_iter().chain(reply.into_iter().flatten())
+}
+
+fn assistant_block(block: &ContentBlock) -> Option<WireBlock<'_>> {
+    match block {
+        // The API rejects empty text and unsigned thinking.
+        ContentBlock::Text { text } if text.is_empty() => None,
+        ContentBlock::Text { text } => Some(WireBlock::Text { text }),
+        ContentBlock::Thinking {
+            thinking,
+            signature: Some(signature),
+        } => Some(WireBlock::Thinking {
+            thinking,
+            signature,
+        }),
+        ContentBlock::Thinking { .. } => None,
+        ContentBlock::ToolCall(call) => Some(WireBlock::ToolUse {
+            id: &call.id,
+            name: &call.name,
+            input: tool_input(&call.arguments),
+        }),
+    }
+}
+
+/// The arguments as sent: the model's own JSON text when it is an object; else `{}`, as
+/// invalid arguments still need an object here (the tool result told the model what was
+/// wrong).
+fn tool_input(arguments: &str) -> &RawValue {
+    let empty: &RawValue = serde_json::from_str("{}").expect("OK because `{}` is JSON");
+    let arguments = arguments.trim();
+    if !arguments.starts_with('{') {
+        return empty;
+    }
+    serde_json::from_str::<&RawValue>(arguments).unwrap_or(empty)
 }
 
 impl Provider for Anthropic {
@@ -200,8 +312,8 @@ impl Provider for Anthropic {
         &self,
         request: &Request,
         cancel: &CancelToken,
-        on_event: &mut dyn FnMut(StreamEvent),
-    ) -> Result<AssistantMessage, Error> {
+        on_event: &mut OnEvent<'_>,
+    ) -> Result<ReplyEnd, Error> {
         let mut headers = vec![("anthropic-version", ANTHROPIC_VERSION.to_owned())];
         if let Some(key) = &self.endpoint.api_key {
             headers.push(("x-api-key", key.clone()));
@@ -209,8 +321,7 @@ impl Provider for Anthropic {
         let call = Call {
             path: "/v1/messages",
             headers,
-            body: self.request_body(request),
-            model: &request.model,
+            body: self.body_bytes(request),
         };
         self.endpoint
             .stream(call, Decoder::default(), cancel, on_event)
@@ -228,25 +339,34 @@ struct Decoder {
     calls: usize,
     stop: Option<String>,
     usage: Usage,
+    id: Option<String>,
+    model: Option<String>,
 }
+
+// The event types borrow from the event's text: a delta's strings are copied once, into the
+// event handed on.
 
 #[derive(Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
-enum Event {
+enum Event<'a> {
     MessageStart {
-        message: StartMessage,
+        #[serde(borrow)]
+        message: StartMessage<'a>,
     },
     ContentBlockStart {
         index: u64,
-        content_block: Block,
+        #[serde(borrow)]
+        content_block: Block<'a>,
     },
     ContentBlockDelta {
         index: u64,
-        delta: Delta,
+        #[serde(borrow)]
+        delta: Delta<'a>,
     },
     ContentBlockStop {},
     MessageDelta {
-        delta: MessageDelta,
+        #[serde(borrow)]
+        delta: MessageDelta<'a>,
         usage: Option<WireUsage>,
     },
     MessageStop {},
@@ -259,24 +379,30 @@ enum Event {
 }
 
 #[derive(Deserialize)]
-struct StartMessage {
+struct StartMessage<'a> {
+    #[serde(borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    model: Option<Cow<'a, str>>,
     usage: Option<WireUsage>,
 }
 
 #[derive(Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
-enum Block {
+enum Block<'a> {
     Text {
-        #[serde(default)]
-        text: String,
+        #[serde(default, borrow)]
+        text: Cow<'a, str>,
     },
     Thinking {
-        #[serde(default)]
-        thinking: String,
+        #[serde(default, borrow)]
+        thinking: Cow<'a, str>,
     },
     ToolUse {
-        id: String,
-        name: String,
+        #[serde(borrow)]
+        id: Cow<'a, str>,
+        #[serde(borrow)]
+        name: Cow<'a, str>,
     },
     #[serde(other)]
     Other,
@@ -286,26 +412,31 @@ enum Block {
 #[allow(clippy::enum_variant_names)]
 #[derive(Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
-enum Delta {
+enum Delta<'a> {
     TextDelta {
-        text: String,
+        #[serde(borrow)]
+        text: Cow<'a, str>,
     },
     ThinkingDelta {
-        thinking: String,
+        #[serde(borrow)]
+        thinking: Cow<'a, str>,
     },
     SignatureDelta {
-        signature: String,
+        #[serde(borrow)]
+        signature: Cow<'a, str>,
     },
     InputJsonDelta {
-        partial_json: String,
+        #[serde(borrow)]
+        partial_json: Cow<'a, str>,
     },
     #[serde(other)]
     Other,
 }
 
 #[derive(Deserialize)]
-struct MessageDelta {
-    stop_reason: Option<String>,
+struct MessageDelta<'a> {
+    #[serde(borrow)]
+    stop_reason: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -318,31 +449,46 @@ struct WireUsage {
 
 impl Decode for Decoder {
     /// Handles one event; true at `message_stop`.
-    fn event(&mut self, data: &str, out: &mut Emitter<'_>) -> Result<bool, Error> {
-        let event: Event = serde_json::from_str(data)
+    fn event(&mut self, data: &str, out: &mut Emitter<'_, '_>) -> Result<bool, Error> {
+        let event: Event<'_> = serde_json::from_str(data)
             .map_err(|e| Error::Stream(format!("an event is not valid json ({e})")))?;
         match event {
-            Event::MessageStart { message } => self.usage(message.usage, out),
+            Event::MessageStart { message } => {
+                self.id = message.id.map(Cow::into_owned);
+                self.model = message.model.filter(|m| !m.is_empty()).map(Cow::into_owned);
+                self.usage(message.usage, out)?;
+            }
             Event::ContentBlockStart {
                 index,
                 content_block,
             } => match content_block {
-                Block::Text { text } if !text.is_empty() => out.emit(StreamEvent::text(text)),
+                Block::Text { text } if !text.is_empty() => {
+                    out.emit(StreamEvent::text(text.into_owned()))?
+                }
                 Block::Thinking { thinking } if !thinking.is_empty() => {
-                    out.emit(StreamEvent::thinking(thinking))
+                    out.emit(StreamEvent::thinking(thinking.into_owned()))?
                 }
                 Block::ToolUse { id, name } => {
                     self.blocks.push((index, self.calls));
                     self.calls += 1;
-                    out.emit(StreamEvent::ToolCallStart { id, name });
+                    out.emit(StreamEvent::ToolCallStart {
+                        id: id.into_owned(),
+                        name: name.into_owned(),
+                    })?;
                 }
                 _ => {}
             },
             Event::ContentBlockDelta { index, delta } => match delta {
-                Delta::TextDelta { text } => out.emit(StreamEvent::TextDelta { text }),
-                Delta::ThinkingDelta { thinking } => out.emit(StreamEvent::thinking(thinking)),
+                Delta::TextDelta { text } => out.emit(StreamEvent::TextDelta {
+                    text: text.into_owned(),
+                })?,
+                Delta::ThinkingDelta { thinking } => {
+                    out.emit(StreamEvent::thinking(thinking.into_owned()))?
+                }
                 Delta::SignatureDelta { signature } => {
-                    out.emit(StreamEvent::ThinkingSignature { signature })
+                    out.emit(StreamEvent::ThinkingSignature {
+                        signature: signature.into_owned(),
+                    })?
                 }
                 Delta::InputJsonDelta { partial_json } => {
                     let call = self.blocks.iter().find(|(i, _)| *i == index).map(|b| b.1);
@@ -354,17 +500,17 @@ impl Decode for Decoder {
                     if !partial_json.is_empty() {
                         out.emit(StreamEvent::ToolCallDelta {
                             index,
-                            arguments: partial_json,
-                        });
+                            arguments: partial_json.into_owned(),
+                        })?;
                     }
                 }
                 Delta::Other => {}
             },
             Event::MessageDelta { delta, usage } => {
-                if delta.stop_reason.is_some() {
-                    self.stop = delta.stop_reason;
+                if let Some(stop) = delta.stop_reason {
+                    self.stop = Some(stop.into_owned());
                 }
-                self.usage(usage, out);
+                self.usage(usage, out)?;
             }
             Event::MessageStop {} => return Ok(true),
             Event::Error { error } => return Err(http::api_error(&error)),
@@ -373,7 +519,7 @@ impl Decode for Decoder {
         Ok(false)
     }
 
-    fn finish(self, ended: bool, partial: PartialMessage) -> Result<AssistantMessage, Error> {
+    fn finish(self, ended: bool) -> Result<ReplyEnd, Error> {
         if !ended {
             return Err(Error::Stream("the stream ended before message_stop".into()));
         }
@@ -390,16 +536,19 @@ impl Decode for Decoder {
             None if self.calls > 0 => StopReason::ToolUse,
             None => StopReason::Stop,
         };
-        let message = partial.to_message(stop);
-        Ok(message)
+        Ok(ReplyEnd {
+            stop_reason: stop,
+            response_id: self.id,
+            model: self.model,
+        })
     }
 }
 
 impl Decoder {
     /// Merges a usage report (`message_start` has the input, `message_delta` the output;
     /// each field, when present, is the running total).
-    fn usage(&mut self, wire: Option<WireUsage>, out: &mut Emitter<'_>) {
-        let Some(w) = wire else { return };
+    fn usage(&mut self, wire: Option<WireUsage>, out: &mut Emitter<'_, '_>) -> Result<(), Error> {
+        let Some(w) = wire else { return Ok(()) };
         let mut u = self.usage;
         let fresh = w.input_tokens.unwrap_or(0);
         let read = w.cache_read_input_tokens.unwrap_or(0);
@@ -414,14 +563,15 @@ impl Decoder {
         }
         u.total = u.input.saturating_add(u.output);
         self.usage = u;
-        out.emit(StreamEvent::Usage { usage: u });
+        out.emit(StreamEvent::Usage { usage: u })
     }
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::llm::ToolDefinition;
-    use crate::message::{ToolCall, ToolResultMessage};
+    use crate::message::{AssistantMessage, ToolCall, ToolResultMessage};
+    use serde_json::json;
 
     #[test]
     fn request_body_has_system_tools_and_alternating_turns() {
@@ -432,8 +582,9 @@ mod tests {
                 name: "f".into(),
                 description: "does f".into(),
                 parameters: json!({"type": "object"}),
-            }],
-            messages: vec![
+            }]
+            .into(),
+            messages: [
                 Message::user("hi"),
                 Message::Assistant(AssistantMessage {
                     content: vec![
@@ -459,7 +610,10 @@ mod tests {
                     details: None,
                 }),
                 Message::user("and now?"),
-            ],
+            ]
+            .into_iter()
+            .map(Arc::new)
+            .collect(),
             thinking: ThinkingLevel::Off,
         };
         let body = Anthropic::new("http://x")

@@ -8,17 +8,17 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::{CancelToken, Provider, Request, StreamEvent};
+use super::{CancelToken, OnEvent, Provider, ReplyEnd, Request, StreamEvent};
 use crate::Error;
-use crate::message::{AssistantMessage, StopReason, Usage};
-use crate::partial::PartialMessage;
+use crate::message::{StopReason, Usage};
 
 /// A scripted provider: each call takes the next reply from a queue and streams it in small
 /// chunks, exactly as a real server would, so the agent's events, state and tools behave the
 /// same as in production.
 ///
 /// `Faux` is a cheap handle (clone it to keep one for assertions): [`Faux::requests`] tells
-/// what the agent sent, and replies can be pushed while a run is going on.
+/// what the agent sent (the last [`Faux::DEFAULT_RECORDED`] requests, or as many as
+/// [`Faux::record_requests`] says), and replies can be pushed while a run is going on.
 ///
 /// ```
 /// use pagent::llm::{Faux, FauxReply};
@@ -51,15 +51,36 @@ enum Scripted {
     Dynamic(Box<ReplyFn>),
 }
 
-#[derive(Default)]
 struct Inner {
     queue: Mutex<VecDeque<Scripted>>,
-    requests: Mutex<Vec<Request>>,
+    requests: Mutex<Recorded>,
     // Tool call ids are unique over the provider's life, as a real server's are.
     calls_made: AtomicUsize,
 }
 
+/// The requests kept for [`Faux::requests`]: the newest `limit`.
+struct Recorded {
+    limit: usize,
+    kept: VecDeque<Request>,
+}
+
+impl Default for Inner {
+    fn default() -> Inner {
+        Inner {
+            queue: Mutex::default(),
+            requests: Mutex::new(Recorded {
+                limit: Faux::DEFAULT_RECORDED,
+                kept: VecDeque::new(),
+            }),
+            calls_made: AtomicUsize::new(0),
+        }
+    }
+}
+
 impl Faux {
+    /// How many requests [`Faux::requests`] keeps unless told otherwise.
+    pub const DEFAULT_RECORDED: usize = 64;
+
     /// A provider that plays `script`, one reply per model call, in order
     /// (`Faux::default()` starts with an empty script). Defaults to chunks of 4 characters and
     /// no pacing.
@@ -146,9 +167,27 @@ impl Faux {
         self.inner.queue.lock().len()
     }
 
-    /// Every request received so far, oldest first.
+    /// Keeps the newest `n` requests for [`Faux::requests`] (0 keeps none), dropping the
+    /// oldest beyond that, so a long-running demo holds bounded memory. Applies to every
+    /// clone of this handle. Defaults to [`Faux::DEFAULT_RECORDED`].
+    ///
+    /// A kept request shares its messages with the agent's transcript (`Arc`s), so each one
+    /// costs a pointer per message, not a copy of the transcript.
+    #[must_use]
+    pub fn record_requests(self, n: usize) -> Faux {
+        let mut recorded = self.inner.requests.lock();
+        recorded.limit = n;
+        while recorded.kept.len() > n {
+            recorded.kept.pop_front();
+        }
+        drop(recorded);
+        self
+    }
+
+    /// The requests received so far, oldest first: the newest [`Faux::DEFAULT_RECORDED`]
+    /// of them, or as many as [`Faux::record_requests`] set.
     pub fn requests(&self) -> Vec<Request> {
-        self.inner.requests.lock().clone()
+        self.inner.requests.lock().kept.iter().cloned().collect()
     }
 
     fn pause(&self, cancel: &CancelToken) -> bool {
@@ -181,9 +220,16 @@ impl Provider for Faux {
         &self,
         request: &Request,
         cancel: &CancelToken,
-        on_event: &mut dyn FnMut(StreamEvent),
-    ) -> Result<AssistantMessage, Error> {
-        self.inner.requests.lock().push(request.clone());
+        on_event: &mut OnEvent<'_>,
+    ) -> Result<ReplyEnd, Error> {
+        let mut recorded = self.inner.requests.lock();
+        if recorded.limit > 0 {
+            if recorded.kept.len() == recorded.limit {
+                recorded.kept.pop_front();
+            }
+            recorded.kept.push_back(request.clone());
+        }
+        drop(recorded);
         // Take the reply out before running a closure, so the closure may push more.
         let next = self.inner.queue.lock().pop_front();
         let reply = match next {
@@ -202,12 +248,9 @@ impl Provider for Faux {
         if let Some(message) = reply.fail_at_once {
             return Err(Error::Provider(message));
         }
-        let mut partial = PartialMessage::new(&request.model);
-        let mut emit = |event: StreamEvent, partial: &mut PartialMessage| {
-            partial.push(&event);
-            on_event(event);
-        };
         let mut calls = 0;
+        // Bytes of text, reasoning and arguments streamed, for the usage estimate.
+        let mut streamed = 0;
         for part in &reply.parts {
             let pieces: Vec<StreamEvent> = match part {
                 Part::Text(t) => chunks(t, self.chunk_chars).map(StreamEvent::text).collect(),
@@ -236,11 +279,15 @@ impl Provider for Faux {
                     .collect()
                 }
             };
+            streamed += match part {
+                Part::Text(t) | Part::Thinking(t) => t.len(),
+                Part::ToolCall { arguments, .. } => arguments.len(),
+            };
             for piece in pieces {
                 if self.pause(cancel) {
                     return Err(Error::Aborted);
                 }
-                emit(piece, &mut partial);
+                on_event(piece)?;
             }
         }
         if let Some(stall) = reply.stall_after
@@ -253,14 +300,14 @@ impl Provider for Faux {
         }
         let usage = reply
             .usage
-            .unwrap_or_else(|| estimate_usage(request, &partial));
-        emit(StreamEvent::Usage { usage }, &mut partial);
+            .unwrap_or_else(|| estimate_usage(request, streamed));
+        on_event(StreamEvent::Usage { usage })?;
         let stop = reply.stop.unwrap_or(if calls > 0 {
             StopReason::ToolUse
         } else {
             StopReason::Stop
         });
-        Ok(partial.to_message(stop))
+        Ok(ReplyEnd::new(stop))
     }
 
     fn name(&self) -> &str {
@@ -287,7 +334,7 @@ fn chunks(s: &str, n: usize) -> impl Iterator<Item = &str> {
 }
 
 /// About four characters a token, like the tokenizers of common models.
-fn estimate_usage(request: &Request, reply: &PartialMessage) -> Usage {
+fn estimate_usage(request: &Request, reply_bytes: usize) -> Usage {
     let prompt_chars: usize = request.system_prompt.len()
         + request
             .messages
@@ -295,7 +342,7 @@ fn estimate_usage(request: &Request, reply: &PartialMessage) -> Usage {
             .map(|m| m.text().len())
             .sum::<usize>();
     let input = (prompt_chars / 4).max(1) as u64;
-    let output = (reply.len() / 4).max(1) as u64;
+    let output = (reply_bytes / 4).max(1) as u64;
     Usage {
         input,
         output,
@@ -447,14 +494,19 @@ impl FauxReply {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::ContentBlock;
+    use crate::message::{AssistantMessage, ContentBlock};
+    use crate::partial::PartialMessage;
 
+    /// The events of one call, and the reply they assemble into, as the agent does it.
     fn run(faux: &Faux) -> (Vec<StreamEvent>, Result<AssistantMessage, Error>) {
         let mut events = Vec::new();
         let r = faux.stream(&Request::default(), &CancelToken::new(), &mut |e| {
-            events.push(e)
+            events.push(e);
+            Ok(())
         });
-        (events, r)
+        let mut partial = PartialMessage::new("");
+        events.iter().for_each(|e| partial.push(e));
+        (events, r.map(|end| partial.to_message(end.stop_reason)))
     }
 
     #[test]
@@ -514,8 +566,41 @@ mod tests {
         let faux = Faux::default().reply(FauxReply::text("a long reply"));
         let cancel = CancelToken::new();
         cancel.cancel();
-        let r = faux.stream(&Request::default(), &cancel, &mut |_| {});
+        let r = faux.stream(&Request::default(), &cancel, &mut |_| Ok(()));
         assert_eq!(r.unwrap_err(), Error::Aborted);
+    }
+
+    #[test]
+    fn faux_keeps_a_bounded_history_of_requests() {
+        let faux = Faux::default().otherwise(|_| FauxReply::text("ok"));
+        let request = |model: &str| Request {
+            model: model.into(),
+            ..Request::default()
+        };
+        for i in 0..Faux::DEFAULT_RECORDED + 10 {
+            faux.stream(&request(&i.to_string()), &CancelToken::new(), &mut |_| {
+                Ok(())
+            })
+            .unwrap();
+        }
+        let kept = faux.requests();
+        assert_eq!(kept.len(), Faux::DEFAULT_RECORDED);
+        assert_eq!(kept[0].model, "10", "the oldest are dropped");
+        let faux = faux.record_requests(2);
+        assert_eq!(faux.requests().len(), 2);
+        faux.stream(&request("last"), &CancelToken::new(), &mut |_| Ok(()))
+            .unwrap();
+        let models: Vec<_> = faux.requests().into_iter().map(|r| r.model).collect();
+        assert_eq!(
+            models,
+            [(Faux::DEFAULT_RECORDED + 9).to_string(), "last".into()]
+        );
+        let none = Faux::default()
+            .otherwise(|_| FauxReply::text("ok"))
+            .record_requests(0);
+        none.stream(&request("x"), &CancelToken::new(), &mut |_| Ok(()))
+            .unwrap();
+        assert!(none.requests().is_empty());
     }
 
     #[test]

@@ -18,9 +18,7 @@ use std::time::{Duration, Instant, SystemTime};
 use super::retry::{RetryPolicy, parse_retry_after};
 use super::sse;
 use super::transport::{Ctx, Ready, Stage, Tcp};
-use super::{CancelToken, StreamEvent};
-use crate::message::AssistantMessage;
-use crate::partial::PartialMessage;
+use super::{CancelToken, OnEvent, ReplyEnd, StreamEvent};
 use crate::{Error, TimeoutPhase};
 use ureq::unversioned::transport::{ConnectProxyConnector, Connector, RustlsConnector};
 
@@ -110,8 +108,9 @@ impl Endpoint {
         })
     }
 
-    /// Sends `call` and decodes its event stream with `decoder` into the reply, handing each
-    /// event to `on_event` as it comes; see [`HttpClient::open`] for the retries.
+    /// Sends `call` and decodes its event stream with `decoder`, handing each event to
+    /// `on_event` as it comes; see [`HttpClient::open`] for the retries. Returns how the
+    /// reply ended, as the decoder says.
     ///
     /// Every error returned, and every retry announced, has the API key scrubbed from it: a
     /// server may echo the key in an error body, an in-stream error or a broken reply.
@@ -120,8 +119,8 @@ impl Endpoint {
         call: Call<'_>,
         decoder: impl Decode,
         cancel: &CancelToken,
-        on_event: &mut dyn FnMut(StreamEvent),
-    ) -> Result<AssistantMessage, Error> {
+        on_event: &mut OnEvent<'_>,
+    ) -> Result<ReplyEnd, Error> {
         let secret = self.api_key.as_deref();
         let mut on_event = |event| on_event(scrub_event(event, secret));
         self.stream_unscrubbed(call, decoder, cancel, &mut on_event)
@@ -133,27 +132,28 @@ impl Endpoint {
         mut call: Call<'_>,
         mut decoder: impl Decode,
         cancel: &CancelToken,
-        on_event: &mut dyn FnMut(StreamEvent),
-    ) -> Result<AssistantMessage, Error> {
+        on_event: &mut OnEvent<'_>,
+    ) -> Result<ReplyEnd, Error> {
         call.headers
             .push(("content-type", "application/json".to_owned()));
+        // The body bytes move into the request as they are: serialized once per model call,
+        // and every attempt sends these same bytes.
         let post = Post {
             url: format!("{}{}", self.base_url, call.path),
             headers: call.headers,
-            body: serde_json::to_vec(&call.body)
-                .map_err(|e| Error::Config(format!("cannot encode the request: {e}")))?,
+            body: call.body,
         };
+        // A retry notice adds nothing to the reply, so the agent never refuses one.
         let mut body = self
             .http
-            .open(&post, self.api_key.as_deref(), cancel, on_event)?;
-        let mut out = Emitter {
-            partial: PartialMessage::new(call.model),
-            on_event,
-        };
+            .open(&post, self.api_key.as_deref(), cancel, &mut |event| {
+                let _ = on_event(event);
+            })?;
+        let mut out = Emitter { on_event };
         let ended = for_each_event(&mut body, self.http.max_event_bytes, cancel, |event| {
             decoder.event(&event.data, &mut out)
         })?;
-        decoder.finish(ended, out.partial)
+        decoder.finish(ended)
     }
 }
 
@@ -163,10 +163,8 @@ pub(crate) struct Call<'a> {
     pub(crate) path: &'a str,
     /// The provider's headers; the content type is added.
     pub(crate) headers: Vec<(&'static str, String)>,
-    /// The JSON body.
-    pub(crate) body: serde_json::Value,
-    /// The model, for the reply.
-    pub(crate) model: &'a str,
+    /// The JSON body, serialized.
+    pub(crate) body: Vec<u8>,
 }
 
 /// A provider's decoder of its event stream.
@@ -175,27 +173,30 @@ pub(crate) trait Decode {
     /// the event ends the reply.
     ///
     /// # Errors
-    /// A malformed event, or an error the server reports in the stream.
-    fn event(&mut self, data: &str, out: &mut Emitter<'_>) -> Result<bool, Error>;
+    /// A malformed event, an error the server reports in the stream, or the refusal of
+    /// `out` (the agent's reply limit).
+    fn event(&mut self, data: &str, out: &mut Emitter<'_, '_>) -> Result<bool, Error>;
 
-    /// The reply once the stream is over: `partial` holds what the events built, `ended`
-    /// says whether an event ended the reply (else the body just stopped).
+    /// How the reply ended, once the stream is over: `ended` says whether an event ended
+    /// the reply (else the body just stopped).
     ///
     /// # Errors
     /// A stream cut short, or a reply the server stopped (a content filter, a refusal).
-    fn finish(self, ended: bool, partial: PartialMessage) -> Result<AssistantMessage, Error>;
+    fn finish(self, ended: bool) -> Result<ReplyEnd, Error>;
 }
 
-/// Where a decoder's events go: into the reply being assembled, and to the caller.
-pub(crate) struct Emitter<'a> {
-    partial: PartialMessage,
-    on_event: &'a mut dyn FnMut(StreamEvent),
+/// Where a decoder's events go: to the caller, which assembles the reply.
+pub(crate) struct Emitter<'a, 'b> {
+    on_event: &'a mut OnEvent<'b>,
 }
 
-impl Emitter<'_> {
-    pub(crate) fn emit(&mut self, event: StreamEvent) {
-        self.partial.push(&event);
-        (self.on_event)(event);
+impl Emitter<'_, '_> {
+    /// Hands `event` on.
+    ///
+    /// # Errors
+    /// The caller refused it: the reply must stop with this error.
+    pub(crate) fn emit(&mut self, event: StreamEvent) -> Result<(), Error> {
+        (self.on_event)(event)
     }
 }
 
@@ -694,7 +695,11 @@ fn scrub_error(mut e: Error, secret: Option<&str>) -> Error {
         | Error::Wire(message)
         | Error::Io(message)
         | Error::Panic { message, .. } => vec![message],
-        Error::Busy | Error::Aborted | Error::Timeout(_) | Error::ScriptExhausted => vec![],
+        Error::Busy
+        | Error::Aborted
+        | Error::Timeout(_)
+        | Error::ScriptExhausted
+        | Error::ReplyTooLarge { .. } => vec![],
     };
     for text in texts {
         *text = clip(std::mem::take(text), secret, FINAL_MESSAGE_LIMIT);

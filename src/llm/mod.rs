@@ -1,8 +1,9 @@
 //! Model providers: the blocking, streaming [`Provider`] trait and its request and stream types.
 //!
 //! A provider turns one [`Request`] into a sequence of [`StreamEvent`]s, handed to a callback
-//! as they arrive, and a final [`AssistantMessage`]. It runs on the agent's run thread and
-//! blocks it until the reply is complete, failed, or cancelled through the [`CancelToken`].
+//! as they arrive, and a [`ReplyEnd`] saying how the reply ended. The agent alone assembles
+//! the reply from the events. A provider runs on the agent's run thread and blocks it until
+//! the reply is complete, failed, or cancelled through the [`CancelToken`].
 //!
 //! This layer knows nothing of agents: it imports only the message types.
 //!
@@ -48,13 +49,14 @@
 //!   server's text has the key removed before it is cut, and notes are appended after.
 //! - **Configuration** from the environment: see [`from_env`].
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::Error;
 pub use crate::cancel::CancelToken;
-use crate::message::{AssistantMessage, Message, Usage};
+use crate::message::{Message, StopReason, Usage};
 
 /// The key and client setters every HTTP provider has, and its base URL, delegating to its
 /// `endpoint: Endpoint` field; `$key_doc` documents `api_key` (how the key is sent).
@@ -148,10 +150,11 @@ pub use retry::RetryPolicy;
 pub struct Request {
     /// The system prompt; empty for none.
     pub system_prompt: String,
-    /// The conversation so far, oldest first.
-    pub messages: Vec<Message>,
-    /// The tools the model may call.
-    pub tools: Vec<ToolDefinition>,
+    /// The conversation so far, oldest first: the transcript's own messages, shared, not
+    /// copied (see `AgentBuilder::transform_context` to send others).
+    pub messages: Vec<Arc<Message>>,
+    /// The tools the model may call: the agent's own list, shared, not copied.
+    pub tools: Arc<[ToolDefinition]>,
     /// The model id, as the provider names it.
     pub model: String,
     /// How hard the model should think, where it can.
@@ -260,29 +263,113 @@ impl StreamEvent {
     }
 }
 
+/// How a reply ended, as the provider reports it: what the [`StreamEvent`]s cannot carry.
+///
+/// The reply's content and usage travel as events; the agent assembles the message from them
+/// and takes from here only the stop reason, the server's id of the response and the model
+/// the server says answered.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReplyEnd {
+    /// Why the reply ended. [`StopReason::Error`] ends the run with an error (a provider
+    /// that can say why returns `Err` instead).
+    pub stop_reason: StopReason,
+    /// The server's id of the response (`chatcmpl-...`, `msg_...`), if it sent one.
+    pub response_id: Option<String>,
+    /// The model the server says produced the reply, when it names one; the message then
+    /// carries it instead of the requested model.
+    pub model: Option<String>,
+}
+
+impl ReplyEnd {
+    /// A reply that ended with `stop_reason`, with no id and no model reported.
+    pub fn new(stop_reason: StopReason) -> ReplyEnd {
+        ReplyEnd {
+            stop_reason,
+            response_id: None,
+            model: None,
+        }
+    }
+
+    /// The same end, with the server's response id.
+    #[must_use]
+    pub fn response_id(mut self, id: impl Into<String>) -> ReplyEnd {
+        self.response_id = Some(id.into());
+        self
+    }
+
+    /// The same end, with the model the server reported.
+    #[must_use]
+    pub fn model(mut self, model: impl Into<String>) -> ReplyEnd {
+        self.model = Some(model.into());
+        self
+    }
+}
+
+/// Where a provider hands each [`StreamEvent`]: returns `Err` when the reply must stop (the
+/// agent's reply size limit was reached, for instance); the provider then returns that error
+/// at once.
+pub type OnEvent<'a> = dyn FnMut(StreamEvent) -> Result<(), Error> + 'a;
+
 /// A model server: blocking and streaming.
 ///
 /// # Contract
 /// - `stream` is called on the agent's run thread and blocks it until the reply ends.
-/// - It calls `on_event` for each piece as it arrives, in order, on the calling thread.
-/// - It returns the final message: the same content the events built, with the stop reason
-///   and usage. On error it returns `Err`; the agent keeps what the events delivered so far as
-///   the partial reply, so a provider need not assemble it again.
+/// - It calls `on_event` for each piece as it arrives, in order, on the calling thread. The
+///   agent alone assembles the reply from these events: text, thinking and its signature,
+///   tool calls and their argument fragments, usage. What the events did not show is not in
+///   the message, so a provider never builds the message itself.
+/// - When `on_event` returns `Err`, the provider stops reading and returns that error
+///   (`on_event(event)?` does it). The agent ignores any event after such a refusal and ends
+///   the reply with its own error whatever the provider returns.
+/// - It returns a [`ReplyEnd`]: the stop reason, and the response id and model when the
+///   server reports them. On error it returns `Err`; the agent keeps what the events
+///   delivered so far as the partial reply.
 /// - It checks `cancel` while it waits on the network or sleeps before a retry, and returns
 ///   `Err(Error::Aborted)` promptly once it is cancelled.
 /// - A panic inside it is caught by the agent and ends the run with an error.
+///
+/// ```
+/// use pagent::llm::{CancelToken, OnEvent, Provider, ReplyEnd, Request, StreamEvent};
+/// use pagent::{Agent, Error, StopReason};
+///
+/// /// Answers every request with the same words, streamed one by one.
+/// struct Parrot;
+///
+/// impl Provider for Parrot {
+///     fn stream(
+///         &self,
+///         _request: &Request,
+///         cancel: &CancelToken,
+///         on_event: &mut OnEvent<'_>,
+///     ) -> Result<ReplyEnd, Error> {
+///         for word in ["Hello", " there"] {
+///             if cancel.is_cancelled() {
+///                 return Err(Error::Aborted);
+///             }
+///             on_event(StreamEvent::text(word))?;
+///         }
+///         Ok(ReplyEnd::new(StopReason::Stop))
+///     }
+/// }
+///
+/// let agent = Agent::builder().provider(Parrot).build()?;
+/// assert_eq!(agent.prompt("hi")?.text(), "Hello there");
+/// # Ok::<(), pagent::Error>(())
+/// ```
 pub trait Provider: Send + Sync {
     /// Streams the reply to `request`.
     ///
     /// # Errors
-    /// [`Error::Aborted`] once `cancel` is cancelled; HTTP, timeout, connection and stream
-    /// errors as they happen; whatever the provider's own protocol reports.
+    /// [`Error::Aborted`] once `cancel` is cancelled; the error `on_event` returned; HTTP,
+    /// timeout, connection and stream errors as they happen; whatever the provider's own
+    /// protocol reports.
     fn stream(
         &self,
         request: &Request,
         cancel: &CancelToken,
-        on_event: &mut dyn FnMut(StreamEvent),
-    ) -> Result<AssistantMessage, Error>;
+        on_event: &mut OnEvent<'_>,
+    ) -> Result<ReplyEnd, Error>;
 
     /// A short name for logs and `Debug` (`"openai"`, `"anthropic"`, `"faux"`).
     fn name(&self) -> &str {
@@ -295,8 +382,8 @@ impl<P: Provider + ?Sized> Provider for std::sync::Arc<P> {
         &self,
         request: &Request,
         cancel: &CancelToken,
-        on_event: &mut dyn FnMut(StreamEvent),
-    ) -> Result<AssistantMessage, Error> {
+        on_event: &mut OnEvent<'_>,
+    ) -> Result<ReplyEnd, Error> {
         (**self).stream(request, cancel, on_event)
     }
 

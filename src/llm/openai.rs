@@ -1,14 +1,21 @@
 //! `OpenAiCompat`: the OpenAI Chat Completions API, as OpenAI, Ollama, vLLM, llama.cpp,
 //! LM Studio, OpenRouter, DeepSeek and others serve it.
 
-use serde::Deserialize;
-use serde_json::{Value, json};
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
+use serde::ser::{SerializeMap, Serializer};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::http::{self, Call, Decode, Emitter, Endpoint};
-use super::{CancelToken, Provider, Request, StreamEvent, ThinkingLevel};
+use super::{
+    CancelToken, OnEvent, Provider, ReplyEnd, Request, StreamEvent, ThinkingLevel, ToolDefinition,
+};
 use crate::Error;
-use crate::message::{AssistantMessage, Message, StopReason, Usage};
-use crate::partial::PartialMessage;
+use crate::message::{AssistantMessage, ContentBlock, Message, StopReason, Usage};
 
 /// The default base URL, OpenAI's.
 pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
@@ -114,52 +121,25 @@ impl OpenAiCompat {
         self
     }
 
-    /// The request body for `request`, as sent.
+    /// The request body for `request`, as sent (parsed back from the bytes it writes).
     pub fn request_body(&self, request: &Request) -> Value {
-        let mut messages = Vec::with_capacity(request.messages.len() + 1);
-        if !request.system_prompt.is_empty() {
-            messages.push(json!({"role": "system", "content": request.system_prompt}));
-        }
-        messages.extend(request.messages.iter().filter_map(message_json));
-        let mut body = json!({
-            "model": request.model,
-            "messages": messages,
-            "stream": true,
-            "stream_options": {"include_usage": true},
-        });
-        let obj = body
-            .as_object_mut()
-            .expect("OK because it is an object literal");
-        if !request.tools.is_empty() {
-            let tools: Vec<Value> = request
-                .tools
-                .iter()
-                .map(|t| {
-                    json!({"type": "function", "function": {
-                        "name": t.name, "description": t.description, "parameters": t.parameters,
-                    }})
-                })
-                .collect();
-            obj.insert("tools".into(), tools.into());
-        }
-        let effort = match request.thinking {
-            ThinkingLevel::Off => None,
-            ThinkingLevel::Minimal => Some("minimal"),
-            ThinkingLevel::Low => Some("low"),
-            ThinkingLevel::Medium => Some("medium"),
-            ThinkingLevel::High => Some("high"),
-        };
-        if let Some(effort) = effort {
-            obj.insert("reasoning_effort".into(), effort.into());
-        }
-        if let Some(t) = self.temperature {
-            obj.insert("temperature".into(), t.into());
-        }
-        if let Some(n) = self.max_tokens {
-            obj.insert("max_tokens".into(), n.into());
-        }
-        obj.extend(self.extra_body.clone());
-        body
+        // OK because the bytes were written by serde_json from JSON values.
+        serde_json::from_slice(&self.body_bytes(request)).expect("the body is valid JSON")
+    }
+
+    /// The request body for `request`, serialized straight from the shared messages.
+    fn body_bytes(&self, request: &Request) -> Vec<u8> {
+        let mut out = Vec::new();
+        // OK because writing to a Vec cannot fail, and every value here serializes.
+        serde_json::to_writer(
+            &mut out,
+            &Body {
+                provider: self,
+                request,
+            },
+        )
+        .expect("the body serializes");
+        out
     }
 }
 
@@ -168,38 +148,208 @@ super::http_setters!(
     "The key sent as `Authorization: Bearer <key>`. Defaults to none (local servers)."
 );
 
-fn message_json(message: &Message) -> Option<Value> {
+/// The Chat Completions body of one request, borrowing from it: written field by field,
+/// each known field left out when `extra_body` has the same key (the extra value wins).
+struct Body<'a> {
+    provider: &'a OpenAiCompat,
+    request: &'a Request,
+}
+
+impl Serialize for Body<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let (p, r) = (self.provider, self.request);
+        let extra = &p.extra_body;
+        let mut map = s.serialize_map(None)?;
+        macro_rules! field {
+            ($key:literal, $value:expr) => {
+                if !extra.contains_key($key) {
+                    map.serialize_entry($key, $value)?;
+                }
+            };
+        }
+        field!("model", &r.model);
+        field!("messages", &Messages(r));
+        field!("stream", &true);
+        field!(
+            "stream_options",
+            &StreamOptions {
+                include_usage: true
+            }
+        );
+        if !r.tools.is_empty() {
+            field!("tools", &Tools(&r.tools));
+        }
+        let effort = match r.thinking {
+            ThinkingLevel::Off => None,
+            ThinkingLevel::Minimal => Some("minimal"),
+            ThinkingLevel::Low => Some("low"),
+            ThinkingLevel::Medium => Some("medium"),
+            ThinkingLevel::High => Some("high"),
+        };
+        if let Some(effort) = effort {
+            field!("reasoning_effort", &effort);
+        }
+        if let Some(t) = p.temperature {
+            field!("temperature", &t);
+        }
+        if let Some(n) = p.max_tokens {
+            field!("max_tokens", &n);
+        }
+        for (key, value) in extra {
+            map.serialize_entry(key, value)?;
+        }
+        map.end()
+    }
+}
+
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+/// The system prompt and the transcript as Chat Completions messages.
+struct Messages<'a>(&'a Request);
+
+impl Serialize for Messages<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let r = self.0;
+        let system = (!r.system_prompt.is_empty()).then_some(Wire::System {
+            content: &r.system_prompt,
+        });
+        s.collect_seq(
+            system
+                .into_iter()
+                .chain(r.messages.iter().filter_map(|m| wire(m))),
+        )
+    }
+}
+
+#[derive(Serialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+enum Wire<'a> {
+    System {
+        content: &'a str,
+    },
+    User {
+        content: &'a str,
+    },
+    Assistant {
+        content: JoinedText<'a>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        tool_calls: Option<ToolCalls<'a>>,
+    },
+    Tool {
+        tool_call_id: &'a str,
+        content: &'a str,
+    },
+}
+
+fn wire(message: &Message) -> Option<Wire<'_>> {
     match message {
-        Message::User(m) => Some(json!({"role": "user", "content": m.content})),
-        Message::ToolResult(r) => Some(json!({
-            "role": "tool", "tool_call_id": r.tool_call_id, "content": r.content,
-        })),
+        Message::User(m) => Some(Wire::User {
+            content: &m.content,
+        }),
+        Message::ToolResult(r) => Some(Wire::Tool {
+            tool_call_id: &r.tool_call_id,
+            content: &r.content,
+        }),
         Message::Assistant(m) => {
-            let text = m.text();
-            let calls: Vec<Value> = m
-                .tool_calls()
-                .map(|c| {
-                    let args = if c.arguments.trim().is_empty() {
-                        "{}"
-                    } else {
-                        &c.arguments
-                    };
-                    json!({"id": c.id, "type": "function",
-                           "function": {"name": c.name, "arguments": args}})
-                })
-                .collect();
+            let has_text = m
+                .content
+                .iter()
+                .any(|b| matches!(b, ContentBlock::Text { text } if !text.is_empty()));
+            let has_calls = m.tool_calls().next().is_some();
             // An empty reply (aborted or failed before anything arrived) says nothing and
             // some servers reject an empty assistant message.
-            if text.is_empty() && calls.is_empty() {
+            if !has_text && !has_calls {
                 return None;
             }
-            let mut out = json!({"role": "assistant", "content": text});
-            if !calls.is_empty() {
-                out["tool_calls"] = calls.into();
-            }
-            Some(out)
+            Some(Wire::Assistant {
+                content: JoinedText(&m.content),
+                tool_calls: has_calls.then_some(ToolCalls(m)),
+            })
         }
     }
+}
+
+/// The text blocks of a reply joined into one string, written without joining them first.
+struct JoinedText<'a>(&'a [ContentBlock]);
+
+impl Serialize for JoinedText<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl fmt::Display for JoinedText<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.iter().try_for_each(|b| match b {
+            ContentBlock::Text { text } => f.write_str(text),
+            _ => Ok(()),
+        })
+    }
+}
+
+struct ToolCalls<'a>(&'a AssistantMessage);
+
+impl Serialize for ToolCalls<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.tool_calls().map(|c| WireCall {
+            id: &c.id,
+            kind: "function",
+            function: WireFunction {
+                name: &c.name,
+                arguments: if c.arguments.trim().is_empty() {
+                    "{}"
+                } else {
+                    &c.arguments
+                },
+            },
+        }))
+    }
+}
+
+#[derive(Serialize)]
+struct WireCall<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct WireFunction<'a> {
+    name: &'a str,
+    arguments: &'a str,
+}
+
+struct Tools<'a>(&'a [ToolDefinition]);
+
+impl Serialize for Tools<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().map(|t| WireTool {
+            kind: "function",
+            function: WireToolFunction {
+                name: &t.name,
+                description: &t.description,
+                parameters: &t.parameters,
+            },
+        }))
+    }
+}
+
+#[derive(Serialize)]
+struct WireTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireToolFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct WireToolFunction<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
 }
 
 impl Provider for OpenAiCompat {
@@ -209,8 +359,8 @@ impl Provider for OpenAiCompat {
         &self,
         request: &Request,
         cancel: &CancelToken,
-        on_event: &mut dyn FnMut(StreamEvent),
-    ) -> Result<AssistantMessage, Error> {
+        on_event: &mut OnEvent<'_>,
+    ) -> Result<ReplyEnd, Error> {
         let mut headers = Vec::new();
         if let Some(key) = &self.endpoint.api_key {
             headers.push(("authorization", format!("Bearer {key}")));
@@ -218,8 +368,7 @@ impl Provider for OpenAiCompat {
         let call = Call {
             path: "/chat/completions",
             headers,
-            body: self.request_body(request),
-            model: &request.model,
+            body: self.body_bytes(request),
         };
         self.endpoint
             .stream(call, Decoder::default(), cancel, on_event)
@@ -235,41 +384,105 @@ struct Decoder {
     // The server's `index` of each call we started, in our call order.
     calls: Vec<u64>,
     finish: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct Chunk {
-    #[serde(default)]
-    choices: Vec<Choice>,
-    usage: Option<WireUsage>,
-    error: Option<Value>,
-}
-
-#[derive(Deserialize)]
-struct Choice {
-    delta: Option<Delta>,
-    finish_reason: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct Delta {
-    content: Option<String>,
-    reasoning_content: Option<String>,
-    reasoning: Option<String>,
-    tool_calls: Option<Vec<ToolDelta>>,
-}
-
-#[derive(Deserialize)]
-struct ToolDelta {
-    index: Option<u64>,
+    head_read: bool,
     id: Option<String>,
-    function: Option<FunctionDelta>,
+    model: Option<String>,
+}
+
+// The chunk types borrow from the event's text: a delta's strings are copied once, into the
+// event handed on, and fields we do not need are skipped without being stored.
+
+/// What the first chunk says of the whole reply. Read from the first chunk only: later
+/// chunks repeat it, and skipping a field costs less than reading it.
+#[derive(Deserialize)]
+struct Head<'a> {
+    #[serde(borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    model: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
-struct FunctionDelta {
-    name: Option<String>,
-    arguments: Option<String>,
+struct Chunk<'a> {
+    #[serde(default, borrow)]
+    choices: Choices<'a>,
+    // Boxed and borrowed: they come once a reply, and a small chunk is cheaper to move.
+    usage: Option<Box<WireUsage>>,
+    #[serde(borrow)]
+    error: Option<&'a RawValue>,
+}
+
+/// The `choices` of a chunk: nearly always one, kept without allocating; any more follow.
+#[derive(Default)]
+struct Choices<'a> {
+    first: Option<Choice<'a>>,
+    rest: Vec<Choice<'a>>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Choices<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Choices<'a>, D::Error> {
+        struct Visit<'a>(std::marker::PhantomData<Choice<'a>>);
+        impl<'de: 'a, 'a> Visitor<'de> for Visit<'a> {
+            type Value = Choices<'a>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a list of choices")
+            }
+
+            fn visit_unit<E: de::Error>(self) -> Result<Choices<'a>, E> {
+                Ok(Choices::default())
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Choices<'a>, A::Error> {
+                let mut out = Choices {
+                    first: seq.next_element()?,
+                    rest: Vec::new(),
+                };
+                while let Some(choice) = seq.next_element()? {
+                    out.rest.push(choice);
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_any(Visit(std::marker::PhantomData))
+    }
+}
+
+#[derive(Deserialize)]
+struct Choice<'a> {
+    #[serde(borrow)]
+    delta: Option<Delta<'a>>,
+    #[serde(borrow)]
+    finish_reason: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct Delta<'a> {
+    #[serde(borrow)]
+    content: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    reasoning_content: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    reasoning: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    tool_calls: Option<Vec<ToolDelta<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct ToolDelta<'a> {
+    index: Option<u64>,
+    #[serde(borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    function: Option<FunctionDelta<'a>>,
+}
+
+#[derive(Deserialize)]
+struct FunctionDelta<'a> {
+    #[serde(borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    arguments: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
@@ -298,21 +511,30 @@ struct CompletionDetails {
 
 impl Decode for Decoder {
     /// Handles one `data:` payload; true at `[DONE]`.
-    fn event(&mut self, data: &str, out: &mut Emitter<'_>) -> Result<bool, Error> {
+    fn event(&mut self, data: &str, out: &mut Emitter<'_, '_>) -> Result<bool, Error> {
         if data.trim() == "[DONE]" {
             return Ok(true);
         }
-        let chunk: Chunk = serde_json::from_str(data)
+        let chunk: Chunk<'_> = serde_json::from_str(data)
             .map_err(|e| Error::Stream(format!("a chunk is not valid json ({e})")))?;
         if let Some(error) = chunk.error {
+            let error = serde_json::from_str(error.get()).unwrap_or(Value::Null);
             return Err(http::api_error(&error));
         }
-        for choice in chunk.choices {
+        if !self.head_read {
+            self.head_read = true;
+            if let Ok(head) = serde_json::from_str::<Head<'_>>(data) {
+                self.id = head.id.map(Cow::into_owned);
+                self.model = head.model.filter(|m| !m.is_empty()).map(Cow::into_owned);
+            }
+        }
+        let Choices { first, rest } = chunk.choices;
+        for choice in first.into_iter().chain(rest) {
             if let Some(delta) = choice.delta {
-                self.delta(delta, out);
+                self.delta(delta, out)?;
             }
             if let Some(reason) = choice.finish_reason {
-                self.finish = Some(reason);
+                self.finish = Some(reason.into_owned());
             }
         }
         if let Some(u) = chunk.usage {
@@ -328,12 +550,12 @@ impl Decode for Decoder {
                     .max(u.prompt_tokens.saturating_add(u.completion_tokens)),
                 ..Usage::default()
             };
-            out.emit(StreamEvent::Usage { usage });
+            out.emit(StreamEvent::Usage { usage })?;
         }
         Ok(false)
     }
 
-    fn finish(self, _ended: bool, partial: PartialMessage) -> Result<AssistantMessage, Error> {
+    fn finish(self, _ended: bool) -> Result<ReplyEnd, Error> {
         let Some(reason) = self.finish else {
             return Err(Error::Stream(
                 "the stream ended before a finish_reason".into(),
@@ -352,23 +574,30 @@ impl Decode for Decoder {
             _ if !self.calls.is_empty() => StopReason::ToolUse,
             _ => StopReason::Stop,
         };
-        let message = partial.to_message(stop);
-        Ok(message)
+        Ok(ReplyEnd {
+            stop_reason: stop,
+            response_id: self.id,
+            model: self.model,
+        })
     }
 }
 
 impl Decoder {
-    fn delta(&mut self, delta: Delta, out: &mut Emitter<'_>) {
+    fn delta(&mut self, delta: Delta<'_>, out: &mut Emitter<'_, '_>) -> Result<(), Error> {
         for text in [delta.reasoning_content, delta.reasoning]
             .into_iter()
             .flatten()
         {
             if !text.is_empty() {
-                out.emit(StreamEvent::ThinkingDelta { text });
+                out.emit(StreamEvent::ThinkingDelta {
+                    text: text.into_owned(),
+                })?;
             }
         }
         if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
-            out.emit(StreamEvent::TextDelta { text });
+            out.emit(StreamEvent::TextDelta {
+                text: text.into_owned(),
+            })?;
         }
         for call in delta.tool_calls.into_iter().flatten() {
             // Servers that send one call per delta may leave out `index`.
@@ -383,15 +612,22 @@ impl Decoder {
                 Some(i) => i,
                 None => {
                     self.calls.push(key);
-                    let id = call.id.unwrap_or_else(|| format!("call_{key}"));
-                    let name = name.unwrap_or_default();
-                    out.emit(StreamEvent::ToolCallStart { id, name });
+                    let id = match call.id {
+                        Some(id) => id.into_owned(),
+                        None => format!("call_{key}"),
+                    };
+                    let name = name.map(Cow::into_owned).unwrap_or_default();
+                    out.emit(StreamEvent::ToolCallStart { id, name })?;
                     self.calls.len() - 1
                 }
             };
             if let Some(arguments) = arguments.filter(|a| !a.is_empty()) {
-                out.emit(StreamEvent::ToolCallDelta { index, arguments });
+                out.emit(StreamEvent::ToolCallDelta {
+                    index,
+                    arguments: arguments.into_owned(),
+                })?;
             }
         }
+        Ok(())
     }
 }

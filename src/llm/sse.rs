@@ -121,7 +121,7 @@ impl Parser {
             if self.line.is_empty() && !self.in_comment && bytes[0] == b':' {
                 self.in_comment = true;
             }
-            let Some(end) = bytes.iter().position(|&b| b == b'\n' || b == b'\r') else {
+            let Some(end) = line_end(bytes) else {
                 if !self.in_comment && self.grow(bytes.len()) {
                     self.line.extend_from_slice(bytes);
                 }
@@ -233,10 +233,49 @@ impl Parser {
     }
 }
 
+/// The index of the first `\n` or `\r` in `bytes`, found eight bytes at a time: the lines
+/// of a model's stream are a few hundred bytes long, and looking for their ends byte by byte
+/// was most of the parser's work.
+fn line_end(bytes: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    // Non-zero when a byte of `word` equals `byte` (the classic zero-byte test on the xor;
+    // exact as a yes or no, which is all that is asked of it).
+    let has = |word: u64, byte: u8| {
+        let x = word ^ (ONES * u64::from(byte));
+        x.wrapping_sub(ONES) & !x & HIGHS
+    };
+    let is_end = |b: &u8| *b == b'\n' || *b == b'\r';
+    let mut words = bytes.chunks_exact(8);
+    let mut offset = 0;
+    for word in &mut words {
+        // OK because `chunks_exact(8)` yields 8 bytes.
+        let w = u64::from_le_bytes(word.try_into().expect("8 bytes"));
+        if has(w, b'\n') | has(w, b'\r') != 0 {
+            return word.iter().position(is_end).map(|i| offset + i);
+        }
+        offset += 8;
+    }
+    words
+        .remainder()
+        .iter()
+        .position(is_end)
+        .map(|i| offset + i)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn line_end_finds_the_first_cr_or_lf(bytes in prop::collection::vec(
+            prop::sample::select(vec![b'a', b'\n', b'\r', 0x8a, 0x0d ^ 0x80, 0]), 0..40)) {
+            let expected = bytes.iter().position(|&b| b == b'\n' || b == b'\r');
+            prop_assert_eq!(line_end(&bytes), expected);
+        }
+    }
 
     fn all(parser: &mut Parser) -> Result<Vec<Event>, Error> {
         let mut out = Vec::new();
