@@ -692,3 +692,26 @@ fn a_mirror_joining_at_any_line_keeps_the_state_invariants() {
         }
     }
 }
+
+// ---------------------------------------------------------------- fuzz seeds
+
+/// Writes the seeds of the fuzz targets that need wire lines and session files: the native
+/// lines of every recorded run to `$PAGENT_FUZZ_SEEDS/wire/<run>.jsonl`, its transcript as a
+/// session file to `$PAGENT_FUZZ_SEEDS/session/<run>.jsonl`. Run by `fuzz/seeds.sh`, so that
+/// the seeds are built from the runs the tests record and nothing is kept twice.
+#[test]
+#[ignore = "writes the fuzz seeds; run by fuzz/seeds.sh"]
+fn write_fuzz_seeds() {
+    let dir = std::path::PathBuf::from(
+        std::env::var_os("PAGENT_FUZZ_SEEDS").expect("PAGENT_FUZZ_SEEDS names a directory"),
+    );
+    let (wire_dir, session_dir) = (dir.join("wire"), dir.join("session"));
+    std::fs::create_dir_all(&wire_dir).unwrap();
+    std::fs::create_dir_all(&session_dir).unwrap();
+    for r in common::record_all() {
+        let file = format!("{}.jsonl", r.name);
+        std::fs::write(wire_dir.join(&file), &r.native).unwrap();
+        let messages = r.agent.snapshot().messages.clone();
+        pagent::session::save(session_dir.join(&file), messages.iter().map(|m| &**m)).unwrap();
+    }
+}
