@@ -9,11 +9,14 @@ use std::sync::OnceLock;
 use libfuzzer_sys::fuzz_target;
 use pagent::session;
 
-/// A file of this process's own in the temporary directory, reused for every input.
+/// A file of this process's own under the fuzz crate's (ignored) `target/`, reused for
+/// every input: nothing is left behind elsewhere.
 fn path(name: &str) -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     let dir = DIR.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("pagent-fuzz-session-{}", std::process::id()));
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("target/session_load")
+            .join(std::process::id().to_string());
         std::fs::create_dir_all(&dir).expect("a temporary directory");
         dir
     });
