@@ -20,12 +20,12 @@ for t in "${targets[@]}"; do
     # These targets start threads (a provider's request thread, the loopback server's, the
     # server's run thread) that may outlive one input; LeakSanitizer then reports the
     # thread-local bookkeeping of a live thread (32 bytes from __cxa_thread_atexit_impl) as
-    # a leak. Their thread count stays flat over a run, so leaks are checked only where
-    # every input runs on one thread.
+    # a leak, after an input and again when the process exits. Their thread count stays
+    # flat over a run, so leaks are checked only where every input runs on one thread.
     leaks=1
     case "$t" in openai_stream | anthropic_stream | serve) leaks=0 ;; esac
     # -rss_limit_mb: a target that holds more than this for one input is a bug too.
-    if ! cargo +nightly fuzz run "$t" -- -max_total_time="$seconds" -rss_limit_mb=1024 -detect_leaks="$leaks" \
+    if ! ASAN_OPTIONS="detect_leaks=$leaks" cargo +nightly fuzz run "$t" -- -max_total_time="$seconds" -rss_limit_mb=1024 -detect_leaks="$leaks" \
         -print_final_stats=1 >"$log" 2>&1; then
         tail -n 60 "$log"
         echo "fuzz $t failed: the input is in fuzz/artifacts/$t/"
