@@ -96,3 +96,30 @@ pub mod bench_support {
         }
     }
 }
+
+/// Internals exposed for the fuzz targets (`fuzz/`) only; not part of the API, may change at
+/// any time. Everything else the targets drive is public.
+#[doc(hidden)]
+pub mod fuzz_support {
+    use crate::wire::lines::{Line, read_line};
+
+    /// Every line the wire's and the session's line reader finds in `input` with a limit of
+    /// `max` bytes: `Ok(line)` (line end removed) or `Err(length)` for a line over the limit.
+    ///
+    /// # Errors
+    /// The first read error of `input`.
+    pub fn read_lines(
+        mut input: impl std::io::BufRead,
+        max: usize,
+    ) -> std::io::Result<Vec<Result<Vec<u8>, usize>>> {
+        let mut buf = Vec::new();
+        let mut lines = Vec::new();
+        loop {
+            match read_line(&mut input, &mut buf, max)? {
+                Line::End => return Ok(lines),
+                Line::Whole { .. } => lines.push(Ok(buf.clone())),
+                Line::TooLong(n) => lines.push(Err(n)),
+            }
+        }
+    }
+}

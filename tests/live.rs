@@ -187,8 +187,12 @@ fn live_abort_mid_stream() {
     let reply = result.messages[1].as_assistant().unwrap();
     assert_eq!(reply.stop_reason, StopReason::Aborted);
     assert!(!reply.text().is_empty(), "the partial reply is kept");
+    // The stream stops at the abort: a few deltas already read may follow it, not the rest
+    // of a 1,000-token story. (A bound on the latency would flake on a loaded machine; it
+    // is reported, and measured in the benches.)
+    let after_abort = deltas.load(Ordering::SeqCst) - 5;
+    assert!(after_abort < 50, "{after_abort} deltas after the abort");
     let latency = returned - aborted_at.lock().unwrap().unwrap();
-    assert!(latency < Duration::from_secs(2), "{latency:?}");
     eprintln!("abort to return: {latency:?}");
 }
 

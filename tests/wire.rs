@@ -8,7 +8,7 @@ use std::sync::Arc;
 use pagent::wire::{self, Decoder, Mirror};
 use pagent::{
     AgentEvent, AssistantMessage, ContentBlock, Error, Message, PartialMessage, RunStopReason,
-    StopReason, ToolCall, ToolOutput, ToolResultMessage, Usage, llm::StreamEvent,
+    State, StopReason, ToolCall, ToolOutput, ToolResultMessage, Usage, llm::StreamEvent,
 };
 use proptest::prelude::*;
 
@@ -539,4 +539,183 @@ fn mirror_refuses_an_over_long_line_without_holding_it() {
         mirror.state().is_running,
         "the line before it stays folded in"
     );
+}
+
+// ---------------------------------------------------------------- mirrors joining mid-run
+
+/// The invariants `State` documents under `# Consistency` that a mirror can keep.
+fn assert_consistent(state: &State, context: &str) {
+    assert_eq!(
+        state.is_streaming,
+        state.streaming_message.is_some(),
+        "is_streaming disagrees with streaming_message: {context}"
+    );
+    let ids: Vec<&str> = state
+        .pending_tool_calls
+        .iter()
+        .map(|p| p.call.id.as_str())
+        .collect();
+    let mut unique = ids.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(unique.len(), ids.len(), "a call pending twice: {context}");
+    if !state.is_running {
+        assert!(
+            !state.is_streaming && ids.is_empty(),
+            "streaming or calls pending outside a run: {context}"
+        );
+    }
+}
+
+#[test]
+fn mirror_joining_mid_reply_is_streaming() {
+    let r = common::record_all()
+        .into_iter()
+        .find(|r| r.name == "text")
+        .expect("the text scenario");
+    let lines: Vec<&str> = r.native.lines().collect();
+    let first_update = lines
+        .iter()
+        .position(|l| l.contains("\"MessageUpdate\""))
+        .expect("the reply streams");
+    let mut mirror = Mirror::new();
+    for line in &lines[first_update..] {
+        let event = mirror.apply_line(line).unwrap();
+        assert_consistent(mirror.state(), event.name());
+        if let AgentEvent::MessageUpdate { .. } = event {
+            assert!(mirror.state().is_running && mirror.state().is_streaming);
+        }
+    }
+    assert_eq!(
+        mirror.state().timeline().messages,
+        r.agent.snapshot().timeline().messages.skip(1),
+        "the transcript holds what ended after the join (all but the prompt)"
+    );
+}
+
+#[test]
+fn mirror_joining_mid_tool_call_shows_it_pending_until_it_ends() {
+    let r = common::record_all()
+        .into_iter()
+        .find(|r| r.name == "tool_progress")
+        .expect("the tool_progress scenario");
+    let lines: Vec<&str> = r.native.lines().collect();
+    let first_update = lines
+        .iter()
+        .position(|l| l.contains("\"ToolUpdate\""))
+        .expect("the tool publishes progress");
+    let mut mirror = Mirror::new();
+    let AgentEvent::ToolUpdate { call_id, .. } = mirror.apply_line(lines[first_update]).unwrap()
+    else {
+        panic!("not a ToolUpdate: {}", lines[first_update]);
+    };
+    let published = r.events[first_update]
+        .1
+        .pending_tool_calls
+        .iter()
+        .find(|p| p.call.id == call_id)
+        .expect("the agent shows the call pending")
+        .clone();
+    let pending = &mirror.state().pending_tool_calls;
+    assert_eq!(pending.len(), 1, "the one call the mirror heard of");
+    assert_eq!(pending[0].call.id, published.call.id);
+    assert_eq!(pending[0].call.name, published.call.name);
+    assert_eq!(
+        pending[0].call.arguments, "",
+        "arguments are not on the update"
+    );
+    assert_eq!(pending[0].progress, published.progress);
+    let tool_end = first_update
+        + lines[first_update..]
+            .iter()
+            .position(|l| l.contains("\"ToolEnd\"") && l.contains(&format!("\"{call_id}\"")))
+            .unwrap();
+    for line in &lines[first_update + 1..=tool_end] {
+        mirror.apply_line(line).unwrap();
+    }
+    assert!(
+        !mirror
+            .state()
+            .pending_tool_calls
+            .iter()
+            .any(|p| p.call.id == call_id)
+    );
+    // The results that ended after the join (the other call of the batch ended before it).
+    assert_eq!(
+        mirror.state().tool_results.iter().collect::<Vec<_>>(),
+        [r.events[tool_end].1.tool_results.back().unwrap()]
+    );
+}
+
+/// For every recorded run and every line a mirror could join at, the mirror keeps the
+/// state's invariants after each line and agrees with the agent's published snapshot on all
+/// the lines can tell: running, streaming, the turn once a turn event was read, and the
+/// pending calls it heard of (in the agent's order, with the same progress).
+#[test]
+fn a_mirror_joining_at_any_line_keeps_the_state_invariants() {
+    for r in common::record_all() {
+        let lines: Vec<&str> = r.native.lines().collect();
+        for join in 0..lines.len() {
+            let mut mirror = Mirror::new();
+            let mut heard: Vec<String> = Vec::new();
+            let mut turn_known = false;
+            for (i, line) in lines.iter().enumerate().skip(join) {
+                let event = mirror.apply_line(line).unwrap();
+                let context = format!(
+                    "{} joined at line {} after line {}",
+                    r.name,
+                    join + 1,
+                    i + 1
+                );
+                let (state, published) = (mirror.state(), &r.events[i].1);
+                assert_consistent(state, &context);
+                assert_eq!(state.is_running, published.is_running, "{context}");
+                assert_eq!(state.is_streaming, published.is_streaming, "{context}");
+                match &event {
+                    AgentEvent::ToolStart { call } => heard.push(call.id.clone()),
+                    AgentEvent::ToolUpdate { call_id, .. } => heard.push(call_id.clone()),
+                    AgentEvent::TurnStart { .. } | AgentEvent::TurnEnd { .. } => turn_known = true,
+                    _ => {}
+                }
+                if turn_known {
+                    assert_eq!(state.turn, published.turn, "{context}");
+                }
+                let expected: Vec<(&str, _)> = published
+                    .pending_tool_calls
+                    .iter()
+                    .filter(|p| heard.contains(&p.call.id))
+                    .map(|p| (p.call.id.as_str(), &p.progress))
+                    .collect();
+                let got: Vec<(&str, _)> = state
+                    .pending_tool_calls
+                    .iter()
+                    .map(|p| (p.call.id.as_str(), &p.progress))
+                    .collect();
+                assert_eq!(got, expected, "{context}");
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- fuzz seeds
+
+/// Writes the seeds of the fuzz targets that need wire lines and session files: the native
+/// lines of every recorded run to `$PAGENT_FUZZ_SEEDS/wire/<run>.jsonl`, its transcript as a
+/// session file to `$PAGENT_FUZZ_SEEDS/session/<run>.jsonl`. Run by `fuzz/seeds.sh`, so that
+/// the seeds are built from the runs the tests record and nothing is kept twice.
+#[test]
+#[ignore = "writes the fuzz seeds; run by fuzz/seeds.sh"]
+fn write_fuzz_seeds() {
+    let dir = std::path::PathBuf::from(
+        std::env::var_os("PAGENT_FUZZ_SEEDS").expect("PAGENT_FUZZ_SEEDS names a directory"),
+    );
+    let (wire_dir, session_dir) = (dir.join("wire"), dir.join("session"));
+    std::fs::create_dir_all(&wire_dir).unwrap();
+    std::fs::create_dir_all(&session_dir).unwrap();
+    for r in common::record_all() {
+        let file = format!("{}.jsonl", r.name);
+        std::fs::write(wire_dir.join(&file), &r.native).unwrap();
+        let messages = r.agent.snapshot().messages.clone();
+        pagent::session::save(session_dir.join(&file), messages.iter().map(|m| &**m)).unwrap();
+    }
 }

@@ -22,6 +22,10 @@ pub(crate) enum Line {
 
 /// Reads one line into `buf` (without its line end), never holding more than `max` bytes: a
 /// longer line is consumed and reported with its length.
+///
+/// The limit and the reported length leave out the line end, `\n` and `\r\n` alike, so a
+/// line of `max` bytes is accepted whichever ending it has. A last line without a `\n` has no
+/// line end: a `\r` there is part of the line.
 pub(crate) fn read_line(
     input: &mut impl BufRead,
     buf: &mut Vec<u8>,
@@ -30,6 +34,8 @@ pub(crate) fn read_line(
     buf.clear();
     let mut dropped = 0usize;
     let mut seen = false;
+    // Whether the last byte taken (of this line, before its `\n`) was a `\r`.
+    let mut ends_cr = false;
     loop {
         let available = match input.fill_buf() {
             Ok(b) => b,
@@ -39,6 +45,12 @@ pub(crate) fn read_line(
         if available.is_empty() {
             return Ok(match (seen, dropped) {
                 (false, _) => Line::End,
+                // Only the held-back `\r` of a would-be CRLF can take `buf` past `max`.
+                (true, 0) if buf.len() > max => {
+                    let n = buf.len();
+                    buf.clear();
+                    Line::TooLong(n)
+                }
                 (true, 0) => Line::Whole { ended: false },
                 (true, n) => Line::TooLong(n),
             });
@@ -54,10 +66,17 @@ pub(crate) fn read_line(
         } else {
             piece
         };
-        if dropped == 0 && buf.len() + piece.len() <= max {
+        if let Some(&last) = piece.last() {
+            ends_cr = last == b'\r';
+        }
+        let total = buf.len() + piece.len();
+        // One byte over the limit fits while it is a `\r`: it may be the first half of a
+        // CRLF ending, which the limit does not count, and the next byte tells.
+        let fits = total <= max || (total == max + 1 && ends_cr);
+        if dropped == 0 && fits {
             buf.extend_from_slice(piece);
         } else {
-            dropped += buf.len() + piece.len();
+            dropped += total;
             buf.clear();
         }
         input.consume(used);
@@ -68,7 +87,7 @@ pub(crate) fn read_line(
             return Ok(if dropped == 0 {
                 Line::Whole { ended: true }
             } else {
-                Line::TooLong(dropped)
+                Line::TooLong(dropped - usize::from(ends_cr))
             });
         }
     }
@@ -179,6 +198,89 @@ impl<W: Write, S> LineSink<W, S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// Hands out `bytes` in pieces of at most `step` bytes, as a pipe or socket does.
+    struct Chunked<'a> {
+        bytes: &'a [u8],
+        step: usize,
+    }
+
+    impl io::Read for Chunked<'_> {
+        fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+            let n = self.bytes.len().min(self.step).min(out.len());
+            out[..n].copy_from_slice(&self.bytes[..n]);
+            self.bytes = &self.bytes[n..];
+            Ok(n)
+        }
+    }
+
+    /// Every line of `bytes`, read in pieces of `step` bytes, with what `read_line` found.
+    fn lines(bytes: &[u8], step: usize, max: usize) -> Vec<(String, Vec<u8>)> {
+        let mut input = io::BufReader::with_capacity(step, Chunked { bytes, step });
+        let mut buf = Vec::new();
+        let mut out = Vec::new();
+        for _ in 0..=bytes.len() {
+            let found = match read_line(&mut input, &mut buf, max).unwrap() {
+                Line::End => return out,
+                Line::Whole { ended } => format!("whole, ended {ended}"),
+                Line::TooLong(n) => format!("too long: {n}"),
+            };
+            out.push((found, buf.clone()));
+        }
+        panic!("read_line did not reach the end");
+    }
+
+    #[test]
+    fn crlf_line_exactly_at_the_limit_is_accepted() {
+        for step in [1, 2, 3, 4, 5, 64] {
+            let whole = |line: &[u8]| ("whole, ended true".to_string(), line.to_vec());
+            assert_eq!(
+                lines(b"abcd\r\nabcd\nab\r\n", step, 4),
+                [whole(b"abcd"), whole(b"abcd"), whole(b"ab")],
+                "pieces of {step}"
+            );
+            // One byte more is over the limit with either ending, and the length is the
+            // line's without its ending.
+            let too_long = |n: usize| (format!("too long: {n}"), Vec::new());
+            assert_eq!(
+                lines(b"abcde\r\nabcde\nabcd\r\r\n", step, 4),
+                [too_long(5), too_long(5), too_long(5)],
+                "pieces of {step}"
+            );
+            // Without a `\n` there is no line end: a `\r` is part of the line.
+            assert_eq!(lines(b"abcd\r", step, 4), [too_long(5)], "pieces of {step}");
+            assert_eq!(
+                lines(b"abc\r", step, 4),
+                [("whole, ended false".to_string(), b"abc\r".to_vec())],
+                "pieces of {step}"
+            );
+        }
+    }
+
+    proptest! {
+        /// The limit means the same for LF and CRLF endings, wherever the reads split.
+        #[test]
+        fn crlf_and_lf_lines_read_alike(
+            body in proptest::collection::vec(
+                proptest::collection::vec(prop_oneof![Just(b'a'), Just(b'\r')], 0..12),
+                0..6,
+            ),
+            step in 1usize..9,
+            max in 0usize..10,
+        ) {
+            // A line ending in `\r` would read as a CRLF line once LF-ended: not the same line.
+            let body: Vec<&[u8]> = body
+                .iter()
+                .map(|l| &l[..l.iter().rposition(|&b| b != b'\r').map_or(0, |i| i + 1)])
+                .collect();
+            let join = |end: &[u8]| body.iter().flat_map(|l| [l, end].concat()).collect::<Vec<u8>>();
+            prop_assert_eq!(lines(&join(b"\n"), step, max), lines(&join(b"\r\n"), step, max));
+            for (found, line) in lines(&join(b"\r\n"), step, max) {
+                prop_assert!(line.len() <= max, "{} {:?}", found, line);
+            }
+        }
+    }
 
     /// Accepts `ok` writes, then fails every one; counts the attempts.
     struct Flaky {

@@ -7,7 +7,8 @@ use super::codec::Decoder;
 use super::lines::{Line, read_line};
 use crate::Error;
 use crate::event::AgentEvent;
-use crate::state::State;
+use crate::message::ToolCall;
+use crate::state::{PendingToolCall, State};
 
 /// A remote copy of an agent's [`State`], rebuilt from native wire lines.
 ///
@@ -23,6 +24,23 @@ use crate::state::State;
 /// snapshot of the agent ([`Mirror::from_state`]) to include the settings as they were, and
 /// compare with [`State::timeline`], which leaves out all of the above:
 /// `mirror.state().timeline() == agent_snapshot.timeline()`.
+///
+/// A mirror may join a stream in the middle of a run (a client attaching to a running
+/// agent). It then keeps the invariants [`State`] documents, from what the lines it read say:
+/// - `is_running` is true from the first line that is not an `AgentEnd` (every other event
+///   happens inside a run), and `turn` is set by a `TurnEnd` as well as by a `TurnStart`;
+/// - a `MessageUpdate` without its `MessageStart` starts the streaming reply (`is_streaming`
+///   agrees with `streaming_message`), which holds what streamed since the mirror joined: the
+///   [`Decoder`] has not seen the reply's start, so the text before it and the model are
+///   missing until the `MessageEnd`, which carries the whole message;
+/// - a `ToolUpdate` for a call the mirror did not see start adds it to `pending_tool_calls`
+///   (before the calls it saw start, since it started earlier) with the name and progress the
+///   update carries and empty `arguments`; a `ToolEnd` for such a call removes it. A call that
+///   started before the mirror joined and publishes no progress stays unknown until its
+///   `ToolEnd`, whose result lands in `tool_results` as usual.
+///
+/// The transcript holds the messages that ended after the mirror joined; `AgentEnd` and
+/// `TurnEnd` carry the messages, so a client that needs the whole transcript reads them there.
 ///
 /// ```
 /// use pagent::llm::{Faux, FauxReply};
@@ -43,6 +61,9 @@ use crate::state::State;
 pub struct Mirror {
     decoder: Decoder,
     state: Arc<State>,
+    /// How many of the first pending tool calls the mirror learnt of from a `ToolUpdate`
+    /// alone (they started before it joined, so they come first).
+    joined_calls: usize,
 }
 
 impl Mirror {
@@ -56,6 +77,7 @@ impl Mirror {
         Mirror {
             decoder: Decoder::new(),
             state: Arc::new(state),
+            joined_calls: 0,
         }
     }
 
@@ -81,9 +103,55 @@ impl Mirror {
         Ok(event)
     }
 
-    /// Folds an already decoded event in.
+    /// Folds an already decoded event in, with [`State::apply`] and, for a mirror that joined
+    /// mid-run, what its events imply (see the type's `# Consistency`).
     pub fn apply(&mut self, event: &AgentEvent) {
-        self.state = Arc::new(self.state.apply(event));
+        let before = &self.state;
+        // A call the mirror learnt of from its progress alone, now ending.
+        if let AgentEvent::ToolEnd { result } = event
+            && let Some(i) = before
+                .pending_tool_calls
+                .iter()
+                .position(|p| p.call.id == result.tool_call_id)
+            && i < self.joined_calls
+        {
+            self.joined_calls -= 1;
+        }
+        let mut state = before.apply(event);
+        match event {
+            AgentEvent::AgentEnd { .. } => self.joined_calls = 0,
+            AgentEvent::MessageUpdate { .. } => state.is_streaming = true,
+            AgentEvent::TurnEnd { turn, .. } => state.turn = *turn,
+            AgentEvent::ToolUpdate {
+                call_id,
+                tool_name,
+                partial,
+            } if !state
+                .pending_tool_calls
+                .iter()
+                .any(|p| p.call.id == *call_id) =>
+            {
+                let call = ToolCall {
+                    id: call_id.clone(),
+                    name: tool_name.clone(),
+                    arguments: String::new(),
+                };
+                state.pending_tool_calls.insert(
+                    self.joined_calls,
+                    PendingToolCall {
+                        call,
+                        progress: Some(partial.clone()),
+                    },
+                );
+                self.joined_calls += 1;
+            }
+            _ => {}
+        }
+        // Every event but `AgentEnd` happens inside a run.
+        if !matches!(event, AgentEvent::AgentEnd { .. }) {
+            state.is_running = true;
+        }
+        self.state = Arc::new(state);
     }
 
     /// Reads lines from `reader` until it ends, folding each in and calling `on_line` with

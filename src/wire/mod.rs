@@ -114,7 +114,9 @@
 //! hook changes; only each reply's model rides on its `MessageStart`). A [`Mirror`] therefore
 //! matches [`State::timeline`](crate::State::timeline) of the agent's snapshots, which
 //! leaves those out, not the snapshots themselves; start it from the agent's snapshot to get
-//! the settings as they were.
+//! the settings as they were. A mirror that joins in the middle of a run (a client attaching
+//! to a running agent) keeps the state's invariants from what the lines it read say; see
+//! [`Mirror`]'s `# Consistency`.
 //!
 //! # The `pagent` dialects
 //!

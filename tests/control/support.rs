@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use pagent::llm::StreamEvent;
 use pagent::{Agent, AgentEvent, Message, Tool, ToolContext, ToolError, ToolOutput};
@@ -18,12 +18,12 @@ pub const CANCELLED: &str = "cancelled: the run was aborted before this tool cal
 /// How long any wait of a test may take before the test fails instead of hanging.
 pub const PATIENCE: Duration = Duration::from_secs(20);
 
-/// Captures every event a run emits, with the instant it was seen. Every scenario is also a
+/// Captures every event a run emits. Every scenario is also a
 /// wire replay test: when the last clone is dropped, its `MirrorCheck` replays the run's
 /// wire lines and compares the mirror with each published snapshot.
 #[derive(Clone)]
 pub struct Recorder {
-    events: Arc<Mutex<Vec<(Instant, AgentEvent)>>>,
+    events: Arc<Mutex<Vec<AgentEvent>>>,
     _mirror: Arc<MirrorCheck>,
 }
 
@@ -34,7 +34,7 @@ impl Recorder {
         let events = Arc::new(Mutex::new(Vec::new()));
         let sink = events.clone();
         let _ = agent.subscribe(move |e: &AgentEvent| {
-            sink.lock().unwrap().push((Instant::now(), e.clone()));
+            sink.lock().unwrap().push(e.clone());
         });
         Recorder {
             events,
@@ -43,22 +43,7 @@ impl Recorder {
     }
 
     pub fn events(&self) -> Vec<AgentEvent> {
-        self.events
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(_, e)| e.clone())
-            .collect()
-    }
-
-    /// When the first event rendered as `line` was seen.
-    pub fn instant_of(&self, line: &str) -> Instant {
-        let events = self.events.lock().unwrap();
-        events
-            .iter()
-            .find(|(_, e)| render_one(e) == line)
-            .map(|(t, _)| *t)
-            .unwrap_or_else(|| panic!("no event {line}"))
+        self.events.lock().unwrap().clone()
     }
 
     /// The whole sequence, one line per event (see [`render`]).
