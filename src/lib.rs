@@ -32,8 +32,8 @@ pub mod tool;
 pub mod wire;
 
 pub use agent::{
-    Agent, AgentBuilder, AgentHandle, Prompt, QueueMode, Refused, RunResult, SteeringPolicy,
-    Subscription,
+    Agent, AgentBuilder, AgentHandle, ChannelPolicy, Prompt, QueueMode, Refused, RunResult,
+    SteeringPolicy, Subscription,
 };
 pub use cancel::CancelToken;
 pub use error::{Error, TimeoutPhase};

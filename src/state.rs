@@ -70,6 +70,12 @@ pub struct State {
     pub listener_panics: u64,
     /// The message of the last listener panic.
     pub last_listener_panic: Option<Arc<str>>,
+    /// How many `MessageUpdate` and `ToolUpdate` events channel subscriptions under
+    /// [`crate::ChannelPolicy::DropUpdates`] did not receive because their channel was full.
+    pub updates_dropped: u64,
+    /// How many lossless channel subscriptions an abort closed because their channel was
+    /// full (see [`crate::Agent::subscribe_channel`]).
+    pub channels_closed: u64,
 }
 
 /// A tool call between its `ToolStart` and `ToolEnd`.
@@ -184,8 +190,8 @@ impl State {
     }
 
     /// The state with everything that does not come from events reset: the settings
-    /// (`system_prompt`, `model`, `thinking_level`, `tools`), the queues and the
-    /// listener-panic counters. This is what the events alone determine, and so what a wire
+    /// (`system_prompt`, `model`, `thinking_level`, `tools`), the queues, the
+    /// listener-panic counters and the channel counters. This is what the events alone determine, and so what a wire
     /// mirror can rebuild: compare `mirror.timeline() == agent_snapshot.timeline()`.
     #[must_use]
     pub fn timeline(&self) -> State {
@@ -198,6 +204,8 @@ impl State {
             follow_up_queue: Vector::new(),
             listener_panics: 0,
             last_listener_panic: None,
+            updates_dropped: 0,
+            channels_closed: 0,
             ..self.clone()
         }
     }
