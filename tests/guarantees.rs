@@ -90,7 +90,7 @@ fn a_snapshot_that_is_not_running_never_answers_prompt_with_busy() {
     let _recorder = agent.subscribe(move |e| sink.lock().unwrap().push(e.clone()));
     let _slow = agent.subscribe(move |e| {
         if let AgentEvent::AgentEnd { .. } = e
-            && linger.fetch_add(1, Ordering::SeqCst) % 3 == 0
+            && linger.fetch_add(1, Ordering::SeqCst).is_multiple_of(3)
         {
             std::thread::sleep(Duration::from_micros(200));
         }
@@ -291,7 +291,9 @@ fn abort_releases_a_run_waiting_on_a_full_channel() {
     assert!(agent.is_running());
     assert!(agent.abort());
     let (tx, done) = std::sync::mpsc::channel();
-    std::thread::spawn(move || tx.send(run.join().unwrap()));
+    std::thread::spawn(move || {
+        let _ = tx.send(run.join().unwrap());
+    });
     let result = done
         .recv_timeout(PATIENCE)
         .expect("abort did not release the run");
