@@ -96,6 +96,15 @@ impl State {
     #[must_use]
     pub fn apply(&self, event: &AgentEvent) -> State {
         let mut s = self.clone();
+        s.fold(event);
+        s
+    }
+
+    /// Folds `event` into this state in place: `s.fold(e)` leaves `s` equal to
+    /// `s.apply(e)`. The agent uses it when no snapshot of the previous state is held
+    /// anywhere, which saves the clone of every field (and dropping them again).
+    pub(crate) fn fold(&mut self, event: &AgentEvent) {
+        let s = self;
         match event {
             AgentEvent::AgentStart => {
                 s.is_running = true;
@@ -175,7 +184,6 @@ impl State {
                 }
             }
         }
-        s
     }
 
     fn pending_index(&self, call_id: &str) -> Option<usize> {

@@ -38,7 +38,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
-use parking_lot::{Mutex, RwLock, RwLockUpgradableReadGuard};
+use parking_lot::{Mutex, RwLock, RwLockUpgradableReadGuard, RwLockWriteGuard};
 
 use crate::cancel::CancelToken;
 use crate::event::AgentEvent;
@@ -145,12 +145,38 @@ impl Shared {
     /// Publishes a state change that is not an event (queues, settings, counters).
     /// Returns what `f` returns.
     pub(crate) fn update<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+        // In place when no snapshot of the current state is held, as in `fold`.
         let current = self.state.upgradable_read();
+        let mut w = RwLockUpgradableReadGuard::upgrade(current);
+        if let Some(state) = Arc::get_mut(&mut w) {
+            return f(state);
+        }
+        let current = RwLockWriteGuard::downgrade_to_upgradable(w);
         let mut next = State::clone(&current);
         let r = f(&mut next);
         let old = Self::swap(current, next);
         drop(old);
         r
+    }
+
+    /// Publishes the state after `event`.
+    ///
+    /// When no snapshot of the current state is held anywhere (no reader kept the `Arc`, the
+    /// common case while a run streams), the write lock makes this thread its only owner and
+    /// the event is folded in place: nobody can see the change but through the lock, so this
+    /// is the same as publishing a new state, without cloning every field and dropping them
+    /// again. Otherwise the new state is built beside the old one, readers going on meanwhile.
+    fn fold(&self, event: &AgentEvent) {
+        let current = self.state.upgradable_read();
+        let mut w = RwLockUpgradableReadGuard::upgrade(current);
+        if let Some(state) = Arc::get_mut(&mut w) {
+            state.fold(event);
+            return;
+        }
+        let current = RwLockWriteGuard::downgrade_to_upgradable(w);
+        let next = current.apply(event);
+        let old = Self::swap(current, next);
+        drop(old);
     }
 
     /// Stores `next` and returns the previous state, to be dropped with no lock held.
@@ -173,12 +199,7 @@ impl Shared {
 
     /// Folds `event` into the state, publishes it, then calls every listener.
     pub(crate) fn emit(&self, event: AgentEvent) {
-        {
-            let current = self.state.upgradable_read();
-            let next = current.apply(&event);
-            let old = Self::swap(current, next);
-            drop(old);
-        }
+        self.fold(&event);
         let listeners = self.listeners.read().clone();
         let (mut dropped, mut closed) = (0u64, 0u64);
         for l in listeners.iter() {
