@@ -2,7 +2,8 @@
 //! have ever read a snapshot? Prints three figures (not a criterion bench: each is one
 //! measurement of CPU time, taken with `getrusage`, repeated and reported as the median).
 //!
-//! `cargo bench --bench scale`
+//! `cargo bench --bench scale` (or `-- threads`, `-- agents` for one part). Each part runs in
+//! a process of its own, so that the threads one part made cannot weigh on the other.
 //!
 //! - `threads`: one agent's run of 100,000 text deltas (the scripted provider, on this
 //!   thread), alone, then while 1,000 idle threads that each took one `snapshot()` of another,
@@ -230,7 +231,26 @@ fn agents(url: &str, n: usize) -> (f64, f64, Duration) {
 }
 
 fn main() {
-    threads();
+    let part = std::env::args()
+        .skip(1)
+        .find(|a| a == "threads" || a == "agents");
+    match part.as_deref() {
+        Some("threads") => threads(),
+        Some("agents") => agents_part(),
+        _ => {
+            let me = std::env::current_exe().expect("the bench's own path");
+            for part in ["threads", "agents"] {
+                let status = std::process::Command::new(&me)
+                    .arg(part)
+                    .status()
+                    .expect("the bench runs itself");
+                assert!(status.success(), "the {part} part failed");
+            }
+        }
+    }
+}
+
+fn agents_part() {
     let url = serve();
     // Warm up the connection path once.
     agents(&url, 4);
