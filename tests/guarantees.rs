@@ -29,10 +29,14 @@ fn chatty() -> Agent {
         .unwrap()
 }
 
-#[test]
-fn an_abort_that_returns_true_always_cancels_its_run() {
-    let agent = Arc::new(chatty());
-    let rounds = 3_000;
+/// Runs `rounds` prompts on this thread while another thread calls `abort` once per run, at
+/// the instant `aim` picks (it gets the round and the agent, and waits as it likes).
+/// Returns, per round, whether `abort` returned true and how the run ended.
+fn race_aborts(
+    agent: &Arc<Agent>,
+    rounds: usize,
+    aim: impl Fn(usize, &Agent) + Send + 'static,
+) -> Vec<(bool, RunStopReason)> {
     let barrier = Arc::new(Barrier::new(2));
     let stop = Arc::new(AtomicBool::new(false));
     let aborter = {
@@ -44,10 +48,7 @@ fn an_abort_that_returns_true_always_cancels_its_run() {
                 if stop.load(Ordering::SeqCst) {
                     break;
                 }
-                // Lands anywhere from before the claim to after the end of the run.
-                for _ in 0..(round % 97) * 13 {
-                    std::hint::spin_loop();
-                }
+                aim(round, &agent);
                 hits.push(agent.abort());
                 barrier.wait();
             }
@@ -68,13 +69,81 @@ fn an_abort_that_returns_true_always_cancels_its_run() {
     }
     let hits = aborter.join().unwrap();
     assert_eq!(hits.len(), outcomes.len());
-    for (round, (hit, outcome)) in hits.iter().zip(&outcomes).enumerate() {
+    assert!(!agent.is_running());
+    hits.into_iter().zip(outcomes).collect()
+}
+
+#[test]
+fn an_abort_that_returns_true_always_cancels_its_run() {
+    let agent = Arc::new(chatty());
+    // Listeners that take a moment at the end of the run widen the windows where an abort
+    // used to be lost: after the last decision, and while `AgentEnd` is dispatched.
+    let _slow = agent.subscribe(|e| {
+        if matches!(e, AgentEvent::TurnEnd { .. } | AgentEvent::AgentEnd { .. }) {
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_micros(30) {
+                std::hint::spin_loop();
+            }
+        }
+    });
+    // How long a run takes here, so that the aborts spread from before its start to after
+    // its end.
+    let t = Instant::now();
+    for _ in 0..20 {
+        agent.prompt("warm up").unwrap();
+    }
+    let run = t.elapsed() / 20;
+    let rounds = race_aborts(&agent, 3_000, move |round, agent| {
+        // From the start of the run (or a run's time, if it is missed), wait between none
+        // and a third more than a run takes.
+        let t = Instant::now();
+        while !agent.is_running() && t.elapsed() < run {
+            std::hint::spin_loop();
+        }
+        let wait = run * (round % 64) as u32 / 48;
+        let t = Instant::now();
+        while t.elapsed() < wait {
+            std::hint::spin_loop();
+        }
+    });
+    for (round, (hit, outcome)) in rounds.iter().enumerate() {
         if *hit {
             assert_eq!(*outcome, RunStopReason::Cancelled, "round {round}");
+        } else {
+            assert_ne!(*outcome, RunStopReason::Cancelled, "round {round}");
         }
     }
-    assert!(hits.iter().any(|h| *h), "no abort ever landed in a run");
-    assert!(!agent.is_running());
+    assert!(rounds.iter().any(|r| r.0), "no abort ever landed in a run");
+    assert!(rounds.iter().any(|r| !r.0), "every abort landed in a run");
+}
+
+#[test]
+fn an_abort_that_sees_the_run_running_is_never_lost() {
+    // The reply waits (abortably) a second, so the run cannot end between `is_running()`
+    // and `abort()`: an abort that saw the run must reach it, also right at its start.
+    let agent = Arc::new(
+        Agent::builder()
+            .provider(
+                Faux::default().otherwise(|_| FauxReply::text("ok").delay(Duration::from_secs(1))),
+            )
+            .model("m")
+            .build()
+            .unwrap(),
+    );
+    let rounds = race_aborts(&agent, 1_000, |_, agent| {
+        // Bounded: a run missed here fails the assertions below instead of hanging.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while !agent.is_running() && Instant::now() < deadline {
+            std::hint::spin_loop();
+        }
+    });
+    for (round, (hit, outcome)) in rounds.iter().enumerate() {
+        assert!(
+            *hit,
+            "round {round}: abort returned false while the run was running"
+        );
+        assert_eq!(*outcome, RunStopReason::Cancelled, "round {round}");
+    }
 }
 
 #[test]
