@@ -12,7 +12,7 @@
 #![doc = include_str!("../docs/tutorial.md")]
 // The README's example runs with the doctests, so it cannot rot either.
 #![cfg_attr(doctest, doc = include_str!("../README.md"))]
-// No unsafe code anywhere: the concurrency is built on arc-swap, crossbeam and parking_lot.
+// No unsafe code anywhere: the concurrency is built on crossbeam and parking_lot.
 #![forbid(unsafe_code)]
 // Every public item is documented; the docs are the contract users rely on.
 #![deny(missing_docs)]
@@ -32,8 +32,8 @@ pub mod tool;
 pub mod wire;
 
 pub use agent::{
-    Agent, AgentBuilder, AgentHandle, Prompt, QueueMode, Refused, RunResult, SteeringPolicy,
-    Subscription,
+    Agent, AgentBuilder, AgentHandle, ChannelPolicy, Prompt, QueueMode, Refused, RunResult,
+    SteeringPolicy, Subscription,
 };
 pub use cancel::CancelToken;
 pub use error::{Error, TimeoutPhase};

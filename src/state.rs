@@ -70,6 +70,12 @@ pub struct State {
     pub listener_panics: u64,
     /// The message of the last listener panic.
     pub last_listener_panic: Option<Arc<str>>,
+    /// How many `MessageUpdate` and `ToolUpdate` events channel subscriptions under
+    /// [`crate::ChannelPolicy::DropUpdates`] did not receive because their channel was full.
+    pub updates_dropped: u64,
+    /// How many lossless channel subscriptions an abort closed because their channel was
+    /// full (see [`crate::Agent::subscribe_channel`]).
+    pub channels_closed: u64,
 }
 
 /// A tool call between its `ToolStart` and `ToolEnd`.
@@ -90,6 +96,15 @@ impl State {
     #[must_use]
     pub fn apply(&self, event: &AgentEvent) -> State {
         let mut s = self.clone();
+        s.fold(event);
+        s
+    }
+
+    /// Folds `event` into this state in place: `s.fold(e)` leaves `s` equal to
+    /// `s.apply(e)`. The agent uses it when no snapshot of the previous state is held
+    /// anywhere, which saves the clone of every field (and dropping them again).
+    pub(crate) fn fold(&mut self, event: &AgentEvent) {
+        let s = self;
         match event {
             AgentEvent::AgentStart => {
                 s.is_running = true;
@@ -169,7 +184,6 @@ impl State {
                 }
             }
         }
-        s
     }
 
     fn pending_index(&self, call_id: &str) -> Option<usize> {
@@ -184,8 +198,8 @@ impl State {
     }
 
     /// The state with everything that does not come from events reset: the settings
-    /// (`system_prompt`, `model`, `thinking_level`, `tools`), the queues and the
-    /// listener-panic counters. This is what the events alone determine, and so what a wire
+    /// (`system_prompt`, `model`, `thinking_level`, `tools`), the queues, the
+    /// listener-panic counters and the channel counters. This is what the events alone determine, and so what a wire
     /// mirror can rebuild: compare `mirror.timeline() == agent_snapshot.timeline()`.
     #[must_use]
     pub fn timeline(&self) -> State {
@@ -198,6 +212,8 @@ impl State {
             follow_up_queue: Vector::new(),
             listener_panics: 0,
             last_listener_panic: None,
+            updates_dropped: 0,
+            channels_closed: 0,
             ..self.clone()
         }
     }

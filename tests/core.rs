@@ -812,8 +812,9 @@ fn listener_may_call_snapshot_abort_subscribe_and_unsubscribe() {
     let r = agent.prompt("hi").unwrap();
     assert!(seen_streaming.load(Ordering::SeqCst));
     assert_eq!(late_calls.load(Ordering::SeqCst), 0);
-    // The abort came after the run's last turn ended: it stops nothing more.
-    assert_eq!(r.stop_reason, RunStopReason::NoToolCalls);
+    // The abort came after the run's last turn ended, but before the run ended: an abort
+    // that returned true always cancels its run (no further model call either way).
+    assert_eq!(r.stop_reason, RunStopReason::Cancelled);
     assert_eq!(agent.prompt("again").unwrap().text(), "two");
 }
 

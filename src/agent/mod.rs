@@ -3,6 +3,7 @@
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
+use std::thread::ThreadId;
 
 use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
@@ -25,7 +26,8 @@ mod tools;
 
 pub use builder::AgentBuilder;
 use builder::Config;
-use dispatch::{Shared, Sink};
+pub use dispatch::ChannelPolicy;
+use dispatch::{Channel, Shared, Sink};
 
 /// An LLM agent driven from ordinary blocking code.
 ///
@@ -54,8 +56,25 @@ pub struct Agent {
 pub(crate) struct Inner {
     shared: Arc<Shared>,
     config: Mutex<Config>,
+    // True while `cancel` holds a token (both change under the `cancel` lock); readable
+    // without the lock.
     running: AtomicBool,
+    // The claim: the token of the run whose outcome is still open. `abort()` cancels it.
     cancel: Mutex<Option<CancelToken>>,
+    // Held by a run from before its `AgentStart` to after its `AgentEnd` listeners returned:
+    // the next run waits on it, so the events of two runs never interleave at a listener.
+    gate: Mutex<()>,
+    // The thread holding `gate`: a `prompt` from that thread (an `AgentEnd` listener) would
+    // wait for itself, and returns `Busy` instead.
+    gate_owner: Mutex<Option<ThreadId>>,
+}
+
+impl Drop for Inner {
+    /// Releases the listeners, so that one holding an `AgentHandle` (which shares `Shared`)
+    /// does not keep the transcript, the listeners and the channel senders alive.
+    fn drop(&mut self) {
+        self.shared.close();
+    }
 }
 
 /// When queued steering interrupts a batch of tool calls.
@@ -185,9 +204,12 @@ impl Subscription {
 
 /// A cheap `Clone + Send + Sync` handle for other threads: snapshot, steer, follow up, abort.
 ///
-/// The handle does not keep the agent alive: once the `Agent` is dropped, `steer` and
-/// `follow_up` give the message back as [`Refused`] and `abort` does nothing, while
-/// `snapshot` still returns the last state.
+/// The handle does not keep the agent alive, also when a listener of the agent holds it: once
+/// the last `Agent` is dropped, its listeners and channel senders are dropped (each channel
+/// receiver disconnects), and the handle answers like one to an idle agent that refuses
+/// work: `steer` and `follow_up` give the message back as [`Refused`], `abort` and
+/// `is_running` return false, `subscribe` registers nothing (a channel receiver comes back
+/// disconnected), while `snapshot` still returns the last state.
 #[derive(Clone)]
 pub struct AgentHandle {
     shared: Arc<Shared>,
@@ -215,6 +237,8 @@ impl Agent {
                 config: Mutex::new(config),
                 running: AtomicBool::new(false),
                 cancel: Mutex::new(None),
+                gate: Mutex::new(()),
+                gate_owner: Mutex::new(None),
             }),
         }
     }
@@ -229,9 +253,18 @@ impl Agent {
     /// is `RunStopReason::Error` with the error in [`RunResult::error`] (use
     /// [`RunResult::ok`] to turn it into an `Err`).
     ///
+    /// # Consistency
+    /// Once a snapshot shows `is_running == false` after a run, that run no longer holds the
+    /// agent: a `prompt` from another thread does not return `Busy` (unless yet another
+    /// `prompt` claimed the agent first). If the run that just ended is still calling its
+    /// `AgentEnd` listeners, the new run waits for them before its `AgentStart`, so no
+    /// listener ever sees the events of two runs interleaved. On the run thread itself (from
+    /// a listener, `AgentEnd`'s included) `prompt` returns `Busy`: the run that calls the
+    /// listener has not returned yet. Queue a follow-up or call `prompt` once it returned.
+    ///
     /// # Errors
-    /// [`Error::Busy`] when a run is already active; [`Error::NothingToContinue`] for an empty
-    /// prompt.
+    /// [`Error::Busy`] when a run is already active, or when called from a listener of this
+    /// agent; [`Error::NothingToContinue`] for an empty prompt.
     pub fn prompt(&self, input: impl Into<Prompt>) -> Result<RunResult, Error> {
         let input = input.into().0;
         if input.is_empty() {
@@ -248,7 +281,7 @@ impl Agent {
     /// Blocks like [`Agent::prompt`].
     ///
     /// # Errors
-    /// [`Error::Busy`] when a run is active; [`Error::NothingToContinue`] when the transcript
+    /// [`Error::Busy`] as for [`Agent::prompt`]; [`Error::NothingToContinue`] when the transcript
     /// ends with an assistant message (or is empty) and nothing is queued.
     pub fn continue_run(&self) -> Result<RunResult, Error> {
         run::run(&self.inner, run::Start::Continue)
@@ -259,8 +292,9 @@ impl Agent {
     /// # Contract
     /// Listeners run synchronously on the run thread, in registration order; a slow listener
     /// slows the run (use [`Agent::subscribe_channel`] to offload). A listener may call
-    /// `snapshot`, `steer`, `follow_up`, `abort`, `subscribe` and `unsubscribe`; it must not
-    /// call `prompt` (that returns `Busy`). A panic is caught: the run goes on, the other
+    /// `snapshot`, `steer`, `follow_up`, `abort`, `subscribe` and `unsubscribe`; `prompt`
+    /// from a listener returns `Busy`. A listener may hold an [`AgentHandle`]: that does not
+    /// keep the agent alive, and dropping the last `Agent` drops its listeners. A panic is caught: the run goes on, the other
     /// listeners still get the event, and the state counts it in `listener_panics` with the
     /// message in `last_listener_panic`.
     pub fn subscribe(
@@ -270,15 +304,55 @@ impl Agent {
         self.handle().subscribe(listener)
     }
 
-    /// Registers a channel listener: every event is sent, cloned, into a bounded channel of
-    /// `capacity` (0 makes a rendezvous channel).
+    /// Registers a lossless channel listener: every event is sent, cloned, into a bounded
+    /// channel of `capacity` (0 makes a rendezvous channel). The same as
+    /// [`Agent::subscribe_channel_with`] with [`ChannelPolicy::Block`].
     ///
-    /// When the channel is full the run waits until the consumer takes an event: nothing is
-    /// ever dropped, and the run never gets more than `capacity` events ahead of the
-    /// consumer. (`abort()` does not release that wait, since it would lose events.) When the
-    /// receiver is dropped, the listener removes itself at the next event.
+    /// Consume the receiver on another thread, never on the thread that calls `prompt`: the
+    /// run waits while the channel is full, so a run of more than `capacity` events would
+    /// wait for a consumer that only reads after it returned (an `abort()` from elsewhere
+    /// still releases it, see below).
+    ///
+    /// # Guarantees
+    /// - Lossless: while the channel is full the run waits until the consumer takes an
+    ///   event; the consumer receives every event, in order. At most `capacity` events wait
+    ///   in the channel; counting also the event the consumer is handling and the one the run
+    ///   waits to send, the run is at most `capacity + 2` events ahead of what the consumer
+    ///   finished.
+    /// - `abort()` releases the wait at once. A run that was aborted never waits for a full
+    ///   channel again: a channel that is full when one of its events must go in is closed
+    ///   instead. Its consumer receives every event queued before, in order, then `recv`
+    ///   returns `Err` (the channel is disconnected): a lossless channel has no gaps, it ends.
+    ///   `State::channels_closed` counts these channels. A channel that had room receives
+    ///   every event of the aborted run, `AgentEnd` included.
+    /// - When the receiver is dropped, the listener removes itself at the next event. When
+    ///   the agent is dropped, the channel disconnects once the consumer took what is queued.
     pub fn subscribe_channel(&self, capacity: usize) -> Receiver<AgentEvent> {
         self.handle().subscribe_channel(capacity)
+    }
+
+    /// Registers a channel listener with a policy for a full channel.
+    ///
+    /// [`ChannelPolicy::Block`] is [`Agent::subscribe_channel`]. Under
+    /// [`ChannelPolicy::DropUpdates`] the run never waits for the consumer:
+    /// - while `capacity` or more events wait in the channel, `MessageUpdate` and
+    ///   `ToolUpdate` events are not sent (each counted in `State::updates_dropped`);
+    /// - every other event (`AgentStart`, `TurnStart`, `MessageStart`, `MessageEnd`,
+    ///   `ToolStart`, `ToolEnd`, `TurnEnd`, `AgentEnd`) is always sent, in order, even when
+    ///   `capacity` events already wait: the channel then holds more than `capacity`, but
+    ///   only as many more as the run has lifecycle events (a few per message and tool call,
+    ///   never one per streamed delta).
+    ///
+    /// What a consumer receives is thus always consistent: each `MessageUpdate` carries the
+    /// whole reply as far as it streamed, and `MessageEnd` the finished message, so a dropped
+    /// update only means fewer intermediate steps. The deltas themselves are not all there,
+    /// so do not build a wire log from such a channel (use `Block`).
+    pub fn subscribe_channel_with(
+        &self,
+        capacity: usize,
+        policy: ChannelPolicy,
+    ) -> Receiver<AgentEvent> {
+        self.handle().subscribe_channel_with(capacity, policy)
     }
 
     /// Removes the listener with this id. Returns false when there is none.
@@ -320,7 +394,9 @@ impl Agent {
         self.inner.abort()
     }
 
-    /// True while a run is active.
+    /// True while a run holds the agent: from the moment `prompt` claims it until the run's
+    /// outcome is decided (just before `AgentEnd`). While it is true, `abort()` cancels that
+    /// run and `prompt` returns `Busy`.
     pub fn is_running(&self) -> bool {
         self.inner.running.load(Ordering::Acquire)
     }
@@ -377,13 +453,17 @@ impl Inner {
     }
 
     fn abort(&self) -> bool {
-        match &*self.cancel.lock() {
+        let cancelled = match &*self.cancel.lock() {
             Some(token) => {
                 token.cancel();
                 true
             }
             None => false,
-        }
+        };
+        // A run whose outcome is decided may still be sending its `AgentEnd` into a full
+        // lossless channel (and a new run may be waiting for it): release that too.
+        self.shared.cancel_dispatch();
+        cancelled
     }
 }
 
@@ -441,6 +521,14 @@ impl AgentHandle {
     /// Returns false, and does nothing, when no run is active: an abort never carries over to
     /// a later run.
     ///
+    /// # Consistency
+    /// `true` means this run ends with `RunStopReason::Cancelled` (or `Error`, when it had
+    /// already failed): the claim of a run and its cancel token are installed together, and
+    /// the run decides its stop reason as it gives up the claim, so an abort that returns
+    /// true is never lost, whatever instant it lands at. After that instant (while the
+    /// `AgentEnd` listeners run) it returns false; it still releases a lossless channel the
+    /// ending run waits on (see [`Agent::subscribe_channel`]).
+    ///
     /// # Guarantees
     /// - Every phase ends: waiting for the first byte, streaming, a tool that honours its
     ///   cancel token, a `before_tool_call` hook waiting in
@@ -458,7 +546,8 @@ impl AgentHandle {
         self.agent.upgrade().is_some_and(|a| a.abort())
     }
 
-    /// True while a run is active.
+    /// True while a run holds the agent (see [`Agent::is_running`]); false once the agent is
+    /// gone.
     pub fn is_running(&self) -> bool {
         self.agent
             .upgrade()
@@ -477,10 +566,20 @@ impl AgentHandle {
         }
     }
 
-    /// Registers a channel listener; see [`Agent::subscribe_channel`].
+    /// Registers a channel listener; see [`Agent::subscribe_channel`]. Once the agent is
+    /// gone the receiver is disconnected at once.
     pub fn subscribe_channel(&self, capacity: usize) -> Receiver<AgentEvent> {
-        let (tx, rx) = crossbeam_channel::bounded(capacity);
-        self.shared.subscribe(Sink::Channel(tx));
+        self.subscribe_channel_with(capacity, ChannelPolicy::Block)
+    }
+
+    /// Registers a channel listener with a policy; see [`Agent::subscribe_channel_with`].
+    pub fn subscribe_channel_with(
+        &self,
+        capacity: usize,
+        policy: ChannelPolicy,
+    ) -> Receiver<AgentEvent> {
+        let (channel, rx) = Channel::new(capacity, policy);
+        self.shared.subscribe(Sink::Channel(channel));
         rx
     }
 

@@ -25,26 +25,81 @@ pub(crate) enum Start {
     Continue,
 }
 
-/// Frees the agent for the next run, even when the loop panicked, and publishes the settings
-/// changed while it ran (under the config lock, as `Inner::configure` reads `running`).
-struct Claim<'a>(&'a Inner);
+/// A run's hold on the agent, in two parts released at different instants:
+///
+/// - the claim (the cancel token in `Inner::cancel`, with `running`): taken under the cancel
+///   lock, so an `abort()` that sees the run always reaches its token; given up by
+///   [`Claim::release`] right before `AgentEnd` is folded, so a snapshot that shows
+///   `is_running == false` never answers a `prompt` with `Busy`;
+/// - the gate (`Inner::gate`): held from before `AgentStart` to after the last `AgentEnd`
+///   listener returned, so the next run's events never interleave with this run's.
+///
+/// Dropping it releases what is still held, even when the loop panicked.
+struct Claim<'a> {
+    inner: &'a Inner,
+    gate: Option<parking_lot::MutexGuard<'a, ()>>,
+    claimed: bool,
+}
+
+impl<'a> Claim<'a> {
+    /// Claims the agent for a run with `token`, or `Busy`.
+    fn take(inner: &'a Inner, token: &CancelToken) -> Result<Claim<'a>, Error> {
+        let mut slot = inner.cancel.lock();
+        // On the thread that holds the gate (an `AgentEnd` listener), waiting for the gate
+        // would wait for ourselves.
+        let here = std::thread::current().id();
+        if slot.is_some() || *inner.gate_owner.lock() == Some(here) {
+            return Err(Error::Busy);
+        }
+        *slot = Some(token.clone());
+        inner.running.store(true, Ordering::Release);
+        Ok(Claim {
+            inner,
+            gate: None,
+            claimed: true,
+        })
+    }
+
+    /// Waits until the previous run's `AgentEnd` listeners returned, then lets the events of
+    /// this run (cancelled through `token`) flow.
+    fn enter(&mut self, token: &CancelToken) {
+        self.gate = Some(self.inner.gate.lock());
+        *self.inner.gate_owner.lock() = Some(std::thread::current().id());
+        self.inner.shared.set_run_token(Some(token.clone()));
+    }
+
+    /// Gives up the claim. Returns true when the run was aborted up to this instant; an
+    /// `abort()` after it returns false. From here on `Inner::configure` publishes a change
+    /// at once (it reads `running` under the config lock, as this does).
+    fn release(&mut self) -> bool {
+        let _config = self.inner.config.lock();
+        let token = {
+            let mut slot = self.inner.cancel.lock();
+            self.inner.running.store(false, Ordering::Release);
+            slot.take()
+        };
+        self.claimed = false;
+        token.is_some_and(|t| t.is_cancelled())
+    }
+}
 
 impl Drop for Claim<'_> {
     fn drop(&mut self) {
-        *self.0.cancel.lock() = None;
-        let config = self.0.config.lock();
-        self.0.running.store(false, Ordering::Release);
-        self.0.publish_settings(&config);
+        if self.claimed {
+            self.release();
+        }
+        // The settings changed while the run went on show once its `AgentEnd` listeners ran
+        // (and before the next run, which waits for the gate, starts).
+        self.inner.publish_settings(&self.inner.config.lock());
+        if self.gate.is_some() {
+            self.inner.shared.set_run_token(None);
+            *self.inner.gate_owner.lock() = None;
+            self.gate = None;
+        }
     }
 }
 
 pub(crate) fn run(inner: &Arc<Inner>, start: Start) -> Result<RunResult, Error> {
-    if inner.running.swap(true, Ordering::AcqRel) {
-        return Err(Error::Busy);
-    }
-    let claim = Claim(inner);
-    // The token exists from the moment the run is claimed, so an `abort()` that sees
-    // `is_running()` true always reaches this run.
     // With a `run_timeout` the token carries the run's deadline (see `CancelToken`).
     let deadline = inner
         .config
@@ -52,7 +107,8 @@ pub(crate) fn run(inner: &Arc<Inner>, start: Start) -> Result<RunResult, Error> 
         .run_timeout
         .and_then(|t| std::time::Instant::now().checked_add(t));
     let cancel = deadline.map_or_else(CancelToken::new, CancelToken::with_deadline);
-    *inner.cancel.lock() = Some(cancel.clone());
+    let mut claim = Claim::take(inner, &cancel)?;
+    claim.enter(&cancel);
     let input = match start {
         Start::Prompt(messages) => messages,
         Start::Continue => continue_input(inner)?,
@@ -68,7 +124,7 @@ pub(crate) fn run(inner: &Arc<Inner>, start: Start) -> Result<RunResult, Error> 
     };
     run.emit(AgentEvent::AgentStart);
     let outcome = catch_unwind(AssertUnwindSafe(|| run.turns(input)));
-    let (stop_reason, error) = match outcome {
+    let (mut stop_reason, error) = match outcome {
         Ok(r) => r,
         Err(payload) => (
             RunStopReason::Error,
@@ -78,6 +134,12 @@ pub(crate) fn run(inner: &Arc<Inner>, start: Start) -> Result<RunResult, Error> 
             ))),
         ),
     };
+    // The outcome is decided here, as the claim goes: an abort that landed after the loop's
+    // last check (in a `TurnEnd` listener, say) still makes the run `Cancelled`, so an
+    // `abort()` that returned true is never lost.
+    if claim.release() && stop_reason != RunStopReason::Error {
+        stop_reason = RunStopReason::Cancelled;
+    }
     let result = RunResult {
         messages: run.appended.clone(),
         stop_reason,

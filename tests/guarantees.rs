@@ -1,0 +1,485 @@
+//! Guarantees that hold by construction, tested by racing threads and by dropping agents:
+//! the start and end of a run against `abort()` and `prompt()`, channel subscriptions that an
+//! abort releases or that never wait, and agents that listeners holding handles do not keep
+//! alive. Every race loops a bounded number of times within a bounded time.
+
+#[allow(dead_code)]
+mod replay;
+#[allow(dead_code)]
+#[path = "control/support.rs"]
+mod support;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use pagent::llm::{Faux, FauxReply};
+use pagent::{Agent, AgentEvent, ChannelPolicy, Error, Message, RunStopReason};
+use serde_json::json;
+use support::{PATIENCE, bounded, fn_tool, render};
+
+/// How long one race may go on (it stops earlier once it made its count of rounds).
+const RACE_TIME: Duration = Duration::from_secs(3);
+
+fn chatty() -> Agent {
+    Agent::builder()
+        .provider(Faux::default().otherwise(|_| FauxReply::text("ok")))
+        .model("m")
+        .build()
+        .unwrap()
+}
+
+/// Runs `rounds` prompts on this thread while another thread calls `abort` once per run, at
+/// the instant `aim` picks (it gets the round and the agent, and waits as it likes).
+/// Returns, per round, whether `abort` returned true and how the run ended.
+fn race_aborts(
+    agent: &Arc<Agent>,
+    rounds: usize,
+    aim: impl Fn(usize, &Agent) + Send + 'static,
+) -> Vec<(bool, RunStopReason)> {
+    let barrier = Arc::new(Barrier::new(2));
+    let stop = Arc::new(AtomicBool::new(false));
+    let aborter = {
+        let (agent, barrier, stop) = (agent.clone(), barrier.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut hits = Vec::new();
+            for round in 0..rounds {
+                barrier.wait();
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                aim(round, &agent);
+                hits.push(agent.abort());
+                barrier.wait();
+            }
+            hits
+        })
+    };
+    let started = Instant::now();
+    let mut outcomes = Vec::new();
+    for _ in 0..rounds {
+        if started.elapsed() > RACE_TIME {
+            stop.store(true, Ordering::SeqCst);
+            barrier.wait();
+            break;
+        }
+        barrier.wait();
+        outcomes.push(agent.prompt("hi").unwrap().stop_reason);
+        barrier.wait();
+    }
+    let hits = aborter.join().unwrap();
+    assert_eq!(hits.len(), outcomes.len());
+    assert!(!agent.is_running());
+    hits.into_iter().zip(outcomes).collect()
+}
+
+#[test]
+fn an_abort_that_returns_true_always_cancels_its_run() {
+    let agent = Arc::new(chatty());
+    // Listeners that take a moment at the end of the run widen the windows where an abort
+    // used to be lost: after the last decision, and while `AgentEnd` is dispatched.
+    let _slow = agent.subscribe(|e| {
+        if matches!(e, AgentEvent::TurnEnd { .. } | AgentEvent::AgentEnd { .. }) {
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_micros(30) {
+                std::hint::spin_loop();
+            }
+        }
+    });
+    // How long a run takes here, so that the aborts spread from before its start to after
+    // its end.
+    let t = Instant::now();
+    for _ in 0..20 {
+        agent.prompt("warm up").unwrap();
+    }
+    let run = t.elapsed() / 20;
+    let rounds = race_aborts(&agent, 3_000, move |round, agent| {
+        // From the start of the run (or a run's time, if it is missed), wait between none
+        // and a third more than a run takes.
+        let t = Instant::now();
+        while !agent.is_running() && t.elapsed() < run {
+            std::hint::spin_loop();
+        }
+        let wait = run * (round % 64) as u32 / 48;
+        let t = Instant::now();
+        while t.elapsed() < wait {
+            std::hint::spin_loop();
+        }
+    });
+    for (round, (hit, outcome)) in rounds.iter().enumerate() {
+        if *hit {
+            assert_eq!(*outcome, RunStopReason::Cancelled, "round {round}");
+        } else {
+            assert_ne!(*outcome, RunStopReason::Cancelled, "round {round}");
+        }
+    }
+    assert!(rounds.iter().any(|r| r.0), "no abort ever landed in a run");
+    assert!(rounds.iter().any(|r| !r.0), "every abort landed in a run");
+}
+
+#[test]
+fn an_abort_that_sees_the_run_running_is_never_lost() {
+    // The reply waits (abortably) a second, so the run cannot end between `is_running()`
+    // and `abort()`: an abort that saw the run must reach it, also right at its start.
+    let agent = Arc::new(
+        Agent::builder()
+            .provider(
+                Faux::default().otherwise(|_| FauxReply::text("ok").delay(Duration::from_secs(1))),
+            )
+            .model("m")
+            .build()
+            .unwrap(),
+    );
+    let rounds = race_aborts(&agent, 1_000, |_, agent| {
+        // Bounded: a run missed here fails the assertions below instead of hanging.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while !agent.is_running() && Instant::now() < deadline {
+            std::hint::spin_loop();
+        }
+    });
+    for (round, (hit, outcome)) in rounds.iter().enumerate() {
+        assert!(
+            *hit,
+            "round {round}: abort returned false while the run was running"
+        );
+        assert_eq!(*outcome, RunStopReason::Cancelled, "round {round}");
+    }
+}
+
+#[test]
+fn a_snapshot_that_is_not_running_never_answers_prompt_with_busy() {
+    // Two threads take turns: each waits until the snapshot shows the other's run ended,
+    // then prompts at once. `AgentEnd` listeners that sometimes linger keep the previous run
+    // dispatching while the next one starts: it must wait, and never interleave.
+    let agent = Arc::new(chatty());
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let sink = log.clone();
+    let lingering = Arc::new(AtomicUsize::new(0));
+    let linger = lingering.clone();
+    let _recorder = agent.subscribe(move |e| sink.lock().unwrap().push(e.clone()));
+    let _slow = agent.subscribe(move |e| {
+        if let AgentEvent::AgentEnd { .. } = e
+            && linger.fetch_add(1, Ordering::SeqCst).is_multiple_of(3)
+        {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    });
+    let rounds = 2_000;
+    let started = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let players: Vec<_> = (0..2)
+        .map(|me| {
+            let (agent, stop) = (agent.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut runs = 0;
+                for round in 0..rounds {
+                    if round % 2 != me {
+                        continue;
+                    }
+                    // My turn once `round` runs ended (each run appends two messages).
+                    let deadline = Instant::now() + PATIENCE;
+                    loop {
+                        let s = agent.snapshot();
+                        if !s.is_running && s.messages.len() == 2 * round {
+                            break;
+                        }
+                        if stop.load(Ordering::SeqCst) {
+                            return runs;
+                        }
+                        assert!(Instant::now() < deadline, "round {round} never came");
+                        std::thread::yield_now();
+                    }
+                    if started.elapsed() > RACE_TIME {
+                        stop.store(true, Ordering::SeqCst);
+                        break;
+                    }
+                    match agent.prompt("hi") {
+                        Ok(_) => runs += 1,
+                        Err(Error::Busy) => panic!("round {round}: Busy after is_running false"),
+                        Err(e) => panic!("round {round}: {e}"),
+                    }
+                }
+                runs
+            })
+        })
+        .collect();
+    let runs: usize = players.into_iter().map(|p| p.join().unwrap()).sum();
+    assert!(runs > 0);
+    // The events of the runs follow one another: no listener saw two runs interleave.
+    let lines = render(&log.lock().unwrap());
+    let one_run = [
+        "AgentStart",
+        "TurnStart(1)",
+        "MessageStart(user)",
+        "MessageEnd(user \"hi\")",
+        "MessageStart(assistant)",
+        "MessageUpdate*(ok)",
+        "MessageEnd(assistant stop \"ok\")",
+        "TurnEnd(1 no_tool_calls)",
+        "AgentEnd(no_tool_calls)",
+    ];
+    assert_eq!(lines.len(), runs * one_run.len());
+    for (i, chunk) in lines.chunks(one_run.len()).enumerate() {
+        assert_eq!(chunk, one_run, "run {i}");
+    }
+}
+
+#[test]
+fn prompt_from_an_agent_end_listener_is_busy() {
+    let agent = Arc::new(chatty());
+    let weak: Weak<Agent> = Arc::downgrade(&agent);
+    let answer = Arc::new(Mutex::new(None));
+    let sink = answer.clone();
+    let _sub = agent.subscribe(move |e| {
+        if let AgentEvent::AgentEnd { .. } = e
+            && let Some(agent) = weak.upgrade()
+        {
+            // The snapshot already says the run is over, but this thread is the run's.
+            assert!(!agent.snapshot().is_running);
+            *sink.lock().unwrap() = Some(agent.prompt("again").map(|r| r.stop_reason));
+        }
+    });
+    let a = agent.clone();
+    bounded(move || a.prompt("hi").unwrap());
+    assert!(matches!(*answer.lock().unwrap(), Some(Err(Error::Busy))));
+    // And the agent is free afterwards.
+    assert!(agent.prompt("later").is_ok());
+}
+
+/// Something a listener captures, to tell whether the listener was dropped.
+struct Marker;
+
+#[test]
+fn a_listener_holding_a_handle_does_not_keep_the_agent_alive() {
+    let agent = chatty();
+    let marker = Arc::new(Marker);
+    let weak = Arc::downgrade(&marker);
+    let handle = agent.handle();
+    let _sub = agent.subscribe({
+        let handle = handle.clone();
+        move |_| {
+            let _ = (&marker, handle.snapshot());
+        }
+    });
+    let rx = agent.subscribe_channel(1_000);
+    let all = Arc::new(AtomicUsize::new(0));
+    let count = all.clone();
+    let _count = agent.subscribe(move |_| {
+        count.fetch_add(1, Ordering::SeqCst);
+    });
+    agent.prompt("hi").unwrap();
+    let before = agent.snapshot();
+    drop(agent);
+    assert!(weak.upgrade().is_none(), "the listener outlived the agent");
+    // The receiver gets what was queued, then disconnects.
+    assert_eq!(rx.iter().count(), all.load(Ordering::SeqCst));
+    // A handle to a dropped agent answers like one to an idle agent that refuses work.
+    assert_eq!(handle.snapshot(), before);
+    assert!(!handle.is_running());
+    assert!(!handle.abort());
+    assert!(handle.steer(Message::user("late")).is_err());
+    assert!(handle.follow_up(Message::user("late")).is_err());
+    let late = handle.subscribe_channel(8);
+    assert!(
+        late.recv_timeout(PATIENCE).is_err(),
+        "a receiver of a dropped agent"
+    );
+    let marker = Arc::new(Marker);
+    let weak = Arc::downgrade(&marker);
+    let sub = handle.subscribe(move |_| {
+        let _ = &marker;
+    });
+    assert!(
+        weak.upgrade().is_none(),
+        "a listener of a dropped agent was kept"
+    );
+    assert!(!sub.unsubscribe());
+}
+
+#[test]
+fn a_consumer_looping_over_a_receiver_ends_when_the_agent_is_dropped() {
+    let agent = chatty();
+    // The tutorial's pattern: a listener that aborts through a handle.
+    let handle = agent.handle();
+    let _abort_on_error = agent.subscribe(move |e| {
+        if let AgentEvent::TurnEnd {
+            stop_reason: RunStopReason::Error,
+            ..
+        } = e
+        {
+            handle.abort();
+        }
+    });
+    let events = agent.subscribe_channel(4);
+    let all = Arc::new(AtomicUsize::new(0));
+    let count = all.clone();
+    let _count = agent.subscribe(move |_| {
+        count.fetch_add(1, Ordering::SeqCst);
+    });
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let n = events.iter().count();
+        let _ = done_tx.send(n);
+    });
+    agent.prompt("one").unwrap();
+    agent.prompt("two").unwrap();
+    drop(agent);
+    let n = done_rx
+        .recv_timeout(PATIENCE)
+        .expect("the consumer never saw its channel disconnect");
+    assert_eq!(n, all.load(Ordering::SeqCst));
+}
+
+/// An agent whose one reply streams `deltas` text deltas.
+fn streaming(deltas: usize) -> Agent {
+    Agent::builder()
+        .provider(
+            Faux::default()
+                .chunk_chars(1)
+                .reply(FauxReply::text("x".repeat(deltas)))
+                .otherwise(|_| FauxReply::text("ok")),
+        )
+        .model("m")
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn abort_releases_a_run_waiting_on_a_full_channel() {
+    let agent = Arc::new(streaming(10_000));
+    let rx = agent.subscribe_channel(8);
+    let a = agent.clone();
+    let run = std::thread::spawn(move || a.prompt("hi").unwrap());
+    // Wait until the run waits on the full channel.
+    let deadline = Instant::now() + PATIENCE;
+    while rx.len() < 8 {
+        assert!(Instant::now() < deadline, "the channel never filled");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(agent.is_running());
+    assert!(agent.abort());
+    let (tx, done) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(run.join().unwrap());
+    });
+    let result = done
+        .recv_timeout(PATIENCE)
+        .expect("abort did not release the run");
+    assert_eq!(result.stop_reason, RunStopReason::Cancelled);
+    // The consumer gets the queued events in order, then the channel ends: no gaps.
+    let got: Vec<AgentEvent> = rx.iter().collect();
+    assert_eq!(got.len(), 8);
+    assert_eq!(
+        render(&got)[..5],
+        [
+            "AgentStart",
+            "TurnStart(1)",
+            "MessageStart(user)",
+            "MessageEnd(user \"hi\")",
+            "MessageStart(assistant)",
+        ]
+    );
+    let s = agent.snapshot();
+    assert_eq!(s.channels_closed, 1);
+    assert!(!s.is_running);
+}
+
+#[test]
+fn the_design_sample_does_not_hang_when_aborted() {
+    // `subscribe_channel` then `prompt` on the same thread, reading only afterwards: the
+    // run waits once the channel is full, and an abort from another thread releases it.
+    let agent = Arc::new(streaming(5_000));
+    let rx = agent.subscribe_channel(64);
+    let a = agent.clone();
+    let aborter = std::thread::spawn(move || {
+        let deadline = Instant::now() + PATIENCE;
+        while a.snapshot().streaming_message.is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        a.abort()
+    });
+    let a = agent.clone();
+    let result = bounded(move || a.prompt("hi").unwrap());
+    assert!(aborter.join().unwrap());
+    assert_eq!(result.stop_reason, RunStopReason::Cancelled);
+    assert_eq!(rx.iter().count(), 64);
+}
+
+#[test]
+fn a_channel_with_room_gets_every_event_of_an_aborted_run() {
+    let agent = Arc::new(streaming(2_000));
+    let roomy = agent.subscribe_channel(100_000);
+    let h = agent.handle();
+    let _abort = agent.subscribe(move |e| {
+        if let AgentEvent::MessageUpdate { message, .. } = e
+            && message.text().len() == 100
+        {
+            h.abort();
+        }
+    });
+    let a = agent.clone();
+    let result = bounded(move || a.prompt("hi").unwrap());
+    assert_eq!(result.stop_reason, RunStopReason::Cancelled);
+    let got: Vec<AgentEvent> = roomy.try_iter().collect();
+    assert!(matches!(got.last(), Some(AgentEvent::AgentEnd { .. })));
+    assert_eq!(agent.snapshot().channels_closed, 0);
+}
+
+#[test]
+fn a_drop_updates_channel_never_waits_and_keeps_every_lifecycle_event() {
+    let echo = fn_tool("echo", |args, ctx| {
+        ctx.update("half");
+        Ok(pagent::ToolOutput::text(args["x"].to_string()))
+    });
+    let agent = Agent::builder()
+        .provider(
+            Faux::default()
+                .chunk_chars(1)
+                .reply(
+                    FauxReply::text("y".repeat(500))
+                        .then_tool_call("echo", json!({"x": 1}))
+                        .then_tool_call("echo", json!({"x": 2})),
+                )
+                .reply(FauxReply::text("z".repeat(3_000))),
+        )
+        .tool(echo)
+        .model("m")
+        .build()
+        .unwrap();
+    let all = Arc::new(Mutex::new(Vec::new()));
+    let sink = all.clone();
+    let _all = agent.subscribe(move |e| sink.lock().unwrap().push(e.clone()));
+    let rx = agent.subscribe_channel_with(4, ChannelPolicy::DropUpdates);
+    // Nobody reads while the run goes on, on this very thread: it must not wait.
+    let agent = Arc::new(agent);
+    let a = agent.clone();
+    bounded(move || a.prompt("hi").unwrap());
+    let got: Vec<AgentEvent> = rx.try_iter().collect();
+    let lifecycle = |events: &[AgentEvent]| -> Vec<String> {
+        render(events)
+            .into_iter()
+            .filter(|l| !l.starts_with("MessageUpdate") && !l.starts_with("ToolUpdate"))
+            .collect()
+    };
+    let all = all.lock().unwrap().clone();
+    assert_eq!(lifecycle(&got), lifecycle(&all));
+    let updates = |events: &[AgentEvent]| {
+        events
+            .iter()
+            .filter(|e| {
+                matches!(
+                    e,
+                    AgentEvent::MessageUpdate { .. } | AgentEvent::ToolUpdate { .. }
+                )
+            })
+            .count() as u64
+    };
+    // Updates went in only while fewer than 4 events waited: the first few.
+    assert!(updates(&got) <= 4, "{} updates went in", updates(&got));
+    assert_eq!(
+        agent.snapshot().updates_dropped,
+        updates(&all) - updates(&got)
+    );
+}
