@@ -272,6 +272,11 @@ fn connect_one(ctx: &Ctx, addr: SocketAddr) -> io::Result<TcpStream> {
         ctx.timed_out.set(Some(phase));
         timed_out(phase)
     })?;
+    // The connect waits in poll(2), which counts whole milliseconds and would wake up to one
+    // early: rounded up, a timeout never fires before its deadline (the run deadline then has
+    // passed by the time it is reported).
+    let left =
+        Duration::from_millis(u64::try_from(left.as_micros().div_ceil(1000)).unwrap_or(u64::MAX));
     match socket.connect_timeout(&addr.into(), left) {
         Ok(()) => {}
         Err(_) if ctx.cancel.is_cancelled() => return Err(aborted()),
