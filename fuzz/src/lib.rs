@@ -9,10 +9,10 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use pagent::llm::{Provider, Request, RetryPolicy};
+use pagent::llm::{Provider, Request, RetryPolicy, StreamEvent};
 use pagent::{CancelToken, Message, PartialMessage};
 
 /// The body the server sends next.
@@ -78,25 +78,33 @@ fn serve_connection(stream: TcpStream) {
 }
 
 /// Streams a reply from `provider` (pointed at [`server_url`]) whose body is `body`, and
-/// checks the provider's contract on it: the reply returned is the content the events
-/// built. Errors are fine (the body is arbitrary); panics and mismatches are not.
+/// checks the provider's contract on it: every event is one the agent can fold (a tool-call
+/// fragment names a call that started), and a reply that ended folds into a message.
+/// Errors are fine (the body is arbitrary); panics and broken events are not.
 pub fn check_stream(provider: &dyn Provider, body: &[u8]) {
     *BODY.lock().unwrap_or_else(|e| e.into_inner()) = body.to_vec();
     let request = Request {
-        messages: vec![Message::user("hi")],
+        messages: vec![Arc::new(Message::user("hi"))],
         model: "m".into(),
         ..Request::default()
     };
     let mut built = PartialMessage::new("m");
+    let mut calls = 0;
     let reply = provider.stream(&request, &CancelToken::new(), &mut |event| {
-        built.push(&event)
+        match &event {
+            StreamEvent::ToolCallStart { .. } => calls += 1,
+            StreamEvent::ToolCallDelta { index, .. } => assert!(
+                *index < calls,
+                "a fragment of call {index} when {calls} calls started"
+            ),
+            _ => {}
+        }
+        built.push(&event);
+        Ok(())
     });
-    if let Ok(message) = reply {
-        assert_eq!(
-            built.to_message(message.stop_reason).content,
-            message.content,
-            "the reply differs from what its events built"
-        );
+    if let Ok(end) = reply {
+        let message = built.to_message(end.stop_reason);
+        assert_eq!(message.tool_calls().count(), calls);
     }
 }
 
