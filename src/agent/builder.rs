@@ -184,7 +184,7 @@ impl AgentBuilder {
     /// transcript stays valid: the reply cut by the deadline keeps what streamed and ends
     /// with `StopReason::Error`, and tool calls that did not run get results saying so.
     ///
-    /// The run's [`CancelToken`](crate::llm::CancelToken) carries the deadline, so no
+    /// The run's [`CancelToken`](crate::CancelToken) carries the deadline, so no
     /// thread watches the clock. The limit: code that ignores its token (a tool that blocks
     /// without looking at it, a hook that waits on something else, a provider that does
     /// not look at the token, a DNS lookup) holds the run until it returns.

@@ -89,6 +89,15 @@ pub enum SteeringPolicy {
     AtToolBoundary,
 }
 
+/// Which of the agent's two message queues: named, so a call site never passes a bare `bool`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Queue {
+    /// `State::steering_queue`, filled by [`AgentHandle::steer`].
+    Steering,
+    /// `State::follow_up_queue`, filled by [`AgentHandle::follow_up`].
+    FollowUp,
+}
+
 /// How many queued messages are taken at once.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum QueueMode {
@@ -486,7 +495,7 @@ impl AgentHandle {
     /// # Errors
     /// [`Refused`], holding the message, when the agent is gone.
     pub fn steer(&self, message: impl Into<Message>) -> Result<(), Refused> {
-        self.enqueue(message.into(), true)
+        self.enqueue(message.into(), Queue::Steering)
     }
 
     /// Queues a follow-up: delivered only when the run would otherwise stop (the model gave a
@@ -498,18 +507,17 @@ impl AgentHandle {
     /// # Errors
     /// [`Refused`], holding the message, when the agent is gone.
     pub fn follow_up(&self, message: impl Into<Message>) -> Result<(), Refused> {
-        self.enqueue(message.into(), false)
+        self.enqueue(message.into(), Queue::FollowUp)
     }
 
-    fn enqueue(&self, message: Message, steering: bool) -> Result<(), Refused> {
+    fn enqueue(&self, message: Message, which: Queue) -> Result<(), Refused> {
         if self.agent.upgrade().is_none() {
             return Err(Refused(Box::new(message)));
         }
         self.shared.update(|next| {
-            let queue = if steering {
-                &mut next.steering_queue
-            } else {
-                &mut next.follow_up_queue
+            let queue = match which {
+                Queue::Steering => &mut next.steering_queue,
+                Queue::FollowUp => &mut next.follow_up_queue,
             };
             queue.push_back(Arc::new(message));
         });

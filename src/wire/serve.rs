@@ -14,6 +14,7 @@ use super::codec::{
     write_event,
 };
 use super::lines::{Line, LineSink, read_line};
+use crate::agent::Queue;
 use crate::hooks::ToolDecision;
 use crate::message::Message;
 use crate::state::State;
@@ -387,14 +388,14 @@ impl<'a> Server<'a> {
             }),
             "steer" => {
                 let text = text_param(method, params)?;
-                self.room_for(&text, true)?;
+                self.room_for(&text, Queue::Steering)?;
                 // Refused only when the agent is gone, and it lives as long as `serve`.
                 let _ = self.agent.steer(text);
                 json!({"queued": true})
             }
             "follow_up" => {
                 let text = text_param(method, params)?;
-                self.room_for(&text, false)?;
+                self.room_for(&text, Queue::FollowUp)?;
                 let _ = self.agent.follow_up(text);
                 json!({"queued": true})
             }
@@ -414,12 +415,11 @@ impl<'a> Server<'a> {
     /// Refuses `text` when the steering (or follow-up) queue has no room for it. The reading
     /// thread is the only one that queues messages from the client, and runs only take them
     /// out, so the room seen here is still there when the message goes in.
-    fn room_for(&self, text: &str, steering: bool) -> Result<(), Refusal> {
+    fn room_for(&self, text: &str, which: Queue) -> Result<(), Refusal> {
         let state = self.agent.snapshot();
-        let (queue, name) = if steering {
-            (&state.steering_queue, "steering")
-        } else {
-            (&state.follow_up_queue, "follow-up")
+        let (queue, name) = match which {
+            Queue::Steering => (&state.steering_queue, "steering"),
+            Queue::FollowUp => (&state.follow_up_queue, "follow-up"),
         };
         let bytes: usize = queue.iter().map(|m| m.text().len()).sum();
         let (max, max_bytes) = (self.options.max_queued, self.options.max_queued_bytes);
