@@ -620,7 +620,10 @@ fn a_failing_output_is_returned_when_the_input_ends() {
         ServeOptions::new(),
     );
     match result {
-        Err(Error::Io(why)) => assert!(why.contains("the client is gone"), "{why}"),
+        Err(Error::Io { kind, message }) => {
+            assert_eq!(kind, std::io::ErrorKind::BrokenPipe);
+            assert!(message.contains("the client is gone"), "{message}");
+        }
         other => panic!("{other:?}"),
     }
 }

@@ -693,7 +693,7 @@ fn scrub_error(mut e: Error, secret: Option<&str>) -> Error {
         | Error::Stream(message)
         | Error::Provider(message)
         | Error::Wire(message)
-        | Error::Io(message)
+        | Error::Io { message, .. }
         | Error::Panic { message, .. } => vec![message],
         Error::Busy
         | Error::Aborted

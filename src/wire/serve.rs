@@ -295,7 +295,7 @@ pub fn serve(
                     ),
                 ),
                 Ok(Line::Whole { .. }) => server.handle(scope, &buf),
-                Err(e) => break Err(Error::Io(e.to_string())),
+                Err(e) => break Err(Error::from(e)),
             }
         };
         approvals.close();
