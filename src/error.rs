@@ -17,6 +17,11 @@ pub enum Error {
     NothingToContinue(String),
     /// The agent or a provider is not configured right (a missing provider, a bad URL...).
     Config(String),
+    /// Nothing is configured where pagent looked: [`crate::llm::from_env`] (or a provider's
+    /// `from_env`) found none of its variables set. The text says what to set. Distinct from
+    /// [`Error::Config`] so a program can fall back to something else (see
+    /// [`Error::is_not_configured`] and [`crate::llm::from_env_or`]).
+    NotConfigured(String),
     /// The run, or a provider call, was aborted.
     Aborted,
     /// The server answered with an HTTP error status.
@@ -120,6 +125,12 @@ impl Error {
         }
     }
 
+    /// True for [`Error::NotConfigured`]: the environment names no provider, the cue to fall
+    /// back to another one (an offline demo, a default server).
+    pub fn is_not_configured(&self) -> bool {
+        matches!(self, Error::NotConfigured(_))
+    }
+
     /// The [`std::io::ErrorKind`] of an [`Error::Io`] (`NotFound` for a missing session file,
     /// `BrokenPipe` for a wire client that went away...); `None` for every other error.
     pub fn io_kind(&self) -> Option<std::io::ErrorKind> {
@@ -175,6 +186,7 @@ impl fmt::Display for Error {
             Error::Busy => f.write_str("a run is already active"),
             Error::NothingToContinue(why) => write!(f, "nothing to continue: {why}"),
             Error::Config(why) => write!(f, "configuration: {why}"),
+            Error::NotConfigured(why) => write!(f, "not configured: {why}"),
             Error::Aborted => f.write_str("aborted"),
             Error::Http {
                 status, message, ..

@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::{Arc, OnceLock};
 
 use super::guard;
-use super::hooks::{Hooks, ToolCallRequest, ToolDecision, TurnSetup};
+use super::hooks::{BeforeToolCall, Hooks, ToolCallRequest, ToolDecision, TurnSetup};
 use super::{Agent, QueueMode, SteeringPolicy};
 use crate::Error;
 use crate::llm::{Provider, ThinkingLevel, ToolDefinition};
@@ -281,6 +281,12 @@ impl AgentBuilder {
     ) -> AgentBuilder {
         self.hooks.before_tool_call = Some(Arc::new(hook));
         self
+    }
+
+    /// The `before_tool_call` hook set so far, for code that puts its own hook around it
+    /// (`wire::serve` asks the user's hook first, then the client).
+    pub(crate) fn before_tool_call_hook(&self) -> Option<Arc<BeforeToolCall>> {
+        self.hooks.before_tool_call.clone()
     }
 
     /// Called on the run thread when a tool ran (returned, failed or panicked), before its

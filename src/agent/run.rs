@@ -408,7 +408,7 @@ impl Run<'_> {
         let run = &self.config;
         self.inner.shared.update(|next| {
             next.model = Arc::from(run.model.as_str());
-            next.thinking_level = run.thinking;
+            next.thinking = run.thinking;
             next.tools = run.tool_defs.clone();
         });
         Ok(())

@@ -140,7 +140,7 @@ pub mod sse;
 mod transport;
 
 pub use anthropic::{ANTHROPIC_BASE_URL, ANTHROPIC_VERSION, Anthropic};
-pub use env::{FromEnv, from_env};
+pub use env::{FromEnv, from_env, from_env_or};
 pub use faux::{Faux, FauxReply};
 pub use openai::{OPENAI_BASE_URL, OpenAiCompat};
 pub use retry::RetryPolicy;

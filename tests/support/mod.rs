@@ -298,7 +298,9 @@ impl Recorder {
         let sink = r.0.clone();
         // Kept for the agent's lifetime: the subscription handle is dropped without
         // unsubscribing.
-        let _sub = agent.subscribe(move |e: &AgentEvent| sink.lock().unwrap().push(e.clone()));
+        agent
+            .subscribe(move |e: &AgentEvent| sink.lock().unwrap().push(e.clone()))
+            .keep();
         r
     }
 
