@@ -343,6 +343,8 @@ impl Agent {
     }
 
     /// Registers a listener, called for every event after it was folded into the state.
+    /// The returned [`Subscription`] is a guard: dropping it removes the listener;
+    /// [`Subscription::keep`] keeps it for the agent's life.
     ///
     /// # Contract
     /// Listeners run synchronously on the run thread, in registration order; a slow listener

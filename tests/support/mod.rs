@@ -296,8 +296,7 @@ impl Recorder {
     pub fn attach(agent: &Agent) -> Recorder {
         let r = Recorder::default();
         let sink = r.0.clone();
-        // Kept for the agent's lifetime: the subscription handle is dropped without
-        // unsubscribing.
+        // Kept for the agent's lifetime, not for this function's.
         agent
             .subscribe(move |e: &AgentEvent| sink.lock().unwrap().push(e.clone()))
             .keep();
