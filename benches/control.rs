@@ -89,11 +89,13 @@ fn abort(c: &mut Criterion) {
                     .tokens_per_second(1000.0)
                     .reply(FauxReply::text("word ".repeat(500)));
                 let agent = Agent::builder().provider(faux).build().unwrap();
-                let _ = agent.subscribe(move |e: &AgentEvent| {
-                    if let AgentEvent::MessageUpdate { .. } = e {
-                        let _ = tx.try_send(());
-                    }
-                });
+                agent
+                    .subscribe(move |e: &AgentEvent| {
+                        if let AgentEvent::MessageUpdate { .. } = e {
+                            let _ = tx.try_send(());
+                        }
+                    })
+                    .keep();
                 agent
             })
         })

@@ -34,7 +34,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use pagent::llm::{CancelToken, OpenAiCompat, Provider, Request};
+use pagent::CancelToken;
+use pagent::llm::{OpenAiCompat, Provider, Request};
 use pagent::{Agent, AgentEvent, AssistantMessage, ContentBlock, Message, ToolCall};
 use pagent::{StopReason, ToolResultMessage};
 use serde::Deserialize;

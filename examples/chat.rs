@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use pagent::llm::{Faux, FauxReply, Provider, Request, StreamEvent};
-use pagent::{Agent, AgentEvent, Message, PartialBlock, ToolError, ToolOutput, tool};
+use pagent::{Agent, AgentEvent, Message, PartialBlock, ToolOutput, tool};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
@@ -74,14 +74,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// The model server and model: the one the environment names (`OPENAI_*`, `ANTHROPIC_*`,
 /// `PAGENT_MODEL`), else the offline demo. Everything else works the same with any `Provider`.
 fn provider() -> Result<(Arc<dyn Provider>, String), pagent::Error> {
-    if let Some(configured) = pagent::llm::from_env() {
-        let configured = configured?;
-        eprintln!(
-            "pagent chat: {} model `{}`, configured from the environment",
-            configured.provider.name(),
-            configured.model
-        );
-        return Ok((configured.provider, configured.model));
+    match pagent::llm::from_env() {
+        Ok(configured) => {
+            eprintln!(
+                "pagent chat: {} model `{}`, configured from the environment",
+                configured.provider.name(),
+                configured.model
+            );
+            return Ok((configured.provider, configured.model));
+        }
+        // Nothing set: the offline demo. A variable set wrong is an error, not a fallback.
+        Err(e) if e.is_not_configured() => {}
+        Err(e) => return Err(e),
     }
     eprintln!(
         "pagent chat: offline demo on the scripted provider. To use a real server set \
@@ -156,7 +160,8 @@ fn calculator() -> impl pagent::Tool {
         "calculator",
         "Evaluates an arithmetic expression exactly as written.",
         |args: CalculatorArgs, _ctx| {
-            let value = eval(&args.expression).map_err(ToolError::new)?;
+            // `?` turns any error (here a `String`) into the `ToolError` the model reads.
+            let value = eval(&args.expression)?;
             Ok(ToolOutput::text(format_number(value)))
         },
     )
@@ -170,10 +175,7 @@ fn clock() -> impl pagent::Tool {
         "clock",
         "The current date and time in UTC.",
         |_: ClockArgs, _ctx| {
-            let secs = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_err(|e| ToolError::new(e.to_string()))?
-                .as_secs();
+            let secs = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs();
             Ok(ToolOutput::text(utc(secs)))
         },
     )

@@ -97,14 +97,14 @@ where
 fn agent(tps: f64) -> Arc<Agent> {
     let builder = match pagent::llm::from_env() {
         // A server named in the environment (OPENAI_*, ANTHROPIC_*, PAGENT_MODEL).
-        Some(Ok(configured)) => Agent::builder()
+        Ok(configured) => Agent::builder()
             .provider(configured.provider)
             .model(configured.model),
-        Some(Err(e)) => {
+        Err(e) if e.is_not_configured() => demo(tps),
+        Err(e) => {
             eprintln!("dashboard: {e}; using the offline demo");
             demo(tps)
         }
-        None => demo(tps),
     };
     let agent = builder
         .system_prompt("You are a research assistant.")

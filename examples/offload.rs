@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use pagent::llm::{Faux, FauxReply};
+use pagent::llm::{Faux, FauxReply, FromEnv};
 use pagent::{Agent, AgentEvent, State, ToolOutput, tool, wire};
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -156,13 +156,13 @@ fn agent() -> Agent {
         )
         .reply(FauxReply::text(answer.trim_end()));
     // A server named in the environment (OPENAI_*, ANTHROPIC_*, PAGENT_MODEL), else the
-    // scripted demo.
-    let builder = match pagent::llm::from_env().and_then(Result::ok) {
-        Some(configured) => Agent::builder()
-            .provider(configured.provider)
-            .model(configured.model),
-        None => Agent::builder().provider(faux),
-    };
+    // scripted demo (no model name: "" is the provider's default).
+    let chosen = pagent::llm::from_env_or(|| FromEnv::new(faux, ""))
+        // OK because a variable set wrong is a mistake the demo reports.
+        .unwrap_or_else(|e| panic!("{e}"));
+    let builder = Agent::builder()
+        .provider(chosen.provider)
+        .model(chosen.model);
     builder
         .tool(stock)
         .build()

@@ -18,7 +18,7 @@ use std::thread;
 use std::time::Duration;
 
 use pagent::hooks::{ToolCallRequest, ToolDecision};
-use pagent::llm::{Faux, FauxReply, Request};
+use pagent::llm::{Faux, FauxReply, FromEnv, Request};
 use pagent::{Agent, AgentEvent, ToolError, ToolOutput, tool};
 use schemars::JsonSchema;
 use serde::de::Error as _;
@@ -110,16 +110,11 @@ fn main() -> Result<(), Box<dyn Error>> {
     });
 
     // A server named in the environment (OPENAI_*, ANTHROPIC_*, PAGENT_MODEL), else the
-    // scripted demo.
-    let builder = match pagent::llm::from_env() {
-        Some(configured) => {
-            let configured = configured?;
-            Agent::builder()
-                .provider(configured.provider)
-                .model(configured.model)
-        }
-        None => Agent::builder().provider(script()),
-    };
+    // scripted demo (no model name: "" is the provider's default).
+    let chosen = pagent::llm::from_env_or(|| FromEnv::new(script(), ""))?;
+    let builder = Agent::builder()
+        .provider(chosen.provider)
+        .model(chosen.model);
     let agent = builder
         .tool(word_stats())
         .before_tool_call(move |request: &ToolCallRequest<'_>| {

@@ -17,6 +17,11 @@ pub enum Error {
     NothingToContinue(String),
     /// The agent or a provider is not configured right (a missing provider, a bad URL...).
     Config(String),
+    /// Nothing is configured where pagent looked: [`crate::llm::from_env`] (or a provider's
+    /// `from_env`) found none of its variables set. The text says what to set. Distinct from
+    /// [`Error::Config`] so a program can fall back to something else (see
+    /// [`Error::is_not_configured`] and [`crate::llm::from_env_or`]).
+    NotConfigured(String),
     /// The run, or a provider call, was aborted.
     Aborted,
     /// The server answered with an HTTP error status.
@@ -70,7 +75,13 @@ pub enum Error {
     /// A wire line could not be decoded; the text names the problem.
     Wire(String),
     /// Reading or writing a file or stream failed.
-    Io(String),
+    Io {
+        /// The kind of the underlying [`std::io::Error`] (`NotFound`, `BrokenPipe`...), kept so
+        /// code can react to it without reading the text; see also [`Error::io_kind`].
+        kind: std::io::ErrorKind,
+        /// The underlying error's text, sometimes with what was being done.
+        message: String,
+    },
     /// User code that must succeed for the run to go on panicked (the `before_turn` or
     /// `transform_context` hook, the definition of a tool a hook put in place). Tool code that
     /// panics does not end the run: its call gets an error result instead.
@@ -111,6 +122,21 @@ impl Error {
             Error::Http { status, .. } => matches!(status, 408 | 409 | 429 | 500..=599),
             Error::Timeout(TimeoutPhase::Connect) | Error::Connection(_) => true,
             _ => false,
+        }
+    }
+
+    /// True for [`Error::NotConfigured`]: the environment names no provider, the cue to fall
+    /// back to another one (an offline demo, a default server).
+    pub fn is_not_configured(&self) -> bool {
+        matches!(self, Error::NotConfigured(_))
+    }
+
+    /// The [`std::io::ErrorKind`] of an [`Error::Io`] (`NotFound` for a missing session file,
+    /// `BrokenPipe` for a wire client that went away...); `None` for every other error.
+    pub fn io_kind(&self) -> Option<std::io::ErrorKind> {
+        match self {
+            Error::Io { kind, .. } => Some(*kind),
+            _ => None,
         }
     }
 
@@ -160,6 +186,7 @@ impl fmt::Display for Error {
             Error::Busy => f.write_str("a run is already active"),
             Error::NothingToContinue(why) => write!(f, "nothing to continue: {why}"),
             Error::Config(why) => write!(f, "configuration: {why}"),
+            Error::NotConfigured(why) => write!(f, "not configured: {why}"),
             Error::Aborted => f.write_str("aborted"),
             Error::Http {
                 status, message, ..
@@ -181,7 +208,7 @@ impl fmt::Display for Error {
                 write!(f, "the reply grew past the limit of {limit} bytes")
             }
             Error::Wire(why) => write!(f, "wire: {why}"),
-            Error::Io(why) => write!(f, "io: {why}"),
+            Error::Io { message, .. } => write!(f, "io: {message}"),
             Error::Panic { source, message } => write!(f, "{source} panicked: {message}"),
         }
     }
@@ -199,6 +226,16 @@ impl fmt::Display for TimeoutPhase {
 }
 
 impl std::error::Error for Error {}
+
+/// An I/O error becomes [`Error::Io`], keeping its [`std::io::ErrorKind`] and its text.
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Error {
+        Error::Io {
+            kind: e.kind(),
+            message: e.to_string(),
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -245,6 +282,17 @@ mod tests {
             "provider reported overloaded_error: Overloaded"
         );
         assert!(!api.is_retryable());
+    }
+
+    #[test]
+    fn io_error_keeps_its_kind() {
+        let e = Error::from(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "no such file",
+        ));
+        assert_eq!(e.io_kind(), Some(std::io::ErrorKind::NotFound));
+        assert_eq!(e.to_string(), "io: no such file");
+        assert_eq!(Error::Aborted.io_kind(), None);
     }
 
     #[test]

@@ -24,8 +24,12 @@ use crate::tool::ToolOutput;
 /// ```
 ///
 /// Each event is folded into the agent's [`crate::State`] before any listener sees it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type")]
+///
+/// An event has one JSON shape, the wire's: [`crate::wire::encode_event_line`] writes it as a
+/// JSON-RPC notification line (`{"jsonrpc":"2.0","method":"MessageUpdate","params":{..}}`) and
+/// [`crate::wire::decode_event_line`] (or a [`crate::wire::Decoder`]) reads it back. The type
+/// does not implement serde's traits, so no second shape exists beside it.
+#[derive(Clone, Debug, PartialEq)]
 pub enum AgentEvent {
     /// A run begins.
     AgentStart,
@@ -92,7 +96,6 @@ pub enum AgentEvent {
         /// Usage summed over the run's replies.
         usage: Usage,
         /// What went wrong, when `stop_reason` is `Error`.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         error_message: Option<String>,
     },
 }

@@ -38,6 +38,7 @@ pub use agent::{
 pub use cancel::CancelToken;
 pub use error::{Error, TimeoutPhase};
 pub use event::{AgentEvent, RunStopReason};
+pub use llm::StreamEvent;
 pub use message::{
     AssistantMessage, ContentBlock, Message, StopReason, ToolCall, ToolResultMessage, Usage,
     UserMessage,

@@ -64,7 +64,7 @@ impl fmt::Debug for Writer {
 }
 
 fn io(e: std::io::Error) -> Error {
-    Error::Io(e.to_string())
+    Error::from(e)
 }
 
 /// Appends `message` as one line, with its `\n`.

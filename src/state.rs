@@ -34,7 +34,7 @@ pub struct State {
     /// The model of the next (or current) request.
     pub model: Arc<str>,
     /// The thinking level of the next (or current) request.
-    pub thinking_level: ThinkingLevel,
+    pub thinking: ThinkingLevel,
     /// The tools the model may call.
     pub tools: Arc<[ToolDefinition]>,
     /// The transcript: every finished message, oldest first.
@@ -198,7 +198,7 @@ impl State {
     }
 
     /// The state with everything that does not come from events reset: the settings
-    /// (`system_prompt`, `model`, `thinking_level`, `tools`), the queues, the
+    /// (`system_prompt`, `model`, `thinking`, `tools`), the queues, the
     /// listener-panic counters and the channel counters. This is what the events alone determine, and so what a wire
     /// mirror can rebuild: compare `mirror.timeline() == agent_snapshot.timeline()`.
     #[must_use]
@@ -206,7 +206,7 @@ impl State {
         State {
             system_prompt: Arc::default(),
             model: Arc::default(),
-            thinking_level: ThinkingLevel::default(),
+            thinking: ThinkingLevel::default(),
             tools: Arc::default(),
             steering_queue: Vector::new(),
             follow_up_queue: Vector::new(),

@@ -44,11 +44,13 @@ fn once(
 ) {
     let handle = agent.handle();
     let done = AtomicBool::new(false);
-    let _ = agent.subscribe(move |e: &AgentEvent| {
-        if when(e) && !done.swap(true, Ordering::SeqCst) {
-            f(&handle);
-        }
-    });
+    agent
+        .subscribe(move |e: &AgentEvent| {
+            if when(e) && !done.swap(true, Ordering::SeqCst) {
+                f(&handle);
+            }
+        })
+        .keep();
 }
 
 /// Reads the state with `read` on every event for which `when` is true.
@@ -60,11 +62,13 @@ fn watch<T: Send + 'static>(
     let seen = Arc::new(Mutex::new(Vec::new()));
     let sink = seen.clone();
     let handle = agent.handle();
-    let _ = agent.subscribe(move |e: &AgentEvent| {
-        if when(e) {
-            sink.lock().unwrap().push(read(&handle.snapshot()));
-        }
-    });
+    agent
+        .subscribe(move |e: &AgentEvent| {
+            if when(e) {
+                sink.lock().unwrap().push(read(&handle.snapshot()));
+            }
+        })
+        .keep();
     seen
 }
 
@@ -674,11 +678,13 @@ fn abort_while_streaming_keeps_the_partial_reply() {
     let rec = Recorder::attach(&agent);
     let updates = AtomicUsize::new(0);
     let handle = agent.handle();
-    let _ = agent.subscribe(move |e: &AgentEvent| {
-        if is_update(e) && updates.fetch_add(1, Ordering::SeqCst) == 1 {
-            assert!(handle.abort());
-        }
-    });
+    agent
+        .subscribe(move |e: &AgentEvent| {
+            if is_update(e) && updates.fetch_add(1, Ordering::SeqCst) == 1 {
+                assert!(handle.abort());
+            }
+        })
+        .keep();
 
     let result = agent.prompt("hi").unwrap();
 
@@ -714,16 +720,18 @@ fn abort_from_another_thread_while_the_stream_stalls() {
     let agent = builder(&faux).tool(echo()).build().unwrap();
     let rec = Recorder::attach(&agent);
     let (tx, rx) = crossbeam_channel::bounded(1);
-    let _ = agent.subscribe(move |e: &AgentEvent| {
-        if let AgentEvent::MessageUpdate { message, .. } = e
-            && message
-                .tool_calls()
-                .first()
-                .is_some_and(|c| c.arguments == r#"{"x":1}"#)
-        {
-            let _ = tx.try_send(());
-        }
-    });
+    agent
+        .subscribe(move |e: &AgentEvent| {
+            if let AgentEvent::MessageUpdate { message, .. } = e
+                && message
+                    .tool_calls()
+                    .first()
+                    .is_some_and(|c| c.arguments == r#"{"x":1}"#)
+            {
+                let _ = tx.try_send(());
+            }
+        })
+        .keep();
 
     let (result, latency) = abort_when(&agent, rx, "hi");
 
@@ -1226,16 +1234,18 @@ fn before_turn_switches_the_model_thinking_and_tools_between_turns() {
     let models = Arc::new(Mutex::new(Vec::new()));
     let sink = models.clone();
     let handle = agent.handle();
-    let _ = agent.subscribe(move |e: &AgentEvent| {
-        if let AgentEvent::MessageStart { message } = e
-            && let Some(a) = message.as_assistant()
-        {
-            let s = handle.snapshot();
-            sink.lock()
-                .unwrap()
-                .push((a.model.clone(), s.model.to_string(), s.tools.len()));
-        }
-    });
+    agent
+        .subscribe(move |e: &AgentEvent| {
+            if let AgentEvent::MessageStart { message } = e
+                && let Some(a) = message.as_assistant()
+            {
+                let s = handle.snapshot();
+                sink.lock()
+                    .unwrap()
+                    .push((a.model.clone(), s.model.to_string(), s.tools.len()));
+            }
+        })
+        .keep();
 
     agent.prompt("go").unwrap();
 
@@ -1263,7 +1273,7 @@ fn before_turn_switches_the_model_thinking_and_tools_between_turns() {
         ]
     );
     let s = agent.snapshot();
-    assert_eq!((&*s.model, s.thinking_level), ("big", ThinkingLevel::High));
+    assert_eq!((&*s.model, s.thinking), ("big", ThinkingLevel::High));
     // The switch stays: the next run asks the same model as the state says.
     faux.push(FauxReply::text("again"));
     agent.prompt("more").unwrap();
@@ -1570,13 +1580,15 @@ fn a_finished_tool_is_in_the_state_while_a_sibling_still_runs() {
         .unwrap();
     let rec = Recorder::attach(&agent);
     let (ended_tx, ended_rx) = crossbeam_channel::bounded(1);
-    let _ = agent.subscribe(move |e: &AgentEvent| {
-        if let AgentEvent::ToolEnd { result } = e
-            && result.tool_call_id == "call_2"
-        {
-            ended_tx.send(()).unwrap();
-        }
-    });
+    agent
+        .subscribe(move |e: &AgentEvent| {
+            if let AgentEvent::ToolEnd { result } = e
+                && result.tool_call_id == "call_2"
+            {
+                ended_tx.send(()).unwrap();
+            }
+        })
+        .keep();
 
     std::thread::scope(|s| {
         let run = s.spawn(|| agent.prompt("go").unwrap());
@@ -1640,25 +1652,27 @@ fn listeners_may_steer_abort_subscribe_and_unsubscribe_without_deadlock() {
     let handle = agent.handle();
     let inner_calls = Arc::new(AtomicUsize::new(0));
     let count = inner_calls.clone();
-    let _ = agent.subscribe(move |e: &AgentEvent| {
-        let _ = handle.snapshot();
-        match e {
-            AgentEvent::TurnStart { turn: 1 } => {
-                let count = count.clone();
-                let sub = handle.subscribe(move |_| {
-                    count.fetch_add(1, Ordering::SeqCst);
-                });
-                handle.steer("from a listener").unwrap();
-                handle.follow_up("later, from a listener").unwrap();
-                // Unsubscribing at once: it never sees an event.
-                assert!(sub.unsubscribe());
-                let kept = handle.subscribe(|_| {});
-                assert!(handle.unsubscribe(kept.id()));
+    agent
+        .subscribe(move |e: &AgentEvent| {
+            let _ = handle.snapshot();
+            match e {
+                AgentEvent::TurnStart { turn: 1 } => {
+                    let count = count.clone();
+                    let sub = handle.subscribe(move |_| {
+                        count.fetch_add(1, Ordering::SeqCst);
+                    });
+                    handle.steer("from a listener").unwrap();
+                    handle.follow_up("later, from a listener").unwrap();
+                    // Unsubscribing at once: it never sees an event.
+                    assert!(sub.unsubscribe());
+                    let kept = handle.subscribe(|_| {});
+                    assert!(handle.unsubscribe(kept.id()));
+                }
+                AgentEvent::TurnStart { turn: 2 } => assert!(handle.abort()),
+                _ => {}
             }
-            AgentEvent::TurnStart { turn: 2 } => assert!(handle.abort()),
-            _ => {}
-        }
-    });
+        })
+        .keep();
 
     let agent2 = agent.clone();
     let result = bounded(move || agent2.prompt("go").unwrap());
@@ -1716,17 +1730,19 @@ fn a_tool_that_finished_is_published_while_before_tool_call_waits_for_approval()
         .unwrap();
     let rec = Recorder::attach(&agent);
     let handle = agent.handle();
-    let _ = agent.subscribe(move |e: &AgentEvent| {
-        if let AgentEvent::ToolEnd { result } = e
-            && result.tool_call_id == "call_1"
-        {
-            // The state already has it, while call_2 still waits for its approval.
-            let s = handle.snapshot();
-            assert_eq!(s.pending_tool_calls.len(), 1);
-            assert_eq!(s.pending_tool_calls[0].call.id, "call_2");
-            approve_tx.send(true).unwrap();
-        }
-    });
+    agent
+        .subscribe(move |e: &AgentEvent| {
+            if let AgentEvent::ToolEnd { result } = e
+                && result.tool_call_id == "call_1"
+            {
+                // The state already has it, while call_2 still waits for its approval.
+                let s = handle.snapshot();
+                assert_eq!(s.pending_tool_calls.len(), 1);
+                assert_eq!(s.pending_tool_calls[0].call.id, "call_2");
+                approve_tx.send(true).unwrap();
+            }
+        })
+        .keep();
 
     let result = bounded(move || agent.prompt("go").unwrap());
 

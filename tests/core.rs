@@ -93,7 +93,9 @@ impl Recorder {
     fn attach(agent: &Agent) -> Recorder {
         let events = Arc::new(Mutex::new(Vec::new()));
         let sink = events.clone();
-        let _sub = agent.subscribe(move |e| sink.lock().unwrap().push(e.clone()));
+        agent
+            .subscribe(move |e| sink.lock().unwrap().push(e.clone()))
+            .keep();
         Recorder {
             events,
             _mirror: MirrorCheck::attach(agent),
@@ -667,6 +669,48 @@ fn tool_error_and_tool_panic_become_error_results() {
 }
 
 #[test]
+fn question_mark_on_any_error_inside_a_tool_becomes_an_error_result() {
+    #[derive(Deserialize, JsonSchema)]
+    struct NumberArgs {
+        n: String,
+    }
+    // `?` on a `ParseIntError` compiles: every error converts into a `ToolError`.
+    let parse = tool::typed("parse", "Parses an integer.", |args: NumberArgs, _| {
+        let n: i64 = args.n.parse()?;
+        Ok(ToolOutput::text(n.to_string()))
+    });
+    let faux = Faux::default()
+        .reply(
+            FauxReply::tool_call("parse", json!({"n": "12"}))
+                .then_tool_call("parse", json!({"n": "twelve"})),
+        )
+        .reply(FauxReply::text("done"));
+    let agent = Agent::builder()
+        .provider(faux)
+        .tool(parse)
+        .max_parallel_tools(1)
+        .build()
+        .unwrap();
+    agent.prompt("x").unwrap();
+    let results: Vec<(String, bool)> = agent
+        .snapshot()
+        .messages
+        .iter()
+        .filter_map(|m| match &**m {
+            Message::ToolResult(r) => Some((m.text(), r.is_error)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        results,
+        [
+            ("12".to_owned(), false),
+            ("invalid digit found in string".to_owned(), true)
+        ]
+    );
+}
+
+#[test]
 fn listener_panic_is_caught_and_reported() {
     let faux = Faux::default()
         .chunk_chars(100)
@@ -802,7 +846,7 @@ fn listener_may_call_snapshot_abort_subscribe_and_unsubscribe() {
                 late.fetch_add(1, Ordering::SeqCst);
             });
             assert!(handle.unsubscribe(sub.id()));
-            let _keep = handle.subscribe(|_| {});
+            handle.subscribe(|_| {}).keep();
         }
         AgentEvent::TurnEnd { .. } => {
             handle.abort();
@@ -862,6 +906,40 @@ fn dropped_receiver_unsubscribes_itself() {
     agent.prompt("a").unwrap();
     let r = agent.prompt("b").unwrap();
     assert_eq!(r.text(), "second run");
+}
+
+#[test]
+fn dropping_a_subscription_removes_its_listener_and_keep_keeps_it() {
+    let faux = Faux::default()
+        .reply(FauxReply::text("first run"))
+        .reply(FauxReply::text("second run"))
+        .reply(FauxReply::text("third run"));
+    let agent = Agent::builder().provider(faux).build().unwrap();
+    let counter = |count: &Arc<AtomicUsize>| {
+        let count = count.clone();
+        move |e: &AgentEvent| {
+            if matches!(e, AgentEvent::AgentEnd { .. }) {
+                count.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    };
+    let (guarded, kept, unsubscribed) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let guard = agent.subscribe(counter(&guarded));
+    let kept_id = agent.subscribe(counter(&kept)).keep();
+    let explicit = agent.subscribe(counter(&unsubscribed));
+    agent.prompt("a").unwrap();
+    drop(guard);
+    assert!(explicit.unsubscribe());
+    agent.prompt("b").unwrap();
+    // The kept listener stays until it is removed by its id.
+    assert!(agent.unsubscribe(kept_id));
+    agent.prompt("c").unwrap();
+    let counts = [&guarded, &kept, &unsubscribed].map(|c| c.load(Ordering::SeqCst));
+    assert_eq!(counts, [1, 2, 1]);
 }
 
 #[test]
@@ -1201,7 +1279,7 @@ fn a_before_turn_switch_keeps_a_setting_changed_meanwhile() {
     let s = agent.snapshot();
     // The hook switched the thinking level only; the model set meanwhile stays.
     assert_eq!(&*s.model, "new");
-    assert_eq!(s.thinking_level, pagent::llm::ThinkingLevel::High);
+    assert_eq!(s.thinking, pagent::llm::ThinkingLevel::High);
 }
 
 #[test]

@@ -69,3 +69,12 @@ fn providers_build_from_explicit_urls_without_a_key() {
     assert!(Agent::builder().provider(openai).build().is_ok());
     assert!(Agent::builder().provider(anthropic).build().is_ok());
 }
+
+#[test]
+fn stream_event_and_cancel_token_are_at_the_root() {
+    // One type under two paths: the root for users, `llm` beside the `Provider` trait.
+    let delta: pagent::StreamEvent = pagent::llm::StreamEvent::text("hi");
+    assert!(matches!(delta, pagent::StreamEvent::TextDelta { .. }));
+    let token = pagent::CancelToken::new();
+    assert!(!token.is_cancelled());
+}

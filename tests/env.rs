@@ -1,7 +1,7 @@
 //! Choosing a provider from the environment. One test, alone in its binary, because it
 //! changes the process environment.
 
-use pagent::llm::{Anthropic, OpenAiCompat, from_env};
+use pagent::llm::{Anthropic, Faux, FromEnv, OpenAiCompat, from_env, from_env_or};
 
 const VARS: [&str; 5] = [
     "OPENAI_API_KEY",
@@ -23,21 +23,36 @@ fn set(vars: &[(&str, &str)]) {
 }
 
 fn chosen() -> Option<(String, String)> {
-    from_env().map(|r| {
-        let c = r.unwrap();
-        (c.provider.name().to_owned(), c.model)
-    })
+    match from_env() {
+        Ok(c) => Some((c.provider.name().to_owned(), c.model)),
+        Err(e) if e.is_not_configured() => None,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// What `from_env_or` picks, with the scripted provider as the fallback.
+fn chosen_or_faux() -> (String, String) {
+    let c = from_env_or(|| FromEnv::new(Faux::default(), "offline")).unwrap();
+    (c.provider.name().to_owned(), c.model)
 }
 
 #[test]
 fn the_environment_picks_the_provider_and_model() {
     set(&[]);
     assert!(chosen().is_none());
-    assert!(OpenAiCompat::from_env().is_err());
-    assert!(Anthropic::from_env().is_err());
+    let nothing = from_env().unwrap_err();
+    assert!(
+        matches!(nothing, pagent::Error::NotConfigured(_)),
+        "{nothing}"
+    );
+    assert!(nothing.to_string().contains("OPENAI_API_KEY"), "{nothing}");
+    assert_eq!(chosen_or_faux(), ("faux".into(), "offline".into()));
+    assert!(OpenAiCompat::from_env().unwrap_err().is_not_configured());
+    assert!(Anthropic::from_env().unwrap_err().is_not_configured());
 
     set(&[("OPENAI_API_KEY", "sk-env-secret")]);
     assert_eq!(chosen(), Some(("openai".into(), "gpt-4o-mini".into())));
+    assert_eq!(chosen_or_faux(), ("openai".into(), "gpt-4o-mini".into()));
     let openai = OpenAiCompat::from_env().unwrap();
     assert_eq!(openai.base_url(), "https://api.openai.com/v1");
     assert!(!format!("{openai:?}").contains("sk-env-secret"));

@@ -164,7 +164,8 @@ fn append_keeps_a_whole_last_message_without_its_line_end() {
 #[test]
 fn loading_a_missing_file_is_an_io_error() {
     let err = session::load(temp("missing")).unwrap_err();
-    assert!(matches!(err, pagent::Error::Io(_)), "{err}");
+    assert!(matches!(err, pagent::Error::Io { .. }), "{err}");
+    assert_eq!(err.io_kind(), Some(std::io::ErrorKind::NotFound), "{err}");
 }
 
 #[test]

@@ -10,6 +10,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use pagent::hooks::ToolDecision;
 use pagent::llm::{Faux, FauxReply};
 use pagent::wire::{self, ServeOptions, codes};
 use pagent::{Agent, AgentBuilder, Error};
@@ -334,6 +335,61 @@ fn approval_approve_runs_the_tool_and_reject_blocks_it() {
 }
 
 #[test]
+fn approval_asks_the_users_own_hook_first_then_the_client() {
+    // The user's hook blocks one call and rewrites another; only the calls it lets run reach
+    // the client, with the arguments that would run.
+    let faux = Faux::default()
+        .reply(
+            FauxReply::tool_call("echo", json!({"text": "secret"}))
+                .then_tool_call("echo", json!({"text": "draft"}))
+                .then_tool_call("echo", json!({"text": "ping"})),
+        )
+        .reply(FauxReply::text("done"));
+    let builder = agent(faux)
+        .max_parallel_tools(1)
+        .before_tool_call(|request| match request.args["text"].as_str() {
+            Some("secret") => ToolDecision::Block("not this one".into()),
+            Some("draft") => ToolDecision::Rewrite(json!({"text": "final"})),
+            _ => ToolDecision::Allow,
+        });
+    let c = Client::start(builder, ServeOptions::new().approve_tools(true));
+    c.request(1, "prompt", json!({"text": "Go."}));
+    let (mut asked, mut seen) = (Vec::new(), Vec::new());
+    for answer in [
+        json!({"decision": "approve"}),
+        json!({"decision": "reject", "reason": "no"}),
+    ] {
+        let mut lines = c.lines_until_method("approve_tool_call");
+        let ask = lines.pop().unwrap();
+        seen.extend(lines);
+        asked.push(ask["params"]["call"]["arguments"].clone());
+        c.send_raw(&json!({"jsonrpc": "2.0", "id": ask["id"], "result": answer}).to_string());
+    }
+    assert_eq!(asked, [r#"{"text":"final"}"#, r#"{"text":"ping"}"#]);
+    let (before, r) = c.until_response(1);
+    assert_eq!(r["result"]["stop_reason"], "no_tool_calls");
+    assert!(!before.iter().any(|l| l["method"] == "approve_tool_call"));
+    seen.extend(before);
+    let results: Vec<(Value, Value)> = seen
+        .iter()
+        .filter(|l| l["method"] == "ToolEnd")
+        .map(|l| {
+            let result = &l["params"]["result"];
+            (result["content"].clone(), result["is_error"].clone())
+        })
+        .collect();
+    assert_eq!(
+        results,
+        [
+            (json!("blocked: not this one"), json!(true)),
+            (json!("final"), json!(false)),
+            (json!("blocked: no"), json!(true)),
+        ]
+    );
+    c.close().unwrap();
+}
+
+#[test]
 fn steer_during_a_run_reaches_the_next_model_call() {
     // The approval request holds the run inside its tool batch while the client steers.
     let c = Client::start(
@@ -620,7 +676,10 @@ fn a_failing_output_is_returned_when_the_input_ends() {
         ServeOptions::new(),
     );
     match result {
-        Err(Error::Io(why)) => assert!(why.contains("the client is gone"), "{why}"),
+        Err(Error::Io { kind, message }) => {
+            assert_eq!(kind, std::io::ErrorKind::BrokenPipe);
+            assert!(message.contains("the client is gone"), "{message}");
+        }
         other => panic!("{other:?}"),
     }
 }

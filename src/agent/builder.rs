@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::{Arc, OnceLock};
 
 use super::guard;
-use super::hooks::{Hooks, ToolCallRequest, ToolDecision, TurnSetup};
+use super::hooks::{BeforeToolCall, Hooks, ToolCallRequest, ToolDecision, TurnSetup};
 use super::{Agent, QueueMode, SteeringPolicy};
 use crate::Error;
 use crate::llm::{Provider, ThinkingLevel, ToolDefinition};
@@ -184,7 +184,7 @@ impl AgentBuilder {
     /// transcript stays valid: the reply cut by the deadline keeps what streamed and ends
     /// with `StopReason::Error`, and tool calls that did not run get results saying so.
     ///
-    /// The run's [`CancelToken`](crate::llm::CancelToken) carries the deadline, so no
+    /// The run's [`CancelToken`](crate::CancelToken) carries the deadline, so no
     /// thread watches the clock. The limit: code that ignores its token (a tool that blocks
     /// without looking at it, a hook that waits on something else, a provider that does
     /// not look at the token, a DNS lookup) holds the run until it returns.
@@ -281,6 +281,12 @@ impl AgentBuilder {
     ) -> AgentBuilder {
         self.hooks.before_tool_call = Some(Arc::new(hook));
         self
+    }
+
+    /// The `before_tool_call` hook set so far, for code that puts its own hook around it
+    /// (`wire::serve` asks the user's hook first, then the client).
+    pub(crate) fn before_tool_call_hook(&self) -> Option<Arc<BeforeToolCall>> {
+        self.hooks.before_tool_call.clone()
     }
 
     /// Called on the run thread when a tool ran (returned, failed or panicked), before its

@@ -89,6 +89,15 @@ pub enum SteeringPolicy {
     AtToolBoundary,
 }
 
+/// Which of the agent's two message queues: named, so a call site never passes a bare `bool`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Queue {
+    /// `State::steering_queue`, filled by [`AgentHandle::steer`].
+    Steering,
+    /// `State::follow_up_queue`, filled by [`AgentHandle::follow_up`].
+    FollowUp,
+}
+
 /// How many queued messages are taken at once.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum QueueMode {
@@ -178,12 +187,42 @@ impl RunResult {
     }
 }
 
-/// A listener registration. Dropping it keeps the listener; call
-/// [`Subscription::unsubscribe`] (or [`Agent::unsubscribe`] with its id) to remove it.
+/// A listener registration, a guard: dropping it removes the listener (as
+/// [`Subscription::unsubscribe`] does). Call [`Subscription::keep`] to keep the listener for
+/// the agent's life instead; [`Agent::unsubscribe`] with its id still removes it.
+///
+/// A channel listener ([`Agent::subscribe_channel`]) has no `Subscription`: its receiver is
+/// the guard, and dropping the receiver removes the listener at the next event.
+///
+/// ```
+/// use pagent::Agent;
+/// use pagent::llm::{Faux, FauxReply};
+/// use std::sync::atomic::{AtomicUsize, Ordering};
+/// use std::sync::Arc;
+///
+/// let agent = Agent::builder()
+///     .provider(Faux::default().reply(FauxReply::text("a")).reply(FauxReply::text("b")))
+///     .build()?;
+/// let count = Arc::new(AtomicUsize::new(0));
+/// let seen = count.clone();
+/// let subscription = agent.subscribe(move |_| {
+///     seen.fetch_add(1, Ordering::Relaxed);
+/// });
+/// agent.prompt("one")?;
+/// let during_first = count.load(Ordering::Relaxed);
+/// drop(subscription); // the listener is gone
+/// agent.prompt("two")?;
+/// assert_eq!(count.load(Ordering::Relaxed), during_first);
+///
+/// // A listener for the agent's whole life:
+/// let _id = agent.subscribe(|e| eprintln!("{e:?}")).keep();
+/// # Ok::<(), pagent::Error>(())
+/// ```
 #[derive(Debug)]
-#[must_use = "dropping a Subscription keeps the listener; keep it to unsubscribe later"]
+#[must_use = "dropping a Subscription removes the listener; call .keep() to keep it for the agent's life"]
 pub struct Subscription {
     id: u64,
+    // Empty once the listener was kept or removed: the drop then does nothing.
     shared: Weak<Shared>,
 }
 
@@ -194,11 +233,27 @@ impl Subscription {
     }
 
     /// Removes the listener. It is not called again, not even for an event being dispatched
-    /// right now. Returns false when it was already removed.
-    pub fn unsubscribe(self) -> bool {
-        self.shared
+    /// right now. Returns false when it was already removed (by [`Agent::unsubscribe`], or
+    /// because the agent is gone). Dropping the `Subscription` does the same.
+    pub fn unsubscribe(mut self) -> bool {
+        std::mem::take(&mut self.shared)
             .upgrade()
             .is_some_and(|s| s.unsubscribe(self.id))
+    }
+
+    /// Keeps the listener for the agent's life: the `Subscription` is given up and dropping
+    /// the agent drops the listener. Returns the listener's id, for [`Agent::unsubscribe`].
+    pub fn keep(mut self) -> u64 {
+        self.shared = Weak::new();
+        self.id
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        if let Some(shared) = std::mem::take(&mut self.shared).upgrade() {
+            shared.unsubscribe(self.id);
+        }
     }
 }
 
@@ -226,7 +281,7 @@ impl Agent {
         let state = State {
             system_prompt: Arc::from(config.system_prompt.as_str()),
             model: Arc::from(config.model.as_str()),
-            thinking_level: config.thinking,
+            thinking: config.thinking,
             tools: config.tool_defs.clone(),
             messages: messages.into_iter().map(Arc::new).collect(),
             ..State::default()
@@ -288,6 +343,8 @@ impl Agent {
     }
 
     /// Registers a listener, called for every event after it was folded into the state.
+    /// The returned [`Subscription`] is a guard: dropping it removes the listener;
+    /// [`Subscription::keep`] keeps it for the agent's life.
     ///
     /// # Contract
     /// Listeners run synchronously on the run thread, in registration order; a slow listener
@@ -447,7 +504,7 @@ impl Inner {
         self.shared.update(|next| {
             next.system_prompt = Arc::from(config.system_prompt.as_str());
             next.model = Arc::from(config.model.as_str());
-            next.thinking_level = config.thinking;
+            next.thinking = config.thinking;
             next.tools = defs;
         });
     }
@@ -486,7 +543,7 @@ impl AgentHandle {
     /// # Errors
     /// [`Refused`], holding the message, when the agent is gone.
     pub fn steer(&self, message: impl Into<Message>) -> Result<(), Refused> {
-        self.enqueue(message.into(), true)
+        self.enqueue(message.into(), Queue::Steering)
     }
 
     /// Queues a follow-up: delivered only when the run would otherwise stop (the model gave a
@@ -498,18 +555,17 @@ impl AgentHandle {
     /// # Errors
     /// [`Refused`], holding the message, when the agent is gone.
     pub fn follow_up(&self, message: impl Into<Message>) -> Result<(), Refused> {
-        self.enqueue(message.into(), false)
+        self.enqueue(message.into(), Queue::FollowUp)
     }
 
-    fn enqueue(&self, message: Message, steering: bool) -> Result<(), Refused> {
+    fn enqueue(&self, message: Message, which: Queue) -> Result<(), Refused> {
         if self.agent.upgrade().is_none() {
             return Err(Refused(Box::new(message)));
         }
         self.shared.update(|next| {
-            let queue = if steering {
-                &mut next.steering_queue
-            } else {
-                &mut next.follow_up_queue
+            let queue = match which {
+                Queue::Steering => &mut next.steering_queue,
+                Queue::FollowUp => &mut next.follow_up_queue,
             };
             queue.push_back(Arc::new(message));
         });

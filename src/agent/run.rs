@@ -12,7 +12,7 @@ use super::dispatch::panic_message;
 use super::guard;
 use super::hooks::TurnSetup;
 use super::repair;
-use super::{Inner, QueueMode, RunResult};
+use super::{Inner, Queue, QueueMode, RunResult};
 use crate::cancel::CancelToken;
 use crate::event::{AgentEvent, RunStopReason};
 use crate::llm::{Request, StreamEvent};
@@ -175,7 +175,7 @@ fn continue_input(inner: &Inner) -> Result<Vec<Message>, Error> {
         return Ok(Vec::new());
     }
     let mode = inner.config.lock().follow_up_mode;
-    let taken = take_queued(inner, false, mode);
+    let taken = take_queued(inner, Queue::FollowUp, mode);
     if !taken.is_empty() {
         return Ok(taken);
     }
@@ -186,12 +186,11 @@ fn continue_input(inner: &Inner) -> Result<Vec<Message>, Error> {
 }
 
 /// Takes queued steering (or follow-up) messages and publishes the shorter queue.
-fn take_queued(inner: &Inner, steering: bool, mode: QueueMode) -> Vec<Message> {
+fn take_queued(inner: &Inner, which: Queue, mode: QueueMode) -> Vec<Message> {
     inner.shared.update(|next| {
-        let queue = if steering {
-            &mut next.steering_queue
-        } else {
-            &mut next.follow_up_queue
+        let queue = match which {
+            Queue::Steering => &mut next.steering_queue,
+            Queue::FollowUp => &mut next.follow_up_queue,
         };
         let n = match mode {
             QueueMode::OneAtATime => queue.len().min(1),
@@ -247,7 +246,11 @@ impl Run<'_> {
             }
             self.turn += 1;
             if std::mem::take(&mut follow_up_due) {
-                input.extend(take_queued(self.inner, false, self.config.follow_up_mode));
+                input.extend(take_queued(
+                    self.inner,
+                    Queue::FollowUp,
+                    self.config.follow_up_mode,
+                ));
             }
             self.emit(AgentEvent::TurnStart { turn: self.turn });
             for m in input.drain(..) {
@@ -259,7 +262,7 @@ impl Run<'_> {
             // Steering goes in right before the model call, so it includes what arrived up to
             // this instant (queued before the prompt, or sent by a listener of this turn's
             // first events or by the `before_turn` hook).
-            for m in take_queued(self.inner, true, self.config.steering_mode) {
+            for m in take_queued(self.inner, Queue::Steering, self.config.steering_mode) {
                 self.append(m);
             }
             let (reply, error) = self.stream_reply();
@@ -405,7 +408,7 @@ impl Run<'_> {
         let run = &self.config;
         self.inner.shared.update(|next| {
             next.model = Arc::from(run.model.as_str());
-            next.thinking_level = run.thinking;
+            next.thinking = run.thinking;
             next.tools = run.tool_defs.clone();
         });
         Ok(())

@@ -68,7 +68,7 @@ impl Anthropic {
     /// `ANTHROPIC_API_KEY`. Empty variables count as unset.
     ///
     /// # Errors
-    /// [`Error::Config`] when neither variable is set.
+    /// [`Error::NotConfigured`] when neither variable is set.
     pub fn from_env() -> Result<Anthropic, Error> {
         Endpoint::from_env(
             "ANTHROPIC_BASE_URL",

@@ -20,6 +20,16 @@ pub struct FromEnv {
     pub model: String,
 }
 
+impl FromEnv {
+    /// A provider and a model, for the fallback of [`from_env_or`].
+    pub fn new(provider: impl Provider + 'static, model: impl Into<String>) -> FromEnv {
+        FromEnv {
+            provider: Arc::new(provider),
+            model: model.into(),
+        }
+    }
+}
+
 impl fmt::Debug for FromEnv {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FromEnv")
@@ -29,25 +39,27 @@ impl fmt::Debug for FromEnv {
     }
 }
 
-/// The provider the environment names, if it names one.
+/// What to set, when nothing is.
+const NOTHING_SET: &str = "no provider in the environment: set OPENAI_API_KEY (or \
+                           OPENAI_BASE_URL for a local server) or ANTHROPIC_API_KEY (or \
+                           ANTHROPIC_BASE_URL)";
+
+/// The provider and model the environment names.
 ///
 /// - `ANTHROPIC_API_KEY` or `ANTHROPIC_BASE_URL` set: [`Anthropic::from_env`], model
 ///   `PAGENT_MODEL` or `claude-haiku-4-5`.
 /// - else `OPENAI_API_KEY` or `OPENAI_BASE_URL` set: [`OpenAiCompat::from_env`] (OpenAI, or
 ///   a local server such as Ollama or llama.cpp at `OPENAI_BASE_URL`), model
 ///   `PAGENT_MODEL` or `gpt-4o-mini`.
-/// - else `None`: the caller falls back to something offline, such as the scripted
-///   [`Faux`](super::Faux) provider.
+/// - else [`Error::NotConfigured`]: use [`from_env_or`] to fall back to something offline,
+///   such as the scripted [`Faux`](super::Faux) provider.
 ///
 /// Empty variables count as unset.
 ///
 /// ```no_run
 /// use pagent::Agent;
 ///
-/// let Some(chosen) = pagent::llm::from_env() else {
-///     panic!("set OPENAI_API_KEY, OPENAI_BASE_URL or ANTHROPIC_API_KEY");
-/// };
-/// let chosen = chosen?;
+/// let chosen = pagent::llm::from_env()?;
 /// let agent = Agent::builder()
 ///     .provider(chosen.provider)
 ///     .model(chosen.model)
@@ -56,22 +68,40 @@ impl fmt::Debug for FromEnv {
 /// ```
 ///
 /// # Errors
-/// The inner `Err` is [`Error::Config`] when the chosen provider cannot be set up.
-pub fn from_env() -> Option<Result<FromEnv, Error>> {
+/// [`Error::NotConfigured`] when none of the variables is set ([`Error::is_not_configured`]);
+/// [`Error::Config`] when the chosen provider cannot be set up.
+pub fn from_env() -> Result<FromEnv, Error> {
     let model = |default: &str| env_var("PAGENT_MODEL").unwrap_or_else(|| default.to_owned());
     if env_var("ANTHROPIC_API_KEY").is_some() || env_var("ANTHROPIC_BASE_URL").is_some() {
-        return Some(Anthropic::from_env().map(|p| FromEnv {
-            provider: Arc::new(p),
-            model: model(DEFAULT_ANTHROPIC_MODEL),
-        }));
+        return Anthropic::from_env().map(|p| FromEnv::new(p, model(DEFAULT_ANTHROPIC_MODEL)));
     }
     if env_var("OPENAI_API_KEY").is_some() || env_var("OPENAI_BASE_URL").is_some() {
-        return Some(OpenAiCompat::from_env().map(|p| FromEnv {
-            provider: Arc::new(p),
-            model: model(DEFAULT_OPENAI_MODEL),
-        }));
+        return OpenAiCompat::from_env().map(|p| FromEnv::new(p, model(DEFAULT_OPENAI_MODEL)));
     }
-    None
+    Err(Error::NotConfigured(NOTHING_SET.to_owned()))
+}
+
+/// The provider and model the environment names (see [`from_env`]), else `fallback()`.
+///
+/// ```
+/// use pagent::Agent;
+/// use pagent::llm::{Faux, FauxReply, FromEnv};
+///
+/// let chosen = pagent::llm::from_env_or(|| {
+///     FromEnv::new(Faux::default().reply(FauxReply::text("offline")), "demo")
+/// })?;
+/// let agent = Agent::builder().provider(chosen.provider).model(chosen.model).build()?;
+/// # Ok::<(), pagent::Error>(())
+/// ```
+///
+/// # Errors
+/// [`Error::Config`] when the environment names a provider that cannot be set up (a bad
+/// base URL): a mistake is reported, not papered over by the fallback.
+pub fn from_env_or(fallback: impl FnOnce() -> FromEnv) -> Result<FromEnv, Error> {
+    match from_env() {
+        Err(Error::NotConfigured(_)) => Ok(fallback()),
+        chosen => chosen,
+    }
 }
 
 /// The variable's value, `None` when it is unset, empty or not Unicode.
@@ -82,7 +112,7 @@ pub(crate) fn env_var(name: &str) -> Option<String> {
 /// The base URL (from `base_var`, else `default`) and key (from `key_var`) of a provider.
 ///
 /// # Errors
-/// [`Error::Config`] saying `hint` when neither variable is set.
+/// [`Error::NotConfigured`] saying `hint` when neither variable is set.
 pub(crate) fn base_and_key(
     base_var: &str,
     key_var: &str,
@@ -92,7 +122,7 @@ pub(crate) fn base_and_key(
     let base = env_var(base_var);
     let key = env_var(key_var);
     if base.is_none() && key.is_none() {
-        return Err(Error::Config(hint.to_owned()));
+        return Err(Error::NotConfigured(hint.to_owned()));
     }
     Ok((base.unwrap_or_else(|| default.to_owned()), key))
 }

@@ -94,7 +94,7 @@ impl Endpoint {
     /// the key from `key_var`.
     ///
     /// # Errors
-    /// [`Error::Config`] saying `hint` when neither variable is set.
+    /// [`Error::NotConfigured`] saying `hint` when neither variable is set.
     pub(crate) fn from_env(
         base_var: &str,
         key_var: &str,
@@ -689,11 +689,12 @@ fn scrub_error(mut e: Error, secret: Option<&str>) -> Error {
         Error::Http { message, .. }
         | Error::NothingToContinue(message)
         | Error::Config(message)
+        | Error::NotConfigured(message)
         | Error::Connection(message)
         | Error::Stream(message)
         | Error::Provider(message)
         | Error::Wire(message)
-        | Error::Io(message)
+        | Error::Io { message, .. }
         | Error::Panic { message, .. } => vec![message],
         Error::Busy
         | Error::Aborted

@@ -55,7 +55,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::Error;
-pub use crate::cancel::CancelToken;
+use crate::cancel::CancelToken;
 use crate::message::{Message, StopReason, Usage};
 
 /// The key and client setters every HTTP provider has, and its base URL, delegating to its
@@ -140,7 +140,7 @@ pub mod sse;
 mod transport;
 
 pub use anthropic::{ANTHROPIC_BASE_URL, ANTHROPIC_VERSION, Anthropic};
-pub use env::{FromEnv, from_env};
+pub use env::{FromEnv, from_env, from_env_or};
 pub use faux::{Faux, FauxReply};
 pub use openai::{OPENAI_BASE_URL, OpenAiCompat};
 pub use retry::RetryPolicy;
@@ -330,7 +330,8 @@ pub type OnEvent<'a> = dyn FnMut(StreamEvent) -> Result<(), Error> + 'a;
 /// - A panic inside it is caught by the agent and ends the run with an error.
 ///
 /// ```
-/// use pagent::llm::{CancelToken, OnEvent, Provider, ReplyEnd, Request, StreamEvent};
+/// use pagent::CancelToken;
+/// use pagent::llm::{OnEvent, Provider, ReplyEnd, Request, StreamEvent};
 /// use pagent::{Agent, Error, StopReason};
 ///
 /// /// Answers every request with the same words, streamed one by one.

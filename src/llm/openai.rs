@@ -83,7 +83,7 @@ impl OpenAiCompat {
     /// `OPENAI_API_KEY`. Empty variables count as unset.
     ///
     /// # Errors
-    /// [`Error::Config`] when neither variable is set: OpenAI itself needs a key, a local
+    /// [`Error::NotConfigured`] when neither variable is set: OpenAI itself needs a key, a local
     /// server needs its URL.
     pub fn from_env() -> Result<OpenAiCompat, Error> {
         Endpoint::from_env(

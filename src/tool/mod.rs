@@ -151,6 +151,27 @@ impl From<&str> for ToolOutput {
 }
 
 /// A tool's failure; the message goes to the model as an error result.
+///
+/// Any error converts into it, so `?` works inside [`Tool::execute`] on a `ParseIntError`, an
+/// `io::Error`, a `serde_json::Error` or your own error type (anything that converts into
+/// `Box<dyn std::error::Error + Send + Sync>`), and on a `String` or `&str` message. The
+/// message is the error's `Display`.
+///
+/// `ToolError` itself does not implement [`std::error::Error`]: that is what lets every error
+/// convert into it (the same choice as `anyhow::Error`). Its message is the public field, and
+/// it implements `Display`.
+///
+/// ```
+/// use pagent::ToolError;
+///
+/// fn parse(text: &str) -> Result<i64, ToolError> {
+///     Ok(text.trim().parse::<i64>()?)
+/// }
+/// assert_eq!(parse(" 42 "), Ok(42));
+/// assert_eq!(parse("x").unwrap_err().0, "invalid digit found in string");
+/// let refused: ToolError = "not allowed".into();
+/// assert_eq!(refused.to_string(), "not allowed");
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ToolError(pub String);
 
@@ -167,29 +188,14 @@ impl fmt::Display for ToolError {
     }
 }
 
-impl std::error::Error for ToolError {}
-
-impl From<String> for ToolError {
-    fn from(s: String) -> ToolError {
-        ToolError(s)
-    }
-}
-
-impl From<&str> for ToolError {
-    fn from(s: &str) -> ToolError {
-        ToolError(s.to_owned())
-    }
-}
-
-impl From<std::io::Error> for ToolError {
-    fn from(e: std::io::Error) -> ToolError {
-        ToolError(e.to_string())
-    }
-}
-
-impl From<serde_json::Error> for ToolError {
-    fn from(e: serde_json::Error) -> ToolError {
-        ToolError(e.to_string())
+/// Every error, and a `String` or `&str` message: `Box<dyn Error + Send + Sync>` converts from
+/// all of them, and its `Display` is the message.
+impl<E> From<E> for ToolError
+where
+    E: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    fn from(e: E) -> ToolError {
+        ToolError(e.into().to_string())
     }
 }
 

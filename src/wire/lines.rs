@@ -172,7 +172,7 @@ impl<W: Write, S> LineSink<W, S> {
             inner.buf = Vec::new();
         }
         written.map_err(|e| {
-            let e = Error::Io(e.to_string());
+            let e = Error::from(e);
             inner.error = Some(e.clone());
             e
         })
@@ -322,7 +322,13 @@ mod tests {
         // Nothing to write: no write at all.
         sink.write(|_, _| {}).unwrap();
         let err = sink.write(line).unwrap_err();
-        assert_eq!(err, Error::Io("disk full".into()));
+        assert_eq!(
+            err,
+            Error::Io {
+                kind: io::ErrorKind::Other,
+                message: "disk full".into()
+            }
+        );
         assert_eq!(sink.write(line).unwrap_err(), err);
         assert_eq!(sink.error(), Some(err));
         assert_eq!(

@@ -171,8 +171,8 @@ impl Mirror {
         let mut number = 0u64;
         loop {
             // Bounded: a hostile stream cannot make the mirror hold more than one line limit.
-            let found = read_line(&mut reader, &mut buf, self.decoder.line_limit())
-                .map_err(|e| Error::Io(e.to_string()))?;
+            let found =
+                read_line(&mut reader, &mut buf, self.decoder.line_limit()).map_err(Error::from)?;
             number += 1;
             let line = match found {
                 Line::End => return Ok(()),

@@ -14,8 +14,9 @@ use super::codec::{
     write_event,
 };
 use super::lines::{Line, LineSink, read_line};
-use crate::hooks::ToolDecision;
-use crate::message::Message;
+use crate::agent::Queue;
+use crate::hooks::{ToolCallRequest, ToolDecision};
+use crate::message::{Message, ToolCall};
 use crate::state::State;
 use crate::{Agent, AgentBuilder, Error};
 
@@ -206,7 +207,7 @@ impl Approvals {
 /// | `steer` | `{"text":".."}` | `{"queued":true}`: delivered before the next model call |
 /// | `follow_up` | `{"text":".."}` | `{"queued":true}`: delivered when the run would stop |
 /// | `abort` | none | `{"aborted":bool}` (false when no run is active) |
-/// | `snapshot` | none | the agent's state: `system_prompt`, `model`, `thinking_level`, `tools` (names), `messages`, `is_running`, `is_streaming`, `streaming_message`, `pending_tool_calls`, `tool_results`, `error_message`, `turn`, `stop_reason`, `run_usage`, `usage`, `steering_queue`, `follow_up_queue` |
+/// | `snapshot` | none | the agent's state: `system_prompt`, `model`, `thinking`, `tools` (names), `messages`, `is_running`, `is_streaming`, `streaming_message`, `pending_tool_calls`, `tool_results`, `error_message`, `turn`, `stop_reason`, `run_usage`, `usage`, `steering_queue`, `follow_up_queue` |
 ///
 /// While a run is active, each event is written as a notification line of the native
 /// dialect (see the [wire docs](super)), in order; the `prompt` response comes after the
@@ -218,6 +219,10 @@ impl Approvals {
 /// `{"jsonrpc":"2.0","id":<n>,"result":{"decision":"approve"}}` or
 /// `{"result":{"decision":"reject","reason":".."}}`; the model sees a rejected call as an
 /// error result `blocked: <reason>`. An error response rejects too. `abort` ends the wait.
+/// A `before_tool_call` hook set on `builder` is kept and asked first: a call it blocks is
+/// blocked without asking the client, and the client is asked about the calls it allows or
+/// rewrites, with the arguments that would run (a rewrite that the client approves runs
+/// rewritten). The program's own policy thus always holds, and the client only narrows it.
 ///
 /// Errors use the codes in [`codes`]: -32700 parse error (`id` null), -32600 invalid
 /// request, -32601 unknown method, -32602 invalid params, -32603 internal error, -32000
@@ -246,26 +251,24 @@ pub fn serve(
     let approvals = Arc::new(Approvals::default());
     let builder = if options.approve_tools {
         let (out, approvals) = (out.clone(), approvals.clone());
+        // The user's own hook decides first; the client is asked only about the calls it
+        // lets run, and sees the arguments that would run.
+        let user = builder.before_tool_call_hook();
         builder.before_tool_call(move |request| {
-            let id = approvals.next_id.fetch_add(1, Ordering::Relaxed) + 1;
-            let (tx, rx) = crossbeam_channel::bounded(1);
-            {
-                let mut pending = approvals.pending.lock();
-                if approvals.closed.load(Ordering::Acquire) {
-                    return ToolDecision::Block("the client is gone; nobody can approve".into());
-                }
-                pending.insert(id, tx);
-            }
-            let params = json!({"call": request.call});
-            out.lines(|bytes| request_to(bytes, &id.into(), "approve_tool_call", &params));
-            let answer = request.wait_for(&rx);
-            approvals.pending.lock().remove(&id);
-            match answer {
-                Some(Answer::Approve) => ToolDecision::Allow,
-                Some(Answer::Reject(reason)) => ToolDecision::Block(reason),
-                None => ToolDecision::Block(
-                    "no approval: the run was aborted or the client left".into(),
-                ),
+            let decision = user
+                .as_ref()
+                .map_or(ToolDecision::Allow, |hook| hook(request));
+            let call = match &decision {
+                ToolDecision::Block(_) => return decision,
+                ToolDecision::Allow => request.call.clone(),
+                ToolDecision::Rewrite(args) => ToolCall {
+                    arguments: args.to_string(),
+                    ..request.call.clone()
+                },
+            };
+            match ask_client(&out, &approvals, request, &call) {
+                ToolDecision::Allow => decision,
+                refused => refused,
             }
         })
     } else {
@@ -294,7 +297,7 @@ pub fn serve(
                     ),
                 ),
                 Ok(Line::Whole { .. }) => server.handle(scope, &buf),
-                Err(e) => break Err(Error::Io(e.to_string())),
+                Err(e) => break Err(Error::from(e)),
             }
         };
         approvals.close();
@@ -387,14 +390,14 @@ impl<'a> Server<'a> {
             }),
             "steer" => {
                 let text = text_param(method, params)?;
-                self.room_for(&text, true)?;
+                self.room_for(&text, Queue::Steering)?;
                 // Refused only when the agent is gone, and it lives as long as `serve`.
                 let _ = self.agent.steer(text);
                 json!({"queued": true})
             }
             "follow_up" => {
                 let text = text_param(method, params)?;
-                self.room_for(&text, false)?;
+                self.room_for(&text, Queue::FollowUp)?;
                 let _ = self.agent.follow_up(text);
                 json!({"queued": true})
             }
@@ -414,12 +417,11 @@ impl<'a> Server<'a> {
     /// Refuses `text` when the steering (or follow-up) queue has no room for it. The reading
     /// thread is the only one that queues messages from the client, and runs only take them
     /// out, so the room seen here is still there when the message goes in.
-    fn room_for(&self, text: &str, steering: bool) -> Result<(), Refusal> {
+    fn room_for(&self, text: &str, which: Queue) -> Result<(), Refusal> {
         let state = self.agent.snapshot();
-        let (queue, name) = if steering {
-            (&state.steering_queue, "steering")
-        } else {
-            (&state.follow_up_queue, "follow-up")
+        let (queue, name) = match which {
+            Queue::Steering => (&state.steering_queue, "steering"),
+            Queue::FollowUp => (&state.follow_up_queue, "follow-up"),
         };
         let bytes: usize = queue.iter().map(|m| m.text().len()).sum();
         let (max, max_bytes) = (self.options.max_queued, self.options.max_queued_bytes);
@@ -480,13 +482,41 @@ fn text_param(method: &str, params: Option<&Value>) -> Result<String, Refusal> {
     }
 }
 
+/// Asks the client to approve `call` (an `approve_tool_call` request) and waits for the
+/// answer: `Allow` or `Block`. `abort()` and a client that left end the wait with `Block`.
+fn ask_client(
+    out: &Out,
+    approvals: &Approvals,
+    request: &ToolCallRequest<'_>,
+    call: &ToolCall,
+) -> ToolDecision {
+    let id = approvals.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    {
+        let mut pending = approvals.pending.lock();
+        if approvals.closed.load(Ordering::Acquire) {
+            return ToolDecision::Block("the client is gone; nobody can approve".into());
+        }
+        pending.insert(id, tx);
+    }
+    let params = json!({ "call": call });
+    out.lines(|bytes| request_to(bytes, &id.into(), "approve_tool_call", &params));
+    let answer = request.wait_for(&rx);
+    approvals.pending.lock().remove(&id);
+    match answer {
+        Some(Answer::Approve) => ToolDecision::Allow,
+        Some(Answer::Reject(reason)) => ToolDecision::Block(reason),
+        None => ToolDecision::Block("no approval: the run was aborted or the client left".into()),
+    }
+}
+
 fn snapshot_json(s: &State) -> Value {
     let messages =
         |v: &imbl::Vector<Arc<Message>>| v.iter().map(|m| json!(**m)).collect::<Vec<_>>();
     json!({
         "system_prompt": &*s.system_prompt,
         "model": &*s.model,
-        "thinking_level": s.thinking_level,
+        "thinking": s.thinking,
         "tools": s.tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
         "messages": messages(&s.messages),
         "is_running": s.is_running,

@@ -33,9 +33,11 @@ impl Recorder {
     pub fn attach(agent: &Agent) -> Recorder {
         let events = Arc::new(Mutex::new(Vec::new()));
         let sink = events.clone();
-        let _ = agent.subscribe(move |e: &AgentEvent| {
-            sink.lock().unwrap().push(e.clone());
-        });
+        agent
+            .subscribe(move |e: &AgentEvent| {
+                sink.lock().unwrap().push(e.clone());
+            })
+            .keep();
         Recorder {
             events,
             _mirror: Arc::new(MirrorCheck::attach(agent)),

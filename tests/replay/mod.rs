@@ -20,10 +20,12 @@ impl MirrorCheck {
     pub fn attach(agent: &Agent) -> MirrorCheck {
         let published = Arc::new(Mutex::new(Vec::new()));
         let (sink, handle) = (published.clone(), agent.handle());
-        let _sub = agent.subscribe(move |e| {
-            let line = wire::encode_event_line(e);
-            sink.lock().unwrap().push((line, handle.snapshot()));
-        });
+        agent
+            .subscribe(move |e| {
+                let line = wire::encode_event_line(e);
+                sink.lock().unwrap().push((line, handle.snapshot()));
+            })
+            .keep();
         MirrorCheck {
             published,
             start: agent.snapshot(),

@@ -296,9 +296,10 @@ impl Recorder {
     pub fn attach(agent: &Agent) -> Recorder {
         let r = Recorder::default();
         let sink = r.0.clone();
-        // Kept for the agent's lifetime: the subscription handle is dropped without
-        // unsubscribing.
-        let _sub = agent.subscribe(move |e: &AgentEvent| sink.lock().unwrap().push(e.clone()));
+        // Kept for the agent's lifetime, not for this function's.
+        agent
+            .subscribe(move |e: &AgentEvent| sink.lock().unwrap().push(e.clone()))
+            .keep();
         r
     }
 
