@@ -119,6 +119,23 @@ impl Ctx {
         self.stage.get()
     }
 
+    /// Records that an I/O of this request ran out of time in `phase`, and returns its error.
+    ///
+    /// The OS may wake a timed wait a little before its deadline (poll(2) counts whole
+    /// milliseconds, socket timeouts count clock ticks). For the run deadline the rest is
+    /// waited out here (a tick at most), so that the token is cancelled, and the run reports
+    /// its timeout, no earlier than the deadline.
+    fn expire(&self, phase: TimeoutPhase) -> io::Error {
+        if phase == TimeoutPhase::Run
+            && let Some(deadline) = self.cancel.deadline()
+        {
+            std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
+            self.cancel.is_cancelled();
+        }
+        self.timed_out.set(Some(phase));
+        timed_out(phase)
+    }
+
     /// The phase whose deadline an I/O of this request ran past, if one did.
     pub(crate) fn timed_out(&self) -> Option<TimeoutPhase> {
         self.timed_out.get()
@@ -268,10 +285,7 @@ fn connect_one(ctx: &Ctx, addr: SocketAddr) -> io::Result<TcpStream> {
     use socket2::{Domain, Protocol, Socket, Type};
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     ctx.watch(&TcpStream::from(socket.try_clone()?))?;
-    let left = ctx.time_left().map_err(|phase| {
-        ctx.timed_out.set(Some(phase));
-        timed_out(phase)
-    })?;
+    let left = ctx.time_left().map_err(|phase| ctx.expire(phase))?;
     // The connect waits in poll(2), which counts whole milliseconds and would wake up to one
     // early: rounded up, a timeout never fires before its deadline (the run deadline then has
     // passed by the time it is reported).
@@ -282,8 +296,7 @@ fn connect_one(ctx: &Ctx, addr: SocketAddr) -> io::Result<TcpStream> {
         Err(_) if ctx.cancel.is_cancelled() => return Err(aborted()),
         Err(e) if e.kind() == io::ErrorKind::TimedOut || e.kind() == io::ErrorKind::WouldBlock => {
             let (_, phase) = ctx.limit();
-            ctx.timed_out.set(Some(phase));
-            return Err(timed_out(phase));
+            return Err(ctx.expire(phase));
         }
         Err(e) => return Err(e),
     }
@@ -349,10 +362,7 @@ impl Sock {
         }
         match ctx.time_left() {
             Ok(left) => Ok(Some((ctx, left))),
-            Err(phase) => {
-                ctx.timed_out.set(Some(phase));
-                Err(self.fail(timed_out(phase)))
-            }
+            Err(phase) => Err(self.fail(ctx.expire(phase))),
         }
     }
 
@@ -377,8 +387,7 @@ impl Sock {
             io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
         ) {
             let (_, phase) = ctx.limit();
-            ctx.timed_out.set(Some(phase));
-            return self.fail(timed_out(phase));
+            return self.fail(ctx.expire(phase));
         }
         self.fail(e)
     }
