@@ -13,8 +13,8 @@
 //!   run deadline of the cancel token, as the socket's own timeout. When it passes, the
 //!   socket is shut down and the phase recorded, so the error names it.
 //! - **Abort**: the first I/O of a request on a socket (new or taken from ureq's pool)
-//!   registers a hook with the cancel token that shuts a clone of the socket down
-//!   (`Shutdown::Both`). [`CancelToken::cancel`] from any thread then wakes a blocked read
+//!   registers a hook with the cancel token that shuts the socket down (`Shutdown::Both`)
+//!   through a shared handle (an `Arc`, made once per socket: no `dup` per request). [`CancelToken::cancel`] from any thread then wakes a blocked read
 //!   or write at once, and the server sees the connection close. A new socket is created
 //!   and registered before it connects (with `socket2`, as std has no way to make a socket
 //!   without connecting it), so a connect blocked in the kernel wakes too.
@@ -153,15 +153,14 @@ impl Ctx {
     }
 
     /// Registers `stream` to be shut down when the request is cancelled.
-    fn watch(&self, stream: &TcpStream) -> io::Result<()> {
-        let clone = Arc::new(stream.try_clone()?);
-        let for_hook = clone.clone();
+    fn watch(&self, stream: &Arc<TcpStream>) -> io::Result<()> {
+        let for_hook = stream.clone();
         let hook = self.cancel.on_cancel(move || {
             // An error means the socket is closed or shut down already.
             let _ = for_hook.shutdown(Shutdown::Both);
         });
         match hook {
-            Some(id) => self.sockets.borrow_mut().push((id, clone)),
+            Some(id) => self.sockets.borrow_mut().push((id, stream.clone())),
             None => return Err(aborted()),
         }
         Ok(())
@@ -169,7 +168,7 @@ impl Ctx {
 }
 
 impl Drop for Ctx {
-    /// Unregisters the sockets (dropping their clones, so that they close with their
+    /// Unregisters the sockets (dropping their handles, so that they close with their
     /// transports), and shuts them down unless the reply ended normally: a connection whose
     /// reply was an error, or was left half read, never goes back to the pool, and the
     /// server learns at once that the client left.
@@ -264,10 +263,12 @@ impl<In: Transport> Connector<In> for Tcp {
 
 /// Connects to `addr` within the time left, the socket registered with the cancel token
 /// from before the connect starts.
-fn connect_one(ctx: &Ctx, addr: SocketAddr) -> io::Result<TcpStream> {
-    use socket2::{Domain, Protocol, Socket, Type};
+fn connect_one(ctx: &Ctx, addr: SocketAddr) -> io::Result<Arc<TcpStream>> {
+    use socket2::{Domain, Protocol, SockRef, Socket, Type};
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    ctx.watch(&TcpStream::from(socket.try_clone()?))?;
+    let stream = Arc::new(TcpStream::from(socket));
+    ctx.watch(&stream)?;
+    let socket = SockRef::from(&*stream);
     let left = ctx.time_left().map_err(|phase| {
         ctx.timed_out.set(Some(phase));
         timed_out(phase)
@@ -283,7 +284,7 @@ fn connect_one(ctx: &Ctx, addr: SocketAddr) -> io::Result<TcpStream> {
         Err(e) => return Err(e),
     }
     socket.set_tcp_nodelay(true)?;
-    Ok(TcpStream::from(socket))
+    Ok(stream)
 }
 
 /// The last link of the chain: the connection is set up (TCP, and TLS for `https`), so the
@@ -311,7 +312,8 @@ impl<In: Transport> Connector<In> for Ready {
 
 /// A TCP connection as ureq's transport; see the module docs.
 pub(crate) struct Sock {
-    stream: TcpStream,
+    /// Shared with the cancel hook of the request in flight.
+    stream: Arc<TcpStream>,
     buffers: LazyBuffers,
     /// The request that registered this socket with its cancel token last.
     watched_by: u64,
@@ -393,7 +395,7 @@ impl Transport for Sock {
                 .map_err(|e| self.fail(e))?;
         }
         let output = &self.buffers.output()[..amount];
-        match (&self.stream).write_all(output) {
+        match (&*self.stream).write_all(output) {
             Ok(()) => Ok(()),
             Err(e) => Err(self.io_failed(ctx.as_ref().map(|(c, _)| &**c), e)),
         }
@@ -409,7 +411,7 @@ impl Transport for Sock {
         let ctx = ctx.map(|(c, _)| c);
         loop {
             let input = self.buffers.input_append_buf();
-            match (&self.stream).read(input) {
+            match (&*self.stream).read(input) {
                 // The end of the stream, or a shutdown by a cancel: then it is an abort, and
                 // the reply must not look complete.
                 Ok(0) if ctx.as_ref().is_some_and(|c| c.cancel.is_cancelled()) => {
@@ -435,7 +437,18 @@ impl Transport for Sock {
 }
 
 /// True when an idle pooled connection is still usable: nothing to read (the server sent
+/// no close and no stray bytes) without blocking. One `recv` that peeks without waiting.
+#[cfg(unix)]
+fn probe(stream: &TcpStream) -> bool {
+    let mut byte = [std::mem::MaybeUninit::uninit()];
+    let peeked = socket2::SockRef::from(stream)
+        .recv_with_flags(&mut byte, libc::MSG_PEEK | libc::MSG_DONTWAIT);
+    matches!(peeked, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+}
+
+/// True when an idle pooled connection is still usable: nothing to read (the server sent
 /// no close and no stray bytes) without blocking.
+#[cfg(not(unix))]
 fn probe(stream: &TcpStream) -> bool {
     if stream.set_nonblocking(true).is_err() {
         return false;
