@@ -11,7 +11,11 @@
 //! - **Timeouts**: every blocking connect, write and read gets the time left until the
 //!   earliest of the phase deadline the run thread set (connect, first byte, idle) and the
 //!   run deadline of the cancel token, as the socket's own timeout. When it passes, the
-//!   socket is shut down and the phase recorded, so the error names it.
+//!   socket is shut down and the phase recorded, so the error names it. The timeout set on
+//!   the socket is kept while it is within [`Slack`] of the time left (a system call per
+//!   read saved, as the idle deadline moves with every read): an I/O then ends at most that
+//!   slack after its deadline, and one that times out before its deadline is retried with
+//!   the time left.
 //! - **Abort**: the first I/O of a request on a socket (new or taken from ureq's pool)
 //!   registers a hook with the cancel token that shuts the socket down (`Shutdown::Both`)
 //!   through a shared handle (an `Arc`, made once per socket: no `dup` per request). [`CancelToken::cancel`] from any thread then wakes a blocked read
@@ -243,6 +247,8 @@ impl<In: Transport> Connector<In> for Tcp {
                     }
                     return Ok(Some(Either::B(Sock {
                         stream,
+                        read_timeout: None,
+                        write_timeout: None,
                         buffers,
                         watched_by: ctx.id,
                         broken: false,
@@ -310,10 +316,49 @@ impl<In: Transport> Connector<In> for Ready {
     }
 }
 
+/// How far the timeout set on a socket may be from the time left before it is set again:
+/// 1/64 of the time left, at most 50 ms.
+struct Slack;
+
+impl Slack {
+    const MAX: Duration = Duration::from_millis(50);
+
+    /// Sets the socket's read or write timeout (`set`, the one it has) to `left`, unless
+    /// the one it has is within the slack of it.
+    fn bound(
+        stream: &TcpStream,
+        set: &mut Option<Duration>,
+        left: Duration,
+        read: bool,
+    ) -> io::Result<()> {
+        if set.is_some_and(|t| t.abs_diff(left) <= (left / 64).min(Slack::MAX)) {
+            return Ok(());
+        }
+        if read {
+            stream.set_read_timeout(Some(left))?;
+        } else {
+            stream.set_write_timeout(Some(left))?;
+        }
+        *set = Some(left);
+        Ok(())
+    }
+}
+
+/// True for the error of a socket timeout.
+fn is_timeout(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
+    )
+}
+
 /// A TCP connection as ureq's transport; see the module docs.
 pub(crate) struct Sock {
     /// Shared with the cancel hook of the request in flight.
     stream: Arc<TcpStream>,
+    /// The read and write timeouts set on the socket (see [`Slack`]).
+    read_timeout: Option<Duration>,
+    write_timeout: Option<Duration>,
     buffers: LazyBuffers,
     /// The request that registered this socket with its cancel token last.
     watched_by: u64,
@@ -369,10 +414,7 @@ impl Sock {
         if ctx.cancel.is_cancelled() {
             return self.fail(aborted());
         }
-        if matches!(
-            e.kind(),
-            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
-        ) {
+        if is_timeout(&e) {
             let (_, phase) = ctx.limit();
             ctx.timed_out.set(Some(phase));
             return self.fail(timed_out(phase));
@@ -389,27 +431,43 @@ impl Transport for Sock {
     // ureq's own timeouts are off (`HttpClient::agent`); the request's deadlines apply.
     fn transmit_output(&mut self, amount: usize, _timeout: NextTimeout) -> Result<(), ureq::Error> {
         let ctx = self.before_io()?;
-        if let Some((_, left)) = &ctx {
-            self.stream
-                .set_write_timeout(Some(*left))
-                .map_err(|e| self.fail(e))?;
+        let (ctx, mut left) = match ctx {
+            Some((ctx, left)) => (Some(ctx), Some(left)),
+            None => (None, None),
+        };
+        let mut written = 0;
+        while written < amount {
+            if let Some(left) = left {
+                Slack::bound(&self.stream, &mut self.write_timeout, left, false)
+                    .map_err(|e| self.fail(e))?;
+            }
+            let output = &self.buffers.output()[written..amount];
+            match (&*self.stream).write(output) {
+                Ok(0) => return Err(self.fail(io::ErrorKind::WriteZero.into())),
+                Ok(n) => written += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => match early(ctx.as_deref(), &e) {
+                    // Timed out before the deadline (the socket's timeout was within the
+                    // slack of it): again, with the time left.
+                    Some(rest) => left = Some(rest),
+                    None => return Err(self.io_failed(ctx.as_deref(), e)),
+                },
+            }
         }
-        let output = &self.buffers.output()[..amount];
-        match (&*self.stream).write_all(output) {
-            Ok(()) => Ok(()),
-            Err(e) => Err(self.io_failed(ctx.as_ref().map(|(c, _)| &**c), e)),
-        }
+        Ok(())
     }
 
     fn await_input(&mut self, _timeout: NextTimeout) -> Result<bool, ureq::Error> {
         let ctx = self.before_io()?;
-        if let Some((_, left)) = &ctx {
-            self.stream
-                .set_read_timeout(Some(*left))
-                .map_err(|e| self.fail(e))?;
-        }
-        let ctx = ctx.map(|(c, _)| c);
+        let (ctx, mut left) = match ctx {
+            Some((ctx, left)) => (Some(ctx), Some(left)),
+            None => (None, None),
+        };
         loop {
+            if let Some(left) = left {
+                Slack::bound(&self.stream, &mut self.read_timeout, left, true)
+                    .map_err(|e| self.fail(e))?;
+            }
             let input = self.buffers.input_append_buf();
             match (&*self.stream).read(input) {
                 // The end of the stream, or a shutdown by a cancel: then it is an abort, and
@@ -426,7 +484,12 @@ impl Transport for Sock {
                     return Ok(true);
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(self.io_failed(ctx.as_deref(), e)),
+                Err(e) => match early(ctx.as_deref(), &e) {
+                    // Timed out before the deadline (the socket's timeout was within the
+                    // slack of it): again, with the time left.
+                    Some(rest) => left = Some(rest),
+                    None => return Err(self.io_failed(ctx.as_deref(), e)),
+                },
             }
         }
     }
@@ -434,6 +497,16 @@ impl Transport for Sock {
     fn is_open(&mut self) -> bool {
         !self.broken && probe(&self.stream)
     }
+}
+
+/// The time left when `e` is a socket timeout that came before the deadline of the
+/// request (which was not cancelled meanwhile), else `None`: `e` stands.
+fn early(ctx: Option<&Ctx>, e: &io::Error) -> Option<Duration> {
+    let ctx = ctx?;
+    if !is_timeout(e) || ctx.cancel.is_cancelled() {
+        return None;
+    }
+    ctx.time_left().ok()
 }
 
 /// True when an idle pooled connection is still usable: nothing to read (the server sent
@@ -458,4 +531,96 @@ fn probe(stream: &TcpStream) -> bool {
         Err(e) if e.kind() == io::ErrorKind::WouldBlock
     );
     stream.set_nonblocking(false).is_ok() && open
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    /// A connected pair: our `Sock` and the server's end.
+    fn pair() -> (Sock, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        let sock = Sock {
+            stream: Arc::new(client),
+            read_timeout: None,
+            write_timeout: None,
+            buffers: LazyBuffers::new(1024, 1024),
+            watched_by: 0,
+            broken: false,
+        };
+        (sock, server)
+    }
+
+    #[test]
+    fn a_read_that_times_out_before_its_deadline_is_read_again() {
+        let (mut sock, mut server) = pair();
+        // The socket has a 20 ms timeout that the cache takes for the time left (as when
+        // it was within the slack of it): the read times out long before the deadline.
+        sock.stream
+            .set_read_timeout(Some(Duration::from_millis(20)))
+            .unwrap();
+        sock.read_timeout = Some(Duration::from_secs(10));
+        let ctx = Ctx::new(
+            &CancelToken::new(),
+            Duration::from_secs(10),
+            Duration::from_secs(10),
+        );
+        let _entered = ctx.enter();
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            server.write_all(b"late").unwrap();
+            server
+        });
+        assert!(sock.await_input(NextTimeout::default()).unwrap());
+        assert_eq!(sock.buffers.input(), b"late");
+        assert_eq!(ctx.timed_out(), None);
+        // Set again, to the time left.
+        assert!(sock.read_timeout.unwrap() > Duration::from_secs(9));
+        drop(writer.join().unwrap());
+    }
+
+    #[test]
+    fn a_socket_timeout_is_set_again_only_when_off_by_more_than_the_slack() {
+        let (sock, _server) = pair();
+        let mut set = None;
+        let ten = Duration::from_secs(10);
+        Slack::bound(&sock.stream, &mut set, ten, true).unwrap();
+        assert_eq!(set, Some(ten));
+        // Within 1/64 of the time left (and 50 ms): kept.
+        Slack::bound(
+            &sock.stream,
+            &mut set,
+            ten - Duration::from_millis(40),
+            true,
+        )
+        .unwrap();
+        assert_eq!(set, Some(ten));
+        Slack::bound(
+            &sock.stream,
+            &mut set,
+            ten + Duration::from_millis(40),
+            true,
+        )
+        .unwrap();
+        assert_eq!(set, Some(ten));
+        // Past it: set again.
+        let later = ten + Duration::from_millis(60);
+        Slack::bound(&sock.stream, &mut set, later, true).unwrap();
+        assert_eq!(set, Some(later));
+        assert_eq!(sock.stream.read_timeout().unwrap(), Some(later));
+        // A short time left has a short slack.
+        let short = Duration::from_millis(64);
+        Slack::bound(&sock.stream, &mut set, short, true).unwrap();
+        Slack::bound(
+            &sock.stream,
+            &mut set,
+            short - Duration::from_millis(2),
+            true,
+        )
+        .unwrap();
+        assert_eq!(set, Some(short - Duration::from_millis(2)));
+    }
 }
