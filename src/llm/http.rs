@@ -610,14 +610,16 @@ fn for_each_event(
     body: &mut Body,
     max_event_bytes: usize,
     cancel: &CancelToken,
-    mut f: impl FnMut(sse::Event) -> Result<bool, Error>,
+    mut f: impl FnMut(&sse::Event) -> Result<bool, Error>,
 ) -> Result<bool, Error> {
     let mut parser = sse::Parser::new().max_event_bytes(max_event_bytes);
     while let Some(bytes) = body.next_chunk()? {
         parser.push(bytes);
         while let Some(event) = parser.next_event()? {
             body.seen_event = true;
-            if f(event)? {
+            let ended = f(&event)?;
+            parser.recycle(event);
+            if ended {
                 body.drain();
                 return Ok(true);
             }
