@@ -14,8 +14,8 @@
 //!   for the headers (`headers`) and mid-stream (`stream`).
 //!
 //! The cost per extra turn is `(turns_20 - turns_1) / 19`; the summary printed first gives
-//! the medians and ratios from its own runs, side by side, so that they come from one
-//! machine state.
+//! the medians and ratios from its own runs, side by side (the agent's and the minimal
+//! client's samples alternate), so that they come from one machine state.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -231,22 +231,29 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v[v.len() / 2]
 }
 
-/// Medians of `samples` runs of 1 and of `TURNS` turns: (wall, cpu) per extra turn.
-fn per_extra_turn(samples: usize, mut run: impl FnMut(usize)) -> (Duration, Duration) {
-    let (mut w1, mut c1, mut w20, mut c20) = (vec![], vec![], vec![], vec![]);
-    for _ in 0..samples {
-        let (w, c) = measure(|| run(1));
-        w1.push(w);
-        c1.push(c);
-        let (w, c) = measure(|| run(TURNS));
-        w20.push(w);
-        c20.push(c);
+/// The runs of one client: (wall, cpu) of each run of 1 and of `TURNS` turns.
+#[derive(Default)]
+struct Runs {
+    one: Vec<(Duration, Duration)>,
+    many: Vec<(Duration, Duration)>,
+}
+
+impl Runs {
+    /// One sample: a run of 1 turn and one of `TURNS`.
+    fn sample(&mut self, mut run: impl FnMut(usize)) {
+        self.one.push(measure(|| run(1)));
+        self.many.push(measure(|| run(TURNS)));
     }
-    let extra = |a: Duration, b: Duration| a.saturating_sub(b) / (TURNS as u32 - 1);
-    (
-        extra(median(w20), median(w1)),
-        extra(median(c20), median(c1)),
-    )
+
+    /// Medians per extra turn: (wall, cpu).
+    fn per_extra_turn(&self) -> (Duration, Duration) {
+        let med = |v: &[(Duration, Duration)], cpu: bool| {
+            median(v.iter().map(|&(w, c)| if cpu { c } else { w }).collect())
+        };
+        let extra =
+            |cpu| med(&self.many, cpu).saturating_sub(med(&self.one, cpu)) / (TURNS as u32 - 1);
+        (extra(false), extra(true))
+    }
 }
 
 fn summary() {
@@ -258,13 +265,19 @@ fn summary() {
         agent_run(&agent, TURNS);
         minimal_run(&client, &url, TURNS);
     }
+    // The two clients' samples alternate, so that both see the same machine load.
     let samples = 30;
-    let (aw, ac) = per_extra_turn(samples, |t| agent_run(&agent, t));
-    let (mw, mc) = per_extra_turn(samples, |t| minimal_run(&client, &url, t));
+    let (mut a, mut m) = (Runs::default(), Runs::default());
+    for _ in 0..samples {
+        a.sample(|t| agent_run(&agent, t));
+        m.sample(|t| minimal_run(&client, &url, t));
+    }
+    let ((aw, ac), (mw, mc)) = (a.per_extra_turn(), m.per_extra_turn());
     println!(
         "per extra turn (median of {samples}): agent wall {aw:?} cpu {ac:?}; minimal client \
-         wall {mw:?} cpu {mc:?}; wall ratio {:.2}x",
-        aw.as_secs_f64() / mw.as_secs_f64().max(1e-9)
+         wall {mw:?} cpu {mc:?}; wall ratio {:.2}x, cpu ratio {:.2}x",
+        aw.as_secs_f64() / mw.as_secs_f64().max(1e-9),
+        ac.as_secs_f64() / mc.as_secs_f64().max(1e-9)
     );
     for (name, mode) in [("headers", Mode::Silent), ("stream", Mode::OneEvent)] {
         let (back, close): (Vec<_>, Vec<_>) = (0..samples).map(|_| abort_once(mode)).unzip();

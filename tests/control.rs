@@ -1639,6 +1639,155 @@ fn a_finished_tool_is_in_the_state_while_a_sibling_still_runs() {
 }
 
 // ---------------------------------------------------------------------------------------
+// Calls that run one at a time run on the run thread
+
+#[test]
+fn a_lone_call_runs_on_the_run_thread_and_its_progress_is_in_the_state_while_it_runs() {
+    let (updated_tx, updated_rx) = crossbeam_channel::bounded::<()>(1);
+    let (release_tx, release_rx) = crossbeam_channel::bounded::<()>(1);
+    let ran_on = Arc::new(Mutex::new(None));
+    let on = ran_on.clone();
+    let faux = Faux::default()
+        .reply(FauxReply::tool_call("wait", json!({})))
+        .reply(FauxReply::text("done"));
+    let agent = builder(&faux)
+        .tool(fn_tool("wait", move |_, ctx| {
+            *on.lock().unwrap() = Some(std::thread::current().id());
+            ctx.update("half way");
+            updated_tx.send(()).unwrap();
+            release_rx
+                .recv_timeout(PATIENCE)
+                .expect("released by the test");
+            Ok(ToolOutput::text("released"))
+        }))
+        .build()
+        .unwrap();
+    let rec = Recorder::attach(&agent);
+
+    let run_thread = std::thread::scope(|s| {
+        let run = s.spawn(|| {
+            let result = agent.prompt("go").unwrap();
+            (std::thread::current().id(), result)
+        });
+        updated_rx.recv_timeout(PATIENCE).expect("the tool updated");
+        // Read from this thread while the tool still runs.
+        let state = agent.snapshot();
+        assert!(state.is_running);
+        assert_eq!(state.pending_tool_calls.len(), 1);
+        assert_eq!(
+            state.pending_tool_calls[0]
+                .progress
+                .as_ref()
+                .map(|p| p.content.as_str()),
+            Some("half way")
+        );
+        release_tx.send(()).unwrap();
+        let (thread, result) = run.join().unwrap();
+        assert_eq!(result.stop_reason, RunStopReason::NoToolCalls);
+        thread
+    });
+    assert_eq!(*ran_on.lock().unwrap(), Some(run_thread));
+    assert_eq!(
+        rec.lines(),
+        batch_then_answer(
+            "go",
+            "[call_1:wait]{}",
+            &["call_1"],
+            &[
+                "ToolStart(call_1)",
+                r#"ToolUpdate(call_1 "half way")"#,
+                r#"ToolEnd(call_1 "released")"#,
+            ],
+            "done",
+        )
+    );
+}
+
+#[test]
+fn a_sequential_batch_runs_on_the_run_thread_one_call_after_another() {
+    let threads = Arc::new(Mutex::new(Vec::new()));
+    let log = threads.clone();
+    let faux = Faux::default()
+        .reply(
+            FauxReply::tool_call("echo", json!({"x": 1})).then_tool_call("echo", json!({"x": 2})),
+        )
+        .reply(FauxReply::text("done"));
+    let agent = builder(&faux)
+        .tool(
+            fn_tool("echo", move |args, ctx| {
+                log.lock().unwrap().push(std::thread::current().id());
+                ctx.update(format!("echoing {}", args["x"]));
+                Ok(ToolOutput::text(args["x"].to_string()))
+            })
+            .sequential(),
+        )
+        .build()
+        .unwrap();
+    let rec = Recorder::attach(&agent);
+    let result = agent.prompt("go").unwrap();
+    assert_eq!(result.stop_reason, RunStopReason::NoToolCalls);
+    let me = std::thread::current().id();
+    assert_eq!(*threads.lock().unwrap(), [me, me]);
+    assert_eq!(
+        rec.lines(),
+        batch_then_answer(
+            "go",
+            r#"[call_1:echo]{"x":1}[call_2:echo]{"x":2}"#,
+            &["call_1", "call_2"],
+            &[
+                "ToolStart(call_1)",
+                r#"ToolUpdate(call_1 "echoing 1")"#,
+                r#"ToolEnd(call_1 "1")"#,
+                "ToolStart(call_2)",
+                r#"ToolUpdate(call_2 "echoing 2")"#,
+                r#"ToolEnd(call_2 "2")"#,
+            ],
+            "done",
+        )
+    );
+}
+
+#[test]
+fn updates_from_a_thread_the_tool_started_are_published_in_order_before_its_end() {
+    let faux = Faux::default()
+        .reply(FauxReply::tool_call("helpers", json!({})))
+        .reply(FauxReply::text("done"));
+    let agent = builder(&faux)
+        .tool(fn_tool("helpers", |_, ctx| {
+            std::thread::scope(|s| {
+                s.spawn(|| ctx.update("from a helper, first"));
+            });
+            // Publishes the helper's update first, then its own.
+            ctx.update("from the tool");
+            std::thread::scope(|s| {
+                s.spawn(|| ctx.update("from a helper, last"));
+            });
+            Ok(ToolOutput::text("helped"))
+        }))
+        .build()
+        .unwrap();
+    let rec = Recorder::attach(&agent);
+    let result = bounded(move || agent.prompt("go").unwrap());
+    assert_eq!(result.stop_reason, RunStopReason::NoToolCalls);
+    assert_eq!(
+        rec.lines(),
+        batch_then_answer(
+            "go",
+            "[call_1:helpers]{}",
+            &["call_1"],
+            &[
+                "ToolStart(call_1)",
+                r#"ToolUpdate(call_1 "from a helper, first")"#,
+                r#"ToolUpdate(call_1 "from the tool")"#,
+                r#"ToolUpdate(call_1 "from a helper, last")"#,
+                r#"ToolEnd(call_1 "helped")"#,
+            ],
+            "done",
+        )
+    );
+}
+
+// ---------------------------------------------------------------------------------------
 // Listeners that control the agent
 
 #[test]

@@ -355,6 +355,42 @@ fn run_timeout_in_a_tool_that_honours_its_token() {
 }
 
 #[test]
+fn run_timeout_wakes_a_lone_tool_waiting_on_its_cancel_receiver() {
+    // A lone call runs on the run thread when no deadline is set; with one, it runs where
+    // the run thread can cancel the token at the deadline, which wakes this wait.
+    let waiting = tool::typed("get_weather", "Waits.", |_: City, ctx| {
+        crossbeam_channel::select! {
+            recv(ctx.cancel().receiver()) -> _ => Ok(ToolOutput::text("woken")),
+            default(Duration::from_secs(30)) => Ok(ToolOutput::text("late")),
+        }
+    });
+    let faux = Faux::default()
+        .reply(FauxReply::tool_call(
+            "get_weather",
+            serde_json::json!({"city": "Paris"}),
+        ))
+        .reply(FauxReply::text("never"));
+    let timeout = Duration::from_millis(400);
+    let agent = Agent::builder()
+        .provider(faux)
+        .tool(waiting)
+        .run_timeout(timeout)
+        .build()
+        .unwrap();
+    assert_run_timed_out(&agent, timeout);
+    let snapshot = agent.snapshot();
+    let result = snapshot
+        .messages
+        .iter()
+        .find_map(|m| match &**m {
+            pagent::Message::ToolResult(r) => Some(r.content.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(result, "woken");
+}
+
+#[test]
 fn run_timeout_in_a_before_tool_call_hook_waiting_for_an_answer() {
     let (_never, answers) = crossbeam_channel::bounded::<bool>(1);
     let faux = Faux::default()

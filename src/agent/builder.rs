@@ -198,6 +198,9 @@ impl AgentBuilder {
     ///
     /// The calls of one reply run on scoped worker threads, at most this many at a time; a
     /// reply that calls a [`Tool::sequential`] tool runs all its calls one after another.
+    /// Calls that run one at a time (a reply with one call, a sequential batch) run on the
+    /// run thread itself, with no thread to start, unless a `run_timeout` is set (see the
+    /// [tool contract](crate::tool)).
     /// Whatever the concurrency, events come from the run thread only: `ToolStart` in call
     /// order, `ToolUpdate` and `ToolEnd` as they happen (so `ToolEnd`s are in completion
     /// order), and the result messages in call order. A tool's result is in the state

@@ -185,8 +185,19 @@ fn continue_input(inner: &Inner) -> Result<Vec<Message>, Error> {
     ))
 }
 
-/// Takes queued steering (or follow-up) messages and publishes the shorter queue.
+/// Takes queued steering (or follow-up) messages and publishes the shorter queue. An empty
+/// queue (the common case, checked on a snapshot) publishes nothing: a message queued after
+/// that look goes to a later take, as it would had it come a moment later.
 fn take_queued(inner: &Inner, which: Queue, mode: QueueMode) -> Vec<Message> {
+    let state = inner.shared.snapshot();
+    let queue = match which {
+        Queue::Steering => &state.steering_queue,
+        Queue::FollowUp => &state.follow_up_queue,
+    };
+    if queue.is_empty() {
+        return Vec::new();
+    }
+    drop(state);
     inner.shared.update(|next| {
         let queue = match which {
             Queue::Steering => &mut next.steering_queue,

@@ -1,8 +1,14 @@
 //! Running the tool calls of one reply: hooks, validation, parallel workers, results.
 //!
-//! Workers are scoped threads; they never emit events. They send progress and their outcome
-//! over one channel (so a tool's updates always arrive before its end), and the run thread
-//! turns those into `ToolUpdate` / `ToolEnd` events in the order they arrive.
+//! Calls that run one at a time (a reply with one call, or a sequential batch) run on the
+//! run thread itself: no thread to start, no hand-off, and each update is published as it
+//! is made. Otherwise each call runs on a worker, a scoped thread that never emits events:
+//! workers send progress and their outcome over one channel (so a tool's updates always
+//! arrive before its end), and the run thread turns those into `ToolUpdate` / `ToolEnd`
+//! events in the order they arrive. With a run deadline, calls always run on workers: the
+//! run thread then waits for them with the deadline's timer, and cancels the token at the
+//! deadline for a tool that waits on `CancelToken::receiver` (nobody would, were the tool
+//! running on the run thread).
 //!
 //! Every call into a tool (`name`, `sequential`, `validate`, `execute`) and into the tool
 //! hooks goes through [`guard::catch`]: a panic becomes that call's error result, and each
@@ -19,7 +25,7 @@ use super::hooks::{ToolCallRequest, ToolDecision};
 use super::run::Run;
 use crate::event::AgentEvent;
 use crate::message::{AssistantMessage, Message, StopReason, ToolCall, ToolResultMessage};
-use crate::tool::{Tool, ToolContext, ToolError, ToolMsg};
+use crate::tool::{Tool, ToolContext, ToolError, ToolMsg, ToolOutput, Updates};
 
 /// Text of the results synthesized for calls that never ran.
 pub(crate) const CANCELLED: &str = "cancelled: the run was aborted before this tool call ran";
@@ -63,7 +69,14 @@ impl Run<'_> {
         } else {
             self.config.max_parallel_tools
         };
-        let (tx, rx) = crossbeam_channel::unbounded::<ToolMsg>();
+        let inline = (cap == 1 || calls.len() == 1) && self.cancel.deadline().is_none();
+        // Workers report over this channel; calls run on this thread need none.
+        let (tx, rx) = if inline {
+            (None, crossbeam_channel::never())
+        } else {
+            let (tx, rx) = crossbeam_channel::unbounded::<ToolMsg>();
+            (Some(tx), rx)
+        };
         let mut batch = Batch {
             rx,
             calls,
@@ -90,29 +103,35 @@ impl Run<'_> {
                 } else {
                     self.prepare(call, &mut batch)
                 };
-                match settled {
-                    Err(result) => self.finish(index, result, false, &mut batch),
-                    Ok((tool, args)) => {
-                        let ctx = ToolContext::new(
-                            call.id.clone(),
-                            self.cancel.clone(),
-                            Some(tx.clone()),
-                        );
-                        let worker = Worker::new(index, tx.clone());
-                        let name = call.name.clone();
-                        batch.running += 1;
-                        // `work` catches the tool's panics, and `worker` reports the call done
-                        // whatever happens: also when the thread cannot start (the closure,
-                        // and the worker in it, are dropped then), so that error needs no
-                        // handling here. The catch keeps a panic of our own code from reaching
-                        // the scope, which would raise it again on this thread.
-                        let _ = std::thread::Builder::new()
-                            .name("pagent-tool".into())
-                            .spawn_scoped(scope, move || {
-                                let _ = guard::catch(|| work(worker, &name, &tool, args, ctx));
-                            });
+                let (tool, args) = match settled {
+                    Ok(ready) => ready,
+                    Err(result) => {
+                        self.finish(index, result, false, &mut batch);
+                        continue;
                     }
-                }
+                };
+                let Some(tx) = &tx else {
+                    self.run_here(index, &tool, args, &mut batch);
+                    continue;
+                };
+                let ctx = ToolContext::new(
+                    call.id.clone(),
+                    self.cancel.clone(),
+                    Updates::Channel(tx.clone()),
+                );
+                let worker = Worker::new(index, tx.clone());
+                let name = call.name.clone();
+                batch.running += 1;
+                // `work` catches the tool's panics, and `worker` reports the call done
+                // whatever happens: also when the thread cannot start (the closure, and the
+                // worker in it, are dropped then), so that error needs no handling here.
+                // The catch keeps a panic of our own code from reaching the scope, which
+                // would raise it again on this thread.
+                let _ = std::thread::Builder::new()
+                    .name("pagent-tool".into())
+                    .spawn_scoped(scope, move || {
+                        let _ = guard::catch(|| work(worker, &name, &tool, args, ctx));
+                    });
             }
             while batch.running > 0 {
                 self.receive(&mut batch);
@@ -267,12 +286,7 @@ impl Run<'_> {
     fn handle(&mut self, msg: ToolMsg, batch: &mut Batch<'_>) {
         match msg {
             ToolMsg::Update { call_id, output } => {
-                let tool_name = batch
-                    .calls
-                    .iter()
-                    .find(|c| c.id == call_id)
-                    .map(|c| c.name.clone())
-                    .unwrap_or_default();
+                let tool_name = batch.tool_name(&call_id);
                 self.emit(AgentEvent::ToolUpdate {
                     call_id,
                     tool_name,
@@ -281,17 +295,53 @@ impl Run<'_> {
             }
             ToolMsg::Done { index, outcome } => {
                 batch.running -= 1;
-                let call = &batch.calls[index];
-                let result = match outcome {
-                    Ok(out) => ToolResultMessage {
-                        details: out.details,
-                        ..Run::tool_result(call, out.content, false)
-                    },
-                    Err(e) => Run::tool_result(call, e.0, true),
-                };
-                self.finish(index, result, true, batch);
+                self.ran(index, outcome, batch);
             }
         }
+    }
+
+    /// Runs call `index` on this (the run) thread: its updates are published as they are
+    /// made, then its result and `ToolEnd`.
+    fn run_here(
+        &mut self,
+        index: usize,
+        tool: &Arc<dyn Tool>,
+        args: serde_json::Value,
+        batch: &mut Batch<'_>,
+    ) {
+        let call = &batch.calls[index];
+        let shared = self.inner.shared.clone();
+        let (call_id, tool_name) = (call.id.clone(), batch.tool_name(&call.id));
+        let updates = Updates::direct(move |output| {
+            shared.emit(AgentEvent::ToolUpdate {
+                call_id: call_id.clone(),
+                tool_name: tool_name.clone(),
+                partial: output,
+            });
+        });
+        let ctx = ToolContext::new(call.id.clone(), self.cancel.clone(), updates);
+        let outcome = guard::catch(|| tool.execute(args, &ctx)).unwrap_or_else(|panic| {
+            Err(ToolError(format!(
+                "the tool `{}` panicked: {panic}",
+                call.name
+            )))
+        });
+        ctx.publish_pending();
+        drop(ctx);
+        self.ran(index, outcome, batch);
+    }
+
+    /// Records the outcome of call `index`, whose tool ran: its result and `ToolEnd`.
+    fn ran(&mut self, index: usize, outcome: Result<ToolOutput, ToolError>, batch: &mut Batch<'_>) {
+        let call = &batch.calls[index];
+        let result = match outcome {
+            Ok(out) => ToolResultMessage {
+                details: out.details,
+                ..Run::tool_result(call, out.content, false)
+            },
+            Err(e) => Run::tool_result(call, e.0, true),
+        };
+        self.finish(index, result, true, batch);
     }
 
     /// Applies `after_tool_call` (to calls whose tool ran), emits `ToolEnd`, records the result.
@@ -328,6 +378,18 @@ struct Batch<'c> {
     calls: &'c [ToolCall],
     results: Vec<Option<Arc<ToolResultMessage>>>,
     running: usize,
+}
+
+impl Batch<'_> {
+    /// The name a `ToolUpdate` of the call `call_id` carries: that of the first call with
+    /// this id.
+    fn tool_name(&self, call_id: &str) -> String {
+        self.calls
+            .iter()
+            .find(|c| c.id == call_id)
+            .map(|c| c.name.clone())
+            .unwrap_or_default()
+    }
 }
 
 /// A worker: runs one tool, catching a panic; `worker` reports the outcome when it drops

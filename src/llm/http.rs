@@ -377,7 +377,7 @@ impl HttpClient {
             idle: self.idle_timeout,
             seen_event: false,
             ended: false,
-            buf: vec![0; READ_BUFFER],
+            buf: ReadBuffer::take(),
         };
         if status >= 400 {
             let bytes = body.read_some(ERROR_BODY_LIMIT)?;
@@ -459,7 +459,48 @@ pub(crate) struct Body {
     idle: Duration,
     seen_event: bool,
     ended: bool,
-    buf: Vec<u8>,
+    buf: ReadBuffer,
+}
+
+thread_local! {
+    /// The read buffer of the thread's last reply, kept for its next one.
+    static SPARE: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// A reply's read buffer: [`READ_BUFFER`] bytes, taken from the thread's spare and given
+/// back when the reply is dropped, so that a run reuses one buffer for all its model calls
+/// (a fresh one is zeroed, which costs more than the reads of a short reply).
+struct ReadBuffer(Vec<u8>);
+
+impl ReadBuffer {
+    fn take() -> ReadBuffer {
+        let mut buf = SPARE.with(std::cell::Cell::take);
+        if buf.len() != READ_BUFFER {
+            buf = vec![0; READ_BUFFER];
+        }
+        ReadBuffer(buf)
+    }
+}
+
+impl Drop for ReadBuffer {
+    fn drop(&mut self) {
+        let buf = std::mem::take(&mut self.0);
+        // `try_with`: the thread may be ending, its spare already gone.
+        let _ = SPARE.try_with(|spare| spare.set(buf));
+    }
+}
+
+impl std::ops::Deref for ReadBuffer {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for ReadBuffer {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.0
+    }
 }
 
 impl std::fmt::Debug for Body {
@@ -569,14 +610,16 @@ fn for_each_event(
     body: &mut Body,
     max_event_bytes: usize,
     cancel: &CancelToken,
-    mut f: impl FnMut(sse::Event) -> Result<bool, Error>,
+    mut f: impl FnMut(&sse::Event) -> Result<bool, Error>,
 ) -> Result<bool, Error> {
     let mut parser = sse::Parser::new().max_event_bytes(max_event_bytes);
     while let Some(bytes) = body.next_chunk()? {
         parser.push(bytes);
         while let Some(event) = parser.next_event()? {
             body.seen_event = true;
-            if f(event)? {
+            let ended = f(&event)?;
+            parser.recycle(event);
+            if ended {
                 body.drain();
                 return Ok(true);
             }

@@ -29,7 +29,9 @@
 //!   response headers and the first body byte. Keep-alive comments (`:` lines) count as
 //!   progress for the idle timeout (a server that sends them is alive) but never as the
 //!   first byte: a server that sends only comments fails with the first-byte timeout. The
-//!   agent's `run_timeout` bounds the whole run on top of these, comments or not.
+//!   agent's `run_timeout` bounds the whole run on top of these, comments or not. A timeout
+//!   never fires early; it may fire up to 1/64 of its length late, at most 50 ms (the
+//!   socket's timeout is set again only when it is off by more than that).
 //! - **Retried only before the reply**: once the server answered with its headers, the
 //!   request is never sent again (a close after a 200 is an error, not a retry), since the
 //!   server may already be working on it.

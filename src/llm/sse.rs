@@ -70,7 +70,14 @@ pub struct Parser {
     max_event_bytes: usize,
     ready: VecDeque<Event>,
     failed: Option<Error>,
+    // The data buffers of events given back (`recycle`), for the data of the next ones.
+    spare: Vec<String>,
 }
+
+/// The most buffers [`Parser::recycle`] keeps, and the largest it keeps: a few hundred events
+/// a read at most, of a few hundred bytes each.
+const MAX_SPARE: usize = 256;
+const MAX_SPARE_BYTES: usize = 4 * 1024;
 
 impl Default for Parser {
     fn default() -> Parser {
@@ -93,6 +100,7 @@ impl Parser {
             max_event_bytes: DEFAULT_MAX_EVENT_BYTES,
             ready: VecDeque::new(),
             failed: None,
+            spare: Vec::new(),
         }
     }
 
@@ -225,11 +233,23 @@ impl Parser {
             return;
         }
         self.has_data = false;
+        let spare = self.spare.pop().unwrap_or_default();
         self.ready.push_back(Event {
             event: std::mem::take(&mut self.event),
-            data: std::mem::take(&mut self.data),
+            data: std::mem::replace(&mut self.data, spare),
             id: self.id.clone(),
         });
+    }
+
+    /// Takes back an event handed out by [`Parser::next_event`] once it is read: its data
+    /// buffer holds the data of a later event, so that a stream of events costs no
+    /// allocation per event.
+    pub(crate) fn recycle(&mut self, event: Event) {
+        let mut data = event.data;
+        if self.spare.len() < MAX_SPARE && data.capacity() <= MAX_SPARE_BYTES {
+            data.clear();
+            self.spare.push(data);
+        }
     }
 }
 
@@ -267,6 +287,23 @@ fn line_end(bytes: &[u8]) -> Option<usize> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn recycled_buffers_carry_nothing_into_later_events() {
+        let mut parser = Parser::new();
+        parser.push(b"data: a long first event\n\ndata: b\n\n");
+        let first = parser.next_event().unwrap().unwrap();
+        assert_eq!(first.data, "a long first event");
+        parser.recycle(first);
+        let second = parser.next_event().unwrap().unwrap();
+        assert_eq!(second.data, "b");
+        parser.recycle(second);
+        parser.push(b"data: c\ndata: d\n\ndata: e\n\n");
+        let third = parser.next_event().unwrap().unwrap();
+        assert_eq!(third.data, "c\nd");
+        assert_eq!(parser.next_event().unwrap().unwrap().data, "e");
+        assert_eq!(parser.next_event().unwrap(), None);
+    }
 
     proptest! {
         #[test]

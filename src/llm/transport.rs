@@ -11,10 +11,14 @@
 //! - **Timeouts**: every blocking connect, write and read gets the time left until the
 //!   earliest of the phase deadline the run thread set (connect, first byte, idle) and the
 //!   run deadline of the cancel token, as the socket's own timeout. When it passes, the
-//!   socket is shut down and the phase recorded, so the error names it.
+//!   socket is shut down and the phase recorded, so the error names it. The timeout set on
+//!   the socket is kept while it is within [`Slack`] of the time left (a system call per
+//!   read saved, as the idle deadline moves with every read): an I/O then ends at most that
+//!   slack after its deadline, and one that times out before its deadline is retried with
+//!   the time left.
 //! - **Abort**: the first I/O of a request on a socket (new or taken from ureq's pool)
-//!   registers a hook with the cancel token that shuts a clone of the socket down
-//!   (`Shutdown::Both`). [`CancelToken::cancel`] from any thread then wakes a blocked read
+//!   registers a hook with the cancel token that shuts the socket down (`Shutdown::Both`)
+//!   through a shared handle (an `Arc`, made once per socket: no `dup` per request). [`CancelToken::cancel`] from any thread then wakes a blocked read
 //!   or write at once, and the server sees the connection close. A new socket is created
 //!   and registered before it connects (with `socket2`, as std has no way to make a socket
 //!   without connecting it), so a connect blocked in the kernel wakes too.
@@ -170,15 +174,14 @@ impl Ctx {
     }
 
     /// Registers `stream` to be shut down when the request is cancelled.
-    fn watch(&self, stream: &TcpStream) -> io::Result<()> {
-        let clone = Arc::new(stream.try_clone()?);
-        let for_hook = clone.clone();
+    fn watch(&self, stream: &Arc<TcpStream>) -> io::Result<()> {
+        let for_hook = stream.clone();
         let hook = self.cancel.on_cancel(move || {
             // An error means the socket is closed or shut down already.
             let _ = for_hook.shutdown(Shutdown::Both);
         });
         match hook {
-            Some(id) => self.sockets.borrow_mut().push((id, clone)),
+            Some(id) => self.sockets.borrow_mut().push((id, stream.clone())),
             None => return Err(aborted()),
         }
         Ok(())
@@ -186,7 +189,7 @@ impl Ctx {
 }
 
 impl Drop for Ctx {
-    /// Unregisters the sockets (dropping their clones, so that they close with their
+    /// Unregisters the sockets (dropping their handles, so that they close with their
     /// transports), and shuts them down unless the reply ended normally: a connection whose
     /// reply was an error, or was left half read, never goes back to the pool, and the
     /// server learns at once that the client left.
@@ -261,6 +264,8 @@ impl<In: Transport> Connector<In> for Tcp {
                     }
                     return Ok(Some(Either::B(Sock {
                         stream,
+                        read_timeout: None,
+                        write_timeout: None,
                         buffers,
                         watched_by: ctx.id,
                         broken: false,
@@ -281,10 +286,12 @@ impl<In: Transport> Connector<In> for Tcp {
 
 /// Connects to `addr` within the time left, the socket registered with the cancel token
 /// from before the connect starts.
-fn connect_one(ctx: &Ctx, addr: SocketAddr) -> io::Result<TcpStream> {
-    use socket2::{Domain, Protocol, Socket, Type};
+fn connect_one(ctx: &Ctx, addr: SocketAddr) -> io::Result<Arc<TcpStream>> {
+    use socket2::{Domain, Protocol, SockRef, Socket, Type};
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    ctx.watch(&TcpStream::from(socket.try_clone()?))?;
+    let stream = Arc::new(TcpStream::from(socket));
+    ctx.watch(&stream)?;
+    let socket = SockRef::from(&*stream);
     let left = ctx.time_left().map_err(|phase| ctx.expire(phase))?;
     // The connect waits in poll(2), which counts whole milliseconds and would wake up to one
     // early: rounded up, a timeout never fires before its deadline (the run deadline then has
@@ -301,7 +308,7 @@ fn connect_one(ctx: &Ctx, addr: SocketAddr) -> io::Result<TcpStream> {
         Err(e) => return Err(e),
     }
     socket.set_tcp_nodelay(true)?;
-    Ok(TcpStream::from(socket))
+    Ok(stream)
 }
 
 /// The last link of the chain: the connection is set up (TCP, and TLS for `https`), so the
@@ -327,9 +334,49 @@ impl<In: Transport> Connector<In> for Ready {
     }
 }
 
+/// How far the timeout set on a socket may be from the time left before it is set again:
+/// 1/64 of the time left, at most 50 ms.
+struct Slack;
+
+impl Slack {
+    const MAX: Duration = Duration::from_millis(50);
+
+    /// Sets the socket's read or write timeout (`set`, the one it has) to `left`, unless
+    /// the one it has is within the slack of it.
+    fn bound(
+        stream: &TcpStream,
+        set: &mut Option<Duration>,
+        left: Duration,
+        read: bool,
+    ) -> io::Result<()> {
+        if set.is_some_and(|t| t.abs_diff(left) <= (left / 64).min(Slack::MAX)) {
+            return Ok(());
+        }
+        if read {
+            stream.set_read_timeout(Some(left))?;
+        } else {
+            stream.set_write_timeout(Some(left))?;
+        }
+        *set = Some(left);
+        Ok(())
+    }
+}
+
+/// True for the error of a socket timeout.
+fn is_timeout(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
+    )
+}
+
 /// A TCP connection as ureq's transport; see the module docs.
 pub(crate) struct Sock {
-    stream: TcpStream,
+    /// Shared with the cancel hook of the request in flight.
+    stream: Arc<TcpStream>,
+    /// The read and write timeouts set on the socket (see [`Slack`]).
+    read_timeout: Option<Duration>,
+    write_timeout: Option<Duration>,
     buffers: LazyBuffers,
     /// The request that registered this socket with its cancel token last.
     watched_by: u64,
@@ -382,10 +429,7 @@ impl Sock {
         if ctx.cancel.is_cancelled() {
             return self.fail(aborted());
         }
-        if matches!(
-            e.kind(),
-            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
-        ) {
+        if is_timeout(&e) {
             let (_, phase) = ctx.limit();
             return self.fail(ctx.expire(phase));
         }
@@ -401,29 +445,45 @@ impl Transport for Sock {
     // ureq's own timeouts are off (`HttpClient::agent`); the request's deadlines apply.
     fn transmit_output(&mut self, amount: usize, _timeout: NextTimeout) -> Result<(), ureq::Error> {
         let ctx = self.before_io()?;
-        if let Some((_, left)) = &ctx {
-            self.stream
-                .set_write_timeout(Some(*left))
-                .map_err(|e| self.fail(e))?;
+        let (ctx, mut left) = match ctx {
+            Some((ctx, left)) => (Some(ctx), Some(left)),
+            None => (None, None),
+        };
+        let mut written = 0;
+        while written < amount {
+            if let Some(left) = left {
+                Slack::bound(&self.stream, &mut self.write_timeout, left, false)
+                    .map_err(|e| self.fail(e))?;
+            }
+            let output = &self.buffers.output()[written..amount];
+            match (&*self.stream).write(output) {
+                Ok(0) => return Err(self.fail(io::ErrorKind::WriteZero.into())),
+                Ok(n) => written += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => match early(ctx.as_deref(), &e) {
+                    // Timed out before the deadline (the socket's timeout was within the
+                    // slack of it): again, with the time left.
+                    Some(rest) => left = Some(rest),
+                    None => return Err(self.io_failed(ctx.as_deref(), e)),
+                },
+            }
         }
-        let output = &self.buffers.output()[..amount];
-        match (&self.stream).write_all(output) {
-            Ok(()) => Ok(()),
-            Err(e) => Err(self.io_failed(ctx.as_ref().map(|(c, _)| &**c), e)),
-        }
+        Ok(())
     }
 
     fn await_input(&mut self, _timeout: NextTimeout) -> Result<bool, ureq::Error> {
         let ctx = self.before_io()?;
-        if let Some((_, left)) = &ctx {
-            self.stream
-                .set_read_timeout(Some(*left))
-                .map_err(|e| self.fail(e))?;
-        }
-        let ctx = ctx.map(|(c, _)| c);
+        let (ctx, mut left) = match ctx {
+            Some((ctx, left)) => (Some(ctx), Some(left)),
+            None => (None, None),
+        };
         loop {
+            if let Some(left) = left {
+                Slack::bound(&self.stream, &mut self.read_timeout, left, true)
+                    .map_err(|e| self.fail(e))?;
+            }
             let input = self.buffers.input_append_buf();
-            match (&self.stream).read(input) {
+            match (&*self.stream).read(input) {
                 // The end of the stream, or a shutdown by a cancel: then it is an abort, and
                 // the reply must not look complete.
                 Ok(0) if ctx.as_ref().is_some_and(|c| c.cancel.is_cancelled()) => {
@@ -438,7 +498,12 @@ impl Transport for Sock {
                     return Ok(true);
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(self.io_failed(ctx.as_deref(), e)),
+                Err(e) => match early(ctx.as_deref(), &e) {
+                    // Timed out before the deadline (the socket's timeout was within the
+                    // slack of it): again, with the time left.
+                    Some(rest) => left = Some(rest),
+                    None => return Err(self.io_failed(ctx.as_deref(), e)),
+                },
             }
         }
     }
@@ -448,8 +513,29 @@ impl Transport for Sock {
     }
 }
 
+/// The time left when `e` is a socket timeout that came before the deadline of the
+/// request (which was not cancelled meanwhile), else `None`: `e` stands.
+fn early(ctx: Option<&Ctx>, e: &io::Error) -> Option<Duration> {
+    let ctx = ctx?;
+    if !is_timeout(e) || ctx.cancel.is_cancelled() {
+        return None;
+    }
+    ctx.time_left().ok()
+}
+
+/// True when an idle pooled connection is still usable: nothing to read (the server sent
+/// no close and no stray bytes) without blocking. One `recv` that peeks without waiting.
+#[cfg(unix)]
+fn probe(stream: &TcpStream) -> bool {
+    let mut byte = [std::mem::MaybeUninit::uninit()];
+    let peeked = socket2::SockRef::from(stream)
+        .recv_with_flags(&mut byte, libc::MSG_PEEK | libc::MSG_DONTWAIT);
+    matches!(peeked, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+}
+
 /// True when an idle pooled connection is still usable: nothing to read (the server sent
 /// no close and no stray bytes) without blocking.
+#[cfg(not(unix))]
 fn probe(stream: &TcpStream) -> bool {
     if stream.set_nonblocking(true).is_err() {
         return false;
@@ -459,4 +545,96 @@ fn probe(stream: &TcpStream) -> bool {
         Err(e) if e.kind() == io::ErrorKind::WouldBlock
     );
     stream.set_nonblocking(false).is_ok() && open
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    /// A connected pair: our `Sock` and the server's end.
+    fn pair() -> (Sock, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        let sock = Sock {
+            stream: Arc::new(client),
+            read_timeout: None,
+            write_timeout: None,
+            buffers: LazyBuffers::new(1024, 1024),
+            watched_by: 0,
+            broken: false,
+        };
+        (sock, server)
+    }
+
+    #[test]
+    fn a_read_that_times_out_before_its_deadline_is_read_again() {
+        let (mut sock, mut server) = pair();
+        // The socket has a 20 ms timeout that the cache takes for the time left (as when
+        // it was within the slack of it): the read times out long before the deadline.
+        sock.stream
+            .set_read_timeout(Some(Duration::from_millis(20)))
+            .unwrap();
+        sock.read_timeout = Some(Duration::from_secs(10));
+        let ctx = Ctx::new(
+            &CancelToken::new(),
+            Duration::from_secs(10),
+            Duration::from_secs(10),
+        );
+        let _entered = ctx.enter();
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            server.write_all(b"late").unwrap();
+            server
+        });
+        assert!(sock.await_input(NextTimeout::default()).unwrap());
+        assert_eq!(sock.buffers.input(), b"late");
+        assert_eq!(ctx.timed_out(), None);
+        // Set again, to the time left.
+        assert!(sock.read_timeout.unwrap() > Duration::from_secs(9));
+        drop(writer.join().unwrap());
+    }
+
+    #[test]
+    fn a_socket_timeout_is_set_again_only_when_off_by_more_than_the_slack() {
+        let (sock, _server) = pair();
+        let mut set = None;
+        let ten = Duration::from_secs(10);
+        Slack::bound(&sock.stream, &mut set, ten, true).unwrap();
+        assert_eq!(set, Some(ten));
+        // Within 1/64 of the time left (and 50 ms): kept.
+        Slack::bound(
+            &sock.stream,
+            &mut set,
+            ten - Duration::from_millis(40),
+            true,
+        )
+        .unwrap();
+        assert_eq!(set, Some(ten));
+        Slack::bound(
+            &sock.stream,
+            &mut set,
+            ten + Duration::from_millis(40),
+            true,
+        )
+        .unwrap();
+        assert_eq!(set, Some(ten));
+        // Past it: set again.
+        let later = ten + Duration::from_millis(60);
+        Slack::bound(&sock.stream, &mut set, later, true).unwrap();
+        assert_eq!(set, Some(later));
+        assert_eq!(sock.stream.read_timeout().unwrap(), Some(later));
+        // A short time left has a short slack.
+        let short = Duration::from_millis(64);
+        Slack::bound(&sock.stream, &mut set, short, true).unwrap();
+        Slack::bound(
+            &sock.stream,
+            &mut set,
+            short - Duration::from_millis(2),
+            true,
+        )
+        .unwrap();
+        assert_eq!(set, Some(short - Duration::from_millis(2)));
+    }
 }

@@ -1,10 +1,14 @@
 //! Tools the model can call: the [`Tool`] trait, its output and context, and typed tools.
 //!
 //! # Contract
-//! - [`Tool::execute`] is called with the parsed JSON arguments on a worker thread of the run
-//!   (the tool calls of one reply run in parallel unless a tool is sequential), never while a
-//!   lock of the agent is held.
-//! - It blocks that worker until it returns. Long tools should check [`ToolContext::cancel`]
+//! - [`Tool::execute`] is called with the parsed JSON arguments, never while a lock of the
+//!   agent is held. The tool calls of one reply run in parallel, each on a worker thread of
+//!   the run, unless a tool is sequential. Calls that run one at a time (a reply with a
+//!   single call, or a sequential batch) run on the run thread itself, with no thread to
+//!   start; with a run deadline (`AgentBuilder::run_timeout`) they run on a worker thread
+//!   all the same, so that the run thread can cancel the token at the deadline while the
+//!   tool waits.
+//! - It blocks its thread until it returns. Long tools should check [`ToolContext::cancel`]
 //!   (or wait with [`ToolContext::sleep`]) so that `abort()` ends them promptly; the agent
 //!   waits for every started tool to return and keeps its result.
 //! - `Ok` becomes the result the model sees; `Err` becomes an error result with the message;
@@ -20,17 +24,19 @@
 //! | [`Tool::definition`] (and the `description` and `parameters` it calls) | when the tools are set: `build`, `set_tools`, a `before_turn` that changes them | `build` fails with `Error::Config`; a `before_turn` change ends the run with [`Error::Panic`](crate::Error::Panic); `set_tools` leaves the tool out of what the model is offered |
 //! | [`Tool::sequential`] | once per call, before a batch runs | the batch runs one call at a time, and that tool's calls get an error result without running |
 //! | [`Tool::validate`] | before `before_tool_call`, and again on rewritten arguments | that call gets an error result; `execute` is not called |
-//! | [`Tool::execute`] | on a worker thread | that call gets an error result `the tool `name` panicked: ..` |
+//! | [`Tool::execute`] | on the run thread or a worker thread (see above) | that call gets an error result `the tool `name` panicked: ..` |
 //!
 //! (Built with `panic = "abort"`, a panic ends the process instead: nothing can catch it.)
 //! - [`ToolContext::update`] publishes progress as a `ToolUpdate` event (emitted from the run
-//!   thread, in the order the updates were made).
+//!   thread, in the order the updates were made; see its docs for when).
 
 use std::fmt;
 use std::sync::Arc;
+use std::thread::ThreadId;
 use std::time::Duration;
 
 use crossbeam_channel::Sender;
+use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::cancel::CancelToken;
@@ -203,7 +209,50 @@ where
 pub struct ToolContext {
     call_id: String,
     cancel: CancelToken,
-    updates: Option<Sender<ToolMsg>>,
+    updates: Updates,
+}
+
+/// Where the updates of a running tool go.
+pub(crate) enum Updates {
+    /// Nowhere: a detached context.
+    Nowhere,
+    /// Over the batch's channel to the run thread: the tool runs on a worker thread.
+    Channel(Sender<ToolMsg>),
+    /// Published at once: the tool runs on the run thread itself.
+    Direct(Direct),
+}
+
+/// The updates of a tool that runs on the run thread: published by `publish` (which emits
+/// the `ToolUpdate` event) from that thread as they are made. An update made from another
+/// thread (one the tool started) cannot be published from there, as events come only from
+/// the run thread: it waits in `later` until the tool makes an update from the run thread
+/// or returns.
+pub(crate) struct Direct {
+    run_thread: ThreadId,
+    publish: Box<dyn Fn(ToolOutput) + Send + Sync>,
+    later: Mutex<Vec<ToolOutput>>,
+}
+
+impl Updates {
+    /// Updates published at once by `publish`, from the calling (run) thread.
+    pub(crate) fn direct(publish: impl Fn(ToolOutput) + Send + Sync + 'static) -> Updates {
+        Updates::Direct(Direct {
+            run_thread: std::thread::current().id(),
+            publish: Box::new(publish),
+            later: Mutex::new(Vec::new()),
+        })
+    }
+}
+
+impl Direct {
+    /// Publishes the updates made from other threads, in the order they were made. Never
+    /// under the lock: publishing runs the listeners.
+    fn publish_later(&self) {
+        let later = std::mem::take(&mut *self.later.lock());
+        for output in later {
+            (self.publish)(output);
+        }
+    }
 }
 
 /// What a tool worker tells the run thread.
@@ -219,11 +268,7 @@ pub(crate) enum ToolMsg {
 }
 
 impl ToolContext {
-    pub(crate) fn new(
-        call_id: String,
-        cancel: CancelToken,
-        updates: Option<Sender<ToolMsg>>,
-    ) -> ToolContext {
+    pub(crate) fn new(call_id: String, cancel: CancelToken, updates: Updates) -> ToolContext {
         ToolContext {
             call_id,
             cancel,
@@ -234,7 +279,7 @@ impl ToolContext {
     /// A context for calling a tool directly, outside an agent (in a test, say): updates go
     /// nowhere, and the token is never cancelled unless you cancel it.
     pub fn detached(cancel: CancelToken) -> ToolContext {
-        ToolContext::new(String::new(), cancel, None)
+        ToolContext::new(String::new(), cancel, Updates::Nowhere)
     }
 
     /// The id of the call being run.
@@ -257,14 +302,43 @@ impl ToolContext {
         self.cancel.wait_timeout(d)
     }
 
-    /// Publishes progress: the agent emits a `ToolUpdate` event with it. Does not block.
+    /// Publishes progress: the agent emits a `ToolUpdate` event with it, from the run thread.
+    ///
+    /// When the tool runs on the run thread (see the [module docs](self)), the event is
+    /// folded into the state and handed to the listeners within this call, so it returns
+    /// once they are done: do not hold a lock that a listener takes while calling it. An
+    /// update made there from another thread (one the tool started) is published when the
+    /// tool next makes an update from the run thread, or when it returns. When the tool
+    /// runs on a worker thread, this never blocks, and the run thread publishes the update
+    /// at once.
     pub fn update(&self, partial: impl Into<ToolOutput>) {
-        if let Some(tx) = &self.updates {
-            // The run thread may already be gone only after the tool returned; ignore then.
-            let _ = tx.send(ToolMsg::Update {
-                call_id: self.call_id.clone(),
-                output: partial.into(),
-            });
+        match &self.updates {
+            Updates::Nowhere => {}
+            Updates::Channel(tx) => {
+                // The run thread may already be gone only after the tool returned; ignore
+                // then.
+                let _ = tx.send(ToolMsg::Update {
+                    call_id: self.call_id.clone(),
+                    output: partial.into(),
+                });
+            }
+            Updates::Direct(direct) => {
+                let output = partial.into();
+                if std::thread::current().id() == direct.run_thread {
+                    direct.publish_later();
+                    (direct.publish)(output);
+                } else {
+                    direct.later.lock().push(output);
+                }
+            }
+        }
+    }
+
+    /// Publishes what is still waiting to be published: updates of a tool that runs on the
+    /// run thread made from other threads. Called on the run thread once the tool returned.
+    pub(crate) fn publish_pending(&self) {
+        if let Updates::Direct(direct) = &self.updates {
+            direct.publish_later();
         }
     }
 }
