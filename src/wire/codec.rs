@@ -10,12 +10,12 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::Error;
 use crate::event::{AgentEvent, RunStopReason};
 use crate::llm::StreamEvent;
 use crate::message::{Message, ToolCall, ToolResultMessage, Usage};
 use crate::partial::PartialMessage;
 use crate::tool::ToolOutput;
+use crate::{Error, ErrorInfo};
 
 /// The longest line [`Decoder`] accepts by default, in bytes (8 MiB), line break excluded.
 ///
@@ -88,8 +88,13 @@ struct AgentEndParams<M, E> {
     messages: M,
     stop_reason: RunStopReason,
     usage: Usage,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    error_message: Option<E>,
+    // `default = "none"`: a plain `default` would ask `E: Default` of the error type.
+    #[serde(default = "none", skip_serializing_if = "Option::is_none")]
+    error: Option<E>,
+}
+
+fn none<E>() -> Option<E> {
+    None
 }
 
 /// Encodes `event` as one line of the native dialect, without the line break.
@@ -152,7 +157,7 @@ pub(crate) fn write_event(buf: &mut Vec<u8>, event: &AgentEvent) {
             messages,
             stop_reason,
             usage,
-            error_message,
+            error,
         } => notification_to(
             buf,
             method,
@@ -160,7 +165,7 @@ pub(crate) fn write_event(buf: &mut Vec<u8>, event: &AgentEvent) {
                 messages,
                 stop_reason: *stop_reason,
                 usage: *usage,
-                error_message: error_message.as_ref(),
+                error: error.as_ref(),
             },
         ),
     }
@@ -408,12 +413,12 @@ impl Decoder {
                 }
             }
             "AgentEnd" => {
-                let p: AgentEndParams<Vec<Arc<Message>>, String> = params_of(method, params)?;
+                let p: AgentEndParams<Vec<Arc<Message>>, ErrorInfo> = params_of(method, params)?;
                 AgentEvent::AgentEnd {
                     messages: p.messages,
                     stop_reason: p.stop_reason,
                     usage: p.usage,
-                    error_message: p.error_message,
+                    error: p.error,
                 }
             }
             other => {
