@@ -234,7 +234,7 @@ fn letter_count() -> impl pagent::Tool {
 struct App {
     agent: Arc<Agent>,
     input: String,
-    worker: Option<JoinHandle<Result<RunResult, pagent::Error>>>,
+    worker: Option<JoinHandle<Result<RunResult, pagent::RunError>>>,
     last_error: Option<String>,
     frames: u64,
     frames_streaming: u64,
@@ -325,8 +325,8 @@ impl App {
     fn join_worker(&mut self) {
         if let Some(worker) = self.worker.take() {
             self.last_error = match worker.join() {
-                Ok(Ok(result)) => result.error.map(|e| e.to_string()),
-                Ok(Err(e)) => Some(e.to_string()),
+                Ok(Ok(_)) => None,
+                Ok(Err(failed)) => Some(format!("{} ({})", failed, failed.kind())),
                 Err(_) => Some("the run thread panicked".into()),
             };
         }

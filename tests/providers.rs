@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use pagent::llm::{Anthropic, OpenAiCompat, Provider, Request, RetryPolicy, StreamEvent};
 use pagent::{
-    Agent, CancelToken, ContentBlock, Error, Message, RunStopReason, StopReason, TimeoutPhase,
+    Agent, CancelToken, ContentBlock, Error, ErrorKind, Message, RunStopReason, StopReason,
+    TimeoutPhase,
 };
 use serde_json::json;
 use support::{
@@ -201,8 +202,8 @@ fn llama_server_context_overflow_is_a_typed_http_error() {
         data("llama-server/err_context_overflow.json"),
     )]);
     let (agent, rec) = agent(openai(&server), "smollm2");
-    let result = agent.prompt("a very long prompt").unwrap();
-    let error = result.error.unwrap();
+    let error = agent.prompt("a very long prompt").unwrap_err().into_error();
+    assert_eq!(error.kind(), ErrorKind::ContextOverflow);
     assert_eq!(error.status(), Some(400));
     assert!(error.is_context_overflow());
     assert_eq!(
@@ -399,7 +400,7 @@ fn failing(
 ) -> (Error, Vec<String>, String) {
     let server = Server::start(vec![reply]);
     let (agent, rec) = agent(provider(&server), "gpt-4o-mini");
-    let result = agent.prompt("Hi").unwrap();
+    let (error, result) = agent.prompt("Hi").unwrap_err().into_parts();
     assert_eq!(result.stop_reason, RunStopReason::Error);
     assert_eq!(
         server.requests().len(),
@@ -407,7 +408,7 @@ fn failing(
         "no retry once the reply started"
     );
     let text = result.text();
-    (result.error.unwrap(), rec.lines(), text)
+    (error, rec.lines(), text)
 }
 
 #[test]
@@ -553,12 +554,12 @@ fn api_error_keeping<P: Provider + 'static>(
 ) -> Vec<String> {
     let server = Server::start(vec![Reply::sse(stream)]);
     let (agent, rec) = agent(provider(&server), "m");
-    let result = agent.prompt("Hi").unwrap();
+    let (error, result) = agent.prompt("Hi").unwrap_err().into_parts();
     let expected = Error::Api {
         kind: kind.into(),
         message: message.into(),
     };
-    assert_eq!(result.error, Some(expected));
+    assert_eq!(error, expected);
     assert_eq!(result.text(), text);
     rec.lines()
 }
@@ -736,9 +737,9 @@ fn a_500_three_times_gives_up_with_a_clear_error() {
     let body = String::from_utf8(data("llama-server/err_bad_json.json")).unwrap();
     let server = Server::start(vec![Reply::json(500, body.clone()); 3]);
     let (agent, rec) = agent(openai(&server), "gpt-4o-mini");
-    let result = agent.prompt("Hi").unwrap();
-    let error = result.error.unwrap();
+    let error = agent.prompt("Hi").unwrap_err().into_error();
     assert_eq!(error.status(), Some(500));
+    assert_eq!(error.kind(), ErrorKind::Server(Some(500)));
     assert!(
         error.to_string().ends_with(&format!(
             "expected ']' (POST {}/v1/chat/completions) (gave up after 3 attempts)",
@@ -948,8 +949,8 @@ fn the_api_key_never_shows_in_debug_errors_or_events() {
     let anthropic = Anthropic::new("http://x").api_key(key);
     assert!(!format!("{anthropic:?}").contains(key));
     let (agent, rec) = agent(provider, "gpt-4o-mini");
-    let result = agent.prompt("Hi").unwrap();
-    let error = result.error.unwrap();
+    let error = agent.prompt("Hi").unwrap_err().into_error();
+    assert_eq!(error.kind(), ErrorKind::Auth);
     assert_eq!(
         error.to_string(),
         format!(
@@ -992,14 +993,14 @@ fn an_api_key_echoed_in_error_bodies_and_stream_errors_is_scrubbed_everywhere() 
     for provider in providers {
         let name = provider.name().to_owned();
         let (agent, rec) = agent(provider, "m");
-        let result = agent.prompt("Hi").unwrap();
+        let (error, result) = agent.prompt("Hi").unwrap_err().into_parts();
         let redacted = "the key <redacted> is not allowed";
         assert_eq!(
-            result.error,
-            Some(Error::Api {
+            error,
+            Error::Api {
                 kind: "invalid_request_error".into(),
                 message: redacted.into()
-            }),
+            },
             "{name}"
         );
         assert_eq!(result.text(), "Hello", "{name}");
@@ -1257,9 +1258,10 @@ fn a_reply_past_max_reply_bytes_ends_with_a_typed_error_keeping_what_arrived() {
         .build()
         .unwrap();
     let rec = Recorder::attach(&agent);
-    let result = agent.prompt("Talk").unwrap();
+    let (error, result) = agent.prompt("Talk").unwrap_err().into_parts();
     assert_eq!(result.stop_reason, RunStopReason::Error);
-    assert_eq!(result.error, Some(Error::ReplyTooLarge { limit: 95 }));
+    assert_eq!(error, Error::ReplyTooLarge { limit: 95 });
+    assert_eq!(error.kind(), ErrorKind::ReplyTooLarge);
     let kept: String = (0..9).map(|i| format!("{i:09} ")).collect();
     assert_eq!(result.text(), kept, "the deltas before the limit are kept");
     assert_eq!(
