@@ -763,8 +763,9 @@ fn no_retry_after_the_first_byte_arrived() {
         Reply::sse_file("written/keepalive_crlf.sse"),
     ]);
     let (agent, _) = agent(openai(&server), "gpt-4o-mini");
-    let result = agent.prompt("Hi").unwrap();
-    assert_eq!(result.stop_reason, RunStopReason::Error);
+    let failed = agent.prompt("Hi").unwrap_err();
+    assert_eq!(failed.result().stop_reason, RunStopReason::Error);
+    assert_eq!(failed.kind(), ErrorKind::Connection);
     assert_eq!(server.requests().len(), 1);
 }
 

@@ -232,8 +232,8 @@ fn a_close_after_the_headers_is_not_retried() {
         support::Reply::sse(SSE_TEXT),
     ]);
     let agent = agent_on(openai(&server.url));
-    let result = agent.prompt("Hi").unwrap();
-    assert_eq!(result.stop_reason, RunStopReason::Error);
+    let failed = agent.prompt("Hi").unwrap_err();
+    assert_eq!(failed.result().stop_reason, RunStopReason::Error);
     assert_eq!(server.requests().len(), 1);
 }
 
