@@ -6,9 +6,10 @@ mod support;
 use std::time::{Duration, Instant};
 
 use pagent::llm::{Anthropic, OpenAiCompat, Provider, Request, RetryPolicy, StreamEvent};
+use pagent::wire;
 use pagent::{
-    Agent, CancelToken, ContentBlock, Error, ErrorKind, Message, RunStopReason, StopReason,
-    TimeoutPhase,
+    Agent, CancelToken, ContentBlock, Error, ErrorInfo, ErrorKind, Message, RunStopReason,
+    StopReason, TimeoutPhase,
 };
 use serde_json::json;
 use support::{
@@ -1309,4 +1310,89 @@ fn extra_body_overrides_known_fields_without_duplicate_keys() {
     assert_eq!(body["stream_options"], json!({"include_usage": false}));
     assert_eq!(body["seed"], json!(7));
     assert_eq!(body["model"], json!("m"));
+}
+
+/// A GUI or a wire client must tell a 401 from a 429 from a timeout without reading text: the
+/// kind is the same in the `Err` of `prompt`, in `AgentEnd`, in the snapshot, on the native
+/// wire, and in a `Mirror` fed those lines.
+#[test]
+fn a_wire_client_tells_a_401_from_a_429_from_a_timeout() {
+    let body = |message: &str| format!(r#"{{"error":{{"message":"{message}","type":"x"}}}}"#);
+    let cases = [
+        (
+            Reply::json(401, body("Incorrect API key")),
+            ErrorKind::Auth,
+            json!({"kind": "auth"}),
+        ),
+        (
+            Reply::json(429, body("Rate limit reached")),
+            ErrorKind::RateLimited,
+            json!({"kind": "rate_limited"}),
+        ),
+        (
+            Reply::sse("").stall(Duration::from_secs(20)),
+            ErrorKind::Timeout(TimeoutPhase::FirstByte),
+            json!({"kind": "timeout", "phase": "first_byte"}),
+        ),
+        (
+            Reply::json(503, body("Overloaded")),
+            ErrorKind::Server(Some(503)),
+            json!({"kind": "server", "status": 503}),
+        ),
+        (
+            Reply::json(404, body("Not Found")),
+            ErrorKind::InvalidRequest(Some(404)),
+            json!({"kind": "invalid_request", "status": 404}),
+        ),
+    ];
+    for (reply, kind, mut wire_error) in cases {
+        let server = Server::start(vec![reply]);
+        let provider = openai(&server)
+            .retry(RetryPolicy::none())
+            .first_byte_timeout(Duration::from_millis(200));
+        let agent = Agent::builder()
+            .provider(provider)
+            .model("m")
+            .build()
+            .unwrap();
+        let rec = Recorder::attach(&agent);
+        let log = wire::Writer::new(Vec::new());
+        let _wire = agent.subscribe(log.listener());
+        let mut mirror = wire::Mirror::from_state(agent.snapshot().timeline());
+
+        let failed = agent.prompt("Hi").unwrap_err();
+        assert_eq!(failed.kind(), kind);
+        assert_eq!(Error::from(failed.clone()).kind(), kind, "through `?`");
+        // What the run produced: the prompt and the (empty) failed reply.
+        assert_eq!(failed.result().stop_reason, RunStopReason::Error);
+        assert_eq!(failed.result().messages.len(), 2);
+        let expected = ErrorInfo::new(kind, failed.to_string());
+
+        let ends: Vec<_> = rec
+            .events()
+            .into_iter()
+            .filter_map(|e| match e {
+                pagent::AgentEvent::AgentEnd {
+                    stop_reason, error, ..
+                } => Some((stop_reason, error)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(ends, [(RunStopReason::Error, Some(expected.clone()))]);
+
+        let state = agent.snapshot();
+        assert_eq!(state.error_kind, Some(kind));
+        assert_eq!(state.error_message.as_deref(), Some(&*expected.message));
+
+        let bytes = log.with_output(|b| b.clone());
+        let text = String::from_utf8(bytes.clone()).unwrap();
+        let last: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+        assert_eq!(last["method"], "AgentEnd");
+        wire_error["message"] = json!(expected.message);
+        assert_eq!(last["params"]["error"], wire_error);
+
+        mirror.read_lines(&bytes[..], |_, _| {}).unwrap();
+        assert_eq!(mirror.state().error_kind, Some(kind));
+        assert_eq!(mirror.state().timeline(), state.timeline());
+    }
 }

@@ -550,6 +550,44 @@ mod tests {
     }
 
     #[test]
+    fn agent_end_error_line_is_exact_and_decodes_strictly() {
+        let event = AgentEvent::AgentEnd {
+            messages: Vec::new(),
+            stop_reason: RunStopReason::Error,
+            usage: Usage::default(),
+            error: Some(ErrorInfo::from(&Error::Timeout(
+                crate::TimeoutPhase::FirstByte,
+            ))),
+        };
+        let line = encode_event_line(&event);
+        assert_eq!(
+            line,
+            concat!(
+                r#"{"jsonrpc":"2.0","method":"AgentEnd","params":{"messages":[],"stop_reason":"error","#,
+                r#""usage":{"input":0,"output":0,"cache_read":0,"cache_write":0,"reasoning":0,"total":0},"#,
+                r#""error":{"kind":"timeout","phase":"first_byte","message":"timed out waiting for the first byte"}}}"#
+            )
+        );
+        assert_eq!(decode_event_line(&line).unwrap(), event);
+        // Without an error the member is left out, and reads back as none.
+        let ok = AgentEvent::AgentEnd {
+            messages: Vec::new(),
+            stop_reason: RunStopReason::NoToolCalls,
+            usage: Usage::default(),
+            error: None,
+        };
+        let line = encode_event_line(&ok);
+        assert!(!line.contains("error"), "{line}");
+        assert_eq!(decode_event_line(&line).unwrap(), ok);
+        let bad = line.replace(
+            r#""stop_reason":"no_tool_calls""#,
+            r#""stop_reason":"error","error":{"kind":"timeout","message":"x"}"#,
+        );
+        let e = decode_event_line(&bad).unwrap_err().to_string();
+        assert!(e.contains("a timeout needs its `phase`"), "{e}");
+    }
+
+    #[test]
     fn update_line_carries_only_the_delta() {
         let partial = PartialMessage::new("m").apply(&StreamEvent::text("a long reply so far"));
         let event = AgentEvent::MessageUpdate {
