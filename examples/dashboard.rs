@@ -662,8 +662,14 @@ fn status_line(app: &App, state: &State) -> Line<'static> {
     if let Some(reason) = state.stop_reason {
         parts.push(format!("stop: {reason}"));
     }
-    if let Some(error) = state.error_message.as_deref().or(app.last_error.as_deref()) {
-        parts.push(format!("error: {error}"));
+    // The kind (auth, rate_limited, timeout...) is what a user acts on; the message explains.
+    match (state.error_kind, state.error_message.as_deref()) {
+        (Some(kind), Some(error)) => parts.push(format!("error ({kind}): {error}")),
+        _ => {
+            if let Some(error) = state.error_message.as_deref().or(app.last_error.as_deref()) {
+                parts.push(format!("error: {error}"));
+            }
+        }
     }
     Line::styled(
         parts.join(" │ "),

@@ -99,11 +99,13 @@ pub enum Error {
     Wire(String),
     /// Reading or writing a file or stream failed.
     Io(String),
-    /// User code that must succeed for the run to go on panicked (the `before_turn` or
-    /// `transform_context` hook, the definition of a tool a hook put in place). Tool code that
-    /// panics does not end the run: its call gets an error result instead.
+    /// Code that must succeed for the run to go on panicked: the `before_turn` or
+    /// `transform_context` hook, the definition of a tool a hook put in place, the provider,
+    /// or the agent loop itself. Tool code that panics does not end the run: its call gets an
+    /// error result instead.
     Panic {
-        /// Whose code panicked: `"the before_turn hook"`, `"the transform_context hook"`...
+        /// Whose code panicked: `"the before_turn hook"`, `"the transform_context hook"`,
+        /// `"the provider"`, `"the agent loop"`...
         source: &'static str,
         /// The panic's message.
         message: String,

@@ -34,7 +34,7 @@ use dispatch::{Channel, Shared, Sink};
 /// `Agent` is `Send + Sync`: share it (in an `Arc`, or by reference with scoped threads) and
 /// call [`Agent::prompt`] on one thread while others read [`Agent::snapshot`] or steer and abort
 /// through an [`AgentHandle`]. One run at a time: a second `prompt` while a run is active
-/// returns [`Error::Busy`] at once, it never queues.
+/// returns an `Err` with [`Error::Busy`] at once, it never queues.
 ///
 /// # Control
 /// From any thread (a listener included), while a run is active:
