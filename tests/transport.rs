@@ -473,6 +473,26 @@ fn a_404_names_the_method_and_the_url_and_is_not_retried() {
     assert_eq!(probe.requests(), 1);
 }
 
+/// The README's "from the environment" snippet printed an empty line and exited 0 against a
+/// refused port: the failed run was an `Ok`.
+#[test]
+fn a_refused_port_is_an_err_not_an_empty_reply() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let agent = agent_on(
+        OpenAiCompat::new(format!("http://127.0.0.1:{port}/v1")).retry(RetryPolicy::none()),
+    );
+    // As the README writes it: `?` in a function returning `Result<_, pagent::Error>`.
+    let say_hi = |agent: &Agent| -> Result<String, Error> { Ok(agent.prompt("Say hi")?.text()) };
+    let error = say_hi(&agent).unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Connection, "{error}");
+    assert_eq!(agent.snapshot().error_kind, Some(ErrorKind::Connection));
+    // The prompt and the failed reply stay in the transcript.
+    assert_eq!(agent.snapshot().messages.len(), 2);
+}
+
 #[test]
 fn a_refused_connection_names_the_url_without_its_query() {
     let port = {
