@@ -182,7 +182,7 @@ fn agent_run(url: &str) {
             seen.fetch_add(1, Ordering::Relaxed);
         }
     });
-    black_box(agent.prompt("Hello").unwrap().ok().unwrap());
+    black_box(agent.prompt("Hello").unwrap());
     assert_eq!(
         deltas.load(Ordering::Relaxed),
         DELTAS + 1,

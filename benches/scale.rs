@@ -211,7 +211,7 @@ fn agents(url: &str, n: usize) -> (f64, f64, Duration) {
                     std::hint::black_box(e);
                 });
                 go.wait();
-                let r = agent.prompt("Hello").unwrap().ok().unwrap();
+                let r = agent.prompt("Hello").unwrap();
                 let expected: usize = (0..REPLY_DELTAS)
                     .map(|i| format!(" tok{}", i % 100).len())
                     .sum();

@@ -60,9 +60,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         // Blocks until the reply (and the tools it asks for) are done; `print_event` streams
         // it meanwhile, on this very thread.
-        let result = agent.prompt(line)?;
-        if let Some(error) = result.error {
-            eprintln!("[error: {error}]");
+        // A failed run (the server unreachable, a 401, a timeout) is an `Err`; the chat
+        // reports it and reads on. `?` would end the program instead.
+        if let Err(failed) = agent.prompt(line) {
+            eprintln!("[error ({}): {failed}]", failed.kind());
         }
     }
     if interactive {

@@ -234,7 +234,7 @@ fn letter_count() -> impl pagent::Tool {
 struct App {
     agent: Arc<Agent>,
     input: String,
-    worker: Option<JoinHandle<Result<RunResult, pagent::Error>>>,
+    worker: Option<JoinHandle<Result<RunResult, pagent::RunError>>>,
     last_error: Option<String>,
     frames: u64,
     frames_streaming: u64,
@@ -325,8 +325,8 @@ impl App {
     fn join_worker(&mut self) {
         if let Some(worker) = self.worker.take() {
             self.last_error = match worker.join() {
-                Ok(Ok(result)) => result.error.map(|e| e.to_string()),
-                Ok(Err(e)) => Some(e.to_string()),
+                Ok(Ok(_)) => None,
+                Ok(Err(failed)) => Some(format!("{} ({})", failed, failed.kind())),
                 Err(_) => Some("the run thread panicked".into()),
             };
         }
@@ -662,8 +662,14 @@ fn status_line(app: &App, state: &State) -> Line<'static> {
     if let Some(reason) = state.stop_reason {
         parts.push(format!("stop: {reason}"));
     }
-    if let Some(error) = state.error_message.as_deref().or(app.last_error.as_deref()) {
-        parts.push(format!("error: {error}"));
+    // The kind (auth, rate_limited, timeout...) is what a user acts on; the message explains.
+    match (state.error_kind, state.error_message.as_deref()) {
+        (Some(kind), Some(error)) => parts.push(format!("error ({kind}): {error}")),
+        _ => {
+            if let Some(error) = state.error_message.as_deref().or(app.last_error.as_deref()) {
+                parts.push(format!("error: {error}"));
+            }
+        }
     }
     Line::styled(
         parts.join(" │ "),

@@ -137,9 +137,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         })
         .build()?;
     let _printer = agent.subscribe(print_event);
-    let result = agent
-        .prompt("Which words does Cargo.toml use most? And /etc/passwd?")?
-        .ok()?;
+    let result = agent.prompt("Which words does Cargo.toml use most? And /etc/passwd?")?;
     println!("run ended: {}", result.stop_reason);
     Ok(())
 }

@@ -3,11 +3,39 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::agent::RunResult;
+use crate::event::RunStopReason;
+use crate::kind::ErrorKind;
+
 /// Everything that can go wrong in pagent.
 ///
 /// `Display` is lowercase without a final period ("http status 429: rate limited"), so it
-/// composes into larger messages. Use the predicates ([`Error::is_retryable`],
-/// [`Error::is_aborted`], [`Error::status`]) rather than matching on text.
+/// composes into larger messages. Decide on [`Error::kind`] (an [`ErrorKind`]: auth, rate
+/// limited, timeout and its phase...) or the predicates ([`Error::is_retryable`],
+/// [`Error::is_aborted`], [`Error::status`]) rather than on the text.
+///
+/// # A failed run
+/// [`Agent::prompt`](crate::Agent::prompt) and [`Agent::continue_run`](crate::Agent::continue_run)
+/// return a [`RunError`]: this error together with the [`RunResult`] of what the run produced
+/// before it failed. `?` turns it into an `Error` (dropping the result), so
+/// `agent.prompt("..")?` works in a function returning `Result<_, pagent::Error>`:
+///
+/// ```
+/// use pagent::llm::{Faux, FauxReply};
+/// use pagent::{Agent, Error, ErrorKind};
+///
+/// fn ask(agent: &Agent) -> Result<String, Error> {
+///     Ok(agent.prompt("Hello")?.text())
+/// }
+///
+/// let agent = Agent::builder()
+///     .provider(Faux::default().reply(FauxReply::fail("out of tokens")))
+///     .build()?;
+/// let error = ask(&agent).unwrap_err();
+/// assert_eq!(error, Error::Provider("out of tokens".into()));
+/// assert_eq!(error.kind(), ErrorKind::Provider);
+/// # Ok::<(), pagent::Error>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Error {
@@ -82,11 +110,13 @@ pub enum Error {
         /// The underlying error's text, sometimes with what was being done.
         message: String,
     },
-    /// User code that must succeed for the run to go on panicked (the `before_turn` or
-    /// `transform_context` hook, the definition of a tool a hook put in place). Tool code that
-    /// panics does not end the run: its call gets an error result instead.
+    /// Code that must succeed for the run to go on panicked: the `before_turn` or
+    /// `transform_context` hook, the definition of a tool a hook put in place, the provider,
+    /// or the agent loop itself. Tool code that panics does not end the run: its call gets an
+    /// error result instead.
     Panic {
-        /// Whose code panicked: `"the before_turn hook"`, `"the transform_context hook"`...
+        /// Whose code panicked: `"the before_turn hook"`, `"the transform_context hook"`,
+        /// `"the provider"`, `"the agent loop"`...
         source: &'static str,
         /// The panic's message.
         message: String,
@@ -237,6 +267,110 @@ impl From<std::io::Error> for Error {
     }
 }
 
+/// A run that failed: the [`Error`], and the [`RunResult`] of everything the run produced
+/// before it failed. Returned by [`Agent::prompt`](crate::Agent::prompt) and
+/// [`Agent::continue_run`](crate::Agent::continue_run).
+///
+/// The result holds the messages the run appended (the prompt, the finished turns, and the
+/// reply that failed, ended with `StopReason::Error` and holding what streamed before the
+/// failure), the usage of the run, and `RunStopReason::Error`. A call refused before the run
+/// started ([`Error::Busy`], [`Error::NothingToContinue`]) has an empty result: no message,
+/// no usage, and no event was emitted.
+///
+/// `?` converts it into the [`Error`] alone (`From<RunError> for Error`), as
+/// `tempfile::PersistError` converts into the `io::Error` it carries. `Display` is the
+/// error's. Match on [`RunError::kind`] or on [`RunError::error`]; take the parts with
+/// [`RunError::into_parts`].
+///
+/// ```
+/// use pagent::llm::{Faux, FauxReply};
+/// use pagent::{Agent, ErrorKind};
+///
+/// let agent = Agent::builder()
+///     .provider(Faux::default().reply(FauxReply::fail("out of tokens")))
+///     .build()?;
+/// match agent.prompt("Hello") {
+///     Ok(result) => println!("{}", result.text()),
+///     Err(failed) => {
+///         assert_eq!(failed.kind(), ErrorKind::Provider);
+///         // The prompt and the failed reply are in the transcript and in the result.
+///         assert_eq!(failed.result().messages.len(), 2);
+///     }
+/// }
+/// # Ok::<(), pagent::Error>(())
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunError {
+    // Boxed: a `Result<RunResult, RunError>` stays the size of a `RunResult`.
+    inner: Box<(Error, RunResult)>,
+}
+
+impl RunError {
+    pub(crate) fn new(error: Error, result: RunResult) -> RunError {
+        RunError {
+            inner: Box::new((error, result)),
+        }
+    }
+
+    /// A call refused before a run started: an empty result.
+    pub(crate) fn refused(error: Error) -> RunError {
+        RunError::new(
+            error,
+            RunResult {
+                messages: Vec::new(),
+                stop_reason: RunStopReason::Error,
+                usage: Default::default(),
+            },
+        )
+    }
+
+    /// Why the run failed.
+    pub fn error(&self) -> &Error {
+        &self.inner.0
+    }
+
+    /// The machine-readable kind of the error (as [`Error::kind`]).
+    pub fn kind(&self) -> ErrorKind {
+        self.inner.0.kind()
+    }
+
+    /// What the run produced before it failed: its messages (the failed reply last), usage
+    /// and stop reason (`RunStopReason::Error`).
+    pub fn result(&self) -> &RunResult {
+        &self.inner.1
+    }
+
+    /// The error, without the result.
+    pub fn into_error(self) -> Error {
+        self.inner.0
+    }
+
+    /// The result, without the error.
+    pub fn into_result(self) -> RunResult {
+        self.inner.1
+    }
+
+    /// The error and the result.
+    pub fn into_parts(self) -> (Error, RunResult) {
+        *self.inner
+    }
+}
+
+impl From<RunError> for Error {
+    fn from(e: RunError) -> Error {
+        e.into_error()
+    }
+}
+
+impl fmt::Display for RunError {
+    /// The error's `Display`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.inner.0.fmt(f)
+    }
+}
+
+impl std::error::Error for RunError {}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -248,6 +382,11 @@ mod tests {
             std::mem::size_of::<Error>() <= 64,
             "{}",
             std::mem::size_of::<Error>()
+        );
+        // Boxed, so that a failed run costs a `Result<RunResult, _>` nothing.
+        assert_eq!(
+            std::mem::size_of::<RunError>(),
+            std::mem::size_of::<usize>()
         );
     }
 

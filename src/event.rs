@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::kind::ErrorInfo;
 use crate::llm::StreamEvent;
 use crate::message::{Message, ToolCall, ToolResultMessage, Usage};
 use crate::partial::PartialMessage;
@@ -20,7 +21,7 @@ use crate::tool::ToolOutput;
 ///     MessageStart / MessageEnd                     each tool result message, in call order
 ///   TurnEnd { turn, message, tool_results, stop_reason }
 ///   ... the next TurnStart while the model keeps calling tools ...
-/// AgentEnd { messages, stop_reason, usage }
+/// AgentEnd { messages, stop_reason, usage, error }
 /// ```
 ///
 /// Each event is folded into the agent's [`crate::State`] before any listener sees it.
@@ -95,8 +96,9 @@ pub enum AgentEvent {
         stop_reason: RunStopReason,
         /// Usage summed over the run's replies.
         usage: Usage,
-        /// What went wrong, when `stop_reason` is `Error`.
-        error_message: Option<String>,
+        /// What went wrong, when `stop_reason` is `Error`: the kind and the message of the
+        /// error the run returned. `None` for a run that ended as asked.
+        error: Option<ErrorInfo>,
     },
 }
 
@@ -133,7 +135,9 @@ pub enum RunStopReason {
     MaxTurns,
     /// `abort()` ended the run.
     Cancelled,
-    /// The provider failed (or panicked); the state's `error_message` says how.
+    /// The run failed: a provider error, a timeout, a reply too large, a panic in code the
+    /// run depends on. `prompt` returns it as a [`crate::RunError`]; `AgentEnd`'s `error` and
+    /// the state's `error_kind` and `error_message` say what failed.
     Error,
 }
 

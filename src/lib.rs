@@ -23,6 +23,7 @@ mod agent;
 mod cancel;
 mod error;
 mod event;
+mod kind;
 pub mod llm;
 mod message;
 mod partial;
@@ -36,8 +37,9 @@ pub use agent::{
     SteeringPolicy, Subscription,
 };
 pub use cancel::CancelToken;
-pub use error::{Error, TimeoutPhase};
+pub use error::{Error, RunError, TimeoutPhase};
 pub use event::{AgentEvent, RunStopReason};
+pub use kind::{ErrorInfo, ErrorKind};
 pub use llm::StreamEvent;
 pub use message::{
     AssistantMessage, ContentBlock, Message, StopReason, ToolCall, ToolResultMessage, Usage,
@@ -60,6 +62,7 @@ const _: () = {
     assert_send_sync::<AgentEvent>();
     assert_send_sync::<State>();
     assert_send_sync::<Error>();
+    assert_send_sync::<RunError>();
 };
 
 /// Internals exposed for the benches only; not part of the API, may change at any time.

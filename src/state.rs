@@ -5,6 +5,7 @@ use std::sync::Arc;
 use imbl::Vector;
 
 use crate::event::{AgentEvent, RunStopReason};
+use crate::kind::ErrorKind;
 use crate::llm::{StreamEvent, ThinkingLevel, ToolDefinition};
 use crate::message::{Message, StopReason, ToolCall, ToolResultMessage, Usage};
 use crate::partial::PartialMessage;
@@ -50,8 +51,12 @@ pub struct State {
     /// Results of the current turn's tool calls that already ended, in completion order.
     /// Readable as soon as a tool ends, before its result message is appended.
     pub tool_results: Vector<Arc<ToolResultMessage>>,
-    /// What went wrong in the last run, if it failed; cleared when a run starts.
+    /// What went wrong in the last run, if it failed; cleared when a run starts. Set as the
+    /// failed reply ends, then to the message of the run's error by `AgentEnd`.
     pub error_message: Option<Arc<str>>,
+    /// The kind of the last run's error, if it failed: set by `AgentEnd` (with the message
+    /// in `error_message`), cleared when a run starts.
+    pub error_kind: Option<ErrorKind>,
     /// The current turn of the run, from 1; 0 before the first turn.
     pub turn: u32,
     /// Why the last run ended; `None` while a run is active or before the first run.
@@ -109,6 +114,7 @@ impl State {
             AgentEvent::AgentStart => {
                 s.is_running = true;
                 s.error_message = None;
+                s.error_kind = None;
                 s.stop_reason = None;
                 s.turn = 0;
                 s.run_usage = Usage::default();
@@ -169,9 +175,7 @@ impl State {
             }
             AgentEvent::TurnEnd { .. } => {}
             AgentEvent::AgentEnd {
-                stop_reason,
-                error_message,
-                ..
+                stop_reason, error, ..
             } => {
                 s.is_running = false;
                 s.is_streaming = false;
@@ -179,8 +183,9 @@ impl State {
                 s.pending_tool_calls = Vector::new();
                 s.retry = None;
                 s.stop_reason = Some(*stop_reason);
-                if let Some(e) = error_message {
-                    s.error_message = Some(Arc::from(e.as_str()));
+                if let Some(e) = error {
+                    s.error_message = Some(Arc::from(e.message.as_str()));
+                    s.error_kind = Some(e.kind);
                 }
             }
         }

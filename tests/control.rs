@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use pagent::hooks::ToolDecision;
 use pagent::llm::{Faux, FauxReply, ThinkingLevel};
 use pagent::{
-    Agent, AgentEvent, AgentHandle, AssistantMessage, ContentBlock, Error, Message, QueueMode,
-    RunStopReason, SteeringPolicy, StopReason, ToolCall, ToolOutput, ToolResultMessage,
+    Agent, AgentEvent, AgentHandle, AssistantMessage, ContentBlock, Error, ErrorKind, Message,
+    QueueMode, RunStopReason, SteeringPolicy, StopReason, ToolCall, ToolOutput, ToolResultMessage,
 };
 use serde_json::json;
 use support::*;
@@ -584,6 +584,8 @@ fn continue_run_with_nothing_to_continue_is_a_clear_error() {
         let agent = builder(&faux).messages(transcript).build().unwrap();
         let rec = Recorder::attach(&agent);
         let err = agent.continue_run().unwrap_err();
+        assert!(err.result().messages.is_empty());
+        let err = err.into_error();
         assert!(matches!(err, Error::NothingToContinue(_)), "{err:?}");
         assert!(
             err.to_string().starts_with("nothing to continue: "),
@@ -1337,10 +1339,11 @@ fn hooks_that_panic_are_contained_as_documented() {
         let faux = Faux::default().reply(FauxReply::text("unused"));
         let agent = build(builder(&faux)).build().unwrap();
         let rec = Recorder::attach(&agent);
-        let result = agent.prompt("go").unwrap();
-        assert_eq!(result.stop_reason, RunStopReason::Error);
-        assert_eq!(result.error.as_ref().unwrap().to_string(), message);
-        assert!(result.error.as_ref().unwrap().is_panic());
+        let failed = agent.prompt("go").unwrap_err();
+        assert_eq!(failed.result().stop_reason, RunStopReason::Error);
+        assert_eq!(failed.to_string(), message);
+        assert!(failed.error().is_panic());
+        assert_eq!(failed.kind(), ErrorKind::Panic);
         assert_eq!(faux.remaining(), 1, "no model call");
         assert_eq!(
             rec.lines(),
@@ -1615,8 +1618,8 @@ fn a_finished_tool_is_in_the_state_while_a_sibling_still_runs() {
             .collect();
         assert_eq!(done, [("call_2", "5")]);
         // A second prompt while the run is active is refused, not queued.
-        assert_eq!(agent.prompt("again").unwrap_err(), Error::Busy);
-        assert_eq!(agent.continue_run().unwrap_err(), Error::Busy);
+        assert_eq!(agent.prompt("again").unwrap_err().error(), &Error::Busy);
+        assert_eq!(agent.continue_run().unwrap_err().error(), &Error::Busy);
         release_tx.send(()).unwrap();
         assert_eq!(run.join().unwrap().stop_reason, RunStopReason::NoToolCalls);
     });

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use pagent::llm::{Faux, FauxReply};
 use pagent::{
-    Agent, AgentEvent, Error, Message, RunStopReason, StopReason, ToolError, ToolOutput, Usage,
-    tool,
+    Agent, AgentEvent, Error, ErrorKind, Message, RunStopReason, StopReason, ToolError, ToolOutput,
+    Usage, tool,
 };
 
 mod replay;
@@ -72,12 +72,12 @@ fn render(e: &AgentEvent) -> String {
         AgentEvent::AgentEnd {
             messages,
             stop_reason,
-            error_message,
+            error,
             ..
         } => format!(
             "AgentEnd({stop_reason} messages={} error={:?})",
             messages.len(),
-            error_message
+            error.as_ref().map(|e| format!("{}: {}", e.kind, e.message))
         ),
     }
 }
@@ -394,7 +394,7 @@ fn provider_error_mid_stream_keeps_the_partial_text() {
         Faux::default().reply(FauxReply::text("Partial answ").then_error("connection reset"));
     let agent = Agent::builder().provider(faux).build().unwrap();
     let rec = Recorder::attach(&agent);
-    let result = agent.prompt("hi").unwrap();
+    let failed = agent.prompt("hi").unwrap_err();
     assert_lines(
         rec.lines(),
         &[
@@ -408,16 +408,18 @@ fn provider_error_mid_stream_keeps_the_partial_text() {
             "Update(text_delta {\"text\":\"answ\"})",
             "MessageEnd(assistant Error \"Partial answ\" calls=0)",
             "TurnEnd(1 error results=0)",
-            "AgentEnd(error messages=2 error=Some(\"provider error: connection reset\"))",
+            "AgentEnd(error messages=2 error=Some(\"provider: provider error: connection reset\"))",
         ],
     );
+    assert_eq!(failed.error(), &Error::Provider("connection reset".into()));
+    assert_eq!(failed.kind(), ErrorKind::Provider);
+    let result = failed.result();
     assert_eq!(result.stop_reason, RunStopReason::Error);
-    assert_eq!(
-        result.error,
-        Some(Error::Provider("connection reset".into()))
-    );
-    assert!(result.clone().ok().is_err());
+    // The error gives back what the run produced: the prompt and the partial reply.
+    assert_eq!(result.messages.len(), 2);
+    assert_eq!(result.text(), "Partial answ");
     let s = agent.snapshot();
+    assert_eq!(s.error_kind, Some(ErrorKind::Provider));
     assert_eq!(
         s.error_message.as_deref(),
         Some("provider error: connection reset")
@@ -442,7 +444,7 @@ fn errored_reply_with_tool_calls_gets_synthesized_results() {
         .build()
         .unwrap();
     let rec = Recorder::attach(&agent);
-    agent.prompt("x").unwrap();
+    agent.prompt("x").unwrap_err();
     assert_lines(
         coarse(&rec),
         &[
@@ -457,7 +459,7 @@ fn errored_reply_with_tool_calls_gets_synthesized_results() {
             "MessageStart(tool_result)",
             "MessageEnd(tool_result call_1 err \"not run: the reply failed before this tool call was complete\")",
             "TurnEnd(1 error results=1)",
-            "AgentEnd(error messages=3 error=Some(\"provider error: dropped\"))",
+            "AgentEnd(error messages=3 error=Some(\"provider: provider error: dropped\"))",
         ],
     );
 }
@@ -769,8 +771,12 @@ fn second_prompt_while_running_is_busy() {
     let a2 = agent.clone();
     let runner = std::thread::spawn(move || a2.prompt("first"));
     rx.recv_timeout(Duration::from_secs(10)).unwrap();
-    assert_eq!(agent.prompt("second").unwrap_err(), Error::Busy);
-    assert_eq!(agent.continue_run().unwrap_err(), Error::Busy);
+    // Refused before a run started: the error alone, with an empty result.
+    let busy = agent.prompt("second").unwrap_err();
+    assert_eq!(busy.error(), &Error::Busy);
+    assert_eq!(busy.kind(), ErrorKind::Busy);
+    assert!(busy.result().messages.is_empty());
+    assert_eq!(agent.continue_run().unwrap_err().into_error(), Error::Busy);
     assert!(agent.is_running());
     release.send(()).unwrap();
     let first = runner.join().unwrap().unwrap();
@@ -808,8 +814,8 @@ fn empty_reply_ends_with_empty_response() {
 fn exhausted_script_is_a_clear_error_with_one_agent_end() {
     let agent = Agent::builder().provider(Faux::default()).build().unwrap();
     let rec = Recorder::attach(&agent);
-    let result = agent.prompt("hi").unwrap();
-    assert_eq!(result.error, Some(Error::ScriptExhausted));
+    let failed = agent.prompt("hi").unwrap_err();
+    assert_eq!(failed.error(), &Error::ScriptExhausted);
     let lines = rec.lines();
     assert_eq!(lines.iter().filter(|l| *l == "AgentStart").count(), 1);
     assert_eq!(
@@ -818,7 +824,7 @@ fn exhausted_script_is_a_clear_error_with_one_agent_end() {
     );
     assert_eq!(
         lines.last().unwrap(),
-        "AgentEnd(error messages=2 error=Some(\"the scripted provider has no reply left\"))"
+        "AgentEnd(error messages=2 error=Some(\"provider: the scripted provider has no reply left\"))"
     );
 }
 
@@ -1155,14 +1161,14 @@ fn a_reply_the_provider_ends_with_error_carries_the_error() {
     let faux = Faux::new([FauxReply::text("filtered").stop(StopReason::Error)]);
     let agent = Agent::builder().provider(faux).build().unwrap();
     let rec = Recorder::attach(&agent);
-    let result = agent.prompt("hi").unwrap();
-    assert_eq!(result.stop_reason, RunStopReason::Error);
+    let failed = agent.prompt("hi").unwrap_err();
+    assert_eq!(failed.result().stop_reason, RunStopReason::Error);
     let expected = Error::Provider("the provider ended the reply with an error".into());
-    assert_eq!(result.error, Some(expected.clone()));
-    assert_eq!(result.clone().ok().unwrap_err(), expected);
+    assert_eq!(failed.error(), &expected);
+    assert_eq!(Error::from(failed), expected);
     assert_eq!(
         rec.lines().last().unwrap(),
-        "AgentEnd(error messages=2 error=Some(\"provider error: the provider ended the reply with an error\"))"
+        "AgentEnd(error messages=2 error=Some(\"provider: provider error: the provider ended the reply with an error\"))"
     );
     assert_eq!(
         agent.snapshot().error_message.as_deref(),

@@ -6,7 +6,7 @@
 mod support;
 
 use pagent::llm::RetryPolicy;
-use pagent::{Error, RunStopReason};
+use pagent::{Error, ErrorKind, RunStopReason};
 use support::{Reply, Server, agent, data, openai, replay, with_prompt};
 
 /// What every run ends with when its one reply failed with `error`.
@@ -149,7 +149,7 @@ fn recorded_text_streams_replay_through_the_agent() {
         let replies = vec![Reply::sse_file(&format!("{name}.sse"))];
         let (lines, result, server) = replay("smollm2", replies, "Weather in Paris?");
         assert_eq!(lines, with_prompt(expected), "{name}");
-        assert_eq!(result.error, None, "{name}");
+        assert!(result.is_ok(), "{name}: {result:?}");
         assert_eq!(server.requests().len(), 1, "{name}");
     }
 }
@@ -194,7 +194,11 @@ fn llama_server_few_shot_tool_calls_round_trip() {
             Reply::sse_file("llama-server/stream_tool_result_followup.sse"),
         ];
         let (lines, result, _) = replay("smollm2", replies, "Weather in Paris?");
-        assert_eq!(result.stop_reason, RunStopReason::NoToolCalls, "{name}");
+        assert_eq!(
+            result.unwrap().stop_reason,
+            RunStopReason::NoToolCalls,
+            "{name}"
+        );
         assert_eq!(
             lines,
             weather_call_then(
@@ -216,7 +220,7 @@ fn llama_cpp_python_forced_tool_call_round_trips() {
         Reply::sse_file("llama-cpp-python/stream_text.sse"),
     ];
     let (lines, result, server) = replay("smollm2", replies, "Weather in Paris?");
-    assert_eq!(result.stop_reason, RunStopReason::NoToolCalls);
+    assert_eq!(result.unwrap().stop_reason, RunStopReason::NoToolCalls);
     assert_eq!(
         lines,
         weather_call_then(
@@ -236,7 +240,8 @@ fn llama_server_context_overflow_on_a_stream_is_a_typed_http_error() {
     // Its body is JSON, in the `.sse` file the probe wrote for a streaming request.
     let reply = recorded_reply("llama-server/err_context_overflow_stream", "sse");
     let (lines, result, server) = replay("smollm2", vec![reply], "a very long prompt");
-    let error = result.error.unwrap();
+    let error = result.unwrap_err().into_error();
+    assert_eq!(error.kind(), ErrorKind::ContextOverflow);
     assert_eq!(
         error,
         Error::Http {
@@ -269,7 +274,7 @@ fn llama_cpp_python_empty_streams_are_stream_errors() {
         let path = format!("llama-cpp-python/{name}.sse");
         assert!(data(&path).is_empty(), "{name}");
         let (lines, result, server) = replay("smollm2", vec![Reply::sse_file(&path)], "Hi");
-        let error = result.error.unwrap();
+        let error = result.unwrap_err().into_error();
         assert_eq!(
             error,
             Error::Stream("the stream ended before a finish_reason".into()),
@@ -315,7 +320,7 @@ fn llama_cpp_python_error_bodies_are_http_errors_with_the_servers_message() {
         let server = Server::start(vec![reply]);
         // No retries, so that the message is the server's and the request's alone.
         let (agent, rec) = agent(openai(&server).retry(RetryPolicy::none()), "smollm2");
-        let error = agent.prompt("Hi").unwrap().error.unwrap();
+        let error = agent.prompt("Hi").unwrap_err().into_error();
         assert_eq!(
             error,
             Error::Http {

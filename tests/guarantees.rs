@@ -193,7 +193,7 @@ fn a_snapshot_that_is_not_running_never_answers_prompt_with_busy() {
                         stop.store(true, Ordering::SeqCst);
                         break;
                     }
-                    match agent.prompt("hi") {
+                    match agent.prompt("hi").map_err(Error::from) {
                         Ok(_) => runs += 1,
                         Err(Error::Busy) => panic!("round {round}: Busy after is_running false"),
                         Err(e) => panic!("round {round}: {e}"),
@@ -236,7 +236,12 @@ fn prompt_from_an_agent_end_listener_is_busy() {
         {
             // The snapshot already says the run is over, but this thread is the run's.
             assert!(!agent.snapshot().is_running);
-            *sink.lock().unwrap() = Some(agent.prompt("again").map(|r| r.stop_reason));
+            *sink.lock().unwrap() = Some(
+                agent
+                    .prompt("again")
+                    .map(|r| r.stop_reason)
+                    .map_err(Error::from),
+            );
         }
     });
     let a = agent.clone();

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use pagent::llm::OpenAiCompat;
 use pagent::{
-    Agent, AgentEvent, AssistantMessage, ContentBlock, Message, RunStopReason, StopReason,
-    ToolCall, ToolOutput, tool,
+    Agent, AgentEvent, AssistantMessage, ContentBlock, ErrorKind, Message, RunStopReason,
+    StopReason, ToolCall, ToolOutput, tool,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -64,7 +64,6 @@ fn live_streamed_text_reply_with_usage() {
     let provider = live();
     let (agent, rec) = agent(provider.max_tokens(24));
     let result = agent.prompt("Say hello to Oslo.").unwrap();
-    let result = result.ok().unwrap();
     assert_eq!(result.stop_reason, RunStopReason::NoToolCalls);
     let reply = result.messages[1].as_assistant().unwrap();
     assert!(!reply.text().is_empty());
@@ -128,7 +127,7 @@ fn few_shot() -> Vec<Message> {
 fn live_tool_call_round_trip() {
     let provider = live();
     let (agent, rec) = agent(provider.max_tokens(64));
-    let result = agent.prompt(few_shot()).unwrap().ok().unwrap();
+    let result = agent.prompt(few_shot()).unwrap();
     let events = rec.events();
     // The tool ran with the model's arguments...
     let ends: Vec<_> = events
@@ -203,9 +202,10 @@ fn live_context_overflow_is_a_typed_error() {
     let (agent, _) = agent(provider.max_tokens(8));
     // About 6000 tokens, over the server's 4096-token context.
     let long = "alpha beta gamma delta ".repeat(1500);
-    let result = agent.prompt(long).unwrap();
-    assert_eq!(result.stop_reason, RunStopReason::Error);
-    let error = result.error.unwrap();
+    let failed = agent.prompt(long).unwrap_err();
+    assert_eq!(failed.result().stop_reason, RunStopReason::Error);
+    assert_eq!(failed.kind(), ErrorKind::ContextOverflow, "{failed}");
+    let error = failed.error();
     assert_eq!(error.status(), Some(400), "{error}");
     assert!(error.is_context_overflow(), "{error}");
 }

@@ -6,8 +6,10 @@ mod support;
 use std::time::{Duration, Instant};
 
 use pagent::llm::{Anthropic, OpenAiCompat, Provider, Request, RetryPolicy, StreamEvent};
+use pagent::wire;
 use pagent::{
-    Agent, CancelToken, ContentBlock, Error, Message, RunStopReason, StopReason, TimeoutPhase,
+    Agent, CancelToken, ContentBlock, Error, ErrorInfo, ErrorKind, Message, RunStopReason,
+    StopReason, TimeoutPhase,
 };
 use serde_json::json;
 use support::{
@@ -201,8 +203,8 @@ fn llama_server_context_overflow_is_a_typed_http_error() {
         data("llama-server/err_context_overflow.json"),
     )]);
     let (agent, rec) = agent(openai(&server), "smollm2");
-    let result = agent.prompt("a very long prompt").unwrap();
-    let error = result.error.unwrap();
+    let error = agent.prompt("a very long prompt").unwrap_err().into_error();
+    assert_eq!(error.kind(), ErrorKind::ContextOverflow);
     assert_eq!(error.status(), Some(400));
     assert!(error.is_context_overflow());
     assert_eq!(
@@ -399,7 +401,7 @@ fn failing(
 ) -> (Error, Vec<String>, String) {
     let server = Server::start(vec![reply]);
     let (agent, rec) = agent(provider(&server), "gpt-4o-mini");
-    let result = agent.prompt("Hi").unwrap();
+    let (error, result) = agent.prompt("Hi").unwrap_err().into_parts();
     assert_eq!(result.stop_reason, RunStopReason::Error);
     assert_eq!(
         server.requests().len(),
@@ -407,7 +409,7 @@ fn failing(
         "no retry once the reply started"
     );
     let text = result.text();
-    (result.error.unwrap(), rec.lines(), text)
+    (error, rec.lines(), text)
 }
 
 #[test]
@@ -553,12 +555,12 @@ fn api_error_keeping<P: Provider + 'static>(
 ) -> Vec<String> {
     let server = Server::start(vec![Reply::sse(stream)]);
     let (agent, rec) = agent(provider(&server), "m");
-    let result = agent.prompt("Hi").unwrap();
+    let (error, result) = agent.prompt("Hi").unwrap_err().into_parts();
     let expected = Error::Api {
         kind: kind.into(),
         message: message.into(),
     };
-    assert_eq!(result.error, Some(expected));
+    assert_eq!(error, expected);
     assert_eq!(result.text(), text);
     rec.lines()
 }
@@ -736,9 +738,9 @@ fn a_500_three_times_gives_up_with_a_clear_error() {
     let body = String::from_utf8(data("llama-server/err_bad_json.json")).unwrap();
     let server = Server::start(vec![Reply::json(500, body.clone()); 3]);
     let (agent, rec) = agent(openai(&server), "gpt-4o-mini");
-    let result = agent.prompt("Hi").unwrap();
-    let error = result.error.unwrap();
+    let error = agent.prompt("Hi").unwrap_err().into_error();
     assert_eq!(error.status(), Some(500));
+    assert_eq!(error.kind(), ErrorKind::Server(Some(500)));
     assert!(
         error.to_string().ends_with(&format!(
             "expected ']' (POST {}/v1/chat/completions) (gave up after 3 attempts)",
@@ -762,8 +764,9 @@ fn no_retry_after_the_first_byte_arrived() {
         Reply::sse_file("written/keepalive_crlf.sse"),
     ]);
     let (agent, _) = agent(openai(&server), "gpt-4o-mini");
-    let result = agent.prompt("Hi").unwrap();
-    assert_eq!(result.stop_reason, RunStopReason::Error);
+    let failed = agent.prompt("Hi").unwrap_err();
+    assert_eq!(failed.result().stop_reason, RunStopReason::Error);
+    assert_eq!(failed.kind(), ErrorKind::Connection);
     assert_eq!(server.requests().len(), 1);
 }
 
@@ -948,8 +951,8 @@ fn the_api_key_never_shows_in_debug_errors_or_events() {
     let anthropic = Anthropic::new("http://x").api_key(key);
     assert!(!format!("{anthropic:?}").contains(key));
     let (agent, rec) = agent(provider, "gpt-4o-mini");
-    let result = agent.prompt("Hi").unwrap();
-    let error = result.error.unwrap();
+    let error = agent.prompt("Hi").unwrap_err().into_error();
+    assert_eq!(error.kind(), ErrorKind::Auth);
     assert_eq!(
         error.to_string(),
         format!(
@@ -992,14 +995,14 @@ fn an_api_key_echoed_in_error_bodies_and_stream_errors_is_scrubbed_everywhere() 
     for provider in providers {
         let name = provider.name().to_owned();
         let (agent, rec) = agent(provider, "m");
-        let result = agent.prompt("Hi").unwrap();
+        let (error, result) = agent.prompt("Hi").unwrap_err().into_parts();
         let redacted = "the key <redacted> is not allowed";
         assert_eq!(
-            result.error,
-            Some(Error::Api {
+            error,
+            Error::Api {
                 kind: "invalid_request_error".into(),
                 message: redacted.into()
-            }),
+            },
             "{name}"
         );
         assert_eq!(result.text(), "Hello", "{name}");
@@ -1257,9 +1260,10 @@ fn a_reply_past_max_reply_bytes_ends_with_a_typed_error_keeping_what_arrived() {
         .build()
         .unwrap();
     let rec = Recorder::attach(&agent);
-    let result = agent.prompt("Talk").unwrap();
+    let (error, result) = agent.prompt("Talk").unwrap_err().into_parts();
     assert_eq!(result.stop_reason, RunStopReason::Error);
-    assert_eq!(result.error, Some(Error::ReplyTooLarge { limit: 95 }));
+    assert_eq!(error, Error::ReplyTooLarge { limit: 95 });
+    assert_eq!(error.kind(), ErrorKind::ReplyTooLarge);
     let kept: String = (0..9).map(|i| format!("{i:09} ")).collect();
     assert_eq!(result.text(), kept, "the deltas before the limit are kept");
     assert_eq!(
@@ -1306,4 +1310,89 @@ fn extra_body_overrides_known_fields_without_duplicate_keys() {
     assert_eq!(body["stream_options"], json!({"include_usage": false}));
     assert_eq!(body["seed"], json!(7));
     assert_eq!(body["model"], json!("m"));
+}
+
+/// A GUI or a wire client must tell a 401 from a 429 from a timeout without reading text: the
+/// kind is the same in the `Err` of `prompt`, in `AgentEnd`, in the snapshot, on the native
+/// wire, and in a `Mirror` fed those lines.
+#[test]
+fn a_wire_client_tells_a_401_from_a_429_from_a_timeout() {
+    let body = |message: &str| format!(r#"{{"error":{{"message":"{message}","type":"x"}}}}"#);
+    let cases = [
+        (
+            Reply::json(401, body("Incorrect API key")),
+            ErrorKind::Auth,
+            json!({"kind": "auth"}),
+        ),
+        (
+            Reply::json(429, body("Rate limit reached")),
+            ErrorKind::RateLimited,
+            json!({"kind": "rate_limited"}),
+        ),
+        (
+            Reply::sse("").stall(Duration::from_secs(20)),
+            ErrorKind::Timeout(TimeoutPhase::FirstByte),
+            json!({"kind": "timeout", "phase": "first_byte"}),
+        ),
+        (
+            Reply::json(503, body("Overloaded")),
+            ErrorKind::Server(Some(503)),
+            json!({"kind": "server", "status": 503}),
+        ),
+        (
+            Reply::json(404, body("Not Found")),
+            ErrorKind::InvalidRequest(Some(404)),
+            json!({"kind": "invalid_request", "status": 404}),
+        ),
+    ];
+    for (reply, kind, mut wire_error) in cases {
+        let server = Server::start(vec![reply]);
+        let provider = openai(&server)
+            .retry(RetryPolicy::none())
+            .first_byte_timeout(Duration::from_millis(200));
+        let agent = Agent::builder()
+            .provider(provider)
+            .model("m")
+            .build()
+            .unwrap();
+        let rec = Recorder::attach(&agent);
+        let log = wire::Writer::new(Vec::new());
+        let _wire = agent.subscribe(log.listener());
+        let mut mirror = wire::Mirror::from_state(agent.snapshot().timeline());
+
+        let failed = agent.prompt("Hi").unwrap_err();
+        assert_eq!(failed.kind(), kind);
+        assert_eq!(Error::from(failed.clone()).kind(), kind, "through `?`");
+        // What the run produced: the prompt and the (empty) failed reply.
+        assert_eq!(failed.result().stop_reason, RunStopReason::Error);
+        assert_eq!(failed.result().messages.len(), 2);
+        let expected = ErrorInfo::new(kind, failed.to_string());
+
+        let ends: Vec<_> = rec
+            .events()
+            .into_iter()
+            .filter_map(|e| match e {
+                pagent::AgentEvent::AgentEnd {
+                    stop_reason, error, ..
+                } => Some((stop_reason, error)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(ends, [(RunStopReason::Error, Some(expected.clone()))]);
+
+        let state = agent.snapshot();
+        assert_eq!(state.error_kind, Some(kind));
+        assert_eq!(state.error_message.as_deref(), Some(&*expected.message));
+
+        let bytes = log.with_output(|b| b.clone());
+        let text = String::from_utf8(bytes.clone()).unwrap();
+        let last: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+        assert_eq!(last["method"], "AgentEnd");
+        wire_error["message"] = json!(expected.message);
+        assert_eq!(last["params"]["error"], wire_error);
+
+        mirror.read_lines(&bytes[..], |_, _| {}).unwrap();
+        assert_eq!(mirror.state().error_kind, Some(kind));
+        assert_eq!(mirror.state().timeline(), state.timeline());
+    }
 }

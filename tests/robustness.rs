@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex};
 
 use pagent::llm::{Faux, FauxReply, ToolDefinition};
 use pagent::{
-    Agent, AssistantMessage, ContentBlock, Error, Message, RunStopReason, StopReason, Tool,
-    ToolCall, ToolContext, ToolError, ToolOutput, ToolResultMessage, session,
+    Agent, AssistantMessage, ContentBlock, Error, ErrorKind, Message, RunStopReason, StopReason,
+    Tool, ToolCall, ToolContext, ToolError, ToolOutput, ToolResultMessage, session,
 };
 use serde_json::{Value, json};
 use support::*;
@@ -225,9 +225,10 @@ fn a_panicking_definition_put_in_place_by_before_turn_ends_the_run() {
         .build()
         .unwrap();
     let rec = Recorder::attach(&agent);
-    let result = agent.prompt("go").unwrap();
-    assert_eq!(result.stop_reason, RunStopReason::Error);
-    let error = result.error.unwrap();
+    let failed = agent.prompt("go").unwrap_err();
+    assert_eq!(failed.result().stop_reason, RunStopReason::Error);
+    assert_eq!(failed.kind(), ErrorKind::Panic);
+    let error = failed.error();
     assert!(error.is_panic());
     assert_eq!(
         error.to_string(),

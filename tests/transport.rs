@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use pagent::hooks::ToolDecision;
 use pagent::llm::{Anthropic, Faux, FauxReply, OpenAiCompat, Provider, RetryPolicy};
-use pagent::{Agent, AgentEvent, Error, RunStopReason, TimeoutPhase, ToolOutput, tool};
+use pagent::{Agent, AgentEvent, Error, ErrorKind, RunStopReason, TimeoutPhase, ToolOutput, tool};
 use support::{Act, City, Probe, Server, pagent_threads, weather};
 
 /// A bound no healthy run comes near and a loaded 2-core machine cannot miss; the old
@@ -87,7 +87,6 @@ fn assert_prompt_and_close_follow(what: &str, probe: &Probe, at: Instant, return
 
 fn assert_cancelled(result: &pagent::RunResult) {
     assert_eq!(result.stop_reason, RunStopReason::Cancelled, "{result:?}");
-    assert_eq!(result.error, None);
 }
 
 // ---- abort, in every phase ----
@@ -180,9 +179,10 @@ fn abort_during_a_retry_wait_returns_at_once() {
 fn timed_out(provider: OpenAiCompat, probe: &Probe, phase: TimeoutPhase) {
     let agent = agent_on(provider);
     let start = Instant::now();
-    let result = agent.prompt("Hi").unwrap();
-    assert_eq!(result.stop_reason, RunStopReason::Error);
-    assert_eq!(result.error, Some(Error::Timeout(phase)), "{phase:?}");
+    let failed = agent.prompt("Hi").unwrap_err();
+    assert_eq!(failed.result().stop_reason, RunStopReason::Error);
+    assert_eq!(failed.error(), &Error::Timeout(phase), "{phase:?}");
+    assert_eq!(failed.kind(), ErrorKind::Timeout(phase));
     let back = start.elapsed();
     let closed = probe.wait_closed(1).expect("closed");
     let after_return = closed.saturating_duration_since(start + back);
@@ -232,8 +232,8 @@ fn a_close_after_the_headers_is_not_retried() {
         support::Reply::sse(SSE_TEXT),
     ]);
     let agent = agent_on(openai(&server.url));
-    let result = agent.prompt("Hi").unwrap();
-    assert_eq!(result.stop_reason, RunStopReason::Error);
+    let failed = agent.prompt("Hi").unwrap_err();
+    assert_eq!(failed.result().stop_reason, RunStopReason::Error);
     assert_eq!(server.requests().len(), 1);
 }
 
@@ -241,11 +241,15 @@ fn a_close_after_the_headers_is_not_retried() {
 
 fn assert_run_timed_out(agent: &Agent, timeout: Duration) {
     let start = Instant::now();
-    let result = agent.prompt("Hi").unwrap();
+    let failed = agent.prompt("Hi").unwrap_err();
     let took = start.elapsed();
     println!("run_timeout {timeout:?}: the run took {took:?}");
-    assert_eq!(result.stop_reason, RunStopReason::Error, "{result:?}");
-    assert_eq!(result.error, Some(Error::Timeout(TimeoutPhase::Run)));
+    assert_eq!(
+        failed.result().stop_reason,
+        RunStopReason::Error,
+        "{failed:?}"
+    );
+    assert_eq!(failed.error(), &Error::Timeout(TimeoutPhase::Run));
     assert!(took >= timeout, "{took:?}");
     assert!(took < timeout + BOUND, "{took:?}");
     // A valid transcript: every tool call has its result, the last message is the failed
@@ -430,14 +434,15 @@ fn run_timeout_leaves_a_run_that_ends_in_time_alone() {
 
 fn config_error(provider: impl Provider + 'static) -> String {
     let start = Instant::now();
-    let result = agent_on(provider).prompt("Hi").unwrap();
+    let failed = agent_on(provider).prompt("Hi").unwrap_err();
     assert!(
         start.elapsed() < Duration::from_secs(5),
         "{:?}",
         start.elapsed()
     );
-    match result.error {
-        Some(Error::Config(message)) => message,
+    assert_eq!(failed.kind(), ErrorKind::InvalidRequest(None));
+    match failed.into_error() {
+        Error::Config(message) => message,
         other => panic!("not a configuration error: {other:?}"),
     }
 }
@@ -489,10 +494,11 @@ fn a_404_names_the_method_and_the_url_and_is_not_retried() {
         "application/json",
         "{\"detail\":\"Not Found\"}",
     )]);
-    let result = agent_on(openai(&format!("{}/wrong", probe.url)))
+    let error = agent_on(openai(&format!("{}/wrong", probe.url)))
         .prompt("Hi")
-        .unwrap();
-    let error = result.error.unwrap();
+        .unwrap_err()
+        .into_error();
+    assert_eq!(error.kind(), ErrorKind::InvalidRequest(Some(404)));
     assert_eq!(
         error.to_string(),
         format!(
@@ -503,6 +509,26 @@ fn a_404_names_the_method_and_the_url_and_is_not_retried() {
     assert_eq!(probe.requests(), 1);
 }
 
+/// The README's "from the environment" snippet printed an empty line and exited 0 against a
+/// refused port: the failed run was an `Ok`.
+#[test]
+fn a_refused_port_is_an_err_not_an_empty_reply() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let agent = agent_on(
+        OpenAiCompat::new(format!("http://127.0.0.1:{port}/v1")).retry(RetryPolicy::none()),
+    );
+    // As the README writes it: `?` in a function returning `Result<_, pagent::Error>`.
+    let say_hi = |agent: &Agent| -> Result<String, Error> { Ok(agent.prompt("Say hi")?.text()) };
+    let error = say_hi(&agent).unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Connection, "{error}");
+    assert_eq!(agent.snapshot().error_kind, Some(ErrorKind::Connection));
+    // The prompt and the failed reply stay in the transcript.
+    assert_eq!(agent.snapshot().messages.len(), 2);
+}
+
 #[test]
 fn a_refused_connection_names_the_url_without_its_query() {
     let port = {
@@ -511,7 +537,8 @@ fn a_refused_connection_names_the_url_without_its_query() {
     };
     let provider = OpenAiCompat::new(format!("http://user:pw@127.0.0.1:{port}/v1?key=secret"))
         .retry(RetryPolicy::none());
-    let error = agent_on(provider).prompt("Hi").unwrap().error.unwrap();
+    let error = agent_on(provider).prompt("Hi").unwrap_err().into_error();
+    assert_eq!(error.kind(), ErrorKind::Connection);
     let text = error.to_string();
     assert!(
         text.starts_with(&format!(
@@ -534,11 +561,12 @@ fn a_reply_that_is_not_an_event_stream_fails_at_once_and_names_it() {
     ] {
         let probe = Probe::start(vec![Act::whole(200, content_type, body)]);
         let start = Instant::now();
-        let result = agent_on(openai(&probe.url)).prompt("Hi").unwrap();
+        let failed = agent_on(openai(&probe.url)).prompt("Hi").unwrap_err();
         assert!(start.elapsed() < Duration::from_secs(5));
+        assert_eq!(failed.kind(), ErrorKind::Stream);
         assert_eq!(
-            result.error,
-            Some(Error::ContentType {
+            failed.error(),
+            &(Error::ContentType {
                 content_type: content_type.into(),
                 message: format!(
                     "status 200 from POST {}/v1/chat/completions; the body starts: {body:?}",
@@ -605,8 +633,8 @@ fn a_cut_connection_is_never_reused() {
     let event = b"data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n\n".to_vec();
     let probe = Probe::start(vec![Act::Then(event), Act::sse(SSE_TEXT)]);
     let agent = agent_on(openai(&probe.url).idle_timeout(Duration::from_millis(200)));
-    let first = agent.prompt("Hi").unwrap();
-    assert_eq!(first.error, Some(Error::Timeout(TimeoutPhase::Idle)));
+    let first = agent.prompt("Hi").unwrap_err();
+    assert_eq!(first.error(), &Error::Timeout(TimeoutPhase::Idle));
     assert_eq!(agent.prompt("Again").unwrap().text(), "Hello");
     assert_eq!(probe.accepted(), 2);
 }
@@ -663,11 +691,11 @@ fn texts_around(key: &str, offset: usize, len: usize) -> Vec<String> {
         };
         let (agent, rec) = support::agent(provider, "m");
         // Three attempts that all fail: retry notices and the final error.
-        let first = agent.prompt("Hi").unwrap();
+        let first = agent.prompt("Hi").unwrap_err();
         // Then, after one more failed attempt, the in-stream error.
-        let second = agent.prompt("Again").unwrap();
-        for result in [first, second] {
-            let error = result.error.expect("an error");
+        let second = agent.prompt("Again").unwrap_err();
+        for failed in [first, second] {
+            let error = failed.into_error();
             texts.push(error.to_string());
             texts.push(format!("{error:?}"));
         }

@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use pagent::wire::{self, Decoder, Mirror};
 use pagent::{
-    AgentEvent, AssistantMessage, ContentBlock, Error, Message, PartialMessage, RunStopReason,
-    State, StopReason, ToolCall, ToolOutput, ToolResultMessage, Usage, llm::StreamEvent,
+    AgentEvent, AssistantMessage, ContentBlock, Error, ErrorInfo, ErrorKind, Message,
+    PartialMessage, RunStopReason, State, StopReason, TimeoutPhase, ToolCall, ToolOutput,
+    ToolResultMessage, Usage, llm::StreamEvent,
 };
 use proptest::prelude::*;
 
@@ -93,6 +94,35 @@ fn run_stop() -> impl Strategy<Value = RunStopReason> {
         Just(RunStopReason::Cancelled),
         Just(RunStopReason::Error),
     ]
+}
+
+/// Every kind of error, with any message: each goes over the wire and back.
+fn error_info() -> impl Strategy<Value = ErrorInfo> {
+    let phase = prop_oneof![
+        Just(TimeoutPhase::Connect),
+        Just(TimeoutPhase::FirstByte),
+        Just(TimeoutPhase::Idle),
+        Just(TimeoutPhase::Run),
+    ];
+    let status = prop::option::of(100u16..=599);
+    let kind = prop_oneof![
+        Just(ErrorKind::Auth),
+        Just(ErrorKind::RateLimited),
+        phase.prop_map(ErrorKind::Timeout),
+        Just(ErrorKind::Connection),
+        status.clone().prop_map(ErrorKind::Server),
+        Just(ErrorKind::ContextOverflow),
+        status.prop_map(ErrorKind::InvalidRequest),
+        Just(ErrorKind::Stream),
+        Just(ErrorKind::ReplyTooLarge),
+        Just(ErrorKind::Aborted),
+        Just(ErrorKind::Busy),
+        Just(ErrorKind::Provider),
+        Just(ErrorKind::Panic),
+        Just(ErrorKind::Wire),
+        Just(ErrorKind::Io),
+    ];
+    (kind, text()).prop_map(|(kind, message)| ErrorInfo::new(kind, message))
 }
 
 fn block() -> impl Strategy<Value = ContentBlock> {
@@ -191,14 +221,14 @@ fn standalone_event() -> impl Strategy<Value = AgentEvent> {
             prop::collection::vec(arc(), 0..4),
             run_stop(),
             usage(),
-            prop::option::of(text())
+            prop::option::of(error_info())
         )
-            .prop_map(|(messages, stop_reason, usage, error_message)| {
+            .prop_map(|(messages, stop_reason, usage, error)| {
                 AgentEvent::AgentEnd {
                     messages,
                     stop_reason,
                     usage,
-                    error_message,
+                    error,
                 }
             }),
     ]

@@ -751,3 +751,35 @@ fn steering_past_the_byte_cap_is_refused() {
     assert_eq!(c.until_response(4).1["error"]["code"], codes::QUEUE_FULL);
     c.close().unwrap();
 }
+
+#[test]
+fn a_failed_prompt_answers_with_the_run_and_its_error_kind() {
+    let c = Client::start(
+        agent(Faux::default().reply(FauxReply::text("Half").then_error("connection reset"))),
+        ServeOptions::new(),
+    );
+    c.request(1, "prompt", json!({"text": "Say hello."}));
+    let (events, r) = c.until_response(1);
+    let error = json!({"kind": "provider", "message": "provider error: connection reset"});
+    // A result, not an error response: the run happened, and the answer says how it failed.
+    assert_eq!(
+        r["result"],
+        json!({
+            "stop_reason": "error",
+            "text": "Half",
+            "usage": r["result"]["usage"],
+            "error": error,
+        })
+    );
+    let end = events.last().unwrap();
+    assert_eq!(end["method"], "AgentEnd");
+    assert_eq!(end["params"]["error"], error);
+    c.request(2, "snapshot", json!({}));
+    let (_, s) = c.until_response(2);
+    assert_eq!(s["result"]["error"], error);
+    assert_eq!(
+        s["result"]["error_message"],
+        "provider error: connection reset"
+    );
+    c.close().unwrap();
+}

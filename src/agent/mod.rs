@@ -8,13 +8,13 @@ use std::thread::ThreadId;
 use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
 
-use crate::Error;
 use crate::cancel::CancelToken;
 use crate::event::{AgentEvent, RunStopReason};
 use crate::llm::ThinkingLevel;
 use crate::message::{Message, Usage};
 use crate::state::State;
 use crate::tool::Tool;
+use crate::{Error, RunError};
 
 mod builder;
 pub(crate) mod dispatch;
@@ -34,7 +34,7 @@ use dispatch::{Channel, Shared, Sink};
 /// `Agent` is `Send + Sync`: share it (in an `Arc`, or by reference with scoped threads) and
 /// call [`Agent::prompt`] on one thread while others read [`Agent::snapshot`] or steer and abort
 /// through an [`AgentHandle`]. One run at a time: a second `prompt` while a run is active
-/// returns [`Error::Busy`] at once, it never queues.
+/// returns an `Err` with [`Error::Busy`] at once, it never queues.
 ///
 /// # Control
 /// From any thread (a listener included), while a run is active:
@@ -150,7 +150,8 @@ impl From<Vec<Message>> for Prompt {
     }
 }
 
-/// How a run ended.
+/// How a run ended: what [`Agent::prompt`] and [`Agent::continue_run`] return, in `Ok` for a
+/// run that ended as asked, inside the [`RunError`] for a run that failed.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RunResult {
     /// Every message the run appended to the transcript, in order.
@@ -159,8 +160,6 @@ pub struct RunResult {
     pub stop_reason: RunStopReason,
     /// Usage summed over the run's replies.
     pub usage: Usage,
-    /// The failure, when `stop_reason` is `Error`.
-    pub error: Option<Error>,
 }
 
 impl RunResult {
@@ -172,18 +171,6 @@ impl RunResult {
             .find_map(|m| m.as_assistant())
             .map(|m| m.text())
             .unwrap_or_default()
-    }
-
-    /// `Err` with the failure when the run stopped with `RunStopReason::Error`, so that `?`
-    /// can surface provider errors.
-    ///
-    /// # Errors
-    /// The provider's error, when the run ended with `Error`.
-    pub fn ok(self) -> Result<RunResult, Error> {
-        match self.error {
-            Some(e) if self.stop_reason == RunStopReason::Error => Err(e),
-            _ => Ok(self),
-        }
     }
 }
 
@@ -304,9 +291,20 @@ impl Agent {
     /// Blocks the current thread until the run ends or [`AgentHandle::abort`] is called from
     /// another thread (or from a listener). Listeners are called on this thread.
     ///
-    /// A run that started always returns `Ok`, whatever its stop reason; a provider failure
-    /// is `RunStopReason::Error` with the error in [`RunResult::error`] (use
-    /// [`RunResult::ok`] to turn it into an `Err`).
+    /// # Ok or Err
+    /// A run that ends as asked returns `Ok`: the model answered (`NoToolCalls`), its reply
+    /// was empty (`EmptyResponse`), `max_turns` was reached (`MaxTurns`), or
+    /// [`AgentHandle::abort`] ended it (`Cancelled`). A run that fails returns `Err`: the
+    /// provider failed (HTTP status, connection, stream), a timeout ran out (`run_timeout`
+    /// included), a reply grew too large, or code the run depends on panicked (a hook, the
+    /// agent loop). The [`RunError`] holds the [`Error`] and the [`RunResult`] of what the run
+    /// produced: its messages (the failed reply last, with what streamed before the failure),
+    /// usage, and `RunStopReason::Error`. Either way `AgentEnd` is emitted exactly once, with
+    /// the error's [`ErrorInfo`](crate::ErrorInfo) when it failed, and the state keeps the
+    /// kind and the message (`State::error_kind`, `State::error_message`).
+    ///
+    /// `?` converts a [`RunError`] into its [`Error`], so `agent.prompt("..")?` works in a
+    /// function returning `Result<_, pagent::Error>`; match on [`RunError::kind`] to decide.
     ///
     /// # Consistency
     /// Once a snapshot shows `is_running == false` after a run, that run no longer holds the
@@ -318,12 +316,15 @@ impl Agent {
     /// listener has not returned yet. Queue a follow-up or call `prompt` once it returned.
     ///
     /// # Errors
+    /// A [`RunError`] when the run failed (see above). With an empty result and no event:
     /// [`Error::Busy`] when a run is already active, or when called from a listener of this
     /// agent; [`Error::NothingToContinue`] for an empty prompt.
-    pub fn prompt(&self, input: impl Into<Prompt>) -> Result<RunResult, Error> {
+    pub fn prompt(&self, input: impl Into<Prompt>) -> Result<RunResult, RunError> {
         let input = input.into().0;
         if input.is_empty() {
-            return Err(Error::NothingToContinue("the prompt has no message".into()));
+            return Err(RunError::refused(Error::NothingToContinue(
+                "the prompt has no message".into(),
+            )));
         }
         run::run(&self.inner, run::Start::Prompt(input))
     }
@@ -333,12 +334,15 @@ impl Agent {
     /// the queued steering is delivered (per the steering [`QueueMode`]), else the queued
     /// follow-ups (per the follow-up mode).
     ///
-    /// Blocks like [`Agent::prompt`].
+    /// Blocks like [`Agent::prompt`], and returns like it: `Ok` for a run that ended as asked,
+    /// a [`RunError`] with what the run produced for a run that failed (see
+    /// [`Agent::prompt`]'s "Ok or Err").
     ///
     /// # Errors
-    /// [`Error::Busy`] as for [`Agent::prompt`]; [`Error::NothingToContinue`] when the transcript
-    /// ends with an assistant message (or is empty) and nothing is queued.
-    pub fn continue_run(&self) -> Result<RunResult, Error> {
+    /// A [`RunError`] when the run failed. With an empty result and no event: [`Error::Busy`]
+    /// as for [`Agent::prompt`]; [`Error::NothingToContinue`] when the transcript ends with an
+    /// assistant message (or is empty) and nothing is queued.
+    pub fn continue_run(&self) -> Result<RunResult, RunError> {
         run::run(&self.inner, run::Start::Continue)
     }
 

@@ -18,7 +18,7 @@ use crate::event::{AgentEvent, RunStopReason};
 use crate::llm::{Request, StreamEvent};
 use crate::message::{AssistantMessage, Message, StopReason, ToolResultMessage, Usage};
 use crate::partial::PartialMessage;
-use crate::{Error, TimeoutPhase};
+use crate::{Error, ErrorInfo, RunError, TimeoutPhase};
 
 pub(crate) enum Start {
     Prompt(Vec<Message>),
@@ -99,7 +99,7 @@ impl Drop for Claim<'_> {
     }
 }
 
-pub(crate) fn run(inner: &Arc<Inner>, start: Start) -> Result<RunResult, Error> {
+pub(crate) fn run(inner: &Arc<Inner>, start: Start) -> Result<RunResult, RunError> {
     // With a `run_timeout` the token carries the run's deadline (see `CancelToken`).
     let deadline = inner
         .config
@@ -107,11 +107,11 @@ pub(crate) fn run(inner: &Arc<Inner>, start: Start) -> Result<RunResult, Error> 
         .run_timeout
         .and_then(|t| std::time::Instant::now().checked_add(t));
     let cancel = deadline.map_or_else(CancelToken::new, CancelToken::with_deadline);
-    let mut claim = Claim::take(inner, &cancel)?;
+    let mut claim = Claim::take(inner, &cancel).map_err(RunError::refused)?;
     claim.enter(&cancel);
     let input = match start {
         Start::Prompt(messages) => messages,
-        Start::Continue => continue_input(inner)?,
+        Start::Continue => continue_input(inner).map_err(RunError::refused)?,
     };
     let config = inner.config.lock().clone();
     let mut run = Run {
@@ -128,10 +128,10 @@ pub(crate) fn run(inner: &Arc<Inner>, start: Start) -> Result<RunResult, Error> 
         Ok(r) => r,
         Err(payload) => (
             RunStopReason::Error,
-            Some(Error::Provider(format!(
-                "the agent loop panicked: {}",
-                panic_message(&*payload)
-            ))),
+            Some(Error::Panic {
+                source: "the agent loop",
+                message: panic_message(&*payload),
+            }),
         ),
     };
     // The outcome is decided here, as the claim goes: an abort that landed after the loop's
@@ -140,21 +140,30 @@ pub(crate) fn run(inner: &Arc<Inner>, start: Start) -> Result<RunResult, Error> 
     if claim.release() && stop_reason != RunStopReason::Error {
         stop_reason = RunStopReason::Cancelled;
     }
+    // A run that ends with `Error` returns one (the loop always pairs them; this keeps the
+    // rule when it did not); a run that ends otherwise ended as asked and is `Ok`.
+    let error = match (stop_reason, error) {
+        (RunStopReason::Error, None) => Some(Error::Provider("the run failed".to_owned())),
+        (RunStopReason::Error, error) => error,
+        (_, _) => None,
+    };
     let result = RunResult {
         messages: run.appended.clone(),
         stop_reason,
         usage: run.usage,
-        error: error.clone(),
     };
     let messages = std::mem::take(&mut run.appended);
     run.emit(AgentEvent::AgentEnd {
         messages,
         stop_reason,
         usage: run.usage,
-        error_message: error.map(|e| e.to_string()),
+        error: error.as_ref().map(ErrorInfo::from),
     });
     drop(claim);
-    Ok(result)
+    match error {
+        Some(error) => Err(RunError::new(error, result)),
+        None => Ok(result),
+    }
 }
 
 /// What `continue_run` sends: nothing when the model is due to answer (a user or tool-result
@@ -563,10 +572,10 @@ impl Run<'_> {
                 (reply, Some(e))
             }
             Err(payload) => {
-                let e = Error::Provider(format!(
-                    "the provider panicked: {}",
-                    panic_message(&*payload)
-                ));
+                let e = Error::Panic {
+                    source: "the provider",
+                    message: panic_message(&*payload),
+                };
                 let mut reply = partial.to_message(StopReason::Error);
                 reply.error_message = Some(e.to_string());
                 (reply, Some(e))

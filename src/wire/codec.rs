@@ -10,12 +10,12 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::Error;
 use crate::event::{AgentEvent, RunStopReason};
 use crate::llm::StreamEvent;
 use crate::message::{Message, ToolCall, ToolResultMessage, Usage};
 use crate::partial::PartialMessage;
 use crate::tool::ToolOutput;
+use crate::{Error, ErrorInfo};
 
 /// The longest line [`Decoder`] accepts by default, in bytes (8 MiB), line break excluded.
 ///
@@ -88,8 +88,13 @@ struct AgentEndParams<M, E> {
     messages: M,
     stop_reason: RunStopReason,
     usage: Usage,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    error_message: Option<E>,
+    // `default = "none"`: a plain `default` would ask `E: Default` of the error type.
+    #[serde(default = "none", skip_serializing_if = "Option::is_none")]
+    error: Option<E>,
+}
+
+fn none<E>() -> Option<E> {
+    None
 }
 
 /// Encodes `event` as one line of the native dialect, without the line break.
@@ -152,7 +157,7 @@ pub(crate) fn write_event(buf: &mut Vec<u8>, event: &AgentEvent) {
             messages,
             stop_reason,
             usage,
-            error_message,
+            error,
         } => notification_to(
             buf,
             method,
@@ -160,7 +165,7 @@ pub(crate) fn write_event(buf: &mut Vec<u8>, event: &AgentEvent) {
                 messages,
                 stop_reason: *stop_reason,
                 usage: *usage,
-                error_message: error_message.as_ref(),
+                error: error.as_ref(),
             },
         ),
     }
@@ -408,12 +413,12 @@ impl Decoder {
                 }
             }
             "AgentEnd" => {
-                let p: AgentEndParams<Vec<Arc<Message>>, String> = params_of(method, params)?;
+                let p: AgentEndParams<Vec<Arc<Message>>, ErrorInfo> = params_of(method, params)?;
                 AgentEvent::AgentEnd {
                     messages: p.messages,
                     stop_reason: p.stop_reason,
                     usage: p.usage,
-                    error_message: p.error_message,
+                    error: p.error,
                 }
             }
             other => {
@@ -542,6 +547,44 @@ mod tests {
                 "\n",
             )
         );
+    }
+
+    #[test]
+    fn agent_end_error_line_is_exact_and_decodes_strictly() {
+        let event = AgentEvent::AgentEnd {
+            messages: Vec::new(),
+            stop_reason: RunStopReason::Error,
+            usage: Usage::default(),
+            error: Some(ErrorInfo::from(&Error::Timeout(
+                crate::TimeoutPhase::FirstByte,
+            ))),
+        };
+        let line = encode_event_line(&event);
+        assert_eq!(
+            line,
+            concat!(
+                r#"{"jsonrpc":"2.0","method":"AgentEnd","params":{"messages":[],"stop_reason":"error","#,
+                r#""usage":{"input":0,"output":0,"cache_read":0,"cache_write":0,"reasoning":0,"total":0},"#,
+                r#""error":{"kind":"timeout","phase":"first_byte","message":"timed out waiting for the first byte"}}}"#
+            )
+        );
+        assert_eq!(decode_event_line(&line).unwrap(), event);
+        // Without an error the member is left out, and reads back as none.
+        let ok = AgentEvent::AgentEnd {
+            messages: Vec::new(),
+            stop_reason: RunStopReason::NoToolCalls,
+            usage: Usage::default(),
+            error: None,
+        };
+        let line = encode_event_line(&ok);
+        assert!(!line.contains("error"), "{line}");
+        assert_eq!(decode_event_line(&line).unwrap(), ok);
+        let bad = line.replace(
+            r#""stop_reason":"no_tool_calls""#,
+            r#""stop_reason":"error","error":{"kind":"timeout","message":"x"}"#,
+        );
+        let e = decode_event_line(&bad).unwrap_err().to_string();
+        assert!(e.contains("a timeout needs its `phase`"), "{e}");
     }
 
     #[test]

@@ -34,7 +34,17 @@
 //! - usage is `{"input":0,"output":0,"cache_read":0,"cache_write":0,"reasoning":0,"total":0}`
 //!   (each count may be left out and reads as 0);
 //! - a run stop reason is one of `"continuing"` (on `TurnEnd` only), `"no_tool_calls"`,
-//!   `"empty_response"`, `"max_turns"`, `"cancelled"`, `"error"`.
+//!   `"empty_response"`, `"max_turns"`, `"cancelled"`, `"error"`;
+//! - an error is `{"kind":"<kind>","message":".."}` ([`ErrorInfo`](crate::ErrorInfo)), the
+//!   kind one of `"auth"`, `"rate_limited"`, `"timeout"`, `"connection"`, `"server"`,
+//!   `"context_overflow"`, `"invalid_request"`, `"stream"`, `"reply_too_large"`, `"aborted"`,
+//!   `"busy"`, `"provider"`, `"panic"`, `"wire"`, `"io"` (see
+//!   [`ErrorKind`](crate::ErrorKind)); a `timeout` adds `"phase"` (`"connect"`,
+//!   `"first_byte"`, `"idle"`, `"run"`), a `server` or `invalid_request` error adds the HTTP
+//!   `"status"` when it has one:
+//!   `{"kind":"rate_limited","message":"http status 429: slow down"}`,
+//!   `{"kind":"timeout","phase":"first_byte","message":"timed out waiting for the first byte"}`,
+//!   `{"kind":"server","status":503,"message":"http status 503: overloaded"}`.
 //!
 //! | method | params | when |
 //! |---|---|---|
@@ -47,7 +57,7 @@
 //! | `ToolUpdate` | `call_id`: string, `tool_name`: string, `partial`: `{"content":"..","details":{..} (optional)}` | a running tool published progress |
 //! | `ToolEnd` | `result`: tool result (as the `tool_result` message, without `role`) | a tool call ended |
 //! | `TurnEnd` | `turn`: integer, `message`: the turn's assistant message, `tool_results`: the list of tool results, `stop_reason`: run stop reason | a turn ended |
-//! | `AgentEnd` | `messages`: the list of messages the run appended, `stop_reason`, `usage`, `error_message`: string (optional) | the run ended (exactly once per run) |
+//! | `AgentEnd` | `messages`: the list of messages the run appended, `stop_reason`, `usage`, `error`: error (present exactly when the run failed: `stop_reason` is `"error"`) | the run ended (exactly once per run) |
 //!
 //! A `MessageUpdate` delta is tagged by `type`:
 //!
@@ -102,6 +112,9 @@
 //! the string `"2.0"`, an `id` member, any other unexpected member, a missing or unknown
 //! `method`, `params` that is not an object, a missing required field or a field of the wrong
 //! type, a line break inside the line, and a line over [`MAX_LINE_LEN`] bytes (8 MiB; see [`Decoder::max_line_len`]).
+//! Inside an error: a missing `kind` or `message`, an unknown kind or timeout phase, a
+//! timeout without its `phase`, a `phase` on another kind, a `status` on a kind other than
+//! `server` and `invalid_request` or outside 100..=599.
 //! Unknown fields *inside* `params` are ignored, so a newer writer can add fields without
 //! breaking older readers. Fields marked optional above may be left out; a tool result's
 //! `"details": null` reads back as no details.

@@ -18,7 +18,7 @@ use crate::agent::Queue;
 use crate::hooks::{ToolCallRequest, ToolDecision};
 use crate::message::{Message, ToolCall};
 use crate::state::State;
-use crate::{Agent, AgentBuilder, Error};
+use crate::{Agent, AgentBuilder, Error, ErrorInfo, RunResult};
 
 /// The protocol version `initialize` reports.
 pub const PROTOCOL_VERSION: &str = "pagent-wire/1";
@@ -203,11 +203,11 @@ impl Approvals {
 /// | method | params | result |
 /// |---|---|---|
 /// | `initialize` | none | `{"protocol_version":"pagent-wire/1","server":{"name","version"},"capabilities":{"methods":[..],"events":"native","tool_approval":bool}}` |
-/// | `prompt` | `{"text":".."}` | when the run ends: `{"stop_reason":"no_tool_calls","text":"<last reply>","usage":{..},"error":null\|".."}` |
+/// | `prompt` | `{"text":".."}` | when the run ends: `{"stop_reason":"no_tool_calls","text":"<last reply>","usage":{..},"error":null}`; for a run that failed, `"stop_reason":"error"` and `"error"` the error object of the wire (`{"kind":"rate_limited","message":".."}`, see the [wire docs](super)) |
 /// | `steer` | `{"text":".."}` | `{"queued":true}`: delivered before the next model call |
 /// | `follow_up` | `{"text":".."}` | `{"queued":true}`: delivered when the run would stop |
 /// | `abort` | none | `{"aborted":bool}` (false when no run is active) |
-/// | `snapshot` | none | the agent's state: `system_prompt`, `model`, `thinking`, `tools` (names), `messages`, `is_running`, `is_streaming`, `streaming_message`, `pending_tool_calls`, `tool_results`, `error_message`, `turn`, `stop_reason`, `run_usage`, `usage`, `steering_queue`, `follow_up_queue` |
+/// | `snapshot` | none | the agent's state: `system_prompt`, `model`, `thinking`, `tools` (names), `messages`, `is_running`, `is_streaming`, `streaming_message`, `pending_tool_calls`, `tool_results`, `error_message`, `error` (the error object of the last run's `AgentEnd`, or null), `turn`, `stop_reason`, `run_usage`, `usage`, `steering_queue`, `follow_up_queue` |
 ///
 /// While a run is active, each event is written as a notification line of the native
 /// dialect (see the [wire docs](super)), in order; the `prompt` response comes after the
@@ -455,17 +455,24 @@ impl<'a> Server<'a> {
             // Free before answering, so a client that prompts again on the answer is served.
             self.busy.store(false, Ordering::Release);
             let Some(id) = id else { return };
+            let answer = |r: &RunResult, error: Option<ErrorInfo>| {
+                json!({
+                    "stop_reason": r.stop_reason,
+                    "text": r.text(),
+                    "usage": r.usage,
+                    "error": error,
+                })
+            };
             match outcome {
-                Ok(r) => self.out.result(
-                    &id,
-                    &json!({
-                        "stop_reason": r.stop_reason,
-                        "text": r.text(),
-                        "usage": r.usage,
-                        "error": r.error.map(|e| e.to_string()),
-                    }),
-                ),
-                Err(e) => self.out.error(&id, codes::INTERNAL_ERROR, e.to_string()),
+                Ok(r) => self.out.result(&id, &answer(&r, None)),
+                // Refused before it started (a run begun outside the server): no run to report.
+                Err(e) if e.error() == &Error::Busy => {
+                    self.out
+                        .error(&id, codes::RUN_ACTIVE, Error::Busy.to_string());
+                }
+                Err(e) => self
+                    .out
+                    .result(&id, &answer(e.result(), Some(ErrorInfo::from(e.error())))),
             }
         });
         Ok(None)
@@ -527,6 +534,8 @@ fn snapshot_json(s: &State) -> Value {
             .collect::<Vec<_>>(),
         "tool_results": s.tool_results.iter().map(|r| json!(**r)).collect::<Vec<_>>(),
         "error_message": s.error_message.as_deref(),
+        "error": s.error_kind.zip(s.error_message.as_deref())
+            .map(|(kind, message)| ErrorInfo::new(kind, message)),
         "turn": s.turn,
         "stop_reason": s.stop_reason,
         "run_usage": s.run_usage,

@@ -11,7 +11,9 @@ use std::time::Duration;
 use pagent::hooks::ToolDecision;
 use pagent::llm::{Faux, FauxReply};
 use pagent::wire::{Dialect, Writer};
-use pagent::{Agent, AgentBuilder, AgentEvent, State, SteeringPolicy, ToolError, ToolOutput, tool};
+use pagent::{
+    Agent, AgentBuilder, AgentEvent, ErrorKind, State, SteeringPolicy, ToolError, ToolOutput, tool,
+};
 use parking_lot::Mutex;
 use serde_json::json;
 
@@ -58,7 +60,10 @@ pub struct Recorded {
 pub type Action = fn(&Agent);
 
 fn prompt(agent: &Agent) {
-    agent.prompt("Say hello.").expect("the run starts");
+    // A scenario that fails on purpose (a provider error) returns its run inside the `Err`.
+    if let Err(failed) = agent.prompt("Say hello.") {
+        assert_ne!(failed.kind(), ErrorKind::Busy, "the run starts");
+    }
 }
 
 fn faux_echo(text: &str) -> FauxReply {

@@ -10,7 +10,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use pagent::llm::{OpenAiCompat, Provider, RetryPolicy};
-use pagent::{Agent, AgentEvent, Message, RunResult, ToolOutput, tool};
+use pagent::{Agent, AgentEvent, Message, RunError, RunResult, ToolOutput, tool};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -263,11 +263,15 @@ pub fn agent(provider: impl Provider + 'static, model: &str) -> (Agent, Recorder
 }
 
 /// Replays `replies` to a fresh agent on an OpenAI-compatible provider and sends `prompt`;
-/// returns the event lines, the run's result, and the server (for the requests it got).
-pub fn replay(model: &str, replies: Vec<Reply>, prompt: &str) -> (Vec<String>, RunResult, Server) {
+/// returns the event lines, what the run returned, and the server (for the requests it got).
+pub fn replay(
+    model: &str,
+    replies: Vec<Reply>,
+    prompt: &str,
+) -> (Vec<String>, Result<RunResult, RunError>, Server) {
     let server = Server::start(replies);
     let (agent, rec) = agent(openai(&server), model);
-    let result = agent.prompt(prompt).unwrap();
+    let result = agent.prompt(prompt);
     (rec.lines(), result, server)
 }
 
