@@ -5,10 +5,9 @@ use std::sync::Arc;
 use imbl::Vector;
 
 use crate::event::{AgentEvent, RunStopReason};
-use crate::llm::{StreamEvent, ThinkingLevel, ToolDefinition};
 use crate::message::{Message, StopReason, ToolCall, ToolResultMessage, Usage};
 use crate::partial::PartialMessage;
-use crate::tool::ToolOutput;
+use crate::types::{StreamEvent, ThinkingLevel, ToolDefinition, ToolOutput};
 
 /// An immutable snapshot of an agent.
 ///

@@ -30,11 +30,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crossbeam_channel::Sender;
-use serde::{Deserialize, Serialize};
-
 use crate::cancel::CancelToken;
-use crate::llm::ToolDefinition;
+use crate::types::ToolDefinition;
+pub use crate::types::ToolOutput;
 
 mod typed;
 
@@ -111,45 +109,6 @@ impl<T: Tool + ?Sized> Tool for Arc<T> {
     }
 }
 
-/// What a tool returns: text for the model and optional structured details for programs.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct ToolOutput {
-    /// The text the model sees.
-    pub content: String,
-    /// Data for programs and UIs (not sent to the model).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub details: Option<serde_json::Value>,
-}
-
-impl ToolOutput {
-    /// Output with this text.
-    pub fn text(content: impl Into<String>) -> ToolOutput {
-        ToolOutput {
-            content: content.into(),
-            details: None,
-        }
-    }
-
-    /// Adds structured details.
-    #[must_use]
-    pub fn with_details(mut self, details: serde_json::Value) -> ToolOutput {
-        self.details = Some(details);
-        self
-    }
-}
-
-impl From<String> for ToolOutput {
-    fn from(s: String) -> ToolOutput {
-        ToolOutput::text(s)
-    }
-}
-
-impl From<&str> for ToolOutput {
-    fn from(s: &str) -> ToolOutput {
-        ToolOutput::text(s)
-    }
-}
-
 /// A tool's failure; the message goes to the model as an error result.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ToolError(pub String);
@@ -197,26 +156,19 @@ impl From<serde_json::Error> for ToolError {
 pub struct ToolContext {
     call_id: String,
     cancel: CancelToken,
-    updates: Option<Sender<ToolMsg>>,
+    updates: Option<Updates>,
 }
 
-/// What a tool worker tells the run thread.
-pub(crate) enum ToolMsg {
-    Update {
-        call_id: String,
-        output: ToolOutput,
-    },
-    Done {
-        index: usize,
-        outcome: Result<ToolOutput, ToolError>,
-    },
-}
+/// Where [`ToolContext::update`] hands progress: the agent's tool worker passes a sink of
+/// its own protocol (the context knows nothing of it). Called on the tool's thread; must
+/// not block.
+pub(crate) type Updates = Box<dyn Fn(ToolOutput) + Send + Sync>;
 
 impl ToolContext {
     pub(crate) fn new(
         call_id: String,
         cancel: CancelToken,
-        updates: Option<Sender<ToolMsg>>,
+        updates: Option<Updates>,
     ) -> ToolContext {
         ToolContext {
             call_id,
@@ -253,12 +205,8 @@ impl ToolContext {
 
     /// Publishes progress: the agent emits a `ToolUpdate` event with it. Does not block.
     pub fn update(&self, partial: impl Into<ToolOutput>) {
-        if let Some(tx) = &self.updates {
-            // The run thread may already be gone only after the tool returned; ignore then.
-            let _ = tx.send(ToolMsg::Update {
-                call_id: self.call_id.clone(),
-                output: partial.into(),
-            });
+        if let Some(updates) = &self.updates {
+            updates(partial.into());
         }
     }
 }
