@@ -129,6 +129,7 @@ pub(crate) use http_setters;
 
 mod anthropic;
 mod env;
+mod error_text;
 mod faux;
 mod http;
 mod openai;
