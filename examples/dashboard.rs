@@ -1,9 +1,11 @@
 //! A terminal dashboard whose UI thread never subscribes: it polls `snapshot()` every frame.
 //!
 //! ```sh
-//! cargo run --example dashboard                            # interactive
-//! cargo run --example dashboard -- --script "tell me about owls" --steer "be brief"
+//! cargo run --example dashboard --features dashboard      # interactive
+//! cargo run --example dashboard --features dashboard -- --script "tell me about owls" --steer "be brief"
 //! ```
+//!
+//! (The `dashboard` feature builds ratatui, which no other example needs.)
 //!
 //! Type and press Enter to prompt (the run happens on a worker thread). While it runs, Enter
 //! steers, Ctrl-F queues a follow-up, Esc aborts; Ctrl-C quits.

@@ -5,10 +5,9 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::kind::ErrorInfo;
-use crate::llm::StreamEvent;
 use crate::message::{Message, ToolCall, ToolResultMessage, Usage};
 use crate::partial::PartialMessage;
-use crate::tool::ToolOutput;
+use crate::types::{StreamEvent, ToolOutput};
 
 /// One step of a run. Every run emits them in this order:
 ///

@@ -30,6 +30,7 @@ mod partial;
 pub mod session;
 mod state;
 pub mod tool;
+mod types;
 pub mod wire;
 
 pub use agent::{

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use imbl::Vector;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::llm::StreamEvent;
 use crate::message::{AssistantMessage, ContentBlock, StopReason, ToolCall, Usage};
+use crate::types::StreamEvent;
 
 /// Text that grows by appending, shared between snapshots.
 ///

@@ -6,10 +6,9 @@ use imbl::Vector;
 
 use crate::event::{AgentEvent, RunStopReason};
 use crate::kind::ErrorKind;
-use crate::llm::{StreamEvent, ThinkingLevel, ToolDefinition};
 use crate::message::{Message, StopReason, ToolCall, ToolResultMessage, Usage};
 use crate::partial::PartialMessage;
-use crate::tool::ToolOutput;
+use crate::types::{StreamEvent, ThinkingLevel, ToolDefinition, ToolOutput};
 
 /// An immutable snapshot of an agent.
 ///

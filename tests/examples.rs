@@ -1,7 +1,8 @@
 //! Runs every example offline to completion, so none of them can rot.
 //!
 //! `cargo test` builds the examples before it runs this; when they are missing (under
-//! `cargo test --test examples` from a clean tree), they are built first.
+//! `cargo test --test examples` from a clean tree), they are built first. The dashboard's
+//! tests run with its feature: `cargo test --features dashboard` (CI does).
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -36,6 +37,7 @@ fn example(name: &str) -> PathBuf {
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
             let status = Command::new(cargo)
                 .args(["build", "--examples", "--quiet"])
+                .args(cfg!(feature = "dashboard").then_some("--features=dashboard"))
                 .current_dir(env!("CARGO_MANIFEST_DIR"))
                 .status()
                 .expect("cargo runs");
@@ -150,6 +152,7 @@ fn field<'a>(out: &'a str, label: &str) -> &'a str {
 }
 
 #[test]
+#[cfg(feature = "dashboard")]
 fn dashboard_script_runs_a_prompt_through_the_drawing_loop() {
     let ran = run("dashboard", &["--script", "tell me about owls"], "");
     let out = &ran.stdout;
@@ -188,6 +191,7 @@ fn dashboard_script_runs_a_prompt_through_the_drawing_loop() {
 }
 
 #[test]
+#[cfg(feature = "dashboard")]
 fn dashboard_script_steers_while_tools_run() {
     let ran = run(
         "dashboard",
@@ -205,6 +209,7 @@ fn dashboard_script_steers_while_tools_run() {
 }
 
 #[test]
+#[cfg(feature = "dashboard")]
 fn dashboard_script_queues_a_follow_up_into_the_same_run() {
     let ran = run(
         "dashboard",
@@ -222,6 +227,7 @@ fn dashboard_script_queues_a_follow_up_into_the_same_run() {
 }
 
 #[test]
+#[cfg(feature = "dashboard")]
 fn dashboard_script_aborts_a_running_tool() {
     let ran = run("dashboard", &["--script", "owls", "--abort"], "");
     let out = &ran.stdout;

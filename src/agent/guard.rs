@@ -25,7 +25,7 @@ use crossbeam_channel::Sender;
 // function can then move here).
 use super::dispatch::panic_message;
 use crate::Error;
-use crate::tool::{ToolError, ToolMsg, ToolOutput};
+use crate::tool::{ToolError, ToolOutput};
 
 /// Runs `f`, user code, catching a panic: `Err` holds the panic's message.
 ///
@@ -45,6 +45,19 @@ pub(crate) fn catch<R>(f: impl FnOnce() -> R) -> Result<R, String> {
 /// [`Error::Panic`] naming `source` ("the before_turn hook").
 pub(crate) fn must<R>(source: &'static str, f: impl FnOnce() -> R) -> Result<R, Error> {
     catch(f).map_err(|message| Error::Panic { source, message })
+}
+
+/// What a tool worker tells the run thread: the agent's own protocol with its workers. A
+/// tool sees none of it; its [`ToolContext`](crate::ToolContext) hands progress to a sink
+/// that sends `Update`s here.
+pub(crate) enum ToolMsg {
+    /// Progress of the call `call_id`, from `ToolContext::update`.
+    Update { call_id: String, output: ToolOutput },
+    /// The outcome of the call at `index` in the batch, sent once by its [`Worker`].
+    Done {
+        index: usize,
+        outcome: Result<ToolOutput, ToolError>,
+    },
 }
 
 /// Owned by a tool worker thread: reports the call's outcome to the run thread when dropped,

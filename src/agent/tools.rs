@@ -20,12 +20,12 @@ use std::sync::Arc;
 use crossbeam_channel::Receiver;
 
 use super::SteeringPolicy;
-use super::guard::{self, Worker};
+use super::guard::{self, ToolMsg, Worker};
 use super::hooks::{ToolCallRequest, ToolDecision};
 use super::run::Run;
 use crate::event::AgentEvent;
 use crate::message::{AssistantMessage, Message, StopReason, ToolCall, ToolResultMessage};
-use crate::tool::{Tool, ToolContext, ToolError, ToolMsg, ToolOutput, Updates};
+use crate::tool::{Tool, ToolContext, ToolError, ToolOutput, Updates};
 
 /// Text of the results synthesized for calls that never ran.
 pub(crate) const CANCELLED: &str = "cancelled: the run was aborted before this tool call ran";
@@ -114,10 +114,18 @@ impl Run<'_> {
                     self.run_here(index, &tool, args, &mut batch);
                     continue;
                 };
+                let (updates, call_id) = (tx.clone(), call.id.clone());
                 let ctx = ToolContext::new(
                     call.id.clone(),
                     self.cancel.clone(),
-                    Updates::Channel(tx.clone()),
+                    Updates::Sink(Box::new(move |output| {
+                        // The run thread may be gone only after the tool returned; ignore
+                        // then.
+                        let _ = updates.send(ToolMsg::Update {
+                            call_id: call_id.clone(),
+                            output,
+                        });
+                    })),
                 );
                 let worker = Worker::new(index, tx.clone());
                 let name = call.name.clone();

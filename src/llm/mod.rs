@@ -51,14 +51,11 @@
 //!   server's text has the key removed before it is cut, and notes are appended after.
 //! - **Configuration** from the environment: see [`from_env`].
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use serde::{Deserialize, Serialize};
-
 use crate::Error;
 use crate::cancel::CancelToken;
-use crate::message::{Message, StopReason, Usage};
+use crate::message::{Message, StopReason};
+pub use crate::types::{StreamEvent, ThinkingLevel, ToolDefinition};
+use std::sync::Arc;
 
 /// The key and client setters every HTTP provider has, and its base URL, delegating to its
 /// `endpoint: Endpoint` field; `$key_doc` documents `api_key` (how the key is sent).
@@ -134,6 +131,7 @@ pub(crate) use http_setters;
 
 mod anthropic;
 mod env;
+mod error_text;
 mod faux;
 mod http;
 mod openai;
@@ -161,108 +159,6 @@ pub struct Request {
     pub model: String,
     /// How hard the model should think, where it can.
     pub thinking: ThinkingLevel,
-}
-
-/// A tool as the model sees it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ToolDefinition {
-    /// The name the model calls it by.
-    pub name: String,
-    /// What it does, for the model.
-    pub description: String,
-    /// JSON Schema of the arguments object.
-    pub parameters: serde_json::Value,
-}
-
-/// How much reasoning to ask for. Providers map it to their own knobs (`reasoning_effort`,
-/// a thinking budget); `Off` sends nothing.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ThinkingLevel {
-    /// No reasoning requested.
-    #[default]
-    Off,
-    /// The least reasoning the provider offers.
-    Minimal,
-    /// Some reasoning.
-    Low,
-    /// More reasoning.
-    Medium,
-    /// The most reasoning.
-    High,
-}
-
-/// One piece of a streaming reply.
-///
-/// The same type is the `delta` of [`crate::AgentEvent::MessageUpdate`], so what a listener
-/// sees is exactly what the provider produced.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum StreamEvent {
-    /// Visible text.
-    TextDelta {
-        /// The new text.
-        text: String,
-    },
-    /// Reasoning text.
-    ThinkingDelta {
-        /// The new reasoning text.
-        text: String,
-    },
-    /// The signature of the reasoning block (Anthropic), to send back in the next request.
-    ThinkingSignature {
-        /// The opaque signature.
-        signature: String,
-    },
-    /// A tool call begins; its arguments follow as [`StreamEvent::ToolCallDelta`]s.
-    ToolCallStart {
-        /// The provider's call id.
-        id: String,
-        /// The tool's name.
-        name: String,
-    },
-    /// A fragment of a tool call's JSON arguments.
-    ToolCallDelta {
-        /// Which call of this reply, counting [`StreamEvent::ToolCallStart`]s from 0.
-        index: usize,
-        /// The next piece of the raw argument text.
-        arguments: String,
-    },
-    /// Token usage so far (each report replaces the previous one).
-    Usage {
-        /// The counts.
-        usage: Usage,
-    },
-    /// The request failed with a transient error and will be sent again after `delay_ms`.
-    /// Nothing of the reply had arrived.
-    Retry {
-        /// 1 for the first retry.
-        attempt: u32,
-        /// How long the provider waits before it tries again.
-        delay_ms: u64,
-        /// What failed.
-        error: String,
-    },
-}
-
-impl StreamEvent {
-    /// A text delta.
-    pub fn text(text: impl Into<String>) -> StreamEvent {
-        StreamEvent::TextDelta { text: text.into() }
-    }
-
-    /// A reasoning delta.
-    pub fn thinking(text: impl Into<String>) -> StreamEvent {
-        StreamEvent::ThinkingDelta { text: text.into() }
-    }
-
-    /// The retry delay as a `Duration`, for [`StreamEvent::Retry`].
-    pub fn retry_delay(&self) -> Option<Duration> {
-        match self {
-            StreamEvent::Retry { delay_ms, .. } => Some(Duration::from_millis(*delay_ms)),
-            _ => None,
-        }
-    }
 }
 
 /// How a reply ended, as the provider reports it: what the [`StreamEvent`]s cannot carry.

@@ -35,12 +35,11 @@ use std::sync::Arc;
 use std::thread::ThreadId;
 use std::time::Duration;
 
-use crossbeam_channel::Sender;
 use parking_lot::Mutex;
-use serde::{Deserialize, Serialize};
 
 use crate::cancel::CancelToken;
-use crate::llm::ToolDefinition;
+use crate::types::ToolDefinition;
+pub use crate::types::ToolOutput;
 
 mod typed;
 
@@ -117,45 +116,6 @@ impl<T: Tool + ?Sized> Tool for Arc<T> {
     }
 }
 
-/// What a tool returns: text for the model and optional structured details for programs.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct ToolOutput {
-    /// The text the model sees.
-    pub content: String,
-    /// Data for programs and UIs (not sent to the model).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub details: Option<serde_json::Value>,
-}
-
-impl ToolOutput {
-    /// Output with this text.
-    pub fn text(content: impl Into<String>) -> ToolOutput {
-        ToolOutput {
-            content: content.into(),
-            details: None,
-        }
-    }
-
-    /// Adds structured details.
-    #[must_use]
-    pub fn with_details(mut self, details: serde_json::Value) -> ToolOutput {
-        self.details = Some(details);
-        self
-    }
-}
-
-impl From<String> for ToolOutput {
-    fn from(s: String) -> ToolOutput {
-        ToolOutput::text(s)
-    }
-}
-
-impl From<&str> for ToolOutput {
-    fn from(s: &str) -> ToolOutput {
-        ToolOutput::text(s)
-    }
-}
-
 /// A tool's failure; the message goes to the model as an error result.
 ///
 /// Any error converts into it, so `?` works inside [`Tool::execute`] on a `ParseIntError`, an
@@ -216,8 +176,9 @@ pub struct ToolContext {
 pub(crate) enum Updates {
     /// Nowhere: a detached context.
     Nowhere,
-    /// Over the batch's channel to the run thread: the tool runs on a worker thread.
-    Channel(Sender<ToolMsg>),
+    /// Handed to a sink the agent built (it sends them over the batch's channel to the run
+    /// thread): the tool runs on a worker thread.
+    Sink(Box<dyn Fn(ToolOutput) + Send + Sync>),
     /// Published at once: the tool runs on the run thread itself.
     Direct(Direct),
 }
@@ -253,18 +214,6 @@ impl Direct {
             (self.publish)(output);
         }
     }
-}
-
-/// What a tool worker tells the run thread.
-pub(crate) enum ToolMsg {
-    Update {
-        call_id: String,
-        output: ToolOutput,
-    },
-    Done {
-        index: usize,
-        outcome: Result<ToolOutput, ToolError>,
-    },
 }
 
 impl ToolContext {
@@ -314,14 +263,7 @@ impl ToolContext {
     pub fn update(&self, partial: impl Into<ToolOutput>) {
         match &self.updates {
             Updates::Nowhere => {}
-            Updates::Channel(tx) => {
-                // The run thread may already be gone only after the tool returned; ignore
-                // then.
-                let _ = tx.send(ToolMsg::Update {
-                    call_id: self.call_id.clone(),
-                    output: partial.into(),
-                });
-            }
+            Updates::Sink(send) => send(partial.into()),
             Updates::Direct(direct) => {
                 let output = partial.into();
                 if std::thread::current().id() == direct.run_thread {
