@@ -26,6 +26,7 @@ use crate::tool::ToolOutput;
 /// Each event is folded into the agent's [`crate::State`] before any listener sees it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type")]
+#[non_exhaustive]
 pub enum AgentEvent {
     /// A run begins.
     AgentStart,
@@ -118,6 +119,7 @@ impl AgentEvent {
 /// Why a turn or a run ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum RunStopReason {
     /// Another turn follows (on `TurnEnd` only).
     Continuing,

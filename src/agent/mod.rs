@@ -79,6 +79,7 @@ impl Drop for Inner {
 
 /// When queued steering interrupts a batch of tool calls.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum SteeringPolicy {
     /// The current reply's tool calls all finish; the steering message goes in before the
     /// next model call.
@@ -91,6 +92,7 @@ pub enum SteeringPolicy {
 
 /// How many queued messages are taken at once.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum QueueMode {
     /// One message per model call (or per new turn, for follow-ups).
     #[default]
@@ -143,6 +145,7 @@ impl From<Vec<Message>> for Prompt {
 
 /// How a run ended.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct RunResult {
     /// Every message the run appended to the transcript, in order.
     pub messages: Vec<Arc<Message>>,

@@ -147,6 +147,7 @@ pub use retry::RetryPolicy;
 
 /// What one model call gets.
 #[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
 pub struct Request {
     /// The system prompt; empty for none.
     pub system_prompt: String,
@@ -161,8 +162,42 @@ pub struct Request {
     pub thinking: ThinkingLevel,
 }
 
+impl Request {
+    /// A request to `model` with these messages: no system prompt, no tools, thinking off
+    /// (add them with the `with_` methods). For calling a provider directly, as a test does.
+    pub fn new(model: impl Into<String>, messages: Vec<Arc<Message>>) -> Request {
+        Request {
+            model: model.into(),
+            messages,
+            ..Request::default()
+        }
+    }
+
+    /// The same request with this system prompt.
+    #[must_use]
+    pub fn with_system_prompt(mut self, system_prompt: impl Into<String>) -> Request {
+        self.system_prompt = system_prompt.into();
+        self
+    }
+
+    /// The same request offering these tools.
+    #[must_use]
+    pub fn with_tools(mut self, tools: impl Into<Arc<[ToolDefinition]>>) -> Request {
+        self.tools = tools.into();
+        self
+    }
+
+    /// The same request with this thinking level.
+    #[must_use]
+    pub fn with_thinking(mut self, thinking: ThinkingLevel) -> Request {
+        self.thinking = thinking;
+        self
+    }
+}
+
 /// A tool as the model sees it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ToolDefinition {
     /// The name the model calls it by.
     pub name: String,
@@ -172,10 +207,27 @@ pub struct ToolDefinition {
     pub parameters: serde_json::Value,
 }
 
+impl ToolDefinition {
+    /// A tool named `name` described by `description`, whose arguments follow the JSON
+    /// Schema `parameters`.
+    pub fn new(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        parameters: serde_json::Value,
+    ) -> ToolDefinition {
+        ToolDefinition {
+            name: name.into(),
+            description: description.into(),
+            parameters,
+        }
+    }
+}
+
 /// How much reasoning to ask for. Providers map it to their own knobs (`reasoning_effort`,
 /// a thinking budget); `Off` sends nothing.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ThinkingLevel {
     /// No reasoning requested.
     #[default]
@@ -196,6 +248,7 @@ pub enum ThinkingLevel {
 /// sees is exactly what the provider produced.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum StreamEvent {
     /// Visible text.
     TextDelta {

@@ -113,6 +113,7 @@ impl<T: Tool + ?Sized> Tool for Arc<T> {
 
 /// What a tool returns: text for the model and optional structured details for programs.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ToolOutput {
     /// The text the model sees.
     pub content: String,

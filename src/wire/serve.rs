@@ -17,7 +17,7 @@ use super::lines::{Line, LineSink, read_line};
 use crate::hooks::ToolDecision;
 use crate::message::Message;
 use crate::state::State;
-use crate::{Agent, AgentBuilder, Error};
+use crate::{Agent, AgentBuilder, Error, List};
 
 /// The protocol version `initialize` reports.
 pub const PROTOCOL_VERSION: &str = "pagent-wire/1";
@@ -481,8 +481,7 @@ fn text_param(method: &str, params: Option<&Value>) -> Result<String, Refusal> {
 }
 
 fn snapshot_json(s: &State) -> Value {
-    let messages =
-        |v: &imbl::Vector<Arc<Message>>| v.iter().map(|m| json!(**m)).collect::<Vec<_>>();
+    let messages = |v: &List<Arc<Message>>| v.iter().map(|m| json!(**m)).collect::<Vec<_>>();
     json!({
         "system_prompt": &*s.system_prompt,
         "model": &*s.model,
