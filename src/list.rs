@@ -195,7 +195,7 @@ mod tests {
         assert_eq!((list.first(), list.last()), (Some(&0), Some(&99)));
         let it = list.iter();
         assert_eq!(it.len(), 100);
-        assert_eq!((&list).into_iter().rev().next(), Some(&99));
+        assert_eq!((&list).into_iter().next_back(), Some(&99));
         let copy = list.clone();
         list.push_back(100);
         assert_eq!((copy.len(), list.len()), (100, 101));
