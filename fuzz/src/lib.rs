@@ -82,11 +82,7 @@ fn serve_connection(stream: TcpStream) {
 /// built. Errors are fine (the body is arbitrary); panics and mismatches are not.
 pub fn check_stream(provider: &dyn Provider, body: &[u8]) {
     *BODY.lock().unwrap_or_else(|e| e.into_inner()) = body.to_vec();
-    let request = Request {
-        messages: vec![Message::user("hi")],
-        model: "m".into(),
-        ..Request::default()
-    };
+    let request = Request::new("m", vec![Message::user("hi").into()]);
     let mut built = PartialMessage::new("m");
     let reply = provider.stream(&request, &CancelToken::new(), &mut |event| {
         built.push(&event)
