@@ -44,7 +44,7 @@ impl std::io::Write for Output {
 fuzz_target!(|data: &[u8]| {
     let (options, input) = pagent_fuzz::split_first(data);
     // The model calls `echo` after each user message, then answers: bounded turns per run.
-    let model = Faux::default().otherwise(|request| match request.messages.last() {
+    let model = Faux::default().otherwise(|request| match request.messages.last().map(|m| &**m) {
         Some(Message::User(_)) => FauxReply::tool_call("echo", json!({"n": 1})),
         _ => FauxReply::text("done"),
     });

@@ -78,21 +78,22 @@ fn serve_connection(stream: TcpStream) {
 }
 
 /// Streams a reply from `provider` (pointed at [`server_url`]) whose body is `body`, and
-/// checks the provider's contract on it: the reply returned is the content the events
-/// built. Errors are fine (the body is arbitrary); panics and mismatches are not.
+/// checks the provider's contract on it: the events fold into a message (as the agent
+/// assembles it) that a session or the wire carries without loss. Errors are fine (the body
+/// is arbitrary); panics and mismatches are not.
 pub fn check_stream(provider: &dyn Provider, body: &[u8]) {
     *BODY.lock().unwrap_or_else(|e| e.into_inner()) = body.to_vec();
     let request = Request::new("m", vec![Message::user("hi").into()]);
     let mut built = PartialMessage::new("m");
     let reply = provider.stream(&request, &CancelToken::new(), &mut |event| {
-        built.push(&event)
+        built.push(&event);
+        Ok(())
     });
-    if let Ok(message) = reply {
-        assert_eq!(
-            built.to_message(message.stop_reason).content,
-            message.content,
-            "the reply differs from what its events built"
-        );
+    if let Ok(end) = reply {
+        let message = Message::Assistant(built.to_message(end.stop_reason));
+        let json = serde_json::to_string(&message).expect("a message serializes");
+        let back: Message = serde_json::from_str(&json).expect("a message reads back");
+        assert_eq!(back, message, "the assembled reply does not round-trip");
     }
 }
 
