@@ -271,32 +271,26 @@ fn transcript(n: usize) -> Vec<Arc<Message>> {
         .map(|i| {
             Arc::new(match i % 4 {
                 0 => Message::user(format!("Question {i}: {}", prose.repeat(2))),
-                1 => Message::Assistant(AssistantMessage {
-                    content: vec![
-                        ContentBlock::Text {
-                            text: prose.repeat(3),
-                        },
-                        ContentBlock::ToolCall(ToolCall {
-                            id: format!("call_{i}"),
-                            name: "get_weather".into(),
-                            arguments: format!(r#"{{"city": "Paris {i}"}}"#),
-                        }),
+                1 => Message::Assistant(AssistantMessage::new(
+                    vec![
+                        ContentBlock::text(prose.repeat(3)),
+                        ContentBlock::ToolCall(ToolCall::new(
+                            format!("call_{i}"),
+                            "get_weather",
+                            format!(r#"{{"city": "Paris {i}"}}"#),
+                        )),
                     ],
-                    stop_reason: StopReason::ToolUse,
-                    ..AssistantMessage::default()
-                }),
-                2 => Message::ToolResult(ToolResultMessage {
-                    tool_call_id: format!("call_{}", i - 1),
-                    tool_name: "get_weather".into(),
-                    content: prose.repeat(2),
-                    ..ToolResultMessage::default()
-                }),
-                _ => Message::Assistant(AssistantMessage {
-                    content: vec![ContentBlock::Text {
-                        text: prose.repeat(4),
-                    }],
-                    ..AssistantMessage::default()
-                }),
+                    StopReason::ToolUse,
+                )),
+                2 => Message::ToolResult(ToolResultMessage::new(
+                    format!("call_{}", i - 1),
+                    "get_weather",
+                    prose.repeat(2),
+                )),
+                _ => Message::Assistant(AssistantMessage::new(
+                    vec![ContentBlock::text(prose.repeat(4))],
+                    StopReason::Stop,
+                )),
             })
         })
         .collect()
@@ -306,12 +300,7 @@ fn request_bench(c: &mut Criterion, server: &str) {
     let provider = OpenAiCompat::new(format!("{server}/short/v1"));
     let mut group = c.benchmark_group("request/openai");
     for n in [1_000, 10_000] {
-        let request = Request {
-            model: "smollm2".into(),
-            system_prompt: "You are terse.".into(),
-            messages: transcript(n),
-            ..Request::default()
-        };
+        let request = Request::new("smollm2", transcript(n)).with_system_prompt("You are terse.");
         let call = || {
             let end = provider
                 .stream(&request, &CancelToken::new(), &mut |e| {

@@ -24,10 +24,9 @@ use pagent::{AgentEvent, AssistantMessage, Message, PartialMessage, State};
 
 fn state_with(messages: usize) -> State {
     let mut s = State::default();
-    for i in 0..messages {
-        s.messages
-            .push_back(Arc::new(Message::user(format!("message {i}"))));
-    }
+    s.messages = (0..messages)
+        .map(|i| Arc::new(Message::user(format!("message {i}"))))
+        .collect();
     s
 }
 

@@ -146,7 +146,7 @@ fn print_event(event: &AgentEvent) {
 fn block_len(block: &PartialBlock) -> usize {
     match block {
         PartialBlock::Text(text) | PartialBlock::Thinking { text, .. } => text.len(),
-        PartialBlock::ToolCall { .. } => 0,
+        _ => 0,
     }
 }
 

@@ -552,6 +552,8 @@ fn draw_transcript(frame: &mut Frame<'_>, area: Rect, state: &State) {
                     width,
                 );
             }
+            // A message kind added in a later pagent release.
+            _ => {}
         }
     }
     let skip = lines.len().saturating_sub(height);

@@ -30,6 +30,7 @@ use crate::types::{StreamEvent, ToolOutput};
 /// [`crate::wire::decode_event_line`] (or a [`crate::wire::Decoder`]) reads it back. The type
 /// does not implement serde's traits, so no second shape exists beside it.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum AgentEvent {
     /// A run begins.
     AgentStart,
@@ -122,6 +123,7 @@ impl AgentEvent {
 /// Why a turn or a run ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum RunStopReason {
     /// Another turn follows (on `TurnEnd` only).
     Continuing,

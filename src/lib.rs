@@ -24,6 +24,7 @@ mod cancel;
 mod error;
 mod event;
 mod kind;
+mod list;
 pub mod llm;
 mod message;
 mod partial;
@@ -41,6 +42,7 @@ pub use cancel::CancelToken;
 pub use error::{Error, RunError, TimeoutPhase};
 pub use event::{AgentEvent, RunStopReason};
 pub use kind::{ErrorInfo, ErrorKind};
+pub use list::{List, ListIter};
 pub use llm::StreamEvent;
 pub use message::{
     AssistantMessage, ContentBlock, Message, StopReason, ToolCall, ToolResultMessage, Usage,
@@ -49,6 +51,32 @@ pub use message::{
 pub use partial::{PartialBlock, PartialMessage, Text};
 pub use state::{PendingToolCall, State};
 pub use tool::{Tool, ToolContext, ToolError, ToolOutput};
+
+/// The `crossbeam-channel` crate (0.5), re-exported: [`Agent::subscribe_channel`],
+/// [`CancelToken::receiver`] and [`hooks::ToolCallRequest::wait_for`] hand out or take its
+/// `Receiver`, so `pagent::crossbeam_channel::select!` and the rest of the crate always match
+/// the version pagent uses, without a dependency of your own.
+pub use crossbeam_channel;
+
+/// The `schemars` crate (1.x), re-exported for [`tool::typed`]: derive the argument struct's
+/// schema with `pagent::schemars::JsonSchema` and `#[schemars(crate = "pagent::schemars")]`,
+/// and it always matches the version pagent uses, without a dependency of your own.
+///
+/// ```
+/// #[derive(serde::Deserialize, pagent::schemars::JsonSchema)]
+/// #[schemars(crate = "pagent::schemars")]
+/// struct Add {
+///     a: f64,
+///     b: f64,
+/// }
+///
+/// let add = pagent::tool::typed("add", "Adds two numbers.", |args: Add, _ctx| {
+///     Ok(pagent::ToolOutput::text((args.a + args.b).to_string()))
+/// });
+/// # use pagent::Tool;
+/// assert!(add.definition().parameters["properties"]["a"].is_object());
+/// ```
+pub use schemars;
 
 /// Hooks that police and reshape a run: the types their callbacks see and return.
 pub mod hooks {

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 /// `{"role":"tool_result",..}`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "role", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Message {
     /// What the user (or the program on its behalf) said.
     User(UserMessage),
@@ -23,9 +24,7 @@ pub enum Message {
 impl Message {
     /// A user message with this text.
     pub fn user(text: impl Into<String>) -> Message {
-        Message::User(UserMessage {
-            content: text.into(),
-        })
+        Message::User(UserMessage::new(text))
     }
 
     /// The assistant reply, if this is one.
@@ -76,15 +75,26 @@ impl From<String> for Message {
     }
 }
 
-/// A user message.
+/// A user message. Build one with [`Message::user`] or [`UserMessage::new`].
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct UserMessage {
     /// The text.
     pub content: String,
 }
 
+impl UserMessage {
+    /// A user message with this text.
+    pub fn new(text: impl Into<String>) -> UserMessage {
+        UserMessage {
+            content: text.into(),
+        }
+    }
+}
+
 /// One model reply: text, thinking and tool calls in the order the model produced them.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct AssistantMessage {
     /// The content blocks in the order they were streamed.
     pub content: Vec<ContentBlock>,
@@ -106,6 +116,54 @@ pub struct AssistantMessage {
 }
 
 impl AssistantMessage {
+    /// A reply with these blocks that ended with `stop_reason`; no usage, model, id or error
+    /// (add them with the `with_` methods).
+    ///
+    /// ```
+    /// use pagent::{AssistantMessage, ContentBlock, StopReason, Usage};
+    ///
+    /// let reply = AssistantMessage::new(vec![ContentBlock::text("hi")], StopReason::Stop)
+    ///     .with_model("m")
+    ///     .with_usage(Usage::new(10, 2));
+    /// assert_eq!((reply.text().as_str(), reply.usage.output), ("hi", 2));
+    /// ```
+    pub fn new(content: Vec<ContentBlock>, stop_reason: StopReason) -> AssistantMessage {
+        AssistantMessage {
+            content,
+            stop_reason,
+            ..AssistantMessage::default()
+        }
+    }
+
+    /// The same reply with this usage.
+    #[must_use]
+    pub fn with_usage(mut self, usage: Usage) -> AssistantMessage {
+        self.usage = usage;
+        self
+    }
+
+    /// The same reply, produced by this model.
+    #[must_use]
+    pub fn with_model(mut self, model: impl Into<String>) -> AssistantMessage {
+        self.model = model.into();
+        self
+    }
+
+    /// The same reply with the server's response id.
+    #[must_use]
+    pub fn with_response_id(mut self, id: impl Into<String>) -> AssistantMessage {
+        self.response_id = Some(id.into());
+        self
+    }
+
+    /// The same reply with what went wrong (for [`StopReason::Error`] or
+    /// [`StopReason::Aborted`]).
+    #[must_use]
+    pub fn with_error_message(mut self, message: impl Into<String>) -> AssistantMessage {
+        self.error_message = Some(message.into());
+        self
+    }
+
     /// The text blocks joined, without thinking.
     pub fn text(&self) -> String {
         self.content
@@ -149,6 +207,7 @@ impl AssistantMessage {
 /// One block of an assistant reply.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ContentBlock {
     /// Visible text.
     Text {
@@ -167,8 +226,24 @@ pub enum ContentBlock {
     ToolCall(ToolCall),
 }
 
+impl ContentBlock {
+    /// A text block.
+    pub fn text(text: impl Into<String>) -> ContentBlock {
+        ContentBlock::Text { text: text.into() }
+    }
+
+    /// A thinking block without a signature.
+    pub fn thinking(thinking: impl Into<String>) -> ContentBlock {
+        ContentBlock::Thinking {
+            thinking: thinking.into(),
+            signature: None,
+        }
+    }
+}
+
 /// A tool call the model asked for.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ToolCall {
     /// The provider's id for the call; the result message refers to it.
     pub id: String,
@@ -179,6 +254,19 @@ pub struct ToolCall {
 }
 
 impl ToolCall {
+    /// A call of tool `name` with id `id` and the raw JSON argument text `arguments`.
+    pub fn new(
+        id: impl Into<String>,
+        name: impl Into<String>,
+        arguments: impl Into<String>,
+    ) -> ToolCall {
+        ToolCall {
+            id: id.into(),
+            name: name.into(),
+            arguments: arguments.into(),
+        }
+    }
+
     /// The arguments parsed as JSON. An empty string counts as `{}`.
     ///
     /// # Errors
@@ -194,6 +282,7 @@ impl ToolCall {
 
 /// The result of one tool call, sent back to the model.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ToolResultMessage {
     /// The id of the call this answers.
     pub tool_call_id: String,
@@ -210,8 +299,60 @@ pub struct ToolResultMessage {
     pub details: Option<serde_json::Value>,
 }
 
+impl ToolResultMessage {
+    /// A successful result of the call `tool_call_id` to `tool_name`, with the text the model
+    /// sees and no details.
+    ///
+    /// An `after_tool_call` hook usually changes the result it gets instead:
+    /// `result.with_content("...")`.
+    pub fn new(
+        tool_call_id: impl Into<String>,
+        tool_name: impl Into<String>,
+        content: impl Into<String>,
+    ) -> ToolResultMessage {
+        ToolResultMessage {
+            tool_call_id: tool_call_id.into(),
+            tool_name: tool_name.into(),
+            content: content.into(),
+            is_error: false,
+            details: None,
+        }
+    }
+
+    /// A failed result (`is_error` set) of the call `tool_call_id` to `tool_name`.
+    pub fn error(
+        tool_call_id: impl Into<String>,
+        tool_name: impl Into<String>,
+        content: impl Into<String>,
+    ) -> ToolResultMessage {
+        ToolResultMessage::new(tool_call_id, tool_name, content).with_is_error(true)
+    }
+
+    /// The same result with this text for the model.
+    #[must_use]
+    pub fn with_content(mut self, content: impl Into<String>) -> ToolResultMessage {
+        self.content = content.into();
+        self
+    }
+
+    /// The same result, marked failed (`true`) or not.
+    #[must_use]
+    pub fn with_is_error(mut self, is_error: bool) -> ToolResultMessage {
+        self.is_error = is_error;
+        self
+    }
+
+    /// The same result with these details (for programs; not sent to the model).
+    #[must_use]
+    pub fn with_details(mut self, details: serde_json::Value) -> ToolResultMessage {
+        self.details = Some(details);
+        self
+    }
+}
+
 /// Token counts of one reply, or summed over a run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Usage {
     /// Prompt tokens, including cached ones where the provider counts them so.
     #[serde(default)]
@@ -231,6 +372,42 @@ pub struct Usage {
     /// All tokens as the provider counts them.
     #[serde(default)]
     pub total: u64,
+}
+
+impl Usage {
+    /// `input` prompt tokens and `output` generated tokens, `total` their sum, the other
+    /// counts 0 (add them with the `with_` methods).
+    pub fn new(input: u64, output: u64) -> Usage {
+        Usage {
+            input,
+            output,
+            total: input.saturating_add(output),
+            ..Usage::default()
+        }
+    }
+
+    /// The same usage with these cache counts: tokens read from and written to the
+    /// provider's prompt cache.
+    #[must_use]
+    pub fn with_cache(mut self, read: u64, write: u64) -> Usage {
+        self.cache_read = read;
+        self.cache_write = write;
+        self
+    }
+
+    /// The same usage with this many reasoning tokens (part of `output`).
+    #[must_use]
+    pub fn with_reasoning(mut self, reasoning: u64) -> Usage {
+        self.reasoning = reasoning;
+        self
+    }
+
+    /// The same usage with this total, as the provider counts it.
+    #[must_use]
+    pub fn with_total(mut self, total: u64) -> Usage {
+        self.total = total;
+        self
+    }
 }
 
 impl std::ops::Add for Usage {
@@ -258,6 +435,7 @@ impl std::ops::AddAssign for Usage {
 /// Why one model reply ended.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum StopReason {
     /// The model finished its answer.
     #[default]

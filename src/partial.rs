@@ -135,6 +135,7 @@ impl<'de> Deserialize<'de> for Text {
 
 /// One block of a streaming reply.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PartialBlock {
     /// Visible text.
     Text(Text),

@@ -2,10 +2,9 @@
 
 use std::sync::Arc;
 
-use imbl::Vector;
-
 use crate::event::{AgentEvent, RunStopReason};
 use crate::kind::ErrorKind;
+use crate::list::List;
 use crate::message::{Message, StopReason, ToolCall, ToolResultMessage, Usage};
 use crate::partial::PartialMessage;
 use crate::types::{StreamEvent, ThinkingLevel, ToolDefinition, ToolOutput};
@@ -24,8 +23,8 @@ use crate::types::{StreamEvent, ThinkingLevel, ToolDefinition, ToolOutput};
 /// includes that event.
 ///
 /// # Performance
-/// Cloning is O(1) in the transcript: `messages`, the partial reply and the lists are
-/// persistent structures shared between snapshots.
+/// Cloning is O(1) in the transcript: `messages`, the partial reply and the other
+/// [`List`]s are persistent structures shared between snapshots.
 #[derive(Clone, Debug, Default, PartialEq)]
 #[non_exhaustive]
 pub struct State {
@@ -38,7 +37,7 @@ pub struct State {
     /// The tools the model may call.
     pub tools: Arc<[ToolDefinition]>,
     /// The transcript: every finished message, oldest first.
-    pub messages: Vector<Arc<Message>>,
+    pub messages: List<Arc<Message>>,
     /// True from `AgentStart` to `AgentEnd`.
     pub is_running: bool,
     /// True while an assistant reply streams (from its `MessageStart` to its `MessageEnd`).
@@ -46,10 +45,10 @@ pub struct State {
     /// The reply as far as it streamed, while `is_streaming`.
     pub streaming_message: Option<PartialMessage>,
     /// Tool calls that started and have not ended, in start order, with their latest progress.
-    pub pending_tool_calls: Vector<PendingToolCall>,
+    pub pending_tool_calls: List<PendingToolCall>,
     /// Results of the current turn's tool calls that already ended, in completion order.
     /// Readable as soon as a tool ends, before its result message is appended.
-    pub tool_results: Vector<Arc<ToolResultMessage>>,
+    pub tool_results: List<Arc<ToolResultMessage>>,
     /// What went wrong in the last run, if it failed; cleared when a run starts. Set as the
     /// failed reply ends, then to the message of the run's error by `AgentEnd`.
     pub error_message: Option<Arc<str>>,
@@ -67,9 +66,9 @@ pub struct State {
     /// The last retry of the current request, while it waits for a transient failure.
     pub retry: Option<StreamEvent>,
     /// Steering messages waiting for the next model call.
-    pub steering_queue: Vector<Arc<Message>>,
+    pub steering_queue: List<Arc<Message>>,
     /// Follow-up messages waiting for the run to finish its current work.
-    pub follow_up_queue: Vector<Arc<Message>>,
+    pub follow_up_queue: List<Arc<Message>>,
     /// How many listener calls panicked (the run went on each time).
     pub listener_panics: u64,
     /// The message of the last listener panic.
@@ -84,6 +83,7 @@ pub struct State {
 
 /// A tool call between its `ToolStart` and `ToolEnd`.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct PendingToolCall {
     /// The call.
     pub call: ToolCall,
@@ -121,7 +121,7 @@ impl State {
             }
             AgentEvent::TurnStart { turn } => {
                 s.turn = *turn;
-                s.tool_results = Vector::new();
+                s.tool_results = List::new();
             }
             AgentEvent::MessageStart { message } => {
                 if let Message::Assistant(m) = &**message {
@@ -179,7 +179,7 @@ impl State {
                 s.is_running = false;
                 s.is_streaming = false;
                 s.streaming_message = None;
-                s.pending_tool_calls = Vector::new();
+                s.pending_tool_calls = List::new();
                 s.retry = None;
                 s.stop_reason = Some(*stop_reason);
                 if let Some(e) = error {
@@ -198,7 +198,7 @@ impl State {
 
     /// The last message of the transcript.
     pub fn last_message(&self) -> Option<&Arc<Message>> {
-        self.messages.back()
+        self.messages.last()
     }
 
     /// The state with everything that does not come from events reset: the settings
@@ -212,8 +212,8 @@ impl State {
             model: Arc::default(),
             thinking: ThinkingLevel::default(),
             tools: Arc::default(),
-            steering_queue: Vector::new(),
-            follow_up_queue: Vector::new(),
+            steering_queue: List::new(),
+            follow_up_queue: List::new(),
             listener_panics: 0,
             last_listener_panic: None,
             updates_dropped: 0,

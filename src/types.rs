@@ -15,6 +15,7 @@ use crate::message::Usage;
 
 /// A tool as the model sees it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ToolDefinition {
     /// The name the model calls it by.
     pub name: String,
@@ -24,10 +25,27 @@ pub struct ToolDefinition {
     pub parameters: serde_json::Value,
 }
 
+impl ToolDefinition {
+    /// A tool named `name` described by `description`, whose arguments follow the JSON
+    /// Schema `parameters`.
+    pub fn new(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        parameters: serde_json::Value,
+    ) -> ToolDefinition {
+        ToolDefinition {
+            name: name.into(),
+            description: description.into(),
+            parameters,
+        }
+    }
+}
+
 /// How much reasoning to ask for. Providers map it to their own knobs (`reasoning_effort`,
 /// a thinking budget); `Off` sends nothing.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ThinkingLevel {
     /// No reasoning requested.
     #[default]
@@ -48,6 +66,7 @@ pub enum ThinkingLevel {
 /// sees is exactly what the provider produced.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum StreamEvent {
     /// Visible text.
     TextDelta {
@@ -117,6 +136,7 @@ impl StreamEvent {
 
 /// What a tool returns: text for the model and optional structured details for programs.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ToolOutput {
     /// The text the model sees.
     pub content: String,

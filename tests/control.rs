@@ -131,12 +131,9 @@ fn is_update(e: &AgentEvent) -> bool {
 }
 
 fn assistant(text: &str) -> Message {
-    Message::Assistant(AssistantMessage {
-        content: vec![ContentBlock::Text { text: text.into() }],
-        stop_reason: StopReason::Stop,
-        model: "m".into(),
-        ..AssistantMessage::default()
-    })
+    Message::Assistant(
+        AssistantMessage::new(vec![ContentBlock::text(text)], StopReason::Stop).with_model("m"),
+    )
 }
 
 /// Two echo calls in one reply, after a little text.
@@ -493,22 +490,12 @@ fn continue_run_from_a_user_tail_asks_the_model() {
 
 #[test]
 fn continue_run_from_a_tool_result_tail_asks_the_model() {
-    let call = ToolCall {
-        id: "c9".into(),
-        name: "echo".into(),
-        arguments: "{}".into(),
-    };
-    let asked = Message::Assistant(AssistantMessage {
-        content: vec![ContentBlock::ToolCall(call)],
-        stop_reason: StopReason::ToolUse,
-        ..AssistantMessage::default()
-    });
-    let answered = Message::ToolResult(ToolResultMessage {
-        tool_call_id: "c9".into(),
-        tool_name: "echo".into(),
-        content: "42".into(),
-        ..ToolResultMessage::default()
-    });
+    let call = ToolCall::new("c9", "echo", "{}");
+    let asked = Message::Assistant(AssistantMessage::new(
+        vec![ContentBlock::ToolCall(call)],
+        StopReason::ToolUse,
+    ));
+    let answered = Message::ToolResult(ToolResultMessage::new("c9", "echo", "42"));
     let faux = Faux::default().reply(FauxReply::text("it is 42"));
     let agent = builder(&faux)
         .messages([Message::user("q"), asked, answered])
@@ -1061,10 +1048,8 @@ fn after_tool_call_replaces_the_result_of_calls_that_ran() {
         .max_parallel_tools(1)
         .after_tool_call(move |call, result| {
             sink.lock().unwrap().push(call.id.clone());
-            ToolResultMessage {
-                content: result.content.replace("secret", "[redacted]"),
-                ..result
-            }
+            let content = result.content.replace("secret", "[redacted]");
+            result.with_content(content)
         })
         .build()
         .unwrap();

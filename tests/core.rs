@@ -47,6 +47,7 @@ fn render(e: &AgentEvent) -> String {
                 if m.is_error { "err" } else { "ok" },
                 m.content
             ),
+            other => format!("MessageEnd({})", other.role()),
         },
         AgentEvent::ToolStart { call } => {
             format!("ToolStart({} {} {})", call.id, call.name, call.arguments)
@@ -79,6 +80,7 @@ fn render(e: &AgentEvent) -> String {
             messages.len(),
             error.as_ref().map(|e| format!("{}: {}", e.kind, e.message))
         ),
+        other => other.name().into(),
     }
 }
 
@@ -135,12 +137,7 @@ fn add_tool() -> impl pagent::Tool {
 }
 
 fn usage(input: u64, output: u64) -> Usage {
-    Usage {
-        input,
-        output,
-        total: input + output,
-        ..Usage::default()
-    }
+    Usage::new(input, output)
 }
 
 #[test]
@@ -385,7 +382,7 @@ fn max_turns_reached_with_tool_calls_pending() {
         .find_map(|m| m.as_assistant())
         .unwrap();
     assert_eq!(last_assistant.tool_calls().count(), 1);
-    assert_eq!(s.messages.back().unwrap().role(), "tool_result");
+    assert_eq!(s.messages.last().unwrap().role(), "tool_result");
 }
 
 #[test]
@@ -1233,11 +1230,11 @@ impl pagent::Tool for Custom {
         Ok(ToolOutput::text("ran"))
     }
     fn definition(&self) -> pagent::llm::ToolDefinition {
-        pagent::llm::ToolDefinition {
-            name: "custom".into(),
-            description: "its own definition".into(),
-            parameters: json!({"type": "object", "properties": {}}),
-        }
+        pagent::llm::ToolDefinition::new(
+            "custom",
+            "its own definition",
+            json!({"type": "object", "properties": {}}),
+        )
     }
 }
 

@@ -78,3 +78,39 @@ fn stream_event_and_cancel_token_are_at_the_root() {
     let token = pagent::CancelToken::new();
     assert!(!token.is_cancelled());
 }
+
+/// `State`'s lists and the channel receiver are reached through pagent alone: no `imbl` or
+/// `crossbeam-channel` dependency (and version) of the user's own.
+#[test]
+fn the_state_and_channels_need_no_foreign_crate() -> Result<(), Error> {
+    #[derive(Deserialize, pagent::schemars::JsonSchema)]
+    #[schemars(crate = "pagent::schemars")]
+    struct NoArgs {}
+
+    let clock = tool::typed("clock", "The time.", |_: NoArgs, _| {
+        Ok(ToolOutput::text("noon"))
+    });
+    let agent = Agent::builder()
+        .provider(Faux::new([
+            FauxReply::tool_call("clock", json!({})),
+            FauxReply::text("It is noon."),
+        ]))
+        .tool(clock)
+        .build()?;
+    let events: pagent::crossbeam_channel::Receiver<AgentEvent> = agent.subscribe_channel(64);
+    agent.prompt("Time?")?;
+    assert_eq!(events.try_iter().last().map(|e| e.name()), Some("AgentEnd"));
+    let state = agent.snapshot();
+    let messages: &pagent::List<Arc<pagent::Message>> = &state.messages;
+    let roles: Vec<&str> = messages.iter().map(|m| m.role()).collect();
+    assert_eq!(roles, ["user", "assistant", "tool_result", "assistant"]);
+    assert_eq!(messages.len(), 4);
+    assert_eq!(messages[1].role(), "assistant");
+    assert_eq!(
+        messages.last().map(|m| m.text()),
+        Some("It is noon.".into())
+    );
+    assert_eq!(messages.iter().rev().count(), messages.len());
+    assert!(state.pending_tool_calls.is_empty() && state.steering_queue.is_empty());
+    Ok(())
+}

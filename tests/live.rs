@@ -103,15 +103,14 @@ fn live_streamed_text_reply_with_usage() {
 /// A few-shot history that makes the tiny model call the tool (see the server's README).
 fn few_shot() -> Vec<Message> {
     let call = |id: &str, city: &str| {
-        Message::Assistant(AssistantMessage {
-            content: vec![ContentBlock::ToolCall(ToolCall {
-                id: id.into(),
-                name: "get_weather".into(),
-                arguments: json!({"city": city}).to_string(),
-            })],
-            stop_reason: StopReason::ToolUse,
-            ..AssistantMessage::default()
-        })
+        Message::Assistant(AssistantMessage::new(
+            vec![ContentBlock::ToolCall(ToolCall::new(
+                id,
+                "get_weather",
+                json!({"city": city}).to_string(),
+            ))],
+            StopReason::ToolUse,
+        ))
     };
     vec![
         Message::user("Weather in London?"),

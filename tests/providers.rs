@@ -488,11 +488,7 @@ fn anthropic_error_event_is_an_api_error() {
 fn stream_once(
     provider: &dyn Provider,
 ) -> (Result<pagent::AssistantMessage, Error>, Vec<StreamEvent>) {
-    let request = Request {
-        model: "m".into(),
-        messages: vec![Message::user("Hi").into()],
-        ..Request::default()
-    };
+    let request = Request::new("m", vec![Message::user("Hi").into()]);
     let mut events = Vec::new();
     let result = provider.stream(&request, &CancelToken::new(), &mut |e| {
         events.push(e);
@@ -867,11 +863,7 @@ fn a_first_byte_timeout_is_not_retried() {
     ]);
     // Retries on (the default policy): a silent server is still asked only once.
     let provider = openai(&server).first_byte_timeout(Duration::from_millis(200));
-    let request = Request {
-        model: "m".into(),
-        messages: vec![Message::user("Hi").into()],
-        ..Request::default()
-    };
+    let request = Request::new("m", vec![Message::user("Hi").into()]);
     let mut retries = 0;
     let r = provider.stream(&request, &CancelToken::new(), &mut |e| {
         if matches!(e, StreamEvent::Retry { .. }) {
@@ -894,11 +886,7 @@ fn timeouts_name_their_phase() {
         .retry(RetryPolicy::none())
         .first_byte_timeout(Duration::from_millis(200))
         .idle_timeout(Duration::from_millis(200));
-    let request = Request {
-        model: "m".into(),
-        messages: vec![Message::user("Hi").into()],
-        ..Request::default()
-    };
+    let request = Request::new("m", vec![Message::user("Hi").into()]);
     let cancel = CancelToken::new();
     let r = provider.stream(&request, &cancel, &mut |_| Ok(()));
     assert_eq!(r.unwrap_err(), Error::Timeout(TimeoutPhase::FirstByte));
@@ -1032,41 +1020,25 @@ fn openai_request_carries_the_whole_transcript() {
         .temperature(0.0)
         .max_tokens(64)
         .extra_body(json!({"seed": 7}));
-    let request = Request {
-        system_prompt: "Be terse.".into(),
-        model: "m".into(),
-        messages: vec![
+    let request = Request::new(
+        "m",
+        vec![
             Message::user("Weather?"),
-            Message::Assistant(pagent::AssistantMessage {
-                content: vec![
-                    ContentBlock::Thinking {
-                        thinking: "hmm".into(),
-                        signature: None,
-                    },
-                    ContentBlock::Text {
-                        text: "Checking.".into(),
-                    },
-                    ContentBlock::ToolCall(pagent::ToolCall {
-                        id: "c1".into(),
-                        name: "get_weather".into(),
-                        arguments: String::new(),
-                    }),
+            Message::Assistant(pagent::AssistantMessage::new(
+                vec![
+                    ContentBlock::thinking("hmm"),
+                    ContentBlock::text("Checking."),
+                    ContentBlock::ToolCall(pagent::ToolCall::new("c1", "get_weather", "")),
                 ],
-                stop_reason: StopReason::ToolUse,
-                ..Default::default()
-            }),
-            Message::ToolResult(pagent::ToolResultMessage {
-                tool_call_id: "c1".into(),
-                tool_name: "get_weather".into(),
-                content: "sunny".into(),
-                ..Default::default()
-            }),
+                StopReason::ToolUse,
+            )),
+            Message::ToolResult(pagent::ToolResultMessage::new("c1", "get_weather", "sunny")),
         ]
         .into_iter()
         .map(std::sync::Arc::new)
         .collect(),
-        ..Request::default()
-    };
+    )
+    .with_system_prompt("Be terse.");
     assert_eq!(
         provider.request_body(&request),
         json!({
@@ -1173,26 +1145,22 @@ fn http_replies_are_exactly_what_their_events_showed() {
 fn transcript() -> Vec<Message> {
     vec![
         Message::user("first question"),
-        Message::Assistant(pagent::AssistantMessage {
-            content: vec![
-                ContentBlock::Text {
-                    text: "calling \"tools\"\n".into(),
-                },
-                ContentBlock::ToolCall(pagent::ToolCall {
-                    id: "c1".into(),
-                    name: "get_weather".into(),
-                    arguments: r#"{"city": "Paris"}"#.into(),
-                }),
+        Message::Assistant(pagent::AssistantMessage::new(
+            vec![
+                ContentBlock::text("calling \"tools\"\n"),
+                ContentBlock::ToolCall(pagent::ToolCall::new(
+                    "c1",
+                    "get_weather",
+                    r#"{"city": "Paris"}"#,
+                )),
             ],
-            stop_reason: StopReason::ToolUse,
-            ..Default::default()
-        }),
-        Message::ToolResult(pagent::ToolResultMessage {
-            tool_call_id: "c1".into(),
-            tool_name: "get_weather".into(),
-            content: "sunny, 21°C".into(),
-            ..Default::default()
-        }),
+            StopReason::ToolUse,
+        )),
+        Message::ToolResult(pagent::ToolResultMessage::new(
+            "c1",
+            "get_weather",
+            "sunny, 21°C",
+        )),
     ]
 }
 

@@ -72,11 +72,7 @@ impl Tool for Fragile {
     }
     fn definition(&self) -> ToolDefinition {
         self.maybe_panic("definition");
-        ToolDefinition {
-            name: self.name().to_owned(),
-            description: self.description().to_owned(),
-            parameters: self.parameters(),
-        }
+        ToolDefinition::new(self.name(), self.description(), self.parameters())
     }
 }
 
@@ -274,33 +270,23 @@ fn debug_of_an_agent_with_a_panicking_name_does_not_panic() {
 // Transcripts with holes
 
 fn call(id: &str, name: &str) -> ToolCall {
-    ToolCall {
-        id: id.into(),
-        name: name.into(),
-        arguments: "{}".into(),
-    }
+    ToolCall::new(id, name, "{}")
 }
 
 fn calls_reply(ids: &[&str]) -> Message {
-    Message::Assistant(AssistantMessage {
-        content: ids
-            .iter()
-            .map(|id| ContentBlock::ToolCall(call(id, "echo")))
-            .collect(),
-        stop_reason: StopReason::ToolUse,
-        model: "m".into(),
-        ..AssistantMessage::default()
-    })
+    Message::Assistant(
+        AssistantMessage::new(
+            ids.iter()
+                .map(|id| ContentBlock::ToolCall(call(id, "echo")))
+                .collect(),
+            StopReason::ToolUse,
+        )
+        .with_model("m"),
+    )
 }
 
 fn result(id: &str, content: &str, is_error: bool) -> Message {
-    Message::ToolResult(ToolResultMessage {
-        tool_call_id: id.into(),
-        tool_name: "echo".into(),
-        content: content.into(),
-        is_error,
-        details: None,
-    })
+    Message::ToolResult(ToolResultMessage::new(id, "echo", content).with_is_error(is_error))
 }
 
 fn session_path(name: &str) -> std::path::PathBuf {
@@ -487,14 +473,10 @@ fn messages_with_a_hole_in_the_middle_are_sent_repaired() {
         calls_reply(&["c1", "c2"]),
         result("c1", "one", false),
         Message::user("b"),
-        Message::Assistant(AssistantMessage {
-            content: vec![ContentBlock::Text {
-                text: "fine".into(),
-            }],
-            stop_reason: StopReason::Stop,
-            model: "m".into(),
-            ..AssistantMessage::default()
-        }),
+        Message::Assistant(
+            AssistantMessage::new(vec![ContentBlock::text("fine")], StopReason::Stop)
+                .with_model("m"),
+        ),
     ];
     let server = http::Server::start(vec![http::Reply::sse(OPENAI_TEXT)]);
     let agent = Agent::builder()

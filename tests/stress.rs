@@ -217,7 +217,7 @@ fn session(seed: u64, started: Instant) -> usize {
 
     let mut runs = 0;
     while runs < SESSION_RUNS && started.elapsed() < BUDGET {
-        let before = agent.snapshot().messages.clone();
+        let before = agent.snapshot().messages.to_vec();
         log.lock().unwrap().clear();
         let a = agent.clone();
         let result = bounded(move || a.prompt("go"));
@@ -237,7 +237,11 @@ fn session(seed: u64, started: Instant) -> usize {
         let after = agent.snapshot();
         let mut expected = before.clone();
         expected.extend(messages.iter().cloned());
-        assert_eq!(after.messages, expected, "run {runs}: the transcript");
+        assert_eq!(
+            after.messages.to_vec(),
+            expected,
+            "run {runs}: the transcript"
+        );
         assert!(!after.is_running && after.pending_tool_calls.is_empty());
         runs += 1;
     }
@@ -319,6 +323,7 @@ fn check_run(run: usize, events: &[AgentEvent]) {
             AgentEvent::AgentStart | AgentEvent::AgentEnd { .. } => {
                 panic!("a second AgentStart or AgentEnd: {}", ctx())
             }
+            other => panic!("an event this test does not know: {other:?}"),
         }
     }
     assert!(turn.is_none() && message.is_none(), "{}", ctx());
@@ -343,6 +348,7 @@ fn check_run(run: usize, events: &[AgentEvent]) {
             Message::User(_) => {
                 assert!(open.is_empty(), "calls without results: {open:?} {}", ctx());
             }
+            other => panic!("a message this test does not know: {other:?}"),
         }
     }
     assert!(open.is_empty(), "calls without results: {open:?} {}", ctx());

@@ -45,32 +45,26 @@ fn details() -> impl Strategy<Value = Option<serde_json::Value>> {
 }
 
 fn usage() -> impl Strategy<Value = Usage> {
-    (any::<u32>(), any::<u32>(), any::<u64>()).prop_map(|(i, o, t)| Usage {
-        input: i.into(),
-        output: o.into(),
-        cache_read: 1,
-        cache_write: 2,
-        reasoning: 3,
-        total: t,
+    (any::<u32>(), any::<u32>(), any::<u64>()).prop_map(|(i, o, t)| {
+        Usage::new(i.into(), o.into())
+            .with_cache(1, 2)
+            .with_reasoning(3)
+            .with_total(t)
     })
 }
 
 fn call() -> impl Strategy<Value = ToolCall> {
-    (text(), "[a-z_]{1,8}", text()).prop_map(|(id, name, arguments)| ToolCall {
-        id,
-        name,
-        arguments,
-    })
+    (text(), "[a-z_]{1,8}", text())
+        .prop_map(|(id, name, arguments)| ToolCall::new(id, name, arguments))
 }
 
 fn result() -> impl Strategy<Value = ToolResultMessage> {
     (text(), text(), text(), any::<bool>(), details()).prop_map(
-        |(tool_call_id, tool_name, content, is_error, details)| ToolResultMessage {
-            tool_call_id,
-            tool_name,
-            content,
-            is_error,
-            details,
+        |(tool_call_id, tool_name, content, is_error, details)| {
+            let mut r = ToolResultMessage::new(tool_call_id, tool_name, content);
+            r.is_error = is_error;
+            r.details = details;
+            r
         },
     )
 }
@@ -151,14 +145,12 @@ fn message() -> impl Strategy<Value = Message> {
         )
             .prop_map(
                 |(content, stop_reason, usage, model, response_id, error_message)| {
-                    Message::Assistant(AssistantMessage {
-                        content,
-                        stop_reason,
-                        usage,
-                        model,
-                        response_id,
-                        error_message,
-                    })
+                    let mut m = AssistantMessage::new(content, stop_reason)
+                        .with_usage(usage)
+                        .with_model(model);
+                    m.response_id = response_id;
+                    m.error_message = error_message;
+                    Message::Assistant(m)
                 },
             ),
         result().prop_map(Message::ToolResult),
@@ -197,7 +189,11 @@ fn standalone_event() -> impl Strategy<Value = AgentEvent> {
             AgentEvent::ToolUpdate {
                 call_id,
                 tool_name,
-                partial: ToolOutput { content, details },
+                partial: {
+                    let mut out = ToolOutput::text(content);
+                    out.details = details;
+                    out
+                },
             }
         }),
         result().prop_map(|r| AgentEvent::ToolEnd {
@@ -243,10 +239,7 @@ fn sequence() -> impl Strategy<Value = Vec<AgentEvent>> {
         stop_reason(),
     )
         .prop_map(|(model, deltas, stop)| {
-            let start = AssistantMessage {
-                model: model.clone(),
-                ..Default::default()
-            };
+            let start = AssistantMessage::default().with_model(model.clone());
             let mut events = vec![AgentEvent::MessageStart {
                 message: Arc::new(Message::Assistant(start)),
             }];
@@ -445,10 +438,9 @@ fn rejects_an_over_long_line() {
 fn a_rejected_line_leaves_the_decoder_as_it_was() {
     let mut d = Decoder::new();
     let start = AgentEvent::MessageStart {
-        message: Arc::new(Message::Assistant(AssistantMessage {
-            model: "m".into(),
-            ..Default::default()
-        })),
+        message: Arc::new(Message::Assistant(
+            AssistantMessage::default().with_model("m"),
+        )),
     };
     d.decode_line(&wire::encode_event_line(&start)).unwrap();
     assert!(
@@ -617,8 +609,8 @@ fn mirror_joining_mid_reply_is_streaming() {
         }
     }
     assert_eq!(
-        mirror.state().timeline().messages,
-        r.agent.snapshot().timeline().messages.skip(1),
+        mirror.state().timeline().messages.to_vec(),
+        r.agent.snapshot().timeline().messages.to_vec()[1..],
         "the transcript holds what ended after the join (all but the prompt)"
     );
 }
@@ -673,7 +665,7 @@ fn mirror_joining_mid_tool_call_shows_it_pending_until_it_ends() {
     // The results that ended after the join (the other call of the batch ended before it).
     assert_eq!(
         mirror.state().tool_results.iter().collect::<Vec<_>>(),
-        [r.events[tool_end].1.tool_results.back().unwrap()]
+        [r.events[tool_end].1.tool_results.last().unwrap()]
     );
 }
 

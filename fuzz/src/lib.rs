@@ -78,16 +78,12 @@ fn serve_connection(stream: TcpStream) {
 }
 
 /// Streams a reply from `provider` (pointed at [`server_url`]) whose body is `body`, and
-/// checks the provider's contract on it: every event is one the agent can fold (a tool-call
-/// fragment names a call that started), and a reply that ended folds into a message.
-/// Errors are fine (the body is arbitrary); panics and broken events are not.
+/// checks the provider's contract on it: the events fold into a message (as the agent
+/// assembles it) that a session or the wire carries without loss. Errors are fine (the body
+/// is arbitrary); panics and mismatches are not.
 pub fn check_stream(provider: &dyn Provider, body: &[u8]) {
     *BODY.lock().unwrap_or_else(|e| e.into_inner()) = body.to_vec();
-    let request = Request {
-        messages: vec![Arc::new(Message::user("hi"))],
-        model: "m".into(),
-        ..Request::default()
-    };
+    let request = Request::new("m", vec![Message::user("hi").into()]);
     let mut built = PartialMessage::new("m");
     let mut calls = 0;
     let reply = provider.stream(&request, &CancelToken::new(), &mut |event| {
@@ -103,8 +99,11 @@ pub fn check_stream(provider: &dyn Provider, body: &[u8]) {
         Ok(())
     });
     if let Ok(end) = reply {
-        let message = built.to_message(end.stop_reason);
-        assert_eq!(message.tool_calls().count(), calls);
+        let message = Message::Assistant(built.to_message(end.stop_reason));
+        let json = serde_json::to_string(&message).expect("a message serializes");
+        let back: Message = serde_json::from_str(&json).expect("a message reads back");
+        assert_eq!(back, message, "the assembled reply does not round-trip");
+        assert_eq!(message.as_assistant().map_or(0, |m| m.tool_calls().count()), calls);
     }
 }
 

@@ -296,6 +296,21 @@ impl AgentBuilder {
     /// `ToolEnd`: returns the result the model sees (the given one, or a replacement). Not
     /// called for calls that did not run (blocked, unknown, invalid, skipped, cancelled).
     /// A panic replaces the result with an error result; the run goes on. Defaults to none.
+    ///
+    /// Change the result with its `with_` methods (`ToolResultMessage` is
+    /// `#[non_exhaustive]`, so it is not built with a struct literal):
+    ///
+    /// ```
+    /// # use pagent::{Agent, llm::Faux};
+    /// let agent = Agent::builder()
+    ///     .provider(Faux::default())
+    ///     .after_tool_call(|_call, result| {
+    ///         let redacted = result.content.replace("secret", "[redacted]");
+    ///         result.with_content(redacted)
+    ///     })
+    ///     .build()?;
+    /// # Ok::<(), pagent::Error>(())
+    /// ```
     pub fn after_tool_call(
         mut self,
         hook: impl Fn(&ToolCall, ToolResultMessage) -> ToolResultMessage + Send + Sync + 'static,

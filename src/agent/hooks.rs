@@ -37,6 +37,7 @@ use crate::tool::Tool;
 /// What `before_tool_call` decides about one call. An abort while the hook ran overrides
 /// the decision: the call gets a "cancelled" result.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum ToolDecision {
     /// Run the call as the model asked.
     Allow,
@@ -116,6 +117,7 @@ impl<'a> ToolCallRequest<'a> {
 
 /// What `before_turn` may change for the next model call. A change stays for the rest of the
 /// run and after it (it becomes the agent's setting, as with `Agent::set_model`).
+#[non_exhaustive]
 pub struct TurnSetup {
     /// The turn about to start, from 1.
     pub turn: u32,

@@ -79,6 +79,7 @@ impl Drop for Inner {
 
 /// When queued steering interrupts a batch of tool calls.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum SteeringPolicy {
     /// The current reply's tool calls all finish; the steering message goes in before the
     /// next model call.
@@ -100,6 +101,7 @@ pub(crate) enum Queue {
 
 /// How many queued messages are taken at once.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum QueueMode {
     /// One message per model call (or per new turn, for follow-ups).
     #[default]
@@ -153,6 +155,7 @@ impl From<Vec<Message>> for Prompt {
 /// How a run ended: what [`Agent::prompt`] and [`Agent::continue_run`] return, in `Ok` for a
 /// run that ended as asked, inside the [`RunError`] for a run that failed.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct RunResult {
     /// Every message the run appended to the transcript, in order.
     pub messages: Vec<Arc<Message>>,

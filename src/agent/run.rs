@@ -216,8 +216,8 @@ fn take_queued(inner: &Inner, which: Queue, mode: QueueMode) -> Vec<Message> {
             QueueMode::OneAtATime => queue.len().min(1),
             QueueMode::All => queue.len(),
         };
-        let rest = queue.split_off(n);
-        std::mem::replace(queue, rest)
+        queue
+            .take_front(n)
             .iter()
             .map(|m| Message::clone(m))
             .collect()

@@ -13,6 +13,7 @@ const DEFAULT_OPENAI_MODEL: &str = "gpt-4o-mini";
 
 /// A provider and a model chosen by [`from_env`].
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct FromEnv {
     /// The provider, ready for `Agent::builder().provider(..)`.
     pub provider: Arc<dyn Provider>,

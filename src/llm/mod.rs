@@ -147,6 +147,7 @@ pub use retry::RetryPolicy;
 
 /// What one model call gets.
 #[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
 pub struct Request {
     /// The system prompt; empty for none.
     pub system_prompt: String,
@@ -159,6 +160,39 @@ pub struct Request {
     pub model: String,
     /// How hard the model should think, where it can.
     pub thinking: ThinkingLevel,
+}
+
+impl Request {
+    /// A request to `model` with these messages: no system prompt, no tools, thinking off
+    /// (add them with the `with_` methods). For calling a provider directly, as a test does.
+    pub fn new(model: impl Into<String>, messages: Vec<Arc<Message>>) -> Request {
+        Request {
+            model: model.into(),
+            messages,
+            ..Request::default()
+        }
+    }
+
+    /// The same request with this system prompt.
+    #[must_use]
+    pub fn with_system_prompt(mut self, system_prompt: impl Into<String>) -> Request {
+        self.system_prompt = system_prompt.into();
+        self
+    }
+
+    /// The same request offering these tools.
+    #[must_use]
+    pub fn with_tools(mut self, tools: impl Into<Arc<[ToolDefinition]>>) -> Request {
+        self.tools = tools.into();
+        self
+    }
+
+    /// The same request with this thinking level.
+    #[must_use]
+    pub fn with_thinking(mut self, thinking: ThinkingLevel) -> Request {
+        self.thinking = thinking;
+        self
+    }
 }
 
 /// How a reply ended, as the provider reports it: what the [`StreamEvent`]s cannot carry.

@@ -43,6 +43,7 @@ pub const DEFAULT_MAX_EVENT_BYTES: usize = 8 * 1024 * 1024;
 
 /// One event of the stream.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Event {
     /// The `event:` name; empty when the server gave none (the spec's `message`).
     pub event: String,

@@ -8,7 +8,8 @@ use serde::de::DeserializeOwned;
 use super::{Tool, ToolContext, ToolError, ToolOutput};
 
 /// A tool whose arguments are the struct `A` (deriving `serde::Deserialize` and
-/// `schemars::JsonSchema`), run by the closure `F`.
+/// `schemars::JsonSchema`; pagent re-exports the schemars it uses as [`crate::schemars`]), run
+/// by the closure `F`.
 ///
 /// The schema sent to the model comes from `A`. Arguments that do not deserialize into `A`
 /// never reach `F`: they become an error result naming what was wrong (a missing field, a

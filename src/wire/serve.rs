@@ -18,7 +18,7 @@ use crate::agent::Queue;
 use crate::hooks::{ToolCallRequest, ToolDecision};
 use crate::message::{Message, ToolCall};
 use crate::state::State;
-use crate::{Agent, AgentBuilder, Error, ErrorInfo, RunResult};
+use crate::{Agent, AgentBuilder, Error, ErrorInfo, List, RunResult};
 
 /// The protocol version `initialize` reports.
 pub const PROTOCOL_VERSION: &str = "pagent-wire/1";
@@ -518,8 +518,7 @@ fn ask_client(
 }
 
 fn snapshot_json(s: &State) -> Value {
-    let messages =
-        |v: &imbl::Vector<Arc<Message>>| v.iter().map(|m| json!(**m)).collect::<Vec<_>>();
+    let messages = |v: &List<Arc<Message>>| v.iter().map(|m| json!(**m)).collect::<Vec<_>>();
     json!({
         "system_prompt": &*s.system_prompt,
         "model": &*s.model,

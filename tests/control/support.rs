@@ -105,6 +105,7 @@ fn render_one(e: &AgentEvent) -> String {
             turn, stop_reason, ..
         } => format!("TurnEnd({turn} {stop_reason})"),
         AgentEvent::AgentEnd { stop_reason, .. } => format!("AgentEnd({stop_reason})"),
+        other => other.name().into(),
     }
 }
 
@@ -122,6 +123,7 @@ pub fn describe(m: &Message) -> String {
             s
         }
         Message::ToolResult(r) => format!("tool_result {}", r.tool_call_id),
+        other => other.role().into(),
     }
 }
 
