@@ -26,6 +26,8 @@
 //!
 //! `cargo bench --bench e2e`
 
+mod cpu;
+use cpu::cpu_ns;
 use std::hint::black_box;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -46,20 +48,6 @@ const DELTAS: usize = 2000;
 static SERVER_CPU_NS: AtomicU64 = AtomicU64::new(0);
 /// The size of the last request body the server read.
 static LAST_BODY_BYTES: AtomicUsize = AtomicUsize::new(0);
-
-/// User + system CPU time of the whole process (`RUSAGE_SELF`) or the calling thread
-/// (`RUSAGE_THREAD`), in nanoseconds.
-fn cpu_ns(who: libc::c_int) -> u64 {
-    // SAFETY: `getrusage` only writes into the zeroed struct we pass, which lives across the
-    // call; an all-zero `rusage` is a valid value.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        assert_eq!(libc::getrusage(who, &mut usage), 0);
-        usage
-    };
-    let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
-    ns(usage.ru_utime) + ns(usage.ru_stime)
-}
 
 /// Runs `f` `iters` times and returns the CPU time the client side spent.
 fn client_cpu(iters: u64, mut f: impl FnMut()) -> Duration {

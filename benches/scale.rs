@@ -15,6 +15,8 @@
 //!   resident memory each agent adds (RSS growth over N, the agents alive after their run).
 //! - the per-delta cost of fold + store + dispatch is in `cargo bench --bench fold`.
 
+mod cpu;
+use cpu::cpu_ns;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,20 +28,6 @@ use pagent::{Agent, AgentEvent};
 
 /// CPU time the server's reply threads spent, in nanoseconds.
 static SERVER_CPU_NS: AtomicU64 = AtomicU64::new(0);
-
-/// User + system CPU time of the process (`RUSAGE_SELF`, exited threads included) or of the
-/// calling thread (`RUSAGE_THREAD`), in nanoseconds.
-fn cpu_ns(who: libc::c_int) -> u64 {
-    // SAFETY: `getrusage` only writes into the zeroed struct we pass, which lives across the
-    // call; an all-zero `rusage` is a valid value.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        assert_eq!(libc::getrusage(who, &mut usage), 0);
-        usage
-    };
-    let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
-    ns(usage.ru_utime) + ns(usage.ru_stime)
-}
 
 /// Resident memory of the process, in bytes.
 fn rss_bytes() -> u64 {

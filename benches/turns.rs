@@ -17,6 +17,8 @@
 //! the medians and ratios from its own runs, side by side (the agent's and the minimal
 //! client's samples alternate), so that they come from one machine state.
 
+mod cpu;
+use cpu::cpu_ns;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
@@ -34,18 +36,6 @@ const TURNS: usize = 20;
 
 /// CPU time the server threads spent, which they add up themselves.
 static SERVER_CPU_NS: AtomicU64 = AtomicU64::new(0);
-
-fn cpu_ns(who: libc::c_int) -> u64 {
-    // SAFETY: `getrusage` only writes into the zeroed struct we pass, which lives across the
-    // call; an all-zero `rusage` is a valid value.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        assert_eq!(libc::getrusage(who, &mut usage), 0);
-        usage
-    };
-    let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
-    ns(usage.ru_utime) + ns(usage.ru_stime)
-}
 
 /// What the server does with a request.
 #[derive(Clone, Copy)]
