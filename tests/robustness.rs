@@ -595,3 +595,25 @@ fn set_tools_leaves_out_a_tool_whose_definition_panics() {
         .collect();
     assert_eq!(names, ["echo"]);
 }
+
+#[test]
+fn repair_requests_off_sends_unanswered_calls_as_given() {
+    let (faux, log) = faux_with_log(vec![FauxReply::text("ok")]);
+    let agent = Agent::builder()
+        .provider(faux)
+        .model("m")
+        .tool(echo())
+        .repair_requests(false)
+        .build()
+        .unwrap();
+    let call = Message::Assistant(AssistantMessage::new(
+        vec![ContentBlock::ToolCall(ToolCall::new(
+            "call_9", "echo", "{}",
+        ))],
+        StopReason::ToolUse,
+    ));
+    let few_shot = vec![Message::user("a"), call.clone(), Message::user("b")];
+    agent.prompt(few_shot.clone()).unwrap();
+    // Sent exactly as given: no synthesized result after the call.
+    assert_eq!(log.lock().unwrap()[0].messages, few_shot);
+}

@@ -28,6 +28,7 @@ pub(crate) struct Config {
     pub(crate) run_timeout: Option<std::time::Duration>,
     pub(crate) max_parallel_tools: usize,
     pub(crate) max_reply_bytes: u64,
+    pub(crate) repair_requests: bool,
     pub(crate) steering_policy: SteeringPolicy,
     pub(crate) steering_mode: QueueMode,
     pub(crate) follow_up_mode: QueueMode,
@@ -79,6 +80,7 @@ impl fmt::Debug for Config {
             .field("run_timeout", &self.run_timeout)
             .field("max_parallel_tools", &self.max_parallel_tools)
             .field("max_reply_bytes", &self.max_reply_bytes)
+            .field("repair_requests", &self.repair_requests)
             .field("steering_policy", &self.steering_policy)
             .field("steering_mode", &self.steering_mode)
             .field("follow_up_mode", &self.follow_up_mode)
@@ -99,6 +101,7 @@ pub struct AgentBuilder {
     run_timeout: Option<std::time::Duration>,
     max_parallel_tools: usize,
     max_reply_bytes: u64,
+    repair_requests: bool,
     steering_policy: SteeringPolicy,
     steering_mode: QueueMode,
     follow_up_mode: QueueMode,
@@ -118,6 +121,7 @@ impl Default for AgentBuilder {
             run_timeout: None,
             max_parallel_tools: 8,
             max_reply_bytes: AgentBuilder::DEFAULT_MAX_REPLY_BYTES,
+            repair_requests: true,
             steering_policy: SteeringPolicy::AfterBatch,
             steering_mode: QueueMode::OneAtATime,
             follow_up_mode: QueueMode::OneAtATime,
@@ -208,6 +212,19 @@ impl AgentBuilder {
     /// out, while its siblings still run.
     pub fn max_parallel_tools(mut self, n: usize) -> AgentBuilder {
         self.max_parallel_tools = n.max(1);
+        self
+    }
+
+    /// Whether each model request is repaired before it is sent: a tool call without a
+    /// result (a session cut in the middle of a tool batch, messages handed to
+    /// [`AgentBuilder::messages`] or to `prompt`, a result pruned by `transform_context`) gets
+    /// a synthesized error result right after its message's results, since OpenAI and
+    /// Anthropic reject a request with an unanswered call. Turn it off only for a server that
+    /// accepts such requests and a history that means them: the few-shot prompts that make a
+    /// small local model (llama.cpp) call tools show calls without results on purpose. The
+    /// transcript itself is never changed by this repair. Defaults to true.
+    pub fn repair_requests(mut self, repair: bool) -> AgentBuilder {
+        self.repair_requests = repair;
         self
     }
 
@@ -401,6 +418,7 @@ impl AgentBuilder {
             run_timeout: self.run_timeout,
             max_parallel_tools: self.max_parallel_tools,
             max_reply_bytes: self.max_reply_bytes,
+            repair_requests: self.repair_requests,
             steering_policy: self.steering_policy,
             steering_mode: self.steering_mode,
             follow_up_mode: self.follow_up_mode,

@@ -477,7 +477,9 @@ impl Run<'_> {
         if let Some(hook) = &self.config.hooks.transform_context {
             messages = guard::must("the transform_context hook", || hook(messages))?;
         }
-        let messages = repair::repair(messages);
+        if self.config.repair_requests {
+            messages = repair::repair(messages);
+        }
         Ok(Request {
             system_prompt: self.config.system_prompt.clone(),
             messages,
