@@ -5,8 +5,13 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::mpsc;
+use std::time::Duration;
 
-use serde_json::Value;
+use common::Recorded;
+use pagent::llm::{Faux, FauxReply};
+use pagent::{Agent, AgentEvent, RunStopReason};
+use serde_json::{Value, json};
 
 const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/pagent-wire");
 
@@ -52,6 +57,152 @@ fn capture(name: &str) -> Vec<String> {
     regular(methods(&std::fs::read_to_string(&path).unwrap()))
 }
 
+/// Aborts the run when `at` holds for an event, from the listener that sees it.
+fn abort_when(agent: &Agent, at: fn(&AgentEvent) -> bool) {
+    let h = agent.handle();
+    let sub = agent.subscribe(move |e| {
+        if at(e) {
+            h.abort();
+        }
+    });
+    let _ = agent.prompt("Say hello.");
+    sub.unsubscribe();
+}
+
+fn continuing_turn_end(e: &AgentEvent) -> bool {
+    matches!(
+        e,
+        AgentEvent::TurnEnd {
+            stop_reason: RunStopReason::Continuing,
+            ..
+        }
+    )
+}
+
+/// The scenarios that abort at each checkpoint of a run, beside those of `common` (which
+/// abort mid-reply and while a tool runs).
+fn abort_scenarios() -> Vec<Recorded> {
+    let b = || {
+        Agent::builder()
+            .model("faux-1")
+            .system_prompt("Be brief.")
+            .tool(common::echo())
+            .provider(
+                Faux::default()
+                    .reply(FauxReply::tool_call("echo", json!({"text": "ping"})).with_id("call_0"))
+                    .reply(FauxReply::text("echo said: ping")),
+            )
+    };
+    vec![
+        common::record("abort_after_run_begin", b(), |agent| {
+            abort_when(agent, |e| matches!(e, AgentEvent::AgentStart))
+        }),
+        common::record("abort_after_turn_begin", b(), |agent| {
+            abort_when(agent, |e| matches!(e, AgentEvent::TurnStart { .. }))
+        }),
+        common::record("abort_after_tool_begin", b(), |agent| {
+            abort_when(agent, |e| matches!(e, AgentEvent::ToolStart { .. }))
+        }),
+        common::record("abort_after_continuing_turn_end", b(), |agent| {
+            abort_when(agent, continuing_turn_end)
+        }),
+        // Another thread aborts while the continuing `TurnEnd` is being dispatched.
+        common::record("abort_from_thread_at_continuing_turn_end", b(), |agent| {
+            let h = agent.handle();
+            let (tx, rx) = mpsc::channel::<()>();
+            let (done_tx, done_rx) = mpsc::channel::<()>();
+            let aborter = std::thread::spawn(move || {
+                if rx.recv_timeout(Duration::from_secs(10)).is_ok() {
+                    h.abort();
+                    let _ = done_tx.send(());
+                }
+            });
+            let tx = parking_lot::Mutex::new(Some(tx));
+            let done_rx = parking_lot::Mutex::new(done_rx);
+            let sub = agent.subscribe(move |e| {
+                if continuing_turn_end(e)
+                    && let Some(tx) = tx.lock().take()
+                {
+                    let _ = tx.send(());
+                    let _ = done_rx.lock().recv_timeout(Duration::from_secs(10));
+                }
+            });
+            let _ = agent.prompt("Say hello.");
+            sub.unsubscribe();
+            aborter.join().unwrap();
+        }),
+    ]
+}
+
+/// Every scenario the dialect tests check: `common`'s and the aborts.
+fn all_scenarios() -> Vec<Recorded> {
+    let mut all = common::record_all();
+    all.extend(abort_scenarios());
+    all
+}
+
+/// A regression test: an abort after a continuing `TurnEnd` ended the v4 stream with
+/// `RunEnd{stop_reason:"continuing"}`.
+#[test]
+fn abort_at_every_checkpoint_is_framed_as_pagent_cancels() {
+    let all = all_scenarios();
+    let get = |name: &str| all.iter().find(|r| r.name == name).unwrap();
+    let seq = |s: &str| -> Vec<String> { s.split_whitespace().map(str::to_owned).collect() };
+    // v1 knows no cancel: a run aborted after tool calls reads as a max_turns ending.
+    let v1_empty = seq("RunBegin TurnBegin StepEnd TurnEnd RunEnd");
+    let v1_tool = seq("RunBegin TurnBegin StepEnd ToolCallBegin ToolResult TurnEnd RunEnd");
+    let v4_empty = seq("RunBegin TurnBegin TurnResult TurnEnd RunEnd");
+    let v4_next = seq(
+        "RunBegin TurnBegin TurnResult ToolCallBegin ToolResult TurnEnd TurnBegin TurnEnd RunEnd",
+    );
+    for (name, v1, v4) in [
+        ("abort_after_run_begin", &v1_empty, &v4_empty),
+        ("abort_after_turn_begin", &v1_empty, &v4_empty),
+        (
+            "abort_mid_stream",
+            &seq("RunBegin TurnBegin TextDelta StepEnd TurnEnd RunEnd"),
+            &seq("RunBegin TurnBegin TextDelta TurnResult TurnEnd RunEnd"),
+        ),
+        ("abort_after_tool_begin", &v1_tool, &v4_empty),
+        (
+            "abort_in_tool",
+            &seq(
+                "RunBegin TurnBegin StepEnd ToolCallBegin ToolResult ToolCallBegin ToolResult TurnEnd RunEnd",
+            ),
+            &v4_empty,
+        ),
+        ("abort_after_continuing_turn_end", &v1_tool, &v4_next),
+        (
+            "abort_from_thread_at_continuing_turn_end",
+            &v1_tool,
+            &v4_next,
+        ),
+    ] {
+        let r = get(name);
+        assert_eq!(&methods(&r.v1), v1, "v1 {name}");
+        assert_eq!(&methods(&r.v4), v4, "v4 {name}");
+        // Every v4 abort ends with a stopped `cancelled` turn and a `cancelled` run.
+        let lines: Vec<Value> =
+            r.v4.lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+        let [.., turn_end, run_end] = &lines[..] else {
+            panic!("{name}: {}", r.v4)
+        };
+        let k = turn_end["params"]["turn"].clone();
+        assert_eq!(
+            turn_end["params"],
+            json!({"turn": k, "stopped": true, "stop_reason": "cancelled"}),
+            "{name}"
+        );
+        assert_eq!(
+            run_end["params"],
+            json!({"turn": k, "stop_reason": "cancelled"}),
+            "{name}"
+        );
+    }
+}
+
 #[test]
 fn method_sequences_match_the_pagent_captures() {
     let all = common::record_all();
@@ -87,7 +238,7 @@ fn method_sequences_match_the_pagent_captures() {
 
 #[test]
 fn dialect_streams_are_regular() {
-    for r in common::record_all() {
+    for r in all_scenarios() {
         for (dialect, stream) in [("v1", &r.v1), ("v4", &r.v4)] {
             let m = methods(stream);
             let count = |x: &str| m.iter().filter(|y| *y == x).count();
@@ -130,7 +281,7 @@ fn pagent_decoder_accepts_both_dialects() {
     let dir = std::env::temp_dir().join(format!("pagent-dialects-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut files: [Vec<PathBuf>; 2] = [Vec::new(), Vec::new()];
-    for r in common::record_all() {
+    for r in all_scenarios() {
         for (i, (dialect, stream)) in [("v1", &r.v1), ("v4", &r.v4)].into_iter().enumerate() {
             let path = dir.join(format!("{dialect}_{}.jsonl", r.name));
             std::fs::write(&path, stream).unwrap();
@@ -140,7 +291,13 @@ fn pagent_decoder_accepts_both_dialects() {
     for (i, dialect) in ["v1", "v4"].into_iter().enumerate() {
         let out = Command::new(&python)
             .arg(Path::new(DATA).join("check_wire.py"))
-            .args(["--dialect", dialect, "--strict-fields", "--quiet"])
+            .args([
+                "--dialect",
+                dialect,
+                "--strict-fields",
+                "--strict-turns",
+                "--quiet",
+            ])
             .args(&files[i])
             .output()
             .expect("runs the checker");

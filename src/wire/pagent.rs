@@ -151,6 +151,17 @@ impl Encoder {
                 // A run that broke off mid-turn (a panic in the loop) still closes its turn.
                 if let Some(turn) = self.open_turn {
                     self.end_turn(turn, *stop_reason, false, None, out);
+                } else if self.version == Version::V4
+                    && matches!(self.last_turn_end, Some((_, "continuing")))
+                {
+                    // The run stopped between turns (an abort after a continuing `TurnEnd`):
+                    // v4 ends a run on a stopped turn, so the turn that did not start opens
+                    // and ends `cancelled` (pagent writes a second `TurnEnd` for the last
+                    // turn instead; ours stays regular).
+                    let (turn, _) = self.last_turn_end.unwrap_or_default();
+                    let turn = turn + self.base + 1;
+                    notification_to(out, "TurnBegin", &json!({ "turn": self.pagent_turn(turn) }));
+                    self.end_turn(turn, *stop_reason, false, None, out);
                 }
                 self.run_end(*stop_reason, out);
                 self.phase = Phase::Idle;
