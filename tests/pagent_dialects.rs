@@ -134,6 +134,20 @@ fn abort_scenarios() -> Vec<Recorded> {
     ]
 }
 
+/// Whether the scenario's last run failed (a provider error).
+fn failed(r: &Recorded) -> bool {
+    matches!(
+        r.events.last(),
+        Some((
+            AgentEvent::AgentEnd {
+                stop_reason: RunStopReason::Error,
+                ..
+            },
+            _
+        ))
+    )
+}
+
 /// Every scenario the dialect tests check: `common`'s and the aborts.
 fn all_scenarios() -> Vec<Recorded> {
     let mut all = common::record_all();
@@ -203,6 +217,32 @@ fn abort_at_every_checkpoint_is_framed_as_pagent_cancels() {
     }
 }
 
+/// A regression test: a provider failure mid-reply read as a finished answer in v1 and as
+/// `cancelled` in v4. pagent raises the provider's exception out of its event iterator, so its
+/// lines break off: no summary of the failed reply, no `TurnEnd`, no `RunEnd`.
+#[test]
+fn a_failed_run_breaks_off_as_pagent_does() {
+    let all = common::record_all();
+    let get = |name: &str| all.iter().find(|r| r.name == name).unwrap();
+    let seq = |s: &str| -> Vec<String> { s.split_whitespace().map(str::to_owned).collect() };
+    for (name, expected) in [
+        ("provider_error", seq("RunBegin TurnBegin TextDelta")),
+        ("fail_at_once", seq("RunBegin TurnBegin")),
+    ] {
+        let r = get(name);
+        assert!(failed(r), "{name}");
+        assert_eq!(methods(&r.v1), expected, "v1 {name}");
+        assert_eq!(methods(&r.v4), expected, "v4 {name}");
+    }
+    let failures: Vec<&str> = all.iter().filter(|r| failed(r)).map(|r| r.name).collect();
+    // `steer_at_tool_boundary` steers twice, and its scripted provider has no reply left for
+    // the second steering message's run.
+    assert_eq!(
+        failures,
+        ["provider_error", "fail_at_once", "steer_at_tool_boundary"]
+    );
+}
+
 #[test]
 fn method_sequences_match_the_pagent_captures() {
     let all = common::record_all();
@@ -242,7 +282,15 @@ fn dialect_streams_are_regular() {
         for (dialect, stream) in [("v1", &r.v1), ("v4", &r.v4)] {
             let m = methods(stream);
             let count = |x: &str| m.iter().filter(|y| *y == x).count();
-            assert_eq!(count("TurnBegin"), count("TurnEnd"), "{dialect} {}", r.name);
+            // A failed run leaves its last turn and the run open (see
+            // `a_failed_run_breaks_off_as_pagent_does`).
+            let open = usize::from(failed(&r));
+            assert_eq!(
+                count("TurnBegin"),
+                count("TurnEnd") + open,
+                "{dialect} {}",
+                r.name
+            );
             assert_eq!(
                 count("ToolCallBegin"),
                 count("ToolResult"),
@@ -261,8 +309,8 @@ fn dialect_streams_are_regular() {
                 r.name
             );
             assert_eq!(
-                m.last().map(String::as_str),
-                Some("RunEnd"),
+                m.last().map(String::as_str) == Some("RunEnd"),
+                !failed(&r),
                 "{dialect} {}",
                 r.name
             );
@@ -280,15 +328,16 @@ fn pagent_decoder_accepts_both_dialects() {
         .expect("set PAGENT_WIRE_PYTHON to a python with pagent==0.7.30 installed");
     let dir = std::env::temp_dir().join(format!("pagent-dialects-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let mut files: [Vec<PathBuf>; 2] = [Vec::new(), Vec::new()];
+    // Per dialect: the streams of finished runs, and those of failed runs.
+    let mut files: [[Vec<PathBuf>; 2]; 2] = Default::default();
     for r in all_scenarios() {
         for (i, (dialect, stream)) in [("v1", &r.v1), ("v4", &r.v4)].into_iter().enumerate() {
             let path = dir.join(format!("{dialect}_{}.jsonl", r.name));
             std::fs::write(&path, stream).unwrap();
-            files[i].push(path);
+            files[i][usize::from(failed(&r))].push(path);
         }
     }
-    for (i, dialect) in ["v1", "v4"].into_iter().enumerate() {
+    let check = |dialect: &str, files: &[PathBuf]| {
         let out = Command::new(&python)
             .arg(Path::new(DATA).join("check_wire.py"))
             .args([
@@ -298,16 +347,35 @@ fn pagent_decoder_accepts_both_dialects() {
                 "--strict-turns",
                 "--quiet",
             ])
-            .args(&files[i])
+            .args(files)
             .output()
             .expect("runs the checker");
-        let report = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "check_wire.py --dialect {dialect} failed:\n{report}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let report = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.success(), format!("{report}{stderr}"))
+    };
+    for (i, dialect) in ["v1", "v4"].into_iter().enumerate() {
+        let [finished, broken] = &files[i];
+        let (ok, report) = check(dialect, finished);
+        assert!(ok, "check_wire.py --dialect {dialect} failed:\n{report}");
         assert!(report.trim_end().ends_with(" 0 failed"), "{report}");
+        // A failed run breaks off as pagent's own does: every line decodes, and the only
+        // complaint is the missing `RunEnd` at the end of each stream.
+        assert!(!broken.is_empty());
+        let (ok, report) = check(dialect, broken);
+        assert!(!ok, "{report}");
+        let problems: Vec<&str> = report.lines().filter(|l| l.contains(": [")).collect();
+        assert_eq!(problems.len(), broken.len(), "{report}");
+        assert!(
+            problems.iter().all(|l| l.contains("[R3 last-RunEnd]")),
+            "{report}"
+        );
+        assert!(
+            report
+                .trim_end()
+                .ends_with(&format!(" {} failed", broken.len())),
+            "{report}"
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

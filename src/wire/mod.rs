@@ -161,18 +161,31 @@
 //!   there (`TurnEnd` stopped, `RunEnd`) and the next turn opens a new one, whose `RunBegin`
 //!   carries the waiting message; turns count from 0 again.
 //! - v1: a turn is `stopped` exactly when its reply called no tools. A run that ends on a
-//!   turn that called tools (`max_turns`, an abort, an error) ends with `stopped: false`, as
-//!   pagent v1 writes a `max_turns` ending.
-//! - v4: `stop_reason` is ours, except that v4 knows no `error` (a failed run reads as
-//!   `cancelled`) and that a reply without tool calls is a final answer (`no_tool_calls` or
-//!   `empty_response`). In v4 a turn that stops runs no tools (the `max_turns` turn is a
-//!   "synthesis" turn), so when our run ends on a turn that ran tools (`max_turns`,
-//!   `cancelled`), that turn's tool pairs are left out of the v4 stream; they are in the
-//!   native stream. pagent v4 with `max_turns = n` makes n + 1 model calls; ours makes n.
+//!   turn that called tools (`max_turns`, an abort) ends with `stopped: false`, as pagent v1
+//!   writes a `max_turns` ending.
+//! - v4: `stop_reason` is ours, except that a reply without tool calls is a final answer
+//!   (`no_tool_calls` or `empty_response`). In v4 a turn that stops runs no tools (the
+//!   `max_turns` turn is a "synthesis" turn), so when our run ends on a turn that ran tools
+//!   (`max_turns`, `cancelled`), that turn's tool pairs are left out of the v4 stream; they
+//!   are in the native stream. pagent v4 with `max_turns = n` makes n + 1 model calls; ours
+//!   makes n.
+//! - v4, an abort: the run ends with `TurnEnd {stopped: true, stop_reason: "cancelled"}` and
+//!   `RunEnd {stop_reason: "cancelled"}` of the same turn. An abort between turns (after a
+//!   `continuing` `TurnEnd`) opens the next turn and ends it so; pagent 0.7.30 writes a second
+//!   `TurnEnd` for the last turn instead, and one without any `TurnBegin` for an abort right
+//!   after `RunBegin`.
+//! - A failed run (`RunStopReason::Error`: a provider error, a panic in the loop) breaks off,
+//!   in both dialects: the deltas and the tool pairs written so far stay, and the failed
+//!   reply's `StepEnd` / `TurnResult`, its `TurnEnd` and the `RunEnd` are not written. That is
+//!   what pagent's stream does when its provider fails (v1 `Agent.arun_wire` and v4
+//!   `Runner.run` raise the exception out of the event iterator; neither has an `error`
+//!   stop reason), so a pagent consumer tells a failed run by its missing `RunEnd`. The next
+//!   run, if any, starts with its `RunBegin`. The native stream has the error.
 //!
 //! The tests check both dialects with pagent's own decoders and its sequence grammar
-//! (`check_wire.py --strict-fields`) on every scenario of the suite, and compare the method
-//! sequences with captures of pagent itself.
+//! (`check_wire.py --strict-fields --strict-turns`) on every scenario of the suite (aborts at
+//! every checkpoint included; a failed run's only complaint is its missing `RunEnd`), and
+//! compare the method sequences with captures of pagent itself.
 //!
 //! # The stdio server
 //!

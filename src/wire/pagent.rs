@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use super::codec::notification_to;
 use crate::event::{AgentEvent, RunStopReason};
 use crate::llm::StreamEvent;
-use crate::message::{AssistantMessage, Message, ToolCall, ToolResultMessage, Usage};
+use crate::message::{AssistantMessage, Message, StopReason, ToolCall, ToolResultMessage, Usage};
 
 /// Which pagent wire version to write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -117,7 +117,11 @@ impl Encoder {
                 _ => {}
             },
             AgentEvent::MessageEnd { message } => {
-                if let Message::Assistant(m) = &**message {
+                // A failed reply has no summary: pagent's stream breaks off where its
+                // provider failed (see `AgentEnd`).
+                if let Message::Assistant(m) = &**message
+                    && m.stop_reason != StopReason::Error
+                {
                     let params = self.summary(m);
                     let method = match self.version {
                         Version::V1 => "StepEnd",
@@ -137,6 +141,15 @@ impl Encoder {
                 self.pair_tools(out);
             }
             AgentEvent::TurnEnd {
+                stop_reason: RunStopReason::Error,
+                ..
+            } => {
+                // The failed turn has no `TurnEnd`; the tools that ran before the failure
+                // are written, as pagent writes each tool as it runs.
+                out.append(&mut self.tool_lines);
+                self.open_turn = None;
+            }
+            AgentEvent::TurnEnd {
                 turn,
                 message,
                 stop_reason,
@@ -147,8 +160,19 @@ impl Encoder {
                     .is_some_and(|m| m.tool_calls().next().is_some());
                 self.end_turn(*turn, *stop_reason, had_calls, message.as_assistant(), out);
             }
+            AgentEvent::AgentEnd {
+                stop_reason: RunStopReason::Error,
+                ..
+            } => {
+                // pagent (v1 and v4) raises its provider's exception out of the event
+                // iterator: the run's lines break off with no `TurnEnd` and no `RunEnd`, and
+                // the consumer learns of the failure from the missing `RunEnd`. The dialects
+                // do the same, for every failed run (a panic in the loop included).
+                out.append(&mut self.tool_lines);
+                self.phase = Phase::Idle;
+            }
             AgentEvent::AgentEnd { stop_reason, .. } => {
-                // A run that broke off mid-turn (a panic in the loop) still closes its turn.
+                // A run that broke off mid-turn still closes its turn.
                 if let Some(turn) = self.open_turn {
                     self.end_turn(turn, *stop_reason, false, None, out);
                 } else if self.version == Version::V4
@@ -314,8 +338,7 @@ fn openai_usage(u: Usage) -> Value {
     })
 }
 
-/// v4's `stop_reason`. v4 knows no `error`: a failed run reads as `cancelled` (it did not
-/// finish). A reply without tool calls is a final answer in pagent's terms, also when our run
+/// v4's `stop_reason`. A failed run has none: its lines break off (see `AgentEnd`). A reply without tool calls is a final answer in pagent's terms, also when our run
 /// goes on (`Continuing`, a steering or follow-up message waits) or stops at `MaxTurns`
 /// (steering queued at the limit).
 fn v4_reason(
@@ -334,6 +357,7 @@ fn v4_reason(
             "empty_response"
         }
         RunStopReason::Continuing | RunStopReason::MaxTurns => "no_tool_calls",
+        // `Error` is never written (the run breaks off); an abort is pagent's cancel.
         RunStopReason::Cancelled | RunStopReason::Error => "cancelled",
     }
 }
