@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::Recorded;
 use pagent::llm::{Faux, FauxReply};
-use pagent::{Agent, AgentEvent, RunStopReason};
+use pagent::{Agent, AgentEvent, RunStopReason, Usage};
 use serde_json::{Value, json};
 
 const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/pagent-wire");
@@ -148,11 +148,62 @@ fn failed(r: &Recorded) -> bool {
     )
 }
 
-/// Every scenario the dialect tests check: `common`'s and the aborts.
+/// A reply with cache-read and reasoning counts, then one whose provider reported no usage.
+fn usage_scenario() -> Recorded {
+    let builder = Agent::builder()
+        .model("faux-1")
+        .tool(common::echo())
+        .provider(
+            Faux::default()
+                .reply(
+                    FauxReply::tool_call("echo", json!({"text": "ping"}))
+                        .with_id("call_0")
+                        .usage(Usage::new(10, 3).with_cache(4, 0).with_reasoning(2)),
+                )
+                .reply(FauxReply::text("done").usage(Usage::default())),
+        );
+    common::record("usage_details", builder, |agent| {
+        agent.prompt("Say hello.").unwrap();
+    })
+}
+
+/// Every scenario the dialect tests check: `common`'s, the aborts and the usage details.
 fn all_scenarios() -> Vec<Recorded> {
     let mut all = common::record_all();
     all.extend(abort_scenarios());
+    all.push(usage_scenario());
     all
+}
+
+/// A regression test: the detail objects were always `null` and a reply without usage read
+/// as zeros. pagent writes the OpenAI SDK's `model_dump()` of the usage it got, `null` when
+/// it got none.
+#[test]
+fn usage_is_written_as_pagent_writes_it() {
+    let r = usage_scenario();
+    let details = json!({
+        "completion_tokens": 3, "prompt_tokens": 10, "total_tokens": 13,
+        "completion_tokens_details": {
+            "accepted_prediction_tokens": null, "audio_tokens": null, "reasoning_tokens": 2,
+            "rejected_prediction_tokens": null, "text_tokens": null,
+        },
+        "prompt_tokens_details": {
+            "audio_tokens": null, "cache_write_tokens": null, "cached_tokens": 4,
+            "image_tokens": null, "text_tokens": null,
+        },
+    });
+    for (dialect, stream, summary) in [("v1", &r.v1, "StepEnd"), ("v4", &r.v4, "TurnResult")] {
+        let usages: Vec<Value> = stream
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|v| v["method"] == summary)
+            .map(|v| v["params"]["usage"].clone())
+            .collect();
+        assert_eq!(usages, [details.clone(), Value::Null], "{dialect}");
+    }
+    // v1's `RunEnd` repeats the last `StepEnd`.
+    let run_end: Value = serde_json::from_str(r.v1.lines().last().unwrap()).unwrap();
+    assert_eq!(run_end["params"]["usage"], Value::Null);
 }
 
 /// A regression test: an abort after a continuing `TurnEnd` ended the v4 stream with

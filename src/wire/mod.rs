@@ -142,7 +142,7 @@
 //! | `AgentStart` and the prompt's `MessageStart` | `RunBegin` `{user_input}`: the text of the first user message of the run (`""` when it has none) |
 //! | `TurnStart { turn }` | `TurnBegin` `{turn}`, counted from 0 |
 //! | `MessageUpdate` text / thinking delta | `TextDelta` / `ReasoningDelta` `{text}`; other deltas are not written |
-//! | assistant `MessageEnd` | v1 `StepEnd`, v4 `TurnResult`: `{content, tool_calls, reasoning_content, usage}`; v1 tool calls are `{"id","type":"function","function":{"name","arguments"}}`, v4 `{"type":"function","id","name","arguments"}`; usage is `{"prompt_tokens","completion_tokens","total_tokens",..}` |
+//! | assistant `MessageEnd` | v1 `StepEnd`, v4 `TurnResult`: `{content, tool_calls, reasoning_content, usage}`; v1 tool calls are `{"id","type":"function","function":{"name","arguments"}}`, v4 `{"type":"function","id","name","arguments"}`; usage is the OpenAI SDK's `CompletionUsage` as pagent dumps it: `{"completion_tokens","prompt_tokens","total_tokens","completion_tokens_details","prompt_tokens_details"}`, the reasoning count in `completion_tokens_details.reasoning_tokens` and the cache counts in `prompt_tokens_details.cached_tokens` / `cache_write_tokens` (each details object `null` when it has no count), and `usage` itself `null` when the reply has no counts (the provider reported none) |
 //! | `ToolStart` + `ToolEnd` | `ToolCallBegin` `{tool_call_id, name, arguments}` then `ToolResult` `{tool_call_id, name, content, ok}`, `ok` = not `is_error` |
 //! | `TurnEnd` | `TurnEnd` `{turn, stopped}` (+ v4 `stop_reason`) |
 //! | `AgentEnd` | `RunEnd`: v1 the fields of the last `StepEnd`; v4 `{turn, stop_reason}` of the last `TurnEnd` |

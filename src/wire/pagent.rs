@@ -327,14 +327,44 @@ struct TextParams<'a> {
     text: &'a str,
 }
 
-/// pagent's usage object: the OpenAI names.
+/// pagent's usage object: the OpenAI `CompletionUsage` as pagent dumps it (`model_dump()` of
+/// the `openai` SDK it depends on), or `null` when the reply has no counts (the provider
+/// reported none: pagent writes the `usage` it got, `None` included). A details object is
+/// written when it has a count, with every field the SDK dumps (`null` where we have none),
+/// and is `null` otherwise, as when the provider sends none.
 fn openai_usage(u: Usage) -> Value {
+    if u == Usage::default() {
+        return Value::Null;
+    }
+    let count = |n: u64| if n == 0 { Value::Null } else { json!(n) };
+    let completion_details = if u.reasoning == 0 {
+        Value::Null
+    } else {
+        json!({
+            "accepted_prediction_tokens": null,
+            "audio_tokens": null,
+            "reasoning_tokens": u.reasoning,
+            "rejected_prediction_tokens": null,
+            "text_tokens": null,
+        })
+    };
+    let prompt_details = if u.cache_read == 0 && u.cache_write == 0 {
+        Value::Null
+    } else {
+        json!({
+            "audio_tokens": null,
+            "cache_write_tokens": count(u.cache_write),
+            "cached_tokens": u.cache_read,
+            "image_tokens": null,
+            "text_tokens": null,
+        })
+    };
     json!({
         "completion_tokens": u.output,
         "prompt_tokens": u.input,
         "total_tokens": u.total,
-        "completion_tokens_details": null,
-        "prompt_tokens_details": null,
+        "completion_tokens_details": completion_details,
+        "prompt_tokens_details": prompt_details,
     })
 }
 
@@ -404,6 +434,38 @@ mod tests {
                     .collect()
             })
             .collect()
+    }
+
+    #[test]
+    fn usage_is_null_when_the_provider_reported_none() {
+        assert_eq!(openai_usage(Usage::default()), Value::Null);
+        assert_eq!(
+            openai_usage(Usage::new(10, 3)),
+            json!({
+                "completion_tokens": 3, "prompt_tokens": 10, "total_tokens": 13,
+                "completion_tokens_details": null, "prompt_tokens_details": null,
+            })
+        );
+    }
+
+    /// The shape pagent 0.7.30 writes for an OpenAI reply with
+    /// `completion_tokens_details: {reasoning_tokens: 2}` and
+    /// `prompt_tokens_details: {cached_tokens: 4}` (the SDK's `model_dump()`).
+    #[test]
+    fn cache_read_and_reasoning_counts_are_in_the_detail_objects() {
+        let u = Usage::new(10, 3).with_cache(4, 0).with_reasoning(2);
+        let pagent: Value = serde_json::from_str(
+            r#"{"completion_tokens": 3, "prompt_tokens": 10, "total_tokens": 13, "completion_tokens_details": {"accepted_prediction_tokens": null, "audio_tokens": null, "reasoning_tokens": 2, "rejected_prediction_tokens": null, "text_tokens": null}, "prompt_tokens_details": {"audio_tokens": null, "cache_write_tokens": null, "cached_tokens": 4, "image_tokens": null, "text_tokens": null}}"#,
+        )
+        .unwrap();
+        assert_eq!(openai_usage(u), pagent);
+        let written = openai_usage(Usage::new(10, 3).with_cache(0, 5));
+        assert_eq!(
+            written["prompt_tokens_details"]["cache_write_tokens"],
+            json!(5)
+        );
+        assert_eq!(written["prompt_tokens_details"]["cached_tokens"], json!(0));
+        assert_eq!(written["completion_tokens_details"], Value::Null);
     }
 
     #[test]
