@@ -228,13 +228,19 @@ fn abort_at_every_checkpoint_is_framed_as_pagent_cancels() {
             &seq("RunBegin TurnBegin TextDelta StepEnd TurnEnd RunEnd"),
             &seq("RunBegin TurnBegin TextDelta TurnResult TurnEnd RunEnd"),
         ),
-        ("abort_after_tool_begin", &v1_tool, &v4_empty),
+        (
+            "abort_after_tool_begin",
+            &v1_tool,
+            &seq("RunBegin TurnBegin TurnResult ToolCallBegin ToolResult TurnEnd RunEnd"),
+        ),
         (
             "abort_in_tool",
             &seq(
                 "RunBegin TurnBegin StepEnd ToolCallBegin ToolResult ToolCallBegin ToolResult TurnEnd RunEnd",
             ),
-            &v4_empty,
+            &seq(
+                "RunBegin TurnBegin TurnResult ToolCallBegin ToolResult ToolCallBegin ToolResult TurnEnd RunEnd",
+            ),
         ),
         ("abort_after_continuing_turn_end", &v1_tool, &v4_next),
         (

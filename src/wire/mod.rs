@@ -166,11 +166,13 @@
 //! - v4: `stop_reason` is ours, except that a reply without tool calls is a final answer
 //!   (`no_tool_calls` or `empty_response`). In v4 a turn that stops runs no tools (the
 //!   `max_turns` turn is a "synthesis" turn), so when our run ends on a turn that ran tools
-//!   (`max_turns`, `cancelled`), that turn's tool pairs are left out of the v4 stream; they
-//!   are in the native stream. pagent v4 with `max_turns = n` makes n + 1 model calls; ours
+//!   (`max_turns`), that turn's tool pairs are left out of the v4 stream; they are in the
+//!   native stream. pagent v4 with `max_turns = n` makes n + 1 model calls; ours
 //!   makes n.
 //! - v4, an abort: the run ends with `TurnEnd {stopped: true, stop_reason: "cancelled"}` and
-//!   `RunEnd {stop_reason: "cancelled"}` of the same turn. An abort between turns (after a
+//!   `RunEnd {stop_reason: "cancelled"}` of the same turn, after the tool pairs of the calls
+//!   that started (a call the abort cut short ends `ok: false`; pagent writes its
+//!   `ToolCallBegin` alone). An abort between turns (after a
 //!   `continuing` `TurnEnd`) opens the next turn and ends it so; pagent 0.7.30 writes a second
 //!   `TurnEnd` for the last turn instead, and one without any `TurnBegin` for an abort right
 //!   after `RunBegin`.

@@ -258,8 +258,10 @@ impl Encoder {
         // the next turn begins a new one (its `RunBegin` carries the waiting message).
         let split = stopped && stop == RunStopReason::Continuing;
         // A pagent turn that stops runs no tools (v4's max_turns turn is a "synthesis" turn),
-        // so the tool lines of a stopping turn are left out; the native stream has them.
-        if !stopped {
+        // so the tool lines of a stopping turn are left out; the native stream has them. A
+        // cancelled turn keeps them: pagent writes the `ToolCallBegin` of the tool an abort
+        // cuts short, and its decoder takes any prefix of the turn's calls.
+        if !stopped || reason == "cancelled" {
             out.append(&mut self.tool_lines);
         }
         self.tool_lines.clear();
