@@ -5,8 +5,13 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::mpsc;
+use std::time::Duration;
 
-use serde_json::Value;
+use common::Recorded;
+use pagent::llm::{Faux, FauxReply};
+use pagent::{Agent, AgentEvent, RunStopReason, Usage};
+use serde_json::{Value, json};
 
 const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/pagent-wire");
 
@@ -52,6 +57,249 @@ fn capture(name: &str) -> Vec<String> {
     regular(methods(&std::fs::read_to_string(&path).unwrap()))
 }
 
+/// Aborts the run when `at` holds for an event, from the listener that sees it.
+fn abort_when(agent: &Agent, at: fn(&AgentEvent) -> bool) {
+    let h = agent.handle();
+    let sub = agent.subscribe(move |e| {
+        if at(e) {
+            h.abort();
+        }
+    });
+    let _ = agent.prompt("Say hello.");
+    sub.unsubscribe();
+}
+
+fn continuing_turn_end(e: &AgentEvent) -> bool {
+    matches!(
+        e,
+        AgentEvent::TurnEnd {
+            stop_reason: RunStopReason::Continuing,
+            ..
+        }
+    )
+}
+
+/// The scenarios that abort at each checkpoint of a run, beside those of `common` (which
+/// abort mid-reply and while a tool runs).
+fn abort_scenarios() -> Vec<Recorded> {
+    let b = || {
+        Agent::builder()
+            .model("faux-1")
+            .system_prompt("Be brief.")
+            .tool(common::echo())
+            .provider(
+                Faux::default()
+                    .reply(FauxReply::tool_call("echo", json!({"text": "ping"})).with_id("call_0"))
+                    .reply(FauxReply::text("echo said: ping")),
+            )
+    };
+    vec![
+        common::record("abort_after_run_begin", b(), |agent| {
+            abort_when(agent, |e| matches!(e, AgentEvent::AgentStart))
+        }),
+        common::record("abort_after_turn_begin", b(), |agent| {
+            abort_when(agent, |e| matches!(e, AgentEvent::TurnStart { .. }))
+        }),
+        common::record("abort_after_tool_begin", b(), |agent| {
+            abort_when(agent, |e| matches!(e, AgentEvent::ToolStart { .. }))
+        }),
+        common::record("abort_after_continuing_turn_end", b(), |agent| {
+            abort_when(agent, continuing_turn_end)
+        }),
+        // Another thread aborts while the continuing `TurnEnd` is being dispatched.
+        common::record("abort_from_thread_at_continuing_turn_end", b(), |agent| {
+            let h = agent.handle();
+            let (tx, rx) = mpsc::channel::<()>();
+            let (done_tx, done_rx) = mpsc::channel::<()>();
+            let aborter = std::thread::spawn(move || {
+                if rx.recv_timeout(Duration::from_secs(10)).is_ok() {
+                    h.abort();
+                    let _ = done_tx.send(());
+                }
+            });
+            let tx = parking_lot::Mutex::new(Some(tx));
+            let done_rx = parking_lot::Mutex::new(done_rx);
+            let sub = agent.subscribe(move |e| {
+                if continuing_turn_end(e)
+                    && let Some(tx) = tx.lock().take()
+                {
+                    let _ = tx.send(());
+                    let _ = done_rx.lock().recv_timeout(Duration::from_secs(10));
+                }
+            });
+            let _ = agent.prompt("Say hello.");
+            sub.unsubscribe();
+            aborter.join().unwrap();
+        }),
+    ]
+}
+
+/// Whether the scenario's last run failed (a provider error).
+fn failed(r: &Recorded) -> bool {
+    matches!(
+        r.events.last(),
+        Some((
+            AgentEvent::AgentEnd {
+                stop_reason: RunStopReason::Error,
+                ..
+            },
+            _
+        ))
+    )
+}
+
+/// A reply with cache-read and reasoning counts, then one whose provider reported no usage.
+fn usage_scenario() -> Recorded {
+    let builder = Agent::builder()
+        .model("faux-1")
+        .tool(common::echo())
+        .provider(
+            Faux::default()
+                .reply(
+                    FauxReply::tool_call("echo", json!({"text": "ping"}))
+                        .with_id("call_0")
+                        .usage(Usage::new(10, 3).with_cache(4, 0).with_reasoning(2)),
+                )
+                .reply(FauxReply::text("done").usage(Usage::default())),
+        );
+    common::record("usage_details", builder, |agent| {
+        agent.prompt("Say hello.").unwrap();
+    })
+}
+
+/// Every scenario the dialect tests check: `common`'s, the aborts and the usage details.
+fn all_scenarios() -> Vec<Recorded> {
+    let mut all = common::record_all();
+    all.extend(abort_scenarios());
+    all.push(usage_scenario());
+    all
+}
+
+/// A regression test: the detail objects were always `null` and a reply without usage read
+/// as zeros. pagent writes the OpenAI SDK's `model_dump()` of the usage it got, `null` when
+/// it got none.
+#[test]
+fn usage_is_written_as_pagent_writes_it() {
+    let r = usage_scenario();
+    let details = json!({
+        "completion_tokens": 3, "prompt_tokens": 10, "total_tokens": 13,
+        "completion_tokens_details": {
+            "accepted_prediction_tokens": null, "audio_tokens": null, "reasoning_tokens": 2,
+            "rejected_prediction_tokens": null, "text_tokens": null,
+        },
+        "prompt_tokens_details": {
+            "audio_tokens": null, "cache_write_tokens": null, "cached_tokens": 4,
+            "image_tokens": null, "text_tokens": null,
+        },
+    });
+    for (dialect, stream, summary) in [("v1", &r.v1, "StepEnd"), ("v4", &r.v4, "TurnResult")] {
+        let usages: Vec<Value> = stream
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|v| v["method"] == summary)
+            .map(|v| v["params"]["usage"].clone())
+            .collect();
+        assert_eq!(usages, [details.clone(), Value::Null], "{dialect}");
+    }
+    // v1's `RunEnd` repeats the last `StepEnd`.
+    let run_end: Value = serde_json::from_str(r.v1.lines().last().unwrap()).unwrap();
+    assert_eq!(run_end["params"]["usage"], Value::Null);
+}
+
+/// A regression test: an abort after a continuing `TurnEnd` ended the v4 stream with
+/// `RunEnd{stop_reason:"continuing"}`.
+#[test]
+fn abort_at_every_checkpoint_is_framed_as_pagent_cancels() {
+    let all = all_scenarios();
+    let get = |name: &str| all.iter().find(|r| r.name == name).unwrap();
+    let seq = |s: &str| -> Vec<String> { s.split_whitespace().map(str::to_owned).collect() };
+    // v1 knows no cancel: a run aborted after tool calls reads as a max_turns ending.
+    let v1_empty = seq("RunBegin TurnBegin StepEnd TurnEnd RunEnd");
+    let v1_tool = seq("RunBegin TurnBegin StepEnd ToolCallBegin ToolResult TurnEnd RunEnd");
+    let v4_empty = seq("RunBegin TurnBegin TurnResult TurnEnd RunEnd");
+    let v4_next = seq(
+        "RunBegin TurnBegin TurnResult ToolCallBegin ToolResult TurnEnd TurnBegin TurnEnd RunEnd",
+    );
+    for (name, v1, v4) in [
+        ("abort_after_run_begin", &v1_empty, &v4_empty),
+        ("abort_after_turn_begin", &v1_empty, &v4_empty),
+        (
+            "abort_mid_stream",
+            &seq("RunBegin TurnBegin TextDelta StepEnd TurnEnd RunEnd"),
+            &seq("RunBegin TurnBegin TextDelta TurnResult TurnEnd RunEnd"),
+        ),
+        (
+            "abort_after_tool_begin",
+            &v1_tool,
+            &seq("RunBegin TurnBegin TurnResult ToolCallBegin ToolResult TurnEnd RunEnd"),
+        ),
+        (
+            "abort_in_tool",
+            &seq(
+                "RunBegin TurnBegin StepEnd ToolCallBegin ToolResult ToolCallBegin ToolResult TurnEnd RunEnd",
+            ),
+            &seq(
+                "RunBegin TurnBegin TurnResult ToolCallBegin ToolResult ToolCallBegin ToolResult TurnEnd RunEnd",
+            ),
+        ),
+        ("abort_after_continuing_turn_end", &v1_tool, &v4_next),
+        (
+            "abort_from_thread_at_continuing_turn_end",
+            &v1_tool,
+            &v4_next,
+        ),
+    ] {
+        let r = get(name);
+        assert_eq!(&methods(&r.v1), v1, "v1 {name}");
+        assert_eq!(&methods(&r.v4), v4, "v4 {name}");
+        // Every v4 abort ends with a stopped `cancelled` turn and a `cancelled` run.
+        let lines: Vec<Value> =
+            r.v4.lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+        let [.., turn_end, run_end] = &lines[..] else {
+            panic!("{name}: {}", r.v4)
+        };
+        let k = turn_end["params"]["turn"].clone();
+        assert_eq!(
+            turn_end["params"],
+            json!({"turn": k, "stopped": true, "stop_reason": "cancelled"}),
+            "{name}"
+        );
+        assert_eq!(
+            run_end["params"],
+            json!({"turn": k, "stop_reason": "cancelled"}),
+            "{name}"
+        );
+    }
+}
+
+/// A regression test: a provider failure mid-reply read as a finished answer in v1 and as
+/// `cancelled` in v4. pagent raises the provider's exception out of its event iterator, so its
+/// lines break off: no summary of the failed reply, no `TurnEnd`, no `RunEnd`.
+#[test]
+fn a_failed_run_breaks_off_as_pagent_does() {
+    let all = common::record_all();
+    let get = |name: &str| all.iter().find(|r| r.name == name).unwrap();
+    let seq = |s: &str| -> Vec<String> { s.split_whitespace().map(str::to_owned).collect() };
+    for (name, expected) in [
+        ("provider_error", seq("RunBegin TurnBegin TextDelta")),
+        ("fail_at_once", seq("RunBegin TurnBegin")),
+    ] {
+        let r = get(name);
+        assert!(failed(r), "{name}");
+        assert_eq!(methods(&r.v1), expected, "v1 {name}");
+        assert_eq!(methods(&r.v4), expected, "v4 {name}");
+    }
+    let failures: Vec<&str> = all.iter().filter(|r| failed(r)).map(|r| r.name).collect();
+    // `steer_at_tool_boundary` steers twice, and its scripted provider has no reply left for
+    // the second steering message's run.
+    assert_eq!(
+        failures,
+        ["provider_error", "fail_at_once", "steer_at_tool_boundary"]
+    );
+}
+
 #[test]
 fn method_sequences_match_the_pagent_captures() {
     let all = common::record_all();
@@ -87,11 +335,19 @@ fn method_sequences_match_the_pagent_captures() {
 
 #[test]
 fn dialect_streams_are_regular() {
-    for r in common::record_all() {
+    for r in all_scenarios() {
         for (dialect, stream) in [("v1", &r.v1), ("v4", &r.v4)] {
             let m = methods(stream);
             let count = |x: &str| m.iter().filter(|y| *y == x).count();
-            assert_eq!(count("TurnBegin"), count("TurnEnd"), "{dialect} {}", r.name);
+            // A failed run leaves its last turn and the run open (see
+            // `a_failed_run_breaks_off_as_pagent_does`).
+            let open = usize::from(failed(&r));
+            assert_eq!(
+                count("TurnBegin"),
+                count("TurnEnd") + open,
+                "{dialect} {}",
+                r.name
+            );
             assert_eq!(
                 count("ToolCallBegin"),
                 count("ToolResult"),
@@ -110,8 +366,8 @@ fn dialect_streams_are_regular() {
                 r.name
             );
             assert_eq!(
-                m.last().map(String::as_str),
-                Some("RunEnd"),
+                m.last().map(String::as_str) == Some("RunEnd"),
+                !failed(&r),
                 "{dialect} {}",
                 r.name
             );
@@ -129,28 +385,54 @@ fn pagent_decoder_accepts_both_dialects() {
         .expect("set PAGENT_WIRE_PYTHON to a python with pagent==0.7.30 installed");
     let dir = std::env::temp_dir().join(format!("pagent-dialects-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let mut files: [Vec<PathBuf>; 2] = [Vec::new(), Vec::new()];
-    for r in common::record_all() {
+    // Per dialect: the streams of finished runs, and those of failed runs.
+    let mut files: [[Vec<PathBuf>; 2]; 2] = Default::default();
+    for r in all_scenarios() {
         for (i, (dialect, stream)) in [("v1", &r.v1), ("v4", &r.v4)].into_iter().enumerate() {
             let path = dir.join(format!("{dialect}_{}.jsonl", r.name));
             std::fs::write(&path, stream).unwrap();
-            files[i].push(path);
+            files[i][usize::from(failed(&r))].push(path);
         }
     }
-    for (i, dialect) in ["v1", "v4"].into_iter().enumerate() {
+    let check = |dialect: &str, files: &[PathBuf]| {
         let out = Command::new(&python)
             .arg(Path::new(DATA).join("check_wire.py"))
-            .args(["--dialect", dialect, "--strict-fields", "--quiet"])
-            .args(&files[i])
+            .args([
+                "--dialect",
+                dialect,
+                "--strict-fields",
+                "--strict-turns",
+                "--quiet",
+            ])
+            .args(files)
             .output()
             .expect("runs the checker");
-        let report = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "check_wire.py --dialect {dialect} failed:\n{report}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let report = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.success(), format!("{report}{stderr}"))
+    };
+    for (i, dialect) in ["v1", "v4"].into_iter().enumerate() {
+        let [finished, broken] = &files[i];
+        let (ok, report) = check(dialect, finished);
+        assert!(ok, "check_wire.py --dialect {dialect} failed:\n{report}");
         assert!(report.trim_end().ends_with(" 0 failed"), "{report}");
+        // A failed run breaks off as pagent's own does: every line decodes, and the only
+        // complaint is the missing `RunEnd` at the end of each stream.
+        assert!(!broken.is_empty());
+        let (ok, report) = check(dialect, broken);
+        assert!(!ok, "{report}");
+        let problems: Vec<&str> = report.lines().filter(|l| l.contains(": [")).collect();
+        assert_eq!(problems.len(), broken.len(), "{report}");
+        assert!(
+            problems.iter().all(|l| l.contains("[R3 last-RunEnd]")),
+            "{report}"
+        );
+        assert!(
+            report
+                .trim_end()
+                .ends_with(&format!(" {} failed", broken.len())),
+            "{report}"
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -142,7 +142,7 @@
 //! | `AgentStart` and the prompt's `MessageStart` | `RunBegin` `{user_input}`: the text of the first user message of the run (`""` when it has none) |
 //! | `TurnStart { turn }` | `TurnBegin` `{turn}`, counted from 0 |
 //! | `MessageUpdate` text / thinking delta | `TextDelta` / `ReasoningDelta` `{text}`; other deltas are not written |
-//! | assistant `MessageEnd` | v1 `StepEnd`, v4 `TurnResult`: `{content, tool_calls, reasoning_content, usage}`; v1 tool calls are `{"id","type":"function","function":{"name","arguments"}}`, v4 `{"type":"function","id","name","arguments"}`; usage is `{"prompt_tokens","completion_tokens","total_tokens",..}` |
+//! | assistant `MessageEnd` | v1 `StepEnd`, v4 `TurnResult`: `{content, tool_calls, reasoning_content, usage}`; v1 tool calls are `{"id","type":"function","function":{"name","arguments"}}`, v4 `{"type":"function","id","name","arguments"}`; usage is the OpenAI SDK's `CompletionUsage` as pagent dumps it: `{"completion_tokens","prompt_tokens","total_tokens","completion_tokens_details","prompt_tokens_details"}`, the reasoning count in `completion_tokens_details.reasoning_tokens` and the cache counts in `prompt_tokens_details.cached_tokens` / `cache_write_tokens` (each details object `null` when it has no count), and `usage` itself `null` when the reply has no counts (the provider reported none) |
 //! | `ToolStart` + `ToolEnd` | `ToolCallBegin` `{tool_call_id, name, arguments}` then `ToolResult` `{tool_call_id, name, content, ok}`, `ok` = not `is_error` |
 //! | `TurnEnd` | `TurnEnd` `{turn, stopped}` (+ v4 `stop_reason`) |
 //! | `AgentEnd` | `RunEnd`: v1 the fields of the last `StepEnd`; v4 `{turn, stop_reason}` of the last `TurnEnd` |
@@ -161,18 +161,33 @@
 //!   there (`TurnEnd` stopped, `RunEnd`) and the next turn opens a new one, whose `RunBegin`
 //!   carries the waiting message; turns count from 0 again.
 //! - v1: a turn is `stopped` exactly when its reply called no tools. A run that ends on a
-//!   turn that called tools (`max_turns`, an abort, an error) ends with `stopped: false`, as
-//!   pagent v1 writes a `max_turns` ending.
-//! - v4: `stop_reason` is ours, except that v4 knows no `error` (a failed run reads as
-//!   `cancelled`) and that a reply without tool calls is a final answer (`no_tool_calls` or
-//!   `empty_response`). In v4 a turn that stops runs no tools (the `max_turns` turn is a
-//!   "synthesis" turn), so when our run ends on a turn that ran tools (`max_turns`,
-//!   `cancelled`), that turn's tool pairs are left out of the v4 stream; they are in the
-//!   native stream. pagent v4 with `max_turns = n` makes n + 1 model calls; ours makes n.
+//!   turn that called tools (`max_turns`, an abort) ends with `stopped: false`, as pagent v1
+//!   writes a `max_turns` ending.
+//! - v4: `stop_reason` is ours, except that a reply without tool calls is a final answer
+//!   (`no_tool_calls` or `empty_response`). In v4 a turn that stops runs no tools (the
+//!   `max_turns` turn is a "synthesis" turn), so when our run ends on a turn that ran tools
+//!   (`max_turns`), that turn's tool pairs are left out of the v4 stream; they are in the
+//!   native stream. pagent v4 with `max_turns = n` makes n + 1 model calls; ours
+//!   makes n.
+//! - v4, an abort: the run ends with `TurnEnd {stopped: true, stop_reason: "cancelled"}` and
+//!   `RunEnd {stop_reason: "cancelled"}` of the same turn, after the tool pairs of the calls
+//!   that started (a call the abort cut short ends `ok: false`; pagent writes its
+//!   `ToolCallBegin` alone). An abort between turns (after a
+//!   `continuing` `TurnEnd`) opens the next turn and ends it so; pagent 0.7.30 writes a second
+//!   `TurnEnd` for the last turn instead, and one without any `TurnBegin` for an abort right
+//!   after `RunBegin`.
+//! - A failed run (`RunStopReason::Error`: a provider error, a panic in the loop) breaks off,
+//!   in both dialects: the deltas and the tool pairs written so far stay, and the failed
+//!   reply's `StepEnd` / `TurnResult`, its `TurnEnd` and the `RunEnd` are not written. That is
+//!   what pagent's stream does when its provider fails (v1 `Agent.arun_wire` and v4
+//!   `Runner.run` raise the exception out of the event iterator; neither has an `error`
+//!   stop reason), so a pagent consumer tells a failed run by its missing `RunEnd`. The next
+//!   run, if any, starts with its `RunBegin`. The native stream has the error.
 //!
 //! The tests check both dialects with pagent's own decoders and its sequence grammar
-//! (`check_wire.py --strict-fields`) on every scenario of the suite, and compare the method
-//! sequences with captures of pagent itself.
+//! (`check_wire.py --strict-fields --strict-turns`) on every scenario of the suite (aborts at
+//! every checkpoint included; a failed run's only complaint is its missing `RunEnd`), and
+//! compare the method sequences with captures of pagent itself.
 //!
 //! # The stdio server
 //!

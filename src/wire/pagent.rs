@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use super::codec::notification_to;
 use crate::event::{AgentEvent, RunStopReason};
 use crate::llm::StreamEvent;
-use crate::message::{AssistantMessage, Message, ToolCall, ToolResultMessage, Usage};
+use crate::message::{AssistantMessage, Message, StopReason, ToolCall, ToolResultMessage, Usage};
 
 /// Which pagent wire version to write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -117,7 +117,11 @@ impl Encoder {
                 _ => {}
             },
             AgentEvent::MessageEnd { message } => {
-                if let Message::Assistant(m) = &**message {
+                // A failed reply has no summary: pagent's stream breaks off where its
+                // provider failed (see `AgentEnd`).
+                if let Message::Assistant(m) = &**message
+                    && m.stop_reason != StopReason::Error
+                {
                     let params = self.summary(m);
                     let method = match self.version {
                         Version::V1 => "StepEnd",
@@ -137,6 +141,15 @@ impl Encoder {
                 self.pair_tools(out);
             }
             AgentEvent::TurnEnd {
+                stop_reason: RunStopReason::Error,
+                ..
+            } => {
+                // The failed turn has no `TurnEnd`; the tools that ran before the failure
+                // are written, as pagent writes each tool as it runs.
+                out.append(&mut self.tool_lines);
+                self.open_turn = None;
+            }
+            AgentEvent::TurnEnd {
                 turn,
                 message,
                 stop_reason,
@@ -147,9 +160,31 @@ impl Encoder {
                     .is_some_and(|m| m.tool_calls().next().is_some());
                 self.end_turn(*turn, *stop_reason, had_calls, message.as_assistant(), out);
             }
+            AgentEvent::AgentEnd {
+                stop_reason: RunStopReason::Error,
+                ..
+            } => {
+                // pagent (v1 and v4) raises its provider's exception out of the event
+                // iterator: the run's lines break off with no `TurnEnd` and no `RunEnd`, and
+                // the consumer learns of the failure from the missing `RunEnd`. The dialects
+                // do the same, for every failed run (a panic in the loop included).
+                out.append(&mut self.tool_lines);
+                self.phase = Phase::Idle;
+            }
             AgentEvent::AgentEnd { stop_reason, .. } => {
-                // A run that broke off mid-turn (a panic in the loop) still closes its turn.
+                // A run that broke off mid-turn still closes its turn.
                 if let Some(turn) = self.open_turn {
+                    self.end_turn(turn, *stop_reason, false, None, out);
+                } else if self.version == Version::V4
+                    && matches!(self.last_turn_end, Some((_, "continuing")))
+                {
+                    // The run stopped between turns (an abort after a continuing `TurnEnd`):
+                    // v4 ends a run on a stopped turn, so the turn that did not start opens
+                    // and ends `cancelled` (pagent writes a second `TurnEnd` for the last
+                    // turn instead; ours stays regular).
+                    let (turn, _) = self.last_turn_end.unwrap_or_default();
+                    let turn = turn + self.base + 1;
+                    notification_to(out, "TurnBegin", &json!({ "turn": self.pagent_turn(turn) }));
                     self.end_turn(turn, *stop_reason, false, None, out);
                 }
                 self.run_end(*stop_reason, out);
@@ -223,8 +258,10 @@ impl Encoder {
         // the next turn begins a new one (its `RunBegin` carries the waiting message).
         let split = stopped && stop == RunStopReason::Continuing;
         // A pagent turn that stops runs no tools (v4's max_turns turn is a "synthesis" turn),
-        // so the tool lines of a stopping turn are left out; the native stream has them.
-        if !stopped {
+        // so the tool lines of a stopping turn are left out; the native stream has them. A
+        // cancelled turn keeps them: pagent writes the `ToolCallBegin` of the tool an abort
+        // cuts short, and its decoder takes any prefix of the turn's calls.
+        if !stopped || reason == "cancelled" {
             out.append(&mut self.tool_lines);
         }
         self.tool_lines.clear();
@@ -292,19 +329,48 @@ struct TextParams<'a> {
     text: &'a str,
 }
 
-/// pagent's usage object: the OpenAI names.
+/// pagent's usage object: the OpenAI `CompletionUsage` as pagent dumps it (`model_dump()` of
+/// the `openai` SDK it depends on), or `null` when the reply has no counts (the provider
+/// reported none: pagent writes the `usage` it got, `None` included). A details object is
+/// written when it has a count, with every field the SDK dumps (`null` where we have none),
+/// and is `null` otherwise, as when the provider sends none.
 fn openai_usage(u: Usage) -> Value {
+    if u == Usage::default() {
+        return Value::Null;
+    }
+    let count = |n: u64| if n == 0 { Value::Null } else { json!(n) };
+    let completion_details = if u.reasoning == 0 {
+        Value::Null
+    } else {
+        json!({
+            "accepted_prediction_tokens": null,
+            "audio_tokens": null,
+            "reasoning_tokens": u.reasoning,
+            "rejected_prediction_tokens": null,
+            "text_tokens": null,
+        })
+    };
+    let prompt_details = if u.cache_read == 0 && u.cache_write == 0 {
+        Value::Null
+    } else {
+        json!({
+            "audio_tokens": null,
+            "cache_write_tokens": count(u.cache_write),
+            "cached_tokens": u.cache_read,
+            "image_tokens": null,
+            "text_tokens": null,
+        })
+    };
     json!({
         "completion_tokens": u.output,
         "prompt_tokens": u.input,
         "total_tokens": u.total,
-        "completion_tokens_details": null,
-        "prompt_tokens_details": null,
+        "completion_tokens_details": completion_details,
+        "prompt_tokens_details": prompt_details,
     })
 }
 
-/// v4's `stop_reason`. v4 knows no `error`: a failed run reads as `cancelled` (it did not
-/// finish). A reply without tool calls is a final answer in pagent's terms, also when our run
+/// v4's `stop_reason`. A failed run has none: its lines break off (see `AgentEnd`). A reply without tool calls is a final answer in pagent's terms, also when our run
 /// goes on (`Continuing`, a steering or follow-up message waits) or stops at `MaxTurns`
 /// (steering queued at the limit).
 fn v4_reason(
@@ -323,6 +389,7 @@ fn v4_reason(
             "empty_response"
         }
         RunStopReason::Continuing | RunStopReason::MaxTurns => "no_tool_calls",
+        // `Error` is never written (the run breaks off); an abort is pagent's cancel.
         RunStopReason::Cancelled | RunStopReason::Error => "cancelled",
     }
 }
@@ -369,6 +436,38 @@ mod tests {
                     .collect()
             })
             .collect()
+    }
+
+    #[test]
+    fn usage_is_null_when_the_provider_reported_none() {
+        assert_eq!(openai_usage(Usage::default()), Value::Null);
+        assert_eq!(
+            openai_usage(Usage::new(10, 3)),
+            json!({
+                "completion_tokens": 3, "prompt_tokens": 10, "total_tokens": 13,
+                "completion_tokens_details": null, "prompt_tokens_details": null,
+            })
+        );
+    }
+
+    /// The shape pagent 0.7.30 writes for an OpenAI reply with
+    /// `completion_tokens_details: {reasoning_tokens: 2}` and
+    /// `prompt_tokens_details: {cached_tokens: 4}` (the SDK's `model_dump()`).
+    #[test]
+    fn cache_read_and_reasoning_counts_are_in_the_detail_objects() {
+        let u = Usage::new(10, 3).with_cache(4, 0).with_reasoning(2);
+        let pagent: Value = serde_json::from_str(
+            r#"{"completion_tokens": 3, "prompt_tokens": 10, "total_tokens": 13, "completion_tokens_details": {"accepted_prediction_tokens": null, "audio_tokens": null, "reasoning_tokens": 2, "rejected_prediction_tokens": null, "text_tokens": null}, "prompt_tokens_details": {"audio_tokens": null, "cache_write_tokens": null, "cached_tokens": 4, "image_tokens": null, "text_tokens": null}}"#,
+        )
+        .unwrap();
+        assert_eq!(openai_usage(u), pagent);
+        let written = openai_usage(Usage::new(10, 3).with_cache(0, 5));
+        assert_eq!(
+            written["prompt_tokens_details"]["cache_write_tokens"],
+            json!(5)
+        );
+        assert_eq!(written["prompt_tokens_details"]["cached_tokens"], json!(0));
+        assert_eq!(written["completion_tokens_details"], Value::Null);
     }
 
     #[test]

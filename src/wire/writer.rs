@@ -22,6 +22,21 @@ pub enum Dialect {
     PagentV1,
     /// The Python pagent v4 wire (`pagentv4.adapters.acp`): as v1 with `TurnResult` instead of
     /// `StepEnd`, and `stop_reason` on `TurnEnd` and `RunEnd`.
+    ///
+    /// How a run's ending reads in the two pagent dialects (the [module
+    /// docs](super#the-pagent-dialects) have the whole mapping):
+    ///
+    /// | our `RunStopReason` | v1 | v4 |
+    /// |---|---|---|
+    /// | `NoToolCalls`, `EmptyResponse` | last `TurnEnd` `stopped: true`, `RunEnd` | `TurnEnd` / `RunEnd` with that `stop_reason` |
+    /// | `MaxTurns` | last `TurnEnd` `stopped: false`, `RunEnd` | `max_turns` |
+    /// | `Cancelled` (an abort) | like `MaxTurns` after a turn with tool calls, else `stopped: true` | `TurnEnd` / `RunEnd` `cancelled`, also for an abort between turns |
+    /// | `Error` (a provider error, a panic in the loop) | the stream breaks off: no `StepEnd` for the failed reply, no `TurnEnd`, no `RunEnd` | the same, no `TurnResult` / `TurnEnd` / `RunEnd` |
+    ///
+    /// A failed run breaks off because pagent's own stream does: its v1 `Agent.arun_wire` and
+    /// v4 `Runner.run` raise the provider's exception out of the event iterator, and neither
+    /// wire has an error event or stop reason. A pagent consumer tells a failed run by the
+    /// missing `RunEnd`; the native dialect carries the error itself.
     PagentV4,
 }
 
