@@ -22,7 +22,8 @@ const CAPACITY: usize = 64;
 ///
 /// The run goes on on a thread of its own (named `pagent-run`) while the caller iterates; the
 /// iterator yields every event of that run, from `AgentStart` to `AgentEnd`, in order and
-/// live, and ends after `AgentEnd`. [`RunStream::text`] and [`RunStream::wire_lines`] turn it
+/// live, and ends after `AgentEnd` (after an abort it may end sooner, see
+/// [`RunStream::abort`]). [`RunStream::text`] and [`RunStream::wire_lines`] turn it
 /// into an iterator over the reply's text chunks or over native wire lines. Once the iterator
 /// ended, [`RunStream::finish`] returns what [`Agent::prompt`] would have returned.
 ///
@@ -122,7 +123,9 @@ impl RunStream {
     }
 
     /// Aborts the run (if it is still going) without waiting: the iterator then yields the
-    /// rest of the run's events, up to its `AgentEnd`.
+    /// rest of the run's events, up to its `AgentEnd`; or, when 64 events waited unread at
+    /// that moment, those events and no more (the channel is closed rather than waited on,
+    /// as for [`Agent::subscribe_channel`]). [`RunStream::finish`] still returns the result.
     pub fn abort(&self) {
         self.token.cancel();
     }
