@@ -232,3 +232,32 @@ fn run_loop_returns_exactly_the_appended_messages() {
     let refused = pagent::run_loop(tool_then_text(), done, |_| panic!("no event")).unwrap_err();
     assert!(matches!(refused.error(), Error::NothingToContinue(_)));
 }
+
+#[test]
+fn dropping_an_unread_stream_releases_a_run_waiting_on_its_full_channel() {
+    let _serial = serial();
+    let long = "x".repeat(500);
+    let agent = Agent::builder()
+        .provider(
+            Faux::default()
+                .chunk_chars(1)
+                .reply(FauxReply::text(long.clone()))
+                .reply(FauxReply::text("next")),
+        )
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let mut run = agent.prompt_stream("go").unwrap();
+    assert_eq!(run.next().map(|e| e.name()), Some("AgentStart"));
+    // The run now waits on the full channel (500 updates, room for 64).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while agent.snapshot().streaming_message.is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(run);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let state = agent.snapshot();
+    assert_eq!(state.stop_reason, Some(RunStopReason::Cancelled));
+    assert_eq!(run_threads(), 0);
+    assert_eq!(agent.prompt("again").unwrap().text(), "next");
+}
