@@ -237,21 +237,19 @@ fn run_loop_returns_exactly_the_appended_messages() {
 fn dropping_an_unread_stream_releases_a_run_waiting_on_its_full_channel() {
     let _serial = serial();
     let long = "x".repeat(500);
-    let agent = Agent::builder()
-        .provider(
-            Faux::default()
-                .chunk_chars(1)
-                .reply(FauxReply::text(long.clone()))
-                .reply(FauxReply::text("next")),
-        )
-        .build()
-        .unwrap();
+    let faux = Faux::default()
+        .chunk_chars(1)
+        .reply(FauxReply::text(long.clone()))
+        .reply(FauxReply::text("next"));
+    let agent = Agent::builder().provider(faux.clone()).build().unwrap();
     let started = Instant::now();
     let mut run = agent.prompt_stream("go").unwrap();
     assert_eq!(run.next().map(|e| e.name()), Some("AgentStart"));
     // The run now waits on the full channel (500 updates, room for 64).
     let deadline = Instant::now() + Duration::from_secs(10);
-    while agent.snapshot().streaming_message.is_none() && Instant::now() < deadline {
+    let streamed =
+        |agent: &Agent| (agent.snapshot().streaming_message.as_ref()).map_or(0, |m| m.text().len());
+    while (faux.remaining() > 1 || streamed(&agent) < 32) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }
     drop(run);
