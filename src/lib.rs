@@ -36,7 +36,7 @@ pub mod wire;
 
 pub use agent::{
     Agent, AgentBuilder, AgentHandle, ChannelPolicy, Prompt, QueueMode, Refused, RunResult,
-    SteeringPolicy, Subscription,
+    RunStream, SteeringPolicy, Subscription, TextChunks, WireLines, run_loop,
 };
 pub use cancel::CancelToken;
 pub use error::{Error, RunError, TimeoutPhase};

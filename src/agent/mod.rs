@@ -22,12 +22,14 @@ pub(crate) mod guard;
 pub(crate) mod hooks;
 mod repair;
 mod run;
+mod stream;
 mod tools;
 
 pub use builder::AgentBuilder;
 use builder::Config;
 pub use dispatch::ChannelPolicy;
 use dispatch::{Channel, Shared, Sink};
+pub use stream::{RunStream, TextChunks, WireLines, run_loop};
 
 /// An LLM agent driven from ordinary blocking code.
 ///

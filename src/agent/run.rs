@@ -99,7 +99,34 @@ impl Drop for Claim<'_> {
     }
 }
 
-pub(crate) fn run(inner: &Arc<Inner>, start: Start) -> Result<RunResult, RunError> {
+/// A claim taken on one thread for a run that goes on another (see `Agent::prompt_stream`):
+/// `Busy` is decided at once, on the caller's thread. Dropping it unused gives the claim up.
+pub(crate) struct Claimed {
+    inner: Arc<Inner>,
+    token: Option<CancelToken>,
+}
+
+impl Claimed {
+    /// The cancel token of the claimed run: cancelling it aborts that run and no other.
+    pub(crate) fn token(&self) -> CancelToken {
+        self.token.clone().expect("an unused claim holds its token")
+    }
+}
+
+impl Drop for Claimed {
+    fn drop(&mut self) {
+        if self.token.take().is_some() {
+            drop(Claim {
+                inner: &self.inner,
+                gate: None,
+                claimed: true,
+            });
+        }
+    }
+}
+
+/// Claims `inner` for a run (its `run_timeout` deadline starts now), or `Busy`.
+pub(crate) fn claim(inner: &Arc<Inner>) -> Result<Claimed, Error> {
     // With a `run_timeout` the token carries the run's deadline (see `CancelToken`).
     let deadline = inner
         .config
@@ -107,7 +134,33 @@ pub(crate) fn run(inner: &Arc<Inner>, start: Start) -> Result<RunResult, RunErro
         .run_timeout
         .and_then(|t| std::time::Instant::now().checked_add(t));
     let cancel = deadline.map_or_else(CancelToken::new, CancelToken::with_deadline);
-    let mut claim = Claim::take(inner, &cancel).map_err(RunError::refused)?;
+    let claim = Claim::take(inner, &cancel)?;
+    // The `Claimed` releases it from here on.
+    std::mem::forget(claim);
+    Ok(Claimed {
+        inner: inner.clone(),
+        token: Some(cancel),
+    })
+}
+
+pub(crate) fn run(inner: &Arc<Inner>, start: Start) -> Result<RunResult, RunError> {
+    let claimed = claim(inner).map_err(RunError::refused)?;
+    run_claimed(claimed, start)
+}
+
+/// Runs on the current thread a run whose claim was taken by [`claim`].
+pub(crate) fn run_claimed(mut claimed: Claimed, start: Start) -> Result<RunResult, RunError> {
+    let inner = &claimed.inner.clone();
+    let cancel = claimed
+        .token
+        .take()
+        .expect("an unused claim holds its token");
+    drop(claimed);
+    let mut claim = Claim {
+        inner,
+        gate: None,
+        claimed: true,
+    };
     claim.enter(&cancel);
     let input = match start {
         Start::Prompt(messages) => messages,

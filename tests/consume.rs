@@ -1,0 +1,261 @@
+//! The ways to consume a run: iterators over its events, text chunks and wire lines, and the
+//! stateless loop.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use pagent::llm::{Faux, FauxReply};
+use pagent::{Agent, AgentBuilder, AgentEvent, Error, ErrorKind, Message, RunStopReason, wire};
+use serde_json::json;
+
+mod common;
+
+/// A tool turn then a text answer, streamed in small chunks.
+fn tool_then_text() -> AgentBuilder {
+    Agent::builder().tool(common::echo()).provider(
+        Faux::default()
+            .chunk_chars(3)
+            .reply(FauxReply::text("let me check").then_tool_call("echo", json!({"text": "hi"})))
+            .reply(FauxReply::text("the echo said hi")),
+    )
+}
+
+/// Held by every test that starts a stream, so that counting `pagent-run` threads sees only
+/// the test's own.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The number of threads of this process named `pagent-run`.
+fn run_threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .map(|tasks| {
+            tasks
+                .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+                .filter(|name| name.trim() == "pagent-run")
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+fn listen(agent: &Agent) -> Arc<Mutex<Vec<AgentEvent>>> {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    agent
+        .subscribe(move |e| sink.lock().unwrap().push(e.clone()))
+        .keep();
+    seen
+}
+
+#[test]
+fn events_iterator_yields_what_a_listener_sees() {
+    let _serial = serial();
+    let agent = tool_then_text().build().unwrap();
+    let seen = listen(&agent);
+    let mut run = agent.prompt_stream("go").unwrap();
+    let events: Vec<AgentEvent> = run.by_ref().collect();
+    let result = run.finish().unwrap();
+    assert_eq!(events, *seen.lock().unwrap());
+    let names: Vec<&str> = events.iter().map(|e| e.name()).collect();
+    let update = "MessageUpdate";
+    let mut expected = vec!["AgentStart", "TurnStart", "MessageStart", "MessageEnd"];
+    expected.push("MessageStart");
+    expected.extend([update; 11]); // the text in 4 chunks, then the tool call streaming
+    expected.extend([
+        "MessageEnd",
+        "ToolStart",
+        "ToolEnd",
+        "MessageStart",
+        "MessageEnd",
+    ]);
+    expected.extend(["TurnEnd", "TurnStart", "MessageStart"]);
+    expected.extend([update; 7]);
+    expected.extend(["MessageEnd", "TurnEnd", "AgentEnd"]);
+    assert_eq!(names, expected);
+    assert_eq!(result.text(), "the echo said hi");
+    assert_eq!(result.stop_reason, RunStopReason::NoToolCalls);
+    assert_eq!(result.messages.len(), 4);
+}
+
+#[test]
+fn text_iterator_concatenates_to_the_replies_text() {
+    let _serial = serial();
+    let agent = tool_then_text().build().unwrap();
+    let mut chunks = agent.prompt_stream("go").unwrap().text();
+    let collected: Vec<String> = chunks.by_ref().collect();
+    assert_eq!(
+        collected,
+        [
+            "let", " me", " ch", "eck", "the", " ec", "ho ", "sai", "d h", "i"
+        ]
+    );
+    assert_eq!(collected.concat(), "let me checkthe echo said hi");
+    assert_eq!(chunks.finish().unwrap().text(), "the echo said hi");
+}
+
+#[test]
+fn wire_lines_decode_to_the_same_events() {
+    let _serial = serial();
+    let agent = tool_then_text().build().unwrap();
+    let seen = listen(&agent);
+    let lines: Vec<String> = agent.prompt_stream("go").unwrap().wire_lines().collect();
+    let expected: Vec<String> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(wire::encode_event_line)
+        .collect();
+    assert_eq!(lines, expected);
+    let mut decoder = wire::Decoder::new();
+    let decoded: Vec<AgentEvent> = lines
+        .iter()
+        .map(|l| decoder.decode_line(l).unwrap())
+        .collect();
+    let renamed: Vec<&str> = decoded.iter().map(|e| e.name()).collect();
+    let original: Vec<&str> = seen.lock().unwrap().iter().map(|e| e.name()).collect();
+    assert_eq!(renamed, original);
+    let reencoded: Vec<String> = decoded.iter().map(wire::encode_event_line).collect();
+    assert_eq!(reencoded, lines);
+}
+
+#[test]
+fn dropping_the_iterator_mid_run_aborts_the_run_and_joins_its_thread() {
+    let _serial = serial();
+    let agent = Agent::builder()
+        .tool(common::echo())
+        .provider(
+            Faux::default()
+                .reply(FauxReply::tool_call("echo", json!({"text": "slow"})))
+                .reply(FauxReply::text("after")),
+        )
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let mut run = agent.prompt_stream("go").unwrap();
+    assert!(run.by_ref().any(|e| e.name() == "ToolStart"));
+    assert!(agent.is_running());
+    drop(run);
+    // The slow tool sleeps 5 s unless aborted.
+    assert!(started.elapsed() < Duration::from_secs(4));
+    let state = agent.snapshot();
+    assert!(!state.is_running);
+    assert_eq!(state.stop_reason, Some(RunStopReason::Cancelled));
+    assert_eq!(run_threads(), 0);
+    // The agent takes the next prompt.
+    assert_eq!(agent.prompt("again").unwrap().text(), "after");
+}
+
+#[test]
+fn a_second_stream_while_a_run_is_active_is_busy_at_once() {
+    let _serial = serial();
+    let agent = Agent::builder()
+        .tool(common::echo())
+        .provider(Faux::default().reply(FauxReply::tool_call("echo", json!({"text": "slow"}))))
+        .build()
+        .unwrap();
+    let mut run = agent.prompt_stream("go").unwrap();
+    assert_eq!(run.next().map(|e| e.name()), Some("AgentStart"));
+    let busy = agent.prompt_stream("again").unwrap_err();
+    assert!(matches!(busy.error(), Error::Busy));
+    assert!(matches!(
+        agent.prompt("again").unwrap_err().error(),
+        Error::Busy
+    ));
+    run.abort();
+    let rest: Vec<&str> = run.by_ref().map(|e| e.name()).collect();
+    assert_eq!(rest.last(), Some(&"AgentEnd"));
+    assert_eq!(run.finish().unwrap().stop_reason, RunStopReason::Cancelled);
+    let empty = agent.prompt_stream(Vec::<Message>::new()).unwrap_err();
+    assert!(matches!(empty.error(), Error::NothingToContinue(_)));
+}
+
+#[test]
+fn a_failed_run_ends_the_iterator_and_finish_returns_the_error() {
+    let _serial = serial();
+    let agent = Agent::builder()
+        .provider(Faux::default().reply(FauxReply::text("partial").then_error("the link broke")))
+        .build()
+        .unwrap();
+    let mut run = agent.prompt_stream("go").unwrap();
+    let events: Vec<AgentEvent> = run.by_ref().collect();
+    match events.last() {
+        Some(AgentEvent::AgentEnd {
+            stop_reason, error, ..
+        }) => {
+            assert_eq!(*stop_reason, RunStopReason::Error);
+            assert_eq!(error.as_ref().map(|e| e.kind), Some(ErrorKind::Provider));
+        }
+        other => panic!("the stream ended with {other:?}"),
+    }
+    let error = run.finish().unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Provider);
+    assert_eq!(error.result().stop_reason, RunStopReason::Error);
+    assert_eq!(run_threads(), 0);
+}
+
+#[test]
+fn run_loop_returns_exactly_the_appended_messages() {
+    let earlier = Agent::builder()
+        .provider(Faux::default().reply(FauxReply::text("hi")))
+        .build()
+        .unwrap();
+    earlier.prompt("say hi").unwrap();
+    let mut history: Vec<Message> = earlier
+        .snapshot()
+        .messages
+        .iter()
+        .map(|m| Message::clone(m))
+        .collect();
+    history.push(Message::user("now echo it"));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    let appended = pagent::run_loop(tool_then_text(), history.clone(), move |e| {
+        sink.lock().unwrap().push(e.clone())
+    })
+    .unwrap();
+    let seen = seen.lock().unwrap();
+    match seen.last() {
+        Some(AgentEvent::AgentEnd { messages, .. }) => assert_eq!(*messages, appended),
+        other => panic!("the run ended with {other:?}"),
+    }
+    let roles: Vec<&str> = appended.iter().map(|m| m.role()).collect();
+    assert_eq!(roles, ["assistant", "tool_result", "assistant"]);
+    assert_eq!(
+        appended[2].as_assistant().unwrap().text(),
+        "the echo said hi"
+    );
+    // Nothing the model is due to answer: refused, no event.
+    let mut done = history;
+    done.extend(appended.iter().map(|m| Message::clone(m)));
+    let refused = pagent::run_loop(tool_then_text(), done, |_| panic!("no event")).unwrap_err();
+    assert!(matches!(refused.error(), Error::NothingToContinue(_)));
+}
+
+#[test]
+fn dropping_an_unread_stream_releases_a_run_waiting_on_its_full_channel() {
+    let _serial = serial();
+    let long = "x".repeat(500);
+    let faux = Faux::default()
+        .chunk_chars(1)
+        .reply(FauxReply::text(long.clone()))
+        .reply(FauxReply::text("next"));
+    let agent = Agent::builder().provider(faux.clone()).build().unwrap();
+    let started = Instant::now();
+    let mut run = agent.prompt_stream("go").unwrap();
+    assert_eq!(run.next().map(|e| e.name()), Some("AgentStart"));
+    // The run now waits on the full channel (500 updates, room for 64).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let streamed =
+        |agent: &Agent| (agent.snapshot().streaming_message.as_ref()).map_or(0, |m| m.text().len());
+    while (faux.remaining() > 1 || streamed(&agent) < 32) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(run);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let state = agent.snapshot();
+    assert_eq!(state.stop_reason, Some(RunStopReason::Cancelled));
+    assert_eq!(run_threads(), 0);
+    assert_eq!(agent.prompt("again").unwrap().text(), "next");
+}
