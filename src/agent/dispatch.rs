@@ -33,7 +33,6 @@
 //! meanwhile, and two writers never fold at once), then upgrade for the pointer swap alone.
 //! The previous state is dropped after the lock is released.
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -208,8 +207,8 @@ impl Shared {
             }
             match &l.sink {
                 Sink::Callback(f) => {
-                    if let Err(payload) = catch_unwind(AssertUnwindSafe(|| f(&event))) {
-                        self.record_panic(l.id, &event, panic_message(&*payload));
+                    if let Err(message) = super::guard::catch(|| f(&event)) {
+                        self.record_panic(l.id, &event, message);
                     }
                 }
                 Sink::Channel(c) => match self.send(c, &event) {
@@ -346,15 +345,5 @@ impl Shared {
         }
         let old = Self::replace(current, Vec::new());
         drop(old);
-    }
-}
-
-pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a panic without a message".to_owned()
     }
 }

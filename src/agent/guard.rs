@@ -21,9 +21,6 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crossbeam_channel::Sender;
 
-// The listener call site's own helper, shared until that call site adopts `catch` (the
-// function can then move here).
-use super::dispatch::panic_message;
 use crate::Error;
 use crate::tool::{ToolError, ToolOutput};
 
@@ -39,6 +36,17 @@ pub(crate) fn catch<R>(f: impl FnOnce() -> R) -> Result<R, String> {
         }
         message
     })
+}
+
+/// The message a panic carries (`&str` or `String`), or a placeholder.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_owned()
+    }
 }
 
 /// Runs `f`, user code that must succeed for the run to go on; a panic becomes

@@ -3,12 +3,10 @@
 //! `run` claims the agent, emits `AgentStart`, drives turns (input messages, one streamed
 //! model reply, its tool calls) until a stop reason, and always emits exactly one `AgentEnd`.
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::builder::{Config, ToolNames};
-use super::dispatch::panic_message;
 use super::guard;
 use super::hooks::TurnSetup;
 use super::repair;
@@ -176,16 +174,9 @@ pub(crate) fn run_claimed(mut claimed: Claimed, start: Start) -> Result<RunResul
         turn: 0,
     };
     run.emit(AgentEvent::AgentStart);
-    let outcome = catch_unwind(AssertUnwindSafe(|| run.turns(input)));
-    let (mut stop_reason, error) = match outcome {
+    let (mut stop_reason, error) = match guard::must("the agent loop", || run.turns(input)) {
         Ok(r) => r,
-        Err(payload) => (
-            RunStopReason::Error,
-            Some(Error::Panic {
-                source: "the agent loop",
-                message: panic_message(&*payload),
-            }),
-        ),
+        Err(e) => (RunStopReason::Error, Some(e)),
     };
     // The outcome is decided here, as the claim goes: an abort that landed after the loop's
     // last check (in a `TurnEnd` listener, say) still makes the run `Cancelled`, so an
@@ -574,7 +565,7 @@ impl Run<'_> {
                 let partial = &mut partial;
                 let too_large = &mut too_large;
                 let mut size = 0u64;
-                catch_unwind(AssertUnwindSafe(|| {
+                guard::catch(|| {
                     provider.stream(&request, &cancel, &mut |delta| {
                         size = size.saturating_add(content_bytes(&delta));
                         if *too_large || size > limit {
@@ -588,7 +579,7 @@ impl Run<'_> {
                         });
                         Ok(())
                     })
-                }))
+                })
             }
         };
         let outcome = match outcome {
@@ -626,10 +617,10 @@ impl Run<'_> {
                 reply.error_message = Some(e.to_string());
                 (reply, Some(e))
             }
-            Err(payload) => {
+            Err(message) => {
                 let e = Error::Panic {
                     source: "the provider",
-                    message: panic_message(&*payload),
+                    message,
                 };
                 let mut reply = partial.to_message(StopReason::Error);
                 reply.error_message = Some(e.to_string());
