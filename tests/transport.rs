@@ -239,6 +239,16 @@ fn a_close_after_the_headers_is_not_retried() {
 
 // ---- the run deadline, in every phase ----
 
+/// A model that calls `get_weather` for Paris, then (if it is asked again) answers.
+fn calls_the_tool() -> Faux {
+    Faux::default()
+        .reply(FauxReply::tool_call(
+            "get_weather",
+            serde_json::json!({"city": "Paris"}),
+        ))
+        .reply(FauxReply::text("never"))
+}
+
 fn assert_run_timed_out(agent: &Agent, timeout: Duration) {
     let start = Instant::now();
     let failed = agent.prompt("Hi").unwrap_err();
@@ -342,15 +352,9 @@ fn run_timeout_in_a_tool_that_honours_its_token() {
         ctx.sleep(Duration::from_secs(30));
         Ok(ToolOutput::text("late"))
     });
-    let faux = Faux::default()
-        .reply(FauxReply::tool_call(
-            "get_weather",
-            serde_json::json!({"city": "Paris"}),
-        ))
-        .reply(FauxReply::text("never"));
     let timeout = Duration::from_millis(400);
     let agent = Agent::builder()
-        .provider(faux)
+        .provider(calls_the_tool())
         .tool(slow)
         .run_timeout(timeout)
         .build()
@@ -368,15 +372,9 @@ fn run_timeout_wakes_a_lone_tool_waiting_on_its_cancel_receiver() {
             default(Duration::from_secs(30)) => Ok(ToolOutput::text("late")),
         }
     });
-    let faux = Faux::default()
-        .reply(FauxReply::tool_call(
-            "get_weather",
-            serde_json::json!({"city": "Paris"}),
-        ))
-        .reply(FauxReply::text("never"));
     let timeout = Duration::from_millis(400);
     let agent = Agent::builder()
-        .provider(faux)
+        .provider(calls_the_tool())
         .tool(waiting)
         .run_timeout(timeout)
         .build()
@@ -397,15 +395,9 @@ fn run_timeout_wakes_a_lone_tool_waiting_on_its_cancel_receiver() {
 #[test]
 fn run_timeout_in_a_before_tool_call_hook_waiting_for_an_answer() {
     let (_never, answers) = crossbeam_channel::bounded::<bool>(1);
-    let faux = Faux::default()
-        .reply(FauxReply::tool_call(
-            "get_weather",
-            serde_json::json!({"city": "Paris"}),
-        ))
-        .reply(FauxReply::text("never"));
     let timeout = Duration::from_millis(400);
     let agent = Agent::builder()
-        .provider(faux)
+        .provider(calls_the_tool())
         .tool(weather())
         .before_tool_call(move |req| match req.wait_for(&answers) {
             Some(true) => ToolDecision::Allow,
