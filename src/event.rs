@@ -131,8 +131,11 @@ pub enum RunStopReason {
     NoToolCalls,
     /// The model's reply had no text, no reasoning and no tool call.
     EmptyResponse,
-    /// `max_turns` model calls were made; the last reply's tools ran, and its tool calls may
-    /// still be in the last assistant message.
+    /// The run reached `max_turns` (see [`AgentBuilder::max_turns`](crate::AgentBuilder::max_turns)
+    /// and [`FinalTurn`](crate::FinalTurn)): the final answer turn still called tools (those
+    /// calls were not run; their results say so), or, with `FinalTurn::Off`, the last allowed
+    /// turn's tools ran and no answer followed, or a steering or follow-up message waits
+    /// after the last allowed turn answered.
     MaxTurns,
     /// `abort()` ended the run.
     Cancelled,

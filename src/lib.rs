@@ -35,8 +35,8 @@ mod types;
 pub mod wire;
 
 pub use agent::{
-    Agent, AgentBuilder, AgentHandle, ChannelPolicy, Prompt, QueueMode, Refused, RunResult,
-    RunStream, SteeringPolicy, Subscription, TextChunks, WireLines, run_loop,
+    Agent, AgentBuilder, AgentHandle, ChannelPolicy, FinalTurn, Prompt, QueueMode, Refused,
+    RunResult, RunStream, SteeringPolicy, Subscription, TextChunks, WireLines, run_loop,
 };
 pub use cancel::CancelToken;
 pub use error::{Error, RunError, TimeoutPhase};

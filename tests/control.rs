@@ -1067,7 +1067,7 @@ fn after_tool_call_replaces_the_result_of_calls_that_ran() {
                 "ToolStart(call_1)",
                 r#"ToolEnd(call_1 "\"[redacted]\"")"#,
                 "ToolStart(call_2)",
-                r#"ToolEnd(call_2 error "unknown tool `missing`; the tools are: echo")"#,
+                r#"ToolEnd(call_2 error "error: unknown tool 'missing'; available: ['echo']")"#,
             ],
             "ok",
         )

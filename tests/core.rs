@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use pagent::llm::{Faux, FauxReply};
 use pagent::{
-    Agent, AgentEvent, Error, ErrorKind, Message, RunStopReason, StopReason, ToolError, ToolOutput,
-    Usage, tool,
+    Agent, AgentEvent, Error, ErrorKind, FinalTurn, Message, RunStopReason, StopReason, ToolError,
+    ToolOutput, Usage, tool,
 };
 
 mod replay;
@@ -331,48 +331,61 @@ fn coarse(rec: &Recorder) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn max_turns_reached_with_tool_calls_pending() {
+/// The events of the two tool turns of a run with `max_turns(2)` whose model always calls
+/// `add`: both turns' tools run.
+const TWO_TOOL_TURNS: &[&str] = &[
+    "AgentStart",
+    "TurnStart(1)",
+    "MessageStart(user)",
+    "MessageEnd(user \"loop\")",
+    "MessageStart(assistant)",
+    "MessageEnd(assistant ToolUse \"\" calls=1)",
+    "ToolStart(call_1 add {\"a\":1,\"b\":0})",
+    "ToolEnd(call_1 ok \"1\")",
+    "MessageStart(tool_result)",
+    "MessageEnd(tool_result call_1 ok \"1\")",
+    "TurnEnd(1 continuing results=1)",
+    "TurnStart(2)",
+    "MessageStart(assistant)",
+    "MessageEnd(assistant ToolUse \"\" calls=1)",
+    "ToolStart(call_2 add {\"a\":2,\"b\":0})",
+    "ToolEnd(call_2 ok \"2\")",
+    "MessageStart(tool_result)",
+    "MessageEnd(tool_result call_2 ok \"2\")",
+];
+
+/// A model that calls `add` twice, then does what `third` says.
+fn max_turns_agent(final_turn: Option<FinalTurn>, third: FauxReply) -> (Agent, Faux) {
     let faux = Faux::default()
         .chunk_chars(100)
         .reply(FauxReply::tool_call("add", json!({"a": 1, "b": 0})))
         .reply(FauxReply::tool_call("add", json!({"a": 2, "b": 0})))
+        .reply(third)
         .reply(FauxReply::text("never requested"));
-    let agent = Agent::builder()
+    let mut builder = Agent::builder()
         .provider(faux.clone())
         .tool(add_tool())
-        .max_turns(2)
-        .build()
-        .unwrap();
+        .max_turns(2);
+    if let Some(f) = final_turn {
+        builder = builder.final_turn(f);
+    }
+    (builder.build().unwrap(), faux)
+}
+
+/// `FinalTurn::Off` (pagent v1): the run ends right after the last allowed turn's tools ran.
+#[test]
+fn max_turns_reached_with_tool_calls_pending() {
+    let (agent, faux) = max_turns_agent(Some(FinalTurn::Off), FauxReply::text("unused"));
     let rec = Recorder::attach(&agent);
     let result = agent.prompt("loop").unwrap();
-    assert_lines(
-        coarse(&rec),
-        &[
-            "AgentStart",
-            "TurnStart(1)",
-            "MessageStart(user)",
-            "MessageEnd(user \"loop\")",
-            "MessageStart(assistant)",
-            "MessageEnd(assistant ToolUse \"\" calls=1)",
-            "ToolStart(call_1 add {\"a\":1,\"b\":0})",
-            "ToolEnd(call_1 ok \"1\")",
-            "MessageStart(tool_result)",
-            "MessageEnd(tool_result call_1 ok \"1\")",
-            "TurnEnd(1 continuing results=1)",
-            "TurnStart(2)",
-            "MessageStart(assistant)",
-            "MessageEnd(assistant ToolUse \"\" calls=1)",
-            "ToolStart(call_2 add {\"a\":2,\"b\":0})",
-            "ToolEnd(call_2 ok \"2\")",
-            "MessageStart(tool_result)",
-            "MessageEnd(tool_result call_2 ok \"2\")",
-            "TurnEnd(2 max_turns results=1)",
-            "AgentEnd(max_turns messages=5 error=None)",
-        ],
-    );
+    let mut expected = TWO_TOOL_TURNS.to_vec();
+    expected.extend([
+        "TurnEnd(2 max_turns results=1)",
+        "AgentEnd(max_turns messages=5 error=None)",
+    ]);
+    assert_lines(coarse(&rec), &expected);
     assert_eq!(result.stop_reason, RunStopReason::MaxTurns);
-    assert_eq!(faux.remaining(), 1, "no third model call");
+    assert_eq!(faux.remaining(), 2, "no third model call");
     // The last assistant message still holds its tool call, and it has its result.
     let s = agent.snapshot();
     let last_assistant = s
@@ -383,6 +396,102 @@ fn max_turns_reached_with_tool_calls_pending() {
         .unwrap();
     assert_eq!(last_assistant.tool_calls().count(), 1);
     assert_eq!(s.messages.last().unwrap().role(), "tool_result");
+}
+
+/// The default (pagent v4): at the limit one more model call, with the tools offered; the
+/// calls it makes are not run (no `ToolStart`), they get results that say so.
+#[test]
+fn max_turns_final_turn_offers_the_tools_and_runs_none() {
+    let (agent, faux) = max_turns_agent(
+        None,
+        FauxReply::tool_call("add", json!({"a": 3, "b": 0})).with_id("call_3"),
+    );
+    let rec = Recorder::attach(&agent);
+    let result = agent.prompt("loop").unwrap();
+    let mut expected = TWO_TOOL_TURNS.to_vec();
+    let not_run = "MessageEnd(tool_result call_3 err \"not run: the run reached its max_turns \
+                   limit, and this was its final answer turn\")";
+    expected.extend([
+        "TurnEnd(2 continuing results=1)",
+        "TurnStart(3)",
+        "MessageStart(assistant)",
+        "MessageEnd(assistant ToolUse \"\" calls=1)",
+        "MessageStart(tool_result)",
+        not_run,
+        "TurnEnd(3 max_turns results=1)",
+        "AgentEnd(max_turns messages=7 error=None)",
+    ]);
+    assert_lines(coarse(&rec), &expected);
+    assert_eq!(result.stop_reason, RunStopReason::MaxTurns);
+    assert_eq!(faux.remaining(), 1, "one final model call");
+    let requests = faux.requests();
+    assert_eq!(requests.len(), 3);
+    assert!(requests.iter().all(|r| r.tools.len() == 1), "tools offered");
+    assert!(agent.snapshot().pending_tool_calls.is_empty());
+}
+
+/// `FinalTurn::ToolsWithheld` (pagent v5): the final call sends no tools, and its answer
+/// ends the run as any answer does.
+#[test]
+fn max_turns_final_turn_withholds_the_tools_and_answers() {
+    let (agent, faux) = max_turns_agent(
+        Some(FinalTurn::ToolsWithheld),
+        FauxReply::text("the sum is 3"),
+    );
+    let rec = Recorder::attach(&agent);
+    let result = agent.prompt("loop").unwrap();
+    let mut expected = TWO_TOOL_TURNS.to_vec();
+    expected.extend([
+        "TurnEnd(2 continuing results=1)",
+        "TurnStart(3)",
+        "MessageStart(assistant)",
+        "MessageEnd(assistant Stop \"the sum is 3\" calls=0)",
+        "TurnEnd(3 no_tool_calls results=0)",
+        "AgentEnd(no_tool_calls messages=6 error=None)",
+    ]);
+    assert_lines(coarse(&rec), &expected);
+    assert_eq!(result.stop_reason, RunStopReason::NoToolCalls);
+    let tools: Vec<usize> = faux.requests().iter().map(|r| r.tools.len()).collect();
+    assert_eq!(tools, [1, 1, 0], "the final call withholds the tools");
+}
+
+/// A turn at the limit that answers needs no final turn.
+#[test]
+fn max_turns_answer_at_the_limit_ends_the_run_without_a_final_turn() {
+    let faux = Faux::default()
+        .reply(FauxReply::tool_call("add", json!({"a": 1, "b": 0})))
+        .reply(FauxReply::text("done"))
+        .reply(FauxReply::text("never requested"));
+    let agent = Agent::builder()
+        .provider(faux.clone())
+        .tool(add_tool())
+        .max_turns(2)
+        .build()
+        .unwrap();
+    let result = agent.prompt("loop").unwrap();
+    assert_eq!(result.stop_reason, RunStopReason::NoToolCalls);
+    assert_eq!(faux.remaining(), 1);
+}
+
+/// pagent's default.
+#[test]
+fn max_turns_defaults_to_pagents_24() {
+    assert_eq!(pagent::AgentBuilder::DEFAULT_MAX_TURNS, 24);
+    let faux = (0..30).fold(Faux::default(), |f, i| {
+        f.reply(FauxReply::tool_call("add", json!({"a": i, "b": 0})))
+    });
+    let agent = Agent::builder()
+        .provider(faux.clone())
+        .tool(add_tool())
+        .build()
+        .unwrap();
+    let result = agent.prompt("loop").unwrap();
+    assert_eq!(result.stop_reason, RunStopReason::MaxTurns);
+    assert_eq!(
+        faux.requests().len(),
+        25,
+        "24 tool turns and the final turn"
+    );
 }
 
 #[test]
@@ -536,7 +645,7 @@ fn unknown_tool_becomes_an_error_result() {
             "Update(usage {\"usage\":{\"cache_read\":0,\"cache_write\":0,\"input\":1,\"output\":1,\"reasoning\":0,\"total\":2}})",
             "MessageEnd(assistant ToolUse \"\" calls=1)",
             "ToolStart(call_1 nope {})",
-            "ToolEnd(call_1 err \"unknown tool `nope`; the tools are: add\")",
+            "ToolEnd(call_1 err \"error: unknown tool 'nope'; available: ['add']\")",
             "MessageStart(tool_result)",
             "MessageEnd(tool_result call_1 err \"unknown tool `nope`; the tools are: add\")",
             "TurnEnd(1 continuing results=1)",

@@ -176,6 +176,7 @@ fn llama_cpp_python_repeated_tool_ids_make_one_call() {
         .model("smollm2")
         .tool(weather())
         .max_turns(1)
+        .final_turn(pagent::FinalTurn::Off)
         .build()
         .unwrap();
     let rec = Recorder::attach(&agent);

@@ -5,7 +5,7 @@ use std::sync::{Arc, OnceLock};
 
 use super::guard;
 use super::hooks::{BeforeToolCall, Hooks, ToolCallRequest, ToolDecision, TurnSetup};
-use super::{Agent, QueueMode, SteeringPolicy};
+use super::{Agent, FinalTurn, QueueMode, SteeringPolicy};
 use crate::Error;
 use crate::llm::{Provider, ThinkingLevel, ToolDefinition};
 use crate::message::{Message, ToolCall, ToolResultMessage};
@@ -25,6 +25,7 @@ pub(crate) struct Config {
     // The names of `tools`, asked on first use by a run (on its own copy of the config).
     pub(crate) tool_names: ToolNames,
     pub(crate) max_turns: u32,
+    pub(crate) final_turn: FinalTurn,
     pub(crate) run_timeout: Option<std::time::Duration>,
     pub(crate) max_parallel_tools: usize,
     pub(crate) max_reply_bytes: u64,
@@ -77,6 +78,7 @@ impl fmt::Debug for Config {
                 &self.tools.iter().map(debug_name).collect::<Vec<_>>(),
             )
             .field("max_turns", &self.max_turns)
+            .field("final_turn", &self.final_turn)
             .field("run_timeout", &self.run_timeout)
             .field("max_parallel_tools", &self.max_parallel_tools)
             .field("max_reply_bytes", &self.max_reply_bytes)
@@ -98,6 +100,7 @@ pub struct AgentBuilder {
     thinking: ThinkingLevel,
     tools: Vec<Arc<dyn Tool>>,
     max_turns: u32,
+    final_turn: FinalTurn,
     run_timeout: Option<std::time::Duration>,
     max_parallel_tools: usize,
     max_reply_bytes: u64,
@@ -117,7 +120,8 @@ impl Default for AgentBuilder {
             system_prompt: String::new(),
             thinking: ThinkingLevel::Off,
             tools: Vec::new(),
-            max_turns: 16,
+            max_turns: AgentBuilder::DEFAULT_MAX_TURNS,
+            final_turn: FinalTurn::default(),
             run_timeout: None,
             max_parallel_tools: 8,
             max_reply_bytes: AgentBuilder::DEFAULT_MAX_REPLY_BYTES,
@@ -132,6 +136,9 @@ impl Default for AgentBuilder {
 }
 
 impl AgentBuilder {
+    /// The default of [`AgentBuilder::max_turns`]: 24, as pagent's.
+    pub const DEFAULT_MAX_TURNS: u32 = 24;
+
     /// The default of [`AgentBuilder::max_reply_bytes`]: 64 MiB.
     pub const DEFAULT_MAX_REPLY_BYTES: u64 = 64 * 1024 * 1024;
 
@@ -171,10 +178,28 @@ impl AgentBuilder {
         self
     }
 
-    /// The most model calls one run makes (at least 1). Checked after the tools of the last
-    /// allowed turn ran; the run then ends with `RunStopReason::MaxTurns`. Defaults to 16.
+    /// How many turns of one run may run tools (at least 1), as pagent's `max_turns`.
+    /// Defaults to [`AgentBuilder::DEFAULT_MAX_TURNS`] (24, pagent's default).
+    ///
+    /// Every model call is a turn (`TurnStart { turn }` counts them from 1), also one that
+    /// takes a steering or follow-up message. The limit is checked after the tools of turn
+    /// `turns` ran: when the model called tools there, the run makes one final answer turn
+    /// (see [`AgentBuilder::final_turn`]: by default the tools are offered and the calls it
+    /// makes are not run), so a run makes at most `turns + 1` model calls. A run that reaches
+    /// the limit ends with `RunStopReason::MaxTurns`, or as any answer ends when the final
+    /// turn answers without calling tools.
     pub fn max_turns(mut self, turns: u32) -> AgentBuilder {
         self.max_turns = turns.max(1);
+        self
+    }
+
+    /// What the run does when it reaches [`max_turns`](AgentBuilder::max_turns) after a turn
+    /// whose tools ran: a final answer turn with the tools offered but not run (pagent v4,
+    /// [`FinalTurn::ToolsNotRun`]), with the tools withheld (pagent v5,
+    /// [`FinalTurn::ToolsWithheld`]), or none (pagent v1, [`FinalTurn::Off`]). Defaults to
+    /// [`FinalTurn::ToolsNotRun`].
+    pub fn final_turn(mut self, final_turn: FinalTurn) -> AgentBuilder {
+        self.final_turn = final_turn;
         self
     }
 
@@ -415,6 +440,7 @@ impl AgentBuilder {
             tool_names: ToolNames::default(),
             tools: self.tools,
             max_turns: self.max_turns,
+            final_turn: self.final_turn,
             run_timeout: self.run_timeout,
             max_parallel_tools: self.max_parallel_tools,
             max_reply_bytes: self.max_reply_bytes,

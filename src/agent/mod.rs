@@ -92,6 +92,45 @@ pub enum SteeringPolicy {
     AtToolBoundary,
 }
 
+/// What a run does when it reaches [`max_turns`](AgentBuilder::max_turns) after a turn whose
+/// tools ran: pagent's `max_turns` semantics, where the limit counts the turns that may run
+/// tools and the model may then give one final answer.
+///
+/// The final answer turn is one more model call, made with the tool results of the last
+/// allowed turn in the transcript. It is a turn like any other (`TurnStart`, the reply,
+/// `TurnEnd`), except that its tool calls, if the model makes any, are not run: they get
+/// error results saying so, appended as tool result messages (`MessageStart` /
+/// `MessageEnd`, no `ToolStart` / `ToolEnd`, since no tool starts), and the run ends with
+/// [`RunStopReason::MaxTurns`](crate::RunStopReason::MaxTurns). When it answers without tool
+/// calls the run ends as any answer does (`NoToolCalls`, or `EmptyResponse`), as pagent's
+/// does. A turn at the limit that answered without calling tools needs no final turn: the run
+/// ends there (with `MaxTurns` when a steering or follow-up message waits, which stays
+/// queued).
+///
+/// With `max_turns = n` a run therefore makes at most n + 1 model calls (n with
+/// [`FinalTurn::Off`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FinalTurn {
+    /// The final turn offers the tools as every turn does, and does not run the calls the
+    /// model makes (pagent v4's `Runner`, `pagentv4` in pagent 0.7.30: its "synthesis"
+    /// turn). The default: it works with every server (some reject a request whose history
+    /// holds tool calls when it declares no tools), and it is what the
+    /// [`PagentV4`](crate::wire::Dialect::PagentV4) dialect's runs do, line for line.
+    #[default]
+    ToolsNotRun,
+    /// The final turn sends no tools, so the model can only answer (pagent v5's `Runner`).
+    /// Calls the model makes all the same are not run, as with `ToolsNotRun`. Best for a
+    /// final answer from servers that accept a history with tool calls and no tools
+    /// (OpenAI-compatible servers do).
+    ToolsWithheld,
+    /// No final turn: the run ends with `MaxTurns` right after the tools of the last allowed
+    /// turn ran, so the last reply's tool calls have their results and no answer follows
+    /// (pagent v1's `Agent`, and this crate's loop until this option came). The
+    /// [`PagentV1`](crate::wire::Dialect::PagentV1) dialect's runs do this, line for line.
+    Off,
+}
+
 /// Which of the agent's two message queues: named, so a call site never passes a bare `bool`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Queue {

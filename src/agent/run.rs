@@ -10,7 +10,7 @@ use super::builder::{Config, ToolNames};
 use super::guard;
 use super::hooks::TurnSetup;
 use super::repair;
-use super::{Inner, Queue, QueueMode, RunResult};
+use super::{FinalTurn, Inner, Queue, QueueMode, RunResult};
 use crate::cancel::CancelToken;
 use crate::event::{AgentEvent, RunStopReason};
 use crate::llm::{Request, StreamEvent};
@@ -172,6 +172,7 @@ pub(crate) fn run_claimed(mut claimed: Claimed, start: Start) -> Result<RunResul
         appended: Vec::new(),
         usage: Usage::default(),
         turn: 0,
+        final_turn: false,
     };
     run.emit(AgentEvent::AgentStart);
     let (mut stop_reason, error) = match guard::must("the agent loop", || run.turns(input)) {
@@ -275,6 +276,9 @@ pub(crate) struct Run<'a> {
     appended: Vec<Arc<Message>>,
     usage: Usage,
     turn: u32,
+    /// Whether this turn is the final answer turn after `max_turns` (see [`FinalTurn`]):
+    /// its tool calls are not run.
+    final_turn: bool,
 }
 
 impl Run<'_> {
@@ -309,6 +313,8 @@ impl Run<'_> {
                 return self.cancelled();
             }
             self.turn += 1;
+            // Only a turn at the limit that ran tools goes on past it (see `decide`).
+            self.final_turn = self.turn > self.config.max_turns;
             if std::mem::take(&mut follow_up_due) {
                 input.extend(take_queued(
                     self.inner,
@@ -340,7 +346,11 @@ impl Run<'_> {
             self.usage += usage;
             // OK because `reply_msg` was built from an assistant message just above.
             let reply = reply_msg.as_assistant().expect("an assistant reply");
-            let results = self.run_tools(&calls, reply);
+            let results = if self.final_turn {
+                self.settle_final(&calls, reply)
+            } else {
+                self.run_tools(&calls, reply)
+            };
 
             let stop = self.decide(reply, !calls.is_empty(), &mut follow_up_due);
             self.emit(AgentEvent::TurnEnd {
@@ -378,7 +388,9 @@ impl Run<'_> {
         }
         let out_of_turns = self.turn >= self.config.max_turns;
         if had_calls {
-            return if out_of_turns {
+            // The final turn's calls did not run; at the limit, the tools ran and the final
+            // answer turn follows, unless there is none.
+            return if self.final_turn || out_of_turns && self.config.final_turn == FinalTurn::Off {
                 RunStopReason::MaxTurns
             } else {
                 RunStopReason::Continuing
@@ -524,10 +536,16 @@ impl Run<'_> {
         if self.config.repair_requests {
             messages = repair::repair(messages);
         }
+        // pagent v5 withholds the tools from its final answer turn.
+        let tools = if self.final_turn && self.config.final_turn == FinalTurn::ToolsWithheld {
+            Arc::from([])
+        } else {
+            self.config.tool_defs.clone()
+        };
         Ok(Request {
             system_prompt: self.config.system_prompt.clone(),
             messages,
-            tools: self.config.tool_defs.clone(),
+            tools,
             model: self.config.model.clone(),
             thinking: self.config.thinking,
         })

@@ -33,6 +33,8 @@ pub(crate) const SKIPPED: &str = "skipped: the user sent a new message before th
 const CUT_BY_LENGTH: &str = "not run: the reply was cut at the output token limit before this \
                              tool call was complete; make the call again, shorter";
 const CUT_BY_ERROR: &str = "not run: the reply failed before this tool call was complete";
+pub(crate) const FINAL_TURN: &str = "not run: the run reached its max_turns limit, and this \
+                                     was its final answer turn";
 
 impl Run<'_> {
     /// Runs (or settles without running) every call of `reply`; emits the tool events and the
@@ -45,12 +47,7 @@ impl Run<'_> {
         if calls.is_empty() {
             return Vec::new();
         }
-        let not_run = match reply.stop_reason {
-            StopReason::Length => Some(CUT_BY_LENGTH),
-            StopReason::Error => Some(CUT_BY_ERROR),
-            StopReason::Aborted => Some(CANCELLED),
-            StopReason::Stop | StopReason::ToolUse => None,
-        };
+        let not_run = not_run(reply);
         // Asked once per call, before any runs. A tool whose `sequential()` panics makes the
         // batch sequential (the cautious answer), and its calls get an error result.
         let asked: Vec<Option<Result<bool, String>>> = calls
@@ -160,6 +157,25 @@ impl Run<'_> {
         results
     }
 
+    /// Settles the calls of the final answer turn after `max_turns` (see `FinalTurn`)
+    /// without running them: each gets an error result, appended as a message. No tool
+    /// starts, so there is no `ToolStart` / `ToolEnd`. Returns the results in call order.
+    pub(crate) fn settle_final(
+        &mut self,
+        calls: &[ToolCall],
+        reply: &AssistantMessage,
+    ) -> Vec<Arc<ToolResultMessage>> {
+        let text = not_run(reply).unwrap_or(FINAL_TURN);
+        let results: Vec<_> = calls
+            .iter()
+            .map(|call| Arc::new(Run::tool_result(call, text, true)))
+            .collect();
+        for r in &results {
+            self.append(Message::ToolResult(ToolResultMessage::clone(r)));
+        }
+        results
+    }
+
     /// The tool the model calls `name`, and that name. The tools' names are asked once per
     /// run (see `Config::tool_names`), never under a lock.
     fn find_tool<'n>(&self, name: &'n str) -> Option<(Arc<dyn Tool>, &'n str)> {
@@ -180,10 +196,14 @@ impl Run<'_> {
         let fail = |text: String| Run::tool_result(call, text, true);
         let Some((tool, name)) = self.find_tool(&call.name) else {
             let names = self.config.tool_names.get(&self.config.tools);
-            let known: Vec<&str> = names.iter().filter_map(|n| n.as_deref().ok()).collect();
+            // pagent's wording, byte for byte: the names as Python writes a sorted list of
+            // strings (`error: unknown tool 'nope'; available: ['echo']`).
+            let mut known: Vec<&str> = names.iter().filter_map(|n| n.as_deref().ok()).collect();
+            known.sort_unstable();
+            let known: Vec<String> = known.into_iter().map(py_repr).collect();
             let mut text = format!(
-                "unknown tool `{}`; the tools are: {}",
-                call.name,
+                "error: unknown tool {}; available: [{}]",
+                py_repr(&call.name),
                 known.join(", ")
             );
             for panic in names.iter().filter_map(|n| n.as_ref().err()) {
@@ -379,6 +399,47 @@ impl Run<'_> {
     }
 }
 
+/// `s` as Python's `repr` writes a string: in single quotes, or in double quotes when it
+/// holds a single quote and no double quote; backslashes, the quote, `\n`, `\r`, `\t` and
+/// other control characters escaped.
+fn py_repr(s: &str) -> String {
+    let quote = if s.contains('\'') && !s.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push(quote);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c == quote => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                out.push_str(&format!("\\x{:02x}", c as u32));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push(quote);
+    out
+}
+
+/// Why the calls of `reply` cannot run, whatever the run does: the reply did not end well.
+fn not_run(reply: &AssistantMessage) -> Option<&'static str> {
+    match reply.stop_reason {
+        StopReason::Length => Some(CUT_BY_LENGTH),
+        StopReason::Error => Some(CUT_BY_ERROR),
+        StopReason::Aborted => Some(CANCELLED),
+        StopReason::Stop | StopReason::ToolUse => None,
+    }
+}
+
 /// The calls of one reply while they are handled: the workers' channel, the results so far
 /// (by call index), and how many workers are running.
 struct Batch<'c> {
@@ -414,4 +475,18 @@ fn work(
     // The context holds a sender of the batch channel: gone before `Done` is sent.
     drop(ctx);
     worker.set(outcome);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::py_repr;
+
+    /// What Python 3 prints for `repr(s)`.
+    #[test]
+    fn py_repr_writes_strings_as_python_does() {
+        assert_eq!(py_repr("nope"), "'nope'");
+        assert_eq!(py_repr("it's"), r#""it's""#);
+        assert_eq!(py_repr(r#"a'b"c"#), r#"'a\'b"c'"#);
+        assert_eq!(py_repr("a\\b\n\t\u{1}é"), r"'a\\b\n\t\x01é'");
+    }
 }
