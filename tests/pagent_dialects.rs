@@ -216,7 +216,8 @@ fn abort_at_every_checkpoint_is_framed_as_pagent_cancels() {
     // v1 knows no cancel: a run aborted after tool calls reads as a max_turns ending.
     let v1_empty = seq("RunBegin TurnBegin StepEnd TurnEnd RunEnd");
     let v1_tool = seq("RunBegin TurnBegin StepEnd ToolCallBegin ToolResult TurnEnd RunEnd");
-    let v4_empty = seq("RunBegin TurnBegin TurnResult TurnEnd RunEnd");
+    // pagent writes no `TurnResult` for a reply its cancel cut.
+    let v4_empty = seq("RunBegin TurnBegin TurnEnd RunEnd");
     let v4_next = seq(
         "RunBegin TurnBegin TurnResult ToolCallBegin ToolResult TurnEnd TurnBegin TurnEnd RunEnd",
     );
@@ -226,7 +227,7 @@ fn abort_at_every_checkpoint_is_framed_as_pagent_cancels() {
         (
             "abort_mid_stream",
             &seq("RunBegin TurnBegin TextDelta StepEnd TurnEnd RunEnd"),
-            &seq("RunBegin TurnBegin TextDelta TurnResult TurnEnd RunEnd"),
+            &seq("RunBegin TurnBegin TextDelta TurnEnd RunEnd"),
         ),
         (
             "abort_after_tool_begin",
@@ -317,9 +318,10 @@ fn method_sequences_match_the_pagent_captures() {
             capture(&format!("v1_{name}")),
             "v1 {name}"
         );
-        // pagent v4 runs max_turns=2 as two tool turns and a synthesis turn: our max_turns=3.
+        // pagent v4 runs max_turns=2 as two tool turns and a final answer turn whose calls
+        // are not run (our default); pagent v1 as two tool turns (`FinalTurn::Off`).
         let ours = if name == "maxturns" {
-            "maxturns3"
+            "maxturns_final"
         } else {
             name
         };
@@ -385,13 +387,19 @@ fn pagent_decoder_accepts_both_dialects() {
         .expect("set PAGENT_WIRE_PYTHON to a python with pagent==0.7.30 installed");
     let dir = std::env::temp_dir().join(format!("pagent-dialects-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    // Per dialect: the streams of finished runs, and those of failed runs.
+    // Per dialect: the streams of finished runs, and those of failed runs; and the v4
+    // stream of a run with `FinalTurn::Off`.
     let mut files: [[Vec<PathBuf>; 2]; 2] = Default::default();
+    let mut v4_off = None;
     for r in all_scenarios() {
         for (i, (dialect, stream)) in [("v1", &r.v1), ("v4", &r.v4)].into_iter().enumerate() {
             let path = dir.join(format!("{dialect}_{}.jsonl", r.name));
             std::fs::write(&path, stream).unwrap();
-            files[i][usize::from(failed(&r))].push(path);
+            if dialect == "v4" && r.name == "maxturns" {
+                v4_off = Some(path);
+            } else {
+                files[i][usize::from(failed(&r))].push(path);
+            }
         }
     }
     let check = |dialect: &str, files: &[PathBuf]| {
@@ -434,5 +442,84 @@ fn pagent_decoder_accepts_both_dialects() {
             "{report}"
         );
     }
+    // pagent v4 never runs tools on a turn that stops, and has no `FinalTurn::Off`: the
+    // turn at the limit keeps its tool pairs (tools that ran are always written) and ends
+    // `max_turns`, which the grammar flags, and nothing else.
+    let (ok, report) = check("v4", &[v4_off.expect("the maxturns scenario")]);
+    assert!(!ok, "{report}");
+    let problems: Vec<&str> = report.lines().filter(|l| l.contains(": [")).collect();
+    assert_eq!(problems.len(), 1, "{report}");
+    assert!(
+        problems[0].contains("[C2 tool-plan] turn 1 stops (stopped=true) after executing tools"),
+        "{report}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A regression test: at `max_turns` the v4 stream left out the tool pairs of the last turn,
+/// whose tools ran. Tools that ran are always written; the calls of a final answer turn,
+/// which do not run, are written as pagent writes them: v4 in the `TurnResult` only (its
+/// synthesis turn), v1 with the results that say they did not run (v1 has no final turn).
+#[test]
+fn max_turns_tools_that_ran_are_in_the_dialect_streams() {
+    let all = common::record_all();
+    let get = |name: &str| all.iter().find(|r| r.name == name).unwrap();
+    let seq = |s: &str| -> Vec<String> { s.split_whitespace().map(str::to_owned).collect() };
+    let tool_turn = "TurnBegin StepEnd ToolCallBegin ToolResult TurnEnd";
+    for (name, v1, v4) in [
+        (
+            "maxturns",
+            format!("RunBegin {tool_turn} {tool_turn} RunEnd"),
+            "RunBegin TurnBegin TurnResult ToolCallBegin ToolResult TurnEnd \
+             TurnBegin TurnResult ToolCallBegin ToolResult TurnEnd RunEnd"
+                .to_owned(),
+        ),
+        (
+            "maxturns_final",
+            format!("RunBegin {tool_turn} {tool_turn} {tool_turn} RunEnd"),
+            "RunBegin TurnBegin TurnResult ToolCallBegin ToolResult TurnEnd \
+             TurnBegin TurnResult ToolCallBegin ToolResult TurnEnd \
+             TurnBegin TurnResult TurnEnd RunEnd"
+                .to_owned(),
+        ),
+    ] {
+        let r = get(name);
+        assert_eq!(methods(&r.v1), seq(&v1), "v1 {name}");
+        assert_eq!(methods(&r.v4), seq(&v4), "v4 {name}");
+    }
+    // The whole lines of the final answer turn (`FinalTurn::ToolsNotRun`), and the ends.
+    let r = get("maxturns_final");
+    let tail = |s: &str, n: usize| -> Vec<String> {
+        let lines: Vec<&str> = s.lines().collect();
+        lines[lines.len() - n..]
+            .iter()
+            .map(|l| l.to_string())
+            .collect()
+    };
+    assert_eq!(
+        tail(&r.v4, 5),
+        [
+            r#"{"jsonrpc": "2.0", "method": "TurnEnd", "params": {"turn": 1, "stopped": false, "stop_reason": "continuing"}}"#,
+            r#"{"jsonrpc": "2.0", "method": "TurnBegin", "params": {"turn": 2}}"#,
+            r#"{"jsonrpc": "2.0", "method": "TurnResult", "params": {"content": "", "tool_calls": [{"type": "function", "id": "call_2", "name": "echo", "arguments": "{\"text\":\"again 2\"}"}], "reasoning_content": "", "usage": {"completion_tokens": 4, "prompt_tokens": 8, "total_tokens": 12, "completion_tokens_details": null, "prompt_tokens_details": null}}}"#,
+            r#"{"jsonrpc": "2.0", "method": "TurnEnd", "params": {"turn": 2, "stopped": true, "stop_reason": "max_turns"}}"#,
+            r#"{"jsonrpc": "2.0", "method": "RunEnd", "params": {"turn": 2, "stop_reason": "max_turns"}}"#,
+        ]
+    );
+    assert_eq!(
+        tail(&r.v1, 6),
+        [
+            r#"{"jsonrpc": "2.0", "method": "TurnBegin", "params": {"turn": 2}}"#,
+            r#"{"jsonrpc": "2.0", "method": "StepEnd", "params": {"content": "", "tool_calls": [{"id": "call_2", "type": "function", "function": {"name": "echo", "arguments": "{\"text\":\"again 2\"}"}}], "reasoning_content": "", "usage": {"completion_tokens": 4, "prompt_tokens": 8, "total_tokens": 12, "completion_tokens_details": null, "prompt_tokens_details": null}}}"#,
+            r#"{"jsonrpc": "2.0", "method": "ToolCallBegin", "params": {"tool_call_id": "call_2", "name": "echo", "arguments": "{\"text\":\"again 2\"}"}}"#,
+            r#"{"jsonrpc": "2.0", "method": "ToolResult", "params": {"tool_call_id": "call_2", "name": "echo", "content": "not run: the run reached its max_turns limit, and this was its final answer turn", "ok": false}}"#,
+            r#"{"jsonrpc": "2.0", "method": "TurnEnd", "params": {"turn": 2, "stopped": false}}"#,
+            r#"{"jsonrpc": "2.0", "method": "RunEnd", "params": {"content": "", "tool_calls": [{"id": "call_2", "type": "function", "function": {"name": "echo", "arguments": "{\"text\":\"again 2\"}"}}], "reasoning_content": "", "usage": {"completion_tokens": 4, "prompt_tokens": 8, "total_tokens": 12, "completion_tokens_details": null, "prompt_tokens_details": null}}}"#,
+        ]
+    );
+    // `FinalTurn::ToolsWithheld`: the scripted model calls a tool all the same; the calls
+    // are written as for `ToolsNotRun`, and the request had no tools.
+    let r = get("maxturns_withheld");
+    assert_eq!(methods(&r.v4), methods(&get("maxturns_final").v4));
+    assert_eq!(methods(&r.v1), methods(&get("maxturns_final").v1));
 }

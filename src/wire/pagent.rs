@@ -2,16 +2,18 @@
 //!
 //! The encoder is a small state machine over the native events: pagent's `RunBegin` needs the
 //! prompt text (which arrives after our `TurnStart`), pagent pairs each `ToolCallBegin` with its
-//! `ToolResult` in call order (ours end in completion order), and a pagent turn that stops runs
-//! no tools. See the [wire docs](super#the-pagent-dialects) for the mapping.
+//! `ToolResult` in call order (ours end in completion order), and v1 writes the calls of a
+//! final answer turn, which no `ToolStart` announces, from its `TurnEnd`. Lines are written as
+//! pagent writes them, byte for byte: Python's `json.dumps` defaults (`", "` and `": "`, raw
+//! UTF-8) and the params in the order of pagent's dataclass fields. See the
+//! [wire docs](super#the-pagent-dialects) for the mapping.
 
 use std::collections::{HashMap, VecDeque};
+use std::io;
 use std::sync::Arc;
 
 use serde::Serialize;
-use serde_json::{Value, json};
 
-use super::codec::notification_to;
 use crate::event::{AgentEvent, RunStopReason};
 use crate::llm::StreamEvent;
 use crate::message::{AssistantMessage, Message, StopReason, ToolCall, ToolResultMessage, Usage};
@@ -45,11 +47,13 @@ pub(crate) struct Encoder {
     begun: bool,
     /// Results that arrived before their call's turn to be written.
     ended: HashMap<String, Arc<ToolResultMessage>>,
-    /// v4: the `ToolCallBegin` / `ToolResult` lines of the open turn (each with its `\n`),
-    /// held until its `TurnEnd`.
-    tool_lines: Vec<u8>,
-    /// Params of the last `StepEnd` / `TurnResult`, for the v1 `RunEnd`.
-    last_summary: Option<Value>,
+    /// Whether a `ToolStart` came in the open turn.
+    tool_started: bool,
+    /// v4: the open turn's reply was cut by an abort. pagent writes no `TurnResult` for a
+    /// reply its cancel cut, and its calls never run, so neither is written.
+    aborted_reply: bool,
+    /// The params of the last `StepEnd`, as written, for the v1 `RunEnd`.
+    last_summary: Option<Vec<u8>>,
     /// The 0-based turn and stop reason of the last `TurnEnd`, for the v4 `RunEnd`.
     last_turn_end: Option<(u32, &'static str)>,
     /// Our number of the first turn of the current pagent run (pagent counts from 0 per run,
@@ -66,7 +70,8 @@ impl Encoder {
             started: VecDeque::new(),
             begun: false,
             ended: HashMap::new(),
-            tool_lines: Vec::new(),
+            tool_started: false,
+            aborted_reply: false,
             last_summary: None,
             last_turn_end: None,
             base: 1,
@@ -86,12 +91,13 @@ impl Encoder {
                 self.started.clear();
                 self.begun = false;
                 self.ended.clear();
-                self.tool_lines.clear();
+                self.tool_started = false;
+                self.aborted_reply = false;
                 if let Phase::Pending(waiting) = &mut self.phase {
                     *waiting = Some(*turn);
                 } else {
                     let turn = self.pagent_turn(*turn);
-                    notification_to(out, "TurnBegin", &json!({ "turn": turn }));
+                    line(out, "TurnBegin", &TurnParams { turn });
                 }
                 return;
             }
@@ -108,34 +114,41 @@ impl Encoder {
         }
         match event {
             AgentEvent::MessageUpdate { delta, .. } => match delta {
-                StreamEvent::TextDelta { text } => {
-                    notification_to(out, "TextDelta", &TextParams { text });
-                }
+                StreamEvent::TextDelta { text } => line(out, "TextDelta", &TextParams { text }),
                 StreamEvent::ThinkingDelta { text } => {
-                    notification_to(out, "ReasoningDelta", &TextParams { text });
+                    line(out, "ReasoningDelta", &TextParams { text });
                 }
                 _ => {}
             },
             AgentEvent::MessageEnd { message } => {
-                // A failed reply has no summary: pagent's stream breaks off where its
-                // provider failed (see `AgentEnd`).
-                if let Message::Assistant(m) = &**message
-                    && m.stop_reason != StopReason::Error
-                {
-                    let params = self.summary(m);
-                    let method = match self.version {
-                        Version::V1 => "StepEnd",
-                        Version::V4 => "TurnResult",
-                    };
-                    notification_to(out, method, &params);
-                    self.last_summary = Some(params);
+                let Message::Assistant(m) = &**message else {
+                    return;
+                };
+                match m.stop_reason {
+                    // A failed reply has no summary: pagent's stream breaks off where its
+                    // provider failed (see `AgentEnd`).
+                    StopReason::Error => {}
+                    StopReason::Aborted if self.version == Version::V4 => {
+                        self.aborted_reply = true;
+                    }
+                    _ => {
+                        let mut params = Vec::new();
+                        py_json(&mut params, &self.summary(m));
+                        let method = match self.version {
+                            Version::V1 => "StepEnd",
+                            Version::V4 => "TurnResult",
+                        };
+                        line_raw(out, method, &params);
+                        self.last_summary = Some(params);
+                    }
                 }
             }
-            AgentEvent::ToolStart { call } => {
+            AgentEvent::ToolStart { call } if !self.aborted_reply => {
+                self.tool_started = true;
                 self.started.push_back(call.clone());
                 self.pair_tools(out);
             }
-            AgentEvent::ToolEnd { result } => {
+            AgentEvent::ToolEnd { result } if !self.aborted_reply => {
                 self.ended
                     .insert(result.tool_call_id.clone(), result.clone());
                 self.pair_tools(out);
@@ -145,20 +158,30 @@ impl Encoder {
                 ..
             } => {
                 // The failed turn has no `TurnEnd`; the tools that ran before the failure
-                // are written, as pagent writes each tool as it runs.
-                out.append(&mut self.tool_lines);
+                // were written as they ran, as pagent writes each tool.
                 self.open_turn = None;
             }
             AgentEvent::TurnEnd {
                 turn,
                 message,
+                tool_results,
                 stop_reason,
-                ..
             } => {
-                let had_calls = message
-                    .as_assistant()
-                    .is_some_and(|m| m.tool_calls().next().is_some());
-                self.end_turn(*turn, *stop_reason, had_calls, message.as_assistant(), out);
+                let reply = message.as_assistant();
+                let had_calls = reply.is_some_and(|m| m.tool_calls().next().is_some());
+                if self.version == Version::V1
+                    && had_calls
+                    && !self.tool_started
+                    && let Some(reply) = reply
+                {
+                    // The calls of a final answer turn did not run and had no `ToolStart`.
+                    // v1 has no way to say so but a result: a turn whose calls have no
+                    // results is one pagent v1 never writes (see the wire docs).
+                    for (call, result) in reply.tool_calls().zip(tool_results) {
+                        write_pair(out, call, Some(result));
+                    }
+                }
+                self.end_turn(*turn, *stop_reason, had_calls, reply, out);
             }
             AgentEvent::AgentEnd {
                 stop_reason: RunStopReason::Error,
@@ -168,7 +191,6 @@ impl Encoder {
                 // iterator: the run's lines break off with no `TurnEnd` and no `RunEnd`, and
                 // the consumer learns of the failure from the missing `RunEnd`. The dialects
                 // do the same, for every failed run (a panic in the loop included).
-                out.append(&mut self.tool_lines);
                 self.phase = Phase::Idle;
             }
             AgentEvent::AgentEnd { stop_reason, .. } => {
@@ -184,7 +206,8 @@ impl Encoder {
                     // turn instead; ours stays regular).
                     let (turn, _) = self.last_turn_end.unwrap_or_default();
                     let turn = turn + self.base + 1;
-                    notification_to(out, "TurnBegin", &json!({ "turn": self.pagent_turn(turn) }));
+                    let pagent_turn = self.pagent_turn(turn);
+                    line(out, "TurnBegin", &TurnParams { turn: pagent_turn });
                     self.end_turn(turn, *stop_reason, false, None, out);
                 }
                 self.run_end(*stop_reason, out);
@@ -195,44 +218,26 @@ impl Encoder {
     }
 
     fn begin_run(&mut self, user_input: &str, out: &mut Vec<u8>) {
-        notification_to(out, "RunBegin", &json!({ "user_input": user_input }));
+        line(out, "RunBegin", &RunBeginParams { user_input });
         if let Phase::Pending(Some(turn)) = self.phase {
             self.base = turn;
-            notification_to(out, "TurnBegin", &json!({ "turn": 0 }));
+            line(out, "TurnBegin", &TurnParams { turn: 0 });
         }
         self.phase = Phase::Running;
     }
 
     /// Writes what the tool calls allow, in call order: the first waiting call's
-    /// `ToolCallBegin` at once, its `ToolResult` when it ended, then the next call's. v1 gets
-    /// the lines as they come; v4 holds them until the turn's `TurnEnd` (see `end_turn`).
+    /// `ToolCallBegin` at once, its `ToolResult` when it ended, then the next call's.
     fn pair_tools(&mut self, out: &mut Vec<u8>) {
-        let lines = match self.version {
-            Version::V1 => out,
-            Version::V4 => &mut self.tool_lines,
-        };
         while let Some(call) = self.started.front() {
             if !self.begun {
-                notification_to(
-                    lines,
-                    "ToolCallBegin",
-                    &json!({ "tool_call_id": call.id, "name": call.name, "arguments": call.arguments }),
-                );
+                write_pair(out, call, None);
                 self.begun = true;
             }
             let Some(result) = self.ended.remove(&call.id) else {
                 break;
             };
-            notification_to(
-                lines,
-                "ToolResult",
-                &json!({
-                    "tool_call_id": call.id,
-                    "name": call.name,
-                    "content": result.content,
-                    "ok": !result.is_error,
-                }),
-            );
+            write_result(out, call, &result);
             self.started.pop_front();
             self.begun = false;
         }
@@ -249,7 +254,7 @@ impl Encoder {
         let reason = v4_reason(stop, had_calls, reply);
         let stopped = match self.version {
             // In v1 a turn with tool calls never stops: a run that ends on one (max_turns, an
-            // abort, an error) ends with stopped=false, as pagent v1 writes a max_turns ending.
+            // abort) ends with stopped=false, as pagent v1 writes a max_turns ending.
             Version::V1 => !had_calls,
             Version::V4 => reason != "continuing",
         };
@@ -257,20 +262,19 @@ impl Encoder {
         // when a steering or follow-up message waits: in pagent terms that ends this run, and
         // the next turn begins a new one (its `RunBegin` carries the waiting message).
         let split = stopped && stop == RunStopReason::Continuing;
-        // A pagent turn that stops runs no tools (v4's max_turns turn is a "synthesis" turn),
-        // so the tool lines of a stopping turn are left out; the native stream has them. A
-        // cancelled turn keeps them: pagent writes the `ToolCallBegin` of the tool an abort
-        // cuts short, and its decoder takes any prefix of the turn's calls.
-        if !stopped || reason == "cancelled" {
-            out.append(&mut self.tool_lines);
-        }
-        self.tool_lines.clear();
         let turn = self.pagent_turn(turn);
-        let params = match self.version {
-            Version::V1 => json!({ "turn": turn, "stopped": stopped }),
-            Version::V4 => json!({ "turn": turn, "stopped": stopped, "stop_reason": reason }),
-        };
-        notification_to(out, "TurnEnd", &params);
+        match self.version {
+            Version::V1 => line(out, "TurnEnd", &TurnEndV1 { turn, stopped }),
+            Version::V4 => line(
+                out,
+                "TurnEnd",
+                &TurnEndV4 {
+                    turn,
+                    stopped,
+                    stop_reason: reason,
+                },
+            ),
+        }
         self.last_turn_end = Some((turn, reason));
         self.open_turn = None;
         if split {
@@ -285,94 +289,294 @@ impl Encoder {
     }
 
     fn run_end(&self, stop: RunStopReason, out: &mut Vec<u8>) {
-        let params = match self.version {
-            Version::V1 => self.last_summary.clone().unwrap_or_else(|| {
-                json!({ "content": "", "tool_calls": [], "reasoning_content": "", "usage": null })
-            }),
+        match self.version {
+            Version::V1 => match &self.last_summary {
+                Some(params) => line_raw(out, "RunEnd", params),
+                None => line(
+                    out,
+                    "RunEnd",
+                    &Summary {
+                        content: String::new(),
+                        tool_calls: Vec::new(),
+                        reasoning_content: String::new(),
+                        usage: None,
+                    },
+                ),
+            },
             Version::V4 => {
-                let (turn, reason) = self
+                let (turn, stop_reason) = self
                     .last_turn_end
                     .unwrap_or((0, v4_reason(stop, false, None)));
-                json!({ "turn": turn, "stop_reason": reason })
+                line(out, "RunEnd", &RunEndV4 { turn, stop_reason });
             }
-        };
-        notification_to(out, "RunEnd", &params);
+        }
     }
 
     /// The params of `StepEnd` (v1) or `TurnResult` (v4).
-    fn summary(&self, m: &AssistantMessage) -> Value {
-        let calls: Vec<Value> = m
+    fn summary<'m>(&self, m: &'m AssistantMessage) -> Summary<'m> {
+        let tool_calls = m
             .tool_calls()
             .map(|c| match self.version {
-                Version::V1 => json!({
-                    "id": c.id,
-                    "type": "function",
-                    "function": { "name": c.name, "arguments": c.arguments },
-                }),
-                Version::V4 => json!({
-                    "type": "function", "id": c.id, "name": c.name, "arguments": c.arguments,
-                }),
+                Version::V1 => SummaryCall::V1 {
+                    id: &c.id,
+                    kind: "function",
+                    function: Function {
+                        name: &c.name,
+                        arguments: &c.arguments,
+                    },
+                },
+                Version::V4 => SummaryCall::V4 {
+                    kind: "function",
+                    id: &c.id,
+                    name: &c.name,
+                    arguments: &c.arguments,
+                },
             })
             .collect();
-        json!({
-            "content": m.text(),
-            "tool_calls": calls,
-            "reasoning_content": m.thinking(),
-            "usage": openai_usage(m.usage),
-        })
+        Summary {
+            content: m.text(),
+            tool_calls,
+            reasoning_content: m.thinking(),
+            usage: openai_usage(m.usage),
+        }
     }
 }
 
-/// The params of `TextDelta` and `ReasoningDelta`, borrowed from the delta.
+/// Writes a call's `ToolCallBegin`, and its `ToolResult` when `result` is given.
+fn write_pair(out: &mut Vec<u8>, call: &ToolCall, result: Option<&Arc<ToolResultMessage>>) {
+    line(
+        out,
+        "ToolCallBegin",
+        &ToolCallBeginParams {
+            tool_call_id: &call.id,
+            name: &call.name,
+            arguments: &call.arguments,
+        },
+    );
+    if let Some(result) = result {
+        write_result(out, call, result);
+    }
+}
+
+fn write_result(out: &mut Vec<u8>, call: &ToolCall, result: &ToolResultMessage) {
+    line(
+        out,
+        "ToolResult",
+        &ToolResultParams {
+            tool_call_id: &call.id,
+            name: &call.name,
+            content: &result.content,
+            ok: !result.is_error,
+        },
+    );
+}
+
+/// Python's `json.dumps` with its default separators (`", "` between items, `": "` after a
+/// key) and `ensure_ascii=False`, as pagent writes its lines. Strings are escaped as both
+/// escape them: `"`, `\`, and control characters (`\n`, `\r`, `\t`, `\b`, `\f`, the others as
+/// `\u00xx` with lowercase hex); everything else is raw UTF-8.
+struct PyFormatter;
+
+impl serde_json::ser::Formatter for PyFormatter {
+    fn begin_array_value<W: ?Sized + io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> io::Result<()> {
+        if first { Ok(()) } else { w.write_all(b", ") }
+    }
+
+    fn begin_object_key<W: ?Sized + io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> io::Result<()> {
+        if first { Ok(()) } else { w.write_all(b", ") }
+    }
+
+    fn begin_object_value<W: ?Sized + io::Write>(&mut self, w: &mut W) -> io::Result<()> {
+        w.write_all(b": ")
+    }
+}
+
+/// Appends `value` as pagent's JSON (see [`PyFormatter`]).
+fn py_json(out: &mut Vec<u8>, value: &impl Serialize) {
+    let mut ser = serde_json::Serializer::with_formatter(out, PyFormatter);
+    // OK because the params types serialize to JSON (string keys, no fallible `Serialize`),
+    // and writing to a `Vec` cannot fail.
+    value
+        .serialize(&mut ser)
+        .expect("pagent params always serialize");
+}
+
+/// Appends the line `{"jsonrpc": "2.0", "method": <method>, "params": <params>}` and its
+/// `\n`, the envelope in pagent's key order.
+fn line(out: &mut Vec<u8>, method: &str, params: &impl Serialize) {
+    let mut json = Vec::new();
+    py_json(&mut json, params);
+    line_raw(out, method, &json);
+}
+
+/// [`line`] with params already written as JSON.
+fn line_raw(out: &mut Vec<u8>, method: &str, params: &[u8]) {
+    // The method names are plain ASCII identifiers: nothing to escape.
+    out.extend_from_slice(b"{\"jsonrpc\": \"2.0\", \"method\": \"");
+    out.extend_from_slice(method.as_bytes());
+    out.extend_from_slice(b"\", \"params\": ");
+    out.extend_from_slice(params);
+    out.extend_from_slice(b"}\n");
+}
+
+// The params of each method, with the fields in the order of pagent's dataclasses (which is
+// the order `json.dumps` writes them in).
+
+#[derive(Serialize)]
+struct RunBeginParams<'a> {
+    user_input: &'a str,
+}
+
+#[derive(Serialize)]
+struct TurnParams {
+    turn: u32,
+}
+
 #[derive(Serialize)]
 struct TextParams<'a> {
     text: &'a str,
 }
 
-/// pagent's usage object: the OpenAI `CompletionUsage` as pagent dumps it (`model_dump()` of
-/// the `openai` SDK it depends on), or `null` when the reply has no counts (the provider
-/// reported none: pagent writes the `usage` it got, `None` included). A details object is
-/// written when it has a count, with every field the SDK dumps (`null` where we have none),
-/// and is `null` otherwise, as when the provider sends none.
-fn openai_usage(u: Usage) -> Value {
+/// `StepEnd` (v1, also its `RunEnd`) and `TurnResult` (v4).
+#[derive(Serialize)]
+struct Summary<'a> {
+    content: String,
+    tool_calls: Vec<SummaryCall<'a>>,
+    reasoning_content: String,
+    usage: Option<OpenAiUsage>,
+}
+
+/// A tool call: v1 in the OpenAI message shape, v4 as pagentv4's `ToolCall` model dumps it.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum SummaryCall<'a> {
+    V1 {
+        id: &'a str,
+        #[serde(rename = "type")]
+        kind: &'static str,
+        function: Function<'a>,
+    },
+    V4 {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        id: &'a str,
+        name: &'a str,
+        arguments: &'a str,
+    },
+}
+
+#[derive(Serialize)]
+struct Function<'a> {
+    name: &'a str,
+    arguments: &'a str,
+}
+
+#[derive(Serialize)]
+struct ToolCallBeginParams<'a> {
+    tool_call_id: &'a str,
+    name: &'a str,
+    arguments: &'a str,
+}
+
+#[derive(Serialize)]
+struct ToolResultParams<'a> {
+    tool_call_id: &'a str,
+    name: &'a str,
+    content: &'a str,
+    ok: bool,
+}
+
+#[derive(Serialize)]
+struct TurnEndV1 {
+    turn: u32,
+    stopped: bool,
+}
+
+#[derive(Serialize)]
+struct TurnEndV4 {
+    turn: u32,
+    stopped: bool,
+    stop_reason: &'static str,
+}
+
+#[derive(Serialize)]
+struct RunEndV4 {
+    turn: u32,
+    stop_reason: &'static str,
+}
+
+/// pagent's usage object: the OpenAI SDK's `CompletionUsage` as pagent dumps it
+/// (`model_dump()`, the fields in the SDK's order).
+#[derive(Serialize, Debug, PartialEq)]
+struct OpenAiUsage {
+    completion_tokens: u64,
+    prompt_tokens: u64,
+    total_tokens: u64,
+    completion_tokens_details: Option<CompletionTokensDetails>,
+    prompt_tokens_details: Option<PromptTokensDetails>,
+}
+
+#[derive(Serialize, Debug, PartialEq)]
+struct CompletionTokensDetails {
+    accepted_prediction_tokens: Option<u64>,
+    audio_tokens: Option<u64>,
+    reasoning_tokens: u64,
+    rejected_prediction_tokens: Option<u64>,
+    text_tokens: Option<u64>,
+}
+
+#[derive(Serialize, Debug, PartialEq)]
+struct PromptTokensDetails {
+    audio_tokens: Option<u64>,
+    cache_write_tokens: Option<u64>,
+    cached_tokens: u64,
+    image_tokens: Option<u64>,
+    text_tokens: Option<u64>,
+}
+
+/// The usage pagent writes for a reply with counts `u`: `None` (`null`) when the reply has
+/// none (the provider reported none: pagent writes the `usage` it got, `None` included). A
+/// details object is written when it has a count, with every field the SDK dumps (`null`
+/// where we have none), and is `null` otherwise, as when the provider sends none.
+fn openai_usage(u: Usage) -> Option<OpenAiUsage> {
     if u == Usage::default() {
-        return Value::Null;
+        return None;
     }
-    let count = |n: u64| if n == 0 { Value::Null } else { json!(n) };
-    let completion_details = if u.reasoning == 0 {
-        Value::Null
-    } else {
-        json!({
-            "accepted_prediction_tokens": null,
-            "audio_tokens": null,
-            "reasoning_tokens": u.reasoning,
-            "rejected_prediction_tokens": null,
-            "text_tokens": null,
-        })
-    };
-    let prompt_details = if u.cache_read == 0 && u.cache_write == 0 {
-        Value::Null
-    } else {
-        json!({
-            "audio_tokens": null,
-            "cache_write_tokens": count(u.cache_write),
-            "cached_tokens": u.cache_read,
-            "image_tokens": null,
-            "text_tokens": null,
-        })
-    };
-    json!({
-        "completion_tokens": u.output,
-        "prompt_tokens": u.input,
-        "total_tokens": u.total,
-        "completion_tokens_details": completion_details,
-        "prompt_tokens_details": prompt_details,
+    Some(OpenAiUsage {
+        completion_tokens: u.output,
+        prompt_tokens: u.input,
+        total_tokens: u.total,
+        completion_tokens_details: (u.reasoning != 0).then_some(CompletionTokensDetails {
+            accepted_prediction_tokens: None,
+            audio_tokens: None,
+            reasoning_tokens: u.reasoning,
+            rejected_prediction_tokens: None,
+            text_tokens: None,
+        }),
+        prompt_tokens_details: (u.cache_read != 0 || u.cache_write != 0).then_some(
+            PromptTokensDetails {
+                audio_tokens: None,
+                cache_write_tokens: (u.cache_write != 0).then_some(u.cache_write),
+                cached_tokens: u.cache_read,
+                image_tokens: None,
+                text_tokens: None,
+            },
+        ),
     })
 }
 
-/// v4's `stop_reason`. A failed run has none: its lines break off (see `AgentEnd`). A reply without tool calls is a final answer in pagent's terms, also when our run
-/// goes on (`Continuing`, a steering or follow-up message waits) or stops at `MaxTurns`
-/// (steering queued at the limit).
+/// v4's `stop_reason`. A failed run has none: its lines break off (see `AgentEnd`). A reply
+/// without tool calls is a final answer in pagent's terms, also when our run goes on
+/// (`Continuing`, a steering or follow-up message waits) or stops at `MaxTurns` (steering
+/// queued at the limit).
 fn v4_reason(
     stop: RunStopReason,
     had_calls: bool,
@@ -397,6 +601,7 @@ fn v4_reason(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{Value, json};
 
     fn call(id: &str) -> ToolCall {
         ToolCall {
@@ -438,11 +643,15 @@ mod tests {
             .collect()
     }
 
+    fn usage_json(u: Usage) -> Value {
+        serde_json::to_value(openai_usage(u)).unwrap()
+    }
+
     #[test]
     fn usage_is_null_when_the_provider_reported_none() {
-        assert_eq!(openai_usage(Usage::default()), Value::Null);
+        assert_eq!(usage_json(Usage::default()), Value::Null);
         assert_eq!(
-            openai_usage(Usage::new(10, 3)),
+            usage_json(Usage::new(10, 3)),
             json!({
                 "completion_tokens": 3, "prompt_tokens": 10, "total_tokens": 13,
                 "completion_tokens_details": null, "prompt_tokens_details": null,
@@ -460,8 +669,8 @@ mod tests {
             r#"{"completion_tokens": 3, "prompt_tokens": 10, "total_tokens": 13, "completion_tokens_details": {"accepted_prediction_tokens": null, "audio_tokens": null, "reasoning_tokens": 2, "rejected_prediction_tokens": null, "text_tokens": null}, "prompt_tokens_details": {"audio_tokens": null, "cache_write_tokens": null, "cached_tokens": 4, "image_tokens": null, "text_tokens": null}}"#,
         )
         .unwrap();
-        assert_eq!(openai_usage(u), pagent);
-        let written = openai_usage(Usage::new(10, 3).with_cache(0, 5));
+        assert_eq!(usage_json(u), pagent);
+        let written = usage_json(Usage::new(10, 3).with_cache(0, 5));
         assert_eq!(
             written["prompt_tokens_details"]["cache_write_tokens"],
             json!(5)
@@ -478,14 +687,49 @@ mod tests {
             end("b"),
             end("a"),
         ];
-        let v1 = written(Version::V1, &events);
-        assert_eq!(v1[0], [r#""ToolCallBegin""#]);
-        assert!(v1[1].is_empty() && v1[2].is_empty());
-        assert_eq!(
-            v1[3],
-            [r#""ToolResult""#, r#""ToolCallBegin""#, r#""ToolResult""#]
+        for version in [Version::V1, Version::V4] {
+            let lines = written(version, &events);
+            assert_eq!(lines[0], [r#""ToolCallBegin""#]);
+            assert!(lines[1].is_empty() && lines[2].is_empty());
+            assert_eq!(
+                lines[3],
+                [r#""ToolResult""#, r#""ToolCallBegin""#, r#""ToolResult""#]
+            );
+        }
+    }
+
+    /// pagent's `json.dumps(..., ensure_ascii=False)` of the same params.
+    #[test]
+    fn lines_are_written_as_python_json_dumps_writes_them() {
+        let mut out = Vec::new();
+        line(
+            &mut out,
+            "ToolResult",
+            &ToolResultParams {
+                tool_call_id: "c",
+                name: "echo",
+                content: "é \"q\" \\ \n\t\u{1}\u{7f}\u{2028}",
+                ok: true,
+            },
         );
-        // v4 holds them for its TurnEnd.
-        assert!(written(Version::V4, &events).iter().all(Vec::is_empty));
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "{\"jsonrpc\": \"2.0\", \"method\": \"ToolResult\", \"params\": {\"tool_call_id\": \"c\", \
+             \"name\": \"echo\", \"content\": \"é \\\"q\\\" \\\\ \\n\\t\\u0001\u{7f}\u{2028}\", \"ok\": true}}\n"
+        );
+        let mut out = Vec::new();
+        py_json(
+            &mut out,
+            &Summary {
+                content: String::new(),
+                tool_calls: Vec::new(),
+                reasoning_content: String::new(),
+                usage: None,
+            },
+        );
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"{"content": "", "tool_calls": [], "reasoning_content": "", "usage": null}"#
+        );
     }
 }

@@ -12,7 +12,8 @@ use pagent::hooks::ToolDecision;
 use pagent::llm::{Faux, FauxReply};
 use pagent::wire::{Dialect, Writer};
 use pagent::{
-    Agent, AgentBuilder, AgentEvent, ErrorKind, State, SteeringPolicy, ToolError, ToolOutput, tool,
+    Agent, AgentBuilder, AgentEvent, ErrorKind, FinalTurn, State, SteeringPolicy, ToolError,
+    ToolOutput, tool,
 };
 use parking_lot::Mutex;
 use serde_json::json;
@@ -133,9 +134,28 @@ pub fn scenarios() -> Vec<(&'static str, AgentBuilder, Action)> {
             ),
             prompt,
         ),
-        ("maxturns", b().provider(always()).max_turns(2), prompt),
-        // pagent v4 models a max_turns ending as one more "synthesis" turn.
-        ("maxturns3", b().provider(always()).max_turns(3), prompt),
+        // pagent v1's max_turns: no final answer turn.
+        (
+            "maxturns",
+            b().provider(always())
+                .max_turns(2)
+                .final_turn(FinalTurn::Off),
+            prompt,
+        ),
+        // The default, pagent v4's: a final answer turn whose calls are not run.
+        (
+            "maxturns_final",
+            b().provider(always()).max_turns(2),
+            prompt,
+        ),
+        // pagent v5's: a final answer turn without tools.
+        (
+            "maxturns_withheld",
+            b().provider(always())
+                .max_turns(2)
+                .final_turn(FinalTurn::ToolsWithheld),
+            prompt,
+        ),
         (
             "failing_tool",
             b().provider(
