@@ -36,7 +36,8 @@ pub mod wire;
 
 pub use agent::{
     Agent, AgentBuilder, AgentHandle, ChannelPolicy, FinalTurn, Prompt, QueueMode, Refused,
-    RunResult, RunStream, SteeringPolicy, Subscription, TextChunks, WireLines, run_loop,
+    RunMessages, RunResult, RunStream, SteeringPolicy, Subscription, TextChunks, WireLines,
+    run_loop,
 };
 pub use cancel::CancelToken;
 pub use error::{Error, RunError, TimeoutPhase};

@@ -120,6 +120,88 @@ fn wire_lines_decode_to_the_same_events() {
     assert_eq!(reencoded, lines);
 }
 
+/// pagent v4's `return_type="acp"` and v1's `arun_wire`, the Rust way: the lines a
+/// `DialectEncoder` writes for the run's events, as the run goes.
+#[test]
+fn dialect_lines_yield_the_pagent_lines_of_the_run() {
+    let _serial = serial();
+    let agent = tool_then_text().build().unwrap();
+    let seen = listen(&agent);
+    let lines: Vec<String> = agent
+        .prompt_stream("go")
+        .unwrap()
+        .dialect_lines(wire::Dialect::PagentV4)
+        .collect();
+    let mut encoder = wire::DialectEncoder::new(wire::Dialect::PagentV4);
+    let expected: Vec<String> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .flat_map(|e| encoder.encode_event_line(e))
+        .collect();
+    assert_eq!(lines, expected);
+    let methods: Vec<String> = lines
+        .iter()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["method"].to_string())
+        .collect();
+    let text_deltas = |n| vec![r#""TextDelta""#; n];
+    let mut expected = vec![r#""RunBegin""#, r#""TurnBegin""#];
+    expected.extend(text_deltas(4)); // "let me check" in chunks of 3
+    expected.extend([
+        r#""TurnResult""#,
+        r#""ToolCallBegin""#,
+        r#""ToolResult""#,
+        r#""TurnEnd""#,
+        r#""TurnBegin""#,
+    ]);
+    expected.extend(text_deltas(6)); // "the echo said hi"
+    expected.extend([r#""TurnResult""#, r#""TurnEnd""#, r#""RunEnd""#]);
+    assert_eq!(methods, expected);
+    assert_eq!(
+        lines.last().unwrap(),
+        r#"{"jsonrpc": "2.0", "method": "RunEnd", "params": {"turn": 1, "stop_reason": "no_tool_calls"}}"#
+    );
+}
+
+/// pagent v4's `return_type="message"`, the Rust way: each message as it is appended, and
+/// the final message.
+#[test]
+fn messages_iterator_yields_each_message_as_it_is_appended() {
+    let _serial = serial();
+    let agent = tool_then_text().build().unwrap();
+    let mut messages = agent.prompt_stream("go").unwrap().messages();
+    let roles: Vec<(&str, String)> = messages
+        .by_ref()
+        .map(|m| {
+            let text = match &*m {
+                Message::User(u) => u.content.clone(),
+                Message::Assistant(a) => a.text(),
+                Message::ToolResult(r) => r.content.clone(),
+                _ => String::new(),
+            };
+            (m.role(), text)
+        })
+        .collect();
+    assert_eq!(
+        roles,
+        [
+            ("user", "go".to_owned()),
+            ("assistant", "let me check".to_owned()),
+            ("tool_result", "hi".to_owned()),
+            ("assistant", "the echo said hi".to_owned()),
+        ]
+    );
+    let result = messages.finish().unwrap();
+    assert_eq!(
+        result.final_message().map(|m| m.text()),
+        Some("the echo said hi".to_owned())
+    );
+    assert_eq!(
+        result.messages.iter().map(|m| m.role()).collect::<Vec<_>>(),
+        ["user", "assistant", "tool_result", "assistant"]
+    );
+}
+
 #[test]
 fn dropping_the_iterator_mid_run_aborts_the_run_and_joins_its_thread() {
     let _serial = serial();

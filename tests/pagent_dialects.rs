@@ -833,3 +833,26 @@ fn captures_are_what_pagent_writes() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The per-event encoder writes, event by event, exactly what a `Writer` of the same dialect
+/// wrote for every scenario.
+#[test]
+fn dialect_encoder_writes_what_the_writer_writes() {
+    for r in all_scenarios() {
+        for (dialect, written) in [
+            (Dialect::Native, &r.native),
+            (Dialect::PagentV1, &r.v1),
+            (Dialect::PagentV4, &r.v4),
+        ] {
+            let mut encoder = pagent::wire::DialectEncoder::new(dialect);
+            assert_eq!(encoder.dialect(), dialect);
+            let lines: Vec<String> = r
+                .events
+                .iter()
+                .flat_map(|(e, _)| encoder.encode_event_line(e))
+                .collect();
+            let expected: Vec<&str> = written.lines().collect();
+            assert_eq!(lines, expected, "{dialect:?} {}", r.name);
+        }
+    }
+}

@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 use crate::cancel::CancelToken;
 use crate::event::{AgentEvent, RunStopReason};
 use crate::llm::ThinkingLevel;
-use crate::message::{Message, Usage};
+use crate::message::{AssistantMessage, Message, Usage};
 use crate::state::State;
 use crate::tool::Tool;
 use crate::{Error, RunError};
@@ -29,7 +29,7 @@ pub use builder::AgentBuilder;
 use builder::Config;
 pub use dispatch::ChannelPolicy;
 use dispatch::{Channel, Shared, Sink};
-pub use stream::{RunStream, TextChunks, WireLines, run_loop};
+pub use stream::{RunMessages, RunStream, TextChunks, WireLines, run_loop};
 
 /// An LLM agent driven from ordinary blocking code.
 ///
@@ -215,6 +215,12 @@ impl RunResult {
             .find_map(|m| m.as_assistant())
             .map(|m| m.text())
             .unwrap_or_default()
+    }
+
+    /// The last assistant message of the run: its final message (pagent v4's
+    /// `return_type="message"` result, whole), or `None` when the run made no model call.
+    pub fn final_message(&self) -> Option<&AssistantMessage> {
+        self.messages.iter().rev().find_map(|m| m.as_assistant())
     }
 }
 

@@ -1,6 +1,7 @@
 //! Consuming a run as it proceeds: iterators over its events, text chunks and wire lines, and
 //! the stateless loop over a message list.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -13,6 +14,7 @@ use crate::cancel::CancelToken;
 use crate::event::AgentEvent;
 use crate::llm::StreamEvent;
 use crate::message::Message;
+use crate::wire::{Dialect, DialectEncoder};
 use crate::{Error, RunError};
 
 /// How many events wait in a stream's channel before the run waits for its consumer.
@@ -119,7 +121,29 @@ impl RunStream {
     /// The run's events as lines of the native wire dialect
     /// ([`wire::encode_event_line`](crate::wire::encode_event_line), no line break).
     pub fn wire_lines(self) -> WireLines {
-        WireLines(self)
+        self.dialect_lines(Dialect::Native)
+    }
+
+    /// The run's events as lines of `dialect`, no line break, as a
+    /// [`DialectEncoder`] writes them: [`Dialect::PagentV4`] gives what pagent v4's
+    /// `Runner.run(return_type="acp")` yields, [`Dialect::PagentV1`] what pagent v1's
+    /// `Agent.arun_wire` yields (each of those with a `\n` after it).
+    pub fn dialect_lines(self, dialect: Dialect) -> WireLines {
+        WireLines {
+            stream: self,
+            encoder: DialectEncoder::new(dialect),
+            pending: VecDeque::new(),
+        }
+    }
+
+    /// The messages of the run as each is complete and appended to the transcript (every
+    /// `MessageEnd`): the prompt, each assistant reply, each tool result, in transcript
+    /// order. pagent v4's `Runner.run(return_type="message")` counterpart: pagent yields a
+    /// small message per text or reasoning piece and per tool call; ours come whole, once
+    /// each. The last assistant one is the run's final message (see
+    /// [`RunResult::final_message`]).
+    pub fn messages(self) -> RunMessages {
+        RunMessages(self)
     }
 
     /// Aborts the run (if it is still going) without waiting: the iterator then yields the
@@ -215,11 +239,44 @@ impl Iterator for TextChunks {
     }
 }
 
-/// A run's events as native wire lines: [`RunStream::wire_lines`].
+/// A run's events as wire lines: [`RunStream::wire_lines`], [`RunStream::dialect_lines`].
 #[derive(Debug)]
-pub struct WireLines(RunStream);
+pub struct WireLines {
+    stream: RunStream,
+    encoder: DialectEncoder,
+    /// Lines of the last event not yet yielded (a pagent dialect may write several).
+    pending: VecDeque<String>,
+}
 
 impl WireLines {
+    /// See [`RunStream::finish`].
+    ///
+    /// # Errors
+    /// The [`RunError`] of a run that failed.
+    pub fn finish(self) -> Result<RunResult, RunError> {
+        self.stream.finish()
+    }
+}
+
+impl Iterator for WireLines {
+    type Item = String;
+
+    fn next(&mut self) -> Option<String> {
+        loop {
+            if let Some(line) = self.pending.pop_front() {
+                return Some(line);
+            }
+            let event = self.stream.next()?;
+            self.pending.extend(self.encoder.encode_event_line(&event));
+        }
+    }
+}
+
+/// A run's messages as each is appended: [`RunStream::messages`].
+#[derive(Debug)]
+pub struct RunMessages(RunStream);
+
+impl RunMessages {
     /// See [`RunStream::finish`].
     ///
     /// # Errors
@@ -229,11 +286,14 @@ impl WireLines {
     }
 }
 
-impl Iterator for WireLines {
-    type Item = String;
+impl Iterator for RunMessages {
+    type Item = Arc<Message>;
 
-    fn next(&mut self) -> Option<String> {
-        self.0.next().map(|e| crate::wire::encode_event_line(&e))
+    fn next(&mut self) -> Option<Arc<Message>> {
+        self.0.by_ref().find_map(|event| match event {
+            AgentEvent::MessageEnd { message } => Some(message),
+            _ => None,
+        })
     }
 }
 

@@ -11,6 +11,8 @@
 //!   [`Decoder`] for a whole stream (see [`MessageUpdate`](#messageupdate-carries-the-delta)).
 //! - [`Writer`]: a listener that appends the lines to any `io::Write`, flushed per event; it
 //!   also writes the two [`pagent` dialects](#the-pagent-dialects).
+//! - [`DialectEncoder`]: the per-event encoder of any [`Dialect`] (pagent's
+//!   `encode_event_line`), for a program that moves the lines itself.
 //! - [`Mirror`]: decodes lines and folds them with [`State::apply`](crate::State::apply), so
 //!   a remote UI rebuilds the snapshots the agent published.
 //! - [`serve`]: a stdio agent server: JSON-RPC requests in, responses, event notifications
@@ -215,4 +217,4 @@ mod writer;
 pub use codec::{Decoder, MAX_LINE_LEN, METHODS, decode_event_line, encode_event_line};
 pub use mirror::Mirror;
 pub use serve::{MAX_QUEUED, MAX_QUEUED_BYTES, PROTOCOL_VERSION, ServeOptions, codes, serve};
-pub use writer::{Dialect, Writer};
+pub use writer::{Dialect, DialectEncoder, Writer};

@@ -40,17 +40,71 @@ pub enum Dialect {
     PagentV4,
 }
 
-enum Format {
-    Native,
-    Pagent(Encoder),
+/// Encodes an agent's events one at a time as the lines of a [`Dialect`]: the per-event
+/// encoder behind [`Writer`], for a program that moves the lines itself (over a socket it
+/// owns, into a log with its own framing), as pagent's `encode_event_line` (`pagent.wire`,
+/// `pagentv4.adapters.acp`) does for its events.
+///
+/// An event becomes zero or more lines. The native dialect writes one line per event
+/// ([`super::encode_event_line`]); the pagent dialects need context, so the encoder keeps
+/// some: pagent's `RunBegin` waits for the prompt text (which comes after our `TurnStart`),
+/// the tool pairs are written in call order, and a `TurnEnd` or `AgentEnd` may close what the
+/// run left open (see the [module docs](super#the-pagent-dialects)). Hand it every event of
+/// an agent, in order, from the first `AgentStart` on; one encoder per stream.
+///
+/// ```
+/// use pagent::llm::{Faux, FauxReply};
+/// use pagent::wire::{Dialect, DialectEncoder};
+/// use pagent::Agent;
+///
+/// let agent = Agent::builder().provider(Faux::default().reply(FauxReply::text("Hi!"))).build()?;
+/// let mut encoder = DialectEncoder::new(Dialect::PagentV4);
+/// let mut lines = Vec::new();
+/// for event in agent.prompt_stream("Hello")? {
+///     lines.extend(encoder.encode_event_line(&event));
+/// }
+/// assert_eq!(lines[0], r#"{"jsonrpc": "2.0", "method": "RunBegin", "params": {"user_input": "Hello"}}"#);
+/// assert_eq!(lines.last().unwrap(), r#"{"jsonrpc": "2.0", "method": "RunEnd", "params": {"turn": 0, "stop_reason": "no_tool_calls"}}"#);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct DialectEncoder {
+    dialect: Dialect,
+    pagent: Option<Encoder>,
 }
 
-impl Format {
-    /// Appends the lines of `event`, each with its `\n`.
-    fn encode(&mut self, event: &AgentEvent, buf: &mut Vec<u8>) {
-        match self {
-            Format::Native => write_event(buf, event),
-            Format::Pagent(encoder) => encoder.encode(event, buf),
+impl DialectEncoder {
+    /// An encoder of `dialect`, before any event.
+    pub fn new(dialect: Dialect) -> DialectEncoder {
+        let pagent = match dialect {
+            Dialect::Native => None,
+            Dialect::PagentV1 => Some(Encoder::new(Version::V1)),
+            Dialect::PagentV4 => Some(Encoder::new(Version::V4)),
+        };
+        DialectEncoder { dialect, pagent }
+    }
+
+    /// The dialect it writes.
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    /// The lines `event` becomes, in order, each without its line break (zero or more: a
+    /// pagent dialect writes nothing for some events, and more than one line for others).
+    /// pagent's own `encode_event_line` returns the same text with a `\n` after it.
+    pub fn encode_event_line(&mut self, event: &AgentEvent) -> Vec<String> {
+        let mut buf = Vec::new();
+        self.encode_event_to(event, &mut buf);
+        // OK because the encoders write JSON, which is UTF-8.
+        let text = String::from_utf8(buf).expect("JSON is UTF-8");
+        text.lines().map(str::to_owned).collect()
+    }
+
+    /// Appends the lines of `event` to `out`, each with its `\n`: what a [`Writer`] writes.
+    pub fn encode_event_to(&mut self, event: &AgentEvent, out: &mut Vec<u8>) {
+        match &mut self.pagent {
+            None => write_event(out, event),
+            Some(encoder) => encoder.encode(event, out),
         }
     }
 }
@@ -82,7 +136,7 @@ impl Format {
 /// # Ok::<(), pagent::Error>(())
 /// ```
 pub struct Writer<W> {
-    sink: LineSink<W, Format>,
+    sink: LineSink<W, DialectEncoder>,
 }
 
 impl<W> Clone for Writer<W> {
@@ -95,10 +149,7 @@ impl<W> Clone for Writer<W> {
 
 impl<W> fmt::Debug for Writer<W> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let dialect = self.sink.with_state(|format| match format {
-            Format::Native => "native",
-            Format::Pagent(_) => "pagent",
-        });
+        let dialect = self.sink.with_state(|encoder| encoder.dialect());
         f.debug_struct("Writer")
             .field("dialect", &dialect)
             .field("error", &self.sink.error())
@@ -114,13 +165,8 @@ impl<W: Write + Send + 'static> Writer<W> {
 
     /// A writer of `dialect`.
     pub fn with_dialect(out: W, dialect: Dialect) -> Writer<W> {
-        let format = match dialect {
-            Dialect::Native => Format::Native,
-            Dialect::PagentV1 => Format::Pagent(Encoder::new(Version::V1)),
-            Dialect::PagentV4 => Format::Pagent(Encoder::new(Version::V4)),
-        };
         Writer {
-            sink: LineSink::new(out, format),
+            sink: LineSink::new(out, DialectEncoder::new(dialect)),
         }
     }
 
@@ -132,13 +178,14 @@ impl<W: Write + Send + 'static> Writer<W> {
     /// [`Error::Io`] when writing or flushing fails, now or at an earlier event (the writer
     /// then stays silent).
     pub fn write_event(&self, event: &AgentEvent) -> Result<(), Error> {
-        self.sink.write(|format, buf| format.encode(event, buf))
+        self.sink
+            .write(|encoder, buf| encoder.encode_event_to(event, buf))
     }
 
     /// A listener for [`crate::Agent::subscribe`] that writes every event (see
     /// [`Writer::write_event`]; errors are kept in [`Writer::error`]).
     pub fn listener(&self) -> impl Fn(&AgentEvent) + Send + Sync + 'static {
-        self.sink.listener(Format::encode)
+        self.sink.listener(DialectEncoder::encode_event_to)
     }
 
     /// The first write error, if writing failed.
