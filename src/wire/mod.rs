@@ -156,8 +156,7 @@
 //!   `ToolResult`; ours run in parallel and end in completion order. The dialect writes the
 //!   pairs in call order: a call's `ToolCallBegin` when it starts (or, while an earlier call
 //!   of the batch still runs, once that one's `ToolResult` is written), its `ToolResult`
-//!   when it ended. v4 holds a turn's tool lines until the turn's `TurnEnd` (see below);
-//!   everything else is written as it comes.
+//!   when it ended. Everything is written as it comes.
 //! - pagent goes on to another turn only after tool calls. When our run goes on after a final
 //!   answer because a steering or follow-up message waits, the dialect ends the pagent run
 //!   there (`TurnEnd` stopped, `RunEnd`) and the next turn opens a new one, whose `RunBegin`
@@ -166,15 +165,21 @@
 //!   turn that called tools (`max_turns`, an abort) ends with `stopped: false`, as pagent v1
 //!   writes a `max_turns` ending.
 //! - v4: `stop_reason` is ours, except that a reply without tool calls is a final answer
-//!   (`no_tool_calls` or `empty_response`). In v4 a turn that stops runs no tools (the
-//!   `max_turns` turn is a "synthesis" turn), so when our run ends on a turn that ran tools
-//!   (`max_turns`), that turn's tool pairs are left out of the v4 stream; they are in the
-//!   native stream. pagent v4 with `max_turns = n` makes n + 1 model calls; ours
-//!   makes n.
+//!   (`no_tool_calls` or `empty_response`).
+//! - `max_turns` ([`FinalTurn`](crate::FinalTurn)): tools that ran are always written. The
+//!   calls of a final answer turn do not run and have no `ToolStart`: v4 writes them in the
+//!   turn's `TurnResult` only and ends it `max_turns`, as pagent v4 writes its synthesis turn
+//!   (the default `FinalTurn::ToolsNotRun` is that turn, line for line); v1, which has no
+//!   final turn, writes each with its result (`ok: false`, "not run: ..."), since a v1 turn
+//!   whose calls have no results is one pagent v1 never writes. `FinalTurn::Off` is pagent
+//!   v1's `max_turns`, line for line; in v4, which never runs tools on a turn that stops,
+//!   that run's last turn writes its tool pairs and then `TurnEnd {stopped: true,
+//!   stop_reason: "max_turns"}` (pagent's grammar checker flags that turn, and only that).
 //! - v4, an abort: the run ends with `TurnEnd {stopped: true, stop_reason: "cancelled"}` and
 //!   `RunEnd {stop_reason: "cancelled"}` of the same turn, after the tool pairs of the calls
 //!   that started (a call the abort cut short ends `ok: false`; pagent writes its
-//!   `ToolCallBegin` alone). An abort between turns (after a
+//!   `ToolCallBegin` alone). A reply the abort cut (or that never came) has no `TurnResult`,
+//!   as in pagent, and its calls, which never run, no tool pairs. An abort between turns (after a
 //!   `continuing` `TurnEnd`) opens the next turn and ends it so; pagent 0.7.30 writes a second
 //!   `TurnEnd` for the last turn instead, and one without any `TurnBegin` for an abort right
 //!   after `RunBegin`.
@@ -190,6 +195,36 @@
 //! (`check_wire.py --strict-fields --strict-turns`) on every scenario of the suite (aborts at
 //! every checkpoint included; a failed run's only complaint is its missing `RunEnd`), and
 //! compare the method sequences with captures of pagent itself.
+//!
+//! ## Byte for byte
+//!
+//! The lines are pagent's to the byte: Python's `json.dumps` defaults (`", "` between
+//! items, `": "` after keys, raw UTF-8 as `ensure_ascii=False` writes it, the same string
+//! escapes), the envelope as `{"jsonrpc", "method", "params"}` and the params in the order of
+//! pagent's dataclass fields (usage in the OpenAI SDK's field order). An unknown tool's
+//! result is pagent's text, `error: unknown tool 'nope'; available: ['echo']` (the names as
+//! Python writes a sorted list of strings), in the native stream too.
+//!
+//! A test runs every scenario of pagent's `make_captures.py` (text, reasoning, one and two
+//! tools, an unknown tool, `max_turns`, and in v4 cancels at four points and a steer) against
+//! pagent's own mock server (`tests/data/pagent-wire/mock_openai_server.py`, Python's
+//! standard library), configured as pagent was, and compares our lines with pagent 0.7.30's
+//! captures as bytes. "Configured as pagent was": v1 with `FinalTurn::Off` and a request
+//! without `stream_options` (pagent v1 sends none, so the server reports no usage and it
+//! writes `"usage": null`; set it with `OpenAiCompat::extra_body(json!({"stream_options":
+//! {"include_usage": false}}))`), v4 as the defaults are. pagent's lines carry no ids or
+//! times, so no field is normalized; only pagent's irregular v4 framing is made regular in
+//! the captures before comparing, one rule per difference:
+//!
+//! - `max_turns`: pagent leaves out the `TurnEnd` of the last tool turn, before its synthesis
+//!   turn; ours writes `TurnEnd {stopped: false, stop_reason: "continuing"}` there.
+//! - A cancel right after `RunBegin`: pagent writes `TurnEnd {turn: 0, cancelled}` without a
+//!   `TurnBegin`; ours writes `TurnBegin {turn: 0}` first.
+//! - A cancel right after a `continuing` `TurnEnd`: pagent ends the same turn k a second time
+//!   (`cancelled`); ours opens turn k + 1 and ends it `cancelled`, and `RunEnd` names k + 1.
+//! - A cancel while a tool runs: pagent writes that call's `ToolCallBegin` alone; ours
+//!   follows it with the result the call got (`ok: false`, `cancelled: the run was aborted
+//!   before this tool call ran`).
 //!
 //! # The stdio server
 //!
