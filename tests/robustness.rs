@@ -192,7 +192,7 @@ fn a_name_that_panics_during_a_run_makes_its_calls_unknown() {
     run_fragile_batch(
         fragile("name", 2),
         1,
-        "unknown tool `fragile`; the tools are: echo (and one whose `name()` panicked: name boom)",
+        "error: unknown tool 'fragile'; available: ['echo'] (and one whose `name()` panicked: name boom)",
     );
 }
 
