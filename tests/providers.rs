@@ -197,6 +197,37 @@ fn llama_cpp_python_repeated_tool_ids_make_one_call() {
     );
 }
 
+/// `FinalTurn::ToolsWithheld` (pagent v5): the request of the final answer turn has no
+/// `tools`, the others have them; the default (pagent v4) offers them in every request.
+#[test]
+fn final_turn_withholds_the_tools_from_the_request() {
+    for (final_turn, tools_in_final) in [
+        (pagent::FinalTurn::ToolsWithheld, false),
+        (pagent::FinalTurn::ToolsNotRun, true),
+    ] {
+        let server = Server::start(vec![
+            Reply::sse_file("llama-cpp-python/stream_tools_forced.sse"),
+            Reply::sse_file("llama-cpp-python/stream_text.sse"),
+        ]);
+        let agent = Agent::builder()
+            .provider(openai(&server))
+            .model("smollm2")
+            .tool(weather())
+            .max_turns(1)
+            .final_turn(final_turn)
+            .build()
+            .unwrap();
+        let result = agent.prompt("Weather in Paris?").unwrap();
+        assert_eq!(result.stop_reason, pagent::RunStopReason::NoToolCalls);
+        let has_tools: Vec<bool> = server
+            .requests()
+            .iter()
+            .map(|r| r.json().get("tools").is_some())
+            .collect();
+        assert_eq!(has_tools, [true, tools_in_final], "{final_turn:?}");
+    }
+}
+
 #[test]
 fn llama_server_context_overflow_is_a_typed_http_error() {
     let server = Server::start(vec![Reply::json(
