@@ -33,8 +33,8 @@ pub(crate) const SKIPPED: &str = "skipped: the user sent a new message before th
 const CUT_BY_LENGTH: &str = "not run: the reply was cut at the output token limit before this \
                              tool call was complete; make the call again, shorter";
 const CUT_BY_ERROR: &str = "not run: the reply failed before this tool call was complete";
-pub(crate) const FINAL_TURN: &str = "not run: the run reached its max_turns limit, and this \
-                                     was its final answer turn";
+const FINAL_TURN: &str = "not run: the run reached its max_turns limit, and this \
+                         was its final answer turn";
 
 impl Run<'_> {
     /// Runs (or settles without running) every call of `reply`; emits the tool events and the

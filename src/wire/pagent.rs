@@ -412,19 +412,24 @@ fn py_json(out: &mut Vec<u8>, value: &impl Serialize) {
 /// Appends the line `{"jsonrpc": "2.0", "method": <method>, "params": <params>}` and its
 /// `\n`, the envelope in pagent's key order.
 fn line(out: &mut Vec<u8>, method: &str, params: &impl Serialize) {
-    let mut json = Vec::new();
-    py_json(&mut json, params);
-    line_raw(out, method, &json);
+    begin_line(out, method);
+    py_json(out, params);
+    out.extend_from_slice(b"}\n");
 }
 
 /// [`line`] with params already written as JSON.
 fn line_raw(out: &mut Vec<u8>, method: &str, params: &[u8]) {
+    begin_line(out, method);
+    out.extend_from_slice(params);
+    out.extend_from_slice(b"}\n");
+}
+
+/// The envelope up to the params' value.
+fn begin_line(out: &mut Vec<u8>, method: &str) {
     // The method names are plain ASCII identifiers: nothing to escape.
     out.extend_from_slice(b"{\"jsonrpc\": \"2.0\", \"method\": \"");
     out.extend_from_slice(method.as_bytes());
     out.extend_from_slice(b"\", \"params\": ");
-    out.extend_from_slice(params);
-    out.extend_from_slice(b"}\n");
 }
 
 // The params of each method, with the fields in the order of pagent's dataclasses (which is
