@@ -17,7 +17,7 @@ use crate::types::{StreamEvent, ThinkingLevel, ToolDefinition, ToolOutput};
 ///
 /// # Consistency
 /// A snapshot is one instant: the transcript, the partial reply, the pending tool calls and
-/// the flags always belong together (for example `is_streaming` is true exactly when
+/// the flags always belong together (for example `is_streaming_reply` is true exactly when
 /// `streaming_message` is `Some`, and `pending_tool_calls` lists exactly the calls that had a
 /// `ToolStart` and no `ToolEnd`). The state a listener reads while handling an event already
 /// includes that event.
@@ -38,11 +38,15 @@ pub struct State {
     pub tools: Arc<[ToolDefinition]>,
     /// The transcript: every finished message, oldest first.
     pub messages: List<Arc<Message>>,
-    /// True from `AgentStart` to `AgentEnd`.
-    pub is_running: bool,
-    /// True while an assistant reply streams (from its `MessageStart` to its `MessageEnd`).
+    /// True while a run is going on: from its `AgentStart` to its `AgentEnd`, that is for
+    /// the whole of a [`crate::Agent::prompt`] or [`crate::Agent::continue_run`] (the
+    /// meaning of the Go seed's `IsStreaming`). Tool calls, hooks and turns between replies
+    /// all count; use `is_streaming_reply` for the reply alone.
     pub is_streaming: bool,
-    /// The reply as far as it streamed, while `is_streaming`.
+    /// True while an assistant reply streams: from its `MessageStart` to its `MessageEnd`,
+    /// exactly when `streaming_message` is `Some`.
+    pub is_streaming_reply: bool,
+    /// The reply as far as it streamed, while `is_streaming_reply`.
     pub streaming_message: Option<PartialMessage>,
     /// Tool calls that started and have not ended, in start order, with their latest progress.
     pub pending_tool_calls: List<PendingToolCall>,
@@ -111,7 +115,7 @@ impl State {
         let s = self;
         match event {
             AgentEvent::AgentStart => {
-                s.is_running = true;
+                s.is_streaming = true;
                 s.error_message = None;
                 s.error_kind = None;
                 s.stop_reason = None;
@@ -125,7 +129,7 @@ impl State {
             }
             AgentEvent::MessageStart { message } => {
                 if let Message::Assistant(m) = &**message {
-                    s.is_streaming = true;
+                    s.is_streaming_reply = true;
                     s.streaming_message = Some(PartialMessage::from_message(m));
                     if !m.model.is_empty() && *s.model != *m.model {
                         s.model = Arc::from(m.model.as_str());
@@ -141,7 +145,7 @@ impl State {
             AgentEvent::MessageEnd { message } => {
                 s.messages.push_back(message.clone());
                 if let Message::Assistant(m) = &**message {
-                    s.is_streaming = false;
+                    s.is_streaming_reply = false;
                     s.streaming_message = None;
                     s.retry = None;
                     s.run_usage += m.usage;
@@ -176,8 +180,8 @@ impl State {
             AgentEvent::AgentEnd {
                 stop_reason, error, ..
             } => {
-                s.is_running = false;
                 s.is_streaming = false;
+                s.is_streaming_reply = false;
                 s.streaming_message = None;
                 s.pending_tool_calls = List::new();
                 s.retry = None;
@@ -244,7 +248,7 @@ mod tests {
             .apply(&AgentEvent::AgentStart)
             .apply(&AgentEvent::TurnStart { turn: 1 })
             .apply(&AgentEvent::MessageStart { message: start });
-        assert!(s.is_streaming);
+        assert!(s.is_streaming_reply);
         assert_eq!(&*s.model, "m");
         let mut partial = s.streaming_message.clone().unwrap();
         for piece in ["Hel", "lo"] {
@@ -259,7 +263,7 @@ mod tests {
         s = s.apply(&AgentEvent::MessageEnd {
             message: assistant("Hello"),
         });
-        assert!(!s.is_streaming && s.streaming_message.is_none());
+        assert!(!s.is_streaming_reply && s.streaming_message.is_none());
         assert_eq!(s.messages.len(), 1);
         assert_eq!(s.messages[0].text(), "Hello");
     }

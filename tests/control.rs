@@ -1660,7 +1660,7 @@ fn a_lone_call_runs_on_the_run_thread_and_its_progress_is_in_the_state_while_it_
         updated_rx.recv_timeout(PATIENCE).expect("the tool updated");
         // Read from this thread while the tool still runs.
         let state = agent.snapshot();
-        assert!(state.is_running);
+        assert!(state.is_streaming);
         assert_eq!(state.pending_tool_calls.len(), 1);
         assert_eq!(
             state.pending_tool_calls[0]

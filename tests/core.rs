@@ -168,7 +168,7 @@ fn text_only_run() {
     assert_eq!(result.usage, usage(5, 3));
     let s = agent.snapshot();
     assert_eq!(s.messages.len(), 2);
-    assert!(!s.is_running && !s.is_streaming && s.streaming_message.is_none());
+    assert!(!s.is_streaming && !s.is_streaming_reply && s.streaming_message.is_none());
     assert_eq!(s.stop_reason, Some(RunStopReason::NoToolCalls));
     assert_eq!(s.usage, usage(5, 3));
     assert_eq!(&*s.model, "m1");
@@ -990,7 +990,7 @@ fn snapshots_stay_consistent_under_load() {
                 while !done.load(Ordering::SeqCst) && Instant::now() < deadline {
                     let s = agent.snapshot();
                     checks += 1;
-                    assert_eq!(s.is_streaming, s.streaming_message.is_some());
+                    assert_eq!(s.is_streaming_reply, s.streaming_message.is_some());
                     assert!(s.messages.len() >= last_msgs, "the transcript shrank");
                     match &s.streaming_message {
                         Some(p) => {
@@ -1032,7 +1032,10 @@ fn snapshots_stay_consistent_under_load() {
                     prefix.sort();
                     assert_eq!(union, prefix, "pending + ended is not the started calls");
                     if !pending.is_empty() {
-                        assert!(!s.is_streaming, "tools run only after the reply ended");
+                        assert!(
+                            !s.is_streaming_reply,
+                            "tools run only after the reply ended"
+                        );
                         seen_pending.fetch_add(1, Ordering::Relaxed);
                     }
                     last_msgs = s.messages.len();

@@ -132,7 +132,7 @@ fn session(seed: u64, started: Instant) -> usize {
     let inner_subs = subs.clone();
     let _actor = agent.subscribe(move |e: &AgentEvent| {
         let s = handle.snapshot();
-        assert_eq!(s.is_streaming, s.streaming_message.is_some());
+        assert_eq!(s.is_streaming_reply, s.streaming_message.is_some());
         let mut r = inner_rng.lock().unwrap();
         if r.below(40) != 0 || matches!(e, AgentEvent::MessageUpdate { .. }) {
             return;
@@ -171,7 +171,7 @@ fn session(seed: u64, started: Instant) -> usize {
             while !stop.load(Ordering::SeqCst) && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_micros(r.below(2_000)));
                 let s = agent.snapshot();
-                assert_eq!(s.is_streaming, s.streaming_message.is_some());
+                assert_eq!(s.is_streaming_reply, s.streaming_message.is_some());
                 match r.below(8) {
                     0 => {
                         agent.abort();
@@ -242,7 +242,7 @@ fn session(seed: u64, started: Instant) -> usize {
             expected,
             "run {runs}: the transcript"
         );
-        assert!(!after.is_running && after.pending_tool_calls.is_empty());
+        assert!(!after.is_streaming && after.pending_tool_calls.is_empty());
         runs += 1;
     }
     stop.store(true, Ordering::SeqCst);

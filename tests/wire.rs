@@ -543,7 +543,7 @@ fn mirror_reports_the_line_that_does_not_decode() {
         err.to_string().starts_with("wire: line 3: invalid JSON"),
         "{err}"
     );
-    assert!(mirror.state().is_running);
+    assert!(mirror.state().is_streaming);
 }
 
 #[test]
@@ -558,7 +558,7 @@ fn mirror_refuses_an_over_long_line_without_holding_it() {
         pagent::Error::Wire("line 2: line of 10000 bytes is over the limit of 64 bytes".into())
     );
     assert!(
-        mirror.state().is_running,
+        mirror.state().is_streaming,
         "the line before it stays folded in"
     );
 }
@@ -568,9 +568,9 @@ fn mirror_refuses_an_over_long_line_without_holding_it() {
 /// The invariants `State` documents under `# Consistency` that a mirror can keep.
 fn assert_consistent(state: &State, context: &str) {
     assert_eq!(
-        state.is_streaming,
+        state.is_streaming_reply,
         state.streaming_message.is_some(),
-        "is_streaming disagrees with streaming_message: {context}"
+        "is_streaming_reply disagrees with streaming_message: {context}"
     );
     let ids: Vec<&str> = state
         .pending_tool_calls
@@ -581,9 +581,9 @@ fn assert_consistent(state: &State, context: &str) {
     unique.sort_unstable();
     unique.dedup();
     assert_eq!(unique.len(), ids.len(), "a call pending twice: {context}");
-    if !state.is_running {
+    if !state.is_streaming {
         assert!(
-            !state.is_streaming && ids.is_empty(),
+            !state.is_streaming_reply && ids.is_empty(),
             "streaming or calls pending outside a run: {context}"
         );
     }
@@ -605,7 +605,7 @@ fn mirror_joining_mid_reply_is_streaming() {
         let event = mirror.apply_line(line).unwrap();
         assert_consistent(mirror.state(), event.name());
         if let AgentEvent::MessageUpdate { .. } = event {
-            assert!(mirror.state().is_running && mirror.state().is_streaming);
+            assert!(mirror.state().is_streaming && mirror.state().is_streaming_reply);
         }
     }
     assert_eq!(
@@ -691,8 +691,11 @@ fn a_mirror_joining_at_any_line_keeps_the_state_invariants() {
                 );
                 let (state, published) = (mirror.state(), &r.events[i].1);
                 assert_consistent(state, &context);
-                assert_eq!(state.is_running, published.is_running, "{context}");
                 assert_eq!(state.is_streaming, published.is_streaming, "{context}");
+                assert_eq!(
+                    state.is_streaming_reply, published.is_streaming_reply,
+                    "{context}"
+                );
                 match &event {
                     AgentEvent::ToolStart { call } => heard.push(call.id.clone()),
                     AgentEvent::ToolUpdate { call_id, .. } => heard.push(call_id.clone()),

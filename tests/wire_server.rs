@@ -301,7 +301,7 @@ fn prompt_streams_events_then_answers_with_the_stop_reason() {
     c.request(2, "snapshot", json!({}));
     let (_, s) = c.until_response(2);
     assert_eq!(s["result"]["messages"].as_array().unwrap().len(), 4);
-    assert_eq!(s["result"]["is_running"], false);
+    assert_eq!(s["result"]["is_streaming"], false);
     assert_eq!(s["result"]["stop_reason"], "no_tool_calls");
     c.close().unwrap();
 }

@@ -312,7 +312,7 @@ impl Agent {
     /// function returning `Result<_, pagent::Error>`; match on [`RunError::kind`] to decide.
     ///
     /// # Consistency
-    /// Once a snapshot shows `is_running == false` after a run, that run no longer holds the
+    /// Once a snapshot shows `is_streaming == false` after a run, that run no longer holds the
     /// agent: a `prompt` from another thread does not return `Busy` (unless yet another
     /// `prompt` claimed the agent first). If the run that just ended is still calling its
     /// `AgentEnd` listeners, the new run waits for them before its `AgentStart`, so no

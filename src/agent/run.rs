@@ -28,7 +28,7 @@ pub(crate) enum Start {
 /// - the claim (the cancel token in `Inner::cancel`, with `running`): taken under the cancel
 ///   lock, so an `abort()` that sees the run always reaches its token; given up by
 ///   [`Claim::release`] right before `AgentEnd` is folded, so a snapshot that shows
-///   `is_running == false` never answers a `prompt` with `Busy`;
+///   `is_streaming == false` never answers a `prompt` with `Busy`;
 /// - the gate (`Inner::gate`): held from before `AgentStart` to after the last `AgentEnd`
 ///   listener returned, so the next run's events never interleave with this run's.
 ///

@@ -27,9 +27,9 @@ use crate::state::{PendingToolCall, State};
 ///
 /// A mirror may join a stream in the middle of a run (a client attaching to a running
 /// agent). It then keeps the invariants [`State`] documents, from what the lines it read say:
-/// - `is_running` is true from the first line that is not an `AgentEnd` (every other event
+/// - `is_streaming` is true from the first line that is not an `AgentEnd` (every other event
 ///   happens inside a run), and `turn` is set by a `TurnEnd` as well as by a `TurnStart`;
-/// - a `MessageUpdate` without its `MessageStart` starts the streaming reply (`is_streaming`
+/// - a `MessageUpdate` without its `MessageStart` starts the streaming reply (`is_streaming_reply`
 ///   agrees with `streaming_message`), which holds what streamed since the mirror joined: the
 ///   [`Decoder`] has not seen the reply's start, so the text before it and the model are
 ///   missing until the `MessageEnd`, which carries the whole message;
@@ -120,7 +120,7 @@ impl Mirror {
         let mut state = before.apply(event);
         match event {
             AgentEvent::AgentEnd { .. } => self.joined_calls = 0,
-            AgentEvent::MessageUpdate { .. } => state.is_streaming = true,
+            AgentEvent::MessageUpdate { .. } => state.is_streaming_reply = true,
             AgentEvent::TurnEnd { turn, .. } => state.turn = *turn,
             AgentEvent::ToolUpdate {
                 call_id,
@@ -149,7 +149,7 @@ impl Mirror {
         }
         // Every event but `AgentEnd` happens inside a run.
         if !matches!(event, AgentEvent::AgentEnd { .. }) {
-            state.is_running = true;
+            state.is_streaming = true;
         }
         self.state = Arc::new(state);
     }
