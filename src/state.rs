@@ -89,8 +89,14 @@ pub struct State {
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct PendingToolCall {
-    /// The call.
+    /// The call, as the model made it (its `arguments` are the model's raw JSON text).
     pub call: ToolCall,
+    /// The arguments the tool runs with, once its `ToolExecute` came: the model's, parsed
+    /// and validated, or those `before_tool_call` put in their place. `None` while the call
+    /// is checked (validation, an approval hook waiting) and for a call that does not run.
+    pub arguments: Option<serde_json::Value>,
+    /// True when `before_tool_call` rewrote `arguments` (set with them).
+    pub rewritten: bool,
     /// The latest progress the tool published.
     pub progress: Option<ToolOutput>,
 }
@@ -158,8 +164,23 @@ impl State {
             AgentEvent::ToolStart { call } => {
                 s.pending_tool_calls.push_back(PendingToolCall {
                     call: call.clone(),
+                    arguments: None,
+                    rewritten: false,
                     progress: None,
                 });
+            }
+            AgentEvent::ToolExecute {
+                call_id,
+                arguments,
+                rewritten,
+                ..
+            } => {
+                if let Some(i) = s.pending_index(call_id)
+                    && let Some(p) = s.pending_tool_calls.get_mut(i)
+                {
+                    p.arguments = Some(arguments.clone());
+                    p.rewritten = *rewritten;
+                }
             }
             AgentEvent::ToolUpdate {
                 call_id, partial, ..
@@ -177,6 +198,15 @@ impl State {
                 s.tool_results.push_back(result.clone());
             }
             AgentEvent::TurnEnd { .. } => {}
+            AgentEvent::MessagesReplaced { messages } => {
+                s.messages = messages.iter().cloned().collect();
+                s.error_message = None;
+                s.error_kind = None;
+                s.stop_reason = None;
+                s.turn = 0;
+                s.run_usage = Usage::default();
+                s.tool_results = List::new();
+            }
             AgentEvent::AgentEnd {
                 stop_reason, error, ..
             } => {
@@ -278,6 +308,12 @@ mod tests {
         let s = State::default()
             .apply(&AgentEvent::ToolStart { call: call("a") })
             .apply(&AgentEvent::ToolStart { call: call("b") })
+            .apply(&AgentEvent::ToolExecute {
+                call_id: "b".into(),
+                tool_name: "t".into(),
+                arguments: serde_json::json!({"x": 1}),
+                rewritten: true,
+            })
             .apply(&AgentEvent::ToolUpdate {
                 call_id: "b".into(),
                 tool_name: "t".into(),
@@ -288,6 +324,15 @@ mod tests {
             s.pending_tool_calls[1].progress.as_ref().unwrap().content,
             "50%"
         );
+        // The raw text stays as the model wrote it; the arguments the tool runs with sit
+        // next to it once the call runs.
+        assert_eq!(s.pending_tool_calls[1].call.arguments, "{}");
+        assert_eq!(
+            s.pending_tool_calls[1].arguments,
+            Some(serde_json::json!({"x": 1}))
+        );
+        assert!(s.pending_tool_calls[1].rewritten);
+        assert_eq!(s.pending_tool_calls[0].arguments, None);
         let s = s.apply(&AgentEvent::ToolEnd {
             result: Arc::new(ToolResultMessage {
                 tool_call_id: "b".into(),

@@ -66,6 +66,7 @@ fn events_iterator_yields_what_a_listener_sees() {
     expected.extend([
         "MessageEnd",
         "ToolStart",
+        "ToolExecute",
         "ToolEnd",
         "MessageStart",
         "MessageEnd",

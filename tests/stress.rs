@@ -10,7 +10,7 @@ mod replay;
 #[path = "control/support.rs"]
 mod support;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -285,12 +285,14 @@ fn check_run(run: usize, events: &[AgentEvent]) {
     let mut turn: Option<u32> = None;
     let mut message: Option<&'static str> = None;
     let mut tools: HashMap<String, bool> = HashMap::new();
+    let mut executed: HashSet<String> = HashSet::new();
     for e in &events[1..events.len() - 1] {
         match e {
             AgentEvent::TurnStart { turn: t } => {
                 assert!(turn.is_none() && message.is_none(), "{}", ctx());
                 turn = Some(*t);
                 tools.clear();
+                executed.clear();
             }
             AgentEvent::TurnEnd { turn: t, .. } => {
                 assert_eq!(turn, Some(*t), "{}", ctx());
@@ -315,6 +317,11 @@ fn check_run(run: usize, events: &[AgentEvent]) {
             }
             AgentEvent::ToolUpdate { call_id, .. } => {
                 assert_eq!(tools.get(call_id), Some(&false), "{}", ctx());
+            }
+            AgentEvent::ToolExecute { call_id, .. } => {
+                // Between the call's start and its end, once.
+                assert_eq!(tools.get(call_id), Some(&false), "{}", ctx());
+                assert!(executed.insert(call_id.clone()), "{}", ctx());
             }
             AgentEvent::ToolEnd { result } => {
                 assert_eq!(tools.get(&result.tool_call_id), Some(&false), "{}", ctx());

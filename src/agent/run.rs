@@ -210,6 +210,22 @@ pub(crate) fn run_claimed(mut claimed: Claimed, start: Start) -> Result<RunResul
     }
 }
 
+/// Emits `event` between runs (a `MessagesReplaced`), with the change `before` in the same
+/// publication, holding the agent as a run would: `Busy` while a run holds it (or on the
+/// thread of a run's `AgentEnd` listeners); otherwise it waits for the last run's `AgentEnd`
+/// listeners to return, so that no listener sees this event among a run's. No run can start
+/// meanwhile.
+pub(crate) fn between_runs<R>(
+    inner: &Inner,
+    event: AgentEvent,
+    before: impl FnOnce(&mut crate::state::State) -> R,
+) -> Result<R, Error> {
+    let token = CancelToken::new();
+    let mut claim = Claim::take(inner, &token)?;
+    claim.enter(&token);
+    Ok(inner.shared.emit_with(event, before))
+}
+
 /// What `continue_run` sends: nothing when the model is due to answer (a user or tool-result
 /// tail) or when steering is queued (the first turn takes it, as for a prompt), else the
 /// queued follow-ups.

@@ -529,7 +529,7 @@ fn snapshot_json(s: &State) -> Value {
         "is_streaming_reply": s.is_streaming_reply,
         "streaming_message": s.streaming_message,
         "pending_tool_calls": s.pending_tool_calls.iter()
-            .map(|p| json!({"call": p.call, "progress": p.progress}))
+            .map(|p| json!({"call": p.call, "arguments": p.arguments, "rewritten": p.rewritten, "progress": p.progress}))
             .collect::<Vec<_>>(),
         "tool_results": s.tool_results.iter().map(|r| json!(**r)).collect::<Vec<_>>(),
         "error_message": s.error_message.as_deref(),
