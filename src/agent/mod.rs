@@ -323,7 +323,8 @@ impl Agent {
     /// # Consistency
     /// Once a snapshot shows `is_streaming == false` after a run, that run no longer holds the
     /// agent: a `prompt` from another thread does not return `Busy` (unless yet another
-    /// `prompt` claimed the agent first). If the run that just ended is still calling its
+    /// `prompt` claimed the agent first, or a [`Agent::reset`] or
+    /// [`Agent::replace_messages`] holds it for the instant it publishes). If the run that just ended is still calling its
     /// `AgentEnd` listeners, the new run waits for them before its `AgentStart`, so no
     /// listener ever sees the events of two runs interleaved. On the run thread itself (from
     /// a listener, `AgentEnd`'s included) `prompt` returns `Busy`: the run that calls the
