@@ -484,7 +484,7 @@ impl Agent {
     /// `run_usage`, `tool_results`). The settings (system prompt, model, thinking level,
     /// tools), the listeners, `usage` (summed over the agent's life) and the listener and
     /// channel counters stay. Returns the queued messages it removed, the steering messages
-    /// first, then the follow-ups, each queue in order. The Go seed's `Reset`.
+    /// first, then the follow-ups, each queue in order.
     ///
     /// Emits [`AgentEvent::MessagesReplaced`] with no messages; the queues are emptied in
     /// the same state change. So listeners see it, `snapshot()` shows it from any thread,
@@ -522,7 +522,7 @@ impl Agent {
     /// `prompt` or [`Agent::continue_run`] goes on from it. The state forgets what the last
     /// run left (see [`AgentEvent::MessagesReplaced`]); the queues and settings stay. Tool
     /// calls left without a result are answered by the next run, as for
-    /// [`AgentBuilder::messages`]. The Go seed's `ReplaceMessages`.
+    /// [`AgentBuilder::messages`].
     ///
     /// Emits [`AgentEvent::MessagesReplaced`]; blocks and holds the agent as
     /// [`Agent::reset`] does (see its `# Consistency`).

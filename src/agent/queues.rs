@@ -8,7 +8,7 @@ use crate::message::Message;
 
 impl AgentHandle {
     /// Removes every queued steering message and returns them, in order: a UI puts them back
-    /// in its input box, say. The Go seed's `ClearSteeringQueue`. Works at any time, from any
+    /// in its input box, say. Works at any time, from any
     /// thread (a listener included), also while a run is active: a message a turn already
     /// took is in the transcript and not returned; the others are never delivered. The
     /// shorter queue is published at once (no event). Returns nothing once the agent is gone.
@@ -17,15 +17,14 @@ impl AgentHandle {
     }
 
     /// Removes every queued follow-up and returns them, in order; as
-    /// [`AgentHandle::clear_steering_queue`] for the follow-up queue. The Go seed's
-    /// `ClearFollowUpQueue`.
+    /// [`AgentHandle::clear_steering_queue`] for the follow-up queue.
     pub fn clear_follow_up_queue(&self) -> Vec<Message> {
         self.clear(&[Queue::FollowUp])
     }
 
     /// Empties both queues in one state change and returns what they held, the steering
-    /// messages first, then the follow-ups, each queue in order. The Go seed's
-    /// `ClearAllQueues`; otherwise as [`AgentHandle::clear_steering_queue`].
+    /// messages first, then the follow-ups, each queue in order.
+    /// Otherwise as [`AgentHandle::clear_steering_queue`].
     pub fn clear_queues(&self) -> Vec<Message> {
         self.clear(&[Queue::Steering, Queue::FollowUp])
     }
