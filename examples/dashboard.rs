@@ -82,7 +82,7 @@ where
         let state = app.agent.snapshot();
         terminal.draw(|frame| draw(frame, app, &state))?;
         app.frames += 1;
-        if state.is_streaming {
+        if state.is_streaming_reply {
             app.frames_streaming += 1;
         }
         app.slowest_frame = app.slowest_frame.max(started.elapsed());
@@ -421,7 +421,7 @@ impl Script {
         };
         type_in(&mut steps, &prompt, Key::Enter);
         if let Some(follow_up) = &options.follow_up {
-            steps.push_back(Step::Until(|app, state| app.busy() && state.is_running));
+            steps.push_back(Step::Until(|app, state| app.busy() && state.is_streaming));
             type_in(&mut steps, follow_up, Key::FollowUp);
         }
         if let Some(steer) = &options.steer {
@@ -641,11 +641,11 @@ fn draw_tools(frame: &mut Frame<'_>, area: Rect, state: &State) {
 }
 
 fn status_line(app: &App, state: &State) -> Line<'static> {
-    let phase = if state.is_streaming {
+    let phase = if state.is_streaming_reply {
         "streaming"
     } else if !state.pending_tool_calls.is_empty() {
         "running tools"
-    } else if state.is_running {
+    } else if state.is_streaming {
         "running"
     } else {
         "idle"

@@ -39,7 +39,8 @@ use crate::kind::ErrorKind;
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Error {
-    /// `prompt` or `continue_run` was called while a run is active.
+    /// `prompt` or `continue_run` was called while a run is active, or `reset` or
+    /// `replace_messages`, which need an idle agent.
     Busy,
     /// `continue_run` found nothing to continue from.
     NothingToContinue(String),

@@ -16,12 +16,15 @@ use crate::types::{StreamEvent, ToolOutput};
 ///   TurnStart { turn }
 ///     MessageStart / MessageEnd                     the prompt (and steering messages)
 ///     MessageStart / MessageUpdate* / MessageEnd    the assistant reply, streamed
-///     ToolStart / ToolUpdate* / ToolEnd             each tool call of that reply
+///     ToolStart / ToolExecute? / ToolUpdate* / ToolEnd   each tool call of that reply
 ///     MessageStart / MessageEnd                     each tool result message, in call order
 ///   TurnEnd { turn, message, tool_results, stop_reason }
 ///   ... the next TurnStart while the model keeps calling tools ...
 /// AgentEnd { messages, stop_reason, usage, error }
 /// ```
+///
+/// Between runs, [`crate::Agent::reset`] and [`crate::Agent::replace_messages`] emit
+/// `MessagesReplaced`, the one event outside a run.
 ///
 /// Each event is folded into the agent's [`crate::State`] before any listener sees it.
 ///
@@ -58,10 +61,32 @@ pub enum AgentEvent {
         /// The finished message.
         message: Arc<Message>,
     },
-    /// A tool call starts (its arguments are final).
+    /// A tool call starts: the model's call, its arguments final as the model wrote them
+    /// (raw JSON text). Emitted before the call is checked: the tool is looked up, the
+    /// arguments parsed and validated and `before_tool_call` asked after it, so an approval
+    /// UI sees the call (in `State::pending_tool_calls`) while the hook waits.
     ToolStart {
-        /// The call.
+        /// The call, as the model made it.
         call: ToolCall,
+    },
+    /// The tool of a call runs now, with these arguments: the call passed validation and
+    /// `before_tool_call` allowed it (or rewrote its arguments, which were then validated
+    /// again). Follows the call's `ToolStart` (right after it, unless `before_tool_call`
+    /// waited while other calls of the batch published their progress) and precedes its
+    /// `ToolUpdate`s and `ToolEnd`. A call that does not run (unknown tool, invalid
+    /// arguments, blocked, cancelled, skipped) has none: its `ToolEnd` says why.
+    ToolExecute {
+        /// The id of the call.
+        call_id: String,
+        /// The tool's name.
+        tool_name: String,
+        /// The arguments the tool's `execute` gets: the model's, parsed and validated, or
+        /// those `before_tool_call` put in their place.
+        arguments: serde_json::Value,
+        /// True when `before_tool_call` rewrote the arguments
+        /// ([`ToolDecision::Rewrite`](crate::hooks::ToolDecision::Rewrite)); the model's own
+        /// are in the call of the `ToolStart`.
+        rewritten: bool,
     },
     /// A running tool published progress.
     ToolUpdate {
@@ -88,6 +113,15 @@ pub enum AgentEvent {
         /// `Continuing` when another turn follows; otherwise why the run stops.
         stop_reason: RunStopReason,
     },
+    /// Between runs, the transcript was replaced ([`crate::Agent::replace_messages`]) or
+    /// emptied ([`crate::Agent::reset`]). The state then holds these messages, and forgets
+    /// what the last run left (`error_message`, `error_kind`, `stop_reason`, `turn`,
+    /// `run_usage`, `tool_results`): it no longer describes this transcript. Never emitted
+    /// while a run is active, nor between a run's `AgentStart` and its `AgentEnd`.
+    MessagesReplaced {
+        /// The whole new transcript, oldest first (empty after a reset).
+        messages: Vec<Arc<Message>>,
+    },
     /// The run ended. Emitted exactly once per run, whatever failed.
     AgentEnd {
         /// Every message this run appended, in order.
@@ -112,9 +146,11 @@ impl AgentEvent {
             AgentEvent::MessageUpdate { .. } => "MessageUpdate",
             AgentEvent::MessageEnd { .. } => "MessageEnd",
             AgentEvent::ToolStart { .. } => "ToolStart",
+            AgentEvent::ToolExecute { .. } => "ToolExecute",
             AgentEvent::ToolUpdate { .. } => "ToolUpdate",
             AgentEvent::ToolEnd { .. } => "ToolEnd",
             AgentEvent::TurnEnd { .. } => "TurnEnd",
+            AgentEvent::MessagesReplaced { .. } => "MessagesReplaced",
             AgentEvent::AgentEnd { .. } => "AgentEnd",
         }
     }

@@ -122,7 +122,9 @@ impl Writer {
     }
 
     /// A listener that appends each message at its `MessageEnd` (errors are kept in
-    /// [`Writer::error`]).
+    /// [`Writer::error`]). The file only grows: a `MessagesReplaced`
+    /// ([`crate::Agent::reset`], [`crate::Agent::replace_messages`]) is not written; give the
+    /// new transcript a new file ([`Writer::create`], or [`save`] it whole).
     pub fn listener(&self) -> impl Fn(&AgentEvent) + Send + Sync + 'static {
         self.sink.listener(|(), event, buf| {
             if let AgentEvent::MessageEnd { message } = event {

@@ -17,7 +17,7 @@ use crate::types::{StreamEvent, ThinkingLevel, ToolDefinition, ToolOutput};
 ///
 /// # Consistency
 /// A snapshot is one instant: the transcript, the partial reply, the pending tool calls and
-/// the flags always belong together (for example `is_streaming` is true exactly when
+/// the flags always belong together (for example `is_streaming_reply` is true exactly when
 /// `streaming_message` is `Some`, and `pending_tool_calls` lists exactly the calls that had a
 /// `ToolStart` and no `ToolEnd`). The state a listener reads while handling an event already
 /// includes that event.
@@ -38,11 +38,15 @@ pub struct State {
     pub tools: Arc<[ToolDefinition]>,
     /// The transcript: every finished message, oldest first.
     pub messages: List<Arc<Message>>,
-    /// True from `AgentStart` to `AgentEnd`.
-    pub is_running: bool,
-    /// True while an assistant reply streams (from its `MessageStart` to its `MessageEnd`).
+    /// True while a run is going on: from its `AgentStart` to its `AgentEnd`, that is for
+    /// the whole of a [`crate::Agent::prompt`] or [`crate::Agent::continue_run`] (the
+    /// meaning of the Go seed's `IsStreaming`). Tool calls, hooks and turns between replies
+    /// all count; use `is_streaming_reply` for the reply alone.
     pub is_streaming: bool,
-    /// The reply as far as it streamed, while `is_streaming`.
+    /// True while an assistant reply streams: from its `MessageStart` to its `MessageEnd`,
+    /// exactly when `streaming_message` is `Some`.
+    pub is_streaming_reply: bool,
+    /// The reply as far as it streamed, while `is_streaming_reply`.
     pub streaming_message: Option<PartialMessage>,
     /// Tool calls that started and have not ended, in start order, with their latest progress.
     pub pending_tool_calls: List<PendingToolCall>,
@@ -85,8 +89,14 @@ pub struct State {
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct PendingToolCall {
-    /// The call.
+    /// The call, as the model made it (its `arguments` are the model's raw JSON text).
     pub call: ToolCall,
+    /// The arguments the tool runs with, once its `ToolExecute` came: the model's, parsed
+    /// and validated, or those `before_tool_call` put in their place. `None` while the call
+    /// is checked (validation, an approval hook waiting) and for a call that does not run.
+    pub arguments: Option<serde_json::Value>,
+    /// True when `before_tool_call` rewrote `arguments` (set with them).
+    pub rewritten: bool,
     /// The latest progress the tool published.
     pub progress: Option<ToolOutput>,
 }
@@ -111,7 +121,7 @@ impl State {
         let s = self;
         match event {
             AgentEvent::AgentStart => {
-                s.is_running = true;
+                s.is_streaming = true;
                 s.error_message = None;
                 s.error_kind = None;
                 s.stop_reason = None;
@@ -125,7 +135,7 @@ impl State {
             }
             AgentEvent::MessageStart { message } => {
                 if let Message::Assistant(m) = &**message {
-                    s.is_streaming = true;
+                    s.is_streaming_reply = true;
                     s.streaming_message = Some(PartialMessage::from_message(m));
                     if !m.model.is_empty() && *s.model != *m.model {
                         s.model = Arc::from(m.model.as_str());
@@ -141,7 +151,7 @@ impl State {
             AgentEvent::MessageEnd { message } => {
                 s.messages.push_back(message.clone());
                 if let Message::Assistant(m) = &**message {
-                    s.is_streaming = false;
+                    s.is_streaming_reply = false;
                     s.streaming_message = None;
                     s.retry = None;
                     s.run_usage += m.usage;
@@ -154,8 +164,23 @@ impl State {
             AgentEvent::ToolStart { call } => {
                 s.pending_tool_calls.push_back(PendingToolCall {
                     call: call.clone(),
+                    arguments: None,
+                    rewritten: false,
                     progress: None,
                 });
+            }
+            AgentEvent::ToolExecute {
+                call_id,
+                arguments,
+                rewritten,
+                ..
+            } => {
+                if let Some(i) = s.pending_index(call_id)
+                    && let Some(p) = s.pending_tool_calls.get_mut(i)
+                {
+                    p.arguments = Some(arguments.clone());
+                    p.rewritten = *rewritten;
+                }
             }
             AgentEvent::ToolUpdate {
                 call_id, partial, ..
@@ -173,11 +198,20 @@ impl State {
                 s.tool_results.push_back(result.clone());
             }
             AgentEvent::TurnEnd { .. } => {}
+            AgentEvent::MessagesReplaced { messages } => {
+                s.messages = messages.iter().cloned().collect();
+                s.error_message = None;
+                s.error_kind = None;
+                s.stop_reason = None;
+                s.turn = 0;
+                s.run_usage = Usage::default();
+                s.tool_results = List::new();
+            }
             AgentEvent::AgentEnd {
                 stop_reason, error, ..
             } => {
-                s.is_running = false;
                 s.is_streaming = false;
+                s.is_streaming_reply = false;
                 s.streaming_message = None;
                 s.pending_tool_calls = List::new();
                 s.retry = None;
@@ -244,7 +278,7 @@ mod tests {
             .apply(&AgentEvent::AgentStart)
             .apply(&AgentEvent::TurnStart { turn: 1 })
             .apply(&AgentEvent::MessageStart { message: start });
-        assert!(s.is_streaming);
+        assert!(s.is_streaming_reply);
         assert_eq!(&*s.model, "m");
         let mut partial = s.streaming_message.clone().unwrap();
         for piece in ["Hel", "lo"] {
@@ -259,7 +293,7 @@ mod tests {
         s = s.apply(&AgentEvent::MessageEnd {
             message: assistant("Hello"),
         });
-        assert!(!s.is_streaming && s.streaming_message.is_none());
+        assert!(!s.is_streaming_reply && s.streaming_message.is_none());
         assert_eq!(s.messages.len(), 1);
         assert_eq!(s.messages[0].text(), "Hello");
     }
@@ -274,6 +308,12 @@ mod tests {
         let s = State::default()
             .apply(&AgentEvent::ToolStart { call: call("a") })
             .apply(&AgentEvent::ToolStart { call: call("b") })
+            .apply(&AgentEvent::ToolExecute {
+                call_id: "b".into(),
+                tool_name: "t".into(),
+                arguments: serde_json::json!({"x": 1}),
+                rewritten: true,
+            })
             .apply(&AgentEvent::ToolUpdate {
                 call_id: "b".into(),
                 tool_name: "t".into(),
@@ -284,6 +324,15 @@ mod tests {
             s.pending_tool_calls[1].progress.as_ref().unwrap().content,
             "50%"
         );
+        // The raw text stays as the model wrote it; the arguments the tool runs with sit
+        // next to it once the call runs.
+        assert_eq!(s.pending_tool_calls[1].call.arguments, "{}");
+        assert_eq!(
+            s.pending_tool_calls[1].arguments,
+            Some(serde_json::json!({"x": 1}))
+        );
+        assert!(s.pending_tool_calls[1].rewritten);
+        assert_eq!(s.pending_tool_calls[0].arguments, None);
         let s = s.apply(&AgentEvent::ToolEnd {
             result: Arc::new(ToolResultMessage {
                 tool_call_id: "b".into(),

@@ -66,6 +66,7 @@ fn events_iterator_yields_what_a_listener_sees() {
     expected.extend([
         "MessageEnd",
         "ToolStart",
+        "ToolExecute",
         "ToolEnd",
         "MessageStart",
         "MessageEnd",
@@ -222,7 +223,7 @@ fn dropping_the_iterator_mid_run_aborts_the_run_and_joins_its_thread() {
     // The slow tool sleeps 5 s unless aborted.
     assert!(started.elapsed() < Duration::from_secs(4));
     let state = agent.snapshot();
-    assert!(!state.is_running);
+    assert!(!state.is_streaming);
     assert_eq!(state.stop_reason, Some(RunStopReason::Cancelled));
     assert_eq!(run_threads(), 0);
     // The agent takes the next prompt.

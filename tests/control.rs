@@ -2,6 +2,8 @@
 //! tools. Each test asserts the whole event sequence; timing-sensitive ones are driven by
 //! channels inside tools, hooks and listeners, and every wait is bounded.
 
+#[path = "control/goseed.rs"]
+mod goseed;
 mod replay;
 #[path = "control/support.rs"]
 mod support;
@@ -196,7 +198,9 @@ fn steer_during_streaming(policy: SteeringPolicy) -> (Vec<String>, usize, Faux) 
 
 /// The whole sequence of a run prompted "go" whose first reply is [`two_echoes`] (one call at
 /// a time) with the two `ToolEnd` lines given, steered with `steer` after that batch.
-fn steered_sequence(steer: &str, end_1: &str, end_2: &str) -> Vec<String> {
+/// `call_1` and `call_2`: what follows each call's `ToolStart` (its `ToolExecute` when it
+/// runs, then its `ToolEnd`).
+fn steered_sequence(steer: &str, call_1: &[&str], call_2: &[&str]) -> Vec<String> {
     [
         opening("go"),
         lines(&[
@@ -204,10 +208,10 @@ fn steered_sequence(steer: &str, end_1: &str, end_2: &str) -> Vec<String> {
             r#"MessageUpdate*(Look[call_1:echo]{"x":1}[call_2:echo]{"x":2})"#,
             r#"MessageEnd(assistant tool_use "Look" [call_1 call_2])"#,
             "ToolStart(call_1)",
-            end_1,
-            "ToolStart(call_2)",
-            end_2,
         ]),
+        lines(call_1),
+        lines(&["ToolStart(call_2)"]),
+        lines(call_2),
         results(&["call_1", "call_2"]),
         lines(&["TurnEnd(1 continuing)", "TurnStart(2)"]),
         user(steer),
@@ -225,8 +229,8 @@ fn steering_during_streaming_after_batch_lets_the_batch_finish() {
         lines,
         steered_sequence(
             "stop that",
-            r#"ToolEnd(call_1 "1")"#,
-            r#"ToolEnd(call_2 "2")"#
+            &["ToolExecute(call_1)", r#"ToolEnd(call_1 "1")"#],
+            &["ToolExecute(call_2)", r#"ToolEnd(call_2 "2")"#],
         )
     );
 }
@@ -239,8 +243,8 @@ fn steering_during_streaming_at_tool_boundary_skips_the_calls_not_started() {
         lines,
         steered_sequence(
             "stop that",
-            &format!("ToolEnd(call_1 error {SKIPPED:?})"),
-            &format!("ToolEnd(call_2 error {SKIPPED:?})"),
+            &[&format!("ToolEnd(call_1 error {SKIPPED:?})")],
+            &[&format!("ToolEnd(call_2 error {SKIPPED:?})")],
         )
     );
     // The model sees a result for every call, saying why it did not run.
@@ -280,8 +284,8 @@ fn steering_at_tool_boundary_keeps_the_result_of_a_call_already_running() {
         rec.lines(),
         steered_sequence(
             "new direction",
-            r#"ToolEnd(call_1 "did 1")"#,
-            &format!("ToolEnd(call_2 error {SKIPPED:?})"),
+            &["ToolExecute(call_1)", r#"ToolEnd(call_1 "did 1")"#],
+            &[&format!("ToolEnd(call_2 error {SKIPPED:?})")],
         )
     );
     assert_eq!(sent(&faux, 1).last().unwrap(), r#"user "new direction""#);
@@ -415,6 +419,7 @@ fn follow_up_waits_for_the_final_answer_then_starts_a_new_turn() {
             r#"MessageUpdate*([call_1:echo]{"x":1})"#,
             r#"MessageEnd(assistant tool_use "" [call_1])"#,
             "ToolStart(call_1)",
+            "ToolExecute(call_1)",
             r#"ToolEnd(call_1 "1")"#,
             "MessageStart(tool_result)",
             "MessageEnd(tool_result call_1)",
@@ -781,6 +786,7 @@ fn abort_during_a_tool_keeps_its_result_and_cancels_the_rest() {
                 &["call_1", "call_2"],
                 &[
                     "ToolStart(call_1)",
+                    "ToolExecute(call_1)",
                     r#"ToolEnd(call_1 "stopped early: true")"#,
                     "ToolStart(call_2)",
                     &cancelled
@@ -868,7 +874,11 @@ fn abort_after_a_turn_ended_makes_no_further_model_call() {
             calls_turn(
                 r#"[call_1:echo]{"x":1}"#,
                 &["call_1"],
-                &["ToolStart(call_1)", r#"ToolEnd(call_1 "1")"#],
+                &[
+                    "ToolStart(call_1)",
+                    "ToolExecute(call_1)",
+                    r#"ToolEnd(call_1 "1")"#
+                ],
             ),
             // The abort came with TurnEnd: the run ends there, without a second turn.
             lines(&["TurnEnd(1 continuing)", "AgentEnd(cancelled)"]),
@@ -978,6 +988,7 @@ fn before_tool_call_blocks_with_a_reason_the_model_sees() {
                 "ToolStart(call_1)",
                 r#"ToolEnd(call_1 error "blocked: deleting \"/\" is not allowed")"#,
                 "ToolStart(call_2)",
+                "ToolExecute(call_2)",
                 r#"ToolEnd(call_2 "7")"#,
             ],
             "understood",
@@ -1019,7 +1030,11 @@ fn before_tool_call_rewrites_the_arguments() {
             "go",
             r#"[call_1:echo]{"x":1}"#,
             &["call_1"],
-            &["ToolStart(call_1)", r#"ToolEnd(call_1 "42")"#],
+            &[
+                "ToolStart(call_1)",
+                "ToolExecute(call_1 rewritten)",
+                r#"ToolEnd(call_1 "42")"#
+            ],
             "ok",
         )
     );
@@ -1065,6 +1080,7 @@ fn after_tool_call_replaces_the_result_of_calls_that_ran() {
             &["call_1", "call_2"],
             &[
                 "ToolStart(call_1)",
+                "ToolExecute(call_1)",
                 r#"ToolEnd(call_1 "\"[redacted]\"")"#,
                 "ToolStart(call_2)",
                 r#"ToolEnd(call_2 error "error: unknown tool 'missing'; available: ['echo']")"#,
@@ -1144,7 +1160,11 @@ fn transform_context_drops_old_messages_without_touching_the_transcript() {
             "new question",
             r#"[call_1:echo]{"x":1}"#,
             &["call_1"],
-            &["ToolStart(call_1)", r#"ToolEnd(call_1 "1")"#],
+            &[
+                "ToolStart(call_1)",
+                "ToolExecute(call_1)",
+                r#"ToolEnd(call_1 "1")"#
+            ],
             "done",
         )
     );
@@ -1302,6 +1322,7 @@ fn hooks_that_panic_are_contained_as_documented() {
                 "ToolStart(call_1)",
                 r#"ToolEnd(call_1 error "the before_tool_call hook panicked: no ones")"#,
                 "ToolStart(call_2)",
+                "ToolExecute(call_2)",
                 r#"ToolEnd(call_2 error "the after_tool_call hook panicked: after boom")"#,
             ],
             "ok",
@@ -1439,8 +1460,11 @@ fn three_parallel_tools_end_in_completion_order_and_report_in_call_order() {
             &["call_1", "call_2", "call_3"],
             &[
                 "ToolStart(call_1)",
+                "ToolExecute(call_1)",
                 "ToolStart(call_2)",
+                "ToolExecute(call_2)",
                 "ToolStart(call_3)",
+                "ToolExecute(call_3)",
                 r#"ToolEnd(call_2 "waited")"#,
                 r#"ToolEnd(call_3 "waited")"#,
                 r#"ToolEnd(call_1 "waited")"#
@@ -1489,12 +1513,16 @@ fn a_sequential_tool_makes_its_batch_sequential() {
             &["call_1", "call_2", "call_3", "call_4"],
             &[
                 "ToolStart(call_1)",
+                "ToolExecute(call_1)",
                 r#"ToolEnd(call_1 "slept 300")"#,
                 "ToolStart(call_2)",
+                "ToolExecute(call_2)",
                 r#"ToolEnd(call_2 "slept 100")"#,
                 "ToolStart(call_3)",
+                "ToolExecute(call_3)",
                 r#"ToolEnd(call_3 "slept 200")"#,
                 "ToolStart(call_4)",
+                "ToolExecute(call_4)",
                 r#"ToolEnd(call_4 "locked")"#,
             ],
             "done",
@@ -1532,9 +1560,12 @@ fn max_parallel_tools_caps_concurrency() {
             &["call_1", "call_2", "call_3"],
             &[
                 "ToolStart(call_1)",
+                "ToolExecute(call_1)",
                 "ToolStart(call_2)",
+                "ToolExecute(call_2)",
                 r#"ToolEnd(call_2 "slept 100")"#,
                 "ToolStart(call_3)",
+                "ToolExecute(call_3)",
                 r#"ToolEnd(call_3 "slept 50")"#,
                 r#"ToolEnd(call_1 "slept 400")"#,
             ],
@@ -1616,7 +1647,9 @@ fn a_finished_tool_is_in_the_state_while_a_sibling_still_runs() {
             &["call_1", "call_2"],
             &[
                 "ToolStart(call_1)",
+                "ToolExecute(call_1)",
                 "ToolStart(call_2)",
+                "ToolExecute(call_2)",
                 r#"ToolUpdate(call_1 "waiting for the test")"#,
                 r#"ToolEnd(call_2 "5")"#,
                 r#"ToolEnd(call_1 "released")"#,
@@ -1660,7 +1693,7 @@ fn a_lone_call_runs_on_the_run_thread_and_its_progress_is_in_the_state_while_it_
         updated_rx.recv_timeout(PATIENCE).expect("the tool updated");
         // Read from this thread while the tool still runs.
         let state = agent.snapshot();
-        assert!(state.is_running);
+        assert!(state.is_streaming);
         assert_eq!(state.pending_tool_calls.len(), 1);
         assert_eq!(
             state.pending_tool_calls[0]
@@ -1683,6 +1716,7 @@ fn a_lone_call_runs_on_the_run_thread_and_its_progress_is_in_the_state_while_it_
             &["call_1"],
             &[
                 "ToolStart(call_1)",
+                "ToolExecute(call_1)",
                 r#"ToolUpdate(call_1 "half way")"#,
                 r#"ToolEnd(call_1 "released")"#,
             ],
@@ -1724,9 +1758,11 @@ fn a_sequential_batch_runs_on_the_run_thread_one_call_after_another() {
             &["call_1", "call_2"],
             &[
                 "ToolStart(call_1)",
+                "ToolExecute(call_1)",
                 r#"ToolUpdate(call_1 "echoing 1")"#,
                 r#"ToolEnd(call_1 "1")"#,
                 "ToolStart(call_2)",
+                "ToolExecute(call_2)",
                 r#"ToolUpdate(call_2 "echoing 2")"#,
                 r#"ToolEnd(call_2 "2")"#,
             ],
@@ -1765,6 +1801,7 @@ fn updates_from_a_thread_the_tool_started_are_published_in_order_before_its_end(
             &["call_1"],
             &[
                 "ToolStart(call_1)",
+                "ToolExecute(call_1)",
                 r#"ToolUpdate(call_1 "from a helper, first")"#,
                 r#"ToolUpdate(call_1 "from the tool")"#,
                 r#"ToolUpdate(call_1 "from a helper, last")"#,
@@ -1825,7 +1862,11 @@ fn listeners_may_steer_abort_subscribe_and_unsubscribe_without_deadlock() {
             calls_turn(
                 r#"[call_1:echo]{"x":1}"#,
                 &["call_1"],
-                &["ToolStart(call_1)", r#"ToolEnd(call_1 "1")"#],
+                &[
+                    "ToolStart(call_1)",
+                    "ToolExecute(call_1)",
+                    r#"ToolEnd(call_1 "1")"#
+                ],
             ),
             lines(&["TurnEnd(1 continuing)", "TurnStart(2)"]),
             lines(&[
@@ -1892,8 +1933,11 @@ fn a_tool_that_finished_is_published_while_before_tool_call_waits_for_approval()
             &["call_1", "call_2"],
             &[
                 "ToolStart(call_1)",
+                "ToolExecute(call_1)",
                 "ToolStart(call_2)",
+                // call_1 ends while the hook waits for approval of call_2.
                 r#"ToolEnd(call_1 "1")"#,
+                "ToolExecute(call_2)",
                 r#"ToolEnd(call_2 "removed")"#,
             ],
             "done",

@@ -52,6 +52,15 @@ fn render(e: &AgentEvent) -> String {
         AgentEvent::ToolStart { call } => {
             format!("ToolStart({} {} {})", call.id, call.name, call.arguments)
         }
+        AgentEvent::ToolExecute {
+            call_id,
+            arguments,
+            rewritten,
+            ..
+        } => format!(
+            "ToolExecute({call_id} {arguments}{})",
+            if *rewritten { " rewritten" } else { "" }
+        ),
         AgentEvent::ToolUpdate {
             call_id, partial, ..
         } => format!("ToolUpdate({call_id} {:?})", partial.content),
@@ -168,7 +177,7 @@ fn text_only_run() {
     assert_eq!(result.usage, usage(5, 3));
     let s = agent.snapshot();
     assert_eq!(s.messages.len(), 2);
-    assert!(!s.is_running && !s.is_streaming && s.streaming_message.is_none());
+    assert!(!s.is_streaming && !s.is_streaming_reply && s.streaming_message.is_none());
     assert_eq!(s.stop_reason, Some(RunStopReason::NoToolCalls));
     assert_eq!(s.usage, usage(5, 3));
     assert_eq!(&*s.model, "m1");
@@ -204,6 +213,7 @@ fn one_tool_call_then_an_answer() {
             u,
             "MessageEnd(assistant ToolUse \"\" calls=1)",
             "ToolStart(call_1 add {\"a\":2,\"b\":3})",
+            "ToolExecute(call_1 {\"a\":2,\"b\":3})",
             "ToolEnd(call_1 ok \"5\")",
             "MessageStart(tool_result)",
             "MessageEnd(tool_result call_1 ok \"5\")",
@@ -250,13 +260,15 @@ fn two_tool_calls_in_one_reply() {
     // order; the result messages are in call order.
     let starts: Vec<_> = lines
         .iter()
-        .filter(|l| l.starts_with("ToolStart"))
+        .filter(|l| l.starts_with("ToolStart") || l.starts_with("ToolExecute"))
         .collect();
     assert_eq!(
         starts,
         [
             "ToolStart(call_1 add {\"a\":1,\"b\":1})",
-            "ToolStart(call_2 add {\"a\":2,\"b\":2})"
+            "ToolExecute(call_1 {\"a\":1,\"b\":1})",
+            "ToolStart(call_2 add {\"a\":2,\"b\":2})",
+            "ToolExecute(call_2 {\"a\":2,\"b\":2})",
         ]
     );
     let mut ends: Vec<_> = lines
@@ -275,7 +287,7 @@ fn two_tool_calls_in_one_reply() {
         .iter()
         .position(|l| l.starts_with("ToolStart"))
         .unwrap();
-    normalized[first_tool..first_tool + 4].sort();
+    normalized[first_tool..first_tool + 6].sort();
     assert_lines(
         normalized,
         &[
@@ -293,6 +305,8 @@ fn two_tool_calls_in_one_reply() {
             "MessageEnd(assistant ToolUse \"Adding twice.\" calls=2)",
             "ToolEnd(call_1 ok \"2\")",
             "ToolEnd(call_2 ok \"4\")",
+            "ToolExecute(call_1 {\"a\":1,\"b\":1})",
+            "ToolExecute(call_2 {\"a\":2,\"b\":2})",
             "ToolStart(call_1 add {\"a\":1,\"b\":1})",
             "ToolStart(call_2 add {\"a\":2,\"b\":2})",
             "MessageStart(tool_result)",
@@ -309,17 +323,15 @@ fn two_tool_calls_in_one_reply() {
             "AgentEnd(no_tool_calls messages=5 error=None)",
         ],
     );
-    // ToolStart of a call always precedes its ToolEnd.
+    // ToolStart of a call always precedes its ToolExecute, which precedes its ToolEnd.
     for id in ["call_1", "call_2"] {
-        let s = lines
-            .iter()
-            .position(|l| l.starts_with(&format!("ToolStart({id}")))
-            .unwrap();
-        let e = lines
-            .iter()
-            .position(|l| l.starts_with(&format!("ToolEnd({id}")))
-            .unwrap();
-        assert!(s < e);
+        let at = |event: &str| {
+            lines
+                .iter()
+                .position(|l| l.starts_with(&format!("{event}({id}")))
+                .unwrap()
+        };
+        assert!(at("ToolStart") < at("ToolExecute") && at("ToolExecute") < at("ToolEnd"));
     }
 }
 
@@ -341,6 +353,7 @@ const TWO_TOOL_TURNS: &[&str] = &[
     "MessageStart(assistant)",
     "MessageEnd(assistant ToolUse \"\" calls=1)",
     "ToolStart(call_1 add {\"a\":1,\"b\":0})",
+    "ToolExecute(call_1 {\"a\":1,\"b\":0})",
     "ToolEnd(call_1 ok \"1\")",
     "MessageStart(tool_result)",
     "MessageEnd(tool_result call_1 ok \"1\")",
@@ -349,6 +362,7 @@ const TWO_TOOL_TURNS: &[&str] = &[
     "MessageStart(assistant)",
     "MessageEnd(assistant ToolUse \"\" calls=1)",
     "ToolStart(call_2 add {\"a\":2,\"b\":0})",
+    "ToolExecute(call_2 {\"a\":2,\"b\":0})",
     "ToolEnd(call_2 ok \"2\")",
     "MessageStart(tool_result)",
     "MessageEnd(tool_result call_2 ok \"2\")",
@@ -756,8 +770,10 @@ fn tool_error_and_tool_panic_become_error_results() {
             "Update(usage {\"usage\":{\"cache_read\":0,\"cache_write\":0,\"input\":1,\"output\":6,\"reasoning\":0,\"total\":7}})",
             "MessageEnd(assistant ToolUse \"\" calls=2)",
             "ToolStart(call_1 fail {\"a\":1,\"b\":1})",
+            "ToolExecute(call_1 {\"a\":1,\"b\":1})",
             "ToolEnd(call_1 err \"disk full\")",
             "ToolStart(call_2 boom {\"a\":1,\"b\":1})",
+            "ToolExecute(call_2 {\"a\":1,\"b\":1})",
             "ToolEnd(call_2 err \"the tool `boom` panicked: kaboom\")",
             "MessageStart(tool_result)",
             "MessageEnd(tool_result call_1 err \"disk full\")",
@@ -1099,7 +1115,7 @@ fn snapshots_stay_consistent_under_load() {
                 while !done.load(Ordering::SeqCst) && Instant::now() < deadline {
                     let s = agent.snapshot();
                     checks += 1;
-                    assert_eq!(s.is_streaming, s.streaming_message.is_some());
+                    assert_eq!(s.is_streaming_reply, s.streaming_message.is_some());
                     assert!(s.messages.len() >= last_msgs, "the transcript shrank");
                     match &s.streaming_message {
                         Some(p) => {
@@ -1141,7 +1157,10 @@ fn snapshots_stay_consistent_under_load() {
                     prefix.sort();
                     assert_eq!(union, prefix, "pending + ended is not the started calls");
                     if !pending.is_empty() {
-                        assert!(!s.is_streaming, "tools run only after the reply ended");
+                        assert!(
+                            !s.is_streaming_reply,
+                            "tools run only after the reply ended"
+                        );
                         seen_pending.fetch_add(1, Ordering::Relaxed);
                     }
                     last_msgs = s.messages.len();
@@ -1207,9 +1226,10 @@ fn tool_updates_become_events_and_progress_in_the_state() {
     let rec = Recorder::attach(&agent);
     agent.prompt("count").unwrap();
     assert_lines(
-        coarse(&rec)[6..12].to_vec(),
+        coarse(&rec)[6..13].to_vec(),
         &[
             "ToolStart(call_1 count {\"n\":3})",
+            "ToolExecute(call_1 {\"n\":3})",
             "ToolUpdate(call_1 \"1/3\")",
             "ToolUpdate(call_1 \"2/3\")",
             "ToolUpdate(call_1 \"3/3\")",

@@ -49,7 +49,7 @@ fn the_core_api_reads_as_the_design_writes_it() -> Result<(), Error> {
     assert_eq!(state.messages.len(), 4);
     assert_eq!(&*state.system_prompt, "You are terse.");
     assert_eq!(&*state.model, "gpt-4o-mini");
-    assert!(!state.is_streaming && state.streaming_message.is_none());
+    assert!(!state.is_streaming_reply && state.streaming_message.is_none());
     assert!(state.pending_tool_calls.is_empty() && state.error_message.is_none());
     assert_eq!(state.tools[0].name, "weather");
     let from_channel: Vec<AgentEvent> = rx.try_iter().collect();

@@ -164,6 +164,7 @@ fn weather_call_then(id: &str, args: &str, answer: &str) -> Vec<String> {
         &format!("args[0] x8 {args:?}"),
         "MessageEnd assistant ToolUse calls=1",
         &format!("ToolStart {id} get_weather {args}"),
+        &format!(r#"ToolExecute {id} {{"city":"Paris"}}"#),
         &format!("ToolEnd {id} ok Paris: 21 C, sunny"),
         "MessageStart tool_result",
         "MessageEnd tool_result",

@@ -180,7 +180,7 @@ fn a_snapshot_that_is_not_running_never_answers_prompt_with_busy() {
                     let deadline = Instant::now() + PATIENCE;
                     loop {
                         let s = agent.snapshot();
-                        if !s.is_running && s.messages.len() == 2 * round {
+                        if !s.is_streaming && s.messages.len() == 2 * round {
                             break;
                         }
                         if stop.load(Ordering::SeqCst) {
@@ -195,7 +195,7 @@ fn a_snapshot_that_is_not_running_never_answers_prompt_with_busy() {
                     }
                     match agent.prompt("hi").map_err(Error::from) {
                         Ok(_) => runs += 1,
-                        Err(Error::Busy) => panic!("round {round}: Busy after is_running false"),
+                        Err(Error::Busy) => panic!("round {round}: Busy after is_streaming false"),
                         Err(e) => panic!("round {round}: {e}"),
                     }
                 }
@@ -235,7 +235,7 @@ fn prompt_from_an_agent_end_listener_is_busy() {
             && let Some(agent) = weak.upgrade()
         {
             // The snapshot already says the run is over, but this thread is the run's.
-            assert!(!agent.snapshot().is_running);
+            assert!(!agent.snapshot().is_streaming);
             *sink.lock().unwrap() = Some(
                 agent
                     .prompt("again")
@@ -387,7 +387,7 @@ fn abort_releases_a_run_waiting_on_a_full_channel() {
     );
     let s = agent.snapshot();
     assert_eq!(s.channels_closed, 1);
-    assert!(!s.is_running);
+    assert!(!s.is_streaming);
 }
 
 #[test]

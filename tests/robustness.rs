@@ -102,9 +102,17 @@ fn described(messages: &[Message]) -> Vec<String> {
     messages.iter().map(describe).collect()
 }
 
+/// Whether `fragile`'s `execute` is called (the panic comes from it) or the call is settled
+/// before (its `ToolStart` then has no `ToolExecute`).
+#[derive(PartialEq)]
+enum Reaches {
+    Execute,
+    NotExecute,
+}
+
 /// A run whose first reply calls `fragile` then `echo`, with the whole expected sequence for
 /// `fragile`'s call ending with `error`.
-fn run_fragile_batch(tool: Fragile, parallel: usize, error: &str) {
+fn run_fragile_batch(tool: Fragile, parallel: usize, reaches: Reaches, error: &str) {
     let (faux, _) = faux_with_log(vec![
         FauxReply::tool_call("fragile", json!({})).then_tool_call("echo", json!({"x": 1})),
         FauxReply::text("ok"),
@@ -129,8 +137,16 @@ fn run_fragile_batch(tool: Fragile, parallel: usize, error: &str) {
                 r#"MessageUpdate*([call_1:fragile]{}[call_2:echo]{"x":1})"#,
                 r#"MessageEnd(assistant tool_use "" [call_1 call_2])"#,
                 "ToolStart(call_1)",
+            ]),
+            if reaches == Reaches::Execute {
+                lines(&["ToolExecute(call_1)"])
+            } else {
+                Vec::new()
+            },
+            lines(&[
                 &format!("ToolEnd(call_1 error {error:?})"),
                 "ToolStart(call_2)",
+                "ToolExecute(call_2)",
                 r#"ToolEnd(call_2 "1")"#,
             ]),
             results(&["call_1", "call_2"]),
@@ -147,6 +163,7 @@ fn a_panicking_validate_left_its_call_without_a_result() {
     run_fragile_batch(
         fragile("validate", 0),
         1,
+        Reaches::NotExecute,
         "the tool `fragile` panicked while validating its arguments: validate boom",
     );
 }
@@ -158,6 +175,7 @@ fn a_panicking_sequential_left_the_batch_without_results() {
     run_fragile_batch(
         fragile("sequential", 0),
         8,
+        Reaches::NotExecute,
         "the tool `fragile` panicked in `sequential()`: sequential boom",
     );
 }
@@ -167,6 +185,7 @@ fn a_panicking_execute_is_an_error_result() {
     run_fragile_batch(
         fragile("execute", 0),
         1,
+        Reaches::Execute,
         "the tool `fragile` panicked: execute boom",
     );
 }
@@ -192,6 +211,7 @@ fn a_name_that_panics_during_a_run_makes_its_calls_unknown() {
     run_fragile_batch(
         fragile("name", 2),
         1,
+        Reaches::NotExecute,
         "error: unknown tool 'fragile'; available: ['echo'] (and one whose `name()` panicked: name boom)",
     );
 }

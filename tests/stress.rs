@@ -10,7 +10,7 @@ mod replay;
 #[path = "control/support.rs"]
 mod support;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -132,7 +132,7 @@ fn session(seed: u64, started: Instant) -> usize {
     let inner_subs = subs.clone();
     let _actor = agent.subscribe(move |e: &AgentEvent| {
         let s = handle.snapshot();
-        assert_eq!(s.is_streaming, s.streaming_message.is_some());
+        assert_eq!(s.is_streaming_reply, s.streaming_message.is_some());
         let mut r = inner_rng.lock().unwrap();
         if r.below(40) != 0 || matches!(e, AgentEvent::MessageUpdate { .. }) {
             return;
@@ -171,7 +171,7 @@ fn session(seed: u64, started: Instant) -> usize {
             while !stop.load(Ordering::SeqCst) && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_micros(r.below(2_000)));
                 let s = agent.snapshot();
-                assert_eq!(s.is_streaming, s.streaming_message.is_some());
+                assert_eq!(s.is_streaming_reply, s.streaming_message.is_some());
                 match r.below(8) {
                     0 => {
                         agent.abort();
@@ -242,7 +242,7 @@ fn session(seed: u64, started: Instant) -> usize {
             expected,
             "run {runs}: the transcript"
         );
-        assert!(!after.is_running && after.pending_tool_calls.is_empty());
+        assert!(!after.is_streaming && after.pending_tool_calls.is_empty());
         runs += 1;
     }
     stop.store(true, Ordering::SeqCst);
@@ -285,12 +285,14 @@ fn check_run(run: usize, events: &[AgentEvent]) {
     let mut turn: Option<u32> = None;
     let mut message: Option<&'static str> = None;
     let mut tools: HashMap<String, bool> = HashMap::new();
+    let mut executed: HashSet<String> = HashSet::new();
     for e in &events[1..events.len() - 1] {
         match e {
             AgentEvent::TurnStart { turn: t } => {
                 assert!(turn.is_none() && message.is_none(), "{}", ctx());
                 turn = Some(*t);
                 tools.clear();
+                executed.clear();
             }
             AgentEvent::TurnEnd { turn: t, .. } => {
                 assert_eq!(turn, Some(*t), "{}", ctx());
@@ -315,6 +317,11 @@ fn check_run(run: usize, events: &[AgentEvent]) {
             }
             AgentEvent::ToolUpdate { call_id, .. } => {
                 assert_eq!(tools.get(call_id), Some(&false), "{}", ctx());
+            }
+            AgentEvent::ToolExecute { call_id, .. } => {
+                // Between the call's start and its end, once.
+                assert_eq!(tools.get(call_id), Some(&false), "{}", ctx());
+                assert!(executed.insert(call_id.clone()), "{}", ctx());
             }
             AgentEvent::ToolEnd { result } => {
                 assert_eq!(tools.get(&result.tool_call_id), Some(&false), "{}", ctx());

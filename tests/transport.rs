@@ -265,7 +265,7 @@ fn assert_run_timed_out(agent: &Agent, timeout: Duration) {
     // A valid transcript: every tool call has its result, the last message is the failed
     // reply or a tool result, and the run is over.
     let snapshot = agent.snapshot();
-    assert!(!snapshot.is_running);
+    assert!(!snapshot.is_streaming);
     let messages: Vec<_> = snapshot.messages.iter().cloned().collect();
     let calls: usize = messages
         .iter()

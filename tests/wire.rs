@@ -5,9 +5,10 @@ mod common;
 
 use std::sync::Arc;
 
+use pagent::llm::{Faux, FauxReply};
 use pagent::wire::{self, Decoder, Mirror};
 use pagent::{
-    AgentEvent, AssistantMessage, ContentBlock, Error, ErrorInfo, ErrorKind, Message,
+    Agent, AgentEvent, AssistantMessage, ContentBlock, Error, ErrorInfo, ErrorKind, Message,
     PartialMessage, RunStopReason, State, StopReason, TimeoutPhase, ToolCall, ToolOutput,
     ToolResultMessage, Usage, llm::StreamEvent,
 };
@@ -185,6 +186,14 @@ fn standalone_event() -> impl Strategy<Value = AgentEvent> {
         arc().prop_map(|message| AgentEvent::MessageStart { message }),
         arc().prop_map(|message| AgentEvent::MessageEnd { message }),
         call().prop_map(|call| AgentEvent::ToolStart { call }),
+        (text(), text(), json_value(), any::<bool>()).prop_map(
+            |(call_id, tool_name, arguments, rewritten)| AgentEvent::ToolExecute {
+                call_id,
+                tool_name,
+                arguments,
+                rewritten,
+            }
+        ),
         (text(), text(), text(), details()).prop_map(|(call_id, tool_name, content, details)| {
             AgentEvent::ToolUpdate {
                 call_id,
@@ -463,9 +472,30 @@ fn a_rejected_line_leaves_the_decoder_as_it_was() {
 
 // ---------------------------------------------------------------- mirrors
 
+/// The common scenarios, and one that replaces the transcript between two runs and then
+/// resets it (`MessagesReplaced`, the event outside a run; kept out of the common set, whose
+/// session test expects a transcript that only grows).
+fn scenarios() -> Vec<common::Recorded> {
+    let mut all = common::record_all();
+    let faux = Faux::default()
+        .reply(FauxReply::text("one"))
+        .reply(FauxReply::text("two"));
+    let builder = Agent::builder().model("faux-1").provider(faux);
+    all.push(common::record("replaced_then_reset", builder, |agent| {
+        agent.prompt("Say hello.").unwrap();
+        agent
+            .replace_messages([Message::user("Earlier."), Message::user("Say it again.")])
+            .unwrap();
+        agent.prompt("Again.").unwrap();
+        agent.follow_up("Later.").unwrap();
+        assert_eq!(agent.reset().unwrap().len(), 1);
+    }));
+    all
+}
+
 #[test]
 fn decoding_a_run_gives_back_every_event_the_agent_emitted() {
-    for r in common::record_all() {
+    for r in scenarios() {
         let mut decoder = Decoder::new();
         let lines: Vec<&str> = r.native.lines().collect();
         assert_eq!(lines.len(), r.events.len(), "{}", r.name);
@@ -483,7 +513,7 @@ fn decoding_a_run_gives_back_every_event_the_agent_emitted() {
 
 #[test]
 fn mirror_replay_equals_published_snapshots() {
-    for r in common::record_all() {
+    for r in scenarios() {
         let mut mirror = Mirror::from_state(r.initial.clone());
         let mut i = 0;
         mirror
@@ -513,7 +543,7 @@ fn mirror_replay_equals_published_snapshots() {
 
 #[test]
 fn every_scenario_runs_the_paths_it_is_named_for() {
-    let all = common::record_all();
+    let all = scenarios();
     let stop = |name: &str| {
         let r = all.iter().find(|r| r.name == name).unwrap();
         r.agent.snapshot().stop_reason
@@ -543,7 +573,7 @@ fn mirror_reports_the_line_that_does_not_decode() {
         err.to_string().starts_with("wire: line 3: invalid JSON"),
         "{err}"
     );
-    assert!(mirror.state().is_running);
+    assert!(mirror.state().is_streaming);
 }
 
 #[test]
@@ -558,7 +588,7 @@ fn mirror_refuses_an_over_long_line_without_holding_it() {
         pagent::Error::Wire("line 2: line of 10000 bytes is over the limit of 64 bytes".into())
     );
     assert!(
-        mirror.state().is_running,
+        mirror.state().is_streaming,
         "the line before it stays folded in"
     );
 }
@@ -568,9 +598,9 @@ fn mirror_refuses_an_over_long_line_without_holding_it() {
 /// The invariants `State` documents under `# Consistency` that a mirror can keep.
 fn assert_consistent(state: &State, context: &str) {
     assert_eq!(
-        state.is_streaming,
+        state.is_streaming_reply,
         state.streaming_message.is_some(),
-        "is_streaming disagrees with streaming_message: {context}"
+        "is_streaming_reply disagrees with streaming_message: {context}"
     );
     let ids: Vec<&str> = state
         .pending_tool_calls
@@ -581,9 +611,9 @@ fn assert_consistent(state: &State, context: &str) {
     unique.sort_unstable();
     unique.dedup();
     assert_eq!(unique.len(), ids.len(), "a call pending twice: {context}");
-    if !state.is_running {
+    if !state.is_streaming {
         assert!(
-            !state.is_streaming && ids.is_empty(),
+            !state.is_streaming_reply && ids.is_empty(),
             "streaming or calls pending outside a run: {context}"
         );
     }
@@ -605,7 +635,7 @@ fn mirror_joining_mid_reply_is_streaming() {
         let event = mirror.apply_line(line).unwrap();
         assert_consistent(mirror.state(), event.name());
         if let AgentEvent::MessageUpdate { .. } = event {
-            assert!(mirror.state().is_running && mirror.state().is_streaming);
+            assert!(mirror.state().is_streaming && mirror.state().is_streaming_reply);
         }
     }
     assert_eq!(
@@ -675,11 +705,12 @@ fn mirror_joining_mid_tool_call_shows_it_pending_until_it_ends() {
 /// pending calls it heard of (in the agent's order, with the same progress).
 #[test]
 fn a_mirror_joining_at_any_line_keeps_the_state_invariants() {
-    for r in common::record_all() {
+    for r in scenarios() {
         let lines: Vec<&str> = r.native.lines().collect();
         for join in 0..lines.len() {
             let mut mirror = Mirror::new();
             let mut heard: Vec<String> = Vec::new();
+            let mut heard_arguments: Vec<String> = Vec::new();
             let mut turn_known = false;
             for (i, line) in lines.iter().enumerate().skip(join) {
                 let event = mirror.apply_line(line).unwrap();
@@ -691,10 +722,20 @@ fn a_mirror_joining_at_any_line_keeps_the_state_invariants() {
                 );
                 let (state, published) = (mirror.state(), &r.events[i].1);
                 assert_consistent(state, &context);
-                assert_eq!(state.is_running, published.is_running, "{context}");
                 assert_eq!(state.is_streaming, published.is_streaming, "{context}");
+                assert_eq!(
+                    state.is_streaming_reply, published.is_streaming_reply,
+                    "{context}"
+                );
                 match &event {
-                    AgentEvent::ToolStart { call } => heard.push(call.id.clone()),
+                    AgentEvent::ToolStart { call } => {
+                        heard.push(call.id.clone());
+                        heard_arguments.push(call.id.clone());
+                    }
+                    AgentEvent::ToolExecute { call_id, .. } => {
+                        heard.push(call_id.clone());
+                        heard_arguments.push(call_id.clone());
+                    }
                     AgentEvent::ToolUpdate { call_id, .. } => heard.push(call_id.clone()),
                     AgentEvent::TurnStart { .. } | AgentEvent::TurnEnd { .. } => turn_known = true,
                     _ => {}
@@ -702,16 +743,28 @@ fn a_mirror_joining_at_any_line_keeps_the_state_invariants() {
                 if turn_known {
                     assert_eq!(state.turn, published.turn, "{context}");
                 }
-                let expected: Vec<(&str, _)> = published
+                let expected: Vec<(&str, _, _, _)> = published
                     .pending_tool_calls
                     .iter()
                     .filter(|p| heard.contains(&p.call.id))
-                    .map(|p| (p.call.id.as_str(), &p.progress))
+                    .map(|p| {
+                        // A call joined by its progress alone: its arguments came before.
+                        let known = heard_arguments.contains(&p.call.id);
+                        let arguments = known.then(|| p.arguments.clone()).flatten();
+                        (p.call.id.as_str(), &p.progress, arguments, p.rewritten)
+                    })
                     .collect();
-                let got: Vec<(&str, _)> = state
+                let got: Vec<(&str, _, _, _)> = state
                     .pending_tool_calls
                     .iter()
-                    .map(|p| (p.call.id.as_str(), &p.progress))
+                    .map(|p| {
+                        (
+                            p.call.id.as_str(),
+                            &p.progress,
+                            p.arguments.clone(),
+                            p.rewritten,
+                        )
+                    })
                     .collect();
                 assert_eq!(got, expected, "{context}");
             }

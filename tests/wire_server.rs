@@ -207,6 +207,7 @@ fn sequence(lines: &[Value]) -> Vec<String> {
                 format!("{method}({})", p["message"]["role"].as_str().unwrap())
             }
             "ToolStart" => format!("{method}({})", p["call"]["id"].as_str().unwrap()),
+            "ToolExecute" => format!("{method}({})", p["call_id"].as_str().unwrap()),
             "ToolEnd" => format!(
                 "{method}({})",
                 p["result"]["tool_call_id"].as_str().unwrap()
@@ -278,6 +279,7 @@ fn prompt_streams_events_then_answers_with_the_stop_reason() {
             r#"MessageUpdate*([call_1:echo]{"text":"ping"}<usage>)"#,
             "MessageEnd(assistant)",
             "ToolStart(call_1)",
+            "ToolExecute(call_1)",
             "ToolEnd(call_1)",
             "MessageStart(tool_result)",
             "MessageEnd(tool_result)",
@@ -301,7 +303,7 @@ fn prompt_streams_events_then_answers_with_the_stop_reason() {
     c.request(2, "snapshot", json!({}));
     let (_, s) = c.until_response(2);
     assert_eq!(s["result"]["messages"].as_array().unwrap().len(), 4);
-    assert_eq!(s["result"]["is_running"], false);
+    assert_eq!(s["result"]["is_streaming"], false);
     assert_eq!(s["result"]["stop_reason"], "no_tool_calls");
     c.close().unwrap();
 }

@@ -10,12 +10,12 @@ use pagent::{AgentEvent, State};
 
 fn check_invariants(state: &State) {
     assert_eq!(
-        state.is_streaming,
+        state.is_streaming_reply,
         state.streaming_message.is_some(),
-        "is_streaming disagrees with streaming_message"
+        "is_streaming_reply disagrees with streaming_message"
     );
-    if !state.is_running {
-        assert!(!state.is_streaming, "streaming outside a run");
+    if !state.is_streaming {
+        assert!(!state.is_streaming_reply, "streaming outside a run");
         assert!(
             state.pending_tool_calls.is_empty(),
             "a call pending outside a run"

@@ -310,8 +310,9 @@ impl AgentBuilder {
     /// Called before each tool call runs, one call at a time in call order, after its
     /// `ToolStart` and only for calls whose arguments are valid ([`Tool::validate`]): allow
     /// it, block it with a reason the model sees (the result is an error `blocked: <reason>`),
-    /// or rewrite its arguments (validated again; the transcript keeps the call as the model
-    /// made it). Not called for calls settled without running (unknown tool, invalid JSON or
+    /// or rewrite its arguments (validated again; the transcript and `ToolStart` keep the
+    /// call as the model made it, and the call's `ToolExecute` carries the rewritten
+    /// arguments with `rewritten: true`). Not called for calls settled without running (unknown tool, invalid JSON or
     /// arguments, skipped, cancelled). Defaults to allowing every call.
     ///
     /// It may block waiting for a human; use [`ToolCallRequest::wait_for`] so that `abort()`

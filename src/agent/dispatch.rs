@@ -165,17 +165,24 @@ impl Shared {
     /// the event is folded in place: nobody can see the change but through the lock, so this
     /// is the same as publishing a new state, without cloning every field and dropping them
     /// again. Otherwise the new state is built beside the old one, readers going on meanwhile.
-    fn fold(&self, event: &AgentEvent) {
+    ///
+    /// `before` changes the state first, in the same publication: what is not an event
+    /// (the queues a reset empties) changes at the same instant as what the event says.
+    fn fold<R>(&self, event: &AgentEvent, before: impl FnOnce(&mut State) -> R) -> R {
         let current = self.state.upgradable_read();
         let mut w = RwLockUpgradableReadGuard::upgrade(current);
         if let Some(state) = Arc::get_mut(&mut w) {
+            let r = before(state);
             state.fold(event);
-            return;
+            return r;
         }
         let current = RwLockWriteGuard::downgrade_to_upgradable(w);
-        let next = current.apply(event);
+        let mut next = State::clone(&current);
+        let r = before(&mut next);
+        next.fold(event);
         let old = Self::swap(current, next);
         drop(old);
+        r
     }
 
     /// Stores `next` and returns the previous state, to be dropped with no lock held.
@@ -198,7 +205,17 @@ impl Shared {
 
     /// Folds `event` into the state, publishes it, then calls every listener.
     pub(crate) fn emit(&self, event: AgentEvent) {
-        self.fold(&event);
+        self.emit_with(event, |_| ());
+    }
+
+    /// As [`Shared::emit`], with a change `before` the fold in the same publication; returns
+    /// what `before` returns.
+    pub(crate) fn emit_with<R>(
+        &self,
+        event: AgentEvent,
+        before: impl FnOnce(&mut State) -> R,
+    ) -> R {
+        let r = self.fold(&event, before);
         let listeners = self.listeners.read().clone();
         let (mut dropped, mut closed) = (0u64, 0u64);
         for l in listeners.iter() {
@@ -230,6 +247,7 @@ impl Shared {
                 next.channels_closed += closed;
             });
         }
+        r
     }
 
     fn send(&self, channel: &Channel, event: &AgentEvent) -> Sent {

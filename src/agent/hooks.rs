@@ -11,7 +11,7 @@
 //! | --- | --- | --- |
 //! | `before_turn` | before each model call, the first included | ends the run with `Error` ([`Error::Panic`](crate::Error::Panic)) |
 //! | `transform_context` | building each request | ends the run with `Error` ([`Error::Panic`](crate::Error::Panic)) |
-//! | `before_tool_call` | before each call runs, one call at a time in call order, after its `ToolStart` | error result for that call |
+//! | `before_tool_call` | before each call runs, one call at a time in call order, after its `ToolStart`, before its `ToolExecute` | error result for that call |
 //! | `after_tool_call` | after each call whose tool ran, before its `ToolEnd` | error result for that call |
 //!
 //! A hook ended by a panic never leaves the run half-done: `AgentEnd` still comes, and every

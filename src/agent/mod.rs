@@ -20,6 +20,7 @@ mod builder;
 pub(crate) mod dispatch;
 pub(crate) mod guard;
 pub(crate) mod hooks;
+mod queues;
 mod repair;
 mod run;
 mod stream;
@@ -48,9 +49,17 @@ pub use stream::{RunMessages, RunStream, TextChunks, WireLines, run_loop};
 /// - [`AgentHandle::abort`] ends the run promptly with `RunStopReason::Cancelled`.
 ///
 /// Queued messages are visible in `State::steering_queue` and `State::follow_up_queue` until
-/// a turn takes them, and are never dropped: a message that arrives too late for a run (after
-/// its last decision, or once it was aborted) stays queued, and the next `prompt` or
-/// [`Agent::continue_run`] delivers it.
+/// a turn takes them, and the agent never drops them: a message that arrives too late for a
+/// run (after its last decision, or once it was aborted) stays queued, and the next `prompt`
+/// or [`Agent::continue_run`] delivers it. Only [`AgentHandle::clear_steering_queue`],
+/// [`AgentHandle::clear_follow_up_queue`], [`AgentHandle::clear_queues`] (from any thread, at
+/// any time) and [`Agent::reset`] remove them, and give them back.
+///
+/// # Between runs
+/// While no run is active, [`Agent::reset`] starts a new conversation and
+/// [`Agent::replace_messages`] puts another transcript in place (a restored session, a
+/// compacted or edited history); both return [`Error::Busy`] during a run and emit
+/// [`AgentEvent::MessagesReplaced`].
 pub struct Agent {
     inner: Arc<Inner>,
 }
@@ -357,9 +366,10 @@ impl Agent {
     /// function returning `Result<_, pagent::Error>`; match on [`RunError::kind`] to decide.
     ///
     /// # Consistency
-    /// Once a snapshot shows `is_running == false` after a run, that run no longer holds the
+    /// Once a snapshot shows `is_streaming == false` after a run, that run no longer holds the
     /// agent: a `prompt` from another thread does not return `Busy` (unless yet another
-    /// `prompt` claimed the agent first). If the run that just ended is still calling its
+    /// `prompt` claimed the agent first, or a [`Agent::reset`] or
+    /// [`Agent::replace_messages`] holds it for the instant it publishes). If the run that just ended is still calling its
     /// `AgentEnd` listeners, the new run waits for them before its `AgentStart`, so no
     /// listener ever sees the events of two runs interleaved. On the run thread itself (from
     /// a listener, `AgentEnd`'s included) `prompt` returns `Busy`: the run that calls the
@@ -449,8 +459,9 @@ impl Agent {
     /// - while `capacity` or more events wait in the channel, `MessageUpdate` and
     ///   `ToolUpdate` events are not sent (each counted in `State::updates_dropped`);
     /// - every other event (`AgentStart`, `TurnStart`, `MessageStart`, `MessageEnd`,
-    ///   `ToolStart`, `ToolEnd`, `TurnEnd`, `AgentEnd`) is always sent, in order, even when
-    ///   `capacity` events already wait: the channel then holds more than `capacity`, but
+    ///   `ToolStart`, `ToolExecute`, `ToolEnd`, `TurnEnd`, `AgentEnd`, `MessagesReplaced`) is
+    ///   always sent, in order, even when `capacity` events already wait: the channel then
+    ///   holds more than `capacity`, but
     ///   only as many more as the run has lifecycle events (a few per message and tool call,
     ///   never one per streamed delta).
     ///
@@ -506,10 +517,93 @@ impl Agent {
     }
 
     /// True while a run holds the agent: from the moment `prompt` claims it until the run's
-    /// outcome is decided (just before `AgentEnd`). While it is true, `abort()` cancels that
-    /// run and `prompt` returns `Busy`.
+    /// outcome is decided (just before `AgentEnd`); also for the instant a [`Agent::reset`]
+    /// or [`Agent::replace_messages`] publishes. While it is true, `abort()` cancels that run
+    /// and `prompt` returns `Busy`.
     pub fn is_running(&self) -> bool {
         self.inner.running.load(Ordering::Acquire)
+    }
+
+    /// Starts a new conversation: empties the transcript and both queues, and clears what the
+    /// last run left in the state (`error_message`, `error_kind`, `stop_reason`, `turn`,
+    /// `run_usage`, `tool_results`). The settings (system prompt, model, thinking level,
+    /// tools), the listeners, `usage` (summed over the agent's life) and the listener and
+    /// channel counters stay. Returns the queued messages it removed, the steering messages
+    /// first, then the follow-ups, each queue in order.
+    ///
+    /// Emits [`AgentEvent::MessagesReplaced`] with no messages; the queues are emptied in
+    /// the same state change. So listeners see it, `snapshot()` shows it from any thread,
+    /// and a wire [`Mirror`](crate::wire::Mirror) follows it. (A
+    /// [`session::Writer`](crate::session::Writer) only appends: give the new conversation a
+    /// new file.)
+    ///
+    /// Does not block on a run (a run in progress makes it fail at once); right after a run,
+    /// it waits for that run's `AgentEnd` listeners to return, as `prompt` does, and calls
+    /// the listeners on the calling thread.
+    ///
+    /// # Consistency
+    /// A reset holds the agent as a run does, for the instant it publishes: a `prompt`
+    /// racing from another thread either runs on the transcript before the reset or after
+    /// it, or returns `Busy`; never on a half-reset state. While it holds the agent,
+    /// [`Agent::is_running`] is true (and an `abort()` in that instant returns true but
+    /// cancels nothing).
+    ///
+    /// # Errors
+    /// [`Error::Busy`] while a run is active, from a listener of the run too (its `AgentEnd`
+    /// listeners included); nothing changes then.
+    pub fn reset(&self) -> Result<Vec<Message>, Error> {
+        let event = AgentEvent::MessagesReplaced {
+            messages: Vec::new(),
+        };
+        run::between_runs(&self.inner, event, |next| {
+            let mut removed = queues::take_queue(&mut next.steering_queue);
+            removed.extend(queues::take_queue(&mut next.follow_up_queue));
+            removed
+        })
+    }
+
+    /// Replaces the transcript of an idle agent with `messages`, oldest first: a restored
+    /// session, a compacted or edited history, a branch of the conversation. The next
+    /// `prompt` or [`Agent::continue_run`] goes on from it. The state forgets what the last
+    /// run left (see [`AgentEvent::MessagesReplaced`]); the queues and settings stay. Tool
+    /// calls left without a result are answered by the next run, as for
+    /// [`AgentBuilder::messages`].
+    ///
+    /// Emits [`AgentEvent::MessagesReplaced`]; blocks and holds the agent as
+    /// [`Agent::reset`] does (see its `# Consistency`).
+    ///
+    /// # Errors
+    /// [`Error::Busy`] while a run is active, from a listener of the run too; the
+    /// transcript is then unchanged.
+    pub fn replace_messages(
+        &self,
+        messages: impl IntoIterator<Item = Message>,
+    ) -> Result<(), Error> {
+        // Collected before the agent is held: the iterator is the caller's code.
+        let messages: Vec<Arc<Message>> = messages.into_iter().map(Arc::new).collect();
+        run::between_runs(
+            &self.inner,
+            AgentEvent::MessagesReplaced { messages },
+            |_| (),
+        )
+    }
+
+    /// Removes every queued steering message and returns them, in order (see
+    /// [`AgentHandle::clear_steering_queue`]).
+    pub fn clear_steering_queue(&self) -> Vec<Message> {
+        self.handle().clear_steering_queue()
+    }
+
+    /// Removes every queued follow-up and returns them, in order (see
+    /// [`AgentHandle::clear_follow_up_queue`]).
+    pub fn clear_follow_up_queue(&self) -> Vec<Message> {
+        self.handle().clear_follow_up_queue()
+    }
+
+    /// Empties both queues at once and returns what they held (see
+    /// [`AgentHandle::clear_queues`]).
+    pub fn clear_queues(&self) -> Vec<Message> {
+        self.handle().clear_queues()
     }
 
     /// Changes the model for the next run. A run in progress keeps its own (unless a

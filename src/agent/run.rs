@@ -28,7 +28,7 @@ pub(crate) enum Start {
 /// - the claim (the cancel token in `Inner::cancel`, with `running`): taken under the cancel
 ///   lock, so an `abort()` that sees the run always reaches its token; given up by
 ///   [`Claim::release`] right before `AgentEnd` is folded, so a snapshot that shows
-///   `is_running == false` never answers a `prompt` with `Busy`;
+///   `is_streaming == false` never answers a `prompt` with `Busy`;
 /// - the gate (`Inner::gate`): held from before `AgentStart` to after the last `AgentEnd`
 ///   listener returned, so the next run's events never interleave with this run's.
 ///
@@ -209,6 +209,22 @@ pub(crate) fn run_claimed(mut claimed: Claimed, start: Start) -> Result<RunResul
         Some(error) => Err(RunError::new(error, result)),
         None => Ok(result),
     }
+}
+
+/// Emits `event` between runs (a `MessagesReplaced`), with the change `before` in the same
+/// publication, holding the agent as a run would: `Busy` while a run holds it (or on the
+/// thread of a run's `AgentEnd` listeners); otherwise it waits for the last run's `AgentEnd`
+/// listeners to return, so that no listener sees this event among a run's. No run can start
+/// meanwhile.
+pub(crate) fn between_runs<R>(
+    inner: &Inner,
+    event: AgentEvent,
+    before: impl FnOnce(&mut crate::state::State) -> R,
+) -> Result<R, Error> {
+    let token = CancelToken::new();
+    let mut claim = Claim::take(inner, &token)?;
+    claim.enter(&token);
+    Ok(inner.shared.emit_with(event, before))
 }
 
 /// What `continue_run` sends: nothing when the model is due to answer (a user or tool-result

@@ -100,13 +100,19 @@ impl Run<'_> {
                 } else {
                     self.prepare(call, &mut batch)
                 };
-                let (tool, args) = match settled {
+                let (tool, args, rewritten) = match settled {
                     Ok(ready) => ready,
                     Err(result) => {
                         self.finish(index, result, false, &mut batch);
                         continue;
                     }
                 };
+                self.emit(AgentEvent::ToolExecute {
+                    call_id: call.id.clone(),
+                    tool_name: call.name.clone(),
+                    arguments: args.clone(),
+                    rewritten,
+                });
                 let Some(tx) = &tx else {
                     self.run_here(index, &tool, args, &mut batch);
                     continue;
@@ -187,12 +193,13 @@ impl Run<'_> {
     }
 
     /// Looks the tool up, parses and validates the arguments, asks `before_tool_call` (and
-    /// validates rewritten arguments again).
+    /// validates rewritten arguments again). Returns the tool, the arguments it runs with,
+    /// and whether the hook rewrote them.
     fn prepare(
         &mut self,
         call: &ToolCall,
         batch: &mut Batch<'_>,
-    ) -> Result<(Arc<dyn Tool>, serde_json::Value), ToolResultMessage> {
+    ) -> Result<(Arc<dyn Tool>, serde_json::Value, bool), ToolResultMessage> {
         let fail = |text: String| Run::tool_result(call, text, true);
         let Some((tool, name)) = self.find_tool(&call.name) else {
             let names = self.config.tool_names.get(&self.config.tools);
@@ -225,6 +232,7 @@ impl Run<'_> {
         };
         // Before the hook: nobody is asked to approve a call that cannot run.
         validate(&args).map_err(fail)?;
+        let mut rewritten = false;
         if let Some(decision) = self.ask_before_tool_call(call, &args, batch) {
             let decision = decision.map_err(fail)?;
             if self.cancel.is_cancelled() {
@@ -238,10 +246,11 @@ impl Run<'_> {
                 ToolDecision::Rewrite(new_args) => {
                     validate(&new_args).map_err(fail)?;
                     args = new_args;
+                    rewritten = true;
                 }
             }
         }
-        Ok((tool, args))
+        Ok((tool, args, rewritten))
     }
 
     /// Calls `before_tool_call`, if set; `Err` holds the text of the call's error result (the

@@ -24,17 +24,19 @@ use crate::{Error, ErrorInfo};
 pub const MAX_LINE_LEN: usize = 8 * 1024 * 1024;
 
 /// Every method of the native dialect, in lifecycle order.
-pub const METHODS: [&str; 10] = [
+pub const METHODS: [&str; 12] = [
     "AgentStart",
     "TurnStart",
     "MessageStart",
     "MessageUpdate",
     "MessageEnd",
     "ToolStart",
+    "ToolExecute",
     "ToolUpdate",
     "ToolEnd",
     "TurnEnd",
     "AgentEnd",
+    "MessagesReplaced",
 ];
 
 // The params of each method. The structs are generic over how a field is held: encoding
@@ -64,6 +66,14 @@ struct ToolStartParams<C> {
 }
 
 #[derive(Serialize, Deserialize)]
+struct ToolExecuteParams<S, V> {
+    call_id: S,
+    tool_name: S,
+    arguments: V,
+    rewritten: bool,
+}
+
+#[derive(Serialize, Deserialize)]
 struct ToolUpdateParams<S, O> {
     call_id: S,
     tool_name: S,
@@ -81,6 +91,11 @@ struct TurnEndParams<M, R> {
     message: M,
     tool_results: R,
     stop_reason: RunStopReason,
+}
+
+#[derive(Serialize, Deserialize)]
+struct MessagesParams<M> {
+    messages: M,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -124,6 +139,21 @@ pub(crate) fn write_event(buf: &mut Vec<u8>, event: &AgentEvent) {
             notification_to(buf, method, &UpdateParams { delta });
         }
         AgentEvent::ToolStart { call } => notification_to(buf, method, &ToolStartParams { call }),
+        AgentEvent::ToolExecute {
+            call_id,
+            tool_name,
+            arguments,
+            rewritten,
+        } => notification_to(
+            buf,
+            method,
+            &ToolExecuteParams {
+                call_id,
+                tool_name,
+                arguments,
+                rewritten: *rewritten,
+            },
+        ),
         AgentEvent::ToolUpdate {
             call_id,
             tool_name,
@@ -153,6 +183,9 @@ pub(crate) fn write_event(buf: &mut Vec<u8>, event: &AgentEvent) {
                 stop_reason: *stop_reason,
             },
         ),
+        AgentEvent::MessagesReplaced { messages } => {
+            notification_to(buf, method, &MessagesParams { messages });
+        }
         AgentEvent::AgentEnd {
             messages,
             stop_reason,
@@ -390,6 +423,15 @@ impl Decoder {
                 let p: ToolStartParams<ToolCall> = params_of(method, params)?;
                 AgentEvent::ToolStart { call: p.call }
             }
+            "ToolExecute" => {
+                let p: ToolExecuteParams<String, Value> = params_of(method, params)?;
+                AgentEvent::ToolExecute {
+                    call_id: p.call_id,
+                    tool_name: p.tool_name,
+                    arguments: p.arguments,
+                    rewritten: p.rewritten,
+                }
+            }
             "ToolUpdate" => {
                 let p: ToolUpdateParams<String, ToolOutput> = params_of(method, params)?;
                 AgentEvent::ToolUpdate {
@@ -419,6 +461,12 @@ impl Decoder {
                     stop_reason: p.stop_reason,
                     usage: p.usage,
                     error: p.error,
+                }
+            }
+            "MessagesReplaced" => {
+                let p: MessagesParams<Vec<Arc<Message>>> = params_of(method, params)?;
+                AgentEvent::MessagesReplaced {
+                    messages: p.messages,
                 }
             }
             other => {
@@ -585,6 +633,28 @@ mod tests {
         );
         let e = decode_event_line(&bad).unwrap_err().to_string();
         assert!(e.contains("a timeout needs its `phase`"), "{e}");
+    }
+
+    #[test]
+    fn tool_execute_line_is_exact_and_decodes_strictly() {
+        let event = AgentEvent::ToolExecute {
+            call_id: "call_1".into(),
+            tool_name: "echo".into(),
+            arguments: serde_json::json!({"text": "hi"}),
+            rewritten: true,
+        };
+        let line = encode_event_line(&event);
+        assert_eq!(
+            line,
+            concat!(
+                r#"{"jsonrpc":"2.0","method":"ToolExecute","params":{"call_id":"call_1","#,
+                r#""tool_name":"echo","arguments":{"text":"hi"},"rewritten":true}}"#
+            )
+        );
+        assert_eq!(decode_event_line(&line).unwrap(), event);
+        let missing = line.replace(r#","rewritten":true"#, "");
+        let e = decode_event_line(&missing).unwrap_err().to_string();
+        assert!(e.contains("missing field `rewritten`"), "{e}");
     }
 
     #[test]

@@ -27,15 +27,16 @@ use crate::state::{PendingToolCall, State};
 ///
 /// A mirror may join a stream in the middle of a run (a client attaching to a running
 /// agent). It then keeps the invariants [`State`] documents, from what the lines it read say:
-/// - `is_running` is true from the first line that is not an `AgentEnd` (every other event
-///   happens inside a run), and `turn` is set by a `TurnEnd` as well as by a `TurnStart`;
-/// - a `MessageUpdate` without its `MessageStart` starts the streaming reply (`is_streaming`
+/// - `is_streaming` is true from the first line that is not an `AgentEnd` or a
+///   `MessagesReplaced` (every other event happens inside a run), and `turn` is set by a `TurnEnd` as well as by a `TurnStart`;
+/// - a `MessageUpdate` without its `MessageStart` starts the streaming reply (`is_streaming_reply`
 ///   agrees with `streaming_message`), which holds what streamed since the mirror joined: the
 ///   [`Decoder`] has not seen the reply's start, so the text before it and the model are
 ///   missing until the `MessageEnd`, which carries the whole message;
-/// - a `ToolUpdate` for a call the mirror did not see start adds it to `pending_tool_calls`
-///   (before the calls it saw start, since it started earlier) with the name and progress the
-///   update carries and empty `arguments`; a `ToolEnd` for such a call removes it. A call that
+/// - a `ToolUpdate` or `ToolExecute` for a call the mirror did not see start adds it to
+///   `pending_tool_calls` (before the calls it saw start, since it started earlier) with the
+///   name and progress (or arguments) the event carries and an empty raw `arguments` text in
+///   its `call`; a `ToolEnd` for such a call removes it. A call that
 ///   started before the mirror joined and publishes no progress stays unknown until its
 ///   `ToolEnd`, whose result lands in `tool_results` as usual.
 ///
@@ -120,38 +121,82 @@ impl Mirror {
         let mut state = before.apply(event);
         match event {
             AgentEvent::AgentEnd { .. } => self.joined_calls = 0,
-            AgentEvent::MessageUpdate { .. } => state.is_streaming = true,
+            AgentEvent::MessageUpdate { .. } => state.is_streaming_reply = true,
             AgentEvent::TurnEnd { turn, .. } => state.turn = *turn,
             AgentEvent::ToolUpdate {
                 call_id,
                 tool_name,
                 partial,
-            } if !state
-                .pending_tool_calls
-                .iter()
-                .any(|p| p.call.id == *call_id) =>
-            {
-                let call = ToolCall {
-                    id: call_id.clone(),
-                    name: tool_name.clone(),
-                    arguments: String::new(),
-                };
-                state.pending_tool_calls.insert(
-                    self.joined_calls,
-                    PendingToolCall {
-                        call,
-                        progress: Some(partial.clone()),
-                    },
-                );
-                self.joined_calls += 1;
+            } => {
+                if let Some(p) = self.join_call(&mut state, call_id, tool_name, false) {
+                    p.progress = Some(partial.clone());
+                }
+            }
+            AgentEvent::ToolExecute {
+                call_id,
+                tool_name,
+                arguments,
+                rewritten,
+            } => {
+                // Calls start one at a time, each checked before the next starts: a call
+                // whose `ToolExecute` comes before its `ToolStart` was seen is the last one
+                // that started before the mirror joined.
+                if let Some(p) = self.join_call(&mut state, call_id, tool_name, true) {
+                    p.arguments = Some(arguments.clone());
+                    p.rewritten = *rewritten;
+                }
             }
             _ => {}
         }
-        // Every event but `AgentEnd` happens inside a run.
-        if !matches!(event, AgentEvent::AgentEnd { .. }) {
-            state.is_running = true;
+        // Every event but `AgentEnd` and `MessagesReplaced` happens inside a run.
+        if !matches!(
+            event,
+            AgentEvent::AgentEnd { .. } | AgentEvent::MessagesReplaced { .. }
+        ) {
+            state.is_streaming = true;
         }
         self.state = Arc::new(state);
+    }
+
+    /// Adds to `state` a pending call the mirror did not see start (it started before the
+    /// mirror joined), before the calls it saw start, and returns it; `None` when the call
+    /// is known (the fold already updated it). A call that is the `last` to start before the
+    /// mirror joined goes after the other such calls, also those learnt of later.
+    fn join_call<'s>(
+        &mut self,
+        state: &'s mut State,
+        call_id: &str,
+        tool_name: &str,
+        last: bool,
+    ) -> Option<&'s mut PendingToolCall> {
+        if state
+            .pending_tool_calls
+            .iter()
+            .any(|p| p.call.id == call_id)
+        {
+            return None;
+        }
+        let call = ToolCall {
+            id: call_id.to_owned(),
+            name: tool_name.to_owned(),
+            arguments: String::new(),
+        };
+        state.pending_tool_calls.insert(
+            self.joined_calls,
+            PendingToolCall {
+                call,
+                arguments: None,
+                rewritten: false,
+                progress: None,
+            },
+        );
+        let at = self.joined_calls;
+        // The joined calls before `joined_calls` come before it; the last one stays right
+        // after them, so that calls learnt of later are put before it.
+        if !last {
+            self.joined_calls += 1;
+        }
+        state.pending_tool_calls.get_mut(at)
     }
 
     /// Reads lines from `reader` until it ends, folding each in and calling `on_line` with

@@ -207,7 +207,7 @@ impl Approvals {
 /// | `steer` | `{"text":".."}` | `{"queued":true}`: delivered before the next model call |
 /// | `follow_up` | `{"text":".."}` | `{"queued":true}`: delivered when the run would stop |
 /// | `abort` | none | `{"aborted":bool}` (false when no run is active) |
-/// | `snapshot` | none | the agent's state: `system_prompt`, `model`, `thinking`, `tools` (names), `messages`, `is_running`, `is_streaming`, `streaming_message`, `pending_tool_calls`, `tool_results`, `error_message`, `error` (the error object of the last run's `AgentEnd`, or null), `turn`, `stop_reason`, `run_usage`, `usage`, `steering_queue`, `follow_up_queue` |
+/// | `snapshot` | none | the agent's state: `system_prompt`, `model`, `thinking`, `tools` (names), `messages`, `is_streaming`, `is_streaming_reply`, `streaming_message`, `pending_tool_calls`, `tool_results`, `error_message`, `error` (the error object of the last run's `AgentEnd`, or null), `turn`, `stop_reason`, `run_usage`, `usage`, `steering_queue`, `follow_up_queue` |
 ///
 /// While a run is active, each event is written as a notification line of the native
 /// dialect (see the [wire docs](super)), in order; the `prompt` response comes after the
@@ -525,11 +525,11 @@ fn snapshot_json(s: &State) -> Value {
         "thinking": s.thinking,
         "tools": s.tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
         "messages": messages(&s.messages),
-        "is_running": s.is_running,
         "is_streaming": s.is_streaming,
+        "is_streaming_reply": s.is_streaming_reply,
         "streaming_message": s.streaming_message,
         "pending_tool_calls": s.pending_tool_calls.iter()
-            .map(|p| json!({"call": p.call, "progress": p.progress}))
+            .map(|p| json!({"call": p.call, "arguments": p.arguments, "rewritten": p.rewritten, "progress": p.progress}))
             .collect::<Vec<_>>(),
         "tool_results": s.tool_results.iter().map(|r| json!(**r)).collect::<Vec<_>>(),
         "error_message": s.error_message.as_deref(),

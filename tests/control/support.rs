@@ -91,6 +91,12 @@ fn render_one(e: &AgentEvent) -> String {
         AgentEvent::MessageUpdate { .. } => "MessageUpdate".into(),
         AgentEvent::MessageEnd { message } => format!("MessageEnd({})", describe(message)),
         AgentEvent::ToolStart { call } => format!("ToolStart({})", call.id),
+        AgentEvent::ToolExecute {
+            call_id, rewritten, ..
+        } => {
+            let rewritten = if *rewritten { " rewritten" } else { "" };
+            format!("ToolExecute({call_id}{rewritten})")
+        }
         AgentEvent::ToolUpdate {
             call_id, partial, ..
         } => format!("ToolUpdate({call_id} {:?})", partial.content),
@@ -105,6 +111,10 @@ fn render_one(e: &AgentEvent) -> String {
             turn, stop_reason, ..
         } => format!("TurnEnd({turn} {stop_reason})"),
         AgentEvent::AgentEnd { stop_reason, .. } => format!("AgentEnd({stop_reason})"),
+        AgentEvent::MessagesReplaced { messages } => {
+            let texts: Vec<String> = messages.iter().map(|m| format!("{:?}", m.text())).collect();
+            format!("MessagesReplaced([{}])", texts.join(" "))
+        }
         other => other.name().into(),
     }
 }

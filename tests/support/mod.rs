@@ -395,6 +395,15 @@ fn render(e: &AgentEvent) -> String {
         AgentEvent::ToolStart { call } => {
             format!("ToolStart {} {} {}", call.id, call.name, call.arguments)
         }
+        AgentEvent::ToolExecute {
+            call_id,
+            arguments,
+            rewritten,
+            ..
+        } => format!(
+            "ToolExecute {call_id} {arguments}{}",
+            if *rewritten { " rewritten" } else { "" }
+        ),
         AgentEvent::ToolEnd { result } => format!(
             "ToolEnd {} {} {}",
             result.tool_call_id,
