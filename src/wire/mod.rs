@@ -209,6 +209,7 @@ pub(crate) mod codec;
 pub(crate) mod lines;
 mod mirror;
 mod pagent;
+mod pagent_read;
 mod serve;
 mod writer;
 
