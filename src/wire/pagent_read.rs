@@ -80,11 +80,9 @@ enum Line {
 /// The reader of one pagent stream.
 #[derive(Clone, Debug)]
 pub(crate) struct Reader {
-    /// `None` while a detecting reader has seen no line that tells v1 from v4.
+    /// `None` while a detecting reader has seen no line that tells v1 from v4. Once known,
+    /// lines of the other version are errors.
     version: Option<Version>,
-    /// Whether the version was chosen (lines of the other version are errors) rather than
-    /// detected.
-    chosen: bool,
     /// Between `RunBegin` and `RunEnd` (or a line that implies a run).
     in_run: bool,
     /// The prompt of `RunBegin`, waiting for the run's first turn.
@@ -118,7 +116,6 @@ impl Reader {
         };
         Reader {
             version,
-            chosen: version.is_some(),
             in_run: false,
             prompt: None,
             turn: None,
@@ -174,7 +171,7 @@ impl Reader {
     fn parse(&self, method: &str, params: Value) -> Result<(Line, Option<Version>), Error> {
         let only = |v: Version| -> Result<Option<Version>, Error> {
             match self.version {
-                Some(known) if known != v && self.chosen => Err(Error::Wire(format!(
+                Some(known) if known != v => Err(Error::Wire(format!(
                     "{method} is not a method of pagent {}",
                     if known == Version::V1 { "v1" } else { "v4" }
                 ))),
