@@ -450,6 +450,7 @@ impl Decoder {
     /// pagent's stream tells of a failed run: the events returned end it (its turn and the
     /// run end with [`RunStopReason::Error`]; see the [wire docs](super#reading-pagent-lines)).
     /// Nothing for a native stream, whose `AgentEnd` carries its error itself.
+    #[must_use = "the events end the run that broke off"]
     pub fn finish(&mut self) -> Vec<AgentEvent> {
         let mut out = Vec::new();
         if let Mode::Pagent(reader) = &mut self.mode {

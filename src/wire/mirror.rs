@@ -40,6 +40,10 @@ use crate::state::{PendingToolCall, State};
 ///   started before the mirror joined and publishes no progress stays unknown until its
 ///   `ToolEnd`, whose result lands in `tool_results` as usual.
 ///
+/// A pagent stream carries less than ours: the mirror holds what its lines say, mapped as the
+/// [wire docs](super#reading-pagent-lines) describe (no model, no tool progress, no
+/// messages pagent adds without a line).
+///
 /// The transcript holds the messages that ended after the mirror joined; `AgentEnd` and
 /// `TurnEnd` carry the messages, so a client that needs the whole transcript reads them there.
 ///
