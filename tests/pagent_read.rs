@@ -935,3 +935,90 @@ fn a_python_pagent_run_mirrors_as_it_streams() {
         assert_eq!(lines, expected, "{scenario}");
     }
 }
+
+/// The usage object as pagent writes it for a reply with reasoning and cache counts (the
+/// OpenAI SDK's `model_dump()`), read back into our counts.
+#[test]
+fn pagent_usage_reads_into_our_counts() {
+    let line = r#"{"jsonrpc": "2.0", "method": "TurnResult", "params": {"content": "hi", "tool_calls": [], "reasoning_content": "", "usage": {"completion_tokens": 3, "prompt_tokens": 10, "total_tokens": 13, "completion_tokens_details": {"accepted_prediction_tokens": null, "audio_tokens": null, "reasoning_tokens": 2, "rejected_prediction_tokens": null, "text_tokens": null}, "prompt_tokens_details": {"audio_tokens": null, "cache_write_tokens": 5, "cached_tokens": 4, "image_tokens": null, "text_tokens": null}}}}"#;
+    let mut d = Decoder::for_dialect(Dialect::PagentV4);
+    let events = d.decode_events(line).unwrap();
+    let [
+        AgentEvent::MessageStart { .. },
+        AgentEvent::MessageEnd { message },
+    ] = &events[..]
+    else {
+        panic!("{events:?}")
+    };
+    let reply = message.as_assistant().unwrap();
+    assert_eq!(
+        reply.usage,
+        Usage::new(10, 3).with_cache(4, 5).with_reasoning(2)
+    );
+    assert_eq!(reply.text(), "hi");
+    // A total the provider counts otherwise is kept; `null` counts read as 0.
+    let line = r#"{"jsonrpc": "2.0", "method": "TurnResult", "params": {"usage": {"completion_tokens": null, "prompt_tokens": 7, "total_tokens": 9}}}"#;
+    let events = d.decode_events(line).unwrap();
+    let Some(AgentEvent::MessageEnd { message }) = events.last() else {
+        panic!("{events:?}")
+    };
+    assert_eq!(
+        message.as_assistant().unwrap().usage,
+        Usage::new(7, 0).with_total(9)
+    );
+}
+
+proptest::proptest! {
+    /// Any sequence of pagent lines (taken from the captures, in any order: a mirror may
+    /// join anywhere, and pagent frames some runs irregularly) keeps the state's
+    /// invariants after each line and at the end.
+    #[test]
+    fn any_order_of_pagent_lines_keeps_the_state_invariants(
+        picks in proptest::collection::vec(0usize..1000, 0..40),
+        v4 in proptest::bool::ANY,
+    ) {
+        let lines: Vec<String> = captures()
+            .iter()
+            .filter(|n| n.starts_with(if v4 { "v4" } else { "v1" }))
+            .flat_map(|n| capture(n).lines().map(str::to_owned).collect::<Vec<_>>())
+            .collect();
+        let mut mirror = Mirror::new();
+        let check = |s: &State| {
+            assert_eq!(s.is_streaming, s.streaming_message.is_some());
+            if !s.is_running {
+                assert!(!s.is_streaming && s.pending_tool_calls.is_empty());
+            }
+        };
+        for pick in picks {
+            mirror.apply_line(&lines[pick % lines.len()]).unwrap();
+            check(mirror.state());
+        }
+        let _ = mirror.finish();
+        check(mirror.state());
+        // The end of the stream ends a run still open.
+        proptest::prop_assert!(!mirror.state().is_running);
+    }
+}
+
+/// A regression test: `TurnEnd` is a method of both wires, and a detecting decoder whose
+/// first line was pagent's `TurnEnd` (a mirror joining between turns) took it for ours.
+#[test]
+fn a_stream_that_starts_with_turn_end_is_told_by_its_params() {
+    let pagent = r#"{"jsonrpc": "2.0", "method": "TurnEnd", "params": {"turn": 0, "stopped": false, "stop_reason": "continuing"}}"#;
+    let mut d = Decoder::detecting();
+    let events: Vec<String> = d.decode_events(pagent).unwrap().iter().map(short).collect();
+    assert_eq!(events, ["TurnStart1", "TurnEnd1:continuing:0"]);
+    assert_eq!(d.dialect(), Some(Dialect::PagentV4));
+    let r = common::record_all()
+        .into_iter()
+        .find(|r| r.name == "tool")
+        .unwrap();
+    let native = r
+        .native
+        .lines()
+        .find(|l| l.contains(r#""method":"TurnEnd""#))
+        .unwrap();
+    let mut d = Decoder::detecting();
+    assert_eq!(d.decode_events(native).unwrap().len(), 1);
+    assert_eq!(d.dialect(), Some(Dialect::Native));
+}

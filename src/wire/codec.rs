@@ -338,7 +338,8 @@ impl Decoder {
     }
 
     /// A decoder that tells the dialect from the lines: the method of the first line that
-    /// decodes says native or pagent, and the first pagent line that differs between v1 and
+    /// decodes says native or pagent (`TurnEnd`, a method of both, by its params: pagent's
+    /// has `stopped`), and the first pagent line that differs between v1 and
     /// v4 (`StepEnd` or `TurnResult`, a `TurnEnd` or `RunEnd` with or without
     /// `stop_reason`) says which pagent; until then the lines common to both decode the same
     /// way in either. [`Mirror::new`](super::Mirror::new) uses one.
@@ -393,7 +394,7 @@ impl Decoder {
         let pagent = match &self.mode {
             Mode::Native => false,
             Mode::Pagent(_) => true,
-            Mode::Detect => !METHODS.contains(&method.as_str()),
+            Mode::Detect => pagent_line(&method, &params).unwrap_or(false),
         };
         if pagent {
             return Err(Error::Wire(format!(
@@ -420,29 +421,29 @@ impl Decoder {
     pub fn decode_events(&mut self, line: &str) -> Result<Vec<AgentEvent>, Error> {
         let (method, params) = self.envelope(line)?;
         let mut out = Vec::with_capacity(1);
-        if let Mode::Pagent(reader) = &mut self.mode {
-            reader.decode(&method, params, &mut out)?;
-            return Ok(out);
-        }
-        match self.mode {
-            Mode::Native | Mode::Pagent(_) => out.push(self.native(&method, params)?),
-            Mode::Detect => {
-                if METHODS.contains(&method.as_str()) {
-                    out.push(self.native(&method, params)?);
-                    self.mode = Mode::Native;
-                } else if PAGENT_METHODS.contains(&method.as_str()) {
-                    let mut reader = Reader::new(None);
-                    reader.decode(&method, params, &mut out)?;
-                    self.mode = Mode::Pagent(Box::new(reader));
-                } else {
-                    return Err(Error::Wire(format!(
-                        "unknown method `{method}`; the methods are {}, or pagent's {}",
-                        METHODS.join(", "),
-                        PAGENT_METHODS.join(", ")
-                    )));
-                }
+        let detected = match &mut self.mode {
+            Mode::Pagent(reader) => {
+                reader.decode(&method, params, &mut out)?;
+                return Ok(out);
             }
-        }
+            Mode::Native => Mode::Native,
+            Mode::Detect if pagent_line(&method, &params) == Some(false) => Mode::Native,
+            Mode::Detect if pagent_line(&method, &params) == Some(true) => {
+                let mut reader = Reader::new(None);
+                reader.decode(&method, params, &mut out)?;
+                self.mode = Mode::Pagent(Box::new(reader));
+                return Ok(out);
+            }
+            Mode::Detect => {
+                return Err(Error::Wire(format!(
+                    "unknown method `{method}`; the methods are {}, or pagent's {}",
+                    METHODS.join(", "),
+                    PAGENT_METHODS.join(", ")
+                )));
+            }
+        };
+        out.push(self.native(&method, params)?);
+        self.mode = detected;
         Ok(out)
     }
 
@@ -567,6 +568,21 @@ impl Decoder {
                 )));
             }
         })
+    }
+}
+
+/// Whether a line is a pagent one, for a decoder that detects the dialect: by its method,
+/// or for `TurnEnd` (a method of both) by its params: pagent's has `stopped`, ours
+/// `message` and `tool_results`. `None` for a method of neither.
+fn pagent_line(method: &str, params: &Value) -> Option<bool> {
+    if method == "TurnEnd" {
+        Some(params.get("stopped").is_some())
+    } else if METHODS.contains(&method) {
+        Some(false)
+    } else if PAGENT_METHODS.contains(&method) {
+        Some(true)
+    } else {
+        None
     }
 }
 

@@ -13,6 +13,8 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use super::Dialect;
+use crate::Error;
 use crate::event::{AgentEvent, RunStopReason};
 use crate::kind::{ErrorInfo, ErrorKind};
 use crate::llm::StreamEvent;
@@ -20,7 +22,6 @@ use crate::message::{
     AssistantMessage, ContentBlock, Message, StopReason, ToolCall, ToolResultMessage, Usage,
 };
 use crate::partial::PartialMessage;
-use crate::{Error, wire::Dialect};
 
 /// Every method of the pagent dialects: v1's, then v4's `TurnResult`.
 pub(crate) const PAGENT_METHODS: [&str; 10] = [
@@ -284,11 +285,17 @@ impl Reader {
     }
 
     fn apply(&mut self, line: Line, out: &mut Vec<AgentEvent>) {
+        // Every line but `RunEnd` happens inside a run (a reader may join a stream mid-run).
+        let run_end = matches!(line, Line::RunEnd { .. });
+        if !run_end && !matches!(line, Line::RunBegin { .. }) {
+            self.in_run = true;
+        }
         // A v1 turn that ended `stopped: false` is ended by the line after it.
         if self.held_end {
-            let stop = match line {
-                Line::RunEnd { .. } => RunStopReason::MaxTurns,
-                _ => RunStopReason::Continuing,
+            let stop = if run_end {
+                RunStopReason::MaxTurns
+            } else {
+                RunStopReason::Continuing
             };
             self.held_end = false;
             self.close_turn(stop, out);
@@ -309,7 +316,6 @@ impl Reader {
                 if self.turn.is_some() {
                     self.close_turn(RunStopReason::Continuing, out);
                 }
-                self.in_run = true;
                 self.open_turn(turn.saturating_add(1), out);
             }
             Line::Delta(delta) => {
@@ -397,7 +403,6 @@ impl Reader {
                     }
                     // A `TurnEnd` without its `TurnBegin` (pagent v4 cancelled right after
                     // `RunBegin`): the turn opens here.
-                    self.in_run = true;
                     self.open_turn(turn.saturating_add(1), out);
                 }
                 match stop_reason {
