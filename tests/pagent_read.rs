@@ -795,8 +795,9 @@ fn pagent_driver() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/pagent_read/arun_wire.py")
 }
 
-/// The `pagent_mirror` example, built if it is not.
-fn mirror_example() -> PathBuf {
+/// The `pagent_mirror` example, built if it is not (or, with `rebuild`, if it is stale:
+/// `cargo test --test pagent_read` alone does not build the examples).
+fn mirror_example(rebuild: bool) -> PathBuf {
     // tests run from target/<profile>/deps/; the examples live in target/<profile>/examples/.
     let exe = std::env::current_exe().expect("the test binary has a path");
     let profile_dir = exe
@@ -807,7 +808,7 @@ fn mirror_example() -> PathBuf {
         .join("examples")
         .join("pagent_mirror")
         .with_extension(std::env::consts::EXE_EXTENSION);
-    if !path.exists() {
+    if rebuild || !path.exists() {
         let status = Command::new(env!("CARGO"))
             .args(["build", "--quiet", "--example", "pagent_mirror"])
             .current_dir(env!("CARGO_MANIFEST_DIR"))
@@ -843,7 +844,7 @@ fn mirrored(example: &Path, input: &str) -> Vec<String> {
 /// The example mirrors a pagent capture offline (this runs with `cargo test`).
 #[test]
 fn the_pagent_mirror_example_prints_the_state_after_each_event() {
-    let lines = mirrored(&mirror_example(), &capture("v4_tool"));
+    let lines = mirrored(&mirror_example(false), &capture("v4_tool"));
     assert_eq!(lines.len(), 18, "{lines:#?}");
     assert_eq!(
         lines[12..15],
@@ -863,14 +864,15 @@ fn the_pagent_mirror_example_prints_the_state_after_each_event() {
         .take(3)
         .map(|l| format!("{l}\n"))
         .collect();
-    let lines = mirrored(&mirror_example(), &cut);
+    let lines = mirrored(&mirror_example(false), &cut);
     assert_eq!(
         lines.last().unwrap(),
         "AgentEnd idle turn=1 messages=2 last=assistant:Hello stop=error"
     );
 }
 
-/// Python pagent 0.7.30 runs `arun_wire` against pagent's mock server, its stdout piped into
+/// Python pagent 0.7.30 runs `arun_wire` (and v4's `Runner.run(return_type="acp")`) against
+/// pagent's mock server, its stdout piped into
 /// the `pagent_mirror` example, which prints the mirrored state after each event: the same
 /// lines as for the committed capture of that run. The driver stops after the first
 /// `TextDelta` until the test has read the example's line for it, so the mirror is seen
@@ -884,11 +886,16 @@ fn a_python_pagent_run_mirrors_as_it_streams() {
     // OK to panic: the test runs only on request, and then needs that python.
     let python = std::env::var_os("PAGENT_WIRE_PYTHON")
         .expect("set PAGENT_WIRE_PYTHON to a python with pagent==0.7.30 installed");
-    let example = mirror_example();
-    for scenario in ["text", "tool", "tool2", "reasoning"] {
-        let expected = mirrored(&example, &capture(&format!("v1_{scenario}")));
+    let example = mirror_example(true);
+    let runs = ["text", "tool", "tool2", "reasoning"]
+        .map(|s| ("v1", s))
+        .into_iter()
+        .chain(["text", "tool"].map(|s| ("v4", s)));
+    for (version, scenario) in runs {
+        let expected = mirrored(&example, &capture(&format!("{version}_{scenario}")));
         let mut driver = Command::new(&python)
             .arg(pagent_driver())
+            .args((version == "v4").then_some("--v4"))
             .arg(scenario)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -929,10 +936,10 @@ fn a_python_pagent_run_mirrors_as_it_streams() {
         while let Ok(line) = next() {
             lines.push(line);
         }
-        assert!(driver.wait().unwrap().success(), "{scenario}");
-        assert!(mirror.wait().unwrap().success(), "{scenario}");
+        assert!(driver.wait().unwrap().success(), "{version} {scenario}");
+        assert!(mirror.wait().unwrap().success(), "{version} {scenario}");
         reader.join().unwrap();
-        assert_eq!(lines, expected, "{scenario}");
+        assert_eq!(lines, expected, "{version} {scenario}");
     }
 }
 
