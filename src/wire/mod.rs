@@ -224,8 +224,8 @@
 //! - a `TurnEnd` without its `TurnBegin` (v4 cancelled right after `RunBegin`) opens the
 //!   turn first. A turn that ends without a reply has an empty assistant message in its
 //!   `TurnEnd` (stop reason `aborted` when cancelled), which is not put in the transcript;
-//! - a reply still streaming when its turn ends is ended as it stands (`aborted` when the
-//!   turn is cancelled);
+//! - a reply still streaming when its turn ends (or a tool starts) is ended as it stands
+//!   (`aborted` when the turn is cancelled);
 //! - a call that started and has no `ToolResult` (cancelled while the tool ran) stays
 //!   without a result, as in pagent's session; `AgentEnd` takes it off
 //!   `pending_tool_calls`.
