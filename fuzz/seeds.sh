@@ -42,6 +42,10 @@ for f in "$built"/wire/*.jsonl; do
     sed 's/$/\r/' "$f" >"$built/crlf"
     seed lines "$name-crlf" '\006\307' "$built/crlf"
 done
+# pagent's own lines (v1 and v4, tests/data/pagent-wire/captures): the decoder detects them.
+for f in "$root"/tests/data/pagent-wire/captures/*.jsonl; do
+    seed wire_decode "pagent-$(basename "$f" .jsonl)" '\377' "$f"
+done
 for f in "$built"/session/*.jsonl; do
     seed session_load "$(basename "$f" .jsonl)" '\377' "$f"
 done

@@ -632,7 +632,7 @@ fn mirror_joining_mid_reply_is_streaming() {
         .expect("the reply streams");
     let mut mirror = Mirror::new();
     for line in &lines[first_update..] {
-        let event = mirror.apply_line(line).unwrap();
+        let event = one(mirror.apply_line(line).unwrap());
         assert_consistent(mirror.state(), event.name());
         if let AgentEvent::MessageUpdate { .. } = event {
             assert!(mirror.state().is_streaming && mirror.state().is_streaming_reply);
@@ -657,7 +657,8 @@ fn mirror_joining_mid_tool_call_shows_it_pending_until_it_ends() {
         .position(|l| l.contains("\"ToolUpdate\""))
         .expect("the tool publishes progress");
     let mut mirror = Mirror::new();
-    let AgentEvent::ToolUpdate { call_id, .. } = mirror.apply_line(lines[first_update]).unwrap()
+    let AgentEvent::ToolUpdate { call_id, .. } =
+        one(mirror.apply_line(lines[first_update]).unwrap())
     else {
         panic!("not a ToolUpdate: {}", lines[first_update]);
     };
@@ -713,7 +714,7 @@ fn a_mirror_joining_at_any_line_keeps_the_state_invariants() {
             let mut heard_arguments: Vec<String> = Vec::new();
             let mut turn_known = false;
             for (i, line) in lines.iter().enumerate().skip(join) {
-                let event = mirror.apply_line(line).unwrap();
+                let event = one(mirror.apply_line(line).unwrap());
                 let context = format!(
                     "{} joined at line {} after line {}",
                     r.name,
@@ -793,4 +794,10 @@ fn write_fuzz_seeds() {
         let messages = r.agent.snapshot().messages.clone();
         pagent::session::save(session_dir.join(&file), messages.iter().map(|m| &**m)).unwrap();
     }
+}
+
+/// The one event a native line stands for.
+fn one(events: Vec<AgentEvent>) -> AgentEvent {
+    let [event]: [AgentEvent; 1] = events.try_into().expect("a native line is one event");
+    event
 }

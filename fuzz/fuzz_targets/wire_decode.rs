@@ -1,7 +1,8 @@
 //! The wire decoder and `Mirror` on arbitrary lines: never panic; every event but a
 //! `MessageUpdate` decodes alone to what it re-encodes to; a mirror keeps the state's
 //! invariants after every line it folds in, whatever the lines say (a mirror may join a
-//! stream anywhere, so no order of events is "wrong" for it).
+//! stream anywhere, so no order of events is "wrong" for it). The decoders detect the
+//! dialect, so pagent v1 and v4 lines are read too.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -29,7 +30,7 @@ fuzz_target!(|data: &[u8]| {
 
     // The reader: the first line that does not decode ends it, with the lines before it
     // folded in.
-    let mut mirror = Mirror::new().decoder(Decoder::new().max_line_len(limit));
+    let mut mirror = Mirror::new().decoder(Decoder::detecting().max_line_len(limit));
     let _ = mirror.read_lines(bytes, |_, state| check_invariants(state));
     check_invariants(mirror.state());
 
@@ -38,7 +39,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let mut mirror = Mirror::new();
-    let mut decoder = Decoder::new();
+    let mut decoder = Decoder::detecting();
     for line in text.split_inclusive('\n') {
         if let Ok(event) = decode_event_line(line)
             && !matches!(event, AgentEvent::MessageUpdate { .. })
@@ -50,7 +51,7 @@ fuzz_target!(|data: &[u8]| {
                 "{again} does not decode back"
             );
         }
-        let from_decoder = decoder.decode_line(line);
+        let from_decoder = decoder.decode_events(line);
         let from_mirror = mirror.apply_line(line);
         assert_eq!(
             from_decoder, from_mirror,

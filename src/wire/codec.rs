@@ -17,6 +17,9 @@ use crate::partial::PartialMessage;
 use crate::tool::ToolOutput;
 use crate::{Error, ErrorInfo};
 
+use super::pagent_read::{PAGENT_METHODS, Reader};
+use super::writer::Dialect;
+
 /// The longest line [`Decoder`] accepts by default, in bytes (8 MiB), line break excluded.
 ///
 /// A line is one event; only a `MessageEnd`, `TurnEnd` or `AgentEnd` holding a huge message
@@ -307,8 +310,15 @@ pub fn decode_event_line(line: &str) -> Result<AgentEvent, Error> {
     Decoder::new().decode_line(line)
 }
 
-/// A stateful decoder of the native dialect: gives back exactly the events the agent
-/// emitted, `MessageUpdate` partials included.
+/// A stateful decoder of a wire stream: gives back exactly the events the agent emitted,
+/// `MessageUpdate` partials included.
+///
+/// [`Decoder::new`] reads the native dialect, where each line is one event
+/// ([`Decoder::decode_line`]). [`Decoder::for_dialect`] reads the dialect named, and
+/// [`Decoder::detecting`] any of the three, told by the first line; a pagent line may stand
+/// for several events or none, so read those with [`Decoder::decode_events`] (see the [wire
+/// docs](super#reading-pagent-lines) for the mapping), and call [`Decoder::finish`] at the
+/// end of the stream.
 ///
 /// A `MessageUpdate` line carries only its delta. The decoder keeps the reply being
 /// streamed: an assistant `MessageStart` sets it, each `MessageUpdate` advances it with
@@ -318,6 +328,16 @@ pub fn decode_event_line(line: &str) -> Result<AgentEvent, Error> {
 pub struct Decoder {
     partial: Option<PartialMessage>,
     max_line_len: usize,
+    mode: Mode,
+}
+
+/// What a decoder reads.
+#[derive(Clone, Debug)]
+enum Mode {
+    Native,
+    Pagent(Box<Reader>),
+    /// No line yet: the first one tells.
+    Detect,
 }
 
 impl Default for Decoder {
@@ -327,11 +347,49 @@ impl Default for Decoder {
 }
 
 impl Decoder {
-    /// A decoder at the start of a stream. Lines up to [`MAX_LINE_LEN`] bytes.
+    /// A decoder of the native dialect at the start of a stream. Lines up to
+    /// [`MAX_LINE_LEN`] bytes.
     pub fn new() -> Decoder {
+        Decoder::for_dialect(Dialect::Native)
+    }
+
+    /// A decoder of `dialect`: [`Dialect::Native`] as [`Decoder::new`], or one of the pagent
+    /// dialects, whose lines are mapped onto our events (read them with
+    /// [`Decoder::decode_events`]). A line of another dialect is an error.
+    pub fn for_dialect(dialect: Dialect) -> Decoder {
+        let mode = match dialect {
+            Dialect::PagentV1 | Dialect::PagentV4 => {
+                Mode::Pagent(Box::new(Reader::new(Some(dialect))))
+            }
+            Dialect::Native => Mode::Native,
+        };
         Decoder {
             partial: None,
             max_line_len: MAX_LINE_LEN,
+            mode,
+        }
+    }
+
+    /// A decoder that tells the dialect from the lines: the method of the first line that
+    /// decodes says native or pagent (`TurnEnd`, a method of both, by its params: pagent's
+    /// has `stopped`), and the first pagent line that differs between v1 and
+    /// v4 (`StepEnd` or `TurnResult`, a `TurnEnd` or `RunEnd` with or without
+    /// `stop_reason`) says which pagent; until then the lines common to both decode the same
+    /// way in either. [`Mirror::new`](super::Mirror::new) uses one.
+    pub fn detecting() -> Decoder {
+        Decoder {
+            mode: Mode::Detect,
+            ..Decoder::new()
+        }
+    }
+
+    /// The dialect being read: `None` while a detecting decoder has not yet seen a line
+    /// that tells it.
+    pub fn dialect(&self) -> Option<Dialect> {
+        match &self.mode {
+            Mode::Native => Some(Dialect::Native),
+            Mode::Pagent(reader) => reader.dialect(),
+            Mode::Detect => None,
         }
     }
 
@@ -349,16 +407,94 @@ impl Decoder {
 
     /// The reply being streamed, as far as the decoded lines tell.
     pub fn partial(&self) -> Option<&PartialMessage> {
-        self.partial.as_ref()
+        match &self.mode {
+            Mode::Pagent(reader) => reader.partial(),
+            _ => self.partial.as_ref(),
+        }
     }
 
-    /// Decodes the next line of the stream. One trailing `\n` (or `\r\n`) is allowed.
+    /// Decodes the next line of a native stream, one event. One trailing `\n` (or `\r\n`)
+    /// is allowed.
     ///
     /// A line that fails to decode leaves the decoder as it was.
     ///
     /// # Errors
-    /// As [`decode_event_line`].
+    /// As [`decode_event_line`]; also a pagent line (on a decoder of a pagent dialect, or a
+    /// detecting one that found pagent), which may stand for several events or none: read
+    /// those with [`Decoder::decode_events`].
     pub fn decode_line(&mut self, line: &str) -> Result<AgentEvent, Error> {
+        let (method, params) = self.envelope(line)?;
+        let pagent = match &self.mode {
+            Mode::Native => false,
+            Mode::Pagent(_) => true,
+            Mode::Detect => pagent_line(&method, &params).unwrap_or(false),
+        };
+        if pagent {
+            return Err(Error::Wire(format!(
+                "{method} is read as a pagent line, which may stand for several events or none: \
+                 decode it with Decoder::decode_events"
+            )));
+        }
+        let event = self.native(&method, params)?;
+        self.mode = Mode::Native;
+        Ok(event)
+    }
+
+    /// Decodes the next line of the stream into the events it stands for: exactly one for a
+    /// native line, zero or more for a pagent line (see the [wire
+    /// docs](super#reading-pagent-lines)). One trailing `\n` (or `\r\n`) is allowed.
+    ///
+    /// A line that fails to decode leaves the decoder as it was.
+    ///
+    /// # Errors
+    /// [`Error::Wire`] naming the problem, as [`decode_event_line`] for a native line; for a
+    /// pagent line: the envelope as for a native line, an unknown method (or one of the other
+    /// pagent version when the dialect was chosen), a missing field that pagent's own decoder
+    /// requires, a field of the wrong type, an unknown `stop_reason`.
+    pub fn decode_events(&mut self, line: &str) -> Result<Vec<AgentEvent>, Error> {
+        let (method, params) = self.envelope(line)?;
+        let mut out = Vec::with_capacity(1);
+        let detected = match &mut self.mode {
+            Mode::Pagent(reader) => {
+                reader.decode(&method, params, &mut out)?;
+                return Ok(out);
+            }
+            Mode::Native => Mode::Native,
+            Mode::Detect if pagent_line(&method, &params) == Some(false) => Mode::Native,
+            Mode::Detect if pagent_line(&method, &params) == Some(true) => {
+                let mut reader = Reader::new(None);
+                reader.decode(&method, params, &mut out)?;
+                self.mode = Mode::Pagent(Box::new(reader));
+                return Ok(out);
+            }
+            Mode::Detect => {
+                return Err(Error::Wire(format!(
+                    "unknown method `{method}`; the methods are {}, or pagent's {}",
+                    METHODS.join(", "),
+                    PAGENT_METHODS.join(", ")
+                )));
+            }
+        };
+        out.push(self.native(&method, params)?);
+        self.mode = detected;
+        Ok(out)
+    }
+
+    /// The end of the stream. A pagent run still open then has broken off, which is how
+    /// pagent's stream tells of a failed run: the events returned end it (its turn and the
+    /// run end with [`RunStopReason::Error`]; see the [wire docs](super#reading-pagent-lines)).
+    /// Nothing for a native stream, whose `AgentEnd` carries its error itself.
+    #[must_use = "the events end the run that broke off"]
+    pub fn finish(&mut self) -> Vec<AgentEvent> {
+        let mut out = Vec::new();
+        if let Mode::Pagent(reader) = &mut self.mode {
+            reader.finish(&mut out);
+        }
+        out
+    }
+
+    /// Checks a line's length and envelope; returns its method and params.
+    fn envelope(&self, line: &str) -> Result<(String, Value), Error> {
         let line = line
             .strip_suffix('\n')
             .map(|l| l.strip_suffix('\r').unwrap_or(l))
@@ -375,8 +511,12 @@ impl Decoder {
                 "a line break inside the line: one event per line".into(),
             ));
         }
-        let (method, params) = parse_notification(line)?;
-        let event = self.event(&method, params)?;
+        parse_notification(line)
+    }
+
+    /// Decodes a native line's method and params, keeping the partial reply.
+    fn native(&mut self, method: &str, params: Value) -> Result<AgentEvent, Error> {
+        let event = self.event(method, params)?;
         match &event {
             AgentEvent::MessageStart { message } => {
                 if let Message::Assistant(m) = &**message {
@@ -476,6 +616,21 @@ impl Decoder {
                 )));
             }
         })
+    }
+}
+
+/// Whether a line is a pagent one, for a decoder that detects the dialect: by its method,
+/// or for `TurnEnd` (a method of both) by its params: pagent's has `stopped`, ours
+/// `message` and `tool_results`. `None` for a method of neither.
+fn pagent_line(method: &str, params: &Value) -> Option<bool> {
+    if method == "TurnEnd" {
+        Some(params.get("stopped").is_some())
+    } else if METHODS.contains(&method) {
+        Some(false)
+    } else if PAGENT_METHODS.contains(&method) {
+        Some(true)
+    } else {
+        None
     }
 }
 

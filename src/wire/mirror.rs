@@ -10,7 +10,8 @@ use crate::event::AgentEvent;
 use crate::message::ToolCall;
 use crate::state::{PendingToolCall, State};
 
-/// A remote copy of an agent's [`State`], rebuilt from native wire lines.
+/// A remote copy of an agent's [`State`], rebuilt from wire lines: native ones, or pagent v1
+/// or v4 ones (a Python pagent agent's `arun_wire` output, say).
 ///
 /// Each line is decoded with a [`Decoder`] and folded with [`State::apply`], the fold the
 /// agent itself uses, so after each line the mirror holds the snapshot the agent published
@@ -40,6 +41,10 @@ use crate::state::{PendingToolCall, State};
 ///   started before the mirror joined and publishes no progress stays unknown until its
 ///   `ToolEnd`, whose result lands in `tool_results` as usual.
 ///
+/// A pagent stream carries less than ours: the mirror holds what its lines say, mapped as the
+/// [wire docs](super#reading-pagent-lines) describe (no model, no tool progress, no
+/// messages pagent adds without a line).
+///
 /// The transcript holds the messages that ended after the mirror joined; `AgentEnd` and
 /// `TurnEnd` carry the messages, so a client that needs the whole transcript reads them there.
 ///
@@ -58,7 +63,7 @@ use crate::state::{PendingToolCall, State};
 /// assert_eq!(mirror.state().timeline(), agent.snapshot().timeline());
 /// # Ok::<(), pagent::Error>(())
 /// ```
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Mirror {
     decoder: Decoder,
     state: Arc<State>,
@@ -67,22 +72,32 @@ pub struct Mirror {
     joined_calls: usize,
 }
 
+impl Default for Mirror {
+    fn default() -> Mirror {
+        Mirror::from_state(State::default())
+    }
+}
+
 impl Mirror {
-    /// A mirror of a fresh agent (`State::default()`).
+    /// A mirror of a fresh agent (`State::default()`). It reads any dialect, told by the
+    /// first line ([`Decoder::detecting`]): native lines, or pagent v1 or v4 lines, which it
+    /// maps onto our events (see the [wire docs](super#reading-pagent-lines)).
     pub fn new() -> Mirror {
         Mirror::default()
     }
 
-    /// A mirror that starts from `state`, usually the agent's snapshot before the lines.
+    /// A mirror that starts from `state`, usually the agent's snapshot before the lines. It
+    /// reads any dialect, as [`Mirror::new`].
     pub fn from_state(state: State) -> Mirror {
         Mirror {
-            decoder: Decoder::new(),
+            decoder: Decoder::detecting(),
             state: Arc::new(state),
             joined_calls: 0,
         }
     }
 
-    /// Uses `decoder` (to raise its line limit, say). Defaults to [`Decoder::new`].
+    /// Uses `decoder` (to choose the dialect, or raise the line limit). Defaults to
+    /// [`Decoder::detecting`].
     #[must_use]
     pub fn decoder(mut self, decoder: Decoder) -> Mirror {
         self.decoder = decoder;
@@ -94,14 +109,29 @@ impl Mirror {
         &self.state
     }
 
-    /// Decodes `line`, folds it in, and returns the event.
+    /// Decodes `line`, folds in the events it stands for, and returns them: one for a native
+    /// line, zero or more for a pagent line.
     ///
     /// # Errors
-    /// [`Error::Wire`] when the line does not decode; the state is then unchanged.
-    pub fn apply_line(&mut self, line: &str) -> Result<AgentEvent, Error> {
-        let event = self.decoder.decode_line(line)?;
-        self.apply(&event);
-        Ok(event)
+    /// [`Error::Wire`] when the line does not decode (see [`Decoder::decode_events`]); the
+    /// state is then unchanged.
+    pub fn apply_line(&mut self, line: &str) -> Result<Vec<AgentEvent>, Error> {
+        let events = self.decoder.decode_events(line)?;
+        for event in &events {
+            self.apply(event);
+        }
+        Ok(events)
+    }
+
+    /// The end of the stream: folds in and returns what [`Decoder::finish`] gives, the end
+    /// of a pagent run that broke off (a failed run, as pagent's stream tells it). Nothing
+    /// for a native stream. [`Mirror::read_lines`] calls it at the end of its reader.
+    pub fn finish(&mut self) -> Vec<AgentEvent> {
+        let events = self.decoder.finish();
+        for event in &events {
+            self.apply(event);
+        }
+        events
     }
 
     /// Folds an already decoded event in, with [`State::apply`] and, for a mirror that joined
@@ -200,7 +230,9 @@ impl Mirror {
     }
 
     /// Reads lines from `reader` until it ends, folding each in and calling `on_line` with
-    /// the event and the state after it. Empty lines are skipped.
+    /// each event and the state after it (a pagent line may stand for several events or
+    /// none). Empty lines are skipped. At the end it calls [`Mirror::finish`], and `on_line`
+    /// for the events that gives.
     ///
     /// Blocks until `reader` reaches its end (a closed pipe or socket, the end of a file).
     ///
@@ -220,7 +252,14 @@ impl Mirror {
                 read_line(&mut reader, &mut buf, self.decoder.line_limit()).map_err(Error::from)?;
             number += 1;
             let line = match found {
-                Line::End => return Ok(()),
+                Line::End => {
+                    let events = self.decoder.finish();
+                    for event in &events {
+                        self.apply(event);
+                        on_line(event, &self.state);
+                    }
+                    return Ok(());
+                }
                 Line::TooLong(n) => {
                     return Err(Error::Wire(format!(
                         "line {number}: line of {n} bytes is over the limit of {} bytes",
@@ -233,11 +272,14 @@ impl Mirror {
             if line.trim().is_empty() {
                 continue;
             }
-            let event = self.apply_line(line).map_err(|e| match e {
+            let events = self.decoder.decode_events(line).map_err(|e| match e {
                 Error::Wire(why) => Error::Wire(format!("line {number}: {why}")),
                 other => other,
             })?;
-            on_line(&event, &self.state);
+            for event in &events {
+                self.apply(event);
+                on_line(event, &self.state);
+            }
         }
     }
 }

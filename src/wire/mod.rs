@@ -8,13 +8,15 @@
 //! sees, in the same order.
 //!
 //! - [`encode_event_line`] / [`decode_event_line`]: one event to one line and back;
-//!   [`Decoder`] for a whole stream (see [`MessageUpdate`](#messageupdate-carries-the-delta)).
+//!   [`Decoder`] for a whole stream (see [`MessageUpdate`](#messageupdate-carries-the-delta)),
+//!   which also [reads pagent's own lines](#reading-pagent-lines).
 //! - [`Writer`]: a listener that appends the lines to any `io::Write`, flushed per event; it
 //!   also writes the two [`pagent` dialects](#the-pagent-dialects).
 //! - [`DialectEncoder`]: the per-event encoder of any [`Dialect`] (pagent's
 //!   `encode_event_line`), for a program that moves the lines itself.
 //! - [`Mirror`]: decodes lines and folds them with [`State::apply`](crate::State::apply), so
-//!   a remote UI rebuilds the snapshots the agent published.
+//!   a remote UI rebuilds the snapshots the agent published; it reads native, pagent v1 and
+//!   pagent v4 lines, told from the first line (a Rust UI follows a Python pagent agent).
 //! - [`serve`]: a stdio agent server: JSON-RPC requests in, responses, event notifications
 //!   and tool approval requests out.
 //!
@@ -229,6 +231,72 @@
 //!   follows it with the result the call got (`ok: false`, `cancelled: the run was aborted
 //!   before this tool call ran`).
 //!
+//! ## Reading pagent lines
+//!
+//! [`Decoder::for_dialect`] with [`Dialect::PagentV1`] or [`Dialect::PagentV4`] reads
+//! pagent's own lines (pagent 0.7.30's v1 `Agent.arun_wire`, v4
+//! `Runner.run(return_type="acp")`) and ours in those dialects; [`Decoder::detecting`], which
+//! [`Mirror::new`] uses, tells native, v1 and v4 apart from the lines. A pagent line stands
+//! for zero or more of our events ([`Decoder::decode_events`], [`Mirror::apply_line`]), in
+//! the order of [`AgentEvent`](crate::AgentEvent)'s grammar, so a [`Mirror`] rebuilds the
+//! transcript, the streaming reply and the run state of a pagent run. pagent carries less
+//! than our events; the rest is synthesized from the lines before, the same way every time:
+//!
+//! | pagent | ours |
+//! |---|---|
+//! | `RunBegin` `{user_input}` | `AgentStart`; the prompt waits for the run's first turn |
+//! | `TurnBegin` `{turn: k}` | `TurnStart {turn: k + 1}`; in the run's first turn then the prompt's `MessageStart` / `MessageEnd` (a user message of `user_input`; none for `""`) |
+//! | `TextDelta` / `ReasoningDelta` | `MessageUpdate` with a `text_delta` / `thinking_delta`, the first of a reply after the reply's `MessageStart` (an empty assistant message, model `""`) |
+//! | v1 `StepEnd`, v4 `TurnResult` | the reply's `MessageEnd` (after its `MessageStart` when no delta came): a thinking block of `reasoning_content`, a text block of `content`, then the tool calls (blocks only where not empty; calls in v1's OpenAI shape or v4's flat one); stop reason `tool_use` with calls, else `stop`; usage from the OpenAI object: `prompt_tokens`, `completion_tokens`, `total_tokens`, `prompt_tokens_details.cached_tokens` / `cache_write_tokens`, `completion_tokens_details.reasoning_tokens`, `null` as zeros |
+//! | `ToolCallBegin` | `ToolStart` with the call `{tool_call_id, name, arguments}` |
+//! | `ToolResult` | `ToolEnd` (`is_error` = not `ok`, no details); once every call of the reply has its result, the result messages' `MessageStart` / `MessageEnd` in call order, where our loop appends them |
+//! | v4 `TurnEnd` `{turn, stop_reason}` | `TurnEnd {turn + 1, the reply, the results in call order, stop_reason}` |
+//! | v1 `TurnEnd` `{stopped: true}` | `TurnEnd` with `no_tool_calls` (`empty_response` when the reply had no text, reasoning or call) |
+//! | v1 `TurnEnd` `{stopped: false}` | held for the next line: `TurnEnd` `continuing` before a `TurnBegin`, `max_turns` before a `RunEnd` (how pagent v1 ends a `max_turns` run) |
+//! | `RunEnd` | `AgentEnd`: the messages the run appended, the usage summed over its replies, the stop reason of v4's `RunEnd` (v1: of the last `TurnEnd`), no error |
+//!
+//! pagent's irregular framings read as regular runs:
+//!
+//! - a `TurnBegin` while a turn is open (pagent v4 writes no `TurnEnd` for the turn before
+//!   its `max_turns` synthesis turn) ends that turn `continuing` first;
+//! - a second `TurnEnd` for a turn that ended (v4 cancelled after a `continuing` `TurnEnd`)
+//!   adds no event: the run ends there, its `RunEnd` says why;
+//! - a `TurnEnd` without its `TurnBegin` (v4 cancelled right after `RunBegin`) opens the
+//!   turn first. A turn that ends without a reply has an empty assistant message in its
+//!   `TurnEnd` (stop reason `aborted` when cancelled), which is not put in the transcript;
+//! - a reply still streaming when its turn ends (or a tool starts) is ended as it stands
+//!   (`aborted` when the turn is cancelled);
+//! - a call that started and has no `ToolResult` (cancelled while the tool ran) stays
+//!   without a result, as in pagent's session; `AgentEnd` takes it off
+//!   `pending_tool_calls`.
+//!
+//! A failed pagent run breaks off without its `RunEnd` (see above). At the next `RunBegin`,
+//! or at the end of the stream ([`Decoder::finish`], [`Mirror::finish`], which
+//! [`Mirror::read_lines`] calls), a run still open ends as failed: the reply streaming ends
+//! with stop reason `error`, then `TurnEnd` and `AgentEnd` with `error`, the error
+//! `{"kind":"provider","message":"the pagent run ended without its RunEnd: .."}`. So does a
+//! live stream whose producer died mid-run.
+//!
+//! What does not come back, because pagent does not carry it: a reply's model and response
+//! id, thinking signatures, tool progress (`ToolUpdate`) and result details, retries,
+//! tool-call and usage deltas (a reply's calls and usage come with its `StepEnd` /
+//! `TurnResult`), the `length` stop reason, and messages pagent adds without a line (a v4
+//! `steer()`, and the "not run" results of a v4 final answer turn at `max_turns`, whose
+//! calls pagent v4 writes in its `TurnResult` only). Turns count from 1 in each pagent run, so a run of ours that the dialect
+//! split into several pagent runs (it went on after a final answer, for a steering or
+//! follow-up message) reads back as several. Our own dialect lines read back to events the
+//! dialect writes as the same lines; the tests check that for every recorded run, and that
+//! every capture of pagent itself mirrors to the conversation it holds.
+//!
+//! Errors ([`Error::Wire`](crate::Error::Wire)): the envelope is checked as for the native
+//! dialect; then an unknown method, a method of the other pagent version (once the version
+//! is chosen or detected), a missing field pagent's own decoder requires (`user_input`,
+//! `turn`, `text`, `StepEnd`'s `content`, `tool_calls` and `reasoning_content`, the
+//! `ToolCallBegin` and `ToolResult` fields but `ok`, `TurnEnd`'s `stopped` and v4
+//! `stop_reason`, v4 `RunEnd`'s `turn` and `stop_reason`, v1 `RunEnd`'s `content`), a field
+//! of the wrong type (pagent checks none; our events need them typed), a `stop_reason` that
+//! is not one of pagent's five. Unknown fields are ignored, as pagent does.
+//!
 //! # The stdio server
 //!
 //! [`serve`] drives an agent over any pair of pipes (stdin/stdout in
@@ -249,6 +317,7 @@ pub(crate) mod codec;
 pub(crate) mod lines;
 mod mirror;
 mod pagent;
+mod pagent_read;
 mod serve;
 mod writer;
 

@@ -9,7 +9,9 @@ use super::pagent::{Encoder, Version};
 use crate::Error;
 use crate::event::AgentEvent;
 
-/// The names and fields a [`Writer`] writes.
+/// The names and fields a [`Writer`] writes, and a [`Decoder`](super::Decoder) reads
+/// ([`Decoder::for_dialect`](super::Decoder::for_dialect); a
+/// [`Mirror`](super::Mirror) tells them apart itself).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Dialect {
