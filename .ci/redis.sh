@@ -34,7 +34,7 @@ start() {
   rm -rf "$dir" && mkdir -p "$dir"
   # No persistence: the shared server of the tests only needs to live for the run.
   redis-server --port "$port" --bind 127.0.0.1 --dir "$dir" --save '' --appendonly no \
-    --daemonize no --logfile "$dir/redis.log" &
+    --daemonize no --logfile "$dir/redis.log" </dev/null >/dev/null 2>&1 &
   echo $! >"$dir/pid"
   for _ in $(seq 1 100); do
     if redis-cli -p "$port" ping 2>/dev/null | grep -q PONG; then
