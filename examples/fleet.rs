@@ -19,6 +19,7 @@
 
 use std::error::Error;
 use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -133,35 +134,39 @@ fn bench(redis: &Redis, workers: usize, prompts: usize) -> Result<(), Box<dyn Er
     for i in 0..prompts {
         queue.prompt(&format!("c{}", i % conversations), &format!("prompt {i}"))?;
     }
+    let ended = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let fleet: Vec<Worker> = (0..workers)
-        .map(|i| Ok(Worker::new(&redis, &format!("w{i}"), echo_agent)?.events(None)))
+        .map(|i| {
+            let ended = ended.clone();
+            Ok(Worker::new(&redis, &format!("w{i}"), echo_agent)?
+                .events(None)
+                .on_end(move |_, _, _| {
+                    ended.fetch_add(1, Ordering::Relaxed);
+                }))
+        })
         .collect::<Result<_, pagent::Error>>()?;
     let threads: Vec<_> = fleet
         .iter()
         .cloned()
         .map(|w| thread::spawn(move || w.run_for(Duration::from_secs(600))))
         .collect();
-    // Done when every transcript holds its prompts and answers.
-    let expected = prompts * 2;
     let deadline = Instant::now() + Duration::from_secs(600);
-    loop {
-        let stored: usize = (0..conversations)
-            .map(|c| store.load(&format!("c{c}")).map(|l| l.messages.len()))
-            .sum::<Result<usize, _>>()?;
-        if stored >= expected || Instant::now() > deadline {
-            break;
-        }
-        thread::sleep(Duration::from_millis(20));
+    while ended.load(Ordering::Relaxed) < prompts && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(1));
     }
     let elapsed = started.elapsed();
     fleet.iter().for_each(Worker::stop);
     for t in threads {
         t.join().expect("a worker thread does not panic")?;
     }
+    // Every prompt answered once: two messages each.
+    let mut stored = 0;
     for c in 0..conversations {
+        stored += store.load(&format!("c{c}"))?.messages.len();
         store.delete(&format!("c{c}"))?;
     }
+    assert_eq!(stored, prompts * 2);
     println!(
         "{workers} worker(s): {prompts} prompts in {:.2} s = {:.0} prompts/s",
         elapsed.as_secs_f64(),

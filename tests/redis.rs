@@ -563,13 +563,15 @@ fn steering_and_an_abort_reach_the_worker_running_the_conversation() {
     for c in ["steered", "aborted"] {
         store.delete(c).unwrap();
     }
-    // The tool waits until the steering message reached the running agent.
+    // The tool says it runs, then waits until the steering message reached the agent.
     let running: Arc<Mutex<Option<AgentHandle>>> = Arc::default();
-    let slot = running.clone();
+    let in_tool = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (slot, flag) = (running.clone(), in_tool.clone());
     let worker = Worker::new(&redis, "w", move |conversation, messages| {
         let agent = if conversation == "steered" {
-            let r = slot.clone();
+            let (r, flag) = (slot.clone(), flag.clone());
             let tool = fn_tool("wait", move |_, _| {
+                flag.store(true, std::sync::atomic::Ordering::SeqCst);
                 wait_until("the steering message", || {
                     r.lock()
                         .unwrap()
@@ -604,7 +606,9 @@ fn steering_and_an_abort_reach_the_worker_running_the_conversation() {
     let prefix = format!("t{}-control", std::process::id());
 
     queue.prompt("steered", "Wait.").unwrap();
-    wait_until("the run", || running.lock().unwrap().is_some());
+    wait_until("the tool", || {
+        in_tool.load(std::sync::atomic::Ordering::SeqCst)
+    });
     let last = queue.steer("steered", "Also this.").unwrap();
     wait_until("the steered run", || {
         done_of(&mut conn, &prefix, "steered").as_ref() == Some(&last)

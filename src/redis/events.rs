@@ -74,6 +74,16 @@ impl EventLog {
         self
     }
 
+    /// Uses `conn` (a connection the worker keeps between runs) instead of opening one.
+    pub(crate) fn set_conn(&self, conn: Option<::redis::Connection>) {
+        self.inner.lock().conn = conn;
+    }
+
+    /// The connection, for the next run (none after a failure).
+    pub(crate) fn take_conn(&self) -> Option<::redis::Connection> {
+        self.inner.lock().conn.take()
+    }
+
     /// Appends `event`'s line, blocking for one round trip; returns the entry id.
     ///
     /// # Errors

@@ -38,11 +38,13 @@ end
 return 0
 ";
 
-/// Records that the inbox entries up to ARGV[2] are handled. KEYS: lease, meta. ARGV:
-/// token, entry id. Returns 0 when the lease is not ours.
+/// Records that the inbox entries up to ARGV[2] are handled, and drops those before it
+/// from the inbox (the last one stays, so the inbox's end is never before `done`). KEYS:
+/// lease, meta, inbox. ARGV: token, entry id. Returns 0 when the lease is not ours.
 const DONE: &str = r"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[2], 'done', ARGV[2])
+redis.call('XTRIM', KEYS[3], 'MINID', ARGV[2])
 return 1
 ";
 
@@ -191,8 +193,16 @@ struct Inner {
     events: Option<usize>,
     stop: AtomicBool,
     tokens: AtomicU64,
+    /// The worker thread's connection.
     conn: Mutex<Option<::redis::Connection>>,
+    /// The heartbeat's connection.
+    beat: Mutex<Option<::redis::Connection>>,
+    /// The inbox follower's connection, between runs.
     side: Mutex<Option<::redis::Connection>>,
+    /// Loads transcripts (a connection of its own).
+    store: Store,
+    /// The connections of a run's transcript and event log, between runs.
+    spare: Mutex<(Option<::redis::Connection>, Option<::redis::Connection>)>,
 }
 
 impl fmt::Debug for Worker {
@@ -237,7 +247,10 @@ impl Worker {
                 stop: AtomicBool::new(false),
                 tokens: AtomicU64::new(0),
                 conn: Mutex::new(None),
+                beat: Mutex::new(None),
                 side: Mutex::new(None),
+                store: Store::new(redis),
+                spare: Mutex::new((None, None)),
             }),
         };
         worker.ensure_group()?;
@@ -447,12 +460,13 @@ impl Worker {
             self.ack(entry)?;
             return Ok(true);
         }
-        let running = AtomicBool::new(true);
         let current: Mutex<Option<AgentHandle>> = Mutex::new(None);
+        // Dropping the sender ends the heartbeat at once.
+        let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
         let drained = std::thread::scope(|scope| {
-            scope.spawn(|| self.heartbeat(&lease_key, &token, entry, &running, &current));
+            scope.spawn(|| self.heartbeat(&lease_key, &token, entry, &stopped, &current));
             let drained = self.drain(conversation, &token, &current);
-            running.store(false, Ordering::Release);
+            drop(stop);
             drained
         });
         if let Err(e) = drained {
@@ -496,36 +510,34 @@ impl Worker {
         lease_key: &str,
         token: &str,
         entry: &str,
-        running: &AtomicBool,
+        stopped: &crossbeam_channel::Receiver<()>,
         current: &Mutex<Option<AgentHandle>>,
     ) {
         let inner = &self.inner;
         let period = inner.lease / 3;
-        let tick = Duration::from_millis(10).min(period);
-        let mut next = Instant::now() + period;
-        while running.load(Ordering::Acquire) {
-            std::thread::sleep(tick);
-            if Instant::now() < next {
-                continue;
-            }
-            next = Instant::now() + period;
+        while let Err(crossbeam_channel::RecvTimeoutError::Timeout) = stopped.recv_timeout(period) {
             let queue = inner.redis.queue_key();
-            let renewed = with_conn(&inner.redis, &mut inner.side.lock(), |c| {
-                ::redis::cmd("XCLAIM")
-                    .arg(&queue)
-                    .arg(GROUP)
-                    .arg(&inner.name)
-                    .arg(0)
-                    .arg(entry)
-                    .arg("JUSTID")
-                    .query::<::redis::Value>(c)?;
-                ::redis::cmd("EVAL")
+            // Renew first: an entry is taken back (XCLAIM) only while the lease is ours,
+            // never from a worker that claimed it after this one was paused too long.
+            let renewed = with_conn(&inner.redis, &mut inner.beat.lock(), |c| {
+                let renewed = ::redis::cmd("EVAL")
                     .arg(RENEW)
                     .arg(1)
                     .arg(lease_key)
                     .arg(token)
                     .arg(millis(inner.lease))
-                    .query::<i64>(c)
+                    .query::<i64>(c)?;
+                if renewed == 1 {
+                    ::redis::cmd("XCLAIM")
+                        .arg(&queue)
+                        .arg(GROUP)
+                        .arg(&inner.name)
+                        .arg(0)
+                        .arg(entry)
+                        .arg("JUSTID")
+                        .query::<::redis::Value>(c)?;
+                }
+                Ok(renewed)
             });
             if renewed == Ok(0) {
                 // Lost (paused too long): the fenced writes fail anyway; stop at once.
@@ -617,9 +629,10 @@ impl Worker {
         let ok: i64 = with_conn(redis, &mut self.inner.conn.lock(), |c| {
             ::redis::cmd("EVAL")
                 .arg(DONE)
-                .arg(2)
+                .arg(3)
                 .arg(redis.key(conversation, "lease"))
                 .arg(redis.key(conversation, "meta"))
+                .arg(redis.key(conversation, "inbox"))
                 .arg(token)
                 .arg(id)
                 .query(c)
@@ -639,21 +652,25 @@ impl Worker {
     ) -> Result<(), Error> {
         let inner = &self.inner;
         let redis = &inner.redis;
-        let loaded = Store::new(redis).load(conversation)?;
+        let loaded = inner.store.load(conversation)?;
         let agent = (inner.factory)(conversation, loaded.messages)?;
         let fence = Fence {
             token: token.into(),
             entry: (!resume).then(|| job.id.clone()),
         };
         let transcript = Transcript::new(redis, conversation, Some(fence));
+        let (spare_transcript, spare_log) = std::mem::take(&mut *inner.spare.lock());
+        transcript.set_conn(spare_transcript);
         let handle = agent.handle();
         transcript.on_error(move || {
             handle.abort();
         });
         let _transcript = agent.subscribe(transcript.listener());
-        let log = inner
-            .events
-            .map(|n| EventLog::new(redis, conversation).max_len(n));
+        let log = inner.events.map(|n| {
+            let log = EventLog::new(redis, conversation).max_len(n);
+            log.set_conn(spare_log);
+            log
+        });
         let _log = log.as_ref().map(|log| agent.subscribe(log.listener()));
         *current.lock() = Some(agent.handle());
 
@@ -665,6 +682,10 @@ impl Worker {
             }
         })?;
         *current.lock() = None;
+        *inner.spare.lock() = (
+            transcript.take_conn(),
+            log.as_ref().and_then(EventLog::take_conn),
+        );
         if let Some(e) = transcript.error() {
             return Err(e);
         }
@@ -717,19 +738,20 @@ impl Worker {
             // prompt is answered. Nothing to continue on a resume: it was answered before.
             let _ = run();
             running.store(false, Ordering::Release);
-            // Wake the follower from its blocking read (bounded: it stops within its
-            // block time anyway).
-            for _ in 0..200 {
-                if follower.is_finished() {
-                    break;
-                }
+            // Wake the follower from its blocking read, again until it is gone: one sent
+            // while it was between two reads finds nothing to unblock. Bounded: it stops
+            // within its block time anyway.
+            for _ in 0..2000 {
                 let _ = with_conn(redis, &mut inner.conn.lock(), |c| {
                     ::redis::cmd("CLIENT")
                         .arg("UNBLOCK")
                         .arg(watcher_id)
                         .query::<i64>(c)
                 });
-                std::thread::sleep(Duration::from_millis(1));
+                if follower.is_finished() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_micros(100));
             }
             follower.join().unwrap_or((None, None))
         });

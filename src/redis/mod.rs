@@ -84,20 +84,31 @@
 //!   is Redis's persistence setting (`appendonly yes`, `appendfsync always` for every write).
 //!
 //! # Capacity
-//! Per prompt on a short reply: about 10 commands to Redis (queue and inbox `XADD`, lease,
-//! a transcript read, two appends, `meta`, release, `XACK`), plus one `XADD` per event
-//! when an [`EventLog`] records it. A streamed reply of 500 tokens is about 510 events; at
-//! a few microseconds of Redis CPU per `XADD` of a ~100-byte line, one Redis core takes
-//! 100,000 or more such writes per second, so about 200 replies streaming at once at 50
-//! tokens/s each use a tenth of it. Without event logs the queue, not the model, is the
-//! limit only at thousands of prompts per second.
+//! Commands per prompt on a short reply: two `XADD`s to submit it; for the worker about a
+//! dozen round trips (claim or read the queue entry, the lease, `meta`, the inbox, the
+//! transcript, two fenced appends, `done`, the release, `XACK` + `XDEL`), each a few
+//! microseconds of Redis CPU; plus one `XADD` per event when the run has an [`EventLog`]
+//! (the default for a [`Worker`]). A streamed reply of 500 tokens is about 510 events, and
+//! Redis takes on the order of 100,000 small `XADD`s per second per core: about 200 replies
+//! streaming at 50 tokens/s each at once use a tenth of one core, and the queue itself
+//! carries thousands of prompts per second (measured with `examples/fleet.rs`: about 1,000
+//! prompts/s for one worker thread on Faux, on a busy 2-core machine with Redis on it).
+//! Beyond one core, Redis Cluster spreads the conversations (each one slot, by its hash
+//! tag); the queue stream stays on one shard, a few dozen bytes per request.
 //!
-//! Memory per conversation: the transcript (its JSON, plus about 20 bytes per list element),
-//! the inbox (about 100 bytes per request: trim it with `XTRIM` once `done` passed), `meta`
-//! and the lease (about 200 bytes), and the event stream, capped at
-//! [`EventLog::max_len`] entries (default 10,000, about 100 bytes each, so up to about 1 MB
-//! while a conversation is followed: lower the cap, or delete the stream after the run,
-//! for many idle conversations). A conversation of 10 short turns stores a few kilobytes.
+//! Memory per conversation (`MEMORY USAGE`, Redis 7, measured with `fleet memory`):
+//! - the transcript: the messages' JSON plus a few bytes each (about 3.2 KB for 10 short
+//!   turns: 20 messages of about 150 bytes);
+//! - the inbox: a stream costs about 4.7 KB even when nearly empty (one listpack node,
+//!   `stream-node-max-bytes` 4096); the worker trims it up to `done` after each run;
+//! - `meta` about 140 bytes, the lease (while running) about 100;
+//! - the event stream: about 200 bytes per event, up to [`EventLog::max_len`] events
+//!   (10,000 by default: about 2 MB while a long run is followed; 33 KB after 10 short
+//!   turns). Lower the cap, or delete the stream after the run when no one follows it, for
+//!   many idle conversations.
+//!
+//! So an idle conversation of 10 short turns without its event stream takes about 8 KB: a
+//! million of them fit in 8 GB.
 
 mod events;
 mod fleet;

@@ -268,6 +268,16 @@ impl Transcript {
         }
     }
 
+    /// Uses `conn` (a connection the worker keeps between runs) instead of opening one.
+    pub(crate) fn set_conn(&self, conn: Option<::redis::Connection>) {
+        self.inner.lock().conn = conn;
+    }
+
+    /// The connection, for the next run (none after a failure).
+    pub(crate) fn take_conn(&self) -> Option<::redis::Connection> {
+        self.inner.lock().conn.take()
+    }
+
     /// Calls `f` once, at the first failure (the worker aborts its run there).
     pub(crate) fn on_error(&self, f: impl Fn() + Send + Sync + 'static) {
         self.inner.lock().on_error = Some(Box::new(f));
