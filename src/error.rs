@@ -39,7 +39,8 @@ use crate::kind::ErrorKind;
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Error {
-    /// `prompt` or `continue_run` was called while a run is active.
+    /// `prompt` or `continue_run` was called while a run is active; or (`pagent::redis`,
+    /// feature `redis`) a worker lost a conversation's lease: another worker runs it.
     Busy,
     /// `continue_run` found nothing to continue from.
     NothingToContinue(String),

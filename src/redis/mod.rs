@@ -54,6 +54,7 @@
 //! | `pagent:{c}:lease` | string, expiring | the token of the worker that runs the conversation |
 //! | `pagent:{queue}` | stream + group `workers` | one entry per request: field `conversation` |
 //!
+//! A conversation's name is any string without `{` or `}` (they would move the hash tag).
 //! The queue is the one key not per conversation: its entries only say "look at
 //! conversation c", each a few dozen bytes, and every worker reads it (a fleet that outgrows
 //! one queue shard splits it into several queue streams, a worker reading them all).
@@ -225,5 +226,26 @@ pub(crate) fn map_err(e: &::redis::RedisError, connecting: bool) -> Error {
             kind: std::io::ErrorKind::Other,
             message: format!("redis: {e}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_conversations_keys_share_its_hash_tag() {
+        let redis = Redis::open("redis://127.0.0.1:1/").unwrap().prefix("p");
+        assert_eq!(redis.key("alice", "messages"), "p:{alice}:messages");
+        assert_eq!(redis.key("alice", "lease"), "p:{alice}:lease");
+        assert_eq!(redis.queue_key(), "p:{queue}");
+    }
+
+    #[test]
+    fn debug_shows_the_address_not_the_password() {
+        let redis = Redis::open("redis://:secret@127.0.0.1:6380/").unwrap();
+        let shown = format!("{redis:?}");
+        assert!(shown.contains("127.0.0.1:6380"), "{shown}");
+        assert!(!shown.contains("secret"), "{shown}");
     }
 }
