@@ -79,7 +79,9 @@
 //!   with [`Agent::continue_run`](crate::Agent::continue_run) (which runs nothing when the
 //!   answer was already stored) instead of prompting again. A transcript thus never loses an
 //!   ended message and never gets a second answer to one prompt. What is at least once is
-//!   the model call of a reply that was streaming when its worker died: it is asked again.
+//!   the model call of a reply that was streaming when its worker died (it is asked
+//!   again), and a steering or follow-up message that the dead worker had handed to its
+//!   run (the resumed run is handed it again).
 //! - **Acknowledged writes survive what Redis makes durable.** A message is in the
 //!   transcript once its `RPUSH` was acknowledged; whether that survives a restart of Redis
 //!   is Redis's persistence setting (`appendonly yes`, `appendfsync always` for every write).
