@@ -58,7 +58,8 @@ stop() {
     kill "$pid"
     for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   fi
-  rm -f "$pidfile"
+  # The data dir was throwaway.
+  rm -rf "${STATE:?}/$1"
 }
 
 case "${1:-}" in
