@@ -848,3 +848,49 @@ fn a_redis_restart_mid_run_fails_the_run_with_a_typed_error_and_loses_nothing_ac
         answered(&["Hello".to_string()], |p| format!("answer to {p}"))
     );
 }
+
+#[test]
+fn a_worker_that_lost_its_lease_cannot_write_to_the_transcript() {
+    let redis = shared("fence");
+    let prefix = format!("t{}-fence", std::process::id());
+    let store = Store::new(&redis);
+    store.delete("c").unwrap();
+    let worker = Worker::new(&redis, "w", |_, messages| {
+        let faux = Faux::default().otherwise(|request| {
+            FauxReply::text(format!("answer to {}", last_user(&request.messages)))
+                .delay(Duration::from_millis(500))
+        });
+        Agent::builder().provider(faux).messages(messages).build()
+    })
+    .unwrap()
+    .lease(Duration::from_secs(30))
+    .claim_after(Duration::from_millis(300));
+    let id = Queue::new(&redis).prompt("c", "Hello").unwrap();
+    let stepper = worker.clone();
+    let step = std::thread::spawn(move || stepper.step(Duration::from_millis(100)));
+    wait_until("the prompt stored", || described(&store, "c").len() == 1);
+    // Another worker took the conversation (this one was paused past its lease, say).
+    let mut conn = raw(&shared_url());
+    let lease = format!("{prefix}:{{c}}:lease");
+    redis::cmd("SET")
+        .arg(&lease)
+        .arg("other")
+        .query::<()>(&mut conn)
+        .unwrap();
+    assert_eq!(step.join().unwrap(), Err(Error::Busy));
+    // The reply of the run that lost its lease was not written.
+    assert_eq!(described(&store, "c"), ["user \"Hello\""]);
+    // Once the other worker is gone, the entry is claimed again and answered once.
+    redis::cmd("DEL")
+        .arg(&lease)
+        .query::<()>(&mut conn)
+        .unwrap();
+    let _w = InProcess::start(worker);
+    wait_until("the answer", || {
+        done_of(&mut conn, &prefix, "c").as_ref() == Some(&id)
+    });
+    assert_eq!(
+        described(&store, "c"),
+        answered(&["Hello".to_string()], |p| format!("answer to {p}"))
+    );
+}
