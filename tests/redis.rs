@@ -894,3 +894,23 @@ fn a_worker_that_lost_its_lease_cannot_write_to_the_transcript() {
         answered(&["Hello".to_string()], |p| format!("answer to {p}"))
     );
 }
+
+/// The README's example, on the shared server.
+#[test]
+fn the_readme_fleet_example_runs() {
+    let redis = shared("readme");
+    Store::new(&redis).delete("alice").unwrap();
+    let worker = Worker::new(&redis, "worker-1", |_conversation, messages| {
+        Agent::builder()
+            .provider(Faux::default().reply(FauxReply::text("Hi!")))
+            .messages(messages)
+            .build()
+    })
+    .unwrap();
+    Queue::new(&redis).prompt("alice", "Hello").unwrap();
+    assert_eq!(worker.step(Duration::from_secs(1)), Ok(1));
+    let state = RemoteMirror::new(&redis, "alice")
+        .follow_run(Duration::from_secs(5))
+        .unwrap();
+    assert_eq!(state.messages.len(), 2);
+}
