@@ -225,6 +225,11 @@ impl Worker {
     /// A worker named `name` (unique in the fleet: it is its consumer name) that builds a
     /// conversation's agent with `factory(conversation, stored_messages)`.
     ///
+    /// The factory is called on the worker's thread before each run, with the transcript
+    /// as stored (a new agent per run: the transcript in Redis is the conversation's state).
+    /// An `Err` from it fails that run's [`Worker::step`] and leaves the queue entry pending,
+    /// to be tried again after [`Worker::claim_after`].
+    ///
     /// Creates the consumer group if there is none yet (blocks for one round trip).
     ///
     /// # Errors
