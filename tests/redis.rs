@@ -123,15 +123,34 @@ fn ping(port: u16) -> bool {
         && line.starts_with("+PONG")
 }
 
-/// The shared server: `PAGENT_REDIS_URL`, or one of this test binary's own.
+/// The shared server: `PAGENT_REDIS_URL`, or one of this test binary's own. That one lives
+/// in a static, which is never dropped: a shell started with it waits on a pipe from this
+/// process and stops the server by its pid when the pipe closes, that is when this process
+/// exits, however it ends.
 fn shared_url() -> String {
-    static OWN: OnceLock<(String, Mutex<Option<RedisServer>>)> = OnceLock::new();
+    static OWN: OnceLock<(String, Mutex<Child>)> = OnceLock::new();
     if let Ok(url) = std::env::var("PAGENT_REDIS_URL") {
         return url;
     }
     let (url, _) = OWN.get_or_init(|| {
-        let server = RedisServer::start(false);
-        (server.url(), Mutex::new(Some(server)))
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let server = std::env::var("PAGENT_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+        let watchdog = Command::new("sh")
+            .args([
+                "-c",
+                r#""$0" "$@" >/dev/null 2>&1 & pid=$!; read _; kill "$pid"; wait "$pid""#,
+            ])
+            .arg(server)
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--dir", "/tmp"])
+            .stdin(Stdio::piped())
+            .spawn()
+            .expect("sh runs");
+        wait_until("the shared redis-server", || ping(port));
+        (format!("redis://127.0.0.1:{port}/"), Mutex::new(watchdog))
     });
     url.clone()
 }
