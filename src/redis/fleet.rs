@@ -99,7 +99,7 @@ impl Queue {
     /// Asks the fleet to run `text` as the next prompt of `conversation`. Returns the inbox
     /// entry id, by which the run is known (see the module's guarantees).
     ///
-    /// Blocks for two round trips.
+    /// Blocks for one round trip.
     ///
     /// # Errors
     /// [`Error::Connection`] or [`Error::Timeout`] when Redis cannot be reached or does not
@@ -138,23 +138,25 @@ impl Queue {
     fn request(&self, conversation: &str, kind: &str, text: &str) -> Result<String, Error> {
         let inbox = self.redis.key(conversation, "inbox");
         let queue = self.redis.queue_key();
-        with_conn(&self.redis, &mut self.conn.lock(), |c| {
-            let id: String = ::redis::cmd("XADD")
+        // One round trip, two commands in this order (not atomic: the keys are in two
+        // slots; see the type's `# Consistency`).
+        let (id, _queued): (String, String) = with_conn(&self.redis, &mut self.conn.lock(), |c| {
+            ::redis::pipe()
+                .cmd("XADD")
                 .arg(&inbox)
                 .arg("*")
                 .arg("kind")
                 .arg(kind)
                 .arg("text")
                 .arg(text)
-                .query(c)?;
-            ::redis::cmd("XADD")
+                .cmd("XADD")
                 .arg(&queue)
                 .arg("*")
                 .arg("conversation")
                 .arg(conversation)
-                .query::<String>(c)?;
-            Ok(id)
-        })
+                .query(c)
+        })?;
+        Ok(id)
     }
 }
 
