@@ -40,7 +40,8 @@ use crate::kind::ErrorKind;
 #[non_exhaustive]
 pub enum Error {
     /// `prompt` or `continue_run` was called while a run is active, or `reset` or
-    /// `replace_messages`, which need an idle agent.
+    /// `replace_messages`, which need an idle agent; or (`pagent::redis`, feature `redis`) a
+    /// worker lost a conversation's lease: another worker runs it.
     Busy,
     /// `continue_run` found nothing to continue from.
     NothingToContinue(String),

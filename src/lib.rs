@@ -28,6 +28,8 @@ mod list;
 pub mod llm;
 mod message;
 mod partial;
+#[cfg(feature = "redis")]
+pub mod redis;
 pub mod session;
 mod state;
 pub mod tool;

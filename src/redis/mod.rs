@@ -1,0 +1,253 @@
+//! Agents beyond one machine, on Redis (or Valkey): a session store, live event streams
+//! with remote mirrors, and a fleet of workers fed by a stream and a consumer group.
+//! Behind the cargo feature `redis`.
+//!
+//! - [`Store`]: each conversation's transcript in Redis, one message per list element,
+//!   appended at each `MessageEnd` ([`Store::transcript`] gives the listener), loaded by any
+//!   process with [`Store::load`] to build or resume an agent. The same guarantee as
+//!   [`crate::session`]: a message that ended and was acknowledged by Redis is never lost.
+//! - [`EventLog`]: a listener that appends each event's native [wire](crate::wire) line to a
+//!   capped stream per conversation; [`RemoteMirror`] follows that stream from another
+//!   process (blocking reads, resumable from the last entry id it saw) and folds the lines
+//!   with [`crate::wire::Mirror`], so it rebuilds the snapshots the agent published.
+//! - [`Queue`] and [`Worker`]: prompts, steering, follow-ups and aborts for a conversation
+//!   are entries in that conversation's inbox stream; a fleet of workers reads a shared
+//!   queue stream through a consumer group, runs each conversation where it holds the
+//!   conversation's lease, and acknowledges after `AgentEnd`. A dead worker's entries are
+//!   claimed by another after a timeout, which resumes from the stored transcript.
+//!
+//! Everything blocks the calling thread (the `redis` crate's blocking client, no async
+//! runtime); every call has a timeout ([`Redis::timeout`]), so an unreachable or restarting
+//! server gives a typed error ([`Error::Connection`], [`Error::Timeout`]) and never a hang.
+//!
+//! ```no_run
+//! use pagent::llm::{Faux, FauxReply};
+//! use pagent::redis::{Queue, Redis, Worker};
+//! use pagent::Agent;
+//! use std::time::Duration;
+//!
+//! let redis = Redis::open("redis://127.0.0.1:6379/")?;
+//! // A client somewhere: a prompt for conversation "alice".
+//! Queue::new(&redis).prompt("alice", "Hello")?;
+//! // A worker somewhere else: builds the conversation's agent from its stored transcript.
+//! let worker = Worker::new(&redis, "worker-1", |_conversation, messages| {
+//!     Agent::builder()
+//!         .provider(Faux::default().reply(FauxReply::text("Hi!")))
+//!         .messages(messages)
+//!         .build()
+//! })?;
+//! worker.run_for(Duration::from_secs(10))?;
+//! # Ok::<(), pagent::Error>(())
+//! ```
+//!
+//! # Keys
+//! All keys start with a prefix ([`Redis::prefix`], default `pagent`). A conversation's keys
+//! share the hash tag `{<conversation>}`, so on Redis Cluster they live in one slot and the
+//! scripts that touch several of them run there atomically:
+//!
+//! | key | type | holds |
+//! |---|---|---|
+//! | `pagent:{c}:messages` | list | the transcript, one message (JSON, the session format) per element |
+//! | `pagent:{c}:events` | stream, capped | the native wire line of each event (field `line`) |
+//! | `pagent:{c}:inbox` | stream | requests: field `kind` (`prompt`, `steer`, `follow_up`, `abort`), `text` |
+//! | `pagent:{c}:meta` | hash | `done`: the last inbox entry handled; `started`: the inbox entry whose prompt is the last one in the transcript |
+//! | `pagent:{c}:lease` | string, expiring | the token of the worker that runs the conversation |
+//! | `pagent:{queue}` | stream + group `workers` | one entry per request: field `conversation` |
+//!
+//! A conversation's name is any string without `{` or `}` (they would move the hash tag).
+//! The queue is the one key not per conversation: its entries only say "look at
+//! conversation c", each a few dozen bytes, and every worker reads it (a fleet that outgrows
+//! one queue shard splits it into several queue streams, a worker reading them all).
+//!
+//! # Guarantees
+//! - **One run per conversation at a time, across the fleet.** A worker runs a conversation
+//!   only while it holds the conversation's lease (`SET NX PX`), renewed by a heartbeat
+//!   every third of [`Worker::lease`]. Every write to the transcript and to `meta` is a script
+//!   that first checks the lease token: a worker that lost its lease (paused longer than the
+//!   lease) cannot write any more, its run is aborted, and its error says so.
+//! - **Requests of one conversation in order.** The inbox is a stream: a worker takes its
+//!   entries in id order after `done`. Steering, follow-ups and aborts that arrive while a
+//!   run is active are routed to it (the running worker follows the inbox); arriving while
+//!   no run is active, a steer or follow-up is run as a prompt and an abort is skipped.
+//! - **At least once, answered once.** A queue entry is acknowledged only after the
+//!   conversation's inbox was drained up to it and each run ended (`AgentEnd`) with `done`
+//!   set to its inbox entry id. A worker that dies leaves its queue entries pending; after
+//!   [`Worker::claim_after`] (longer than the lease, so the lease has expired) another worker
+//!   claims them (`XAUTOCLAIM`), takes the lease and reads `done` and `started`: an entry at
+//!   or before `done` is never run again (duplicates are detected by entry id); an entry
+//!   equal to `started` already has its prompt in the transcript, so the new worker resumes
+//!   with [`Agent::continue_run`](crate::Agent::continue_run) (which runs nothing when the
+//!   answer was already stored) instead of prompting again. A transcript thus never loses an
+//!   ended message and never gets a second answer to one prompt. What is at least once is
+//!   the model call of a reply that was streaming when its worker died (it is asked
+//!   again), and a steering or follow-up message that the dead worker had handed to its
+//!   run (the resumed run is handed it again).
+//! - **Acknowledged writes survive what Redis makes durable.** A message is in the
+//!   transcript once its `RPUSH` was acknowledged; whether that survives a restart of Redis
+//!   is Redis's persistence setting (`appendonly yes`, `appendfsync always` for every write).
+//!
+//! # Capacity
+//! Commands per prompt on a short reply: two `XADD`s to submit it; for the worker about a
+//! dozen round trips (claim or read the queue entry, the lease, `meta`, the inbox, the
+//! transcript, two fenced appends, `done`, the release, `XACK` + `XDEL`), each a few
+//! microseconds of Redis CPU; plus one `XADD` per event when the run has an [`EventLog`]
+//! (the default for a [`Worker`]). A streamed reply of 500 tokens is about 510 events, and
+//! Redis takes on the order of 100,000 small `XADD`s per second per core: about 200 replies
+//! streaming at 50 tokens/s each at once use a tenth of one core, and the queue itself
+//! carries thousands of prompts per second (measured with `examples/fleet.rs`: about 1,000
+//! prompts/s for one worker thread on Faux, on a busy 2-core machine with Redis on it).
+//! Beyond one core, Redis Cluster spreads the conversations (each one slot, by its hash
+//! tag); the queue stream stays on one shard, a few dozen bytes per request.
+//!
+//! Memory per conversation (`MEMORY USAGE`, Redis 7, measured with `fleet memory`):
+//! - the transcript: the messages' JSON plus a few bytes each (about 3.2 KB for 10 short
+//!   turns: 20 messages of about 150 bytes);
+//! - the inbox: a stream costs about 4.7 KB even when nearly empty (one listpack node,
+//!   `stream-node-max-bytes` 4096); the worker trims it up to `done` after each run;
+//! - `meta` about 140 bytes, the lease (while running) about 100;
+//! - the event stream: about 200 bytes per event, up to [`EventLog::max_len`] events
+//!   (10,000 by default: about 2 MB while a long run is followed; 33 KB after 10 short
+//!   turns). Lower the cap, or delete the stream after the run when no one follows it, for
+//!   many idle conversations.
+//!
+//! So an idle conversation of 10 short turns without its event stream takes about 8 KB: a
+//! million of them fit in 8 GB.
+
+mod events;
+mod fleet;
+mod store;
+
+pub use events::{EventLog, RemoteMirror};
+pub use fleet::{Queue, Worker};
+pub use store::{Store, Transcript};
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::error::{Error, TimeoutPhase};
+
+/// Where Redis is and how long to wait for it: a cheap `Clone` handle that every type of
+/// this module is made from. Opening it does not connect; each user opens its own
+/// connections.
+#[derive(Clone)]
+pub struct Redis {
+    client: ::redis::Client,
+    prefix: String,
+    timeout: Duration,
+}
+
+impl fmt::Debug for Redis {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The address only: a URL may hold a password.
+        let info = self.client.get_connection_info();
+        f.debug_struct("Redis")
+            .field("addr", &info.addr().to_string())
+            .field("prefix", &self.prefix)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+impl Redis {
+    /// A handle for the server at `url` (`redis://host:port/db`, `redis://:password@host/`,
+    /// `redis+unix:///path`). Does not connect.
+    ///
+    /// # Errors
+    /// [`Error::Config`] when the URL does not parse.
+    pub fn open(url: &str) -> Result<Redis, Error> {
+        let client = ::redis::Client::open(url).map_err(|e| {
+            Error::Config(format!(
+                "redis url: {}",
+                e.to_string().replace(url, "<url>")
+            ))
+        })?;
+        Ok(Redis {
+            client,
+            prefix: "pagent".into(),
+            timeout: Duration::from_secs(5),
+        })
+    }
+
+    /// Starts every key with `prefix` (several independent fleets on one server). Defaults
+    /// to `pagent`.
+    #[must_use]
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Redis {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// How long to wait to connect and for each reply (a blocking read waits this much longer
+    /// than it asked the server to block). Defaults to 5 seconds.
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Redis {
+        self.timeout = timeout;
+        self
+    }
+
+    /// A new connection, with the timeouts set.
+    pub(crate) fn connect(&self) -> Result<::redis::Connection, Error> {
+        let conn = self
+            .client
+            .get_connection_with_timeout(self.timeout)
+            .map_err(|e| map_err(&e, true))?;
+        conn.set_read_timeout(Some(self.timeout))
+            .and_then(|()| conn.set_write_timeout(Some(self.timeout)))
+            .map_err(|e| map_err(&e, false))?;
+        Ok(conn)
+    }
+
+    pub(crate) fn call_timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The key `<prefix>:{<conversation>}:<what>`.
+    pub(crate) fn key(&self, conversation: &str, what: &str) -> String {
+        format!("{}:{{{conversation}}}:{what}", self.prefix)
+    }
+
+    /// The fleet's queue stream.
+    pub(crate) fn queue_key(&self) -> String {
+        format!("{}:{{queue}}", self.prefix)
+    }
+}
+
+/// A Redis error as one of ours: no connection or a dropped one is [`Error::Connection`]
+/// (retryable), no reply in time is [`Error::Timeout`], anything else (a server error
+/// reply, a reply of an unexpected shape) is [`Error::Io`] with its text.
+pub(crate) fn map_err(e: &::redis::RedisError, connecting: bool) -> Error {
+    if e.is_timeout() {
+        Error::Timeout(if connecting {
+            TimeoutPhase::Connect
+        } else {
+            TimeoutPhase::FirstByte
+        })
+    } else if e.is_io_error() || e.is_connection_refusal() || e.is_connection_dropped() {
+        Error::Connection(format!("redis: {e}"))
+    } else {
+        Error::Io {
+            kind: std::io::ErrorKind::Other,
+            message: format!("redis: {e}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_conversations_keys_share_its_hash_tag() {
+        let redis = Redis::open("redis://127.0.0.1:1/").unwrap().prefix("p");
+        assert_eq!(redis.key("alice", "messages"), "p:{alice}:messages");
+        assert_eq!(redis.key("alice", "lease"), "p:{alice}:lease");
+        assert_eq!(redis.queue_key(), "p:{queue}");
+    }
+
+    #[test]
+    fn debug_shows_the_address_not_the_password() {
+        let redis = Redis::open("redis://:secret@127.0.0.1:6380/").unwrap();
+        let shown = format!("{redis:?}");
+        assert!(shown.contains("127.0.0.1:6380"), "{shown}");
+        assert!(!shown.contains("secret"), "{shown}");
+    }
+}

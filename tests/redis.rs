@@ -1,0 +1,935 @@
+//! `pagent::redis` against a real redis-server: the session store, live events and remote
+//! mirrors, and a fleet of worker processes (this test binary, started again in a worker
+//! or mirror role), with a worker killed by SIGKILL and Redis restarted mid-run.
+//!
+//! Needs `redis-server` (`.ci/redis.sh install`). The shared server's URL comes from
+//! `PAGENT_REDIS_URL` (`.ci/run` starts one with `.ci/redis.sh start`); without it the tests
+//! start one of their own. Tests that restart Redis start their own server on another port.
+//! Every test uses its own key prefix, so they run in parallel on one server.
+
+// Shared with the other test binaries; only some of each is used here.
+#[allow(dead_code)]
+#[path = "control/support.rs"]
+mod control;
+#[path = "support/mod.rs"]
+mod http;
+#[allow(dead_code)]
+mod replay;
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use pagent::llm::{Faux, FauxReply, OpenAiCompat};
+use pagent::redis::{EventLog, Queue, Redis, RemoteMirror, Store, Worker};
+use pagent::{Agent, AgentHandle, Error, Message, ToolOutput};
+use serde_json::json;
+
+use control::{describe, fn_tool};
+
+/// How long any wait of these tests may take before the test fails instead of hanging.
+const PATIENCE: Duration = Duration::from_secs(120);
+
+// ---- servers and processes ----
+
+/// A redis-server of a test's own, stopped (by its pid) when dropped.
+struct RedisServer {
+    port: u16,
+    dir: PathBuf,
+    aof: bool,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    /// Starts one on a free loopback port, with append-only persistence (every write synced)
+    /// when `aof`, so that a restart keeps what it acknowledged.
+    fn start(aof: bool) -> RedisServer {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let dir = std::env::temp_dir().join(format!("pagent-redis-{}-{port}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut server = RedisServer {
+            port,
+            dir,
+            aof,
+            child: None,
+        };
+        server.spawn();
+        server
+    }
+
+    fn spawn(&mut self) {
+        let server = std::env::var("PAGENT_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+        let child = Command::new(server)
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--dir", self.dir.to_str().unwrap(), "--save", ""])
+            .args(["--appendonly", if self.aof { "yes" } else { "no" }])
+            .args(["--appendfsync", "always"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server runs (.ci/redis.sh install)");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if ping(self.port) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("redis-server did not start on port {}", self.port);
+    }
+
+    /// Kills the server with SIGKILL (what it acknowledged is in its synced log).
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn ping(port: u16) -> bool {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+    let mut line = String::new();
+    s.write_all(b"PING\r\n").is_ok()
+        && BufReader::new(s).read_line(&mut line).is_ok()
+        && line.starts_with("+PONG")
+}
+
+/// The shared server: `PAGENT_REDIS_URL`, or one of this test binary's own. That one lives
+/// in a static, which is never dropped: a shell started with it waits on a pipe from this
+/// process and stops the server by its pid when the pipe closes, that is when this process
+/// exits, however it ends.
+fn shared_url() -> String {
+    static OWN: OnceLock<(String, Mutex<Child>)> = OnceLock::new();
+    if let Ok(url) = std::env::var("PAGENT_REDIS_URL") {
+        return url;
+    }
+    let (url, _) = OWN.get_or_init(|| {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let server = std::env::var("PAGENT_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+        let watchdog = Command::new("sh")
+            .args([
+                "-c",
+                r#""$0" "$@" >/dev/null 2>&1 & pid=$!; read _; kill "$pid"; wait "$pid""#,
+            ])
+            .arg(server)
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--dir", "/tmp"])
+            .stdin(Stdio::piped())
+            .spawn()
+            .expect("sh runs");
+        wait_until("the shared redis-server", || ping(port));
+        (format!("redis://127.0.0.1:{port}/"), Mutex::new(watchdog))
+    });
+    url.clone()
+}
+
+/// A handle on the shared server with a key prefix of this test's own.
+fn shared(test: &str) -> Redis {
+    Redis::open(&shared_url())
+        .unwrap()
+        .prefix(format!("t{}-{test}", std::process::id()))
+}
+
+/// A child process of this test binary in a role (see `role_entry`), killed when dropped.
+struct Role {
+    child: Child,
+}
+
+impl Role {
+    fn start(role: &str, env: &[(&str, String)]) -> Role {
+        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        cmd.args([
+            "--exact",
+            "role_entry",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env("PAGENT_REDIS_TEST_ROLE", role)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        Role {
+            child: cmd.spawn().unwrap(),
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGKILL.
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Its stdout, once it exited (bounded by `PATIENCE`).
+    fn output(mut self) -> String {
+        let deadline = Instant::now() + PATIENCE;
+        while self.child.try_wait().unwrap().is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "the child process did not end in time"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut out = String::new();
+        std::io::Read::read_to_string(self.child.stdout.as_mut().unwrap(), &mut out).unwrap();
+        out
+    }
+}
+
+impl Drop for Role {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_default()
+}
+
+fn env_ms(name: &str, default: u64) -> Duration {
+    Duration::from_millis(env(name).parse().unwrap_or(default))
+}
+
+/// The text of the last user message of a request.
+fn last_user(messages: &[Arc<Message>]) -> String {
+    messages
+        .iter()
+        .rev()
+        .find(|m| matches!(***m, Message::User(_)))
+        .map(|m| m.text())
+        .unwrap_or_default()
+}
+
+/// The agent every worker process builds: on Faux, answering "answer to <prompt>" in
+/// pieces after `PAGENT_REDIS_TEST_DELAY_MS`; conversations named `http-*` on the loopback
+/// model server at `PAGENT_REDIS_TEST_MODEL_URL`.
+fn fleet_agent(conversation: &str, messages: Vec<Message>) -> Result<Agent, Error> {
+    let builder = Agent::builder().model("m").messages(messages);
+    if conversation.starts_with("http-") {
+        let url = env("PAGENT_REDIS_TEST_MODEL_URL");
+        return builder
+            .provider(OpenAiCompat::new(format!("{url}/v1")).retry(http::fast_retries()))
+            .build();
+    }
+    let delay = env_ms("PAGENT_REDIS_TEST_DELAY_MS", 0);
+    let faux = Faux::default().chunk_chars(3).otherwise(move |request| {
+        FauxReply::text(format!("answer to {}", last_user(&request.messages))).delay(delay)
+    });
+    builder.provider(faux).build()
+}
+
+/// The child processes' roles, chosen by `PAGENT_REDIS_TEST_ROLE`; without it (the normal
+/// test run) this test does nothing.
+#[test]
+fn role_entry() {
+    let url = env("PAGENT_REDIS_TEST_URL");
+    let redis = || {
+        Redis::open(&url)
+            .unwrap()
+            .prefix(env("PAGENT_REDIS_TEST_PREFIX"))
+            .timeout(Duration::from_secs(2))
+    };
+    match env("PAGENT_REDIS_TEST_ROLE").as_str() {
+        "worker" => {
+            let worker = Worker::new(&redis(), &env("PAGENT_REDIS_TEST_NAME"), fleet_agent)
+                .unwrap()
+                .lease(env_ms("PAGENT_REDIS_TEST_LEASE_MS", 1000))
+                .claim_after(env_ms("PAGENT_REDIS_TEST_CLAIM_MS", 2000))
+                .events(None);
+            // Until the test kills it; bounded all the same.
+            worker.run_for(PATIENCE).unwrap();
+        }
+        "mirror" => {
+            // Follows `PAGENT_REDIS_TEST_RUNS` runs, then prints how many events it folded
+            // in and the state it ended with.
+            let mut mirror = RemoteMirror::new(&redis(), "watched");
+            let mut events = 0;
+            let runs: usize = env("PAGENT_REDIS_TEST_RUNS").parse().unwrap();
+            for _ in 0..runs {
+                let deadline = Instant::now() + PATIENCE;
+                loop {
+                    assert!(Instant::now() < deadline, "no AgentEnd in time");
+                    match mirror.next_event(Duration::from_millis(200)) {
+                        Ok(Some(pagent::AgentEvent::AgentEnd { .. })) => {
+                            events += 1;
+                            break;
+                        }
+                        Ok(Some(_)) => events += 1,
+                        Ok(None) => {}
+                        // Redis restarting: the next call connects again.
+                        Err(Error::Connection(_) | Error::Timeout(_)) => {
+                            std::thread::sleep(Duration::from_millis(50));
+                        }
+                        Err(e) => panic!("mirror: {e}"),
+                    }
+                }
+                println!("ended {events}");
+            }
+            println!("events {events}");
+            println!("state {:?}", mirror.state().timeline());
+        }
+        _ => {}
+    }
+}
+
+/// Waits (bounded) until `done` holds.
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A raw connection for what the tests inspect directly.
+fn raw(url: &str) -> redis::Connection {
+    let c = redis::Client::open(url).unwrap();
+    let conn = c
+        .get_connection_with_timeout(Duration::from_secs(5))
+        .unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    conn
+}
+
+/// The `done` entry of a conversation's meta.
+fn done_of(conn: &mut redis::Connection, prefix: &str, conversation: &str) -> Option<String> {
+    redis::cmd("HGET")
+        .arg(format!("{prefix}:{{{conversation}}}:meta"))
+        .arg("done")
+        .query(conn)
+        .unwrap()
+}
+
+/// The transcript a conversation must end with: each prompt, then its one answer.
+fn answered(prompts: &[String], answer: impl Fn(&str) -> String) -> Vec<String> {
+    prompts
+        .iter()
+        .flat_map(|p| {
+            [
+                format!("user {p:?}"),
+                format!("assistant stop {:?}", answer(p)),
+            ]
+        })
+        .collect()
+}
+
+fn described(store: &Store, conversation: &str) -> Vec<String> {
+    let loaded = store.load(conversation).unwrap();
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+    loaded.messages.iter().map(describe).collect()
+}
+
+// ---- the session store ----
+
+#[test]
+fn a_transcript_in_redis_holds_each_message_as_soon_as_it_ended() {
+    let redis = shared("store");
+    let store = Store::new(&redis);
+    store.delete("c").unwrap();
+    // The tool looks at Redis from outside the run: what ended before it is stored.
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (reader, log) = (store.clone(), seen.clone());
+    let tool = fn_tool("look", move |_, _| {
+        log.lock().unwrap().extend(described(&reader, "c"));
+        Ok(ToolOutput::text("looked"))
+    });
+    let faux = Faux::new([
+        FauxReply::tool_call("look", json!({})).with_id("call_1"),
+        FauxReply::text("Done."),
+    ]);
+    let agent = Agent::builder().provider(faux).tool(tool).build().unwrap();
+    let transcript = store.transcript("c");
+    let _sub = agent.subscribe(transcript.listener());
+    agent.prompt("Look.").unwrap();
+    assert_eq!(transcript.error(), None);
+    assert_eq!(
+        *seen.lock().unwrap(),
+        ["user \"Look.\"", "assistant tool_use \"\" [call_1]"]
+    );
+    let stored = store.load("c").unwrap().messages;
+    let published: Vec<Message> = agent
+        .snapshot()
+        .messages
+        .iter()
+        .map(|m| (**m).clone())
+        .collect();
+    assert_eq!(stored, published);
+
+    // Any process resumes from it.
+    let agent = Agent::builder()
+        .provider(Faux::new([FauxReply::text("Again.")]))
+        .messages(stored)
+        .build()
+        .unwrap();
+    let _sub = agent.subscribe(store.transcript("c").listener());
+    agent.prompt("Once more.").unwrap();
+    assert_eq!(store.load("c").unwrap().messages.len(), 6);
+    store.save("c", &[Message::user("reset")]).unwrap();
+    assert_eq!(described(&store, "c"), ["user \"reset\""]);
+}
+
+#[test]
+fn an_unreachable_redis_gives_typed_errors_without_hanging() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let redis = Redis::open(&format!("redis://127.0.0.1:{port}/"))
+        .unwrap()
+        .timeout(Duration::from_secs(1));
+    let started = Instant::now();
+    let store = Store::new(&redis);
+    assert!(matches!(store.load("c"), Err(Error::Connection(_))));
+    assert!(matches!(
+        store.append("c", &Message::user("x")),
+        Err(Error::Connection(_))
+    ));
+    assert!(matches!(
+        Queue::new(&redis).prompt("c", "x"),
+        Err(Error::Connection(_))
+    ));
+    assert!(matches!(
+        Worker::new(&redis, "w", fleet_agent),
+        Err(Error::Connection(_))
+    ));
+    let mut mirror = RemoteMirror::new(&redis, "c");
+    assert!(matches!(
+        mirror.next_event(Duration::from_millis(10)),
+        Err(Error::Connection(_))
+    ));
+    assert_eq!(
+        mirror.follow_run(Duration::from_millis(300)),
+        Err(Error::Timeout(pagent::TimeoutPhase::Run))
+    );
+    // A run goes on without its transcript; the writer says why.
+    let agent = Agent::builder()
+        .provider(Faux::new([FauxReply::text("Hi.")]))
+        .build()
+        .unwrap();
+    let transcript = store.transcript("c");
+    let log = EventLog::new(&redis, "c");
+    let _a = agent.subscribe(transcript.listener());
+    let _b = agent.subscribe(log.listener());
+    agent.prompt("Hello").unwrap();
+    assert!(matches!(transcript.error(), Some(Error::Connection(_))));
+    assert!(matches!(log.error(), Some(Error::Connection(_))));
+    // Well under the timeouts' sum; the old way to find out was a hang.
+    assert!(started.elapsed() < Duration::from_secs(20));
+}
+
+// ---- live events and remote mirrors ----
+
+#[test]
+fn a_remote_mirror_follows_a_run_live_and_ends_equal_to_the_agent_state() {
+    let redis = shared("mirror");
+    Store::new(&redis).delete("c").unwrap();
+    let faux = Faux::new([
+        FauxReply::tool_call("echo", json!({"x": 1})).with_id("call_1"),
+        FauxReply::text("The echo said 1.").then_thinking("hm"),
+    ]);
+    let agent = Agent::builder()
+        .provider(faux)
+        .tool(control::echo())
+        .build()
+        .unwrap();
+    let log = EventLog::new(&redis, "c");
+    let _sub = agent.subscribe(log.listener());
+    // Every published snapshot, to compare with the mirror's after each event.
+    let published = Arc::new(Mutex::new(Vec::new()));
+    let p = published.clone();
+    let handle: AgentHandle = agent.handle();
+    let _rec = agent.subscribe(move |_| p.lock().unwrap().push(handle.snapshot().timeline()));
+    let mut mirror = RemoteMirror::new(&redis, "c").from_state(agent.snapshot().timeline());
+    let follower = std::thread::spawn(move || {
+        let mut states = Vec::new();
+        let deadline = Instant::now() + PATIENCE;
+        while Instant::now() < deadline {
+            match mirror.next_event(Duration::from_millis(200)).unwrap() {
+                Some(pagent::AgentEvent::AgentEnd { .. }) => {
+                    states.push(mirror.state().timeline());
+                    break;
+                }
+                Some(_) => states.push(mirror.state().timeline()),
+                None => {}
+            }
+        }
+        (states, mirror.last_id().to_string())
+    });
+    agent.prompt("Echo 1.").unwrap();
+    let (states, last_id) = follower.join().unwrap();
+    assert_eq!(log.error(), None);
+    assert_eq!(states, *published.lock().unwrap());
+    assert_eq!(*states.last().unwrap(), agent.snapshot().timeline());
+    // Resumable: after the last id there is nothing more.
+    let mut again = RemoteMirror::new(&redis, "c").after(last_id);
+    assert_eq!(again.next_event(Duration::from_millis(10)).unwrap(), None);
+}
+
+#[test]
+fn a_remote_mirror_in_another_process_follows_runs_through_a_redis_restart() {
+    let mut server = RedisServer::start(true);
+    let prefix = "restart-mirror".to_string();
+    let redis = Redis::open(&server.url()).unwrap().prefix(&prefix);
+    let mirror = Role::start(
+        "mirror",
+        &[
+            ("PAGENT_REDIS_TEST_URL", server.url()),
+            ("PAGENT_REDIS_TEST_PREFIX", prefix.clone()),
+            ("PAGENT_REDIS_TEST_RUNS", "2".into()),
+        ],
+    );
+    let faux = Faux::new([
+        FauxReply::text("First answer."),
+        FauxReply::text("Second answer."),
+    ])
+    .chunk_chars(2);
+    let agent = Agent::builder().provider(faux).build().unwrap();
+    let count = Arc::new(Mutex::new(0usize));
+    let c = count.clone();
+    let _n = agent.subscribe(move |_| *c.lock().unwrap() += 1);
+    {
+        let log = EventLog::new(&redis, "watched");
+        let _sub = agent.subscribe(log.listener());
+        agent.prompt("One.").unwrap();
+        assert_eq!(log.error(), None);
+    }
+    // The mirror is waiting for more (in a blocking read) when Redis goes away.
+    std::thread::sleep(Duration::from_millis(300));
+    server.restart();
+    {
+        let log = EventLog::new(&redis, "watched");
+        let _sub = agent.subscribe(log.listener());
+        agent.prompt("Two.").unwrap();
+        assert_eq!(log.error(), None);
+    }
+    let out = mirror.output();
+    let total = *count.lock().unwrap();
+    assert!(out.contains(&format!("events {total}\n")), "{out}");
+    let state = format!("state {:?}\n", agent.snapshot().timeline());
+    assert!(out.contains(&state), "{out}\nexpected {state}");
+}
+
+// ---- the queue and the workers ----
+
+/// A worker on its own thread in this process, stopped and joined when dropped.
+struct InProcess {
+    worker: Worker,
+    thread: Option<std::thread::JoinHandle<Result<u64, Error>>>,
+}
+
+impl InProcess {
+    fn start(worker: Worker) -> InProcess {
+        let w = worker.clone();
+        let thread = std::thread::spawn(move || w.run_for(PATIENCE));
+        InProcess {
+            worker,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for InProcess {
+    fn drop(&mut self) {
+        self.worker.stop();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[test]
+fn steering_and_an_abort_reach_the_worker_running_the_conversation() {
+    let redis = shared("control");
+    let store = Store::new(&redis);
+    for c in ["steered", "aborted"] {
+        store.delete(c).unwrap();
+    }
+    // The tool says it runs, then waits until the steering message reached the agent.
+    let running: Arc<Mutex<Option<AgentHandle>>> = Arc::default();
+    let in_tool = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (slot, flag) = (running.clone(), in_tool.clone());
+    let worker = Worker::new(&redis, "w", move |conversation, messages| {
+        let agent = if conversation == "steered" {
+            let (r, flag) = (slot.clone(), flag.clone());
+            let tool = fn_tool("wait", move |_, _| {
+                flag.store(true, std::sync::atomic::Ordering::SeqCst);
+                wait_until("the steering message", || {
+                    r.lock()
+                        .unwrap()
+                        .as_ref()
+                        .is_some_and(|h| !h.snapshot().steering_queue.is_empty())
+                });
+                Ok(ToolOutput::text("waited"))
+            });
+            let faux = Faux::new([
+                FauxReply::tool_call("wait", json!({})).with_id("call_1"),
+                FauxReply::text("Steered."),
+            ]);
+            Agent::builder()
+                .provider(faux)
+                .tool(tool)
+                .messages(messages)
+                .build()?
+        } else {
+            // Stalls until aborted.
+            let faux = Faux::new([FauxReply::text("never").delay(PATIENCE)]);
+            Agent::builder().provider(faux).messages(messages).build()?
+        };
+        *slot.lock().unwrap() = Some(agent.handle());
+        Ok(agent)
+    })
+    .unwrap()
+    .lease(Duration::from_millis(600))
+    .claim_after(Duration::from_secs(2));
+    let _w = InProcess::start(worker);
+    let queue = Queue::new(&redis);
+    let mut conn = raw(&shared_url());
+    let prefix = format!("t{}-control", std::process::id());
+
+    queue.prompt("steered", "Wait.").unwrap();
+    wait_until("the tool", || {
+        in_tool.load(std::sync::atomic::Ordering::SeqCst)
+    });
+    let last = queue.steer("steered", "Also this.").unwrap();
+    wait_until("the steered run", || {
+        done_of(&mut conn, &prefix, "steered").as_ref() == Some(&last)
+    });
+    assert_eq!(
+        described(&store, "steered"),
+        [
+            "user \"Wait.\"",
+            "assistant tool_use \"\" [call_1]",
+            "tool_result call_1",
+            "user \"Also this.\"",
+            "assistant stop \"Steered.\"",
+        ]
+    );
+
+    *running.lock().unwrap() = None;
+    queue.prompt("aborted", "Stall.").unwrap();
+    wait_until("the run", || {
+        running
+            .lock()
+            .unwrap()
+            .as_ref()
+            .is_some_and(|h| h.is_running())
+    });
+    let started = Instant::now();
+    let last = queue.abort("aborted").unwrap();
+    wait_until("the aborted run", || {
+        done_of(&mut conn, &prefix, "aborted").as_ref() == Some(&last)
+    });
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "the stall took {PATIENCE:?}"
+    );
+    assert_eq!(
+        described(&store, "aborted"),
+        ["user \"Stall.\"", "assistant aborted \"\""]
+    );
+}
+
+#[test]
+fn three_worker_processes_answer_every_prompt_exactly_once_in_order() {
+    const CONVERSATIONS: usize = 100;
+    const HTTP: usize = 10;
+    const PROMPTS: usize = 3;
+    let redis = shared("fleet");
+    let prefix = format!("t{}-fleet", std::process::id());
+    let answer = "It is sunny.";
+    let sse = format!(
+        "data: {}\n\ndata: {}\n\ndata: [DONE]\n\n",
+        json!({"choices":[{"index":0,"delta":{"content":answer}}]}),
+        json!({"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]})
+    );
+    let model = http::Server::start(vec![http::Reply::sse(sse); HTTP * PROMPTS]);
+    let names: Vec<String> = (0..CONVERSATIONS)
+        .map(|i| {
+            if i < HTTP {
+                format!("http-{i}")
+            } else {
+                format!("faux-{i}")
+            }
+        })
+        .collect();
+    let store = Store::new(&redis);
+    let queue = Queue::new(&redis);
+    let mut last = HashMap::new();
+    for name in &names {
+        store.delete(name).unwrap();
+    }
+    for p in 0..PROMPTS {
+        for name in &names {
+            last.insert(
+                name.clone(),
+                queue.prompt(name, &format!("{name} #{p}")).unwrap(),
+            );
+        }
+    }
+    let workers: Vec<Role> = (0..3)
+        .map(|i| {
+            Role::start(
+                "worker",
+                &[
+                    ("PAGENT_REDIS_TEST_URL", shared_url()),
+                    ("PAGENT_REDIS_TEST_PREFIX", prefix.clone()),
+                    ("PAGENT_REDIS_TEST_NAME", format!("w{i}")),
+                    ("PAGENT_REDIS_TEST_MODEL_URL", model.url.clone()),
+                ],
+            )
+        })
+        .collect();
+    let mut conn = raw(&shared_url());
+    wait_until("every conversation", || {
+        names
+            .iter()
+            .all(|n| done_of(&mut conn, &prefix, n).as_ref() == last.get(n))
+    });
+    drop(workers);
+    for name in &names {
+        let prompts: Vec<String> = (0..PROMPTS).map(|p| format!("{name} #{p}")).collect();
+        let expected = if name.starts_with("http-") {
+            answered(&prompts, |_| answer.to_string())
+        } else {
+            answered(&prompts, |p| format!("answer to {p}"))
+        };
+        assert_eq!(described(&store, name), expected, "{name}");
+    }
+    // The model server was asked once per prompt of its conversations.
+    assert_eq!(model.requests().len(), HTTP * PROMPTS);
+}
+
+#[test]
+fn a_worker_killed_mid_run_has_its_conversations_finished_by_the_others() {
+    const CONVERSATIONS: usize = 30;
+    const PROMPTS: usize = 3;
+    let redis = shared("kill");
+    let prefix = format!("t{}-kill", std::process::id());
+    let names: Vec<String> = (0..CONVERSATIONS).map(|i| format!("c{i}")).collect();
+    let store = Store::new(&redis);
+    let queue = Queue::new(&redis);
+    let mut last = HashMap::new();
+    for name in &names {
+        store.delete(name).unwrap();
+    }
+    for p in 0..PROMPTS {
+        for name in &names {
+            last.insert(
+                name.clone(),
+                queue.prompt(name, &format!("{name} #{p}")).unwrap(),
+            );
+        }
+    }
+    let mut workers: Vec<Role> = (0..3)
+        .map(|i| {
+            Role::start(
+                "worker",
+                &[
+                    ("PAGENT_REDIS_TEST_URL", shared_url()),
+                    ("PAGENT_REDIS_TEST_PREFIX", prefix.clone()),
+                    ("PAGENT_REDIS_TEST_NAME", format!("w{i}")),
+                    // Slow enough replies that the kill lands inside a run.
+                    ("PAGENT_REDIS_TEST_DELAY_MS", "40".into()),
+                    ("PAGENT_REDIS_TEST_LEASE_MS", "600".into()),
+                    ("PAGENT_REDIS_TEST_CLAIM_MS", "1500".into()),
+                ],
+            )
+        })
+        .collect();
+    let mut conn = raw(&shared_url());
+    // Kill w0 while it holds a conversation whose prompt is stored and unanswered.
+    let mut victim = None;
+    wait_until("w0 in the middle of a run", || {
+        victim = names.iter().find(|n| {
+            let lease: Option<String> = redis::cmd("GET")
+                .arg(format!("{prefix}:{{{n}}}:lease"))
+                .query(&mut conn)
+                .unwrap();
+            lease.is_some_and(|l| l.starts_with("w0:"))
+                && described(&store, n)
+                    .last()
+                    .is_some_and(|m| m.starts_with("user"))
+        });
+        victim.is_some()
+    });
+    let killed = workers[0].pid();
+    workers[0].kill();
+    let victim = victim.unwrap();
+    let pending: i64 = redis::cmd("XPENDING")
+        .arg(format!("{prefix}:{{queue}}"))
+        .arg("workers")
+        .query::<redis::Value>(&mut conn)
+        .map(|v| match v {
+            redis::Value::Array(v) => match v.first() {
+                Some(redis::Value::Int(n)) => *n,
+                _ => 0,
+            },
+            _ => 0,
+        })
+        .unwrap();
+    assert!(pending > 0, "w0 (pid {killed}) left nothing pending");
+    wait_until("every conversation", || {
+        names
+            .iter()
+            .all(|n| done_of(&mut conn, &prefix, n).as_ref() == last.get(n))
+    });
+    drop(workers);
+    for name in &names {
+        let prompts: Vec<String> = (0..PROMPTS).map(|p| format!("{name} #{p}")).collect();
+        assert_eq!(
+            described(&store, name),
+            answered(&prompts, |p| format!("answer to {p}")),
+            "{name} (w0 died in {victim})"
+        );
+    }
+}
+
+#[test]
+fn a_redis_restart_mid_run_fails_the_run_with_a_typed_error_and_loses_nothing_acknowledged() {
+    let mut server = RedisServer::start(true);
+    let redis = Redis::open(&server.url())
+        .unwrap()
+        .prefix("restart-worker")
+        .timeout(Duration::from_secs(1));
+    // The first reply streams slowly, so the restart lands inside it.
+    let worker = Worker::new(&redis, "w", |_, messages| {
+        let faux = Faux::default().chunk_chars(1).otherwise(|request| {
+            FauxReply::text(format!("answer to {}", last_user(&request.messages)))
+                .delay(Duration::from_millis(800))
+        });
+        Agent::builder().provider(faux).messages(messages).build()
+    })
+    .unwrap()
+    .lease(Duration::from_millis(600))
+    .claim_after(Duration::from_millis(1500));
+    let queue = Queue::new(&redis);
+    let store = Store::new(&redis);
+    let id = queue.prompt("c", "Hello").unwrap();
+    let stepper = worker.clone();
+    let step = std::thread::spawn(move || stepper.step(Duration::from_millis(100)));
+    wait_until("the prompt stored", || {
+        store.load("c").is_ok_and(|l| l.messages.len() == 1)
+    });
+    server.kill();
+    let failed = step.join().unwrap();
+    assert!(
+        matches!(failed, Err(Error::Connection(_) | Error::Timeout(_))),
+        "{failed:?}"
+    );
+    server.spawn();
+    // What Redis acknowledged is there; the run resumes and answers once.
+    assert_eq!(described(&store, "c"), ["user \"Hello\""]);
+    let _w = InProcess::start(worker);
+    let mut conn = raw(&server.url());
+    wait_until("the answer", || {
+        done_of(&mut conn, "restart-worker", "c").as_ref() == Some(&id)
+    });
+    assert_eq!(
+        described(&store, "c"),
+        answered(&["Hello".to_string()], |p| format!("answer to {p}"))
+    );
+}
+
+#[test]
+fn a_worker_that_lost_its_lease_cannot_write_to_the_transcript() {
+    let redis = shared("fence");
+    let prefix = format!("t{}-fence", std::process::id());
+    let store = Store::new(&redis);
+    store.delete("c").unwrap();
+    let worker = Worker::new(&redis, "w", |_, messages| {
+        let faux = Faux::default().otherwise(|request| {
+            FauxReply::text(format!("answer to {}", last_user(&request.messages)))
+                .delay(Duration::from_millis(500))
+        });
+        Agent::builder().provider(faux).messages(messages).build()
+    })
+    .unwrap()
+    .lease(Duration::from_secs(30))
+    .claim_after(Duration::from_millis(300));
+    let id = Queue::new(&redis).prompt("c", "Hello").unwrap();
+    let stepper = worker.clone();
+    let step = std::thread::spawn(move || stepper.step(Duration::from_millis(100)));
+    wait_until("the prompt stored", || described(&store, "c").len() == 1);
+    // Another worker took the conversation (this one was paused past its lease, say).
+    let mut conn = raw(&shared_url());
+    let lease = format!("{prefix}:{{c}}:lease");
+    redis::cmd("SET")
+        .arg(&lease)
+        .arg("other")
+        .query::<()>(&mut conn)
+        .unwrap();
+    assert_eq!(step.join().unwrap(), Err(Error::Busy));
+    // The reply of the run that lost its lease was not written.
+    assert_eq!(described(&store, "c"), ["user \"Hello\""]);
+    // Once the other worker is gone, the entry is claimed again and answered once.
+    redis::cmd("DEL")
+        .arg(&lease)
+        .query::<()>(&mut conn)
+        .unwrap();
+    let _w = InProcess::start(worker);
+    wait_until("the answer", || {
+        done_of(&mut conn, &prefix, "c").as_ref() == Some(&id)
+    });
+    assert_eq!(
+        described(&store, "c"),
+        answered(&["Hello".to_string()], |p| format!("answer to {p}"))
+    );
+}
+
+/// The README's example, on the shared server.
+#[test]
+fn the_readme_fleet_example_runs() {
+    let redis = shared("readme");
+    Store::new(&redis).delete("alice").unwrap();
+    let worker = Worker::new(&redis, "worker-1", |_conversation, messages| {
+        Agent::builder()
+            .provider(Faux::default().reply(FauxReply::text("Hi!")))
+            .messages(messages)
+            .build()
+    })
+    .unwrap();
+    Queue::new(&redis).prompt("alice", "Hello").unwrap();
+    assert_eq!(worker.step(Duration::from_secs(1)), Ok(1));
+    let state = RemoteMirror::new(&redis, "alice")
+        .follow_run(Duration::from_secs(5))
+        .unwrap();
+    assert_eq!(state.messages.len(), 2);
+}
