@@ -2,10 +2,11 @@
 //! `202 Accepted` (a notification), one JSON message, or an event stream of messages that
 //! ends with the response.
 //!
-//! The request is sent and its reply read on the caller's thread, over the same sockets as
-//! the model providers (`llm::http`): an abort or the call's deadline shuts the socket down
-//! at once, which also tells the server that the client left; `notifications/cancelled`
-//! follows on a short-lived thread of its own, so the caller does not wait for it. The
+//! A request is sent and its reply read on a short-lived thread of its own (so that the
+//! caller sees progress while the reply streams), over the same sockets as the model
+//! providers (`llm::http`): an abort or the call's deadline shuts the socket down at once,
+//! which also tells the server that the client left; `notifications/cancelled` follows on
+//! another short-lived thread, so the caller waits for neither. The
 //! session id the server hands out in its answer to `initialize` (`Mcp-Session-Id`) goes
 //! with every later request, with the agreed protocol version (`MCP-Protocol-Version`);
 //! shutdown ends the session with a DELETE.
@@ -231,21 +232,47 @@ fn transport_error(e: crate::Error, cancel: &CancelToken) -> McpError {
     McpError::Transport(e)
 }
 
+impl Inner {
+    fn send_and_check(
+        &self,
+        message: Vec<u8>,
+        id: Option<u64>,
+        cancel: &CancelToken,
+    ) -> Result<(), McpError> {
+        let result = self.send(message, id, cancel);
+        if let Err(e @ McpError::SessionExpired) = &result {
+            // Every later request would fail the same way.
+            self.router.close(e.clone());
+        }
+        result
+    }
+}
+
 impl Transport for HttpTransport {
+    /// A notification is posted on the calling thread. A request is posted on a thread of
+    /// its own, which routes the messages of the reply as they come: the caller waits on
+    /// its channel as over stdio, and so sees progress while the reply streams. An abort or
+    /// the deadline cancels `cancel`, which shuts that request's socket down at once.
     fn send(
         &self,
         message: Vec<u8>,
         id: Option<u64>,
         cancel: &CancelToken,
     ) -> Result<(), McpError> {
-        let result = self.inner.send(message, id, cancel);
-        if let Err(e @ (McpError::Transport(_) | McpError::SessionExpired)) = &result {
-            // A server that is gone fails every later request the same way.
-            if matches!(e, McpError::SessionExpired) {
-                self.inner.router.close(e.clone());
-            }
-        }
-        result
+        let Some(id) = id else {
+            return self.inner.send_and_check(message, None, cancel);
+        };
+        let inner = self.inner.clone();
+        let cancel = cancel.clone();
+        std::thread::Builder::new()
+            .name("pagent-mcp-http".into())
+            .spawn(move || {
+                if let Err(e) = inner.send_and_check(message, Some(id), &cancel) {
+                    inner.router.fail(id, e);
+                }
+            })
+            .map(drop)
+            .map_err(|e| McpError::Spawn(format!("could not start a thread: {e}")))
     }
 
     fn send_detached(&self, message: Vec<u8>) {

@@ -27,6 +27,8 @@ use crate::cancel::CancelToken;
 pub(crate) enum Event {
     Response(Result<Value, RpcError>),
     Progress(Progress),
+    /// The transport could not complete the request (HTTP: the POST failed).
+    Failed(McpError),
 }
 
 /// Sees every message that goes out or comes in, as a line of JSON (for logs and tests).
@@ -143,6 +145,13 @@ impl Router {
         };
         if let Some(tx) = self.pending.lock().get(&token) {
             let _ = tx.send(Event::Progress(progress));
+        }
+    }
+
+    /// Fails the request `id` with `e`, if it still waits.
+    pub(crate) fn fail(&self, id: u64, e: McpError) {
+        if let Some(tx) = self.pending.lock().remove(&id) {
+            let _ = tx.send(Event::Failed(e));
         }
     }
 
@@ -288,6 +297,7 @@ impl Session {
                             data: e.data,
                         }));
                     }
+                    Ok(Event::Failed(e)) => return Some(Err(e)),
                     Ok(Event::Progress(p)) => {
                         if let Some(f) = on_progress.as_mut() {
                             f(p);
