@@ -1,5 +1,5 @@
 //! A blocking client for the [Model Context Protocol](https://modelcontextprotocol.io): the
-//! tools of any MCP server as pagent [`Tool`](crate::Tool)s. Behind the `mcp` feature.
+//! tools of any MCP server as pagent [`Tool`]s. Behind the `mcp` feature.
 //!
 //! ```no_run
 //! use pagent::mcp::Client;

@@ -231,7 +231,12 @@ impl Session {
         let message = protocol::request(id, method, params);
         let started = Instant::now();
         // One token for the transport: cancelled by the caller's token or at the deadline.
-        let call = CancelToken::with_deadline(started + timeout);
+        // The caller's own deadline (a run timeout) bounds it too.
+        let deadline = match cancel.deadline() {
+            Some(d) => d.min(started + timeout),
+            None => started + timeout,
+        };
+        let call = CancelToken::with_deadline(deadline);
         let hook = {
             let call = call.clone();
             cancel.on_cancel(move || call.cancel())
@@ -255,7 +260,7 @@ impl Session {
                     self.router.trace(super::Direction::Out, &message);
                     self.transport.send_detached(message);
                 }
-                if call.is_timed_out() && !cancel.is_cancelled() {
+                if !cancel.is_cancelled() && call.is_timed_out() {
                     Err(McpError::Timeout {
                         method: method.to_owned(),
                         after: timeout,
