@@ -767,6 +767,41 @@ fn an_unknown_protocol_version_is_refused() {
 }
 
 #[test]
+fn a_server_that_exits_mid_call_fails_the_call_with_its_status_and_stderr() {
+    let (builder, pidfile) = fake("ok");
+    let client = builder.connect().unwrap();
+    let err = client
+        .call_tool("die", json!({}), &CancelToken::new(), &mut |_| {})
+        .unwrap_err();
+    assert_eq!(
+        err,
+        McpError::Exited {
+            status: Some("exit status: 5".into()),
+            stderr: "dying mid-call".into()
+        }
+    );
+    // Every later request gets the same reason, at once.
+    assert_eq!(client.ping().unwrap_err(), err);
+    assert!(gone(pid_in(&pidfile)));
+}
+
+#[test]
+fn garbage_mid_call_fails_the_call_and_closes_the_connection() {
+    let (builder, pidfile) = fake("ok");
+    let client = builder.connect().unwrap();
+    let err = client
+        .call_tool("babble", json!({}), &CancelToken::new(), &mut |_| {})
+        .unwrap_err();
+    assert!(
+        matches!(&err, McpError::Protocol(m) if m.contains("not a message")),
+        "{err:?}"
+    );
+    assert_eq!(client.ping().unwrap_err(), err);
+    client.close();
+    assert!(gone(pid_in(&pidfile)));
+}
+
+#[test]
 fn a_missing_program_is_a_spawn_error() {
     let err = Client::stdio("/nonexistent/mcp-server")
         .connect()

@@ -1,7 +1,8 @@
 """A small stdio MCP server (python3 standard library only) for tests/mcp.rs.
 
 `python3 fake_server.py MODE [PIDFILE]`: MODE `ok` is a well-behaved server; every other
-mode misbehaves at `initialize` in one way. The pid is written to PIDFILE, so a test can
+mode misbehaves at `initialize` in one way. Calls of the tools `die` and `babble` (not
+listed) exit and write garbage mid-call. The pid is written to PIDFILE, so a test can
 check that no process is left behind.
 """
 
@@ -94,5 +95,12 @@ for line in sys.stdin:
                           "inputSchema": {"type": "object"}})
             send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
             answer(id, {"content": [{"type": "text", "text": "grown"}]})
+        elif name == "die":
+            sys.stderr.write("dying mid-call\n")
+            sys.stderr.flush()
+            sys.exit(5)
+        elif name == "babble":
+            out.write(b"\x00\xff not a message\n")
+            out.flush()
         else:
             send({"jsonrpc": "2.0", "id": id, "error": {"code": -32602, "message": f"unknown tool {name}"}})
