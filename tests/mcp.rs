@@ -727,7 +727,7 @@ fn a_response_with_an_unknown_id_is_a_protocol_error() {
 fn a_message_over_the_size_limit_is_too_large() {
     let err = connect_fails("oversize", |b| b.max_message_bytes(64 * 1024));
     assert!(
-        matches!(err, McpError::TooLarge { limit: 65536, size } if size > 1 << 20),
+        matches!(err, McpError::TooLarge { limit: 65536, size } if size > 65536),
         "{err:?}"
     );
 }

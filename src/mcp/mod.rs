@@ -124,10 +124,11 @@ pub enum McpError {
     /// closed: nothing after such a message can be trusted.
     Protocol(String),
     /// A message of the server was larger than [`ClientBuilder::max_message_bytes`].
+    /// Reading stops at the limit, so a message without end fails at once.
     TooLarge {
         /// The limit, in bytes.
         limit: usize,
-        /// The message's size, in bytes.
+        /// How much of the message was read when it passed the limit, in bytes.
         size: usize,
     },
     /// The server answered with a JSON-RPC error.
@@ -179,7 +180,7 @@ impl fmt::Display for McpError {
             McpError::Protocol(m) => write!(f, "mcp protocol error: {m}"),
             McpError::TooLarge { limit, size } => write!(
                 f,
-                "the mcp server sent a message of {size} bytes, over the limit of {limit}"
+                "the mcp server sent a message over the limit of {limit} bytes ({size} bytes read)"
             ),
             McpError::Rpc {
                 method,

@@ -12,7 +12,7 @@
 //! for it to exit for at most the grace period, then kills it by its own pid and reaps it.
 
 use std::collections::VecDeque;
-use std::io::{BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio as Pipe};
 use std::sync::Arc;
@@ -24,7 +24,6 @@ use parking_lot::Mutex;
 use super::McpError;
 use super::session::{Router, Transport};
 use crate::cancel::CancelToken;
-use crate::wire::lines::{Line, read_line};
 
 /// How to start a stdio server.
 #[derive(Clone, Debug)]
@@ -215,6 +214,54 @@ impl Ended {
     }
 }
 
+/// One line of the server's output.
+enum Line {
+    /// A whole line in the buffer (its `\n` removed); the last line may lack it.
+    Whole,
+    /// The output ended.
+    End,
+    /// The line passed `max` bytes; reading stopped there.
+    TooLong(usize),
+}
+
+/// Reads one line into `buf`, failing as soon as it passes `max` bytes.
+///
+/// Not the wire's `read_line`, which reads an overlong line to its end to go on with the
+/// next one: a server's overlong message ends the connection, so reading stops at the limit
+/// (a server that writes one endless line fails at once instead of at the call's timeout).
+fn read_line(input: &mut impl BufRead, buf: &mut Vec<u8>, max: usize) -> std::io::Result<Line> {
+    buf.clear();
+    loop {
+        let available = match input.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if available.is_empty() {
+            return Ok(if buf.is_empty() {
+                Line::End
+            } else {
+                Line::Whole
+            });
+        }
+        let (used, done) = match available.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (available.len(), false),
+        };
+        let piece = &available[..if done { used - 1 } else { used }];
+        if buf.len() + piece.len() > max {
+            let seen = buf.len() + piece.len();
+            input.consume(used);
+            return Ok(Line::TooLong(seen));
+        }
+        buf.extend_from_slice(piece);
+        input.consume(used);
+        if done {
+            return Ok(Line::Whole);
+        }
+    }
+}
+
 fn read_messages(
     stdout: impl Read,
     router: &Router,
@@ -232,7 +279,7 @@ fn read_messages(
                 break McpError::Protocol(format!("reading the server's output failed: {e}"));
             }
             Ok(Line::TooLong(size)) => break McpError::TooLarge { limit: max, size },
-            Ok(Line::Whole { .. }) => {
+            Ok(Line::Whole) => {
                 if buf.iter().all(u8::is_ascii_whitespace) {
                     continue;
                 }
@@ -293,5 +340,38 @@ impl Transport for StdioTransport {
             stderr_done: self.stderr_done.clone(),
         }
         .exited()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_read_whole_and_an_overlong_one_stops_at_the_limit() {
+        let mut input = BufReader::with_capacity(4, &b"ab\r\n\nlast"[..]);
+        let mut buf = Vec::new();
+        assert!(matches!(
+            read_line(&mut input, &mut buf, 8),
+            Ok(Line::Whole)
+        ));
+        assert_eq!(buf, b"ab\r");
+        assert!(matches!(
+            read_line(&mut input, &mut buf, 8),
+            Ok(Line::Whole)
+        ));
+        assert_eq!(buf, b"");
+        assert!(matches!(
+            read_line(&mut input, &mut buf, 8),
+            Ok(Line::Whole)
+        ));
+        assert_eq!(buf, b"last");
+        assert!(matches!(read_line(&mut input, &mut buf, 8), Ok(Line::End)));
+        // An endless line: the reader stops once it passed the limit.
+        let mut endless = BufReader::with_capacity(4, std::io::repeat(b'x'));
+        assert!(matches!(
+            read_line(&mut endless, &mut buf, 10),
+            Ok(Line::TooLong(n)) if (11..=14).contains(&n)
+        ));
     }
 }
