@@ -642,6 +642,56 @@ fn dropping_every_handle_ends_the_child() {
 }
 
 #[test]
+fn the_servers_own_requests_are_answered() {
+    let (builder, _) = fake("ok");
+    let client = builder.connect().unwrap();
+    let result = client
+        .call_tool("ask", json!({}), &CancelToken::new(), &mut |_| {})
+        .unwrap();
+    let answers: Value = serde_json::from_str(&result.text()).unwrap();
+    assert_eq!(
+        answers,
+        json!([
+            {"id": "s1", "jsonrpc": "2.0", "result": {}},
+            {"id": "s2", "jsonrpc": "2.0",
+             "error": {"code": -32601, "message": "method not supported by the client"}}
+        ])
+    );
+}
+
+#[test]
+fn calls_from_many_threads_share_one_connection() {
+    let (builder, _) = fake("ok");
+    let client = builder.connect().unwrap();
+    let texts: Vec<String> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..8)
+            .map(|i| {
+                let client = client.clone();
+                s.spawn(move || {
+                    let mut steps = 0;
+                    let never = CancelToken::new();
+                    let slow = client
+                        .call_tool("slow", json!({"steps": 2}), &never, &mut |_| steps += 1)
+                        .unwrap();
+                    assert_eq!((slow.text().as_str(), steps), ("done", 2));
+                    client
+                        .call_tool(
+                            "echo",
+                            json!({"text": format!("n{i}")}),
+                            &never,
+                            &mut |_| {},
+                        )
+                        .unwrap()
+                        .text()
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    assert_eq!(texts, (0..8).map(|i| format!("n{i}")).collect::<Vec<_>>());
+}
+
+#[test]
 fn a_call_timeout_cancels_the_request_and_says_so() {
     let traffic = Traffic::default();
     let (builder, _) = fake("ok");

@@ -2,7 +2,7 @@
 
 `python3 fake_server.py MODE [PIDFILE]`: MODE `ok` is a well-behaved server; every other
 mode misbehaves at `initialize` in one way. Calls of the tools `die` and `babble` (not
-listed) exit and write garbage mid-call. The pid is written to PIDFILE, so a test can
+listed) exit and write garbage mid-call; `ask` sends the client two requests of its own. The pid is written to PIDFILE, so a test can
 check that no process is left behind.
 """
 
@@ -95,6 +95,12 @@ for line in sys.stdin:
                           "inputSchema": {"type": "object"}})
             send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
             answer(id, {"content": [{"type": "text", "text": "grown"}]})
+        elif name == "ask":
+            # Requests of the server to the client, answered before the call's own answer.
+            send({"jsonrpc": "2.0", "id": "s1", "method": "ping"})
+            send({"jsonrpc": "2.0", "id": "s2", "method": "sampling/createMessage", "params": {}})
+            answers = [json.loads(sys.stdin.readline()) for _ in range(2)]
+            answer(id, {"content": [{"type": "text", "text": json.dumps(answers, sort_keys=True)}]})
         elif name == "die":
             sys.stderr.write("dying mid-call\n")
             sys.stderr.flush()
