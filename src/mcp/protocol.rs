@@ -8,6 +8,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
+use super::McpError;
 use crate::ToolOutput;
 
 /// The protocol revisions this client speaks, the newest first: it asks for the first one and
@@ -173,12 +174,16 @@ struct Implementation {
 /// Reads the answer to `initialize`.
 ///
 /// # Errors
-/// A malformed answer, or one with a protocol revision this client does not speak.
-pub(crate) fn server_info(result: Value) -> Result<ServerInfo, String> {
-    let result: InitializeResult = serde_json::from_value(result)
-        .map_err(|e| format!("the server's answer to initialize is malformed ({e})"))?;
+/// [`McpError::Protocol`] for a malformed answer, [`McpError::UnsupportedVersion`] for a
+/// protocol revision this client does not speak.
+pub(crate) fn server_info(result: Value) -> Result<ServerInfo, McpError> {
+    let result: InitializeResult = serde_json::from_value(result).map_err(|e| {
+        McpError::Protocol(format!(
+            "the server's answer to initialize is malformed ({e})"
+        ))
+    })?;
     if !PROTOCOL_VERSIONS.contains(&result.protocol_version.as_str()) {
-        return Err(result.protocol_version);
+        return Err(McpError::UnsupportedVersion(result.protocol_version));
     }
     let (name, version) = result
         .server_info
@@ -505,7 +510,7 @@ mod tests {
         );
         assert_eq!(
             server_info(json!({"protocolVersion": "1999-01-01"})).unwrap_err(),
-            "1999-01-01"
+            McpError::UnsupportedVersion("1999-01-01".into())
         );
     }
 }
