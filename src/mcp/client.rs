@@ -232,7 +232,7 @@ impl Client {
     /// When the server's tools changed, replaces this server's tools in `tools` (those named
     /// as [`Client::tools`] last named them) with the new list, and returns true; does
     /// nothing and returns false otherwise. Meant for a `before_turn` hook (see the
-    /// [module docs](self)).
+    /// [module docs](super)).
     ///
     /// Blocks while the tools are listed, only when they changed.
     ///
@@ -253,7 +253,7 @@ impl Client {
         &self.inner.prefix
     }
 
-    /// Ends the connection now: the child process is ended (see the [module docs](self)),
+    /// Ends the connection now: the child process is ended (see the [module docs](super)),
     /// or the HTTP session deleted. Every request in flight, and every later one, fails
     /// with [`McpError::Closed`].
     ///
