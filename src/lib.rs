@@ -26,6 +26,8 @@ mod event;
 mod kind;
 mod list;
 pub mod llm;
+#[cfg(feature = "mcp")]
+pub mod mcp;
 mod message;
 mod partial;
 #[cfg(feature = "redis")]

@@ -222,12 +222,12 @@ pub(crate) struct Post {
 /// The request as errors name it: the method and the URL without user info, query or
 /// fragment (where keys may hide), with the port always shown.
 #[derive(Clone)]
-struct Target(Rc<str>);
+pub(crate) struct Target(Rc<str>);
 
 impl Target {
     /// # Errors
     /// [`Error::Config`] for a URL without a scheme or with one other than http and https.
-    fn parse(url: &str, secret: Option<&str>) -> Result<Target, Error> {
+    pub(crate) fn parse(url: &str, secret: Option<&str>) -> Result<Target, Error> {
         let shown = || clip(strip_query(url).to_owned(), secret, 200);
         let Some((scheme, rest)) = url.split_once("://") else {
             return Err(Error::Config(format!(
@@ -344,23 +344,13 @@ impl HttpClient {
         secret: Option<&str>,
         cancel: &CancelToken,
     ) -> Result<Body, Error> {
-        if cancel.is_cancelled() {
-            return Err(cancelled(cancel));
-        }
-        let ctx = Ctx::new(cancel, self.connect_timeout, self.first_byte_timeout);
-        let entered = ctx.enter();
-        let mut request = self.agent().post(&post.url);
-        for (name, value) in &post.headers {
-            request = request.header(*name, value);
-        }
-        let response = request
-            .send(&post.body[..])
-            .map_err(|e| failed(&ctx, e, target, secret))?;
-        drop(entered);
-        let status = response.status().as_u16();
+        let Reply {
+            status,
+            headers,
+            mut body,
+        } = self.exchange(post, &[], true, target, secret, cancel)?;
         let header = |name: &str| {
-            response
-                .headers()
+            headers
                 .get(name)
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned)
@@ -371,16 +361,6 @@ impl HttpClient {
             SystemTime::now(),
         );
         let content_type = header("content-type").unwrap_or_default();
-        let mut body = Body {
-            reader: response.into_body().into_reader(),
-            target: target.clone(),
-            first: Instant::now() + self.first_byte_timeout,
-            ctx,
-            idle: self.idle_timeout,
-            seen_event: false,
-            ended: false,
-            buf: ReadBuffer::take(),
-        };
         if status >= 400 {
             let bytes = body.read_some(ERROR_BODY_LIMIT)?;
             let message = clip(error_message(status, &bytes), secret, ERROR_MESSAGE_LIMIT);
@@ -402,10 +382,76 @@ impl HttpClient {
         }
         Ok(body)
     }
+    /// Sends one request (a POST of `post.body`, or a DELETE when `with_body` is false) with
+    /// `post.headers` and `extra` headers, and waits for the headers of its reply, once,
+    /// without retries: the status, the headers, and the body to read.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a bad URL, [`Error::Timeout`] naming the phase,
+    /// [`Error::Connection`], [`Error::Aborted`] when `cancel` is cancelled.
+    pub(crate) fn exchange(
+        &self,
+        post: &Post,
+        extra: &[(String, String)],
+        with_body: bool,
+        target: &Target,
+        secret: Option<&str>,
+        cancel: &CancelToken,
+    ) -> Result<Reply, Error> {
+        if cancel.is_cancelled() {
+            return Err(cancelled(cancel));
+        }
+        let ctx = Ctx::new(cancel, self.connect_timeout, self.first_byte_timeout);
+        let entered = ctx.enter();
+        let response = if with_body {
+            let mut request = self.agent().post(&post.url);
+            for (name, value) in &post.headers {
+                request = request.header(*name, value);
+            }
+            for (name, value) in extra {
+                request = request.header(name, value);
+            }
+            request.send(&post.body[..])
+        } else {
+            let mut request = self.agent().delete(&post.url);
+            for (name, value) in &post.headers {
+                request = request.header(*name, value);
+            }
+            for (name, value) in extra {
+                request = request.header(name, value);
+            }
+            request.call()
+        }
+        .map_err(|e| failed(&ctx, e, target, secret))?;
+        drop(entered);
+        let status = response.status().as_u16();
+        let (parts, body) = response.into_parts();
+        Ok(Reply {
+            status,
+            headers: parts.headers,
+            body: Body {
+                reader: body.into_reader(),
+                target: target.clone(),
+                first: Instant::now() + self.first_byte_timeout,
+                ctx,
+                idle: self.idle_timeout,
+                seen_event: false,
+                ended: false,
+                buf: ReadBuffer::take(),
+            },
+        })
+    }
+}
+
+/// The reply to one request, its body not yet read.
+pub(crate) struct Reply {
+    pub(crate) status: u16,
+    pub(crate) headers: ureq::http::HeaderMap,
+    pub(crate) body: Body,
 }
 
 /// The error of a cancelled request: the run deadline's timeout, or an abort.
-fn cancelled(cancel: &CancelToken) -> Error {
+pub(crate) fn cancelled(cancel: &CancelToken) -> Error {
     if cancel.is_timed_out() {
         Error::Timeout(TimeoutPhase::Run)
     } else {
@@ -564,7 +610,7 @@ impl Body {
 
     /// Up to `limit` bytes of the body, each read bounded by the idle timeout; what
     /// arrived before a failure is kept. Fails only when the request is cancelled.
-    fn read_some(&mut self, limit: u64) -> Result<Vec<u8>, Error> {
+    pub(crate) fn read_some(&mut self, limit: u64) -> Result<Vec<u8>, Error> {
         let mut out = Vec::new();
         while (out.len() as u64) < limit {
             self.ctx
@@ -608,7 +654,7 @@ impl Body {
 /// The first event stops the first-byte timeout; keep-alive comments (`:` lines) are not
 /// events, so a server that sends only comments times out there. After it, any bytes,
 /// comments included, count as progress for the idle timeout.
-fn for_each_event(
+pub(crate) fn for_each_event(
     body: &mut Body,
     max_event_bytes: usize,
     cancel: &CancelToken,

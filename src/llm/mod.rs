@@ -133,7 +133,7 @@ mod anthropic;
 mod env;
 mod error_text;
 mod faux;
-mod http;
+pub(crate) mod http;
 mod openai;
 mod retry;
 pub mod sse;

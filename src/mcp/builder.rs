@@ -1,0 +1,262 @@
+//! The settings of a connection, and starting it: spawn or connect, then `initialize`.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use super::client::{Handle, Inner, Shared};
+use super::session::{Router, Session, Trace, Transport};
+use super::{Client, Direction, McpError, ServerInfo, http, protocol, stdio};
+use crate::cancel::CancelToken;
+
+pub(super) enum Kind {
+    Stdio(stdio::Spawn),
+    Http {
+        url: String,
+        headers: Vec<(String, String)>,
+    },
+}
+
+/// Settings of a connection to one server; [`ClientBuilder::connect`] starts it.
+pub struct ClientBuilder {
+    kind: Kind,
+    prefix: String,
+    call_timeout: Duration,
+    init_timeout: Duration,
+    max_message_bytes: usize,
+    trace: Option<Trace>,
+}
+
+impl fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("ClientBuilder");
+        match &self.kind {
+            Kind::Stdio(spawn) => d
+                .field("program", &spawn.program)
+                .field("args", &spawn.args),
+            // Header values may be credentials.
+            Kind::Http { url, headers } => d.field("url", url).field(
+                "headers",
+                &headers.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+            ),
+        };
+        d.field("prefix", &self.prefix)
+            .field("call_timeout", &self.call_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClientBuilder {
+    pub(super) fn new(kind: Kind) -> ClientBuilder {
+        ClientBuilder {
+            kind,
+            prefix: String::new(),
+            call_timeout: Duration::from_secs(120),
+            init_timeout: Duration::from_secs(30),
+            max_message_bytes: 16 * 1024 * 1024,
+            trace: None,
+        }
+    }
+
+    fn spawn_mut(&mut self) -> Option<&mut stdio::Spawn> {
+        match &mut self.kind {
+            Kind::Stdio(spawn) => Some(spawn),
+            Kind::Http { .. } => None,
+        }
+    }
+
+    /// Adds an argument of the program (stdio only).
+    #[must_use]
+    pub fn arg(mut self, arg: impl Into<String>) -> ClientBuilder {
+        if let Some(s) = self.spawn_mut() {
+            s.args.push(arg.into());
+        }
+        self
+    }
+
+    /// Adds arguments of the program (stdio only).
+    #[must_use]
+    pub fn args<I, S>(mut self, args: I) -> ClientBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        if let Some(s) = self.spawn_mut() {
+            s.args.extend(args.into_iter().map(Into::into));
+        }
+        self
+    }
+
+    /// Sets an environment variable of the program, on top of this process's environment
+    /// (stdio only).
+    #[must_use]
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> ClientBuilder {
+        if let Some(s) = self.spawn_mut() {
+            s.env.push((key.into(), value.into()));
+        }
+        self
+    }
+
+    /// The program's working directory (stdio only). Defaults to this process's.
+    #[must_use]
+    pub fn current_dir(mut self, dir: impl Into<PathBuf>) -> ClientBuilder {
+        if let Some(s) = self.spawn_mut() {
+            s.cwd = Some(dir.into());
+        }
+        self
+    }
+
+    /// How much of the program's stderr is kept, in bytes (stdio only). Defaults to 8 KiB.
+    #[must_use]
+    pub fn stderr_limit(mut self, bytes: usize) -> ClientBuilder {
+        if let Some(s) = self.spawn_mut() {
+            s.stderr_limit = bytes;
+        }
+        self
+    }
+
+    /// How long shutdown waits for the program to exit after its stdin is closed, before it
+    /// kills it (stdio only). Defaults to 1 s.
+    #[must_use]
+    pub fn shutdown_grace(mut self, grace: Duration) -> ClientBuilder {
+        if let Some(s) = self.spawn_mut() {
+            s.shutdown_grace = grace;
+        }
+        self
+    }
+
+    /// Adds a header to every request, such as `authorization` (HTTP only).
+    #[must_use]
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> ClientBuilder {
+        if let Kind::Http { headers, .. } = &mut self.kind {
+            headers.push((name.into(), value.into()));
+        }
+        self
+    }
+
+    /// A prefix for the names of this server's tools as the model sees them (`fs_` turns
+    /// `read_file` into `fs_read_file`), so that two servers' tools never collide. Defaults
+    /// to none.
+    #[must_use]
+    pub fn prefix(mut self, prefix: impl Into<String>) -> ClientBuilder {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// How long one tool call (and any other request after `initialize`) may take.
+    /// Defaults to 120 s.
+    #[must_use]
+    pub fn call_timeout(mut self, timeout: Duration) -> ClientBuilder {
+        self.call_timeout = timeout;
+        self
+    }
+
+    /// How long starting the server and `initialize` may take. Defaults to 30 s.
+    #[must_use]
+    pub fn init_timeout(mut self, timeout: Duration) -> ClientBuilder {
+        self.init_timeout = timeout;
+        self
+    }
+
+    /// The largest message accepted from the server, in bytes. Defaults to 16 MiB.
+    #[must_use]
+    pub fn max_message_bytes(mut self, bytes: usize) -> ClientBuilder {
+        self.max_message_bytes = bytes;
+        self
+    }
+
+    /// Hands every message sent and received to `trace`, as a line of JSON, on the thread
+    /// that sends or reads it (for logs and tests). It must return quickly. Defaults to none.
+    #[must_use]
+    pub fn trace(
+        mut self,
+        trace: impl Fn(Direction, &str) + Send + Sync + 'static,
+    ) -> ClientBuilder {
+        self.trace = Some(Arc::new(trace));
+        self
+    }
+
+    /// Starts the server and initializes the connection.
+    ///
+    /// Blocks until the server answered `initialize`, at most [`ClientBuilder::init_timeout`].
+    ///
+    /// # Errors
+    /// [`McpError::Spawn`] when the program cannot start, [`McpError::Exited`] when it exits
+    /// before answering, [`McpError::Timeout`], [`McpError::UnsupportedVersion`], and any
+    /// error of the transport or the protocol. The child process is ended in every case.
+    pub fn connect(self) -> Result<Client, McpError> {
+        let router = Arc::new(Router::new(self.trace.clone()));
+        let (transport, pid, http): (Box<dyn Transport>, _, _) = match &self.kind {
+            Kind::Stdio(spawn) => {
+                let mut spawn = spawn.clone();
+                spawn.max_message_bytes = self.max_message_bytes;
+                let t = stdio::StdioTransport::spawn(&spawn, &router)?;
+                let pid = t.pid();
+                let t = Arc::new(t);
+                (Box::new(Shared(t.clone())), Some(pid), Handle::Stdio(t))
+            }
+            Kind::Http { url, headers } => {
+                let t = http::HttpTransport::new(
+                    url.clone(),
+                    headers.clone(),
+                    self.max_message_bytes,
+                    &router,
+                )?;
+                let t = Arc::new(t);
+                (Box::new(Shared(t.clone())), None, Handle::Http(t))
+            }
+        };
+        let session = Session { router, transport };
+        let info = match initialize(&session, &http, self.init_timeout) {
+            Ok(info) => info,
+            Err(e) => {
+                session.router.close(McpError::Closed);
+                session.transport.close();
+                return Err(e);
+            }
+        };
+        Ok(Client {
+            inner: Arc::new(Inner {
+                session,
+                handle: http,
+                pid,
+                info,
+                prefix: self.prefix,
+                call_timeout: self.call_timeout,
+                given: Mutex::new(Vec::new()),
+            }),
+        })
+    }
+}
+
+/// `initialize`, then `notifications/initialized`.
+fn initialize(
+    session: &Session,
+    handle: &Handle,
+    timeout: Duration,
+) -> Result<ServerInfo, McpError> {
+    let never = CancelToken::new();
+    let result = session
+        .request(
+            "initialize",
+            Some(protocol::initialize_params(protocol::PROTOCOL_VERSIONS[0])),
+            &never,
+            timeout,
+            None,
+        )
+        .map_err(|e| match e {
+            // The child's exit says more than the closed pipe.
+            McpError::Closed => session.ended(),
+            e => e,
+        })?;
+    let info = protocol::server_info(result)?;
+    if let Handle::Http(http) = handle {
+        http.set_protocol_version(&info.protocol_version);
+    }
+    let deadline = CancelToken::with_deadline(std::time::Instant::now() + timeout);
+    session.notify("notifications/initialized", None, &deadline)?;
+    Ok(info)
+}

@@ -1,0 +1,123 @@
+//! The errors of the MCP client, and the direction of a traced message.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde_json::Value;
+
+#[cfg(doc)]
+use super::ClientBuilder;
+
+/// What can go wrong talking to an MCP server.
+///
+/// `Display` is lowercase without a final period, like [`crate::Error`]. In a tool call it
+/// becomes the error result the model sees.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum McpError {
+    /// The server's program could not be started (not found, not executable...).
+    Spawn(String),
+    /// The server's process closed its output or exited.
+    Exited {
+        /// Its exit status, when it had exited (`exit status: 1`, `signal: 9`...).
+        status: Option<String>,
+        /// The last bytes it wrote to its stderr.
+        stderr: String,
+    },
+    /// The server broke the protocol: a message that is not JSON or not JSON-RPC, a response
+    /// to a request never sent, an HTTP reply without the response. The connection is
+    /// closed: nothing after such a message can be trusted.
+    Protocol(String),
+    /// A message of the server was larger than [`ClientBuilder::max_message_bytes`].
+    /// Reading stops at the limit, so a message without end fails at once.
+    TooLarge {
+        /// The limit, in bytes.
+        limit: usize,
+        /// How much of the message was read when it passed the limit, in bytes.
+        size: usize,
+    },
+    /// The server answered with a JSON-RPC error.
+    Rpc {
+        /// The method of the request.
+        method: String,
+        /// The error code.
+        code: i64,
+        /// The server's message.
+        message: String,
+        /// The error's data, if any.
+        data: Option<Value>,
+    },
+    /// The server speaks none of the protocol revisions this client does.
+    UnsupportedVersion(String),
+    /// No answer within the timeout; the server was sent `notifications/cancelled`.
+    Timeout {
+        /// The method of the request.
+        method: String,
+        /// The timeout.
+        after: Duration,
+    },
+    /// The caller's cancel token was cancelled; the server was sent
+    /// `notifications/cancelled`.
+    Aborted,
+    /// The Streamable HTTP transport failed: an HTTP status, a connection that failed or
+    /// broke off, a timeout of a phase.
+    Transport(crate::Error),
+    /// The HTTP server no longer knows the session (404): connect again.
+    SessionExpired,
+    /// The client was closed.
+    Closed,
+}
+
+impl fmt::Display for McpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            McpError::Spawn(m) => write!(f, "mcp server: {m}"),
+            McpError::Exited { status, stderr } => {
+                f.write_str("the mcp server exited")?;
+                if let Some(status) = status {
+                    write!(f, " ({status})")?;
+                }
+                if !stderr.is_empty() {
+                    write!(f, "; its stderr ends: {stderr}")?;
+                }
+                Ok(())
+            }
+            McpError::Protocol(m) => write!(f, "mcp protocol error: {m}"),
+            McpError::TooLarge { limit, size } => write!(
+                f,
+                "the mcp server sent a message over the limit of {limit} bytes ({size} bytes read)"
+            ),
+            McpError::Rpc {
+                method,
+                code,
+                message,
+                ..
+            } => write!(
+                f,
+                "the mcp server answered {method} with error {code}: {message}"
+            ),
+            McpError::UnsupportedVersion(v) => write!(
+                f,
+                "the mcp server speaks protocol revision {v}, which this client does not"
+            ),
+            McpError::Timeout { method, after } => {
+                write!(f, "the mcp server did not answer {method} within {after:?}")
+            }
+            McpError::Aborted => f.write_str("aborted"),
+            McpError::Transport(e) => write!(f, "mcp over http: {e}"),
+            McpError::SessionExpired => f.write_str("the mcp server no longer knows the session"),
+            McpError::Closed => f.write_str("the mcp client is closed"),
+        }
+    }
+}
+
+impl std::error::Error for McpError {}
+
+/// Which way a traced message went ([`ClientBuilder::trace`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    /// From the client to the server.
+    Out,
+    /// From the server to the client.
+    In,
+}

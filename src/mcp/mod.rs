@@ -1,0 +1,97 @@
+//! A blocking client for the [Model Context Protocol](https://modelcontextprotocol.io): the
+//! tools of any MCP server as pagent tools ([`crate::Tool`]). Behind the `mcp` feature.
+//!
+//! ```no_run
+//! use pagent::mcp::Client;
+//! use pagent::Agent;
+//! # use pagent::llm::Faux;
+//!
+//! // A stdio server: a child process speaking JSON-RPC on its stdin and stdout.
+//! let files = Client::stdio("npx")
+//!     .args(["-y", "@modelcontextprotocol/server-filesystem", "/tmp/work"])
+//!     .prefix("fs_")
+//!     .connect()?;
+//! let mut builder = Agent::builder();
+//! # builder = builder.provider(Faux::default());
+//! for tool in files.tools()? {
+//!     builder = builder.tool_arc(tool);
+//! }
+//! let agent = builder.build()?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Transports
+//! - **stdio** ([`Client::stdio`]): starts the program with its arguments, environment and
+//!   working directory, and speaks newline-delimited JSON-RPC on its stdin and stdout. Its
+//!   stderr is kept, the last [`ClientBuilder::stderr_limit`] bytes of it, for the error
+//!   that says why it exited ([`Client::stderr`]).
+//! - **Streamable HTTP** ([`Client::http`]): each message is a POST to the endpoint over
+//!   `ureq`, answered with JSON or an event stream; the session id and the protocol version
+//!   go with every request after `initialize`, and shutdown ends the session with a DELETE.
+//!
+//! # Lifecycle
+//! [`ClientBuilder::connect`] starts the server, sends `initialize` (asking for protocol
+//! revision 2025-06-18 and accepting 2025-03-26 and 2024-11-05 in the answer), then
+//! `notifications/initialized`. [`Client::ping`] checks that the server answers.
+//! [`Client::close`], or dropping the last handle (the client and every tool it made),
+//! ends the connection: for stdio it closes the child's stdin, waits up to
+//! [`ClientBuilder::shutdown_grace`] for it to exit, then kills it by its own pid and reaps
+//! it. (A child started through a wrapper such as `npx` or a shell may leave its own
+//! children running: start the server's program itself where you can.)
+//!
+//! # Never a hang
+//! Every request waits for its answer, the caller's [`CancelToken`](crate::CancelToken), its timeout and the end
+//! of the connection at once. A server that exits or closes its output wakes every waiting
+//! request with [`McpError::Exited`] (its exit status and the end of its stderr); a server
+//! that writes something that is not a JSON-RPC message, answers a request never sent, or
+//! sends a message over [`ClientBuilder::max_message_bytes`] ends the connection with
+//! [`McpError::Protocol`] or [`McpError::TooLarge`]; a server that stays silent runs into
+//! the timeout ([`McpError::Timeout`]). The server's own requests are answered (`ping`; an
+//! error for the others), its notifications of progress and tool-list changes are used,
+//! and the rest are ignored.
+//!
+//! # Tools
+//! [`Client::tools`] lists the server's tools (every page of `tools/list`) and makes each
+//! a pagent tool: its name (after the optional [`ClientBuilder::prefix`]), its description,
+//! and its input schema passed through unchanged. A call sends `tools/call` and maps the
+//! result to a [`ToolOutput`](crate::ToolOutput) ([`CallResult::to_output`]: the text of
+//! each piece of content for the model, the whole result as details); a result with
+//! `isError` becomes an error result the model sees. Progress notifications become
+//! `ToolUpdate` events in the order they came. `abort()` (the tool's cancel token) sends
+//! `notifications/cancelled` and the call returns at once with [`McpError::Aborted`];
+//! [`ClientBuilder::call_timeout`] bounds each call the same way.
+//!
+//! When the server announces that its tools changed (`notifications/tools/list_changed`),
+//! [`Client::sync_tools`] in a `before_turn` hook gives the agent the new list from the next
+//! turn on:
+//!
+//! ```no_run
+//! # use pagent::mcp::Client;
+//! # use pagent::Agent;
+//! # let server = Client::stdio("my-server").connect()?;
+//! let sync = server.clone();
+//! let mut builder = Agent::builder().before_turn(move |setup| {
+//!     let _ = sync.sync_tools(&mut setup.tools);
+//! });
+//! # builder = builder.provider(pagent::llm::Faux::default());
+//! for tool in server.tools()? {
+//!     builder = builder.tool_arc(tool);
+//! }
+//! let agent = builder.build()?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod builder;
+mod client;
+mod error;
+mod http;
+mod protocol;
+mod session;
+mod stdio;
+mod tool;
+
+pub use builder::ClientBuilder;
+pub use client::Client;
+pub use error::{Direction, McpError};
+pub use protocol::{CallResult, Content, Progress, ServerInfo, ToolInfo};
+pub use tool::McpTool;

@@ -1,0 +1,377 @@
+//! The stdio transport: a child process that reads newline-delimited JSON-RPC on its stdin
+//! and writes it on its stdout.
+//!
+//! Three threads per child, none of which the caller ever waits on: a writer (so that a
+//! child that stops reading its stdin never blocks a caller, and an abort's
+//! `notifications/cancelled` is queued and returns at once), a reader of stdout (it routes
+//! each message, answers the server's requests through the writer, and ends the session
+//! with the reason when stdout closes or breaks the protocol), and a reader of stderr that
+//! keeps its last bytes for error messages.
+//!
+//! Shutdown closes the child's stdin (the spec's way to ask a stdio server to exit), waits
+//! for it to exit for at most the grace period, then kills it by its own pid and reaps it.
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio as Pipe};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::Mutex;
+
+use super::McpError;
+use super::session::{Router, Transport};
+use crate::cancel::CancelToken;
+
+/// How to start a stdio server.
+#[derive(Clone, Debug)]
+pub(crate) struct Spawn {
+    pub(crate) program: String,
+    pub(crate) args: Vec<String>,
+    pub(crate) env: Vec<(String, String)>,
+    pub(crate) cwd: Option<PathBuf>,
+    pub(crate) max_message_bytes: usize,
+    pub(crate) stderr_limit: usize,
+    pub(crate) shutdown_grace: Duration,
+}
+
+/// The last bytes a child wrote to its stderr.
+struct Tail {
+    bytes: VecDeque<u8>,
+    limit: usize,
+}
+
+impl Tail {
+    fn push(&mut self, data: &[u8]) {
+        self.bytes.extend(data);
+        let extra = self.bytes.len().saturating_sub(self.limit);
+        self.bytes.drain(..extra);
+    }
+
+    fn text(&self) -> String {
+        let (a, b) = self.bytes.as_slices();
+        let mut bytes = a.to_vec();
+        bytes.extend_from_slice(b);
+        String::from_utf8_lossy(&bytes).trim().to_owned()
+    }
+}
+
+pub(crate) struct StdioTransport {
+    child: Arc<Mutex<Child>>,
+    pid: u32,
+    /// `None` once closed: taking the only sender closes the child's stdin. Shared with the
+    /// reader, which answers the server's requests through it.
+    writer: WeakWriter,
+    stderr: Arc<Mutex<Tail>>,
+    /// Disconnects when the stderr reader ends (the child closed its stderr).
+    stderr_done: Receiver<()>,
+    grace: Duration,
+}
+
+impl StdioTransport {
+    /// Starts the child and its threads.
+    ///
+    /// # Errors
+    /// [`McpError::Spawn`] when the program cannot be started.
+    pub(crate) fn spawn(spec: &Spawn, router: &Arc<Router>) -> Result<StdioTransport, McpError> {
+        let mut command = Command::new(&spec.program);
+        command
+            .args(&spec.args)
+            .envs(spec.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Pipe::piped())
+            .stdout(Pipe::piped())
+            .stderr(Pipe::piped());
+        if let Some(dir) = &spec.cwd {
+            command.current_dir(dir);
+        }
+        let mut child = command
+            .spawn()
+            .map_err(|e| McpError::Spawn(format!("could not start `{}`: {e}", spec.program)))?;
+        let pid = child.id();
+        // OK because all three were asked for as pipes just above.
+        let stdin = child.stdin.take().expect("piped stdin");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let stderr_pipe = child.stderr.take().expect("piped stderr");
+        let child = Arc::new(Mutex::new(child));
+        let stderr = Arc::new(Mutex::new(Tail {
+            bytes: VecDeque::new(),
+            limit: spec.stderr_limit,
+        }));
+        let (done_tx, stderr_done) = crossbeam_channel::bounded::<()>(0);
+        let (tx, rx) = crossbeam_channel::unbounded::<Vec<u8>>();
+        let transport = StdioTransport {
+            child: child.clone(),
+            pid,
+            writer: WeakWriter(Arc::new(Mutex::new(Some(tx)))),
+            stderr: stderr.clone(),
+            stderr_done: stderr_done.clone(),
+            grace: spec.shutdown_grace,
+        };
+        let threads = [
+            spawn_thread("pagent-mcp-stderr", {
+                let stderr = stderr.clone();
+                move || read_stderr(stderr_pipe, &stderr, done_tx)
+            }),
+            spawn_thread("pagent-mcp-writer", move || write_all(stdin, &rx)),
+            spawn_thread("pagent-mcp-reader", {
+                let router = router.clone();
+                let max = spec.max_message_bytes;
+                let ended = Ended {
+                    child,
+                    stderr,
+                    stderr_done,
+                };
+                let writer = transport.writer.clone();
+                move || read_messages(stdout, &router, max, &writer, &ended)
+            }),
+        ];
+        if let Some(e) = threads.into_iter().find_map(Result::err) {
+            transport.close();
+            return Err(McpError::Spawn(format!("could not start a thread: {e}")));
+        }
+        Ok(transport)
+    }
+
+    pub(crate) fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    pub(crate) fn stderr(&self) -> String {
+        self.stderr.lock().text()
+    }
+}
+
+fn spawn_thread(name: &str, f: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(f)
+        .map(drop)
+}
+
+/// The one sender of the writer thread's channel; emptied at shutdown.
+#[derive(Clone)]
+struct WeakWriter(Arc<Mutex<Option<Sender<Vec<u8>>>>>);
+
+impl WeakWriter {
+    fn send(&self, message: Vec<u8>) {
+        if let Some(tx) = &*self.0.lock() {
+            let _ = tx.send(message);
+        }
+    }
+}
+
+fn write_all(mut stdin: ChildStdin, rx: &Receiver<Vec<u8>>) {
+    for mut message in rx {
+        message.push(b'\n');
+        if stdin
+            .write_all(&message)
+            .and_then(|()| stdin.flush())
+            .is_err()
+        {
+            // The child closed its stdin or exited: the reader reports why.
+            return;
+        }
+    }
+    // Every sender is gone: dropping `stdin` closes the child's stdin.
+}
+
+fn read_stderr(mut pipe: impl Read, tail: &Mutex<Tail>, _done: Sender<()>) {
+    let mut buf = [0u8; 4096];
+    loop {
+        match pipe.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => tail.lock().push(&buf[..n]),
+        }
+    }
+}
+
+/// What the reader needs to say why the child's stdout ended.
+struct Ended {
+    child: Arc<Mutex<Child>>,
+    stderr: Arc<Mutex<Tail>>,
+    stderr_done: Receiver<()>,
+}
+
+impl Ended {
+    /// The child's exit status and the end of its stderr, waiting briefly for both: a
+    /// child that closed its stdout is usually exiting.
+    fn exited(&self) -> McpError {
+        let until = Instant::now() + Duration::from_millis(500);
+        let _ = self.stderr_done.recv_deadline(until);
+        let mut status = None;
+        while status.is_none() && Instant::now() < until {
+            status = self.child.lock().try_wait().ok().flatten();
+            if status.is_none() {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        McpError::Exited {
+            status: status.map(|s| s.to_string()),
+            stderr: self.stderr.lock().text(),
+        }
+    }
+}
+
+/// One line of the server's output.
+enum Line {
+    /// A whole line in the buffer (its `\n` removed); the last line may lack it.
+    Whole,
+    /// The output ended.
+    End,
+    /// The line passed `max` bytes; reading stopped there.
+    TooLong(usize),
+}
+
+/// Reads one line into `buf`, failing as soon as it passes `max` bytes.
+///
+/// Not the wire's `read_line`, which reads an overlong line to its end to go on with the
+/// next one: a server's overlong message ends the connection, so reading stops at the limit
+/// (a server that writes one endless line fails at once instead of at the call's timeout).
+fn read_line(input: &mut impl BufRead, buf: &mut Vec<u8>, max: usize) -> std::io::Result<Line> {
+    buf.clear();
+    loop {
+        let available = match input.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if available.is_empty() {
+            return Ok(if buf.is_empty() {
+                Line::End
+            } else {
+                Line::Whole
+            });
+        }
+        let (used, done) = match available.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (available.len(), false),
+        };
+        let piece = &available[..if done { used - 1 } else { used }];
+        if buf.len() + piece.len() > max {
+            let seen = buf.len() + piece.len();
+            input.consume(used);
+            return Ok(Line::TooLong(seen));
+        }
+        buf.extend_from_slice(piece);
+        input.consume(used);
+        if done {
+            return Ok(Line::Whole);
+        }
+    }
+}
+
+fn read_messages(
+    stdout: impl Read,
+    router: &Router,
+    max: usize,
+    writer: &WeakWriter,
+    ended: &Ended,
+) {
+    let mut input = BufReader::with_capacity(64 * 1024, stdout);
+    let mut buf = Vec::new();
+    let reply = |message: Vec<u8>| writer.send(message);
+    let why = loop {
+        match read_line(&mut input, &mut buf, max) {
+            Ok(Line::End) => break ended.exited(),
+            Err(e) => {
+                break McpError::Protocol(format!("reading the server's output failed: {e}"));
+            }
+            Ok(Line::TooLong(size)) => break McpError::TooLarge { limit: max, size },
+            Ok(Line::Whole) => {
+                if buf.iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
+                if let Err(e) = router.deliver(&buf, None, &reply) {
+                    break e;
+                }
+            }
+        }
+    };
+    // Nothing after a broken message can be trusted: the session ends here, and the child
+    // is ended by the session's owner (`close`, or its drop).
+    router.close(why);
+}
+
+impl Transport for StdioTransport {
+    fn send(
+        &self,
+        message: Vec<u8>,
+        _id: Option<u64>,
+        _cancel: &CancelToken,
+    ) -> Result<(), McpError> {
+        match &*self.writer.0.lock() {
+            Some(tx) if tx.send(message).is_ok() => Ok(()),
+            _ => Err(McpError::Closed),
+        }
+    }
+
+    fn send_detached(&self, message: Vec<u8>) {
+        self.writer.send(message);
+    }
+
+    fn close(&self) {
+        // Closing stdin asks the server to exit.
+        self.writer.0.lock().take();
+        let until = Instant::now() + self.grace;
+        loop {
+            let mut child = self.child.lock();
+            match child.try_wait() {
+                Ok(Some(_)) | Err(_) => return,
+                Ok(None) if Instant::now() >= until => {
+                    // By the child's own pid (`Child::kill`), then reaped, so no zombie is
+                    // left. Its own children, if it started any, are its business.
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return;
+                }
+                Ok(None) => {}
+            }
+            drop(child);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn ended(&self) -> McpError {
+        Ended {
+            child: self.child.clone(),
+            stderr: self.stderr.clone(),
+            stderr_done: self.stderr_done.clone(),
+        }
+        .exited()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_read_whole_and_an_overlong_one_stops_at_the_limit() {
+        let mut input = BufReader::with_capacity(4, &b"ab\r\n\nlast"[..]);
+        let mut buf = Vec::new();
+        assert!(matches!(
+            read_line(&mut input, &mut buf, 8),
+            Ok(Line::Whole)
+        ));
+        assert_eq!(buf, b"ab\r");
+        assert!(matches!(
+            read_line(&mut input, &mut buf, 8),
+            Ok(Line::Whole)
+        ));
+        assert_eq!(buf, b"");
+        assert!(matches!(
+            read_line(&mut input, &mut buf, 8),
+            Ok(Line::Whole)
+        ));
+        assert_eq!(buf, b"last");
+        assert!(matches!(read_line(&mut input, &mut buf, 8), Ok(Line::End)));
+        // An endless line: the reader stops once it passed the limit.
+        let mut endless = BufReader::with_capacity(4, std::io::repeat(b'x'));
+        assert!(matches!(
+            read_line(&mut endless, &mut buf, 10),
+            Ok(Line::TooLong(n)) if (11..=14).contains(&n)
+        ));
+    }
+}

@@ -1,0 +1,112 @@
+"""A small stdio MCP server (python3 standard library only) for tests/mcp.rs.
+
+`python3 fake_server.py MODE [PIDFILE]`: MODE `ok` is a well-behaved server; every other
+mode misbehaves at `initialize` in one way. Calls of the tools `die` and `babble` (not
+listed) exit and write garbage mid-call; `ask` sends the client two requests of its own. The pid is written to PIDFILE, so a test can
+check that no process is left behind.
+"""
+
+import json
+import os
+import sys
+import time
+
+MODE = sys.argv[1]
+if len(sys.argv) > 2:
+    with open(sys.argv[2], "w") as f:
+        f.write(str(os.getpid()))
+
+out = sys.stdout.buffer
+
+
+def send(message):
+    out.write(json.dumps(message).encode() + b"\n")
+    out.flush()
+
+
+def answer(id, result):
+    send({"jsonrpc": "2.0", "id": id, "result": result})
+
+
+TOOLS = [
+    {"name": "echo", "description": "Echoes its text.",
+     "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}},
+                     "required": ["text"]}},
+    {"name": "slow", "description": "Reports progress, then answers.",
+     "inputSchema": {"type": "object", "properties": {"steps": {"type": "integer"}}}},
+    {"name": "grow", "description": "Adds a tool and tells the client.",
+     "inputSchema": {"type": "object"}},
+]
+
+
+def initialize(id):
+    if MODE == "garbage":
+        out.write(b"\x00\xff\xfe garbage \x80\n")
+        out.flush()
+    elif MODE == "not-json":
+        out.write(b"Server starting on stdio...\n")
+        out.flush()
+    elif MODE == "unknown-id":
+        answer(id + 1000, {})
+    elif MODE == "oversize":
+        answer(id, {"padding": "x" * (1 << 20)})
+    elif MODE == "exit-during-initialize":
+        sys.stderr.write("fatal: no configuration found\n")
+        sys.stderr.flush()
+        sys.exit(3)
+    elif MODE == "hang":
+        pass
+    elif MODE == "old-version":
+        answer(id, {"protocolVersion": "2023-01-01", "capabilities": {}})
+    else:
+        answer(id, {"protocolVersion": "2025-03-26", "capabilities": {"tools": {"listChanged": True}},
+                    "serverInfo": {"name": "fake", "version": "1.0"}})
+
+
+for line in sys.stdin:
+    message = json.loads(line)
+    id, method = message.get("id"), message.get("method")
+    params = message.get("params") or {}
+    if method == "initialize":
+        initialize(id)
+    elif method == "ping":
+        answer(id, {})
+    elif method == "tools/list":
+        # One tool per page, to exercise pagination.
+        index = int(params.get("cursor") or 0)
+        page = {"tools": TOOLS[index:index + 1]}
+        if index + 1 < len(TOOLS):
+            page["nextCursor"] = str(index + 1)
+        answer(id, page)
+    elif method == "tools/call":
+        name, args = params["name"], params.get("arguments") or {}
+        token = (params.get("_meta") or {}).get("progressToken")
+        if name == "echo":
+            answer(id, {"content": [{"type": "text", "text": args["text"]}]})
+        elif name == "slow":
+            for step in range(1, args.get("steps", 3) + 1):
+                send({"jsonrpc": "2.0", "method": "notifications/progress",
+                      "params": {"progressToken": token, "progress": step,
+                                 "total": args.get("steps", 3), "message": f"step {step}"}})
+                time.sleep(0.01)
+            answer(id, {"content": [{"type": "text", "text": "done"}]})
+        elif name == "grow":
+            TOOLS.append({"name": "extra", "description": "Appeared later.",
+                          "inputSchema": {"type": "object"}})
+            send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+            answer(id, {"content": [{"type": "text", "text": "grown"}]})
+        elif name == "ask":
+            # Requests of the server to the client, answered before the call's own answer.
+            send({"jsonrpc": "2.0", "id": "s1", "method": "ping"})
+            send({"jsonrpc": "2.0", "id": "s2", "method": "sampling/createMessage", "params": {}})
+            answers = [json.loads(sys.stdin.readline()) for _ in range(2)]
+            answer(id, {"content": [{"type": "text", "text": json.dumps(answers, sort_keys=True)}]})
+        elif name == "die":
+            sys.stderr.write("dying mid-call\n")
+            sys.stderr.flush()
+            sys.exit(5)
+        elif name == "babble":
+            out.write(b"\x00\xff not a message\n")
+            out.flush()
+        else:
+            send({"jsonrpc": "2.0", "id": id, "error": {"code": -32602, "message": f"unknown tool {name}"}})
