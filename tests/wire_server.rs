@@ -840,10 +840,13 @@ fn initialize_lists_every_method_the_server_answers() {
 fn reset_starts_a_new_conversation_and_gives_back_the_queued_messages() {
     let c = Client::start(agent(counting()), ServeOptions::new());
     c.request(1, "prompt", json!({"text": "first"}));
-    assert_eq!(
-        c.until_response(1).1["result"]["text"],
-        "users: 1, messages: 1"
-    );
+    let (run, r) = c.until_response(1);
+    assert_eq!(r["result"]["text"], "users: 1, messages: 1");
+    let mut mirror = wire::Mirror::new();
+    for line in &run {
+        mirror.apply_line(&line.to_string()).unwrap();
+    }
+    assert_eq!(mirror.state().messages.len(), 2);
     c.request(2, "steer", json!({"text": "s1"}));
     c.request(3, "follow_up", json!({"text": "f1"}));
     c.until_response(3);
@@ -855,6 +858,10 @@ fn reset_starts_a_new_conversation_and_gives_back_the_queued_messages() {
         [json!({"jsonrpc": "2.0", "method": "MessagesReplaced", "params": {"messages": []}})]
     );
     assert_eq!(contents(&r["result"]["removed"]), ["s1", "f1"]);
+    // A mirror of the notifications follows the reset.
+    mirror.apply_line(&lines[0].to_string()).unwrap();
+    assert!(mirror.state().messages.is_empty());
+    assert_eq!(mirror.state().stop_reason, None);
     c.request(5, "snapshot", json!({}));
     let s = &c.until_response(5).1["result"];
     assert_eq!(s["messages"], json!([]));
