@@ -60,6 +60,11 @@ cat >"$built/requests" <<'LINES'
 {"jsonrpc":"2.0","id":5,"method":"snapshot"}
 {"jsonrpc":"2.0","method":"abort"}
 {"jsonrpc":"2.0","id":6,"method":"abort","params":{}}
+{"jsonrpc":"2.0","id":7,"method":"clear_steering_queue"}
+{"jsonrpc":"2.0","id":8,"method":"clear_follow_up_queue"}
+{"jsonrpc":"2.0","id":9,"method":"clear_queues","params":{}}
+{"jsonrpc":"2.0","id":10,"method":"reset"}
+{"jsonrpc":"2.0","id":11,"method":"replace_messages","params":{"messages":[{"role":"user","content":"Hi."},{"role":"assistant","content":[{"type":"text","text":"Hello."}],"stop_reason":"stop"}]}}
 LINES
 seed serve requests '\377' "$built/requests"
 cat >"$built/approvals" <<'LINES'

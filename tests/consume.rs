@@ -5,7 +5,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use pagent::llm::{Faux, FauxReply};
-use pagent::{Agent, AgentBuilder, AgentEvent, Error, ErrorKind, Message, RunStopReason, wire};
+use pagent::{
+    Agent, AgentBuilder, AgentEvent, Error, ErrorKind, Message, RunStopReason, RunStream, wire,
+};
 use serde_json::json;
 
 mod common;
@@ -341,4 +343,186 @@ fn dropping_an_unread_stream_releases_a_run_waiting_on_its_full_channel() {
     assert_eq!(state.stop_reason, Some(RunStopReason::Cancelled));
     assert_eq!(run_threads(), 0);
     assert_eq!(agent.prompt("again").unwrap().text(), "next");
+}
+
+/// What one way of consuming a run read of it before it was dropped.
+type Consume = fn(RunStream) -> Box<dyn std::any::Any>;
+
+/// A regression test: only dropping the event iterator was shown to abort its run. Each of
+/// the five (events, text chunks, wire lines, dialect lines, messages), dropped while the
+/// run's tool runs, aborts that run: the run ends `Cancelled` with the events of an abort
+/// in a tool, its thread is joined, and the agent takes the next prompt.
+#[test]
+fn dropping_any_of_the_iterators_mid_run_aborts_its_run() {
+    let _serial = serial();
+    let kinds: [(&str, Consume); 5] = [
+        ("events", |mut s| {
+            assert_eq!(s.next().map(|e| e.name()), Some("AgentStart"));
+            Box::new(s)
+        }),
+        ("text", |s| {
+            let mut t = s.text();
+            assert_eq!(t.next().as_deref(), Some("let"));
+            Box::new(t)
+        }),
+        ("wire_lines", |s| {
+            let mut l = s.wire_lines();
+            assert_eq!(
+                l.next().as_deref(),
+                Some(r#"{"jsonrpc":"2.0","method":"AgentStart","params":{}}"#)
+            );
+            Box::new(l)
+        }),
+        ("dialect_lines", |s| {
+            let mut l = s.dialect_lines(wire::Dialect::PagentV4);
+            assert_eq!(
+                l.next().as_deref(),
+                Some(r#"{"jsonrpc": "2.0", "method": "RunBegin", "params": {"user_input": "go"}}"#)
+            );
+            Box::new(l)
+        }),
+        ("messages", |s| {
+            let mut m = s.messages();
+            assert_eq!(m.next().map(|m| m.role()), Some("user"));
+            Box::new(m)
+        }),
+    ];
+    for (kind, consume) in kinds {
+        let agent = Agent::builder()
+            .tool(common::echo())
+            .provider(
+                Faux::default()
+                    .chunk_chars(3)
+                    .reply(
+                        FauxReply::text("let me check")
+                            .then_tool_call("echo", json!({"text": "slow"})),
+                    )
+                    .reply(FauxReply::text("after")),
+            )
+            .build()
+            .unwrap();
+        let seen = listen(&agent);
+        let held = consume(agent.prompt_stream("go").unwrap());
+        // Dropped while the slow tool runs (it sleeps 5 s unless aborted).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let running = |agent: &Agent| {
+            (agent.snapshot().pending_tool_calls.iter()).any(|p| p.arguments.is_some())
+        };
+        while !running(&agent) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        assert!(running(&agent), "{kind}: the tool never ran");
+        let dropped = Instant::now();
+        drop(held);
+        assert!(dropped.elapsed() < Duration::from_secs(4), "{kind}");
+        assert_eq!(run_threads(), 0, "{kind}");
+        let state = agent.snapshot();
+        assert!(!state.is_streaming, "{kind}");
+        assert_eq!(state.stop_reason, Some(RunStopReason::Cancelled), "{kind}");
+        let names: Vec<&str> = seen.lock().unwrap().iter().map(|e| e.name()).collect();
+        let mut expected = vec!["AgentStart", "TurnStart", "MessageStart", "MessageEnd"];
+        expected.push("MessageStart");
+        expected.extend(["MessageUpdate"; 11]);
+        expected.extend([
+            "MessageEnd",
+            "ToolStart",
+            "ToolExecute",
+            "ToolEnd",
+            "MessageStart",
+            "MessageEnd",
+            "TurnEnd",
+            "AgentEnd",
+        ]);
+        assert_eq!(names, expected, "{kind}");
+        match seen.lock().unwrap().last() {
+            Some(AgentEvent::AgentEnd { stop_reason, .. }) => {
+                assert_eq!(*stop_reason, RunStopReason::Cancelled, "{kind}")
+            }
+            other => panic!("{kind}: the run ended with {other:?}"),
+        }
+        assert_eq!(agent.prompt("again").unwrap().text(), "after", "{kind}");
+    }
+}
+
+/// `run_loop` emits the events `Agent::continue_run` emits over the same messages, and those
+/// of `Agent::prompt` with the last message as the prompt, less that prompt's own
+/// `MessageStart` / `MessageEnd` (it is in the list already; the loop does not append it).
+#[test]
+fn run_loop_emits_the_events_of_prompt() {
+    let history = vec![
+        Message::user("say hi"),
+        Message::Assistant(pagent::AssistantMessage::new(
+            vec![pagent::ContentBlock::text("hi")],
+            pagent::StopReason::Stop,
+        )),
+    ];
+    let record = || {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sink = seen.clone();
+        (seen, move |e: &AgentEvent| {
+            sink.lock().unwrap().push(e.clone())
+        })
+    };
+    // The stateless loop.
+    let (looped, on_event) = record();
+    let mut messages = history.clone();
+    messages.push(Message::user("now echo it"));
+    let appended = pagent::run_loop(tool_then_text(), messages.clone(), on_event).unwrap();
+    let looped = looped.lock().unwrap().clone();
+    // An agent's prompt over the same history.
+    let agent = tool_then_text().messages(history).build().unwrap();
+    let prompted = listen(&agent);
+    let result = agent.prompt("now echo it").unwrap();
+    let prompted = prompted.lock().unwrap().clone();
+    // An agent's continue_run over the same messages.
+    let agent = tool_then_text().messages(messages).build().unwrap();
+    let continued = listen(&agent);
+    agent.continue_run().unwrap();
+    let continued = continued.lock().unwrap().clone();
+
+    assert_eq!(looped, continued);
+    let is_prompt = |e: &AgentEvent| match e {
+        AgentEvent::MessageStart { message } | AgentEvent::MessageEnd { message } => {
+            message.role() == "user"
+        }
+        _ => false,
+    };
+    let without_prompt: Vec<AgentEvent> = prompted
+        .iter()
+        .filter(|e| !is_prompt(e))
+        .map(|e| match e {
+            AgentEvent::AgentEnd {
+                messages,
+                stop_reason,
+                usage,
+                error,
+            } => AgentEvent::AgentEnd {
+                messages: messages[1..].to_vec(),
+                stop_reason: *stop_reason,
+                usage: *usage,
+                error: error.clone(),
+            },
+            e => e.clone(),
+        })
+        .collect();
+    assert_eq!(prompted.len(), without_prompt.len() + 2);
+    assert_eq!(looped, without_prompt);
+    assert_eq!(appended, result.messages[1..]);
+    let names: Vec<&str> = looped.iter().map(|e| e.name()).collect();
+    let mut expected = vec!["AgentStart", "TurnStart", "MessageStart"];
+    expected.extend(["MessageUpdate"; 11]);
+    expected.extend([
+        "MessageEnd",
+        "ToolStart",
+        "ToolExecute",
+        "ToolEnd",
+        "MessageStart",
+        "MessageEnd",
+        "TurnEnd",
+        "TurnStart",
+        "MessageStart",
+    ]);
+    expected.extend(["MessageUpdate"; 7]);
+    expected.extend(["MessageEnd", "TurnEnd", "AgentEnd"]);
+    assert_eq!(names, expected);
 }

@@ -254,6 +254,26 @@ fn abort_at_every_checkpoint_is_framed_as_pagent_cancels() {
         let r = get(name);
         assert_eq!(&methods(&r.v1), v1, "v1 {name}");
         assert_eq!(&methods(&r.v4), v4, "v4 {name}");
+        // Our own run ended `Cancelled`; between turns, right after the continuing `TurnEnd`
+        // (the abort landed while that `TurnEnd` was dispatched, from a listener or from
+        // another thread), with no turn started after it.
+        let tail: Vec<String> = r.events[r.events.len() - 2..]
+            .iter()
+            .map(|(e, _)| match e {
+                AgentEvent::TurnEnd { stop_reason, .. }
+                | AgentEvent::AgentEnd { stop_reason, .. } => {
+                    format!("{} {stop_reason:?}", e.name())
+                }
+                e => e.name().to_owned(),
+            })
+            .collect();
+        let between_turns = name.ends_with("continuing_turn_end");
+        let before_end = if between_turns {
+            "TurnEnd Continuing"
+        } else {
+            "TurnEnd Cancelled"
+        };
+        assert_eq!(tail, [before_end, "AgentEnd Cancelled"], "{name}");
         // Every v4 abort ends with a stopped `cancelled` turn and a `cancelled` run.
         let lines: Vec<Value> =
             r.v4.lines()

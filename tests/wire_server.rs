@@ -785,3 +785,258 @@ fn a_failed_prompt_answers_with_the_run_and_its_error_kind() {
     );
     c.close().unwrap();
 }
+
+/// A reply that counts what the model was sent: "users: <n>, messages: <m>".
+fn counting() -> Faux {
+    Faux::default().otherwise(|r| {
+        let users = r.messages.iter().filter(|m| m.role() == "user").count();
+        FauxReply::text(format!("users: {users}, messages: {}", r.messages.len()))
+    })
+}
+
+fn contents(list: &Value) -> Vec<String> {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn initialize_lists_every_method_the_server_answers() {
+    let c = Client::start(agent(Faux::default()), ServeOptions::new());
+    c.request(1, "initialize", json!({}));
+    let (_, r) = c.until_response(1);
+    assert_eq!(
+        r["result"]["capabilities"]["methods"],
+        json!([
+            "initialize",
+            "prompt",
+            "steer",
+            "follow_up",
+            "abort",
+            "snapshot",
+            "reset",
+            "replace_messages",
+            "clear_steering_queue",
+            "clear_follow_up_queue",
+            "clear_queues",
+        ])
+    );
+    c.request(2, "nope", json!({}));
+    let (_, r) = c.until_response(2);
+    assert_eq!(r["error"]["code"], codes::METHOD_NOT_FOUND);
+    assert_eq!(
+        r["error"]["message"],
+        "unknown method `nope`; the methods are initialize, prompt, steer, follow_up, abort, \
+         snapshot, reset, replace_messages, clear_steering_queue, clear_follow_up_queue, \
+         clear_queues"
+    );
+    c.close().unwrap();
+}
+
+/// A regression test: a wire client could not start a new conversation (`Agent::reset`).
+#[test]
+fn reset_starts_a_new_conversation_and_gives_back_the_queued_messages() {
+    let c = Client::start(agent(counting()), ServeOptions::new());
+    c.request(1, "prompt", json!({"text": "first"}));
+    let (run, r) = c.until_response(1);
+    assert_eq!(r["result"]["text"], "users: 1, messages: 1");
+    let mut mirror = wire::Mirror::new();
+    for line in &run {
+        mirror.apply_line(&line.to_string()).unwrap();
+    }
+    assert_eq!(mirror.state().messages.len(), 2);
+    c.request(2, "steer", json!({"text": "s1"}));
+    c.request(3, "follow_up", json!({"text": "f1"}));
+    c.until_response(3);
+    c.request(4, "reset", json!({}));
+    let (lines, r) = c.until_response(4);
+    // The event comes before the answer, so a mirror of the notifications follows it.
+    assert_eq!(
+        lines,
+        [json!({"jsonrpc": "2.0", "method": "MessagesReplaced", "params": {"messages": []}})]
+    );
+    assert_eq!(contents(&r["result"]["removed"]), ["s1", "f1"]);
+    // A mirror of the notifications follows the reset.
+    mirror.apply_line(&lines[0].to_string()).unwrap();
+    assert!(mirror.state().messages.is_empty());
+    assert_eq!(mirror.state().stop_reason, None);
+    c.request(5, "snapshot", json!({}));
+    let s = &c.until_response(5).1["result"];
+    assert_eq!(s["messages"], json!([]));
+    assert_eq!(s["steering_queue"], json!([]));
+    assert_eq!(s["follow_up_queue"], json!([]));
+    assert_eq!(s["stop_reason"], Value::Null);
+    assert_eq!(s["turn"], 0);
+    // The next prompt starts from nothing.
+    c.request(6, "prompt", json!({"text": "second"}));
+    assert_eq!(
+        c.until_response(6).1["result"]["text"],
+        "users: 1, messages: 1"
+    );
+    c.close().unwrap();
+}
+
+#[test]
+fn reset_and_replace_while_a_run_is_active_are_refused_with_run_active() {
+    let faux = Faux::default().reply(FauxReply::text("slow").delay(Duration::from_secs(30)));
+    let c = Client::start(agent(faux), ServeOptions::new());
+    c.request(1, "prompt", json!({"text": "first"}));
+    c.until_method("AgentStart");
+    c.request(2, "reset", json!({}));
+    c.request(3, "replace_messages", json!({"messages": []}));
+    for id in [2, 3] {
+        let (lines, r) = c.until_response(id);
+        // The run's own events go on; nothing was replaced.
+        assert!(
+            lines.iter().all(|l| l["method"] != "MessagesReplaced"),
+            "{lines:?}"
+        );
+        assert_eq!(
+            r["error"],
+            json!({"code": codes::RUN_ACTIVE, "message": "a run is already active"})
+        );
+    }
+    c.request(4, "abort", json!({}));
+    let (_, r) = c.until_response(1);
+    assert_eq!(r["result"]["stop_reason"], "cancelled");
+    c.request(5, "snapshot", json!({}));
+    // Nothing was reset: the run's prompt and its cut reply are still there.
+    let (_, s) = c.until_response(5);
+    let roles: Vec<&Value> = (s["result"]["messages"].as_array().unwrap().iter())
+        .map(|m| &m["role"])
+        .collect();
+    assert_eq!(roles, ["user", "assistant"]);
+    assert_eq!(s["result"]["messages"][0]["content"], "first");
+    c.close().unwrap();
+}
+
+/// A regression test: a wire client could not put a transcript in place
+/// (`Agent::replace_messages`).
+#[test]
+fn replace_messages_puts_a_transcript_in_place() {
+    let c = Client::start(agent(counting()), ServeOptions::new());
+    let history = json!([
+        {"role": "user", "content": "earlier"},
+        {"role": "assistant", "content": [{"type": "text", "text": "noted"}], "stop_reason": "stop"},
+    ]);
+    c.request(1, "replace_messages", json!({ "messages": history }));
+    let (lines, r) = c.until_response(1);
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0]["method"], "MessagesReplaced");
+    let replaced = &lines[0]["params"]["messages"];
+    assert_eq!(replaced[0], history[0]);
+    assert_eq!(replaced[1]["content"], history[1]["content"]);
+    assert_eq!(r["result"], json!({"replaced": 2}));
+    c.request(2, "prompt", json!({"text": "now"}));
+    assert_eq!(
+        c.until_response(2).1["result"]["text"],
+        "users: 2, messages: 3"
+    );
+    // Bad params are refused and change nothing.
+    for (id, params, why) in [
+        (3, json!({}), "`messages` is missing"),
+        (4, json!({"messages": "x"}), "`messages` is not an array"),
+        (
+            5,
+            json!({"messages": [{"role": "wizard"}]}),
+            "message 0: unknown variant `wizard`",
+        ),
+    ] {
+        c.request(id, "replace_messages", params);
+        let (lines, r) = c.until_response(id);
+        assert_eq!(lines, Vec::<Value>::new());
+        assert_eq!(r["error"]["code"], codes::INVALID_PARAMS);
+        let message = r["error"]["message"].as_str().unwrap();
+        assert!(
+            message.starts_with(&format!(
+                "replace_messages needs params {{\"messages\": [message..]}}: {why}"
+            )),
+            "{message}"
+        );
+    }
+    c.request(6, "snapshot", json!({}));
+    assert_eq!(
+        c.until_response(6).1["result"]["messages"]
+            .as_array()
+            .unwrap()
+            .len(),
+        4
+    );
+    c.close().unwrap();
+}
+
+/// A regression test: a wire client could not take back what it queued.
+#[test]
+fn clearing_the_queues_gives_back_what_they_held() {
+    let c = Client::start(agent(counting()), ServeOptions::new());
+    let queue = |id: u64, method: &str, text: &str| {
+        c.request(id, method, json!({ "text": text }));
+        assert_eq!(c.until_response(id).1["result"], json!({"queued": true}));
+    };
+    queue(1, "steer", "s1");
+    queue(2, "steer", "s2");
+    queue(3, "follow_up", "f1");
+    let clear = |id: u64, method: &str| -> Vec<String> {
+        c.request(id, method, json!({}));
+        let (lines, r) = c.until_response(id);
+        // No event: the queues change without one.
+        assert_eq!(lines, Vec::<Value>::new(), "{method}");
+        contents(&r["result"]["removed"])
+    };
+    assert_eq!(clear(4, "clear_steering_queue"), ["s1", "s2"]);
+    assert_eq!(clear(5, "clear_steering_queue"), Vec::<String>::new());
+    assert_eq!(clear(6, "clear_follow_up_queue"), ["f1"]);
+    queue(7, "follow_up", "f2");
+    queue(8, "steer", "s3");
+    assert_eq!(clear(9, "clear_queues"), ["s3", "f2"]);
+    c.request(10, "snapshot", json!({}));
+    let s = &c.until_response(10).1["result"];
+    assert_eq!(s["steering_queue"], json!([]));
+    assert_eq!(s["follow_up_queue"], json!([]));
+    // Nothing cleared is ever delivered.
+    c.request(11, "prompt", json!({"text": "go"}));
+    assert_eq!(
+        c.until_response(11).1["result"]["text"],
+        "users: 1, messages: 1"
+    );
+    c.close().unwrap();
+}
+
+/// The snapshot's flags have the state's names: `is_streaming` while a run goes on (the Go
+/// seed's `IsStreaming`, once `is_running`), `is_streaming_reply` while a reply streams.
+#[test]
+fn snapshot_names_the_run_and_reply_flags_as_the_state_does() {
+    let faux = Faux::default()
+        .chunk_chars(64)
+        .reply(FauxReply::text("thinking...").then_stall(Duration::from_secs(30)))
+        .reply(FauxReply::tool_call("echo", json!({"text": "slow"})));
+    let c = Client::start(agent(faux), ServeOptions::new());
+    let flags = |id: u64| -> Value {
+        c.request(id, "snapshot", json!({}));
+        let (_, r) = c.until_response(id);
+        let s = &r["result"];
+        assert!(s.get("is_running").is_none(), "{s}");
+        json!([
+            s["is_streaming"],
+            s["is_streaming_reply"],
+            s["streaming_message"].is_object()
+        ])
+    };
+    assert_eq!(flags(1), json!([false, false, false]));
+    c.request(2, "prompt", json!({"text": "go"}));
+    c.until_method("MessageUpdate");
+    // The reply streams.
+    assert_eq!(flags(3), json!([true, true, true]));
+    c.request(4, "abort", json!({}));
+    c.until_response(2);
+    assert_eq!(flags(5), json!([false, false, false]));
+    // A tool runs: the run goes on, no reply streams.
+    c.request(6, "prompt", json!({"text": "again"}));
+    c.until_method("ToolExecute");
+    assert_eq!(flags(7), json!([true, false, false]));
+    c.request(8, "abort", json!({}));
+    c.until_response(6);
+    c.close().unwrap();
+}

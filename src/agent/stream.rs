@@ -300,7 +300,10 @@ impl Iterator for RunMessages {
 /// The stateless agent loop: runs the agent that `builder` describes over `messages` (its
 /// transcript, which must end with a message the model is due to answer) and returns the
 /// messages the run appended, in order. `on_event` sees every event of the run, as a
-/// listener does ([`Agent::subscribe`]).
+/// listener does ([`Agent::subscribe`]): the events [`Agent::continue_run`] emits over the
+/// same messages, which are those [`Agent::prompt`] emits with the last message as its
+/// prompt, less that prompt's own `MessageStart` / `MessageEnd` (it is in `messages`
+/// already, so the loop does not append it, and it is not among the messages returned).
 ///
 /// This is the Go seed's `RunLoop`: no agent outlives the call, nothing is kept between calls;
 /// append the returned messages to your list and call again. Messages set on the builder

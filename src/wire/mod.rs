@@ -301,8 +301,11 @@
 //!
 //! [`serve`] drives an agent over any pair of pipes (stdin/stdout in
 //! `examples/wire_server.rs`): `initialize`, `prompt`, `steer`, `follow_up`, `abort` and
-//! `snapshot` requests, the run's events as native notifications, tool approval as a request
-//! from the server to the client. Its docs hold the whole protocol;
+//! `snapshot` requests; between runs `reset` and `replace_messages` (the transcript, as
+//! [`Agent::reset`](crate::Agent::reset) and
+//! [`Agent::replace_messages`](crate::Agent::replace_messages)), and at any time
+//! `clear_steering_queue`, `clear_follow_up_queue` and `clear_queues`; the run's events as
+//! native notifications, tool approval as a request from the server to the client. Its docs hold the whole protocol;
 //! `examples/wire_client.py` is a client in Python's standard library.
 //!
 //! Errors are JSON-RPC error responses with the codes of [`codes`]. A `steer` or `follow_up`

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crossbeam_channel::Sender;
 use parking_lot::Mutex;
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::codec::{
@@ -23,6 +24,21 @@ use crate::{Agent, AgentBuilder, Error, ErrorInfo, List, RunResult};
 /// The protocol version `initialize` reports.
 pub const PROTOCOL_VERSION: &str = "pagent-wire/1";
 
+/// The methods a client may call, as `initialize` lists them.
+const METHODS: [&str; 11] = [
+    "initialize",
+    "prompt",
+    "steer",
+    "follow_up",
+    "abort",
+    "snapshot",
+    "reset",
+    "replace_messages",
+    "clear_steering_queue",
+    "clear_follow_up_queue",
+    "clear_queues",
+];
+
 /// JSON-RPC error codes of [`serve`]: the standard ones, and one of ours.
 pub mod codes {
     /// The line is not JSON (or not UTF-8).
@@ -36,7 +52,8 @@ pub mod codes {
     pub const INVALID_PARAMS: i64 = -32602;
     /// The agent failed in a way that is not a run's stop reason.
     pub const INTERNAL_ERROR: i64 = -32603;
-    /// `prompt` while a run is active (our code, in the range JSON-RPC leaves to servers).
+    /// `prompt`, `reset` or `replace_messages` while a run is active (our code, in the range
+    /// JSON-RPC leaves to servers).
     pub const RUN_ACTIVE: i64 = -32000;
     /// `steer` or `follow_up` while that queue is full (see [`super::ServeOptions::max_queued`]):
     /// the message was not queued; send it again once the run has taken some.
@@ -207,7 +224,17 @@ impl Approvals {
 /// | `steer` | `{"text":".."}` | `{"queued":true}`: delivered before the next model call |
 /// | `follow_up` | `{"text":".."}` | `{"queued":true}`: delivered when the run would stop |
 /// | `abort` | none | `{"aborted":bool}` (false when no run is active) |
-/// | `snapshot` | none | the agent's state: `system_prompt`, `model`, `thinking`, `tools` (names), `messages`, `is_streaming`, `is_streaming_reply`, `streaming_message`, `pending_tool_calls`, `tool_results`, `error_message`, `error` (the error object of the last run's `AgentEnd`, or null), `turn`, `stop_reason`, `run_usage`, `usage`, `steering_queue`, `follow_up_queue` |
+/// | `snapshot` | none | the agent's state: `system_prompt`, `model`, `thinking`, `tools` (names), `messages`, `is_streaming` (a run is going on, from its `AgentStart` to its `AgentEnd`), `is_streaming_reply` (an assistant reply is streaming now, shown in `streaming_message`), `streaming_message`, `pending_tool_calls` (each `{"call","arguments","rewritten","progress"}`), `tool_results`, `error_message`, `error` (the error object of the last run's `AgentEnd`, or null), `turn`, `stop_reason`, `run_usage`, `usage`, `steering_queue`, `follow_up_queue` |
+/// | `reset` | none | between runs ([`Agent::reset`]): a new conversation, the transcript and both queues emptied; `{"removed":[message..]}`, the queued messages it removed (steering first, then follow-ups) |
+/// | `replace_messages` | `{"messages":[message..]}` (messages in the wire's shape) | between runs ([`Agent::replace_messages`]): the transcript replaced; `{"replaced":<n>}`, the number of messages now in it |
+/// | `clear_steering_queue` | none | `{"removed":[message..]}`: the steering messages that were waiting, never delivered now ([`Agent::clear_steering_queue`]); at any time |
+/// | `clear_follow_up_queue` | none | `{"removed":[message..]}`, the same for the follow-up queue |
+/// | `clear_queues` | none | `{"removed":[message..]}`: both queues emptied in one change, the steering messages first |
+///
+/// `reset` and `replace_messages` are refused with -32000 while a run is active (from the
+/// `prompt` request until its answer); each emits a `MessagesReplaced` notification (its
+/// `messages` the whole new transcript) before its response, as it clears what the last run
+/// left in the state. Clearing a queue emits nothing: a `snapshot` shows it.
 ///
 /// While a run is active, each event is written as a notification line of the native
 /// dialect (see the [wire docs](super)), in order; the `prompt` response comes after the
@@ -226,8 +253,8 @@ impl Approvals {
 ///
 /// Errors use the codes in [`codes`]: -32700 parse error (`id` null), -32600 invalid
 /// request, -32601 unknown method, -32602 invalid params, -32603 internal error, -32000
-/// for a `prompt` while a run is active, and -32001 for a `steer` or `follow_up` whose
-/// queue is full. A malformed line is answered with an error and the server reads on:
+/// for a `prompt`, `reset` or `replace_messages` while a run is active, and -32001 for a
+/// `steer` or `follow_up` whose queue is full. A malformed line is answered with an error and the server reads on:
 /// nothing a client sends stops it but the end of its input.
 ///
 /// # Memory
@@ -383,7 +410,7 @@ impl<'a> Server<'a> {
                 "protocol_version": PROTOCOL_VERSION,
                 "server": {"name": "pagent", "version": env!("CARGO_PKG_VERSION")},
                 "capabilities": {
-                    "methods": ["initialize", "prompt", "steer", "follow_up", "abort", "snapshot"],
+                    "methods": METHODS,
                     "events": "native",
                     "tool_approval": self.options.approve_tools,
                 },
@@ -403,15 +430,41 @@ impl<'a> Server<'a> {
             }
             "abort" => json!({"aborted": self.agent.abort()}),
             "snapshot" => snapshot_json(&self.agent.snapshot()),
+            "reset" => {
+                self.idle()?;
+                let removed = self.agent.reset().map_err(refusal)?;
+                json!({ "removed": removed })
+            }
+            "replace_messages" => {
+                let messages = messages_param(params)?;
+                self.idle()?;
+                let n = messages.len();
+                self.agent.replace_messages(messages).map_err(refusal)?;
+                json!({ "replaced": n })
+            }
+            "clear_steering_queue" => json!({"removed": self.agent.clear_steering_queue()}),
+            "clear_follow_up_queue" => json!({"removed": self.agent.clear_follow_up_queue()}),
+            "clear_queues" => json!({"removed": self.agent.clear_queues()}),
             other => {
                 return Err((
                     codes::METHOD_NOT_FOUND,
                     format!(
-                        "unknown method `{other}`; the methods are initialize, prompt, steer, follow_up, abort, snapshot"
+                        "unknown method `{other}`; the methods are {}",
+                        METHODS.join(", ")
                     ),
                 ));
             }
         }))
+    }
+
+    /// Refuses a change between runs while a `prompt` of the client is in progress: from
+    /// its request to its answer, even before its run claimed the agent (the prompt came
+    /// first, so it is the one that runs).
+    fn idle(&self) -> Result<(), Refusal> {
+        if self.busy.load(Ordering::Acquire) {
+            return Err((codes::RUN_ACTIVE, Error::Busy.to_string()));
+        }
+        Ok(())
     }
 
     /// Refuses `text` when the steering (or follow-up) queue has no room for it. The reading
@@ -476,6 +529,33 @@ impl<'a> Server<'a> {
             }
         });
         Ok(None)
+    }
+}
+
+/// `Busy` (a run begun outside the server) as the server refuses a prompt; anything else as
+/// an internal error.
+fn refusal(e: Error) -> Refusal {
+    match e {
+        Error::Busy => (codes::RUN_ACTIVE, e.to_string()),
+        e => (codes::INTERNAL_ERROR, e.to_string()),
+    }
+}
+
+fn messages_param(params: Option<&Value>) -> Result<Vec<Message>, Refusal> {
+    let bad = |why: String| {
+        (
+            codes::INVALID_PARAMS,
+            format!("replace_messages needs params {{\"messages\": [message..]}}: {why}"),
+        )
+    };
+    match params.and_then(|p| p.get("messages")) {
+        Some(Value::Array(list)) => list
+            .iter()
+            .enumerate()
+            .map(|(i, m)| Message::deserialize(m).map_err(|e| bad(format!("message {i}: {e}"))))
+            .collect(),
+        Some(_) => Err(bad("`messages` is not an array".into())),
+        None => Err(bad("`messages` is missing".into())),
     }
 }
 
