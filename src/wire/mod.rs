@@ -209,7 +209,7 @@ pub(crate) mod codec;
 pub(crate) mod lines;
 mod mirror;
 mod pagent;
-mod serve;
+pub(crate) mod serve;
 mod writer;
 
 pub use codec::{Decoder, MAX_LINE_LEN, METHODS, decode_event_line, encode_event_line};
