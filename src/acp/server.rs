@@ -216,7 +216,7 @@ where
         if let Some(saved) = &saved {
             builder = builder.messages(saved.iter().cloned());
         }
-        let builder = permission_hook(builder, &self.shared, &id);
+        let builder = permission_hook(builder, self.shared, &id);
         let agent = builder.build().map_err(failed)?;
         if let Some(dir) = &self.shared.options.session_dir {
             let path = dir.join(format!("{id}.jsonl"));
