@@ -1,8 +1,6 @@
 //! The protocol's shapes for the subset pagent serves, and the mapping from our events,
 //! messages and run outcomes to them. Pure: nothing here reads or writes a stream.
 
-use std::path::PathBuf;
-
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -281,130 +279,322 @@ pub(crate) fn prompt_answer(outcome: &Result<RunResult, RunError>) -> Result<Sto
     })
 }
 
-/// An MCP server the client asks a session to connect, as `session/new` and `session/load`
-/// list them.
-#[derive(Clone, Debug, PartialEq)]
-#[allow(dead_code)] // Read by the MCP client once it plugs in (see `connect_mcp_servers`).
-pub(crate) enum McpServer {
-    /// A program to start, speaking MCP on its stdio.
-    Stdio {
-        name: String,
-        command: PathBuf,
-        args: Vec<String>,
-        env: Vec<(String, String)>,
-    },
-    /// A server over HTTP (`"type": "http"`) or server-sent events (`"type": "sse"`).
-    Http {
-        name: String,
-        url: String,
-        headers: Vec<(String, String)>,
-        sse: bool,
-    },
-}
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
 
-#[derive(Deserialize)]
-struct NameValue {
-    name: String,
-    value: String,
-}
+    use serde_json::json;
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct StdioShape {
-    name: String,
-    command: PathBuf,
-    #[serde(default)]
-    args: Vec<String>,
-    #[serde(default)]
-    env: Vec<NameValue>,
-}
+    use super::*;
+    use crate::kind::ErrorInfo;
+    use crate::message::{AssistantMessage, Usage};
+    use crate::partial::PartialMessage;
 
-#[derive(Deserialize)]
-struct HttpShape {
-    name: String,
-    url: String,
-    #[serde(default)]
-    headers: Vec<NameValue>,
-}
-
-fn pairs(v: Vec<NameValue>) -> Vec<(String, String)> {
-    v.into_iter().map(|p| (p.name, p.value)).collect()
-}
-
-impl McpServer {
-    pub(crate) fn parse(v: &Value) -> Result<McpServer, String> {
-        let kind = v.get("type").and_then(Value::as_str);
-        let shape = |e: serde_json::Error| format!("an MCP server entry is malformed: {e}");
-        match kind {
-            Some(k @ ("http" | "sse")) => {
-                let s = HttpShape::deserialize(v).map_err(shape)?;
-                Ok(McpServer::Http {
-                    name: s.name,
-                    url: s.url,
-                    headers: pairs(s.headers),
-                    sse: k == "sse",
-                })
-            }
-            None | Some("stdio") => {
-                let s = StdioShape::deserialize(v).map_err(shape)?;
-                Ok(McpServer::Stdio {
-                    name: s.name,
-                    command: s.command,
-                    args: s.args,
-                    env: pairs(s.env),
-                })
-            }
-            Some(other) => Err(format!("MCP server type `{other}` is unknown")),
+    fn kind_of(name: &str) -> ToolKind {
+        if name == "edit" {
+            ToolKind::Edit
+        } else {
+            ToolKind::Other
         }
     }
-}
 
-/// The text of a prompt's content blocks, in order: `text` as it is, a `resource_link` as a
-/// markdown link, an embedded text `resource` as its text under its URI. Images, audio and
-/// binary resources are refused (the agent's capabilities say so).
-pub(crate) fn prompt_text(blocks: &Value) -> Result<String, Refusal> {
-    let bad = |why: String| (codes::INVALID_PARAMS, why);
-    let Some(blocks) = blocks.as_array() else {
-        return Err(bad(
-            "session/prompt needs `prompt`, a list of content blocks".into(),
-        ));
-    };
-    let mut out = String::new();
-    for block in blocks {
-        let field = |name: &str| block.get(name).and_then(Value::as_str);
-        let piece = match field("type") {
-            Some("text") => field("text").map(str::to_owned),
-            Some("resource_link") => field("uri").map(|uri| {
-                let name = field("name").unwrap_or(uri);
-                format!("[{name}]({uri})")
-            }),
-            Some("resource") => {
-                let r = block.get("resource");
-                let get = |n: &str| r.and_then(|r| r.get(n)).and_then(Value::as_str);
-                match (get("uri"), get("text")) {
-                    (Some(uri), Some(t)) => {
-                        Some(format!("<context uri=\"{uri}\">\n{t}\n</context>"))
-                    }
-                    _ => return Err(bad("only text resources can be embedded".into())),
-                }
-            }
-            Some(other @ ("image" | "audio")) => {
-                return Err(bad(format!(
-                    "{other} content is not supported by this agent"
-                )));
-            }
-            _ => None,
-        };
-        let Some(piece) = piece else {
-            return Err(bad(format!("a prompt content block is malformed: {block}")));
-        };
-        if !out.is_empty() {
-            out.push_str("\n\n");
+    fn json_of(event: &AgentEvent) -> Vec<Value> {
+        updates(event, &kind_of)
+            .iter()
+            .map(|u| serde_json::to_value(u).unwrap())
+            .collect()
+    }
+
+    fn delta(delta: StreamEvent) -> AgentEvent {
+        AgentEvent::MessageUpdate {
+            message: PartialMessage::new("m"),
+            delta,
         }
-        out.push_str(&piece);
     }
-    if out.is_empty() {
-        return Err(bad("the prompt is empty".into()));
+
+    fn reply(stop: ReplyStop) -> Arc<Message> {
+        Arc::new(Message::Assistant(AssistantMessage::new(
+            vec![ContentBlock::text("x")],
+            stop,
+        )))
     }
-    Ok(out)
+
+    #[test]
+    fn every_event_maps_to_its_updates() {
+        let call = ToolCall::new("c1", "edit", r#"{"path":"a"}"#);
+        let result = ToolResultMessage::new("c1", "edit", "done").with_details(
+            json!({"plan": [{"content": "step", "priority": "high", "status": "completed"}]}),
+        );
+        let failed = ToolResultMessage::new("c2", "other", "no such file").with_is_error(true);
+        let cases: Vec<(AgentEvent, Vec<Value>)> = vec![
+            (AgentEvent::AgentStart, vec![]),
+            (AgentEvent::TurnStart { turn: 1 }, vec![]),
+            (
+                AgentEvent::MessageStart {
+                    message: Arc::new(Message::user("hi")),
+                },
+                vec![],
+            ),
+            (
+                delta(StreamEvent::text("Hel")),
+                vec![
+                    json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "Hel"}}),
+                ],
+            ),
+            (
+                delta(StreamEvent::thinking("hmm")),
+                vec![
+                    json!({"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "hmm"}}),
+                ],
+            ),
+            (
+                delta(StreamEvent::ThinkingSignature {
+                    signature: "s".into(),
+                }),
+                vec![],
+            ),
+            (
+                delta(StreamEvent::ToolCallStart {
+                    id: "c1".into(),
+                    name: "edit".into(),
+                }),
+                vec![],
+            ),
+            (
+                delta(StreamEvent::ToolCallDelta {
+                    index: 0,
+                    arguments: "{".into(),
+                }),
+                vec![],
+            ),
+            (
+                delta(StreamEvent::Usage {
+                    usage: Usage::new(1, 2),
+                }),
+                vec![],
+            ),
+            (
+                delta(StreamEvent::Retry {
+                    attempt: 1,
+                    delay_ms: 5,
+                    error: "busy".into(),
+                }),
+                vec![],
+            ),
+            (
+                AgentEvent::MessageEnd {
+                    message: reply(ReplyStop::ToolUse),
+                },
+                vec![],
+            ),
+            (
+                AgentEvent::ToolStart { call: call.clone() },
+                vec![
+                    json!({"sessionUpdate": "tool_call", "toolCallId": "c1", "title": "edit",
+                    "kind": "edit", "status": "pending", "rawInput": {"path": "a"}}),
+                ],
+            ),
+            (
+                AgentEvent::ToolStart {
+                    call: ToolCall::new("c2", "other", "not json"),
+                },
+                vec![
+                    json!({"sessionUpdate": "tool_call", "toolCallId": "c2", "title": "other",
+                    "kind": "other", "status": "pending", "rawInput": "not json"}),
+                ],
+            ),
+            (
+                AgentEvent::ToolUpdate {
+                    call_id: "c1".into(),
+                    tool_name: "edit".into(),
+                    partial: ToolOutput::text("half"),
+                },
+                vec![
+                    json!({"sessionUpdate": "tool_call_update", "toolCallId": "c1",
+                    "content": [{"type": "content", "content": {"type": "text", "text": "half"}}]}),
+                ],
+            ),
+            (
+                AgentEvent::ToolEnd {
+                    result: Arc::new(result.clone()),
+                },
+                vec![
+                    json!({"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "completed",
+                        "content": [{"type": "content", "content": {"type": "text", "text": "done"}}],
+                        "rawOutput": {"plan": [{"content": "step", "priority": "high", "status": "completed"}]}}),
+                    json!({"sessionUpdate": "plan", "entries": [{"content": "step", "priority": "high", "status": "completed"}]}),
+                ],
+            ),
+            (
+                AgentEvent::ToolEnd {
+                    result: Arc::new(failed),
+                },
+                vec![
+                    json!({"sessionUpdate": "tool_call_update", "toolCallId": "c2", "status": "failed",
+                    "content": [{"type": "content", "content": {"type": "text", "text": "no such file"}}]}),
+                ],
+            ),
+            (
+                AgentEvent::TurnEnd {
+                    turn: 1,
+                    message: reply(ReplyStop::Stop),
+                    tool_results: vec![],
+                    stop_reason: RunStopReason::NoToolCalls,
+                },
+                vec![],
+            ),
+            (
+                AgentEvent::AgentEnd {
+                    messages: vec![],
+                    stop_reason: RunStopReason::Error,
+                    usage: Usage::default(),
+                    error: Some(ErrorInfo::from(&Error::Provider("x".into()))),
+                },
+                vec![],
+            ),
+        ];
+        for (event, expected) in cases {
+            assert_eq!(json_of(&event), expected, "{event:?}");
+        }
+    }
+
+    #[test]
+    fn a_malformed_plan_in_details_is_no_plan() {
+        let result = ToolResultMessage::new("c1", "edit", "done").with_details(
+            json!({"plan": [{"content": "step", "priority": "urgent", "status": "completed"}]}),
+        );
+        assert_eq!(
+            json_of(&AgentEvent::ToolEnd {
+                result: Arc::new(result)
+            })
+            .len(),
+            1
+        );
+    }
+
+    fn ended(stop_reason: RunStopReason, last: ReplyStop) -> Result<RunResult, RunError> {
+        Ok(RunResult {
+            messages: vec![Arc::new(Message::user("q")), reply(last)],
+            stop_reason,
+            usage: Usage::default(),
+        })
+    }
+
+    fn failed(error: Error) -> Result<RunResult, RunError> {
+        let Ok(result) = ended(RunStopReason::Error, ReplyStop::Error) else {
+            unreachable!()
+        };
+        Err(RunError::new(error, result))
+    }
+
+    #[test]
+    fn every_stop_reason_maps_exactly() {
+        let api = |kind: &str| Error::Api {
+            kind: kind.into(),
+            message: "no".into(),
+        };
+        let cases = [
+            (
+                ended(RunStopReason::NoToolCalls, ReplyStop::Stop),
+                Ok(StopReason::EndTurn),
+            ),
+            (
+                ended(RunStopReason::EmptyResponse, ReplyStop::Stop),
+                Ok(StopReason::EndTurn),
+            ),
+            (
+                ended(RunStopReason::NoToolCalls, ReplyStop::Length),
+                Ok(StopReason::MaxTokens),
+            ),
+            (
+                ended(RunStopReason::MaxTurns, ReplyStop::ToolUse),
+                Ok(StopReason::MaxTurnRequests),
+            ),
+            (
+                ended(RunStopReason::MaxTurns, ReplyStop::Length),
+                Ok(StopReason::MaxTurnRequests),
+            ),
+            (
+                ended(RunStopReason::Cancelled, ReplyStop::Aborted),
+                Ok(StopReason::Cancelled),
+            ),
+            (failed(Error::Aborted), Ok(StopReason::Cancelled)),
+            (failed(api("refusal")), Ok(StopReason::Refusal)),
+            (failed(api("content_filter")), Ok(StopReason::Refusal)),
+            (
+                failed(api("overloaded_error")),
+                Err((
+                    codes::INTERNAL_ERROR,
+                    "provider reported overloaded_error: no".to_owned(),
+                )),
+            ),
+            (
+                failed(Error::Provider("down".into())),
+                Err((codes::INTERNAL_ERROR, "provider error: down".to_owned())),
+            ),
+            (
+                Err(RunError::refused(Error::Busy)),
+                Err((
+                    codes::INVALID_REQUEST,
+                    "a prompt of this session is still running".to_owned(),
+                )),
+            ),
+        ];
+        for (outcome, expected) in cases {
+            assert_eq!(prompt_answer(&outcome), expected, "{outcome:?}");
+        }
+        let names: Vec<Value> = [
+            StopReason::EndTurn,
+            StopReason::MaxTokens,
+            StopReason::MaxTurnRequests,
+            StopReason::Refusal,
+            StopReason::Cancelled,
+        ]
+        .iter()
+        .map(|s| serde_json::to_value(s).unwrap())
+        .collect();
+        assert_eq!(
+            names,
+            [
+                json!("end_turn"),
+                json!("max_tokens"),
+                json!("max_turn_requests"),
+                json!("refusal"),
+                json!("cancelled")
+            ]
+        );
+    }
+
+    #[test]
+    fn a_saved_transcript_replays_in_order() {
+        let call = ToolCall::new("c1", "edit", r#"{"path":"a"}"#);
+        let messages = vec![
+            Message::user("do it"),
+            Message::Assistant(AssistantMessage::new(
+                vec![
+                    ContentBlock::thinking("plan"),
+                    ContentBlock::text("ok"),
+                    ContentBlock::ToolCall(call),
+                ],
+                ReplyStop::ToolUse,
+            )),
+            Message::ToolResult(ToolResultMessage::new("c1", "edit", "done")),
+        ];
+        let got: Vec<Value> = replay(&messages, &kind_of)
+            .iter()
+            .map(|u| serde_json::to_value(u).unwrap())
+            .collect();
+        assert_eq!(
+            got,
+            [
+                json!({"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": "do it"}}),
+                json!({"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "plan"}}),
+                json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "ok"}}),
+                json!({"sessionUpdate": "tool_call", "toolCallId": "c1", "title": "edit", "kind": "edit",
+                    "status": "pending", "rawInput": {"path": "a"}}),
+                json!({"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "completed",
+                    "content": [{"type": "content", "content": {"type": "text", "text": "done"}}]}),
+            ]
+        );
+    }
 }

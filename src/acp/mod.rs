@@ -91,6 +91,7 @@ use crate::message::ToolCall;
 use crate::wire::MAX_LINE_LEN;
 use crate::{AgentBuilder, Error};
 
+mod input;
 mod map;
 mod server;
 

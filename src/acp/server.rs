@@ -11,7 +11,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
 
-use super::map::{self, McpServer, Refusal, ToolCallUpdate, ToolStatus, Update};
+use super::input::{self, McpServer};
+use super::map::{self, Refusal, ToolCallUpdate, ToolStatus, Update};
 use super::{Options, PROTOCOL_VERSION, SessionInfo, ToolKind, codes};
 use crate::hooks::{ToolCallRequest, ToolDecision};
 use crate::message::ToolCall;
@@ -310,7 +311,7 @@ where
         id: Option<Value>,
     ) -> Result<Option<Value>, Refusal> {
         let session = self.session(params)?;
-        let text = map::prompt_text(params.get("prompt").unwrap_or(&Value::Null))?;
+        let text = input::prompt_text(params.get("prompt").unwrap_or(&Value::Null))?;
         if session.busy.swap(true, Ordering::AcqRel) {
             return Err((
                 codes::INVALID_REQUEST,
