@@ -162,8 +162,9 @@ where
             return Err(bad_params("initialize needs `protocolVersion`, an integer"));
         }
         let options = &self.shared.options;
-        // One version is spoken: the client's own when it asks for it or a later one, and
-        // otherwise still ours, for the client to decide (the protocol's negotiation).
+        // One version is spoken, 1. A client asking for a later one gets the latest we speak,
+        // as the protocol's negotiation says, and so does one asking for an earlier one: it
+        // decides whether to go on.
         Ok(Some(json!({
             "protocolVersion": PROTOCOL_VERSION,
             "agentCapabilities": {
