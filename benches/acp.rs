@@ -95,7 +95,7 @@ fn latency(c: &mut Criterion) {
     drop(go_tx);
     let answer = read(&mut line);
     assert_eq!(answer["result"]["stopReason"], "end_turn");
-    drop(send);
+    drop(input);
     served.join().expect("serve ends").expect("cleanly");
 }
 
