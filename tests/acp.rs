@@ -219,6 +219,33 @@ fn a_client_that_disappears_mid_run_ends_serve_and_every_agent() {
 }
 
 #[test]
+fn a_prompt_sent_right_before_the_client_leaves_is_aborted_too() {
+    let model = Arc::new(
+        Faux::default().otherwise(|_| FauxReply::text("slow").then_stall(Duration::from_secs(60))),
+    );
+    let held = model.clone();
+    let factory = move |_: &SessionInfo| Ok(Agent::builder().provider(held.clone()));
+    for _ in 0..5 {
+        let mut client = Client::start(factory.clone(), acp::Options::new());
+        let session = client.new_session(1);
+        client.request(
+            2,
+            "session/prompt",
+            json!({"sessionId": session, "prompt": [{"type": "text", "text": "go"}]}),
+        );
+        // No wait for the run to start: the input ends at once.
+        let started = Instant::now();
+        client.close().expect("a clean end");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the run was aborted"
+        );
+    }
+    drop(factory);
+    assert_eq!(Arc::strong_count(&model), 1);
+}
+
+#[test]
 fn a_client_whose_output_closed_ends_serve_without_an_error() {
     let (input_reader, mut input) = std::io::pipe().expect("a pipe");
     let (output_reader, output) = std::io::pipe().expect("a pipe");

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::Scope;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
@@ -75,8 +75,20 @@ where
         // Nobody is left to read the runs' updates or answer their permission requests: end
         // them all, so that the scope's threads end and no thread outlives `serve`.
         shared.requests.close();
-        for session in server.sessions.lock().values() {
-            session.agent.abort();
+        // Again until none is running: a prompt whose thread had not yet started its run
+        // when the first abort came would otherwise run to its end.
+        loop {
+            let running: Vec<Arc<Session>> = (server.sessions.lock().values())
+                .filter(|s| s.busy.load(Ordering::Acquire))
+                .cloned()
+                .collect();
+            if running.is_empty() {
+                break;
+            }
+            for session in running {
+                session.agent.abort();
+            }
+            std::thread::sleep(Duration::from_millis(1));
         }
         read
     });
@@ -249,8 +261,10 @@ where
             agent,
             busy: AtomicBool::new(false),
         });
-        // A loaded session replaces one of the same id in this process.
-        self.sessions.lock().insert(id.clone(), session);
+        // A loaded session replaces one of the same id in this process, and ends its run.
+        if let Some(old) = self.sessions.lock().insert(id.clone(), session) {
+            old.agent.abort();
+        }
         Ok(Some(if load {
             json!({})
         } else {
