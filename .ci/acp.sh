@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# Installs the ACP test client's one dependency, the official TypeScript SDK, pinned, into
-# ~/.cache/pagent-acp (idempotent: nothing is fetched when that version is already there).
-# Prints the directory whose node_modules holds it; tests/acp.rs reads it from
+# Installs the ACP test client's dependencies, the official TypeScript SDK
+# (@agentclientprotocol/sdk 2.4.0) and what it needs, exactly as tests/acp/package-lock.json
+# pins them, into ~/.cache/pagent-acp. Idempotent: nothing is fetched when that lock file is
+# already installed there. Prints the node_modules directory; tests/acp.rs reads it from
 # PAGENT_ACP_NODE_PATH (.ci/run sets it).
 set -euo pipefail
-SDK_VERSION=2.4.0
+cd "$(dirname "$0")/.."
 dir="$HOME/.cache/pagent-acp"
 mkdir -p "$dir"
-have="$(node -p "require('$dir/node_modules/@agentclientprotocol/sdk/package.json').version" 2>/dev/null || true)"
-if [ "$have" != "$SDK_VERSION" ]; then
-  [ -f "$dir/package.json" ] || echo '{"name":"pagent-acp-client","private":true}' > "$dir/package.json"
-  npm install --prefix "$dir" --no-audit --no-fund --silent --save-exact \
-    "@agentclientprotocol/sdk@$SDK_VERSION" >&2
+if ! cmp -s tests/acp/package-lock.json "$dir/installed-lock.json" \
+  || [ ! -f "$dir/node_modules/@agentclientprotocol/sdk/package.json" ]; then
+  cp tests/acp/package.json tests/acp/package-lock.json "$dir/"
+  (cd "$dir" && npm ci --no-audit --no-fund --silent >&2)
+  cp tests/acp/package-lock.json "$dir/installed-lock.json"
 fi
 echo "$dir/node_modules"
