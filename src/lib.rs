@@ -19,6 +19,8 @@
 // Keep public types debuggable, the code idiomatic, and `pub` honest.
 #![warn(missing_debug_implementations, rust_2018_idioms, unreachable_pub)]
 
+#[cfg(feature = "acp")]
+pub mod acp;
 mod agent;
 mod cancel;
 mod error;

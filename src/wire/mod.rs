@@ -321,7 +321,7 @@ pub(crate) mod lines;
 mod mirror;
 mod pagent;
 mod pagent_read;
-mod serve;
+pub(crate) mod serve;
 mod writer;
 
 pub use codec::{Decoder, MAX_LINE_LEN, METHODS, decode_event_line, encode_event_line};

@@ -131,21 +131,25 @@ impl ServeOptions {
 
 /// Where every line goes: responses, requests to the client and event notifications, each
 /// written whole and flushed under one lock. After a write error nothing more is written;
-/// `serve` returns the error when its input ends.
-struct Out(LineSink<Box<dyn Write + Send>>);
+/// `serve` returns the error when its input ends. (The ACP server writes through one too.)
+pub(crate) struct Out(pub(crate) LineSink<Box<dyn Write + Send>>);
 
 impl Out {
+    pub(crate) fn new(output: impl Write + Send + 'static) -> Out {
+        Out(LineSink::new(Box::new(output), ()))
+    }
+
     /// Writes what `encode` appends (whole lines) and flushes.
-    fn lines(&self, encode: impl FnOnce(&mut Vec<u8>)) {
+    pub(crate) fn lines(&self, encode: impl FnOnce(&mut Vec<u8>)) {
         // The error is kept in the sink, for `serve` to return.
         let _ = self.0.write(|(), bytes| encode(bytes));
     }
 
-    fn result(&self, id: &Value, result: &Value) {
+    pub(crate) fn result(&self, id: &Value, result: &impl serde::Serialize) {
         self.lines(|bytes| result_to(bytes, id, result));
     }
 
-    fn error(&self, id: &Value, code: i64, message: impl AsRef<str>) {
+    pub(crate) fn error(&self, id: &Value, code: i64, message: impl AsRef<str>) {
         self.lines(|bytes| error_to(bytes, id, code, message.as_ref()));
     }
 }
@@ -155,21 +159,42 @@ enum Answer {
     Reject(String),
 }
 
-/// Approval requests waiting for the client's answer, by request id.
+/// What the client answered to one of our requests: its `result`, or its `error` object
+/// (`Value::Null` for a response with neither).
+pub(crate) type Response = Result<Value, Value>;
+
+/// Requests sent to the client and waiting for its answer, by request id (the wire's
+/// approvals, ACP's permission requests).
 ///
-/// Bounded without a cap of its own: `before_tool_call` asks about one call at a time, and
-/// one run is active at a time, so at most one request waits; a client's responses only
-/// remove entries (an unknown id is ignored).
+/// Bounded by its users: each waits for its answer before it asks again, and a client's
+/// responses only remove entries (an unknown id is ignored).
 #[derive(Default)]
-struct Approvals {
+pub(crate) struct Requests {
     next_id: AtomicU64,
-    pending: Mutex<HashMap<u64, Sender<Answer>>>,
+    pending: Mutex<HashMap<u64, Sender<Response>>>,
     closed: AtomicBool,
 }
 
-impl Approvals {
+impl Requests {
+    /// A new request id and the channel its answer comes on; `None` once the client is gone.
+    pub(crate) fn open(&self) -> Option<(u64, crossbeam_channel::Receiver<Response>)> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let mut pending = self.pending.lock();
+        if self.closed.load(Ordering::Acquire) {
+            return None;
+        }
+        pending.insert(id, tx);
+        Some((id, rx))
+    }
+
+    /// Drops request `id` (answered, or no longer waited for).
+    pub(crate) fn forget(&self, id: u64) {
+        self.pending.lock().remove(&id);
+    }
+
     /// Routes a response of the client; false when no request has this id.
-    fn answer(&self, response: &Map<String, Value>) -> bool {
+    pub(crate) fn answer(&self, response: &Map<String, Value>) -> bool {
         let Some(tx) = response
             .get("id")
             .and_then(Value::as_u64)
@@ -178,29 +203,38 @@ impl Approvals {
             return false;
         };
         let answer = match (response.get("result"), response.get("error")) {
-            (Some(r), _) if r["decision"] == "approve" => Answer::Approve,
-            (Some(r), _) if r["decision"] == "reject" => Answer::Reject(
-                r["reason"]
-                    .as_str()
-                    .unwrap_or("rejected by the client")
-                    .to_owned(),
-            ),
-            (Some(r), _) => Answer::Reject(format!("the client's answer {r} is not a decision")),
-            (None, Some(e)) => Answer::Reject(format!(
-                "the client answered with an error: {}",
-                e["message"].as_str().unwrap_or("no message")
-            )),
-            (None, None) => Answer::Reject("the client's answer is empty".into()),
+            (Some(r), _) => Ok(r.clone()),
+            (None, Some(e)) => Err(e.clone()),
+            (None, None) => Err(Value::Null),
         };
         let _ = tx.send(answer);
         true
     }
 
     /// The client is gone: every waiting request, and every later one, gets no answer.
-    fn close(&self) {
+    pub(crate) fn close(&self) {
         let mut pending = self.pending.lock();
         self.closed.store(true, Ordering::Release);
         pending.clear();
+    }
+}
+
+/// The wire's reading of an answer to `approve_tool_call`.
+fn approval(response: Response) -> Answer {
+    match response {
+        Ok(r) if r["decision"] == "approve" => Answer::Approve,
+        Ok(r) if r["decision"] == "reject" => Answer::Reject(
+            r["reason"]
+                .as_str()
+                .unwrap_or("rejected by the client")
+                .to_owned(),
+        ),
+        Ok(r) => Answer::Reject(format!("the client's answer {r} is not a decision")),
+        Err(Value::Null) => Answer::Reject("the client's answer is empty".into()),
+        Err(e) => Answer::Reject(format!(
+            "the client answered with an error: {}",
+            e["message"].as_str().unwrap_or("no message")
+        )),
     }
 }
 
@@ -274,8 +308,8 @@ pub fn serve(
     output: impl Write + Send + 'static,
     options: ServeOptions,
 ) -> Result<(), Error> {
-    let out = Arc::new(Out(LineSink::new(Box::new(output), ())));
-    let approvals = Arc::new(Approvals::default());
+    let out = Arc::new(Out::new(output));
+    let approvals = Arc::new(Requests::default());
     let builder = if options.approve_tools {
         let (out, approvals) = (out.clone(), approvals.clone());
         // The user's own hook decides first; the client is asked only about the calls it
@@ -340,7 +374,7 @@ pub fn serve(
 struct Server<'a> {
     agent: &'a Agent,
     out: &'a Out,
-    approvals: &'a Approvals,
+    approvals: &'a Requests,
     busy: AtomicBool,
     options: &'a ServeOptions,
 }
@@ -573,23 +607,17 @@ fn text_param(method: &str, params: Option<&Value>) -> Result<String, Refusal> {
 /// answer: `Allow` or `Block`. `abort()` and a client that left end the wait with `Block`.
 fn ask_client(
     out: &Out,
-    approvals: &Approvals,
+    approvals: &Requests,
     request: &ToolCallRequest<'_>,
     call: &ToolCall,
 ) -> ToolDecision {
-    let id = approvals.next_id.fetch_add(1, Ordering::Relaxed) + 1;
-    let (tx, rx) = crossbeam_channel::bounded(1);
-    {
-        let mut pending = approvals.pending.lock();
-        if approvals.closed.load(Ordering::Acquire) {
-            return ToolDecision::Block("the client is gone; nobody can approve".into());
-        }
-        pending.insert(id, tx);
-    }
+    let Some((id, rx)) = approvals.open() else {
+        return ToolDecision::Block("the client is gone; nobody can approve".into());
+    };
     let params = json!({ "call": call });
     out.lines(|bytes| request_to(bytes, &id.into(), "approve_tool_call", &params));
-    let answer = request.wait_for(&rx);
-    approvals.pending.lock().remove(&id);
+    let answer = request.wait_for(&rx).map(approval);
+    approvals.forget(id);
     match answer {
         Some(Answer::Approve) => ToolDecision::Allow,
         Some(Answer::Reject(reason)) => ToolDecision::Block(reason),

@@ -1,0 +1,103 @@
+//! ACP streaming latency: from a model delta to its `session/update` line at the client.
+//!
+//! `cargo bench -p pagent-benches --features acp --bench acp`
+//!
+//! `acp::serve` runs on its own thread between two OS pipes (the loopback an editor and its
+//! agent share); the client on the bench thread opens a session and starts one prompt. The
+//! model is a provider that hands the agent one text delta each time the bench asks for one,
+//! stamping the moment it does; the bench reads the `session/update` line the delta became
+//! and measures from the stamp to the line read: fold, listeners, mapping, JSON, the write and
+//! flush, the pipe, and the client's read. Criterion reports the per-delta time (its median
+//! is the median latency).
+
+use std::io::{BufRead, BufReader, Write};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use crossbeam_channel::{Receiver, Sender};
+use pagent::acp::{self, SessionInfo};
+use pagent::llm::{OnEvent, Provider, ReplyEnd, Request, StreamEvent};
+use pagent::{Agent, CancelToken, StopReason};
+use serde_json::{Value, json};
+
+/// A model that streams one delta per request of the bench, and says when it sent it.
+struct OnDemand {
+    go: Receiver<()>,
+    sent: Sender<Instant>,
+}
+
+impl Provider for OnDemand {
+    fn stream(
+        &self,
+        _request: &Request,
+        cancel: &CancelToken,
+        on_event: &mut OnEvent<'_>,
+    ) -> Result<ReplyEnd, pagent::Error> {
+        while self.go.recv().is_ok() {
+            if cancel.is_cancelled() {
+                return Err(pagent::Error::Aborted);
+            }
+            let _ = self.sent.send(Instant::now());
+            on_event(StreamEvent::text("token "))?;
+        }
+        Ok(ReplyEnd::new(StopReason::Stop))
+    }
+}
+
+fn latency(c: &mut Criterion) {
+    let (go_tx, go) = crossbeam_channel::unbounded();
+    let (sent, stamps) = crossbeam_channel::unbounded();
+    let model = Arc::new(OnDemand { go, sent });
+    let (input_reader, mut input) = std::io::pipe().expect("a pipe");
+    let (output_reader, output) = std::io::pipe().expect("a pipe");
+    let served = std::thread::spawn(move || {
+        let factory = move |_: &SessionInfo| Ok(Agent::builder().provider(model.clone()));
+        acp::serve(
+            factory,
+            BufReader::new(input_reader),
+            output,
+            acp::Options::new(),
+        )
+    });
+    let mut lines = BufReader::new(output_reader);
+    let mut line = String::new();
+    let mut read = |line: &mut String| -> Value {
+        line.clear();
+        lines.read_line(line).expect("the server writes");
+        serde_json::from_str(line).expect("a JSON line")
+    };
+    let mut send = |v: Value| writeln!(input, "{v}").expect("the server reads");
+    send(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": "/tmp", "mcpServers": []}}),
+    );
+    let session = read(&mut line)["result"]["sessionId"].clone();
+    send(
+        json!({"jsonrpc": "2.0", "id": 2, "method": "session/prompt",
+        "params": {"sessionId": session, "prompt": [{"type": "text", "text": "go"}]}}),
+    );
+
+    c.bench_function("acp/delta_to_update_line", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                go_tx.send(()).expect("the model waits");
+                let update = read(&mut line);
+                let arrived = Instant::now();
+                let stamp = stamps.recv().expect("the model stamped its delta");
+                debug_assert_eq!(update["method"], "session/update");
+                total += arrived - stamp;
+            }
+            total
+        })
+    });
+
+    drop(go_tx);
+    let answer = read(&mut line);
+    assert_eq!(answer["result"]["stopReason"], "end_turn");
+    drop(input);
+    served.join().expect("serve ends").expect("cleanly");
+}
+
+criterion_group!(benches, latency);
+criterion_main!(benches);

@@ -1,0 +1,165 @@
+//! An ACP agent: editors (Zed, JetBrains IDEs, Neovim plugins) start it and talk the Agent
+//! Client Protocol with it over stdio.
+//!
+//! ```sh
+//! cargo build --example acp_agent --features acp     # then point the editor at the binary
+//! ```
+//!
+//! Offline it talks to a scripted demo model (the `Faux` provider) that thinks aloud, streams
+//! its answers, and asks for the `write_file` tool when told to write (which asks the editor
+//! for permission first); "tell me a story" starts a reply that never ends until it is
+//! cancelled. With a server named in the environment it talks to that server instead
+//! (`OPENAI_API_KEY`, `OPENAI_BASE_URL`, `ANTHROPIC_API_KEY`, `PAGENT_MODEL`, as the chat
+//! example). Sessions are saved under `$PAGENT_ACP_SESSIONS` when that is set, and can then be
+//! loaded again. Logs go to stderr: stdout belongs to the protocol.
+
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use pagent::acp::{self, SessionInfo, ToolKind};
+use pagent::llm::{Faux, FauxReply, Provider, Request};
+use pagent::{Agent, AgentBuilder, Message, ToolOutput, tool};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let (provider, model) = provider()?;
+    let mut options = acp::Options::new()
+        .agent_info(
+            "pagent-acp-agent",
+            "pagent ACP agent",
+            env!("CARGO_PKG_VERSION"),
+        )
+        .tool_kind("write_file", ToolKind::Edit)
+        .tool_kind("read_file", ToolKind::Read)
+        // Reading is harmless; writing asks the editor first.
+        .ask_permission(|call| call.name == "write_file");
+    if let Some(dir) = std::env::var_os("PAGENT_ACP_SESSIONS").filter(|d| !d.is_empty()) {
+        std::fs::create_dir_all(&dir)?;
+        options = options.session_dir(dir);
+    }
+    let factory = |session: &SessionInfo| -> Result<AgentBuilder, pagent::Error> {
+        eprintln!(
+            "pagent acp: session {} in {}",
+            session.id(),
+            session.cwd().display()
+        );
+        Ok(Agent::builder()
+            .provider(provider.clone())
+            .model(model.clone())
+            .system_prompt("You are a coding agent. Use the tools to read and write files.")
+            .tool(write_file(session.cwd()))
+            .tool(read_file(session.cwd())))
+    };
+    acp::serve_stdio(factory, options)?;
+    Ok(())
+}
+
+/// The model server and model the environment names, else the offline demo.
+fn provider() -> Result<(Arc<dyn Provider>, String), pagent::Error> {
+    match pagent::llm::from_env() {
+        Ok(configured) => {
+            eprintln!(
+                "pagent acp: {} model `{}`, configured from the environment",
+                configured.provider.name(),
+                configured.model
+            );
+            return Ok((configured.provider, configured.model));
+        }
+        Err(e) if e.is_not_configured() => {}
+        Err(e) => return Err(e),
+    }
+    eprintln!("pagent acp: offline demo on the scripted provider");
+    Ok((
+        Arc::new(Faux::default().otherwise(demo_reply)),
+        "pagent-demo".into(),
+    ))
+}
+
+/// The offline demo model: answers from the last message of the request.
+fn demo_reply(request: &Request) -> FauxReply {
+    match request.messages.last().map(|m| &**m) {
+        Some(Message::ToolResult(result)) if result.is_error => {
+            FauxReply::text(format!("I did not write the file: {}.", result.content))
+        }
+        Some(Message::ToolResult(result)) => FauxReply::text(format!("Done: {}.", result.content)),
+        Some(Message::User(user)) => {
+            let said = user.content.to_lowercase();
+            if said.contains("write") {
+                FauxReply::default()
+                    .then_thinking("I will write the file.")
+                    .then_tool_call(
+                        "write_file",
+                        json!({"path": "notes.txt", "content": "hello from pagent\n"}),
+                    )
+            } else if said.contains("story") {
+                // A reply that stalls until the editor cancels it.
+                FauxReply::text("Once upon a time, ").then_stall(Duration::from_secs(60))
+            } else {
+                FauxReply::default()
+                    .then_thinking("The user says hello.")
+                    .then_text("Hello! I am a pagent agent.")
+            }
+        }
+        _ => FauxReply::text("Hello."),
+    }
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct WriteArgs {
+    /// The file's path, relative to the session's directory.
+    path: String,
+    /// The new content of the file.
+    content: String,
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct ReadArgs {
+    /// The file's path, relative to the session's directory.
+    path: String,
+}
+
+/// `relative` inside `root`, or an error for a path that would leave it.
+fn inside(root: &Path, relative: &str) -> Result<PathBuf, String> {
+    let path = Path::new(relative);
+    if path.components().all(|c| matches!(c, Component::Normal(_))) {
+        Ok(root.join(path))
+    } else {
+        Err(format!(
+            "`{relative}` is not a path inside the session's directory"
+        ))
+    }
+}
+
+fn write_file(root: &Path) -> impl pagent::Tool + use<> {
+    let root = root.to_owned();
+    tool::typed(
+        "write_file",
+        "Writes a text file.",
+        move |args: WriteArgs, _ctx| {
+            let path = inside(&root, &args.path)?;
+            std::fs::write(&path, &args.content).map_err(|e| e.to_string())?;
+            Ok(ToolOutput::text(format!(
+                "wrote {} bytes to {}",
+                args.content.len(),
+                args.path
+            )))
+        },
+    )
+}
+
+fn read_file(root: &Path) -> impl pagent::Tool + use<> {
+    let root = root.to_owned();
+    tool::typed(
+        "read_file",
+        "Reads a text file.",
+        move |args: ReadArgs, _ctx| {
+            let path = inside(&root, &args.path)?;
+            Ok(ToolOutput::text(
+                std::fs::read_to_string(path).map_err(|e| e.to_string())?,
+            ))
+        },
+    )
+}

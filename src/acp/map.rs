@@ -1,0 +1,600 @@
+//! The protocol's shapes for the subset pagent serves, and the mapping from our events,
+//! messages and run outcomes to them. Pure: nothing here reads or writes a stream.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{ToolKind, codes};
+use crate::event::{AgentEvent, RunStopReason};
+use crate::message::{ContentBlock, Message, StopReason as ReplyStop, ToolCall, ToolResultMessage};
+use crate::types::{StreamEvent, ToolOutput};
+use crate::{Error, RunError, RunResult};
+
+/// A request that cannot be served: its error code and message.
+pub(crate) type Refusal = (i64, String);
+
+/// One `session/update`'s `update` object, tagged by `sessionUpdate`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "sessionUpdate", rename_all = "snake_case")]
+pub(crate) enum Update {
+    UserMessageChunk { content: Content },
+    AgentMessageChunk { content: Content },
+    AgentThoughtChunk { content: Content },
+    ToolCall(ToolCallStart),
+    ToolCallUpdate(ToolCallUpdate),
+    Plan { entries: Vec<PlanEntry> },
+}
+
+/// A content block the agent sends: text is all pagent produces.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub(crate) enum Content {
+    Text { text: String },
+}
+
+fn text(s: impl Into<String>) -> Content {
+    Content::Text { text: s.into() }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum ToolStatus {
+    Pending,
+    InProgress,
+    Completed,
+    Failed,
+}
+
+/// The `tool_call` update: a call the client has not seen yet.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ToolCallStart {
+    pub(crate) tool_call_id: String,
+    pub(crate) title: String,
+    pub(crate) kind: ToolKind,
+    pub(crate) status: ToolStatus,
+    /// The arguments as parsed JSON, or the raw text when they are not JSON.
+    pub(crate) raw_input: Value,
+}
+
+/// The `tool_call_update` update, and the `toolCall` of a permission request: only the fields
+/// that changed.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ToolCallUpdate {
+    pub(crate) tool_call_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) status: Option<ToolStatus>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) title: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) kind: Option<ToolKind>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) content: Option<Vec<ToolContent>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) raw_input: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) raw_output: Option<Value>,
+}
+
+/// What a tool call shows: pagent's tool output is text.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub(crate) enum ToolContent {
+    Content { content: Content },
+}
+
+/// One entry of a `plan` update, as a tool publishes it in its details (`{"plan": [..]}`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PlanEntry {
+    content: String,
+    priority: PlanPriority,
+    status: PlanStatus,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum PlanPriority {
+    High,
+    Medium,
+    Low,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum PlanStatus {
+    Pending,
+    InProgress,
+    Completed,
+}
+
+/// The stop reasons of `session/prompt`'s answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum StopReason {
+    EndTurn,
+    MaxTokens,
+    MaxTurnRequests,
+    Refusal,
+    Cancelled,
+}
+
+/// The arguments of `call` for `rawInput`: parsed JSON, or the raw text when it is not JSON.
+pub(crate) fn raw_input(call: &ToolCall) -> Value {
+    call.parse_arguments()
+        .unwrap_or_else(|_| Value::String(call.arguments.clone()))
+}
+
+pub(crate) fn tool_call(call: &ToolCall, kind: ToolKind, status: ToolStatus) -> Update {
+    Update::ToolCall(ToolCallStart {
+        tool_call_id: call.id.clone(),
+        title: call.name.clone(),
+        kind,
+        status,
+        raw_input: raw_input(call),
+    })
+}
+
+fn tool_content(s: &str) -> Option<Vec<ToolContent>> {
+    Some(vec![ToolContent::Content { content: text(s) }])
+}
+
+/// The final `tool_call_update` of a call: its status, its text and its details.
+pub(crate) fn tool_result(result: &ToolResultMessage) -> Update {
+    Update::ToolCallUpdate(ToolCallUpdate {
+        tool_call_id: result.tool_call_id.clone(),
+        status: Some(if result.is_error {
+            ToolStatus::Failed
+        } else {
+            ToolStatus::Completed
+        }),
+        content: tool_content(&result.content),
+        raw_output: result.details.clone(),
+        ..ToolCallUpdate::default()
+    })
+}
+
+/// A `plan` update when `details` carries `{"plan": [entry..]}` with well-formed entries.
+fn plan(details: Option<&Value>) -> Option<Update> {
+    let entries = details?.get("plan")?;
+    let entries = Vec::<PlanEntry>::deserialize(entries).ok()?;
+    Some(Update::Plan { entries })
+}
+
+/// The updates one event of a live run becomes, in order. `kind_of` names a tool's kind.
+///
+/// | event | updates |
+/// |---|---|
+/// | `MessageUpdate` text / thinking delta | `agent_message_chunk` / `agent_thought_chunk` |
+/// | `ToolStart` | `tool_call`, status `pending` (the run's hook moves it to `in_progress`) |
+/// | `ToolUpdate` | `tool_call_update` with the progress as content; a `plan` when its details carry one |
+/// | `ToolEnd` | `tool_call_update`, status `completed` or `failed`, content and `rawOutput`; a `plan` when its details carry one |
+/// | everything else | nothing: the prompt's answer carries how the run ended |
+pub(crate) fn updates(event: &AgentEvent, kind_of: &dyn Fn(&str) -> ToolKind) -> Vec<Update> {
+    match event {
+        AgentEvent::MessageUpdate { delta, .. } => match delta {
+            StreamEvent::TextDelta { text: t } => vec![Update::AgentMessageChunk {
+                content: text(t.as_str()),
+            }],
+            StreamEvent::ThinkingDelta { text: t } => vec![Update::AgentThoughtChunk {
+                content: text(t.as_str()),
+            }],
+            // Tool calls are shown once their arguments are whole (`ToolStart`); signatures,
+            // usage and retries have no update of their own.
+            _ => Vec::new(),
+        },
+        AgentEvent::ToolStart { call } => {
+            vec![tool_call(call, kind_of(&call.name), ToolStatus::Pending)]
+        }
+        AgentEvent::ToolUpdate {
+            call_id, partial, ..
+        } => {
+            let ToolOutput { content, details } = partial;
+            let mut out = vec![Update::ToolCallUpdate(ToolCallUpdate {
+                tool_call_id: call_id.clone(),
+                content: tool_content(content),
+                ..ToolCallUpdate::default()
+            })];
+            out.extend(plan(details.as_ref()));
+            out
+        }
+        AgentEvent::ToolEnd { result } => {
+            let mut out = vec![tool_result(result)];
+            out.extend(plan(result.details.as_ref()));
+            out
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// The updates that replay a saved transcript for `session/load`, in transcript order.
+pub(crate) fn replay(messages: &[Message], kind_of: &dyn Fn(&str) -> ToolKind) -> Vec<Update> {
+    let mut out = Vec::new();
+    for message in messages {
+        match message {
+            Message::User(_) => out.push(Update::UserMessageChunk {
+                content: text(message.text()),
+            }),
+            Message::Assistant(a) => {
+                for block in &a.content {
+                    out.push(match block {
+                        ContentBlock::Text { text: t } => Update::AgentMessageChunk {
+                            content: text(t.as_str()),
+                        },
+                        ContentBlock::Thinking { thinking, .. } => Update::AgentThoughtChunk {
+                            content: text(thinking.as_str()),
+                        },
+                        ContentBlock::ToolCall(call) => {
+                            tool_call(call, kind_of(&call.name), ToolStatus::Pending)
+                        }
+                    });
+                }
+            }
+            Message::ToolResult(r) => out.push(tool_result(r)),
+        }
+    }
+    out
+}
+
+/// How a `session/prompt` answers the run it started: a stop reason, or a JSON-RPC error.
+///
+/// | run | answer |
+/// |---|---|
+/// | ended by `abort()` (`session/cancel`) | `cancelled` |
+/// | `MaxTurns` | `max_turn_requests` |
+/// | any other end whose last reply was cut at the token limit | `max_tokens` |
+/// | `NoToolCalls`, `EmptyResponse` | `end_turn` |
+/// | failed: the provider refused (`refusal`, `content_filter`) | `refusal` |
+/// | failed otherwise | error -32603 (internal error) with the error's text |
+pub(crate) fn prompt_answer(outcome: &Result<RunResult, RunError>) -> Result<StopReason, Refusal> {
+    let (result, error) = match outcome {
+        Ok(r) => (r, None),
+        Err(e) => (e.result(), Some(e.error())),
+    };
+    if let Some(error) = error {
+        return match error {
+            Error::Api { kind, .. } if kind == "refusal" || kind == "content_filter" => {
+                Ok(StopReason::Refusal)
+            }
+            e if e.is_aborted() => Ok(StopReason::Cancelled),
+            Error::Busy => Err((
+                codes::INVALID_REQUEST,
+                "a prompt of this session is still running".into(),
+            )),
+            e => Err((codes::INTERNAL_ERROR, e.to_string())),
+        };
+    }
+    let cut = result
+        .messages
+        .iter()
+        .rev()
+        .find_map(|m| m.as_assistant())
+        .is_some_and(|a| a.stop_reason == ReplyStop::Length);
+    Ok(match result.stop_reason {
+        RunStopReason::Cancelled => StopReason::Cancelled,
+        RunStopReason::MaxTurns => StopReason::MaxTurnRequests,
+        _ if cut => StopReason::MaxTokens,
+        _ => StopReason::EndTurn,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::kind::ErrorInfo;
+    use crate::message::{AssistantMessage, Usage};
+    use crate::partial::PartialMessage;
+
+    fn kind_of(name: &str) -> ToolKind {
+        if name == "edit" {
+            ToolKind::Edit
+        } else {
+            ToolKind::Other
+        }
+    }
+
+    fn json_of(event: &AgentEvent) -> Vec<Value> {
+        updates(event, &kind_of)
+            .iter()
+            .map(|u| serde_json::to_value(u).unwrap())
+            .collect()
+    }
+
+    fn delta(delta: StreamEvent) -> AgentEvent {
+        AgentEvent::MessageUpdate {
+            message: PartialMessage::new("m"),
+            delta,
+        }
+    }
+
+    fn reply(stop: ReplyStop) -> Arc<Message> {
+        Arc::new(Message::Assistant(AssistantMessage::new(
+            vec![ContentBlock::text("x")],
+            stop,
+        )))
+    }
+
+    #[test]
+    fn every_event_maps_to_its_updates() {
+        let call = ToolCall::new("c1", "edit", r#"{"path":"a"}"#);
+        let result = ToolResultMessage::new("c1", "edit", "done").with_details(
+            json!({"plan": [{"content": "step", "priority": "high", "status": "completed"}]}),
+        );
+        let failed = ToolResultMessage::new("c2", "other", "no such file").with_is_error(true);
+        let cases: Vec<(AgentEvent, Vec<Value>)> = vec![
+            (AgentEvent::AgentStart, vec![]),
+            (AgentEvent::TurnStart { turn: 1 }, vec![]),
+            (
+                AgentEvent::MessageStart {
+                    message: Arc::new(Message::user("hi")),
+                },
+                vec![],
+            ),
+            (
+                delta(StreamEvent::text("Hel")),
+                vec![
+                    json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "Hel"}}),
+                ],
+            ),
+            (
+                delta(StreamEvent::thinking("hmm")),
+                vec![
+                    json!({"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "hmm"}}),
+                ],
+            ),
+            (
+                delta(StreamEvent::ThinkingSignature {
+                    signature: "s".into(),
+                }),
+                vec![],
+            ),
+            (
+                delta(StreamEvent::ToolCallStart {
+                    id: "c1".into(),
+                    name: "edit".into(),
+                }),
+                vec![],
+            ),
+            (
+                delta(StreamEvent::ToolCallDelta {
+                    index: 0,
+                    arguments: "{".into(),
+                }),
+                vec![],
+            ),
+            (
+                delta(StreamEvent::Usage {
+                    usage: Usage::new(1, 2),
+                }),
+                vec![],
+            ),
+            (
+                delta(StreamEvent::Retry {
+                    attempt: 1,
+                    delay_ms: 5,
+                    error: "busy".into(),
+                }),
+                vec![],
+            ),
+            (
+                AgentEvent::MessageEnd {
+                    message: reply(ReplyStop::ToolUse),
+                },
+                vec![],
+            ),
+            (
+                AgentEvent::ToolStart { call: call.clone() },
+                vec![
+                    json!({"sessionUpdate": "tool_call", "toolCallId": "c1", "title": "edit",
+                    "kind": "edit", "status": "pending", "rawInput": {"path": "a"}}),
+                ],
+            ),
+            (
+                AgentEvent::ToolStart {
+                    call: ToolCall::new("c2", "other", "not json"),
+                },
+                vec![
+                    json!({"sessionUpdate": "tool_call", "toolCallId": "c2", "title": "other",
+                    "kind": "other", "status": "pending", "rawInput": "not json"}),
+                ],
+            ),
+            (
+                AgentEvent::ToolUpdate {
+                    call_id: "c1".into(),
+                    tool_name: "edit".into(),
+                    partial: ToolOutput::text("half"),
+                },
+                vec![
+                    json!({"sessionUpdate": "tool_call_update", "toolCallId": "c1",
+                    "content": [{"type": "content", "content": {"type": "text", "text": "half"}}]}),
+                ],
+            ),
+            (
+                AgentEvent::ToolEnd {
+                    result: Arc::new(result.clone()),
+                },
+                vec![
+                    json!({"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "completed",
+                        "content": [{"type": "content", "content": {"type": "text", "text": "done"}}],
+                        "rawOutput": {"plan": [{"content": "step", "priority": "high", "status": "completed"}]}}),
+                    json!({"sessionUpdate": "plan", "entries": [{"content": "step", "priority": "high", "status": "completed"}]}),
+                ],
+            ),
+            (
+                AgentEvent::ToolEnd {
+                    result: Arc::new(failed),
+                },
+                vec![
+                    json!({"sessionUpdate": "tool_call_update", "toolCallId": "c2", "status": "failed",
+                    "content": [{"type": "content", "content": {"type": "text", "text": "no such file"}}]}),
+                ],
+            ),
+            (
+                AgentEvent::TurnEnd {
+                    turn: 1,
+                    message: reply(ReplyStop::Stop),
+                    tool_results: vec![],
+                    stop_reason: RunStopReason::NoToolCalls,
+                },
+                vec![],
+            ),
+            (
+                AgentEvent::AgentEnd {
+                    messages: vec![],
+                    stop_reason: RunStopReason::Error,
+                    usage: Usage::default(),
+                    error: Some(ErrorInfo::from(&Error::Provider("x".into()))),
+                },
+                vec![],
+            ),
+        ];
+        for (event, expected) in cases {
+            assert_eq!(json_of(&event), expected, "{event:?}");
+        }
+    }
+
+    #[test]
+    fn a_malformed_plan_in_details_is_no_plan() {
+        let result = ToolResultMessage::new("c1", "edit", "done").with_details(
+            json!({"plan": [{"content": "step", "priority": "urgent", "status": "completed"}]}),
+        );
+        assert_eq!(
+            json_of(&AgentEvent::ToolEnd {
+                result: Arc::new(result)
+            })
+            .len(),
+            1
+        );
+    }
+
+    fn ended(stop_reason: RunStopReason, last: ReplyStop) -> Result<RunResult, RunError> {
+        Ok(RunResult {
+            messages: vec![Arc::new(Message::user("q")), reply(last)],
+            stop_reason,
+            usage: Usage::default(),
+        })
+    }
+
+    fn failed(error: Error) -> Result<RunResult, RunError> {
+        let Ok(result) = ended(RunStopReason::Error, ReplyStop::Error) else {
+            unreachable!()
+        };
+        Err(RunError::new(error, result))
+    }
+
+    #[test]
+    fn every_stop_reason_maps_exactly() {
+        let api = |kind: &str| Error::Api {
+            kind: kind.into(),
+            message: "no".into(),
+        };
+        let cases = [
+            (
+                ended(RunStopReason::NoToolCalls, ReplyStop::Stop),
+                Ok(StopReason::EndTurn),
+            ),
+            (
+                ended(RunStopReason::EmptyResponse, ReplyStop::Stop),
+                Ok(StopReason::EndTurn),
+            ),
+            (
+                ended(RunStopReason::NoToolCalls, ReplyStop::Length),
+                Ok(StopReason::MaxTokens),
+            ),
+            (
+                ended(RunStopReason::MaxTurns, ReplyStop::ToolUse),
+                Ok(StopReason::MaxTurnRequests),
+            ),
+            (
+                ended(RunStopReason::MaxTurns, ReplyStop::Length),
+                Ok(StopReason::MaxTurnRequests),
+            ),
+            (
+                ended(RunStopReason::Cancelled, ReplyStop::Aborted),
+                Ok(StopReason::Cancelled),
+            ),
+            (failed(Error::Aborted), Ok(StopReason::Cancelled)),
+            (failed(api("refusal")), Ok(StopReason::Refusal)),
+            (failed(api("content_filter")), Ok(StopReason::Refusal)),
+            (
+                failed(api("overloaded_error")),
+                Err((
+                    codes::INTERNAL_ERROR,
+                    "provider reported overloaded_error: no".to_owned(),
+                )),
+            ),
+            (
+                failed(Error::Provider("down".into())),
+                Err((codes::INTERNAL_ERROR, "provider error: down".to_owned())),
+            ),
+            (
+                Err(RunError::refused(Error::Busy)),
+                Err((
+                    codes::INVALID_REQUEST,
+                    "a prompt of this session is still running".to_owned(),
+                )),
+            ),
+        ];
+        for (outcome, expected) in cases {
+            assert_eq!(prompt_answer(&outcome), expected, "{outcome:?}");
+        }
+        let names: Vec<Value> = [
+            StopReason::EndTurn,
+            StopReason::MaxTokens,
+            StopReason::MaxTurnRequests,
+            StopReason::Refusal,
+            StopReason::Cancelled,
+        ]
+        .iter()
+        .map(|s| serde_json::to_value(s).unwrap())
+        .collect();
+        assert_eq!(
+            names,
+            [
+                json!("end_turn"),
+                json!("max_tokens"),
+                json!("max_turn_requests"),
+                json!("refusal"),
+                json!("cancelled")
+            ]
+        );
+    }
+
+    #[test]
+    fn a_saved_transcript_replays_in_order() {
+        let call = ToolCall::new("c1", "edit", r#"{"path":"a"}"#);
+        let messages = vec![
+            Message::user("do it"),
+            Message::Assistant(AssistantMessage::new(
+                vec![
+                    ContentBlock::thinking("plan"),
+                    ContentBlock::text("ok"),
+                    ContentBlock::ToolCall(call),
+                ],
+                ReplyStop::ToolUse,
+            )),
+            Message::ToolResult(ToolResultMessage::new("c1", "edit", "done")),
+        ];
+        let got: Vec<Value> = replay(&messages, &kind_of)
+            .iter()
+            .map(|u| serde_json::to_value(u).unwrap())
+            .collect();
+        assert_eq!(
+            got,
+            [
+                json!({"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": "do it"}}),
+                json!({"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "plan"}}),
+                json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "ok"}}),
+                json!({"sessionUpdate": "tool_call", "toolCallId": "c1", "title": "edit", "kind": "edit",
+                    "status": "pending", "rawInput": {"path": "a"}}),
+                json!({"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "completed",
+                    "content": [{"type": "content", "content": {"type": "text", "text": "done"}}]}),
+            ]
+        );
+    }
+}

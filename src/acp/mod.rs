@@ -1,0 +1,320 @@
+//! The Agent Client Protocol (ACP): serve pagent agents to editors (Zed, JetBrains IDEs,
+//! Neovim plugins...) over stdio. Behind the `acp` cargo feature.
+//!
+//! [`serve`] speaks ACP protocol version [`PROTOCOL_VERSION`] (1) as the agent side: the
+//! editor starts the program, sends line-delimited JSON-RPC 2.0 on its stdin and reads the
+//! answers, updates and permission requests on its stdout. Each ACP session gets an agent of
+//! its own, built by a factory you give; sessions run concurrently.
+//!
+//! ```no_run
+//! use pagent::acp;
+//! use pagent::llm::{Faux, FauxReply};
+//!
+//! let options = acp::Options::new().agent_info("my-agent", "My agent", "0.1.0");
+//! acp::serve_stdio(
+//!     |_session: &acp::SessionInfo| {
+//!         let model = Faux::default().otherwise(|_| FauxReply::text("Hello from pagent."));
+//!         Ok(pagent::Agent::builder().provider(model))
+//!     },
+//!     options,
+//! )?;
+//! # Ok::<(), pagent::Error>(())
+//! ```
+//!
+//! # What is served
+//!
+//! | method | what it does |
+//! |---|---|
+//! | `initialize` | answers protocol version 1 (the only one), the agent's info and capabilities: prompts of text, resource links and embedded text resources; `loadSession` when [`Options::session_dir`] is set; no MCP transport but stdio (see below) |
+//! | `session/new` | builds a session's agent with the factory: `{"sessionId": ".."}` |
+//! | `session/load` | with [`Options::session_dir`]: rebuilds the agent on the saved transcript, replays it as `session/update`s, then answers `{}` |
+//! | `session/prompt` | runs the agent on the prompt's text; answers `{"stopReason": ..}` when the run ends, after every update of the run |
+//! | `session/cancel` | (a notification) aborts the session's run: its prompt answers `cancelled`, a permission request waiting for an answer is released |
+//! | `authenticate` | answers `{}` (no authentication methods are offered) |
+//!
+//! MCP servers a client lists in `session/new` or `session/load` are refused with
+//! [`codes::INVALID_PARAMS`] ("MCP servers are not supported") in this build: the MCP client
+//! plugs in at one place, which turns the list into tools of the session's agent.
+//!
+//! # Updates
+//!
+//! While a prompt runs, the agent's events become `session/update` notifications, in order:
+//!
+//! | event | update |
+//! |---|---|
+//! | a text delta | `agent_message_chunk` (a `text` content block) |
+//! | a thinking delta | `agent_thought_chunk` |
+//! | `ToolStart` | `tool_call`: `toolCallId`, `title` (the tool's name), `kind` ([`Options::tool_kind`]), `status: "pending"`, `rawInput` (the arguments) |
+//! | the call may run (allowed, or permitted by the client) | `tool_call_update`, `status: "in_progress"` |
+//! | `ToolUpdate` | `tool_call_update` with the progress text as content |
+//! | `ToolEnd` | `tool_call_update`, `status` `completed` or `failed`, the result text as content, `rawOutput` (the result's details) |
+//! | a `ToolUpdate` or `ToolEnd` whose details hold `{"plan": [{"content","priority","status"}..]}` | a `plan` update with those entries, after the tool's own |
+//!
+//! Other events (turns, message starts and ends, usage, retries) have no update; the prompt's
+//! answer says how the run ended:
+//!
+//! | the run | `stopReason` |
+//! |---|---|
+//! | ended by `session/cancel` (an abort) | `cancelled` |
+//! | made `max_turns` model calls | `max_turn_requests` |
+//! | its last reply was cut at the token limit | `max_tokens` |
+//! | ended as asked | `end_turn` |
+//! | failed because the provider refused (an error of kind `refusal` or `content_filter`) | `refusal` |
+//! | failed otherwise | no stop reason: a JSON-RPC error [`codes::INTERNAL_ERROR`] with the error's text |
+//!
+//! # Permission
+//!
+//! Before each tool call runs, the session's agent asks the client with a
+//! `session/request_permission` request (options `allow_once`, `allow_always`, `reject_once`)
+//! when [`Options::ask_permission`] says the call needs it, and waits for the answer. An
+//! `allow_always` answer holds for that tool for the rest of the session. A `before_tool_call`
+//! hook the factory set is asked first: a call it blocks is blocked without asking, and the
+//! client sees the arguments it would run. A `session/cancel` (or the client leaving) ends the
+//! wait: the call gets a "cancelled" result and the run ends.
+//!
+//! # Performance
+//!
+//! An update is written and flushed on the run's thread as the event happens, before the
+//! run goes on: from a model's text delta to the client having read its `session/update`
+//! line takes a median of 7.3 µs over OS pipes (`cargo bench -p pagent-benches --features acp
+//! --bench acp`). A `session/cancel` ends the prompt as fast as an abort ends the run (about
+//! a millisecond measured by the SDK client while a reply streams).
+//!
+//! # Errors on the stream
+//!
+//! A malformed line is answered with a JSON-RPC error ([`codes`]) and the server reads on: a
+//! line that is not JSON gets -32700 (`id` null), a line that is no request -32600, an unknown
+//! method -32601, bad params -32602, an unknown session -32002. Nothing a client sends stops
+//! it but the end of its input.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::message::ToolCall;
+use crate::wire::MAX_LINE_LEN;
+use crate::{AgentBuilder, Error};
+
+mod input;
+mod map;
+mod server;
+
+/// The ACP protocol version [`serve`] speaks.
+pub const PROTOCOL_VERSION: u16 = 1;
+
+/// The JSON-RPC error codes [`serve`] answers with: the standard ones and ACP's own.
+pub mod codes {
+    /// The line is not JSON (or not UTF-8).
+    pub const PARSE_ERROR: i64 = -32700;
+    /// The JSON is not a request: not an object, `jsonrpc` not `"2.0"`, no string `method`,
+    /// a bad `id`, or a line over the length limit.
+    pub const INVALID_REQUEST: i64 = -32600;
+    /// No such method.
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    /// The params are missing or malformed, or ask for what this agent does not support.
+    pub const INVALID_PARAMS: i64 = -32602;
+    /// The agent failed: the factory refused to build one, or a run failed.
+    pub const INTERNAL_ERROR: i64 = -32603;
+    /// No session (or saved session) has this id (ACP's `resource_not_found`).
+    pub const RESOURCE_NOT_FOUND: i64 = -32002;
+}
+
+/// What a tool does, for the client's icon and grouping (ACP's `ToolKind`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ToolKind {
+    /// Reads files or data.
+    Read,
+    /// Changes files or content.
+    Edit,
+    /// Removes files or data.
+    Delete,
+    /// Moves or renames.
+    Move,
+    /// Searches.
+    Search,
+    /// Runs a command or code.
+    Execute,
+    /// Thinks or plans.
+    Think,
+    /// Fetches from the network.
+    Fetch,
+    /// Anything else.
+    #[default]
+    Other,
+}
+
+/// The session a factory builds an agent for.
+#[derive(Clone, Debug)]
+pub struct SessionInfo {
+    id: String,
+    cwd: PathBuf,
+    loaded: bool,
+}
+
+impl SessionInfo {
+    /// The session's id, as the client sees it.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The working directory the client gave (an absolute path): where the agent's file
+    /// tools should work.
+    pub fn cwd(&self) -> &Path {
+        &self.cwd
+    }
+
+    /// True for `session/load`: [`serve`] puts the saved transcript into the builder after
+    /// the factory returns, so the factory builds as for a new session.
+    pub fn is_loaded(&self) -> bool {
+        self.loaded
+    }
+}
+
+type AskFn = dyn Fn(&ToolCall) -> bool + Send + Sync;
+
+/// Options of [`serve`].
+#[derive(Clone)]
+#[must_use]
+pub struct Options {
+    name: String,
+    title: Option<String>,
+    version: String,
+    session_dir: Option<PathBuf>,
+    ask: Arc<AskFn>,
+    kinds: HashMap<String, ToolKind>,
+    max_line_len: usize,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            name: "pagent".into(),
+            title: None,
+            version: env!("CARGO_PKG_VERSION").into(),
+            session_dir: None,
+            ask: Arc::new(|_| true),
+            kinds: HashMap::new(),
+            max_line_len: MAX_LINE_LEN,
+        }
+    }
+}
+
+impl fmt::Debug for Options {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Options")
+            .field("name", &self.name)
+            .field("title", &self.title)
+            .field("version", &self.version)
+            .field("session_dir", &self.session_dir)
+            .field("kinds", &self.kinds)
+            .field("max_line_len", &self.max_line_len)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Options {
+    /// The defaults (see each setter).
+    pub fn new() -> Options {
+        Options::default()
+    }
+
+    /// The `agentInfo` `initialize` reports: a name, a title for people, a version. Defaults
+    /// to `pagent`, no title, and pagent's version.
+    pub fn agent_info(
+        mut self,
+        name: impl Into<String>,
+        title: impl Into<String>,
+        version: impl Into<String>,
+    ) -> Options {
+        self.name = name.into();
+        self.title = Some(title.into());
+        self.version = version.into();
+        self
+    }
+
+    /// Saves each session's transcript in this directory (`<session id>.jsonl`, the
+    /// [`crate::session`] format) and offers `session/load`, which restores one. Defaults to
+    /// none: sessions live as long as the process, and `loadSession` is false.
+    pub fn session_dir(mut self, dir: impl Into<PathBuf>) -> Options {
+        self.session_dir = Some(dir.into());
+        self
+    }
+
+    /// Which tool calls need the client's permission before they run. Called on a run's
+    /// thread (or a helper thread of it) with the call about to run. Defaults to every call.
+    pub fn ask_permission(
+        mut self,
+        ask: impl Fn(&ToolCall) -> bool + Send + Sync + 'static,
+    ) -> Options {
+        self.ask = Arc::new(ask);
+        self
+    }
+
+    /// The kind the client shows for tool `name`. Defaults to [`ToolKind::Other`] for every
+    /// tool.
+    pub fn tool_kind(mut self, name: impl Into<String>, kind: ToolKind) -> Options {
+        self.kinds.insert(name.into(), kind);
+        self
+    }
+
+    /// The longest request line accepted, in bytes; a longer one is read through and refused
+    /// with [`codes::INVALID_REQUEST`]. Defaults to [`MAX_LINE_LEN`].
+    pub fn max_line_len(mut self, bytes: usize) -> Options {
+        self.max_line_len = bytes;
+        self
+    }
+
+    fn kind_of(&self, name: &str) -> ToolKind {
+        self.kinds.get(name).copied().unwrap_or_default()
+    }
+}
+
+/// Serves ACP on `input` and `output`: requests and responses of the client are read from
+/// `input`, responses, `session/update` notifications and permission requests are written to
+/// `output`, one JSON-RPC message a line, each line flushed.
+///
+/// `factory` is called once per `session/new` (and `session/load`), on the thread that calls
+/// `serve`, with the session it builds for; it returns the builder of the session's agent
+/// (provider, model, tools, hooks). `serve` adds to it the permission hook around the
+/// factory's own `before_tool_call`, and for `session/load` the saved transcript, then builds.
+/// An `Err` (or a builder that fails to build) answers the request with
+/// [`codes::INTERNAL_ERROR`].
+///
+/// Blocks the current thread until `input` ends (the client closed it or went away). Each
+/// prompt runs on a thread of its own, so cancels and other sessions are served meanwhile.
+/// At the end of input every run still active is aborted and every permission request
+/// released, and `serve` returns once all of them have ended: no thread is left behind.
+///
+/// # Errors
+/// [`Error::Io`] when reading `input` fails, or when writing `output` failed for another
+/// reason than the client having gone (a broken pipe ends the session quietly).
+pub fn serve<F>(
+    factory: F,
+    input: impl BufRead,
+    output: impl Write + Send + 'static,
+    options: Options,
+) -> Result<(), Error>
+where
+    F: Fn(&SessionInfo) -> Result<AgentBuilder, Error> + Sync,
+{
+    server::serve(&factory, input, output, &options)
+}
+
+/// [`serve`] on the process's stdin and stdout, the way editors start ACP agents.
+///
+/// Blocks until stdin ends. Nothing else may write to stdout meanwhile: print logs to stderr.
+///
+/// # Errors
+/// As [`serve`].
+pub fn serve_stdio<F>(factory: F, options: Options) -> Result<(), Error>
+where
+    F: Fn(&SessionInfo) -> Result<AgentBuilder, Error> + Sync,
+{
+    serve(factory, std::io::stdin().lock(), std::io::stdout(), options)
+}

@@ -1,0 +1,496 @@
+//! The ACP server: reads requests, keeps the sessions, runs prompts on threads of a scope.
+
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, ErrorKind as IoKind, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::Scope;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+use serde_json::{Map, Value, json};
+
+use super::input::{self, McpServer};
+use super::map::{self, Refusal, ToolCallUpdate, ToolStatus, Update};
+use super::{Options, PROTOCOL_VERSION, SessionInfo, ToolKind, codes};
+use crate::hooks::{ToolCallRequest, ToolDecision};
+use crate::message::ToolCall;
+use crate::tool::Tool;
+use crate::wire::codec::{Malformed, check_jsonrpc, notification_to, parse_object, request_to};
+use crate::wire::lines::{Line, read_line};
+use crate::wire::serve::{Out, Requests, Response};
+use crate::{Agent, AgentBuilder, Error, session};
+
+/// One ACP session: its agent, and whether a prompt of it is running.
+struct Session {
+    agent: Agent,
+    busy: AtomicBool,
+}
+
+/// What a session's permission hook shares with the server.
+struct Shared {
+    out: Arc<Out>,
+    requests: Arc<Requests>,
+    options: Options,
+}
+
+pub(super) fn serve<F>(
+    factory: &F,
+    mut input: impl BufRead,
+    output: impl Write + Send + 'static,
+    options: &Options,
+) -> Result<(), Error>
+where
+    F: Fn(&SessionInfo) -> Result<AgentBuilder, Error> + Sync,
+{
+    let shared = Arc::new(Shared {
+        out: Arc::new(Out::new(output)),
+        requests: Arc::new(Requests::default()),
+        options: options.clone(),
+    });
+    let server = Server {
+        factory,
+        shared: &shared,
+        sessions: Mutex::new(HashMap::new()),
+        next_session: AtomicU64::new(0),
+    };
+    let read = std::thread::scope(|scope| {
+        let mut buf = Vec::new();
+        let read = loop {
+            match read_line(&mut input, &mut buf, options.max_line_len) {
+                Ok(Line::End) => break Ok(()),
+                Ok(Line::TooLong(n)) => shared.out.error(
+                    &Value::Null,
+                    codes::INVALID_REQUEST,
+                    format!(
+                        "line of {n} bytes is over the limit of {} bytes",
+                        options.max_line_len
+                    ),
+                ),
+                Ok(Line::Whole { .. }) => server.handle(scope, &buf),
+                Err(e) => break Err(Error::from(e)),
+            }
+        };
+        // Nobody is left to read the runs' updates or answer their permission requests: end
+        // them all, so that the scope's threads end and no thread outlives `serve`.
+        shared.requests.close();
+        // Again until none is running: a prompt whose thread had not yet started its run
+        // when the first abort came would otherwise run to its end.
+        loop {
+            let running: Vec<Arc<Session>> = (server.sessions.lock().values())
+                .filter(|s| s.busy.load(Ordering::Acquire))
+                .cloned()
+                .collect();
+            if running.is_empty() {
+                break;
+            }
+            for session in running {
+                session.agent.abort();
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        read
+    });
+    read?;
+    match shared.out.0.error() {
+        Some(e) if e.io_kind() != Some(IoKind::BrokenPipe) => Err(e),
+        _ => Ok(()),
+    }
+}
+
+struct Server<'a, F> {
+    factory: &'a F,
+    shared: &'a Arc<Shared>,
+    sessions: Mutex<HashMap<String, Arc<Session>>>,
+    next_session: AtomicU64,
+}
+
+impl<'a, F> Server<'a, F>
+where
+    F: Fn(&SessionInfo) -> Result<AgentBuilder, Error> + Sync,
+{
+    fn handle<'scope>(&'scope self, scope: &'scope Scope<'scope, '_>, line: &[u8]) {
+        let out = &self.shared.out;
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return;
+        }
+        let message = match parse_object(line) {
+            Ok(m) => m,
+            Err(bad) => {
+                let code = match bad {
+                    Malformed::NotJson(_) => codes::PARSE_ERROR,
+                    Malformed::NotObject => codes::INVALID_REQUEST,
+                };
+                return out.error(&Value::Null, code, bad.message());
+            }
+        };
+        let id = message.get("id").cloned();
+        let is_response = message.contains_key("result") || message.contains_key("error");
+        if !message.contains_key("method") && id.is_some() && is_response {
+            // The answer to one of our permission requests.
+            self.shared.requests.answer(&message);
+            return;
+        }
+        let reply_id = id.clone().unwrap_or(Value::Null);
+        if let Err(why) = check_jsonrpc(&message) {
+            return out.error(&reply_id, codes::INVALID_REQUEST, why);
+        }
+        if !matches!(id, None | Some(Value::Number(_) | Value::String(_))) {
+            return out.error(
+                &Value::Null,
+                codes::INVALID_REQUEST,
+                "`id` must be a number or a string",
+            );
+        }
+        let Some(method) = message.get("method").and_then(Value::as_str) else {
+            return out.error(
+                &reply_id,
+                codes::INVALID_REQUEST,
+                "`method` must be a string",
+            );
+        };
+        let empty = Value::Object(Map::new());
+        let params = message.get("params").unwrap_or(&empty);
+        let answer = match method {
+            "initialize" => self.initialize(params),
+            "authenticate" => Ok(Some(json!({}))),
+            "session/new" => self.new_session(params, false),
+            "session/load" => self.new_session(params, true),
+            "session/prompt" => self.prompt(scope, params, id.clone()),
+            "session/cancel" => self.cancel(params),
+            other => Err((codes::METHOD_NOT_FOUND, format!("unknown method `{other}`"))),
+        };
+        match (answer, id) {
+            (Ok(Some(result)), Some(id)) => out.result(&id, &result),
+            (Err((code, why)), Some(id)) => out.error(&id, code, why),
+            // Notifications are never answered; a prompt answers when its run ends.
+            _ => {}
+        }
+    }
+
+    fn initialize(&self, params: &Value) -> Result<Option<Value>, Refusal> {
+        if !params.get("protocolVersion").is_some_and(Value::is_u64) {
+            return Err(bad_params("initialize needs `protocolVersion`, an integer"));
+        }
+        let options = &self.shared.options;
+        // One version is spoken, 1. A client asking for a later one gets the latest we speak,
+        // as the protocol's negotiation says, and so does one asking for an earlier one: it
+        // decides whether to go on.
+        Ok(Some(json!({
+            "protocolVersion": PROTOCOL_VERSION,
+            "agentCapabilities": {
+                "loadSession": options.session_dir.is_some(),
+                "promptCapabilities": {"image": false, "audio": false, "embeddedContext": true},
+                "mcpCapabilities": {"http": false, "sse": false},
+            },
+            "agentInfo": {"name": options.name, "title": options.title, "version": options.version},
+            "authMethods": [],
+        })))
+    }
+
+    fn new_session(&self, params: &Value, load: bool) -> Result<Option<Value>, Refusal> {
+        let method = if load { "session/load" } else { "session/new" };
+        let Some(cwd) = params.get("cwd").and_then(Value::as_str) else {
+            return Err(bad_params(&format!("{method} needs `cwd`, a string")));
+        };
+        let servers = match params.get("mcpServers") {
+            None => Vec::new(),
+            Some(Value::Array(list)) => list
+                .iter()
+                .map(McpServer::parse)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|why| bad_params(&why))?,
+            Some(_) => return Err(bad_params("`mcpServers` must be a list")),
+        };
+        let (id, saved) = if load {
+            let Some(id) = params.get("sessionId").and_then(Value::as_str) else {
+                return Err(bad_params("session/load needs `sessionId`, a string"));
+            };
+            (id.to_owned(), Some(self.saved(id)?))
+        } else {
+            (self.new_id(), None)
+        };
+        let tools = connect_mcp_servers(&servers)?;
+        let info = SessionInfo {
+            id: id.clone(),
+            cwd: PathBuf::from(cwd),
+            loaded: load,
+        };
+        let failed = |e: Error| {
+            (
+                codes::INTERNAL_ERROR,
+                format!("no agent for the session: {e}"),
+            )
+        };
+        let mut builder = (self.factory)(&info).map_err(failed)?;
+        for tool in tools {
+            builder = builder.tool_arc(tool);
+        }
+        if let Some(saved) = &saved {
+            builder = builder.messages(saved.iter().cloned());
+        }
+        let builder = permission_hook(builder, self.shared, &id);
+        let agent = builder.build().map_err(failed)?;
+        if let Some(dir) = &self.shared.options.session_dir {
+            let path = dir.join(format!("{id}.jsonl"));
+            let writer = if load {
+                session::Writer::append(&path)
+            } else {
+                session::Writer::create(&path)
+            };
+            agent.subscribe(writer.map_err(failed)?.listener()).keep();
+        }
+        let shared = self.shared.clone();
+        let session_id = id.clone();
+        agent
+            .subscribe(move |event| {
+                let kind_of = |name: &str| shared.options.kind_of(name);
+                for update in map::updates(event, &kind_of) {
+                    send_update(&shared.out, &session_id, &update);
+                }
+            })
+            .keep();
+        if let Some(saved) = &saved {
+            let kind_of = |name: &str| self.shared.options.kind_of(name);
+            for update in map::replay(saved, &kind_of) {
+                send_update(&self.shared.out, &id, &update);
+            }
+        }
+        let session = Arc::new(Session {
+            agent,
+            busy: AtomicBool::new(false),
+        });
+        // A loaded session replaces one of the same id in this process, and ends its run.
+        if let Some(old) = self.sessions.lock().insert(id.clone(), session) {
+            old.agent.abort();
+        }
+        Ok(Some(if load {
+            json!({})
+        } else {
+            json!({ "sessionId": id })
+        }))
+    }
+
+    /// The transcript saved for session `id`.
+    fn saved(&self, id: &str) -> Result<Vec<crate::Message>, Refusal> {
+        let Some(dir) = &self.shared.options.session_dir else {
+            return Err((
+                codes::METHOD_NOT_FOUND,
+                "session/load is not offered: this agent saves no sessions".into(),
+            ));
+        };
+        // The id names a file: nothing but the characters our ids have.
+        let plain = !id.is_empty()
+            && id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        let path = dir.join(format!("{id}.jsonl"));
+        if !plain || !path.is_file() {
+            return Err((
+                codes::RESOURCE_NOT_FOUND,
+                format!("no saved session `{id}`"),
+            ));
+        }
+        session::load(&path)
+            .map(|loaded| loaded.messages)
+            .map_err(|e| (codes::INTERNAL_ERROR, format!("session `{id}`: {e}")))
+    }
+
+    /// A session id no other session of this process has, and unlikely to be one of an
+    /// earlier process (saved sessions share a directory).
+    fn new_id(&self) -> String {
+        let n = self.next_session.fetch_add(1, Ordering::Relaxed) + 1;
+        let stamp = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros());
+        format!("{stamp:x}-{:x}-{n}", std::process::id())
+    }
+
+    fn session(&self, params: &Value) -> Result<Arc<Session>, Refusal> {
+        let Some(id) = params.get("sessionId").and_then(Value::as_str) else {
+            return Err(bad_params("`sessionId` must be a string"));
+        };
+        self.sessions
+            .lock()
+            .get(id)
+            .cloned()
+            .ok_or_else(|| (codes::RESOURCE_NOT_FOUND, format!("no session `{id}`")))
+    }
+
+    /// Starts a run on a thread of the scope; it answers when the run ends.
+    fn prompt<'scope>(
+        &'scope self,
+        scope: &'scope Scope<'scope, '_>,
+        params: &Value,
+        id: Option<Value>,
+    ) -> Result<Option<Value>, Refusal> {
+        let session = self.session(params)?;
+        let text = input::prompt_text(params.get("prompt").unwrap_or(&Value::Null))?;
+        if session.busy.swap(true, Ordering::AcqRel) {
+            return Err((
+                codes::INVALID_REQUEST,
+                "a prompt of this session is still running".into(),
+            ));
+        }
+        let out = &self.shared.out;
+        scope.spawn(move || {
+            let outcome = session.agent.prompt(text);
+            // Free before answering, so a client that prompts again on the answer is served.
+            session.busy.store(false, Ordering::Release);
+            let Some(id) = id else { return };
+            match map::prompt_answer(&outcome) {
+                Ok(stop) => out.result(&id, &json!({ "stopReason": stop })),
+                Err((code, why)) => out.error(&id, code, why),
+            }
+        });
+        Ok(None)
+    }
+
+    fn cancel(&self, params: &Value) -> Result<Option<Value>, Refusal> {
+        self.session(params)?.agent.abort();
+        Ok(Some(json!({})))
+    }
+}
+
+fn bad_params(why: &str) -> Refusal {
+    (codes::INVALID_PARAMS, why.to_owned())
+}
+
+fn send_update(out: &Out, session_id: &str, update: &Update) {
+    let params = json!({ "sessionId": session_id, "update": update });
+    out.lines(|bytes| notification_to(bytes, "session/update", &params));
+}
+
+/// THE place where the MCP servers a client lists for a session become tools of its agent.
+///
+/// This build has no MCP client (the `mcp` feature), so a list with any server is refused,
+/// as the protocol lets an agent do; an empty list gives no tools. The MCP client plugs in
+/// here: connect each server, list its tools, and return them (the connections live as long
+/// as the tools, that is as long as the session's agent).
+fn connect_mcp_servers(servers: &[McpServer]) -> Result<Vec<Arc<dyn Tool>>, Refusal> {
+    if servers.is_empty() {
+        return Ok(Vec::new());
+    }
+    Err((
+        codes::INVALID_PARAMS,
+        format!(
+            "MCP servers are not supported by this agent ({} listed): it was built without an MCP client",
+            servers.len()
+        ),
+    ))
+}
+
+/// The permission options offered for every call.
+fn permission_options() -> Value {
+    json!([
+        {"optionId": "allow_once", "name": "Allow once", "kind": "allow_once"},
+        {"optionId": "allow_always", "name": "Always allow", "kind": "allow_always"},
+        {"optionId": "reject_once", "name": "Reject", "kind": "reject_once"},
+    ])
+}
+
+/// Puts the permission hook of session `id` around the factory's own `before_tool_call`.
+fn permission_hook(builder: AgentBuilder, shared: &Arc<Shared>, id: &str) -> AgentBuilder {
+    let user = builder.before_tool_call_hook();
+    let shared = shared.clone();
+    let id = id.to_owned();
+    let always: Mutex<HashSet<String>> = Mutex::new(HashSet::new());
+    builder.before_tool_call(move |request| {
+        let decision = user
+            .as_ref()
+            .map_or(ToolDecision::Allow, |hook| hook(request));
+        let (call, rewritten) = match &decision {
+            ToolDecision::Block(_) => return decision,
+            ToolDecision::Rewrite(args) => (
+                ToolCall {
+                    arguments: args.to_string(),
+                    ..request.call.clone()
+                },
+                true,
+            ),
+            _ => (request.call.clone(), false),
+        };
+        let kind = shared.options.kind_of(&call.name);
+        let ask = (shared.options.ask)(&call) && !always.lock().contains(&call.name);
+        if ask {
+            match ask_client(&shared, &id, request, &call, kind) {
+                Permission::Once => {}
+                Permission::Always => {
+                    always.lock().insert(call.name.clone());
+                }
+                Permission::Refused(why) => return ToolDecision::Block(why),
+            }
+        }
+        // The call runs: the client shows it running, with the arguments it runs with.
+        let update = Update::ToolCallUpdate(ToolCallUpdate {
+            tool_call_id: call.id.clone(),
+            status: Some(ToolStatus::InProgress),
+            raw_input: rewritten.then(|| map::raw_input(&call)),
+            ..ToolCallUpdate::default()
+        });
+        send_update(&shared.out, &id, &update);
+        decision
+    })
+}
+
+enum Permission {
+    Once,
+    Always,
+    Refused(String),
+}
+
+/// Sends `session/request_permission` for `call` and waits for the answer, or for an abort.
+fn ask_client(
+    shared: &Shared,
+    session_id: &str,
+    request: &ToolCallRequest<'_>,
+    call: &ToolCall,
+    kind: ToolKind,
+) -> Permission {
+    let Some((id, answers)) = shared.requests.open() else {
+        return Permission::Refused("the client is gone; nobody can permit the call".into());
+    };
+    let params = json!({
+        "sessionId": session_id,
+        "toolCall": ToolCallUpdate {
+            tool_call_id: call.id.clone(),
+            status: Some(ToolStatus::Pending),
+            title: Some(call.name.clone()),
+            kind: Some(kind),
+            raw_input: Some(map::raw_input(call)),
+            ..ToolCallUpdate::default()
+        },
+        "options": permission_options(),
+    });
+    shared
+        .out
+        .lines(|bytes| request_to(bytes, &id.into(), "session/request_permission", &params));
+    let answer = request.wait_for(&answers);
+    shared.requests.forget(id);
+    match answer {
+        Some(response) => permission(response),
+        None => Permission::Refused("cancelled: the prompt was cancelled".into()),
+    }
+}
+
+/// Reads the client's answer to `session/request_permission`.
+fn permission(response: Response) -> Permission {
+    let outcome = match &response {
+        Ok(result) => &result["outcome"],
+        Err(e) => {
+            let why = e["message"].as_str().unwrap_or("no message");
+            return Permission::Refused(format!("the client answered with an error: {why}"));
+        }
+    };
+    match (outcome["outcome"].as_str(), outcome["optionId"].as_str()) {
+        (Some("selected"), Some("allow_once")) => Permission::Once,
+        (Some("selected"), Some("allow_always")) => Permission::Always,
+        (Some("selected"), Some(_)) => Permission::Refused("the user rejected this call".into()),
+        (Some("cancelled"), _) => Permission::Refused("cancelled by the client".into()),
+        _ => Permission::Refused(format!(
+            "the client's answer {} is not a permission outcome",
+            response.unwrap_or_default()
+        )),
+    }
+}

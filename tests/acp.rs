@@ -1,0 +1,428 @@
+//! The ACP server (`pagent::acp`, feature `acp`): bad input on the stream, a client that
+//! disappears, cancels and permissions driven from another thread over real pipes, and the
+//! official TypeScript SDK's client driving the `acp_agent` example.
+//!
+//! The SDK test needs node and the pinned SDK: `.ci/acp.sh` installs it and prints the
+//! `node_modules` directory, which the test reads from `PAGENT_ACP_NODE_PATH`:
+//!
+//! ```sh
+//! PAGENT_ACP_NODE_PATH=$(.ci/acp.sh) cargo test --features acp --test acp -- --include-ignored
+//! ```
+
+use std::io::{BufRead, BufReader, PipeReader, PipeWriter, Write};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Receiver;
+use pagent::acp::{self, SessionInfo};
+use pagent::llm::{Faux, FauxReply};
+use pagent::{Agent, AgentBuilder, ToolOutput, tool};
+use serde_json::{Value, json};
+
+/// No answer of the server may take longer than this, however loaded the machine.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+/// A client on the far end of two pipes, with `serve` on a thread of its own.
+struct Client {
+    input: Option<PipeWriter>,
+    lines: Receiver<Value>,
+    served: JoinHandle<Result<(), pagent::Error>>,
+}
+
+impl Client {
+    fn start<F>(factory: F, options: acp::Options) -> Client
+    where
+        F: Fn(&SessionInfo) -> Result<AgentBuilder, pagent::Error> + Send + Sync + 'static,
+    {
+        let (input_reader, input) = std::io::pipe().expect("a pipe");
+        let (output_reader, output) = std::io::pipe().expect("a pipe");
+        let served = thread::spawn(move || {
+            acp::serve(factory, BufReader::new(input_reader), output, options)
+        });
+        Client {
+            input: Some(input),
+            lines: read_lines(output_reader),
+            served,
+        }
+    }
+
+    fn send_raw(&mut self, line: &str) {
+        let input = self.input.as_mut().expect("input open");
+        input.write_all(line.as_bytes()).expect("the server reads");
+        input.write_all(b"\n").expect("the server reads");
+    }
+
+    fn send(&mut self, message: Value) {
+        self.send_raw(&message.to_string());
+    }
+
+    fn request(&mut self, id: u64, method: &str, params: Value) {
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+    }
+
+    fn recv(&self) -> Value {
+        self.lines
+            .recv_timeout(PATIENCE)
+            .expect("the server answers in time")
+    }
+
+    /// Messages up to and including the response with `id`.
+    fn until_response(&self, id: u64) -> Vec<Value> {
+        let mut seen = Vec::new();
+        loop {
+            let m = self.recv();
+            let done = m.get("method").is_none() && m["id"] == json!(id);
+            seen.push(m);
+            if done {
+                return seen;
+            }
+        }
+    }
+
+    fn new_session(&mut self, id: u64) -> String {
+        self.request(id, "session/new", json!({"cwd": "/tmp", "mcpServers": []}));
+        let answer = self.recv();
+        answer["result"]["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("a session id in {answer}"))
+            .to_owned()
+    }
+
+    /// Closes the input and waits for `serve` to return.
+    fn close(mut self) -> Result<(), pagent::Error> {
+        drop(self.input.take());
+        let deadline = Instant::now() + PATIENCE;
+        while !self.served.is_finished() {
+            assert!(Instant::now() < deadline, "serve did not return");
+            thread::sleep(Duration::from_millis(5));
+        }
+        self.served.join().expect("serve does not panic")
+    }
+}
+
+fn read_lines(output: PipeReader) -> Receiver<Value> {
+    let (tx, rx) = crossbeam_channel::unbounded();
+    thread::spawn(move || {
+        for line in BufReader::new(output).lines() {
+            let Ok(line) = line else { return };
+            let value = serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("the server wrote a JSON line: {e}: {line}"));
+            if tx.send(value).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+/// A factory of agents on a scripted model that answers "hi".
+fn hello(_: &SessionInfo) -> Result<AgentBuilder, pagent::Error> {
+    Ok(Agent::builder().provider(Faux::default().otherwise(|_| FauxReply::text("hi"))))
+}
+
+fn error_code(m: &Value) -> i64 {
+    m["error"]["code"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("an error in {m}"))
+}
+
+#[test]
+fn garbage_lines_and_unknown_methods_get_errors_and_the_server_reads_on() {
+    let mut client = Client::start(hello, acp::Options::new().max_line_len(300));
+    client.send_raw("this is not json");
+    let m = client.recv();
+    assert_eq!(
+        (m["id"].clone(), error_code(&m)),
+        (Value::Null, acp::codes::PARSE_ERROR)
+    );
+    client.send_raw("[1, 2]");
+    assert_eq!(error_code(&client.recv()), acp::codes::INVALID_REQUEST);
+    client.send_raw(&format!("{{\"pad\": \"{}\"}}", "x".repeat(400)));
+    assert_eq!(error_code(&client.recv()), acp::codes::INVALID_REQUEST);
+    client.send(json!({"jsonrpc": "1.0", "id": 1, "method": "initialize"}));
+    assert_eq!(error_code(&client.recv()), acp::codes::INVALID_REQUEST);
+    client.request(2, "session/fly", json!({}));
+    let m = client.recv();
+    assert_eq!(
+        (m["id"].clone(), error_code(&m)),
+        (json!(2), acp::codes::METHOD_NOT_FOUND)
+    );
+    client.request(3, "initialize", json!({"protocolVersion": "one"}));
+    assert_eq!(error_code(&client.recv()), acp::codes::INVALID_PARAMS);
+    client.request(
+        4,
+        "session/prompt",
+        json!({"sessionId": "nope", "prompt": []}),
+    );
+    assert_eq!(error_code(&client.recv()), acp::codes::RESOURCE_NOT_FOUND);
+    let session = client.new_session(5);
+    client.request(6, "session/prompt", json!({"sessionId": session, "prompt": [{"type": "image", "data": "", "mimeType": "image/png"}]}));
+    assert_eq!(error_code(&client.recv()), acp::codes::INVALID_PARAMS);
+    client.request(7, "session/new", json!({"cwd": "/tmp", "mcpServers": [{"name": "x", "command": "/bin/true", "args": [], "env": []}]}));
+    assert_eq!(error_code(&client.recv()), acp::codes::INVALID_PARAMS);
+    client.request(
+        8,
+        "session/load",
+        json!({"sessionId": session, "cwd": "/tmp", "mcpServers": []}),
+    );
+    assert_eq!(error_code(&client.recv()), acp::codes::METHOD_NOT_FOUND);
+    // Still serving: a prompt after all of that.
+    client.request(
+        9,
+        "session/prompt",
+        json!({"sessionId": session, "prompt": [{"type": "text", "text": "hello"}]}),
+    );
+    let seen = client.until_response(9);
+    assert_eq!(
+        seen,
+        vec![
+            json!({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": session, "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hi"}}}}),
+            json!({"jsonrpc": "2.0", "id": 9, "result": {"stopReason": "end_turn"}}),
+        ]
+    );
+    client.close().expect("a clean end");
+}
+
+#[test]
+fn a_client_that_disappears_mid_run_ends_serve_and_every_agent() {
+    // The model stalls for a minute, and the tool would wait for permission: both must end
+    // when the client goes.
+    let model =
+        Arc::new(Faux::default().otherwise(|_| {
+            FauxReply::text("thinking about it").then_stall(Duration::from_secs(60))
+        }));
+    let held = model.clone();
+    let factory = move |_: &SessionInfo| Ok(Agent::builder().provider(held.clone()));
+    let mut client = Client::start(factory, acp::Options::new());
+    let session = client.new_session(1);
+    client.request(
+        2,
+        "session/prompt",
+        json!({"sessionId": session, "prompt": [{"type": "text", "text": "go"}]}),
+    );
+    let first = client.recv();
+    assert_eq!(
+        first["params"]["update"]["sessionUpdate"],
+        "agent_message_chunk"
+    );
+    let started = Instant::now();
+    client.close().expect("a clean end");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the stalled run was aborted"
+    );
+    // Every agent (and the run thread that held one) is gone: only this test holds the model.
+    assert_eq!(Arc::strong_count(&model), 1);
+}
+
+#[test]
+fn a_prompt_sent_right_before_the_client_leaves_is_aborted_too() {
+    let model = Arc::new(
+        Faux::default().otherwise(|_| FauxReply::text("slow").then_stall(Duration::from_secs(60))),
+    );
+    let held = model.clone();
+    let factory = move |_: &SessionInfo| Ok(Agent::builder().provider(held.clone()));
+    for _ in 0..5 {
+        let mut client = Client::start(factory.clone(), acp::Options::new());
+        let session = client.new_session(1);
+        client.request(
+            2,
+            "session/prompt",
+            json!({"sessionId": session, "prompt": [{"type": "text", "text": "go"}]}),
+        );
+        // No wait for the run to start: the input ends at once.
+        let started = Instant::now();
+        client.close().expect("a clean end");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the run was aborted"
+        );
+    }
+    drop(factory);
+    assert_eq!(Arc::strong_count(&model), 1);
+}
+
+#[test]
+fn a_client_whose_output_closed_ends_serve_without_an_error() {
+    let (input_reader, mut input) = std::io::pipe().expect("a pipe");
+    let (output_reader, output) = std::io::pipe().expect("a pipe");
+    drop(output_reader);
+    let served = thread::spawn(move || {
+        acp::serve(
+            hello,
+            BufReader::new(input_reader),
+            output,
+            acp::Options::new(),
+        )
+    });
+    writeln!(
+        input,
+        r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"protocolVersion":1}}}}"#
+    )
+    .expect("the server reads");
+    drop(input);
+    served
+        .join()
+        .expect("no panic")
+        .expect("a broken pipe is the client leaving");
+}
+
+#[test]
+fn cancel_releases_a_permission_request_and_the_prompt_answers_cancelled() {
+    let factory = |_: &SessionInfo| {
+        let touch = tool::typed(
+            "touch",
+            "Touches.",
+            |_: serde_json::Map<String, Value>, _| Ok(ToolOutput::text("touched")),
+        );
+        Ok(Agent::builder()
+            .provider(
+                Faux::default()
+                    .reply(FauxReply::tool_call("touch", json!({})))
+                    .otherwise(|_| FauxReply::text("after")),
+            )
+            .tool(touch))
+    };
+    let mut client = Client::start(factory, acp::Options::new());
+    let session = client.new_session(1);
+    client.request(
+        2,
+        "session/prompt",
+        json!({"sessionId": session, "prompt": [{"type": "text", "text": "touch it"}]}),
+    );
+    let call = client.recv();
+    assert_eq!(call["params"]["update"]["sessionUpdate"], "tool_call");
+    let ask = client.recv();
+    assert_eq!(ask["method"], "session/request_permission");
+    let call_id = call["params"]["update"]["toolCallId"].clone();
+    assert_eq!(ask["params"]["toolCall"]["toolCallId"], call_id);
+    // Cancel from the client, without answering the permission request.
+    client.send(
+        json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": session}}),
+    );
+    let seen = client.until_response(2);
+    assert_eq!(
+        seen,
+        vec![
+            json!({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": session, "update": {
+                "sessionUpdate": "tool_call_update", "toolCallId": call_id, "status": "failed",
+                "content": [{"type": "content", "content": {"type": "text", "text": "cancelled: the run was aborted before this tool call ran"}}]}}}),
+            json!({"jsonrpc": "2.0", "id": 2, "result": {"stopReason": "cancelled"}}),
+        ]
+    );
+    // A late answer to the released request is ignored, and the session prompts again.
+    client.send(json!({"jsonrpc": "2.0", "id": ask["id"], "result": {"outcome": {"outcome": "selected", "optionId": "allow_once"}}}));
+    client.request(
+        3,
+        "session/prompt",
+        json!({"sessionId": session, "prompt": [{"type": "text", "text": "again"}]}),
+    );
+    let last = client.until_response(3);
+    assert_eq!(
+        last.last().expect("a response")["result"]["stopReason"],
+        "end_turn"
+    );
+    client.close().expect("a clean end");
+}
+
+#[test]
+fn a_second_prompt_while_the_first_runs_is_refused() {
+    let factory = |_: &SessionInfo| {
+        Ok(Agent::builder().provider(
+            Faux::default()
+                .otherwise(|_| FauxReply::text("slow").then_stall(Duration::from_secs(60))),
+        ))
+    };
+    let mut client = Client::start(factory, acp::Options::new());
+    let session = client.new_session(1);
+    let prompt = json!({"sessionId": session, "prompt": [{"type": "text", "text": "go"}]});
+    client.request(2, "session/prompt", prompt.clone());
+    let _chunk = client.recv();
+    client.request(3, "session/prompt", prompt);
+    let refused = client.recv();
+    assert_eq!(
+        (refused["id"].clone(), error_code(&refused)),
+        (json!(3), acp::codes::INVALID_REQUEST)
+    );
+    client.send(
+        json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": session}}),
+    );
+    let seen = client.until_response(2);
+    assert_eq!(
+        seen.last().expect("a response")["result"]["stopReason"],
+        "cancelled"
+    );
+    client.close().expect("a clean end");
+}
+
+/// The example's binary, built with the feature (a no-op when it is up to date).
+fn acp_agent() -> PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args([
+            "build",
+            "--quiet",
+            "--features",
+            "acp",
+            "--example",
+            "acp_agent",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .expect("cargo runs");
+    assert!(status.success(), "cargo build --example acp_agent failed");
+    let exe = std::env::current_exe().expect("the test binary has a path");
+    exe.parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>/deps")
+        .join("examples")
+        .join("acp_agent")
+        .with_extension(std::env::consts::EXE_EXTENSION)
+}
+
+/// What the SDK's client receives, driving the example (tests/acp/client.mjs prints it).
+const EXPECTED: &str = include_str!("acp/expected.txt");
+
+#[test]
+#[ignore = "needs node and the pinned SDK: PAGENT_ACP_NODE_PATH=$(.ci/acp.sh)"]
+fn the_official_sdk_client_drives_the_example_agent() {
+    let node_modules = std::env::var("PAGENT_ACP_NODE_PATH")
+        .expect("PAGENT_ACP_NODE_PATH: the node_modules dir .ci/acp.sh prints");
+    let agent = acp_agent();
+    let client = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/acp/client.mjs");
+    let mut child = Command::new("node")
+        .arg(client)
+        .arg(&agent)
+        .env("PAGENT_ACP_NODE_PATH", node_modules)
+        // The example talks to a real server when the environment names one.
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("ANTHROPIC_BASE_URL")
+        .env_remove("PAGENT_MODEL")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("node starts");
+    // The client gives up by itself after 60 s; this bound only guards against node hanging.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while child.try_wait().expect("waits").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the SDK client hung");
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    let output = child.wait_with_output().expect("output");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    eprintln!("{stderr}");
+    assert!(
+        output.status.success(),
+        "the client failed:\n{stdout}\n{stderr}"
+    );
+    assert_eq!(stdout.trim_end(), EXPECTED.trim_end());
+}

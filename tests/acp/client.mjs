@@ -1,0 +1,246 @@
+// An ACP client written with the official TypeScript SDK (@agentclientprotocol/sdk, the
+// version .ci/acp.sh pins). It starts the agent given as its argument, drives it through the
+// protocol, and prints on stdout every update, permission request and answer it received, in
+// a stable form; tests/acp.rs compares that output line for line. Timings go to stderr.
+//
+//   node tests/acp/client.mjs target/debug/examples/acp_agent
+//
+// PAGENT_ACP_NODE_PATH names the node_modules directory that holds the SDK.
+
+import { spawn } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { createRequire } from "node:module";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Readable, Writable } from "node:stream";
+import { pathToFileURL } from "node:url";
+
+const nodeModules = process.env.PAGENT_ACP_NODE_PATH;
+if (!nodeModules) throw new Error("set PAGENT_ACP_NODE_PATH to the SDK's node_modules");
+const require = createRequire(join(nodeModules, "resolve.js"));
+const sdkPath = require.resolve("@agentclientprotocol/sdk");
+const acp = await import(pathToFileURL(sdkPath).href);
+const sdkVersion = JSON.parse(
+  readFileSync(join(nodeModules, "@agentclientprotocol/sdk/package.json"), "utf8"),
+).version;
+console.error(`sdk ${sdkVersion}, protocol version ${acp.PROTOCOL_VERSION}`);
+
+// Nothing may hang: the whole conversation has this long.
+const deadline = setTimeout(() => {
+  console.error("timed out");
+  process.exit(3);
+}, 60_000);
+
+const work = mkdtempSync(join(tmpdir(), "pagent-acp-"));
+const agentProcess = spawn(process.argv[2], [], {
+  stdio: ["pipe", "pipe", "inherit"],
+  env: { ...process.env, PAGENT_ACP_SESSIONS: join(work, "sessions") },
+});
+const exited = new Promise((resolve) => agentProcess.on("exit", (code) => resolve(code)));
+
+// Updates by session, in arrival order; printed (merged) at the end of each step.
+const labels = new Map();
+const pending = new Map();
+const out = [];
+const say = (line) => out.push(line);
+
+function record(sessionId, line) {
+  const label = labels.get(sessionId) ?? `?${sessionId}`;
+  if (!pending.has(label)) pending.set(label, []);
+  pending.get(label).push(line);
+}
+
+// Consecutive chunks of one kind print as one line: their count and their text.
+function flush(label) {
+  const lines = pending.get(label) ?? [];
+  pending.set(label, []);
+  let run = null;
+  const end = () => {
+    if (run) say(`${label} ${run.kind} x${run.n} ${JSON.stringify(run.text)}`);
+    run = null;
+  };
+  for (const item of lines) {
+    if (typeof item === "object") {
+      if (run && run.kind === item.kind) {
+        run.n += 1;
+        run.text += item.text;
+      } else {
+        end();
+        run = { ...item, n: 1 };
+      }
+    } else {
+      end();
+      say(`${label} ${item}`);
+    }
+  }
+  end();
+}
+
+function describe(update) {
+  const u = update;
+  switch (u.sessionUpdate) {
+    case "agent_message_chunk":
+    case "agent_thought_chunk":
+    case "user_message_chunk":
+      return { kind: u.sessionUpdate, text: u.content.type === "text" ? u.content.text : `<${u.content.type}>` };
+    case "tool_call":
+      return `tool_call ${u.title} kind=${u.kind} status=${u.status} rawInput=${JSON.stringify(u.rawInput)}`;
+    case "tool_call_update": {
+      const parts = ["tool_call_update"];
+      if (u.status) parts.push(`status=${u.status}`);
+      if (u.content) parts.push(`content=${JSON.stringify(u.content.map((c) => c.content.text).join(""))}`);
+      if (u.rawInput !== undefined) parts.push(`rawInput=${JSON.stringify(u.rawInput)}`);
+      if (u.rawOutput !== undefined) parts.push(`rawOutput=${JSON.stringify(u.rawOutput)}`);
+      return parts.join(" ");
+    }
+    default:
+      return `${u.sessionUpdate} ${JSON.stringify(u)}`;
+  }
+}
+
+// How the client answers permission requests, in order.
+const permissionAnswers = [];
+const toolCallIds = new Map();
+
+const app = acp
+  .client()
+  .onNotification("session/update", ({ params }) => {
+    if (params.update.toolCallId) toolCallIds.set(params.update.toolCallId, params.sessionId);
+    record(params.sessionId, describe(params.update));
+  })
+  .onRequest("session/request_permission", ({ params }) => {
+    const answer = permissionAnswers.shift() ?? "reject_once";
+    const t = params.toolCall;
+    const known = toolCallIds.get(t.toolCallId) === params.sessionId;
+    record(
+      params.sessionId,
+      `request_permission ${t.title} kind=${t.kind} rawInput=${JSON.stringify(t.rawInput)} ` +
+        `options=${params.options.map((o) => `${o.optionId}:${o.kind}`).join(",")} ` +
+        `announced=${known} -> ${answer}`,
+    );
+    return { outcome: { outcome: "selected", optionId: answer } };
+  });
+
+const stream = acp.ndJsonStream(Writable.toWeb(agentProcess.stdin), Readable.toWeb(agentProcess.stdout));
+const connection = app.connect(stream);
+const agent = connection.agent;
+const text = (t) => [{ type: "text", text: t }];
+
+async function prompt(label, sessionId, words) {
+  say(`${label} prompt ${JSON.stringify(words)}`);
+  const answer = await agent.request("session/prompt", { sessionId, prompt: text(words) });
+  flush(label);
+  say(`${label} stop ${answer.stopReason}`);
+}
+
+async function newSession(label) {
+  const session = await agent.request("session/new", { cwd: work, mcpServers: [] });
+  labels.set(session.sessionId, label);
+  say(`${label} new session`);
+  return session.sessionId;
+}
+
+async function refused(what, call) {
+  try {
+    await call();
+    say(`${what}: answered?!`);
+  } catch (e) {
+    say(`${what}: error ${e.code}`);
+  }
+}
+
+// 1. initialize
+const init = await agent.request("initialize", {
+  protocolVersion: acp.PROTOCOL_VERSION,
+  clientCapabilities: { fs: { readTextFile: false, writeTextFile: false }, terminal: false },
+  clientInfo: { name: "pagent-acp-test", version: "1" },
+});
+say(
+  `initialize protocolVersion=${init.protocolVersion} agent=${init.agentInfo.name} ` +
+    `loadSession=${init.agentCapabilities.loadSession} ` +
+    `prompt=${JSON.stringify(init.agentCapabilities.promptCapabilities)}`,
+);
+
+// 2. a session; a prompt that thinks and streams text
+const a = await newSession("A");
+await prompt("A", a, "hello");
+
+// 3. a tool call that asks permission: allowed once, then rejected
+permissionAnswers.push("allow_once");
+await prompt("A", a, "write the notes");
+say(`file notes.txt = ${JSON.stringify(readFileSync(join(work, "notes.txt"), "utf8"))}`);
+rmSync(join(work, "notes.txt"));
+permissionAnswers.push("reject_once");
+await prompt("A", a, "write the notes again");
+let exists = true;
+try {
+  readFileSync(join(work, "notes.txt"));
+} catch {
+  exists = false;
+}
+say(`file notes.txt exists=${exists}`);
+
+// 4. a cancel in the middle of a streamed reply
+say(`A prompt "tell me a story"`);
+const story = agent.request("session/prompt", { sessionId: a, prompt: text("tell me a story") });
+// Wait until the reply's first part has streamed (the demo model then stalls for a minute).
+for (let i = 0; i < 500; i++) {
+  const got = (pending.get("A") ?? []).map((x) => x.text ?? "").join("");
+  if (got === "Once upon a time, ") break;
+  await new Promise((r) => setTimeout(r, 10));
+}
+const cancelAt = performance.now();
+await agent.notify("session/cancel", { sessionId: a });
+const cancelled = await story;
+const cancelMs = performance.now() - cancelAt;
+console.error(`cancel_ms=${cancelMs.toFixed(2)}`);
+flush("A");
+say(`A stop ${cancelled.stopReason} (under 2 s after the cancel: ${cancelMs < 2000})`);
+
+// 5. two sessions at once, each with its own agent; C allows its tool for good
+const b = await newSession("B");
+const c = await newSession("C");
+permissionAnswers.push("allow_always");
+const both = [
+  agent.request("session/prompt", { sessionId: b, prompt: text("hello") }),
+  agent.request("session/prompt", { sessionId: c, prompt: text("write the notes") }),
+];
+say(`B and C prompt at once`);
+const [sb, sc] = await Promise.all(both);
+flush("B");
+say(`B stop ${sb.stopReason}`);
+flush("C");
+say(`C stop ${sc.stopReason}`);
+// allow_always: the second call runs without asking.
+await prompt("C", c, "write the notes once more");
+
+// 6. malformed requests: errors, and the agent keeps serving
+agentProcess.stdin.write("this is not json\n");
+await refused("prompt without its prompt", () => agent.request("session/prompt", { sessionId: a }));
+await refused("prompt of an unknown session", () =>
+  agent.request("session/prompt", { sessionId: "nope", prompt: text("hi") }),
+);
+await refused("unknown method", () => agent.request("pagent/nonsense", {}));
+await refused("session with an MCP server", () =>
+  agent.request("session/new", {
+    cwd: work,
+    mcpServers: [{ name: "files", command: "/bin/true", args: [], env: [] }],
+  }),
+);
+await prompt("A", a, "hello");
+
+// 7. session/load replays the saved transcript
+labels.set(b, "B'");
+await agent.request("session/load", { sessionId: b, cwd: work, mcpServers: [] });
+say(`B' loaded`);
+flush("B'");
+labels.set(b, "B");
+
+// 8. the client goes: the agent ends
+connection.close();
+agentProcess.stdin.end();
+const code = await exited;
+say(`agent exited ${code}`);
+clearTimeout(deadline);
+rmSync(work, { recursive: true, force: true });
+console.log(out.join("\n"));
