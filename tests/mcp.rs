@@ -103,6 +103,34 @@ fn gone(pid: u32) -> bool {
     false
 }
 
+/// The processes of the process group `pgid` that have not exited (zombies, which have
+/// exited and wait for whoever inherited them to reap them, are not counted), after waiting
+/// up to 5 s for it to empty; empty on a system without procfs.
+fn left_in_group(pgid: u32) -> Vec<String> {
+    let scan = || -> Vec<String> {
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("stat")).ok())
+            .filter(|stat| {
+                // `pid (comm) state ppid pgrp ...`; comm may hold spaces and parentheses.
+                let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+                let fields: Vec<&str> = rest.split_whitespace().collect();
+                fields.len() > 2 && fields[0] != "Z" && fields[2] == pgid.to_string()
+            })
+            .collect()
+    };
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left = scan();
+        if left.is_empty() || Instant::now() >= until {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 fn pid_in(pidfile: &Path) -> u32 {
     std::fs::read_to_string(pidfile)
         .unwrap()
@@ -345,6 +373,26 @@ fn everything_abort_mid_call_tells_the_server_and_the_run_ends_cancelled_at_once
     );
     // The server took it and goes on answering.
     client.ping().unwrap();
+}
+
+#[test]
+fn everything_started_through_npx_leaves_no_process_behind() {
+    let Some(dir) = installed() else { return };
+    // npx runs `npm exec`, which runs a shell, which runs node: the server is a
+    // great-grandchild. `--no-install`: the package installed in `dir`, offline.
+    let client = Client::stdio("npx")
+        .args(["--no-install", "mcp-server-everything", "stdio"])
+        .current_dir(&dir)
+        .connect()
+        .unwrap();
+    let tools = client.tools().unwrap();
+    let echo = call(find(&tools, "echo"), json!({"message": "via npx"})).unwrap();
+    assert_eq!(echo.content, "Echo: via npx");
+    let group = client.pid().unwrap();
+    let started = Instant::now();
+    client.close();
+    assert_eq!(left_in_group(group), Vec::<String>::new());
+    assert!(started.elapsed() < Duration::from_secs(10));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -640,6 +688,54 @@ fn dropping_every_handle_ends_the_child() {
     );
     drop(tools);
     assert!(gone(pid));
+}
+
+/// The fake server run by a shell that does not `exec` it, beside a `sleep` that ignores the
+/// end of its stdin: the server is a grandchild, and the sleep outlives the server.
+fn wrapped() -> (ClientBuilder, PathBuf, PathBuf) {
+    let dir = temp_dir("wrapped");
+    let (pidfile, sleepfile) = (dir.join("pid"), dir.join("sleep"));
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/fake_server.py");
+    let shell = format!(
+        "sleep 60 & echo $! > '{}'; python3 '{}' ok '{}'; wait",
+        sleepfile.display(),
+        script.display(),
+        pidfile.display()
+    );
+    let builder = Client::stdio("sh")
+        .args(["-c", &shell])
+        .shutdown_grace(Duration::from_millis(200));
+    (builder, pidfile, sleepfile)
+}
+
+#[test]
+fn a_server_started_through_a_wrapper_ends_with_its_whole_process_group() {
+    for how in ["close", "drop"] {
+        let (builder, pidfile, sleepfile) = wrapped();
+        let client = builder.connect().unwrap();
+        let tools = client.tools().unwrap();
+        assert_eq!(
+            call(&tools[0], json!({"text": "hi"})).unwrap().content,
+            "hi"
+        );
+        let (group, server, sleep) = (client.pid().unwrap(), pid_in(&pidfile), pid_in(&sleepfile));
+        assert_ne!(
+            server, group,
+            "the server is the shell's child, not the shell"
+        );
+        let started = Instant::now();
+        match how {
+            "close" => client.close(),
+            _ => {
+                drop(tools);
+                drop(client);
+            }
+        }
+        // Ending the shell by its pid alone left the sleep running for a minute.
+        assert_eq!(left_in_group(group), Vec::<String>::new(), "{how}");
+        assert!(gone(server) && gone(sleep), "{how}");
+        assert!(started.elapsed() < Duration::from_secs(10), "{how}");
+    }
 }
 
 #[test]

@@ -119,7 +119,8 @@ impl ClientBuilder {
     }
 
     /// How long shutdown waits for the program to exit after its stdin is closed, before it
-    /// kills it (stdio only). Defaults to 1 s.
+    /// ends it (stdio only; on unix `SIGTERM` to its process group, `SIGKILL` up to a second
+    /// later). Defaults to 1 s.
     #[must_use]
     pub fn shutdown_grace(mut self, grace: Duration) -> ClientBuilder {
         if let Some(s) = self.spawn_mut() {

@@ -35,9 +35,13 @@
 //! `notifications/initialized`. [`Client::ping`] checks that the server answers.
 //! [`Client::close`], or dropping the last handle (the client and every tool it made),
 //! ends the connection: for stdio it closes the child's stdin, waits up to
-//! [`ClientBuilder::shutdown_grace`] for it to exit, then kills it by its own pid and reaps
-//! it. (A child started through a wrapper such as `npx` or a shell may leave its own
-//! children running: start the server's program itself where you can.)
+//! [`ClientBuilder::shutdown_grace`] for it to exit, then ends its process group and reaps
+//! it. On unix the child starts in a process group of its own, so a server started through a
+//! wrapper (`npx`, a shell script) ends with the wrapper: the group gets `SIGTERM`, then,
+//! after up to a second more, `SIGKILL`. (Being in its own group, the server does not get
+//! the terminal's Ctrl-C either: the client ends it.) Elsewhere the child is killed by its
+//! own pid, and a wrapper's children may be left running: start the server's program itself
+//! there.
 //!
 //! # Never a hang
 //! Every request waits for its answer, the caller's [`CancelToken`](crate::CancelToken), its timeout and the end
