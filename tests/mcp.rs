@@ -467,7 +467,8 @@ struct PyServer {
 }
 
 impl PyServer {
-    fn start(dir: &Path, json: bool) -> PyServer {
+    /// `flags`: `--json` (JSON replies), `--no-get` (no stream of the server's own).
+    fn start(dir: &Path, flags: &[&str]) -> PyServer {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -475,10 +476,7 @@ impl PyServer {
             .port();
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/http_server.py");
         let mut command = Command::new(dir.join("venv/bin/python"));
-        command.arg(script).arg(port.to_string());
-        if json {
-            command.arg("--json");
-        }
+        command.arg(script).arg(port.to_string()).args(flags);
         let child = command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -517,14 +515,17 @@ fn python_sdk_server_over_http_lists_calls_and_reports_errors() {
     let Some(dir) = installed() else { return };
     // Event-stream replies (the SDK's default), then plain JSON replies.
     for json_replies in [false, true] {
-        let server = PyServer::start(&dir, json_replies);
+        let server = PyServer::start(&dir, if json_replies { &["--json"] } else { &[] });
         let client = Client::http(&server.url).prefix("py_").connect().unwrap();
         assert_eq!(client.server_info().name, "pagent-http-test");
         assert!(client.session_id().is_some(), "the SDK keeps sessions");
         client.ping().unwrap();
         let tools = client.tools().unwrap();
         let names: Vec<&str> = tools.iter().map(|t| t.name()).collect();
-        assert_eq!(names, ["py_add", "py_fail", "py_slow"]);
+        assert_eq!(
+            names,
+            ["py_add", "py_fail", "py_slow", "py_grow", "py_gets"]
+        );
         let sum = call(find(&tools, "py_add"), json!({"a": 2, "b": 3})).unwrap();
         assert_eq!(sum.content, "5");
         assert_eq!(
@@ -572,7 +573,7 @@ fn python_sdk_server_over_http_lists_calls_and_reports_errors() {
 #[test]
 fn python_sdk_server_killed_mid_call_is_a_typed_error_and_the_transcript_stays_valid() {
     let Some(dir) = installed() else { return };
-    let server = Arc::new(Mutex::new(PyServer::start(&dir, false)));
+    let server = Arc::new(Mutex::new(PyServer::start(&dir, &[])));
     let client = Client::http(&server.lock().unwrap().url).connect().unwrap();
     let faux = Faux::default()
         .reply(FauxReply::tool_call("slow", json!({"steps": 100})))
@@ -611,6 +612,115 @@ fn python_sdk_server_killed_mid_call_is_a_typed_error_and_the_transcript_stays_v
         "{}",
         failed.content
     );
+}
+
+#[test]
+fn python_sdk_server_announces_new_tools_on_its_own_stream_and_the_agent_sees_them_next_turn() {
+    let Some(dir) = installed() else { return };
+    for flags in [&[][..], &["--json"][..]] {
+        let server = PyServer::start(&dir, flags);
+        let traffic = Traffic::default();
+        let client = traffic
+            .attach(Client::http(&server.url).prefix("py_"))
+            .call_timeout(Duration::from_secs(20))
+            .connect()
+            .unwrap();
+        let faux = Faux::default()
+            .reply(FauxReply::tool_call("py_grow", json!({})))
+            .reply(FauxReply::tool_call("py_extra", json!({})))
+            .reply(FauxReply::text("done"))
+            .record_requests(3);
+        let sync = client.clone();
+        let mut builder = Agent::builder()
+            .provider(faux.clone())
+            .model("m")
+            .before_turn(move |setup| {
+                sync.sync_tools(&mut setup.tools).unwrap();
+            });
+        for tool in client.tools().unwrap() {
+            builder = builder.tool_arc(tool);
+        }
+        let agent = builder.build().unwrap();
+        let result = bounded(move || agent.prompt("go").unwrap());
+        assert_eq!(result.stop_reason, RunStopReason::NoToolCalls, "{flags:?}");
+        let offered: Vec<Vec<String>> = faux
+            .requests()
+            .iter()
+            .map(|r| r.tools.iter().map(|t| t.name.clone()).collect())
+            .collect();
+        let before = ["py_add", "py_fail", "py_slow", "py_grow", "py_gets"];
+        let after = [&before[..], &["py_extra"]].concat();
+        assert_eq!(offered, [&before[..], &after, &after], "{flags:?}");
+        let shape: Vec<String> = result
+            .messages
+            .iter()
+            .map(|m| support::describe(m))
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                "user \"go\"",
+                "assistant tool_use \"\" [call_1]",
+                "tool_result call_1",
+                "assistant tool_use \"\" [call_2]",
+                "tool_result call_2",
+                "assistant stop \"done\""
+            ],
+            "{flags:?}"
+        );
+        // The announcement and the server's ping came unasked, outside any reply to a POST
+        // (the ping's answer went back as a POST).
+        let received: Vec<Value> = traffic
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|l| serde_json::from_str(l.strip_prefix("< ")?).ok())
+            .collect();
+        for method in ["notifications/tools/list_changed", "ping"] {
+            assert!(
+                received.iter().any(|m| m["method"] == method),
+                "{method} in {received:#?}"
+            );
+        }
+        let started = Instant::now();
+        client.close();
+        assert!(started.elapsed() < Duration::from_secs(5), "{flags:?}");
+    }
+}
+
+#[test]
+fn python_sdk_server_without_a_stream_of_its_own_answers_405_and_the_client_works_on() {
+    let Some(dir) = installed() else { return };
+    let server = PyServer::start(&dir, &["--no-get"]);
+    let client = Client::http(&server.url).connect().unwrap();
+    let gets = || -> String {
+        client
+            .call_tool("gets", json!({}), &CancelToken::new(), &mut |_| {})
+            .unwrap()
+            .text()
+    };
+    // The GET is sent on a thread of its own after `initialize`: wait for it, bounded.
+    let until = Instant::now() + Duration::from_secs(10);
+    while gets() != "1" {
+        assert!(Instant::now() < until, "no GET seen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    client.ping().unwrap();
+    let sum = client
+        .call_tool(
+            "add",
+            json!({"a": 1, "b": 2}),
+            &CancelToken::new(),
+            &mut |_| {},
+        )
+        .unwrap();
+    assert_eq!(sum.text(), "3");
+    // Refused once, never asked again.
+    assert_eq!(gets(), "1");
+    let started = Instant::now();
+    client.close();
+    assert!(started.elapsed() < Duration::from_secs(5));
 }
 
 // ---------------------------------------------------------------------------------------

@@ -259,5 +259,8 @@ fn initialize(
     }
     let deadline = CancelToken::with_deadline(std::time::Instant::now() + timeout);
     session.notify("notifications/initialized", None, &deadline)?;
+    if let Handle::Http(http) = handle {
+        http.listen();
+    }
     Ok(info)
 }

@@ -28,6 +28,12 @@
 //! - **Streamable HTTP** ([`Client::http`]): each message is a POST to the endpoint over
 //!   `ureq`, answered with JSON or an event stream; the session id and the protocol version
 //!   go with every request after `initialize`, and shutdown ends the session with a DELETE.
+//!   After `initialize` a thread of the client's own opens the server's optional GET stream
+//!   (`Accept: text/event-stream`), on which the server sends what it says unasked (a
+//!   changed tool list, its own requests, which are answered); a server that offers none
+//!   answers `405`, and then speaks only in its replies. The stream is opened again, once,
+//!   with `Last-Event-ID` if it drops while the client is open, and `close()` or drop shuts
+//!   its socket down at once.
 //!
 //! # Lifecycle
 //! [`ClientBuilder::connect`] starts the server, sends `initialize` (asking for protocol
