@@ -6,6 +6,8 @@
 //! set; in CI (`CI` set) they fail instead. Every wait is bounded, and every test checks that
 //! no child process is left behind.
 
+#[path = "support/mod.rs"]
+mod loopback;
 #[allow(dead_code)]
 mod replay;
 #[allow(dead_code)]
@@ -1056,6 +1058,82 @@ fn garbage_mid_call_fails_the_call_and_closes_the_connection() {
     assert_eq!(client.ping().unwrap_err(), err);
     client.close();
     assert!(gone(pid_in(&pidfile)));
+}
+
+/// The answer to `initialize` of a scripted HTTP server, with its session id.
+fn scripted_initialize() -> loopback::Reply {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "result": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {"tools": {"listChanged": true}},
+        "serverInfo": {"name": "scripted", "version": "1"}}});
+    loopback::Reply::json(200, body.to_string()).header("mcp-session-id", "s1")
+}
+
+/// Waits (bounded) until `server` received `n` requests; their methods.
+fn wait_requests(server: &loopback::Server, n: usize) -> Vec<loopback::Recorded> {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let requests = server.requests();
+        if requests.len() >= n || Instant::now() >= until {
+            return requests;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn the_servers_stream_is_reopened_with_last_event_id_and_shut_down_on_close() {
+    let changed = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
+    let server = loopback::Server::start(vec![
+        scripted_initialize(),
+        loopback::Reply::json(202, ""),
+        // The server's stream: one event with an id, then it ends.
+        loopback::Reply::sse(format!("id: 7\ndata: {changed}\n\n")),
+        // Reopened: held open, silent.
+        loopback::Reply::sse(":\n\n").stall(Duration::from_secs(20)),
+        loopback::Reply::json(202, ""),
+    ]);
+    let client = Client::http(format!("{}/mcp", server.url))
+        .connect()
+        .unwrap();
+    let requests = wait_requests(&server, 4);
+    // Method, accept, session, last event id.
+    let seen: Vec<[Option<&str>; 4]> = requests
+        .iter()
+        .map(|r| {
+            [
+                Some(r.method.as_str()),
+                r.header("accept"),
+                r.header("mcp-session-id"),
+                r.header("last-event-id"),
+            ]
+        })
+        .collect();
+    let both = Some("application/json, text/event-stream");
+    let stream = Some("text/event-stream");
+    assert_eq!(
+        seen,
+        [
+            [Some("POST"), both, None, None],
+            [Some("POST"), both, Some("s1"), None],
+            [Some("GET"), stream, Some("s1"), None],
+            [Some("GET"), stream, Some("s1"), Some("7")],
+        ]
+    );
+    assert!(
+        client.tools_changed(),
+        "the notification on the stream was read"
+    );
+    // The reopened stream is held open by the server: close shuts its socket down and does
+    // not wait for it.
+    let started = Instant::now();
+    client.close();
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let methods: Vec<String> = wait_requests(&server, 5)
+        .iter()
+        .map(|r| r.method.clone())
+        .collect();
+    assert_eq!(methods, ["POST", "POST", "GET", "GET", "DELETE"]);
 }
 
 #[test]
