@@ -1082,58 +1082,102 @@ fn wait_requests(server: &loopback::Server, n: usize) -> Vec<loopback::Recorded>
 }
 
 #[test]
-fn the_servers_stream_is_reopened_with_last_event_id_and_shut_down_on_close() {
-    let changed = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
+fn the_servers_stream_is_reopened_with_last_event_id_and_shut_down_on_close_or_drop() {
+    for how in ["close", "drop"] {
+        let changed = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
+        let server = loopback::Server::start(vec![
+            scripted_initialize(),
+            loopback::Reply::json(202, ""),
+            // The server's stream: one event with an id, then it ends.
+            loopback::Reply::sse(format!("id: 7\ndata: {changed}\n\n")),
+            // Reopened: held open, silent.
+            loopback::Reply::sse(":\n\n").stall(Duration::from_secs(20)),
+            loopback::Reply::json(202, ""),
+        ]);
+        let client = Client::http(format!("{}/mcp", server.url))
+            .connect()
+            .unwrap();
+        let requests = wait_requests(&server, 4);
+        // Method, accept, session, last event id.
+        let seen: Vec<[Option<&str>; 4]> = requests
+            .iter()
+            .map(|r| {
+                [
+                    Some(r.method.as_str()),
+                    r.header("accept"),
+                    r.header("mcp-session-id"),
+                    r.header("last-event-id"),
+                ]
+            })
+            .collect();
+        let both = Some("application/json, text/event-stream");
+        let stream = Some("text/event-stream");
+        assert_eq!(
+            seen,
+            [
+                [Some("POST"), both, None, None],
+                [Some("POST"), both, Some("s1"), None],
+                [Some("GET"), stream, Some("s1"), None],
+                [Some("GET"), stream, Some("s1"), Some("7")],
+            ],
+            "{how}"
+        );
+        assert!(
+            client.tools_changed(),
+            "the notification on the stream was read"
+        );
+        // The reopened stream is held open by the server: close (or drop) shuts its socket
+        // down, without waiting for the server.
+        let started = Instant::now();
+        match how {
+            "close" => client.close(),
+            _ => drop(client),
+        }
+        assert!(started.elapsed() < Duration::from_secs(5), "{how}");
+        let methods: Vec<String> = wait_requests(&server, 5)
+            .iter()
+            .map(|r| r.method.clone())
+            .collect();
+        assert_eq!(methods, ["POST", "POST", "GET", "GET", "DELETE"], "{how}");
+        let until = Instant::now() + Duration::from_secs(5);
+        while server.hung_up() == 0 && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(
+            server.hung_up(),
+            1,
+            "the stream's connection was closed ({how})"
+        );
+    }
+}
+
+#[test]
+fn a_stream_that_drops_again_without_a_message_is_not_reopened() {
     let server = loopback::Server::start(vec![
         scripted_initialize(),
         loopback::Reply::json(202, ""),
-        // The server's stream: one event with an id, then it ends.
-        loopback::Reply::sse(format!("id: 7\ndata: {changed}\n\n")),
-        // Reopened: held open, silent.
-        loopback::Reply::sse(":\n\n").stall(Duration::from_secs(20)),
+        // Ends at once, twice: reopened once, then left alone.
+        loopback::Reply::sse(":\n\n"),
+        loopback::Reply::sse(":\n\n").cut(),
+        loopback::Reply::json(
+            200,
+            json!({"jsonrpc": "2.0", "id": 2, "result": {}}).to_string(),
+        ),
         loopback::Reply::json(202, ""),
     ]);
     let client = Client::http(format!("{}/mcp", server.url))
         .connect()
         .unwrap();
-    let requests = wait_requests(&server, 4);
-    // Method, accept, session, last event id.
-    let seen: Vec<[Option<&str>; 4]> = requests
-        .iter()
-        .map(|r| {
-            [
-                Some(r.method.as_str()),
-                r.header("accept"),
-                r.header("mcp-session-id"),
-                r.header("last-event-id"),
-            ]
-        })
-        .collect();
-    let both = Some("application/json, text/event-stream");
-    let stream = Some("text/event-stream");
-    assert_eq!(
-        seen,
-        [
-            [Some("POST"), both, None, None],
-            [Some("POST"), both, Some("s1"), None],
-            [Some("GET"), stream, Some("s1"), None],
-            [Some("GET"), stream, Some("s1"), Some("7")],
-        ]
-    );
-    assert!(
-        client.tools_changed(),
-        "the notification on the stream was read"
-    );
-    // The reopened stream is held open by the server: close shuts its socket down and does
-    // not wait for it.
-    let started = Instant::now();
+    assert_eq!(wait_requests(&server, 4).len(), 4);
+    // Well past the pause before a reopening (a quarter of a second).
+    std::thread::sleep(Duration::from_secs(1));
+    client.ping().unwrap();
     client.close();
-    assert!(started.elapsed() < Duration::from_secs(5));
-    let methods: Vec<String> = wait_requests(&server, 5)
+    let methods: Vec<String> = wait_requests(&server, 6)
         .iter()
         .map(|r| r.method.clone())
         .collect();
-    assert_eq!(methods, ["POST", "POST", "GET", "GET", "DELETE"]);
+    assert_eq!(methods, ["POST", "POST", "GET", "GET", "POST", "DELETE"]);
 }
 
 #[test]
