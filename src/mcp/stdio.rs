@@ -32,7 +32,8 @@ use super::McpError;
 use super::session::{Router, Transport};
 use crate::cancel::CancelToken;
 
-/// How long the process group has to end after `SIGTERM` before it gets `SIGKILL`.
+/// How long the process group has to end after `SIGTERM` before it gets `SIGKILL`. Its
+/// processes that exited count as ended (on Linux) even while no one reaps them.
 const TERM_GRACE: Duration = Duration::from_millis(1000);
 
 /// How to start a stdio server.
@@ -170,7 +171,7 @@ impl StdioTransport {
     /// group itself, once empty) answer `ESRCH`, which ends this at once.
     #[cfg(unix)]
     fn end_group(&self) {
-        use rustix::process::{Pid, Signal, kill_process_group, test_kill_process_group};
+        use rustix::process::{Pid, Signal, kill_process_group};
         let Some(group) = i32::try_from(self.pid).ok().and_then(Pid::from_raw) else {
             return;
         };
@@ -182,10 +183,10 @@ impl StdioTransport {
         while Instant::now() < until {
             // The child is reaped here as soon as it exits, or it would stay in the group
             // as a zombie; the others are reaped by whoever inherited them.
-            if self.reaped() && test_kill_process_group(group).is_err() {
+            if self.reaped() && !group_running(group) {
                 return;
             }
-            std::thread::sleep(Duration::from_millis(5));
+            std::thread::sleep(Duration::from_millis(10));
         }
         let _ = kill_process_group(group, Signal::KILL);
     }
@@ -193,6 +194,33 @@ impl StdioTransport {
     /// Elsewhere: nothing but the child itself, which `close` kills.
     #[cfg(not(unix))]
     fn end_group(&self) {}
+}
+
+/// True while a process of the group has not exited. `kill(-pgid, 0)` counts the group's
+/// zombies too: processes that exited and wait for whoever inherited them to reap them,
+/// which an init that does not reap (as in many containers) never does. On Linux, `/proc`
+/// tells them apart.
+#[cfg(unix)]
+fn group_running(group: rustix::process::Pid) -> bool {
+    if rustix::process::test_kill_process_group(group).is_err() {
+        return false;
+    }
+    #[cfg(target_os = "linux")]
+    if let Ok(entries) = std::fs::read_dir("/proc") {
+        let pgid = group.as_raw_pid().to_string();
+        return entries.flatten().any(|entry| {
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                return false;
+            };
+            // `pid (comm) state ppid pgrp ...`; comm may hold spaces and parentheses.
+            let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+            let mut fields = rest.split_whitespace();
+            let state = fields.next();
+            let pgrp = fields.nth(1);
+            state.is_some_and(|s| s != "Z") && pgrp == Some(pgid.as_str())
+        });
+    }
+    true
 }
 
 fn spawn_thread(name: &str, f: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
