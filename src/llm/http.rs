@@ -212,8 +212,10 @@ impl std::fmt::Debug for Endpoint {
     }
 }
 
-/// The HTTP method of an [`HttpClient::exchange`].
+/// The HTTP method of an [`HttpClient::exchange`]. The providers only POST; GET and DELETE
+/// are for `pagent::mcp`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "mcp"), allow(dead_code))]
 pub(crate) enum Method {
     Post,
     Get,
