@@ -7,8 +7,8 @@
 //! cargo run --example mcp --features mcp -- http://127.0.0.1:8000/mcp   # Streamable HTTP
 //! ```
 //!
-//! (Through `npx` the server runs as a grandchild that the client cannot end by its pid;
-//! `node path/to/dist/index.js ...` starts it directly.)
+//! (Through `npx` the server runs as a grandchild; the client ends it with its whole process
+//! group on unix.)
 //!
 //! With a model server named in the environment (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`,
 //! `OPENAI_BASE_URL`..., as for the chat example) the model decides what to call. Offline

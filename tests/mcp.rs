@@ -6,6 +6,8 @@
 //! set; in CI (`CI` set) they fail instead. Every wait is bounded, and every test checks that
 //! no child process is left behind.
 
+#[path = "support/mod.rs"]
+mod loopback;
 #[allow(dead_code)]
 mod replay;
 #[allow(dead_code)]
@@ -101,6 +103,34 @@ fn gone(pid: u32) -> bool {
         std::thread::sleep(Duration::from_millis(10));
     }
     false
+}
+
+/// The processes of the process group `pgid` that have not exited (zombies, which have
+/// exited and wait for whoever inherited them to reap them, are not counted), after waiting
+/// up to 5 s for it to empty; empty on a system without procfs.
+fn left_in_group(pgid: u32) -> Vec<String> {
+    let scan = || -> Vec<String> {
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("stat")).ok())
+            .filter(|stat| {
+                // `pid (comm) state ppid pgrp ...`; comm may hold spaces and parentheses.
+                let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+                let fields: Vec<&str> = rest.split_whitespace().collect();
+                fields.len() > 2 && fields[0] != "Z" && fields[2] == pgid.to_string()
+            })
+            .collect()
+    };
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left = scan();
+        if left.is_empty() || Instant::now() >= until {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 fn pid_in(pidfile: &Path) -> u32 {
@@ -347,6 +377,26 @@ fn everything_abort_mid_call_tells_the_server_and_the_run_ends_cancelled_at_once
     client.ping().unwrap();
 }
 
+#[test]
+fn everything_started_through_npx_leaves_no_process_behind() {
+    let Some(dir) = installed() else { return };
+    // npx runs `npm exec`, which runs a shell, which runs node: the server is a
+    // great-grandchild. `--no-install`: the package installed in `dir`, offline.
+    let client = Client::stdio("npx")
+        .args(["--no-install", "mcp-server-everything", "stdio"])
+        .current_dir(&dir)
+        .connect()
+        .unwrap();
+    let tools = client.tools().unwrap();
+    let echo = call(find(&tools, "echo"), json!({"message": "via npx"})).unwrap();
+    assert_eq!(echo.content, "Echo: via npx");
+    let group = client.pid().unwrap();
+    let started = Instant::now();
+    client.close();
+    assert_eq!(left_in_group(group), Vec::<String>::new());
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
 // ---------------------------------------------------------------------------------------
 // server-filesystem, over stdio
 
@@ -419,7 +469,8 @@ struct PyServer {
 }
 
 impl PyServer {
-    fn start(dir: &Path, json: bool) -> PyServer {
+    /// `flags`: `--json` (JSON replies), `--no-get` (no stream of the server's own).
+    fn start(dir: &Path, flags: &[&str]) -> PyServer {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -427,10 +478,7 @@ impl PyServer {
             .port();
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/http_server.py");
         let mut command = Command::new(dir.join("venv/bin/python"));
-        command.arg(script).arg(port.to_string());
-        if json {
-            command.arg("--json");
-        }
+        command.arg(script).arg(port.to_string()).args(flags);
         let child = command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -469,14 +517,17 @@ fn python_sdk_server_over_http_lists_calls_and_reports_errors() {
     let Some(dir) = installed() else { return };
     // Event-stream replies (the SDK's default), then plain JSON replies.
     for json_replies in [false, true] {
-        let server = PyServer::start(&dir, json_replies);
+        let server = PyServer::start(&dir, if json_replies { &["--json"] } else { &[] });
         let client = Client::http(&server.url).prefix("py_").connect().unwrap();
         assert_eq!(client.server_info().name, "pagent-http-test");
         assert!(client.session_id().is_some(), "the SDK keeps sessions");
         client.ping().unwrap();
         let tools = client.tools().unwrap();
         let names: Vec<&str> = tools.iter().map(|t| t.name()).collect();
-        assert_eq!(names, ["py_add", "py_fail", "py_slow"]);
+        assert_eq!(
+            names,
+            ["py_add", "py_fail", "py_slow", "py_grow", "py_gets"]
+        );
         let sum = call(find(&tools, "py_add"), json!({"a": 2, "b": 3})).unwrap();
         assert_eq!(sum.content, "5");
         assert_eq!(
@@ -524,7 +575,7 @@ fn python_sdk_server_over_http_lists_calls_and_reports_errors() {
 #[test]
 fn python_sdk_server_killed_mid_call_is_a_typed_error_and_the_transcript_stays_valid() {
     let Some(dir) = installed() else { return };
-    let server = Arc::new(Mutex::new(PyServer::start(&dir, false)));
+    let server = Arc::new(Mutex::new(PyServer::start(&dir, &[])));
     let client = Client::http(&server.lock().unwrap().url).connect().unwrap();
     let faux = Faux::default()
         .reply(FauxReply::tool_call("slow", json!({"steps": 100})))
@@ -563,6 +614,115 @@ fn python_sdk_server_killed_mid_call_is_a_typed_error_and_the_transcript_stays_v
         "{}",
         failed.content
     );
+}
+
+#[test]
+fn python_sdk_server_announces_new_tools_on_its_own_stream_and_the_agent_sees_them_next_turn() {
+    let Some(dir) = installed() else { return };
+    for flags in [&[][..], &["--json"][..]] {
+        let server = PyServer::start(&dir, flags);
+        let traffic = Traffic::default();
+        let client = traffic
+            .attach(Client::http(&server.url).prefix("py_"))
+            .call_timeout(Duration::from_secs(20))
+            .connect()
+            .unwrap();
+        let faux = Faux::default()
+            .reply(FauxReply::tool_call("py_grow", json!({})))
+            .reply(FauxReply::tool_call("py_extra", json!({})))
+            .reply(FauxReply::text("done"))
+            .record_requests(3);
+        let sync = client.clone();
+        let mut builder = Agent::builder()
+            .provider(faux.clone())
+            .model("m")
+            .before_turn(move |setup| {
+                sync.sync_tools(&mut setup.tools).unwrap();
+            });
+        for tool in client.tools().unwrap() {
+            builder = builder.tool_arc(tool);
+        }
+        let agent = builder.build().unwrap();
+        let result = bounded(move || agent.prompt("go").unwrap());
+        assert_eq!(result.stop_reason, RunStopReason::NoToolCalls, "{flags:?}");
+        let offered: Vec<Vec<String>> = faux
+            .requests()
+            .iter()
+            .map(|r| r.tools.iter().map(|t| t.name.clone()).collect())
+            .collect();
+        let before = ["py_add", "py_fail", "py_slow", "py_grow", "py_gets"];
+        let after = [&before[..], &["py_extra"]].concat();
+        assert_eq!(offered, [&before[..], &after, &after], "{flags:?}");
+        let shape: Vec<String> = result
+            .messages
+            .iter()
+            .map(|m| support::describe(m))
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                "user \"go\"",
+                "assistant tool_use \"\" [call_1]",
+                "tool_result call_1",
+                "assistant tool_use \"\" [call_2]",
+                "tool_result call_2",
+                "assistant stop \"done\""
+            ],
+            "{flags:?}"
+        );
+        // The announcement and the server's ping came unasked, outside any reply to a POST
+        // (the ping's answer went back as a POST).
+        let received: Vec<Value> = traffic
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|l| serde_json::from_str(l.strip_prefix("< ")?).ok())
+            .collect();
+        for method in ["notifications/tools/list_changed", "ping"] {
+            assert!(
+                received.iter().any(|m| m["method"] == method),
+                "{method} in {received:#?}"
+            );
+        }
+        let started = Instant::now();
+        client.close();
+        assert!(started.elapsed() < Duration::from_secs(5), "{flags:?}");
+    }
+}
+
+#[test]
+fn python_sdk_server_without_a_stream_of_its_own_answers_405_and_the_client_works_on() {
+    let Some(dir) = installed() else { return };
+    let server = PyServer::start(&dir, &["--no-get"]);
+    let client = Client::http(&server.url).connect().unwrap();
+    let gets = || -> String {
+        client
+            .call_tool("gets", json!({}), &CancelToken::new(), &mut |_| {})
+            .unwrap()
+            .text()
+    };
+    // The GET is sent on a thread of its own after `initialize`: wait for it, bounded.
+    let until = Instant::now() + Duration::from_secs(10);
+    while gets() != "1" {
+        assert!(Instant::now() < until, "no GET seen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    client.ping().unwrap();
+    let sum = client
+        .call_tool(
+            "add",
+            json!({"a": 1, "b": 2}),
+            &CancelToken::new(),
+            &mut |_| {},
+        )
+        .unwrap();
+    assert_eq!(sum.text(), "3");
+    // Refused once, never asked again.
+    assert_eq!(gets(), "1");
+    let started = Instant::now();
+    client.close();
+    assert!(started.elapsed() < Duration::from_secs(5));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -640,6 +800,54 @@ fn dropping_every_handle_ends_the_child() {
     );
     drop(tools);
     assert!(gone(pid));
+}
+
+/// The fake server run by a shell that does not `exec` it, beside a `sleep` that ignores the
+/// end of its stdin: the server is a grandchild, and the sleep outlives the server.
+fn wrapped() -> (ClientBuilder, PathBuf, PathBuf) {
+    let dir = temp_dir("wrapped");
+    let (pidfile, sleepfile) = (dir.join("pid"), dir.join("sleep"));
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/fake_server.py");
+    let shell = format!(
+        "sleep 60 & echo $! > '{}'; python3 '{}' ok '{}'; wait",
+        sleepfile.display(),
+        script.display(),
+        pidfile.display()
+    );
+    let builder = Client::stdio("sh")
+        .args(["-c", &shell])
+        .shutdown_grace(Duration::from_millis(200));
+    (builder, pidfile, sleepfile)
+}
+
+#[test]
+fn a_server_started_through_a_wrapper_ends_with_its_whole_process_group() {
+    for how in ["close", "drop"] {
+        let (builder, pidfile, sleepfile) = wrapped();
+        let client = builder.connect().unwrap();
+        let tools = client.tools().unwrap();
+        assert_eq!(
+            call(&tools[0], json!({"text": "hi"})).unwrap().content,
+            "hi"
+        );
+        let (group, server, sleep) = (client.pid().unwrap(), pid_in(&pidfile), pid_in(&sleepfile));
+        assert_ne!(
+            server, group,
+            "the server is the shell's child, not the shell"
+        );
+        let started = Instant::now();
+        match how {
+            "close" => client.close(),
+            _ => {
+                drop(tools);
+                drop(client);
+            }
+        }
+        // Ending the shell by its pid alone left the sleep running for a minute.
+        assert_eq!(left_in_group(group), Vec::<String>::new(), "{how}");
+        assert!(gone(server) && gone(sleep), "{how}");
+        assert!(started.elapsed() < Duration::from_secs(10), "{how}");
+    }
 }
 
 #[test]
@@ -850,6 +1058,126 @@ fn garbage_mid_call_fails_the_call_and_closes_the_connection() {
     assert_eq!(client.ping().unwrap_err(), err);
     client.close();
     assert!(gone(pid_in(&pidfile)));
+}
+
+/// The answer to `initialize` of a scripted HTTP server, with its session id.
+fn scripted_initialize() -> loopback::Reply {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "result": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {"tools": {"listChanged": true}},
+        "serverInfo": {"name": "scripted", "version": "1"}}});
+    loopback::Reply::json(200, body.to_string()).header("mcp-session-id", "s1")
+}
+
+/// Waits (bounded) until `server` received `n` requests; their methods.
+fn wait_requests(server: &loopback::Server, n: usize) -> Vec<loopback::Recorded> {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let requests = server.requests();
+        if requests.len() >= n || Instant::now() >= until {
+            return requests;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn the_servers_stream_is_reopened_with_last_event_id_and_shut_down_on_close_or_drop() {
+    for how in ["close", "drop"] {
+        let changed = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
+        let server = loopback::Server::start(vec![
+            scripted_initialize(),
+            loopback::Reply::json(202, ""),
+            // The server's stream: one event with an id, then it ends.
+            loopback::Reply::sse(format!("id: 7\ndata: {changed}\n\n")),
+            // Reopened: held open, silent.
+            loopback::Reply::sse(":\n\n").stall(Duration::from_secs(20)),
+            loopback::Reply::json(202, ""),
+        ]);
+        let client = Client::http(format!("{}/mcp", server.url))
+            .connect()
+            .unwrap();
+        let requests = wait_requests(&server, 4);
+        // Method, accept, session, last event id.
+        let seen: Vec<[Option<&str>; 4]> = requests
+            .iter()
+            .map(|r| {
+                [
+                    Some(r.method.as_str()),
+                    r.header("accept"),
+                    r.header("mcp-session-id"),
+                    r.header("last-event-id"),
+                ]
+            })
+            .collect();
+        let both = Some("application/json, text/event-stream");
+        let stream = Some("text/event-stream");
+        assert_eq!(
+            seen,
+            [
+                [Some("POST"), both, None, None],
+                [Some("POST"), both, Some("s1"), None],
+                [Some("GET"), stream, Some("s1"), None],
+                [Some("GET"), stream, Some("s1"), Some("7")],
+            ],
+            "{how}"
+        );
+        assert!(
+            client.tools_changed(),
+            "the notification on the stream was read"
+        );
+        // The reopened stream is held open by the server: close (or drop) shuts its socket
+        // down, without waiting for the server.
+        let started = Instant::now();
+        match how {
+            "close" => client.close(),
+            _ => drop(client),
+        }
+        assert!(started.elapsed() < Duration::from_secs(5), "{how}");
+        let methods: Vec<String> = wait_requests(&server, 5)
+            .iter()
+            .map(|r| r.method.clone())
+            .collect();
+        assert_eq!(methods, ["POST", "POST", "GET", "GET", "DELETE"], "{how}");
+        let until = Instant::now() + Duration::from_secs(5);
+        while server.hung_up() == 0 && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(
+            server.hung_up(),
+            1,
+            "the stream's connection was closed ({how})"
+        );
+    }
+}
+
+#[test]
+fn a_stream_that_drops_again_without_a_message_is_not_reopened() {
+    let server = loopback::Server::start(vec![
+        scripted_initialize(),
+        loopback::Reply::json(202, ""),
+        // Ends at once, twice: reopened once, then left alone.
+        loopback::Reply::sse(":\n\n"),
+        loopback::Reply::sse(":\n\n").cut(),
+        loopback::Reply::json(
+            200,
+            json!({"jsonrpc": "2.0", "id": 2, "result": {}}).to_string(),
+        ),
+        loopback::Reply::json(202, ""),
+    ]);
+    let client = Client::http(format!("{}/mcp", server.url))
+        .connect()
+        .unwrap();
+    assert_eq!(wait_requests(&server, 4).len(), 4);
+    // Well past the pause before a reopening (a quarter of a second).
+    std::thread::sleep(Duration::from_secs(1));
+    client.ping().unwrap();
+    client.close();
+    let methods: Vec<String> = wait_requests(&server, 6)
+        .iter()
+        .map(|r| r.method.clone())
+        .collect();
+    assert_eq!(methods, ["POST", "POST", "GET", "GET", "POST", "DELETE"]);
 }
 
 #[test]

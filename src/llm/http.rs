@@ -212,6 +212,16 @@ impl std::fmt::Debug for Endpoint {
     }
 }
 
+/// The HTTP method of an [`HttpClient::exchange`]. The providers only POST; GET and DELETE
+/// are for `pagent::mcp`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+pub(crate) enum Method {
+    Post,
+    Get,
+    Delete,
+}
+
 /// What a request sends.
 pub(crate) struct Post {
     pub(crate) url: String,
@@ -348,7 +358,7 @@ impl HttpClient {
             status,
             headers,
             mut body,
-        } = self.exchange(post, &[], true, target, secret, cancel)?;
+        } = self.exchange(Method::Post, post, &[], target, secret, cancel)?;
         let header = |name: &str| {
             headers
                 .get(name)
@@ -382,18 +392,18 @@ impl HttpClient {
         }
         Ok(body)
     }
-    /// Sends one request (a POST of `post.body`, or a DELETE when `with_body` is false) with
-    /// `post.headers` and `extra` headers, and waits for the headers of its reply, once,
-    /// without retries: the status, the headers, and the body to read.
+    /// Sends one request (`method`: a POST of `post.body`, or a GET or a DELETE without a
+    /// body) with `post.headers` and `extra` headers, and waits for the headers of its reply,
+    /// once, without retries: the status, the headers, and the body to read.
     ///
     /// # Errors
     /// [`Error::Config`] for a bad URL, [`Error::Timeout`] naming the phase,
     /// [`Error::Connection`], [`Error::Aborted`] when `cancel` is cancelled.
     pub(crate) fn exchange(
         &self,
+        method: Method,
         post: &Post,
         extra: &[(String, String)],
-        with_body: bool,
         target: &Target,
         secret: Option<&str>,
         cancel: &CancelToken,
@@ -403,24 +413,33 @@ impl HttpClient {
         }
         let ctx = Ctx::new(cancel, self.connect_timeout, self.first_byte_timeout);
         let entered = ctx.enter();
-        let response = if with_body {
-            let mut request = self.agent().post(&post.url);
-            for (name, value) in &post.headers {
-                request = request.header(*name, value);
+        let headers = post
+            .headers
+            .iter()
+            .map(|(name, value)| (*name, value.as_str()))
+            .chain(
+                extra
+                    .iter()
+                    .map(|(name, value)| (name.as_str(), value.as_str())),
+            );
+        let response = match method {
+            Method::Post => {
+                let mut request = self.agent().post(&post.url);
+                for (name, value) in headers {
+                    request = request.header(name, value);
+                }
+                request.send(&post.body[..])
             }
-            for (name, value) in extra {
-                request = request.header(name, value);
+            Method::Get | Method::Delete => {
+                let mut request = match method {
+                    Method::Get => self.agent().get(&post.url),
+                    _ => self.agent().delete(&post.url),
+                };
+                for (name, value) in headers {
+                    request = request.header(name, value);
+                }
+                request.call()
             }
-            request.send(&post.body[..])
-        } else {
-            let mut request = self.agent().delete(&post.url);
-            for (name, value) in &post.headers {
-                request = request.header(*name, value);
-            }
-            for (name, value) in extra {
-                request = request.header(name, value);
-            }
-            request.call()
         }
         .map_err(|e| failed(&ctx, e, target, secret))?;
         drop(entered);

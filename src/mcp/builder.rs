@@ -119,7 +119,8 @@ impl ClientBuilder {
     }
 
     /// How long shutdown waits for the program to exit after its stdin is closed, before it
-    /// kills it (stdio only). Defaults to 1 s.
+    /// ends it (stdio only; on unix `SIGTERM` to its process group, `SIGKILL` up to a second
+    /// later). Defaults to 1 s.
     #[must_use]
     pub fn shutdown_grace(mut self, grace: Duration) -> ClientBuilder {
         if let Some(s) = self.spawn_mut() {
@@ -258,5 +259,8 @@ fn initialize(
     }
     let deadline = CancelToken::with_deadline(std::time::Instant::now() + timeout);
     session.notify("notifications/initialized", None, &deadline)?;
+    if let Handle::Http(http) = handle {
+        http.listen();
+    }
     Ok(info)
 }

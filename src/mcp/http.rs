@@ -11,8 +11,17 @@
 //! with every later request, with the agreed protocol version (`MCP-Protocol-Version`);
 //! shutdown ends the session with a DELETE.
 //!
-//! Not done: the optional GET stream for messages the server sends unasked. A server that
-//! announces a tool-list change does so on the next POST's event stream, or not at all.
+//! # The server's own stream
+//! After `initialize`, a thread of its own opens the optional GET stream on which the server
+//! sends what it says unasked (`notifications/tools/list_changed`, log messages, its own
+//! requests): `Accept: text/event-stream` with the session header. Its messages are handled
+//! as those of a POST's reply (the server's requests are answered by a POST). A server that
+//! offers no such stream answers `405 Method Not Allowed` (or another error status), and
+//! the thread ends there: such a server can only speak in the replies to requests. When the
+//! stream drops while the client is open, it is opened again, once, with `Last-Event-ID`
+//! when the server gave its events ids; a stream that delivered a message earns another
+//! retry. The stream waits on its socket with no idle timeout (a server may stay silent for
+//! hours); `close()` and drop shut the socket down at once through its cancel token.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,13 +31,21 @@ use parking_lot::Mutex;
 use super::McpError;
 use super::session::{Router, Transport};
 use crate::cancel::CancelToken;
-use crate::llm::http::{HttpClient, Post, Reply, Target, cancelled, for_each_event};
+use crate::llm::http::{HttpClient, Method, Post, Reply, Target, cancelled, for_each_event};
 
 /// How long the detached `notifications/cancelled` and the closing DELETE may take.
 const SIDE_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long the server's stream waits before it is opened again after it dropped.
+const RECONNECT_PAUSE: Duration = Duration::from_millis(250);
+
+/// How long the server's stream may stay silent: it has no idle timeout in practice.
+const LISTEN_IDLE: Duration = Duration::from_secs(24 * 60 * 60);
+
 pub(crate) struct HttpTransport {
     inner: Arc<Inner>,
+    /// Cancelled on close: ends the server's stream (its socket is shut down at once).
+    listening: CancelToken,
 }
 
 struct Inner {
@@ -64,7 +81,23 @@ impl HttpTransport {
                 session: Mutex::new(None),
                 protocol_version: Mutex::new(None),
             }),
+            listening: CancelToken::new(),
         })
+    }
+
+    /// Opens the server's stream on a thread of its own (see the module docs). Called once,
+    /// after `initialize`.
+    pub(crate) fn listen(&self) {
+        let inner = self.inner.clone();
+        let stop = self.listening.clone();
+        let mut http = self.inner.http.clone();
+        http.first_byte_timeout = LISTEN_IDLE;
+        http.idle_timeout = LISTEN_IDLE;
+        let http = http.changed();
+        // Without the thread the client works as before: the server speaks only in replies.
+        let _ = std::thread::Builder::new()
+            .name("pagent-mcp-listen".into())
+            .spawn(move || inner.listen(&http, &stop));
     }
 
     /// The protocol version to send in `MCP-Protocol-Version` from now on.
@@ -120,7 +153,14 @@ impl Inner {
             mut body,
         } = self
             .http
-            .exchange(&post, &self.headers(), true, &self.target(), None, cancel)
+            .exchange(
+                Method::Post,
+                &post,
+                &self.headers(),
+                &self.target(),
+                None,
+                cancel,
+            )
             .map_err(|e| transport_error(e, cancel))?;
         let header = |name: &str| {
             headers
@@ -214,10 +254,102 @@ impl Inner {
                     return;
                 };
                 let token = CancelToken::with_deadline(Instant::now() + SIDE_REQUEST_TIMEOUT);
-                if let Ok(mut reply) = http.exchange(&post, &headers, true, &target, None, &token) {
+                if let Ok(mut reply) =
+                    http.exchange(Method::Post, &post, &headers, &target, None, &token)
+                {
                     let _ = reply.body.read_some(4096);
                 }
             });
+    }
+}
+
+/// How one opening of the server's stream ended.
+enum Listened {
+    /// The server offers no stream, or refused it: not opened again.
+    Refused,
+    /// The stream ended or broke; true when it delivered a message.
+    Dropped(bool),
+}
+
+impl Inner {
+    /// The server's stream, opened again once each time it drops, until `stop` is cancelled,
+    /// the connection ends or the server refuses it.
+    fn listen(&self, http: &HttpClient, stop: &CancelToken) {
+        let mut last_event_id = None;
+        let mut retry = true;
+        loop {
+            match self.listen_once(http, stop, &mut last_event_id) {
+                Listened::Refused => return,
+                Listened::Dropped(delivered) => retry |= delivered,
+            }
+            if !retry || stop.is_cancelled() || self.router.closed().is_some() {
+                return;
+            }
+            retry = false;
+            let _ = stop.receiver().recv_timeout(RECONNECT_PAUSE);
+            if stop.is_cancelled() {
+                return;
+            }
+        }
+    }
+
+    fn listen_once(
+        &self,
+        http: &HttpClient,
+        stop: &CancelToken,
+        last_event_id: &mut Option<String>,
+    ) -> Listened {
+        let get = Post {
+            url: self.url.clone(),
+            headers: vec![("accept", "text/event-stream".to_owned())],
+            body: Vec::new(),
+        };
+        let mut headers = self.headers();
+        if let Some(id) = last_event_id.as_ref() {
+            headers.push(("last-event-id".into(), id.clone()));
+        }
+        let Ok(Reply {
+            status,
+            headers: reply_headers,
+            mut body,
+        }) = http.exchange(Method::Get, &get, &headers, &self.target(), None, stop)
+        else {
+            return Listened::Dropped(false);
+        };
+        let media = reply_headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        if !(200..300).contains(&status) || media != "text/event-stream" {
+            // 405: the server offers no stream; 409: it has one open already; 404: the
+            // session ended (the next request says so).
+            return Listened::Refused;
+        }
+        let reply = |message: Vec<u8>| self.send_detached_inner(message);
+        let mut delivered = false;
+        let _ = for_each_event(&mut body, self.max_message_bytes, stop, |event| {
+            if let Some(id) = &event.id {
+                *last_event_id = Some(id.clone());
+            }
+            if event.data.trim().is_empty() {
+                return Ok(false);
+            }
+            delivered = true;
+            match self.router.deliver(event.data.as_bytes(), None, &reply) {
+                Ok(_) => Ok(false),
+                Err(e) => {
+                    // As over stdio: nothing after a broken message can be trusted.
+                    self.router.close(e);
+                    Ok(true)
+                }
+            }
+        });
+        Listened::Dropped(delivered)
     }
 }
 
@@ -280,6 +412,7 @@ impl Transport for HttpTransport {
     }
 
     fn close(&self) {
+        self.listening.cancel();
         let Some(session) = self.inner.session.lock().take() else {
             return;
         };
@@ -287,11 +420,14 @@ impl Transport for HttpTransport {
         headers.push(("mcp-session-id".into(), session));
         let post = self.inner.post(Vec::new());
         let token = CancelToken::with_deadline(Instant::now() + SIDE_REQUEST_TIMEOUT);
-        if let Ok(mut reply) =
-            self.inner
-                .http
-                .exchange(&post, &headers, false, &self.inner.target(), None, &token)
-        {
+        if let Ok(mut reply) = self.inner.http.exchange(
+            Method::Delete,
+            &post,
+            &headers,
+            &self.inner.target(),
+            None,
+            &token,
+        ) {
             let _ = reply.body.read_some(4096);
         }
     }

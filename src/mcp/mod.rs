@@ -28,6 +28,12 @@
 //! - **Streamable HTTP** ([`Client::http`]): each message is a POST to the endpoint over
 //!   `ureq`, answered with JSON or an event stream; the session id and the protocol version
 //!   go with every request after `initialize`, and shutdown ends the session with a DELETE.
+//!   After `initialize` a thread of the client's own opens the server's optional GET stream
+//!   (`Accept: text/event-stream`), on which the server sends what it says unasked (a
+//!   changed tool list, its own requests, which are answered); a server that offers none
+//!   answers `405`, and then speaks only in its replies. The stream is opened again, once,
+//!   with `Last-Event-ID` if it drops while the client is open, and `close()` or drop shuts
+//!   its socket down at once.
 //!
 //! # Lifecycle
 //! [`ClientBuilder::connect`] starts the server, sends `initialize` (asking for protocol
@@ -35,9 +41,13 @@
 //! `notifications/initialized`. [`Client::ping`] checks that the server answers.
 //! [`Client::close`], or dropping the last handle (the client and every tool it made),
 //! ends the connection: for stdio it closes the child's stdin, waits up to
-//! [`ClientBuilder::shutdown_grace`] for it to exit, then kills it by its own pid and reaps
-//! it. (A child started through a wrapper such as `npx` or a shell may leave its own
-//! children running: start the server's program itself where you can.)
+//! [`ClientBuilder::shutdown_grace`] for it to exit, then ends its process group and reaps
+//! it. On unix the child starts in a process group of its own, so a server started through a
+//! wrapper (`npx`, a shell script) ends with the wrapper: the group gets `SIGTERM`, then,
+//! after up to a second more, `SIGKILL`. (Being in its own group, the server does not get
+//! the terminal's Ctrl-C either: the client ends it.) Elsewhere the child is killed by its
+//! own pid, and a wrapper's children may be left running: start the server's program itself
+//! there.
 //!
 //! # Never a hang
 //! Every request waits for its answer, the caller's [`CancelToken`](crate::CancelToken), its timeout and the end

@@ -6,7 +6,7 @@
 //! The caller registers its id with a channel, hands the message to the transport, and waits
 //! on the channel, the cancel token and the call's deadline at once (`select!`). Whoever
 //! reads the server's messages ([`Router::deliver`]: the stdio reader thread, or the HTTP
-//! transport on the caller's own thread) sends the response and the progress of that id to
+//! transport's thread of the request, and its thread of the server's own GET stream) sends the response and the progress of that id to
 //! its channel. When the connection ends, every channel is dropped, which wakes every waiter
 //! at once with the reason.
 

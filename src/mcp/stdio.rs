@@ -8,8 +8,15 @@
 //! with the reason when stdout closes or breaks the protocol), and a reader of stderr that
 //! keeps its last bytes for error messages.
 //!
-//! Shutdown closes the child's stdin (the spec's way to ask a stdio server to exit), waits
-//! for it to exit for at most the grace period, then kills it by its own pid and reaps it.
+//! # Shutdown
+//! On unix the child starts in a process group of its own (`process_group(0)`), so that a
+//! server started through a wrapper (`npx`, a shell script, `uv run`) ends with it: the
+//! wrapper's children are in the group too, where ending the child by its pid would leave
+//! them running. Shutdown closes the child's stdin (the spec's way to ask a stdio server to
+//! exit) and waits for the child to exit for at most the grace period; then it sends
+//! `SIGTERM` to the whole group (`kill(-pgid)`), waits up to [`TERM_GRACE`] for the group
+//! to end, sends `SIGKILL` to whatever is left, and reaps the child. Elsewhere the child is
+//! killed by its own pid after the grace period, and its own children are left running.
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -24,6 +31,10 @@ use parking_lot::Mutex;
 use super::McpError;
 use super::session::{Router, Transport};
 use crate::cancel::CancelToken;
+
+/// How long the process group has to end after `SIGTERM` before it gets `SIGKILL`. Its
+/// processes that exited count as ended (on Linux) even while no one reaps them.
+const TERM_GRACE: Duration = Duration::from_millis(1000);
 
 /// How to start a stdio server.
 #[derive(Clone, Debug)]
@@ -86,6 +97,12 @@ impl StdioTransport {
         if let Some(dir) = &spec.cwd {
             command.current_dir(dir);
         }
+        #[cfg(unix)]
+        {
+            use std::os::unix::process::CommandExt;
+            // A group of its own, led by the child (pgid = its pid): see the module docs.
+            command.process_group(0);
+        }
         let mut child = command
             .spawn()
             .map_err(|e| McpError::Spawn(format!("could not start `{}`: {e}", spec.program)))?;
@@ -141,6 +158,69 @@ impl StdioTransport {
     pub(crate) fn stderr(&self) -> String {
         self.stderr.lock().text()
     }
+}
+
+impl StdioTransport {
+    /// True once the child exited (and was reaped).
+    fn reaped(&self) -> bool {
+        !matches!(self.child.lock().try_wait(), Ok(None))
+    }
+
+    /// Ends the child's process group: `SIGTERM`, up to [`TERM_GRACE`] for every process
+    /// of it to exit, then `SIGKILL`. The group's processes that exited before (and the
+    /// group itself, once empty) answer `ESRCH`, which ends this at once.
+    #[cfg(unix)]
+    fn end_group(&self) {
+        use rustix::process::{Pid, Signal, kill_process_group};
+        let Some(group) = i32::try_from(self.pid).ok().and_then(Pid::from_raw) else {
+            return;
+        };
+        if kill_process_group(group, Signal::TERM).is_err() {
+            // ESRCH: no process of the group is left.
+            return;
+        }
+        let until = Instant::now() + TERM_GRACE;
+        while Instant::now() < until {
+            // The child is reaped here as soon as it exits, or it would stay in the group
+            // as a zombie; the others are reaped by whoever inherited them.
+            if self.reaped() && !group_running(group) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = kill_process_group(group, Signal::KILL);
+    }
+
+    /// Elsewhere: nothing but the child itself, which `close` kills.
+    #[cfg(not(unix))]
+    fn end_group(&self) {}
+}
+
+/// True while a process of the group has not exited. `kill(-pgid, 0)` counts the group's
+/// zombies too: processes that exited and wait for whoever inherited them to reap them,
+/// which an init that does not reap (as in many containers) never does. On Linux, `/proc`
+/// tells them apart.
+#[cfg(unix)]
+fn group_running(group: rustix::process::Pid) -> bool {
+    if rustix::process::test_kill_process_group(group).is_err() {
+        return false;
+    }
+    #[cfg(target_os = "linux")]
+    if let Ok(entries) = std::fs::read_dir("/proc") {
+        let pgid = group.as_raw_pid().to_string();
+        return entries.flatten().any(|entry| {
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                return false;
+            };
+            // `pid (comm) state ppid pgrp ...`; comm may hold spaces and parentheses.
+            let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+            let mut fields = rest.split_whitespace();
+            let state = fields.next();
+            let pgrp = fields.nth(1);
+            state.is_some_and(|s| s != "Z") && pgrp == Some(pgid.as_str())
+        });
+    }
+    true
 }
 
 fn spawn_thread(name: &str, f: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
@@ -315,22 +395,15 @@ impl Transport for StdioTransport {
         // Closing stdin asks the server to exit.
         self.writer.0.lock().take();
         let until = Instant::now() + self.grace;
-        loop {
-            let mut child = self.child.lock();
-            match child.try_wait() {
-                Ok(Some(_)) | Err(_) => return,
-                Ok(None) if Instant::now() >= until => {
-                    // By the child's own pid (`Child::kill`), then reaped, so no zombie is
-                    // left. Its own children, if it started any, are its business.
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return;
-                }
-                Ok(None) => {}
-            }
-            drop(child);
+        while !self.reaped() && Instant::now() < until {
             std::thread::sleep(Duration::from_millis(5));
         }
+        self.end_group();
+        let mut child = self.child.lock();
+        // By the child's own pid too (`Child::kill`; a no-op once it exited), then reaped, so
+        // no zombie is left.
+        let _ = child.kill();
+        let _ = child.wait();
     }
 
     fn ended(&self) -> McpError {

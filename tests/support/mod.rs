@@ -27,7 +27,8 @@ pub struct Reply {
     pub chunk: usize,
     /// Pause before each write.
     pub delay: Duration,
-    /// Send the headers and `body`, then nothing for this long, holding the connection.
+    /// Send the headers and `body`, then nothing for this long, holding the connection
+    /// (less if the client closes it first: [`Server::hung_up`] counts those).
     pub stall: Option<Duration>,
     /// Close the connection without ending the chunked body (a dropped connection).
     pub cut: bool,
@@ -115,6 +116,7 @@ impl Recorded {
 pub struct Server {
     pub url: String,
     requests: Arc<Mutex<Vec<Recorded>>>,
+    hung_up: Arc<Mutex<usize>>,
     _thread: JoinHandle<()>,
 }
 
@@ -125,6 +127,8 @@ impl Server {
         listener.set_nonblocking(true).unwrap();
         let requests = Arc::new(Mutex::new(Vec::new()));
         let log = requests.clone();
+        let hung_up = Arc::new(Mutex::new(0));
+        let closed = hung_up.clone();
         let thread = std::thread::spawn(move || {
             let deadline = Instant::now() + SERVER_LIFETIME;
             let mut replies = replies.into_iter();
@@ -132,8 +136,8 @@ impl Server {
                 match listener.accept() {
                     Ok((stream, _)) => {
                         let Some(reply) = replies.next() else { return };
-                        let log = log.clone();
-                        std::thread::spawn(move || serve(stream, &reply, &log));
+                        let (log, closed) = (log.clone(), closed.clone());
+                        std::thread::spawn(move || serve(stream, &reply, &log, &closed));
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(2)),
                 }
@@ -142,8 +146,14 @@ impl Server {
         Server {
             url,
             requests,
+            hung_up,
             _thread: thread,
         }
+    }
+
+    /// How many connections the client closed while their reply was stalled.
+    pub fn hung_up(&self) -> usize {
+        *self.hung_up.lock().unwrap()
     }
 
     /// The requests received so far.
@@ -152,7 +162,7 @@ impl Server {
     }
 }
 
-fn serve(stream: TcpStream, reply: &Reply, log: &Mutex<Vec<Recorded>>) {
+fn serve(stream: TcpStream, reply: &Reply, log: &Mutex<Vec<Recorded>>, hung_up: &Mutex<usize>) {
     stream.set_nonblocking(false).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
@@ -161,7 +171,7 @@ fn serve(stream: TcpStream, reply: &Reply, log: &Mutex<Vec<Recorded>>) {
         return;
     };
     log.lock().unwrap().push(request);
-    let _ = write_reply(stream, reply);
+    let _ = write_reply(stream, reply, hung_up);
 }
 
 fn read_request(stream: &TcpStream) -> Option<Recorded> {
@@ -195,7 +205,11 @@ fn read_request(stream: &TcpStream) -> Option<Recorded> {
     })
 }
 
-fn write_reply(mut stream: TcpStream, reply: &Reply) -> std::io::Result<()> {
+fn write_reply(
+    mut stream: TcpStream,
+    reply: &Reply,
+    hung_up: &Mutex<usize>,
+) -> std::io::Result<()> {
     let mut head = format!("HTTP/1.1 {} Scripted\r\n", reply.status);
     for (n, v) in &reply.headers {
         head.push_str(&format!("{n}: {v}\r\n"));
@@ -217,8 +231,14 @@ fn write_reply(mut stream: TcpStream, reply: &Reply) -> std::io::Result<()> {
         stream.write_all(b"\r\n")?;
         stream.flush()?;
     }
-    if let Some(stall) = reply.stall {
-        std::thread::sleep(stall);
+    if let Some(stall) = reply.stall.filter(|s| !s.is_zero()) {
+        // Nothing is sent; a read wakes when the client closes the connection (the client
+        // sends nothing more after its request: the reply says `Connection: close`).
+        stream.set_read_timeout(Some(stall))?;
+        if matches!((&stream).read(&mut [0; 64]), Ok(0)) {
+            *hung_up.lock().unwrap() += 1;
+            return Ok(());
+        }
     }
     if !reply.cut {
         stream.write_all(b"0\r\n\r\n")?;
