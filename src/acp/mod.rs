@@ -45,7 +45,7 @@
 //! | a text delta | `agent_message_chunk` (a `text` content block) |
 //! | a thinking delta | `agent_thought_chunk` |
 //! | `ToolStart` | `tool_call`: `toolCallId`, `title` (the tool's name), `kind` ([`Options::tool_kind`]), `status: "pending"`, `rawInput` (the arguments) |
-//! | the call may run (allowed, or permitted by the client) | `tool_call_update`, `status: "in_progress"` |
+//! | `ToolExecute` (the call runs: allowed, or permitted by the client) | `tool_call_update`, `status: "in_progress"`, and `rawInput` with the arguments it runs with when a `before_tool_call` hook rewrote them |
 //! | `ToolUpdate` | `tool_call_update` with the progress text as content |
 //! | `ToolEnd` | `tool_call_update`, `status` `completed` or `failed`, the result text as content, `rawOutput` (the result's details) |
 //! | a `ToolUpdate` or `ToolEnd` whose details hold `{"plan": [{"content","priority","status"}..]}` | a `plan` update with those entries, after the tool's own |
