@@ -7,6 +7,7 @@
 //!
 //! ```sh
 //! PAGENT_ACP_NODE_PATH=$(.ci/acp.sh) cargo test --features acp --test acp -- --include-ignored
+//! cargo test --features acp,mcp --test acp   # sessions with MCP servers: needs python3
 //! ```
 
 use std::io::{BufRead, BufReader, PipeReader, PipeWriter, Write};
