@@ -554,6 +554,31 @@ mod mcp_servers {
     }
 
     #[test]
+    fn an_http_server_nobody_listens_on_refuses_the_session_naming_it() {
+        let port = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+            listener.local_addr().expect("an address").port()
+        };
+        let mut client = Client::start(echoing, acp::Options::new());
+        let web = json!({"type": "http", "name": "web", "url": format!("http://127.0.0.1:{port}/mcp"),
+            "headers": [{"name": "authorization", "value": "Bearer x"}]});
+        client.request(
+            1,
+            "session/new",
+            json!({"cwd": "/tmp", "mcpServers": [web]}),
+        );
+        let answer = client.recv();
+        assert_eq!(error_code(&answer), acp::codes::INTERNAL_ERROR);
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.starts_with("MCP server `web` could not be connected: "),
+            "{message}"
+        );
+        client.new_session(2);
+        client.close().expect("a clean end");
+    }
+
+    #[test]
     fn a_listed_server_that_does_not_start_refuses_the_session_and_the_next_one_works() {
         let options = acp::Options::new().ask_permission(|_| false);
         let mut client = Client::start(echoing, options);
