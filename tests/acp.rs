@@ -7,6 +7,7 @@
 //!
 //! ```sh
 //! PAGENT_ACP_NODE_PATH=$(.ci/acp.sh) cargo test --features acp --test acp -- --include-ignored
+//! cargo test --features acp,mcp --test acp   # sessions with MCP servers: needs python3
 //! ```
 
 use std::io::{BufRead, BufReader, PipeReader, PipeWriter, Write};
@@ -162,7 +163,13 @@ fn garbage_lines_and_unknown_methods_get_errors_and_the_server_reads_on() {
     client.request(6, "session/prompt", json!({"sessionId": session, "prompt": [{"type": "image", "data": "", "mimeType": "image/png"}]}));
     assert_eq!(error_code(&client.recv()), acp::codes::INVALID_PARAMS);
     client.request(7, "session/new", json!({"cwd": "/tmp", "mcpServers": [{"name": "x", "command": "/bin/true", "args": [], "env": []}]}));
-    assert_eq!(error_code(&client.recv()), acp::codes::INVALID_PARAMS);
+    // Without an MCP client every server is refused; with one, this one exits at once.
+    let refused = if cfg!(feature = "mcp") {
+        acp::codes::INTERNAL_ERROR
+    } else {
+        acp::codes::INVALID_PARAMS
+    };
+    assert_eq!(error_code(&client.recv()), refused);
     client.request(
         8,
         "session/load",
@@ -425,4 +432,221 @@ fn the_official_sdk_client_drives_the_example_agent() {
         "the client failed:\n{stdout}\n{stderr}"
     );
     assert_eq!(stdout.trim_end(), EXPECTED.trim_end());
+}
+
+/// Sessions with the MCP servers their client lists (features `acp` and `mcp`), on the fake
+/// stdio server of tests/mcp (python3's standard library only).
+#[cfg(feature = "mcp")]
+mod mcp_servers {
+    use std::path::{Path, PathBuf};
+
+    use super::*;
+
+    /// A stdio entry of `mcpServers` for the fake server, and the file it writes its pid to.
+    fn fake_server(name: &str) -> (Value, PathBuf) {
+        let pidfile =
+            std::env::temp_dir().join(format!("pagent-acp-mcp-{name}-{}.pid", std::process::id()));
+        let _ = std::fs::remove_file(&pidfile);
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/fake_server.py");
+        let entry = json!({"name": name, "command": "python3",
+            "args": [script.display().to_string(), "ok", pidfile.display().to_string()],
+            "env": [{"name": "PAGENT_TEST", "value": "1"}]});
+        (entry, pidfile)
+    }
+
+    fn pid_in(pidfile: &Path) -> u32 {
+        let text = std::fs::read_to_string(pidfile).expect("the server wrote its pid");
+        text.trim().parse().expect("a pid")
+    }
+
+    /// True once the process with this pid no longer exists (it exited and was reaped).
+    fn gone(pid: u32) -> bool {
+        if !Path::new("/proc/self").exists() {
+            return true; // No procfs to look in: nothing to check on this system.
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                return true;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+
+    /// Agents on a model that calls the fake server's `echo`, then answers "ok".
+    fn echoing(_: &SessionInfo) -> Result<AgentBuilder, pagent::Error> {
+        Ok(Agent::builder().provider(
+            Faux::default()
+                .reply(FauxReply::tool_call("echo", json!({"text": "from mcp"})))
+                .otherwise(|_| FauxReply::text("ok")),
+        ))
+    }
+
+    fn update(session: &str, update: Value) -> Value {
+        json!({"jsonrpc": "2.0", "method": "session/update",
+            "params": {"sessionId": session, "update": update}})
+    }
+
+    #[test]
+    fn initialize_offers_http_mcp_servers_but_not_sse() {
+        let mut client = Client::start(echoing, acp::Options::new());
+        client.request(1, "initialize", json!({"protocolVersion": 1}));
+        let answer = client.recv();
+        assert_eq!(
+            answer["result"]["agentCapabilities"]["mcpCapabilities"],
+            json!({"http": true, "sse": false})
+        );
+        client.close().expect("a clean end");
+    }
+
+    #[test]
+    fn a_listed_stdio_server_gives_its_tools_and_ends_with_the_session() {
+        let (entry, pidfile) = fake_server("fake");
+        let options = acp::Options::new().ask_permission(|_| false);
+        let mut client = Client::start(echoing, options);
+        client.request(
+            1,
+            "session/new",
+            json!({"cwd": std::env::temp_dir(), "mcpServers": [entry]}),
+        );
+        let answer = client.recv();
+        let session = answer["result"]["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("a session id in {answer}"))
+            .to_owned();
+        let pid = pid_in(&pidfile);
+        client.request(
+            2,
+            "session/prompt",
+            json!({"sessionId": session, "prompt": [{"type": "text", "text": "echo it"}]}),
+        );
+        let seen = client.until_response(2);
+        let call_id = seen[0]["params"]["update"]["toolCallId"].clone();
+        assert_eq!(
+            seen,
+            vec![
+                update(
+                    &session,
+                    json!({"sessionUpdate": "tool_call", "toolCallId": call_id, "title": "echo",
+                        "kind": "other", "status": "pending", "rawInput": {"text": "from mcp"}})
+                ),
+                update(
+                    &session,
+                    json!({"sessionUpdate": "tool_call_update", "toolCallId": call_id, "status": "in_progress"})
+                ),
+                update(
+                    &session,
+                    json!({"sessionUpdate": "tool_call_update", "toolCallId": call_id, "status": "completed",
+                        "content": [{"type": "content", "content": {"type": "text", "text": "from mcp"}}],
+                        "rawOutput": {"content": [{"type": "text", "text": "from mcp"}]}})
+                ),
+                update(
+                    &session,
+                    json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "ok"}})
+                ),
+                json!({"jsonrpc": "2.0", "id": 2, "result": {"stopReason": "end_turn"}}),
+            ]
+        );
+        client.close().expect("a clean end");
+        assert!(gone(pid), "the MCP server {pid} outlived serve");
+        let _ = std::fs::remove_file(&pidfile);
+    }
+
+    #[test]
+    fn an_http_server_nobody_listens_on_refuses_the_session_naming_it() {
+        let port = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+            listener.local_addr().expect("an address").port()
+        };
+        let mut client = Client::start(echoing, acp::Options::new());
+        let web = json!({"type": "http", "name": "web", "url": format!("http://127.0.0.1:{port}/mcp"),
+            "headers": [{"name": "authorization", "value": "Bearer x"}]});
+        client.request(
+            1,
+            "session/new",
+            json!({"cwd": "/tmp", "mcpServers": [web]}),
+        );
+        let answer = client.recv();
+        assert_eq!(error_code(&answer), acp::codes::INTERNAL_ERROR);
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.starts_with("MCP server `web` could not be connected: "),
+            "{message}"
+        );
+        client.new_session(2);
+        client.close().expect("a clean end");
+    }
+
+    #[test]
+    fn a_listed_server_that_does_not_start_refuses_the_session_and_the_next_one_works() {
+        let options = acp::Options::new().ask_permission(|_| false);
+        let mut client = Client::start(echoing, options);
+        let missing = json!({"name": "ghost", "command": "/nonexistent/pagent-mcp-server",
+            "args": [], "env": []});
+        client.request(
+            1,
+            "session/new",
+            json!({"cwd": "/tmp", "mcpServers": [missing]}),
+        );
+        let answer = client.recv();
+        assert_eq!(error_code(&answer), acp::codes::INTERNAL_ERROR);
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.starts_with("MCP server `ghost` could not be connected: mcp server: "),
+            "{message}"
+        );
+        // A server that started before the one that failed is ended with the refusal.
+        let (entry, pidfile) = fake_server("first");
+        let sse = json!({"type": "sse", "name": "events", "url": "http://127.0.0.1:1/sse", "headers": []});
+        client.request(
+            2,
+            "session/new",
+            json!({"cwd": "/tmp", "mcpServers": [entry, sse]}),
+        );
+        let answer = client.recv();
+        assert_eq!(
+            answer["error"],
+            json!({"code": acp::codes::INVALID_PARAMS,
+                "message": "MCP server `events`: the SSE transport is not supported by this agent (stdio and http are)"})
+        );
+        assert!(!pidfile.exists(), "nothing starts when an entry is refused");
+        let ghost = json!({"name": "ghost", "command": "/nonexistent/pagent-mcp-server"});
+        client.request(
+            3,
+            "session/new",
+            json!({"cwd": "/tmp", "mcpServers": [entry, ghost]}),
+        );
+        assert_eq!(error_code(&client.recv()), acp::codes::INTERNAL_ERROR);
+        assert!(
+            gone(pid_in(&pidfile)),
+            "the first server outlived the refusal"
+        );
+        // Still serving: a session with the fake server, and its prompt.
+        let (entry, pidfile) = fake_server("second");
+        client.request(
+            4,
+            "session/new",
+            json!({"cwd": "/tmp", "mcpServers": [entry]}),
+        );
+        let answer = client.recv();
+        let session = answer["result"]["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("a session id in {answer}"))
+            .to_owned();
+        client.request(
+            5,
+            "session/prompt",
+            json!({"sessionId": session, "prompt": [{"type": "text", "text": "echo it"}]}),
+        );
+        let seen = client.until_response(5);
+        assert_eq!(
+            seen.last(),
+            Some(&json!({"jsonrpc": "2.0", "id": 5, "result": {"stopReason": "end_turn"}}))
+        );
+        let pid = pid_in(&pidfile);
+        client.close().expect("a clean end");
+        assert!(gone(pid), "the MCP server {pid} outlived serve");
+        let _ = std::fs::remove_file(&pidfile);
+    }
 }

@@ -12,7 +12,8 @@ use super::map::Refusal;
 /// An MCP server the client asks a session to connect, as `session/new` and `session/load`
 /// list them.
 #[derive(Clone, Debug, PartialEq)]
-#[allow(dead_code)] // Read by the MCP client once it plugs in (see `connect_mcp_servers`).
+// Without the `mcp` feature the servers are only counted (see `connect_mcp_servers`).
+#[cfg_attr(not(feature = "mcp"), allow(dead_code))]
 pub(crate) enum McpServer {
     /// A program to start, speaking MCP on its stdio.
     Stdio {

@@ -167,7 +167,8 @@ fn plan(details: Option<&Value>) -> Option<Update> {
 /// | event | updates |
 /// |---|---|
 /// | `MessageUpdate` text / thinking delta | `agent_message_chunk` / `agent_thought_chunk` |
-/// | `ToolStart` | `tool_call`, status `pending` (the run's hook moves it to `in_progress`) |
+/// | `ToolStart` | `tool_call`, status `pending` |
+/// | `ToolExecute` (the call runs: allowed, or permitted by the client) | `tool_call_update`, status `in_progress`; with `rawInput` (the arguments it runs with) when a `before_tool_call` hook rewrote them |
 /// | `ToolUpdate` | `tool_call_update` with the progress as content; a `plan` when its details carry one |
 /// | `ToolEnd` | `tool_call_update`, status `completed` or `failed`, content and `rawOutput`; a `plan` when its details carry one |
 /// | everything else | nothing: the prompt's answer carries how the run ended |
@@ -187,6 +188,17 @@ pub(crate) fn updates(event: &AgentEvent, kind_of: &dyn Fn(&str) -> ToolKind) ->
         AgentEvent::ToolStart { call } => {
             vec![tool_call(call, kind_of(&call.name), ToolStatus::Pending)]
         }
+        AgentEvent::ToolExecute {
+            call_id,
+            arguments,
+            rewritten,
+            ..
+        } => vec![Update::ToolCallUpdate(ToolCallUpdate {
+            tool_call_id: call_id.clone(),
+            status: Some(ToolStatus::InProgress),
+            raw_input: rewritten.then(|| arguments.clone()),
+            ..ToolCallUpdate::default()
+        })],
         AgentEvent::ToolUpdate {
             call_id, partial, ..
         } => {
@@ -401,6 +413,29 @@ mod tests {
                 vec![
                     json!({"sessionUpdate": "tool_call", "toolCallId": "c2", "title": "other",
                     "kind": "other", "status": "pending", "rawInput": "not json"}),
+                ],
+            ),
+            (
+                AgentEvent::ToolExecute {
+                    call_id: "c1".into(),
+                    tool_name: "edit".into(),
+                    arguments: json!({"path": "a"}),
+                    rewritten: false,
+                },
+                vec![
+                    json!({"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "in_progress"}),
+                ],
+            ),
+            (
+                AgentEvent::ToolExecute {
+                    call_id: "c1".into(),
+                    tool_name: "edit".into(),
+                    arguments: json!({"path": "b"}),
+                    rewritten: true,
+                },
+                vec![
+                    json!({"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "in_progress",
+                    "rawInput": {"path": "b"}}),
                 ],
             ),
             (

@@ -25,16 +25,39 @@
 //!
 //! | method | what it does |
 //! |---|---|
-//! | `initialize` | answers protocol version 1 (the only one), the agent's info and capabilities: prompts of text, resource links and embedded text resources; `loadSession` when [`Options::session_dir`] is set; no MCP transport but stdio (see below) |
-//! | `session/new` | builds a session's agent with the factory: `{"sessionId": ".."}` |
+//! | `initialize` | answers protocol version 1 (the only one), the agent's info and capabilities: prompts of text, resource links and embedded text resources; `loadSession` when [`Options::session_dir`] is set; MCP over stdio, and over HTTP with the `mcp` feature (see below) |
+//! | `session/new` | connects the MCP servers it lists (see below), builds a session's agent with the factory: `{"sessionId": ".."}` |
 //! | `session/load` | with [`Options::session_dir`]: rebuilds the agent on the saved transcript, replays it as `session/update`s, then answers `{}` |
 //! | `session/prompt` | runs the agent on the prompt's text; answers `{"stopReason": ..}` when the run ends, after every update of the run |
 //! | `session/cancel` | (a notification) aborts the session's run: its prompt answers `cancelled`, a permission request waiting for an answer is released |
 //! | `authenticate` | answers `{}` (no authentication methods are offered) |
 //!
-//! MCP servers a client lists in `session/new` or `session/load` are refused with
-//! [`codes::INVALID_PARAMS`] ("MCP servers are not supported") in this build: the MCP client
-//! plugs in at one place, which turns the list into tools of the session's agent.
+//! # MCP servers
+//!
+//! With the `mcp` feature, the MCP servers a client lists in `session/new` or `session/load`
+//! are connected through `pagent::mcp` before the session's agent is built, in list order,
+//! and the tools of each (under the names the server gives them) are added to the builder the
+//! factory returned. `initialize` says so: `mcpCapabilities` is `{"http": true, "sse": false}`.
+//!
+//! | entry | connection |
+//! |---|---|
+//! | stdio (`command`, `args`, `env`) | `pagent::mcp::Client::stdio`, started in the session's `cwd` when that is a directory |
+//! | `"type": "http"` (`url`, `headers`) | `pagent::mcp::Client::http`, Streamable HTTP |
+//! | `"type": "sse"` | refused with [`codes::INVALID_PARAMS`]: the old SSE transport is not spoken |
+//!
+//! A server that fails to start, initialize or list its tools refuses the session with
+//! [`codes::INTERNAL_ERROR`] and a message that names it and gives the text of the
+//! `pagent::mcp::McpError` ("MCP server \`files\` could not be connected: .."); the
+//! servers already started for that session are ended, and the agent serves on. The servers
+//! of a session end with it: when a `session/load` of the same id replaces it, and when
+//! [`serve`] returns (no child process is left behind). `session/new` answers once its servers
+//! are connected (each within the MCP client's initialize timeout, 30 s); no other request
+//! is read meanwhile. The session keeps the tools listed when it started (a server's
+//! `notifications/tools/list_changed` is not followed).
+//!
+//! Without the `mcp` feature a list with any server is refused with
+//! [`codes::INVALID_PARAMS`] ("MCP servers are not supported"), and `mcpCapabilities` is
+//! `{"http": false, "sse": false}`.
 //!
 //! # Updates
 //!
@@ -45,7 +68,7 @@
 //! | a text delta | `agent_message_chunk` (a `text` content block) |
 //! | a thinking delta | `agent_thought_chunk` |
 //! | `ToolStart` | `tool_call`: `toolCallId`, `title` (the tool's name), `kind` ([`Options::tool_kind`]), `status: "pending"`, `rawInput` (the arguments) |
-//! | the call may run (allowed, or permitted by the client) | `tool_call_update`, `status: "in_progress"` |
+//! | `ToolExecute` (the call runs: allowed, or permitted by the client) | `tool_call_update`, `status: "in_progress"`, and `rawInput` with the arguments it runs with when a `before_tool_call` hook rewrote them |
 //! | `ToolUpdate` | `tool_call_update` with the progress text as content |
 //! | `ToolEnd` | `tool_call_update`, `status` `completed` or `failed`, the result text as content, `rawOutput` (the result's details) |
 //! | a `ToolUpdate` or `ToolEnd` whose details hold `{"plan": [{"content","priority","status"}..]}` | a `plan` update with those entries, after the tool's own |
@@ -283,6 +306,8 @@ impl Options {
 /// `serve`, with the session it builds for; it returns the builder of the session's agent
 /// (provider, model, tools, hooks). `serve` adds to it the permission hook around the
 /// factory's own `before_tool_call`, and for `session/load` the saved transcript, then builds.
+/// With the `mcp` feature it first connects the MCP servers the session lists and adds their
+/// tools (see [MCP servers](self#mcp-servers)); they end with the session.
 /// An `Err` (or a builder that fails to build) answers the request with
 /// [`codes::INTERNAL_ERROR`].
 ///

@@ -2,7 +2,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, ErrorKind as IoKind, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::Scope;
@@ -26,6 +26,8 @@ use crate::{Agent, AgentBuilder, Error, session};
 struct Session {
     agent: Agent,
     busy: AtomicBool,
+    /// The session's MCP servers, closed when the session ends (after its agent).
+    _mcp: McpConnections,
 }
 
 /// What a session's permission hook shares with the server.
@@ -92,6 +94,8 @@ where
         }
         read
     });
+    // Every run has ended: the sessions end, and with them their MCP servers.
+    server.sessions.lock().clear();
     read?;
     match shared.out.0.error() {
         Some(e) if e.io_kind() != Some(IoKind::BrokenPipe) => Err(e),
@@ -182,7 +186,8 @@ where
             "agentCapabilities": {
                 "loadSession": options.session_dir.is_some(),
                 "promptCapabilities": {"image": false, "audio": false, "embeddedContext": true},
-                "mcpCapabilities": {"http": false, "sse": false},
+                // Stdio servers need no capability; HTTP ones the MCP client (feature `mcp`).
+                "mcpCapabilities": {"http": cfg!(feature = "mcp"), "sse": false},
             },
             "agentInfo": {"name": options.name, "title": options.title, "version": options.version},
             "authMethods": [],
@@ -211,7 +216,7 @@ where
         } else {
             (self.new_id(), None)
         };
-        let tools = connect_mcp_servers(&servers)?;
+        let (tools, mcp) = connect_mcp_servers(&servers, Path::new(cwd))?;
         let info = SessionInfo {
             id: id.clone(),
             cwd: PathBuf::from(cwd),
@@ -260,6 +265,7 @@ where
         let session = Arc::new(Session {
             agent,
             busy: AtomicBool::new(false),
+            _mcp: mcp,
         });
         // A loaded session replaces one of the same id in this process, and ends its run.
         if let Some(old) = self.sessions.lock().insert(id.clone(), session) {
@@ -362,15 +368,35 @@ fn send_update(out: &Out, session_id: &str, update: &Update) {
     out.lines(|bytes| notification_to(bytes, "session/update", &params));
 }
 
+/// The MCP connections of one session. Dropping it (when the session ends: replaced by a
+/// `session/load` of the same id, or at the end of `serve`) closes them, which ends the
+/// servers' processes.
+#[derive(Default)]
+struct McpConnections {
+    #[cfg(feature = "mcp")]
+    clients: Vec<crate::mcp::Client>,
+}
+
+impl Drop for McpConnections {
+    fn drop(&mut self) {
+        #[cfg(feature = "mcp")]
+        for client in &self.clients {
+            client.close();
+        }
+    }
+}
+
 /// THE place where the MCP servers a client lists for a session become tools of its agent.
 ///
-/// This build has no MCP client (the `mcp` feature), so a list with any server is refused,
-/// as the protocol lets an agent do; an empty list gives no tools. The MCP client plugs in
-/// here: connect each server, list its tools, and return them (the connections live as long
-/// as the tools, that is as long as the session's agent).
-fn connect_mcp_servers(servers: &[McpServer]) -> Result<Vec<Arc<dyn Tool>>, Refusal> {
+/// Without the `mcp` feature there is no MCP client, so a list with any server is refused,
+/// as the protocol lets an agent do; an empty list gives no tools.
+#[cfg(not(feature = "mcp"))]
+fn connect_mcp_servers(
+    servers: &[McpServer],
+    _cwd: &std::path::Path,
+) -> Result<(Vec<Arc<dyn Tool>>, McpConnections), Refusal> {
     if servers.is_empty() {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), McpConnections::default()));
     }
     Err((
         codes::INVALID_PARAMS,
@@ -379,6 +405,75 @@ fn connect_mcp_servers(servers: &[McpServer]) -> Result<Vec<Arc<dyn Tool>>, Refu
             servers.len()
         ),
     ))
+}
+
+/// THE place where the MCP servers a client lists for a session become tools of its agent.
+///
+/// Each server is connected through [`crate::mcp`] in list order (a stdio server started in
+/// the session's working directory when that is a directory) and its tools listed, under the
+/// names the server gives them. A server over SSE only is refused before anything starts;
+/// a server that fails to start, initialize or list its tools refuses the session, naming
+/// the server and the [`crate::mcp::McpError`], and the servers already connected are closed.
+#[cfg(feature = "mcp")]
+fn connect_mcp_servers(
+    servers: &[McpServer],
+    cwd: &std::path::Path,
+) -> Result<(Vec<Arc<dyn Tool>>, McpConnections), Refusal> {
+    use crate::mcp::Client;
+
+    if let Some(McpServer::Http { name, .. }) = servers
+        .iter()
+        .find(|s| matches!(s, McpServer::Http { sse: true, .. }))
+    {
+        return Err((
+            codes::INVALID_PARAMS,
+            format!(
+                "MCP server `{name}`: the SSE transport is not supported by this agent (stdio and http are)"
+            ),
+        ));
+    }
+    let mut tools = Vec::new();
+    // Closes those connected so far when a later server fails.
+    let mut connections = McpConnections::default();
+    for server in servers {
+        let (name, builder) = match server {
+            McpServer::Stdio {
+                name,
+                command,
+                args,
+                env,
+            } => {
+                let mut builder =
+                    Client::stdio(command.to_string_lossy()).args(args.iter().cloned());
+                for (key, value) in env {
+                    builder = builder.env(key.clone(), value.clone());
+                }
+                if cwd.is_dir() {
+                    builder = builder.current_dir(cwd);
+                }
+                (name, builder)
+            }
+            McpServer::Http {
+                name, url, headers, ..
+            } => {
+                let mut builder = Client::http(url.clone());
+                for (key, value) in headers {
+                    builder = builder.header(key.clone(), value.clone());
+                }
+                (name, builder)
+            }
+        };
+        let failed = |e: crate::mcp::McpError| {
+            (
+                codes::INTERNAL_ERROR,
+                format!("MCP server `{name}` could not be connected: {e}"),
+            )
+        };
+        let client = builder.connect().map_err(failed)?;
+        connections.clients.push(client.clone());
+        tools.extend(client.tools().map_err(failed)?);
+    }
+    Ok((tools, connections))
 }
 
 /// The permission options offered for every call.
@@ -400,16 +495,14 @@ fn permission_hook(builder: AgentBuilder, shared: &Arc<Shared>, id: &str) -> Age
         let decision = user
             .as_ref()
             .map_or(ToolDecision::Allow, |hook| hook(request));
-        let (call, rewritten) = match &decision {
+        // The client is asked about the arguments the call would run with.
+        let call = match &decision {
             ToolDecision::Block(_) => return decision,
-            ToolDecision::Rewrite(args) => (
-                ToolCall {
-                    arguments: args.to_string(),
-                    ..request.call.clone()
-                },
-                true,
-            ),
-            _ => (request.call.clone(), false),
+            ToolDecision::Rewrite(args) => ToolCall {
+                arguments: args.to_string(),
+                ..request.call.clone()
+            },
+            _ => request.call.clone(),
         };
         let kind = shared.options.kind_of(&call.name);
         let ask = (shared.options.ask)(&call) && !always.lock().contains(&call.name);
@@ -422,14 +515,7 @@ fn permission_hook(builder: AgentBuilder, shared: &Arc<Shared>, id: &str) -> Age
                 Permission::Refused(why) => return ToolDecision::Block(why),
             }
         }
-        // The call runs: the client shows it running, with the arguments it runs with.
-        let update = Update::ToolCallUpdate(ToolCallUpdate {
-            tool_call_id: call.id.clone(),
-            status: Some(ToolStatus::InProgress),
-            raw_input: rewritten.then(|| map::raw_input(&call)),
-            ..ToolCallUpdate::default()
-        });
-        send_update(&shared.out, &id, &update);
+        // The call runs now: its `ToolExecute` shows it running (see `map::updates`).
         decision
     })
 }
