@@ -17,9 +17,8 @@ use super::{Options, PROTOCOL_VERSION, SessionInfo, ToolKind, codes};
 use crate::hooks::{ToolCallRequest, ToolDecision};
 use crate::message::ToolCall;
 use crate::tool::Tool;
-use crate::wire::codec::{Malformed, check_jsonrpc, notification_to, parse_object, request_to};
-use crate::wire::lines::{Line, read_line};
-use crate::wire::serve::{Out, Requests, Response};
+use crate::wire::codec::{notification_to, request_to};
+use crate::wire::serve::{Out, Request, Requests, Response, read_lines, request};
 use crate::{Agent, AgentBuilder, Error, session};
 
 /// One ACP session: its agent, and whether a prompt of it is running.
@@ -58,22 +57,9 @@ where
         next_session: AtomicU64::new(0),
     };
     let read = std::thread::scope(|scope| {
-        let mut buf = Vec::new();
-        let read = loop {
-            match read_line(&mut input, &mut buf, options.max_line_len) {
-                Ok(Line::End) => break Ok(()),
-                Ok(Line::TooLong(n)) => shared.out.error(
-                    &Value::Null,
-                    codes::INVALID_REQUEST,
-                    format!(
-                        "line of {n} bytes is over the limit of {} bytes",
-                        options.max_line_len
-                    ),
-                ),
-                Ok(Line::Whole { .. }) => server.handle(scope, &buf),
-                Err(e) => break Err(Error::from(e)),
-            }
-        };
+        let read = read_lines(&mut input, options.max_line_len, &shared.out, |line| {
+            server.handle(scope, line);
+        });
         // Nobody is left to read the runs' updates or answer their permission requests: end
         // them all, so that the scope's threads end and no thread outlives `serve`.
         shared.requests.close();
@@ -115,48 +101,15 @@ where
     F: Fn(&SessionInfo) -> Result<AgentBuilder, Error> + Sync,
 {
     fn handle<'scope>(&'scope self, scope: &'scope Scope<'scope, '_>, line: &[u8]) {
-        let out = &self.shared.out;
-        if line.iter().all(u8::is_ascii_whitespace) {
+        // A response to one of our requests is the answer to a permission request.
+        let shared = self.shared;
+        let Some(Request { id, method, params }) =
+            request(line, &shared.out, &shared.requests, false)
+        else {
             return;
-        }
-        let message = match parse_object(line) {
-            Ok(m) => m,
-            Err(bad) => {
-                let code = match bad {
-                    Malformed::NotJson(_) => codes::PARSE_ERROR,
-                    Malformed::NotObject => codes::INVALID_REQUEST,
-                };
-                return out.error(&Value::Null, code, bad.message());
-            }
         };
-        let id = message.get("id").cloned();
-        let is_response = message.contains_key("result") || message.contains_key("error");
-        if !message.contains_key("method") && id.is_some() && is_response {
-            // The answer to one of our permission requests.
-            self.shared.requests.answer(&message);
-            return;
-        }
-        let reply_id = id.clone().unwrap_or(Value::Null);
-        if let Err(why) = check_jsonrpc(&message) {
-            return out.error(&reply_id, codes::INVALID_REQUEST, why);
-        }
-        if !matches!(id, None | Some(Value::Number(_) | Value::String(_))) {
-            return out.error(
-                &Value::Null,
-                codes::INVALID_REQUEST,
-                "`id` must be a number or a string",
-            );
-        }
-        let Some(method) = message.get("method").and_then(Value::as_str) else {
-            return out.error(
-                &reply_id,
-                codes::INVALID_REQUEST,
-                "`method` must be a string",
-            );
-        };
-        let empty = Value::Object(Map::new());
-        let params = message.get("params").unwrap_or(&empty);
-        let answer = match method {
+        let params = &params.unwrap_or_else(|| Value::Object(Map::new()));
+        let answer = match method.as_str() {
             "initialize" => self.initialize(params),
             "authenticate" => Ok(Some(json!({}))),
             "session/new" => self.new_session(params, false),
@@ -165,12 +118,7 @@ where
             "session/cancel" => self.cancel(params),
             other => Err((codes::METHOD_NOT_FOUND, format!("unknown method `{other}`"))),
         };
-        match (answer, id) {
-            (Ok(Some(result)), Some(id)) => out.result(&id, &result),
-            (Err((code, why)), Some(id)) => out.error(&id, code, why),
-            // Notifications are never answered; a prompt answers when its run ends.
-            _ => {}
-        }
+        shared.out.answer(id, answer);
     }
 
     fn initialize(&self, params: &Value) -> Result<Option<Value>, Refusal> {

@@ -152,6 +152,115 @@ impl Out {
     pub(crate) fn error(&self, id: &Value, code: i64, message: impl AsRef<str>) {
         self.lines(|bytes| error_to(bytes, id, code, message.as_ref()));
     }
+
+    /// Answers request `id` with `answer`, its result or its error code and message. Nothing
+    /// is written for a notification (no `id`) nor for `Ok(None)`, a request answered later
+    /// (a prompt answers when its run ends).
+    pub(crate) fn answer(&self, id: Option<Value>, answer: Result<Option<Value>, (i64, String)>) {
+        match (answer, id) {
+            (Ok(Some(result)), Some(id)) => self.result(&id, &result),
+            (Err((code, why)), Some(id)) => self.error(&id, code, why),
+            _ => {}
+        }
+    }
+}
+
+/// Reads `input` line by line until it ends, holding at most `max_line_len` bytes of a
+/// line: a longer line is answered with an [`codes::INVALID_REQUEST`] error, and every other
+/// line goes to `handle`. (The ACP server reads its input so too.)
+///
+/// # Errors
+/// Reading the input failed.
+pub(crate) fn read_lines(
+    mut input: impl BufRead,
+    max_line_len: usize,
+    out: &Out,
+    mut handle: impl FnMut(&[u8]),
+) -> Result<(), Error> {
+    let mut buf = Vec::new();
+    loop {
+        match read_line(&mut input, &mut buf, max_line_len) {
+            Ok(Line::End) => return Ok(()),
+            Ok(Line::TooLong(n)) => out.error(
+                &Value::Null,
+                codes::INVALID_REQUEST,
+                format!("line of {n} bytes is over the limit of {max_line_len} bytes"),
+            ),
+            Ok(Line::Whole { .. }) => handle(&buf),
+            Err(e) => return Err(Error::from(e)),
+        }
+    }
+}
+
+/// A JSON-RPC request (or notification) read off a line.
+pub(crate) struct Request {
+    /// `None` for a notification.
+    pub(crate) id: Option<Value>,
+    pub(crate) method: String,
+    pub(crate) params: Option<Value>,
+}
+
+/// Reads one line as a JSON-RPC message. A request comes back; for anything else `None`
+/// does: a blank line is passed over, a response to one of our requests goes to
+/// `requests`, and a line that is no request is answered with its error. `null_id`: whether
+/// an `id` of `null` is taken (as the id of a request) rather than refused.
+pub(crate) fn request(
+    line: &[u8],
+    out: &Out,
+    requests: &Requests,
+    null_id: bool,
+) -> Option<Request> {
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return None;
+    }
+    let mut message = match parse_object(line) {
+        Ok(m) => m,
+        Err(bad) => {
+            let code = match bad {
+                Malformed::NotJson(_) => codes::PARSE_ERROR,
+                Malformed::NotObject => codes::INVALID_REQUEST,
+            };
+            out.error(&Value::Null, code, bad.message());
+            return None;
+        }
+    };
+    let id = message.get("id").cloned();
+    let is_response = message.contains_key("result") || message.contains_key("error");
+    if !message.contains_key("method") && id.is_some() && is_response {
+        requests.answer(&message);
+        return None;
+    }
+    let reply_id = id.clone().unwrap_or(Value::Null);
+    if let Err(why) = check_jsonrpc(&message) {
+        out.error(&reply_id, codes::INVALID_REQUEST, why);
+        return None;
+    }
+    let id_ok = match id {
+        None | Some(Value::Number(_) | Value::String(_)) => true,
+        Some(Value::Null) => null_id,
+        Some(_) => false,
+    };
+    if !id_ok {
+        out.error(
+            &Value::Null,
+            codes::INVALID_REQUEST,
+            "`id` must be a number or a string",
+        );
+        return None;
+    }
+    let Some(Value::String(method)) = message.remove("method") else {
+        out.error(
+            &reply_id,
+            codes::INVALID_REQUEST,
+            "`method` must be a string",
+        );
+        return None;
+    };
+    Some(Request {
+        id,
+        method,
+        params: message.remove("params"),
+    })
 }
 
 enum Answer {
@@ -345,22 +454,9 @@ pub fn serve(
         options: &options,
     };
     let read = std::thread::scope(|scope| {
-        let mut buf = Vec::new();
-        let read = loop {
-            match read_line(&mut input, &mut buf, options.max_line_len) {
-                Ok(Line::End) => break Ok(()),
-                Ok(Line::TooLong(n)) => out.error(
-                    &Value::Null,
-                    codes::INVALID_REQUEST,
-                    format!(
-                        "line of {n} bytes is over the limit of {} bytes",
-                        options.max_line_len
-                    ),
-                ),
-                Ok(Line::Whole { .. }) => server.handle(scope, &buf),
-                Err(e) => break Err(Error::from(e)),
-            }
-        };
+        let read = read_lines(&mut input, options.max_line_len, &out, |line| {
+            server.handle(scope, line);
+        });
         approvals.close();
         read
     });
@@ -384,58 +480,17 @@ type Refusal = (i64, String);
 
 impl<'a> Server<'a> {
     fn handle<'scope>(&'scope self, scope: &'scope std::thread::Scope<'scope, '_>, line: &[u8]) {
-        if line.iter().all(u8::is_ascii_whitespace) {
+        // A response to one of our requests is an approval.
+        let Some(Request { id, method, params }) = request(line, self.out, self.approvals, true)
+        else {
             return;
-        }
-        let message = match parse_object(line) {
-            Ok(m) => m,
-            Err(bad) => {
-                let code = match bad {
-                    Malformed::NotJson(_) => codes::PARSE_ERROR,
-                    Malformed::NotObject => codes::INVALID_REQUEST,
-                };
-                return self.out.error(&Value::Null, code, bad.message());
-            }
         };
-        let id = message.get("id").cloned();
-        let is_response = message.contains_key("result") || message.contains_key("error");
-        if !message.contains_key("method") && id.is_some() && is_response {
-            // A response to one of our requests: an approval.
-            self.approvals.answer(&message);
-            return;
-        }
-        let reply_id = id.clone().unwrap_or(Value::Null);
-        if let Err(why) = check_jsonrpc(&message) {
-            return self.out.error(&reply_id, codes::INVALID_REQUEST, why);
-        }
-        if !matches!(
-            id,
-            None | Some(Value::Number(_) | Value::String(_) | Value::Null)
-        ) {
-            return self.out.error(
-                &Value::Null,
-                codes::INVALID_REQUEST,
-                "`id` must be a number or a string",
-            );
-        }
-        let Some(method) = message.get("method").and_then(Value::as_str) else {
-            return self.out.error(
-                &reply_id,
-                codes::INVALID_REQUEST,
-                "`method` must be a string",
-            );
-        };
-        let params = message.get("params");
-        let answer = match method {
+        let params = params.as_ref();
+        let answer = match method.as_str() {
             "prompt" => self.prompt(scope, params, id.clone()),
-            _ => self.call(method, params),
+            _ => self.call(&method, params),
         };
-        match (answer, id) {
-            (Ok(Some(result)), Some(id)) => self.out.result(&id, &result),
-            (Err((code, why)), Some(id)) => self.out.error(&id, code, why),
-            // Notifications are never answered; a prompt answers when its run ends.
-            _ => {}
-        }
+        self.out.answer(id, answer);
     }
 
     fn call(&self, method: &str, params: Option<&Value>) -> Result<Option<Value>, Refusal> {
