@@ -227,40 +227,24 @@ impl Reader {
             }
             "TurnEnd" => {
                 // v4 writes `stop_reason`, v1 does not (and its decoder ignores one).
-                let v4 = match self.version {
-                    Some(v) => v == Version::V4,
-                    None => params.get("stop_reason").is_some(),
-                };
-                if v4 {
+                let (turn, stopped, stop_reason, version) = if self.writes_v4(&params) {
                     let p: TurnEndV4Params = params_of(method, params)?;
                     let stop_reason = stop_reason(method, &p.stop_reason)?;
-                    (
-                        Line::TurnEnd {
-                            turn: p.turn,
-                            stopped: p.stopped,
-                            stop_reason: Some(stop_reason),
-                        },
-                        Some(Version::V4),
-                    )
+                    (p.turn, p.stopped, Some(stop_reason), Version::V4)
                 } else {
                     let p: TurnEndV1Params = params_of(method, params)?;
-                    (
-                        Line::TurnEnd {
-                            turn: p.turn,
-                            stopped: p.stopped,
-                            stop_reason: None,
-                        },
-                        Some(Version::V1),
-                    )
-                }
+                    (p.turn, p.stopped, None, Version::V1)
+                };
+                let line = Line::TurnEnd {
+                    turn,
+                    stopped,
+                    stop_reason,
+                };
+                (line, Some(version))
             }
             "RunEnd" => {
                 // v4: `{turn, stop_reason}`; v1: the fields of the last `StepEnd`.
-                let v4 = match self.version {
-                    Some(v) => v == Version::V4,
-                    None => params.get("stop_reason").is_some(),
-                };
-                if v4 {
+                if self.writes_v4(&params) {
                     let p: RunEndV4Params = params_of(method, params)?;
                     let stop_reason = stop_reason(method, &p.stop_reason)?;
                     let _ = p.turn;
@@ -282,6 +266,15 @@ impl Reader {
                 )));
             }
         })
+    }
+
+    /// Whether a `TurnEnd` or `RunEnd` line is v4's: the stream's version once known, else
+    /// whether the line has a `stop_reason` (v4 writes one, v1 does not).
+    fn writes_v4(&self, params: &Value) -> bool {
+        match self.version {
+            Some(v) => v == Version::V4,
+            None => params.get("stop_reason").is_some(),
+        }
     }
 
     fn apply(&mut self, line: Line, out: &mut Vec<AgentEvent>) {
