@@ -23,7 +23,9 @@ use std::time::{Duration, Instant};
 
 use pagent::llm::{Faux, FauxReply};
 use pagent::mcp::{Client, ClientBuilder, Content, Direction, McpError};
-use pagent::{Agent, AgentEvent, CancelToken, Message, RunStopReason, Tool, ToolContext};
+use pagent::{
+    Agent, AgentBuilder, AgentEvent, CancelToken, Message, RunStopReason, Tool, ToolContext,
+};
 use serde_json::{Value, json};
 use support::{Recorder, bounded, lines, opening, results, text_reply};
 
@@ -170,11 +172,49 @@ impl Traffic {
 }
 
 fn agent_with(faux: &Faux, tools: Vec<Arc<dyn Tool>>) -> Agent {
-    let mut builder = Agent::builder().provider(faux.clone()).model("m");
+    build_with(Agent::builder().provider(faux.clone()).model("m"), tools)
+}
+
+fn build_with(mut builder: AgentBuilder, tools: Vec<Arc<dyn Tool>>) -> Agent {
     for tool in tools {
         builder = builder.tool_arc(tool);
     }
     builder.build().unwrap()
+}
+
+/// An agent with `client`'s tools that takes up the client's new tools before each turn.
+fn syncing_agent(faux: &Faux, client: &Client) -> Agent {
+    let sync = client.clone();
+    let builder = Agent::builder()
+        .provider(faux.clone())
+        .model("m")
+        .before_turn(move |setup| {
+            sync.sync_tools(&mut setup.tools).unwrap();
+        });
+    build_with(builder, client.tools().unwrap())
+}
+
+/// A model that calls `{prefix}grow` (which adds the tool `{prefix}extra`), then
+/// `{prefix}extra`, then answers "done"; it records its three requests.
+fn grow_then_extra(prefix: &str) -> Faux {
+    Faux::default()
+        .reply(FauxReply::tool_call(format!("{prefix}grow"), json!({})))
+        .reply(FauxReply::tool_call(format!("{prefix}extra"), json!({})))
+        .reply(FauxReply::text("done"))
+        .record_requests(3)
+}
+
+/// The names of the tools offered in each request `faux` recorded.
+fn offered(faux: &Faux) -> Vec<Vec<String>> {
+    faux.requests()
+        .iter()
+        .map(|r| r.tools.iter().map(|t| t.name.clone()).collect())
+        .collect()
+}
+
+/// Each message of a transcript, described in one line.
+fn shape(messages: &[Arc<Message>]) -> Vec<String> {
+    messages.iter().map(|m| support::describe(m)).collect()
 }
 
 fn call(tool: &Arc<dyn Tool>, args: Value) -> Result<pagent::ToolOutput, pagent::ToolError> {
@@ -435,11 +475,7 @@ fn filesystem_agent_reads_and_writes_files_through_the_server() {
         .model("m")
         // The directory must exist before the file is written in it.
         .max_parallel_tools(1);
-    let mut builder = agent;
-    for tool in client.tools().unwrap() {
-        builder = builder.tool_arc(tool);
-    }
-    let agent = builder.build().unwrap();
+    let agent = build_with(agent, client.tools().unwrap());
     let result = bounded(move || agent.prompt("shout the file").unwrap());
     assert_eq!(result.stop_reason, RunStopReason::NoToolCalls);
     assert_eq!(
@@ -591,13 +627,8 @@ fn python_sdk_server_killed_mid_call_is_a_typed_error_and_the_transcript_stays_v
         .keep();
     let result = bounded(move || agent.prompt("go").unwrap());
     assert_eq!(result.stop_reason, RunStopReason::NoToolCalls);
-    let shape: Vec<String> = result
-        .messages
-        .iter()
-        .map(|m| support::describe(m))
-        .collect();
     assert_eq!(
-        shape,
+        shape(&result.messages),
         [
             "user \"go\"",
             "assistant tool_use \"\" [call_1]",
@@ -627,39 +658,15 @@ fn python_sdk_server_announces_new_tools_on_its_own_stream_and_the_agent_sees_th
             .call_timeout(Duration::from_secs(20))
             .connect()
             .unwrap();
-        let faux = Faux::default()
-            .reply(FauxReply::tool_call("py_grow", json!({})))
-            .reply(FauxReply::tool_call("py_extra", json!({})))
-            .reply(FauxReply::text("done"))
-            .record_requests(3);
-        let sync = client.clone();
-        let mut builder = Agent::builder()
-            .provider(faux.clone())
-            .model("m")
-            .before_turn(move |setup| {
-                sync.sync_tools(&mut setup.tools).unwrap();
-            });
-        for tool in client.tools().unwrap() {
-            builder = builder.tool_arc(tool);
-        }
-        let agent = builder.build().unwrap();
+        let faux = grow_then_extra("py_");
+        let agent = syncing_agent(&faux, &client);
         let result = bounded(move || agent.prompt("go").unwrap());
         assert_eq!(result.stop_reason, RunStopReason::NoToolCalls, "{flags:?}");
-        let offered: Vec<Vec<String>> = faux
-            .requests()
-            .iter()
-            .map(|r| r.tools.iter().map(|t| t.name.clone()).collect())
-            .collect();
         let before = ["py_add", "py_fail", "py_slow", "py_grow", "py_gets"];
         let after = [&before[..], &["py_extra"]].concat();
-        assert_eq!(offered, [&before[..], &after, &after], "{flags:?}");
-        let shape: Vec<String> = result
-            .messages
-            .iter()
-            .map(|m| support::describe(m))
-            .collect();
+        assert_eq!(offered(&faux), [&before[..], &after, &after], "{flags:?}");
         assert_eq!(
-            shape,
+            shape(&result.messages),
             [
                 "user \"go\"",
                 "assistant tool_use \"\" [call_1]",
@@ -751,31 +758,12 @@ fn tools_list_follows_every_page() {
 fn list_changed_gives_the_agent_the_new_tools_from_the_next_turn() {
     let (builder, _) = fake("ok");
     let client = builder.prefix("f_").connect().unwrap();
-    let faux = Faux::default()
-        .reply(FauxReply::tool_call("f_grow", json!({})))
-        .reply(FauxReply::tool_call("f_extra", json!({})))
-        .reply(FauxReply::text("done"))
-        .record_requests(3);
-    let sync = client.clone();
-    let mut builder = Agent::builder()
-        .provider(faux.clone())
-        .model("m")
-        .before_turn(move |setup| {
-            sync.sync_tools(&mut setup.tools).unwrap();
-        });
-    for tool in client.tools().unwrap() {
-        builder = builder.tool_arc(tool);
-    }
-    let agent = builder.build().unwrap();
+    let faux = grow_then_extra("f_");
+    let agent = syncing_agent(&faux, &client);
     let result = bounded(move || agent.prompt("go").unwrap());
     assert_eq!(result.stop_reason, RunStopReason::NoToolCalls);
-    let offered: Vec<Vec<String>> = faux
-        .requests()
-        .iter()
-        .map(|r| r.tools.iter().map(|t| t.name.clone()).collect())
-        .collect();
     assert_eq!(
-        offered,
+        offered(&faux),
         [
             vec!["f_echo", "f_slow", "f_grow"],
             vec!["f_echo", "f_slow", "f_grow", "f_extra"],
