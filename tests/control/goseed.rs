@@ -22,6 +22,47 @@ fn wait_started(rx: &crossbeam_channel::Receiver<()>) {
     rx.recv_timeout(PATIENCE).expect("the tool starts");
 }
 
+/// An agent with `faux`'s replies and the tool `gate`; the receiver says the tool started,
+/// the sender releases it.
+fn gated_agent(
+    faux: &Faux,
+) -> (
+    Arc<Agent>,
+    crossbeam_channel::Receiver<()>,
+    crossbeam_channel::Sender<()>,
+) {
+    let (started_tx, started_rx) = crossbeam_channel::bounded(1);
+    let (release_tx, release_rx) = crossbeam_channel::bounded(1);
+    let agent = Arc::new(
+        builder(faux)
+            .tool(gate_tool(started_tx, release_rx))
+            .build()
+            .unwrap(),
+    );
+    (agent, started_rx, release_tx)
+}
+
+/// The events of a [`gated_agent`]'s run: "go", the tool `gate` once, then "done".
+fn gate_then_done() -> Vec<String> {
+    batch_then_answer(
+        "go",
+        "[call_1:gate]{}",
+        &["call_1"],
+        &[
+            "ToolStart(call_1)",
+            "ToolExecute(call_1)",
+            r#"ToolEnd(call_1 "opened")"#,
+        ],
+        "done",
+    )
+}
+
+/// Prompts `agent` with "go" on a thread of its own.
+fn prompt_go(agent: &Arc<Agent>) -> std::thread::JoinHandle<pagent::RunResult> {
+    let agent = agent.clone();
+    std::thread::spawn(move || agent.prompt("go").unwrap())
+}
+
 #[test]
 fn is_streaming_spans_the_whole_run_and_is_streaming_reply_the_reply() {
     let faux = Faux::default()
@@ -77,22 +118,12 @@ fn is_streaming_spans_the_whole_run_and_is_streaming_reply_the_reply() {
 
 #[test]
 fn another_thread_sees_is_streaming_while_a_tool_runs_between_replies() {
-    let (started_tx, started_rx) = crossbeam_channel::bounded(1);
-    let (release_tx, release_rx) = crossbeam_channel::bounded(1);
     let faux = Faux::default()
         .reply(FauxReply::tool_call("gate", json!({})))
         .reply(FauxReply::text("done"));
-    let agent = Arc::new(
-        builder(&faux)
-            .tool(gate_tool(started_tx, release_rx))
-            .build()
-            .unwrap(),
-    );
+    let (agent, started_rx, release_tx) = gated_agent(&faux);
     let handle = agent.handle();
-    let run = {
-        let agent = agent.clone();
-        std::thread::spawn(move || agent.prompt("go").unwrap())
-    };
+    let run = prompt_go(&agent);
     wait_started(&started_rx);
     // No reply streams while the tool runs, yet the run goes on.
     let during = handle.snapshot();
@@ -215,18 +246,11 @@ fn tool_execute_carries_the_arguments_as_validated_and_as_rewritten() {
 
 #[test]
 fn replace_messages_and_reset_are_refused_while_a_run_is_active() {
-    let (started_tx, started_rx) = crossbeam_channel::bounded(1);
-    let (release_tx, release_rx) = crossbeam_channel::bounded(1);
     let faux = Faux::default()
         .reply(FauxReply::tool_call("gate", json!({})))
         .reply(FauxReply::text("done"))
         .reply(FauxReply::text("from the replaced transcript"));
-    let agent = Arc::new(
-        builder(&faux)
-            .tool(gate_tool(started_tx, release_rx))
-            .build()
-            .unwrap(),
-    );
+    let (agent, started_rx, release_tx) = gated_agent(&faux);
     // From a listener of the run (the run thread) too.
     let from_listener: Arc<Mutex<Vec<Error>>> = Arc::default();
     {
@@ -250,10 +274,7 @@ fn replace_messages_and_reset_are_refused_while_a_run_is_active() {
             .keep();
     }
     let rec = Recorder::attach(&agent);
-    let run = {
-        let agent = agent.clone();
-        std::thread::spawn(move || agent.prompt("go").unwrap())
-    };
+    let run = prompt_go(&agent);
     wait_started(&started_rx);
 
     // Another thread, while the tool runs.
@@ -272,20 +293,7 @@ fn replace_messages_and_reset_are_refused_while_a_run_is_active() {
     release_tx.send(()).unwrap();
     bounded(move || run.join().unwrap());
     assert_eq!(*from_listener.lock().unwrap(), [Error::Busy, Error::Busy]);
-    assert_eq!(
-        rec.lines(),
-        batch_then_answer(
-            "go",
-            "[call_1:gate]{}",
-            &["call_1"],
-            &[
-                "ToolStart(call_1)",
-                "ToolExecute(call_1)",
-                r#"ToolEnd(call_1 "opened")"#
-            ],
-            "done",
-        )
-    );
+    assert_eq!(rec.lines(), gate_then_done());
 
     // Idle: the transcript is replaced, the next run goes on from it.
     agent
@@ -366,22 +374,12 @@ fn reset_starts_a_new_conversation_and_gives_back_what_was_queued() {
 
 #[test]
 fn clearing_the_queues_from_another_thread_during_a_run_delivers_none_of_them() {
-    let (started_tx, started_rx) = crossbeam_channel::bounded(1);
-    let (release_tx, release_rx) = crossbeam_channel::bounded(1);
     let faux = Faux::default()
         .reply(FauxReply::tool_call("gate", json!({})))
         .reply(FauxReply::text("done"));
-    let agent = Arc::new(
-        builder(&faux)
-            .tool(gate_tool(started_tx, release_rx))
-            .build()
-            .unwrap(),
-    );
+    let (agent, started_rx, release_tx) = gated_agent(&faux);
     let rec = Recorder::attach(&agent);
-    let run = {
-        let agent = agent.clone();
-        std::thread::spawn(move || agent.prompt("go").unwrap())
-    };
+    let run = prompt_go(&agent);
     wait_started(&started_rx);
     let handle = agent.handle();
     let other = std::thread::spawn(move || {
@@ -409,20 +407,7 @@ fn clearing_the_queues_from_another_thread_during_a_run_delivers_none_of_them() 
     bounded(move || run.join().unwrap());
 
     // None of them reached the model: the run is what it would have been without them.
-    assert_eq!(
-        rec.lines(),
-        batch_then_answer(
-            "go",
-            "[call_1:gate]{}",
-            &["call_1"],
-            &[
-                "ToolStart(call_1)",
-                "ToolExecute(call_1)",
-                r#"ToolEnd(call_1 "opened")"#
-            ],
-            "done",
-        )
-    );
+    assert_eq!(rec.lines(), gate_then_done());
     assert_eq!(
         sent(&faux, 1),
         [
