@@ -351,6 +351,61 @@ fn answered(prompts: &[String], answer: impl Fn(&str) -> String) -> Vec<String> 
         .collect()
 }
 
+/// The prompts [`queue_prompts`] queues for `conversation`.
+fn prompts_of(conversation: &str, prompts: usize) -> Vec<String> {
+    (0..prompts)
+        .map(|p| format!("{conversation} #{p}"))
+        .collect()
+}
+
+/// Empties each conversation of `names`, then queues its `prompts` prompts, round by round
+/// across the conversations; returns the id of each one's last prompt.
+fn queue_prompts(
+    redis: &Redis,
+    store: &Store,
+    names: &[String],
+    prompts: usize,
+) -> HashMap<String, String> {
+    let queue = Queue::new(redis);
+    let mut last = HashMap::new();
+    for name in names {
+        store.delete(name).unwrap();
+    }
+    for p in 0..prompts {
+        for name in names {
+            last.insert(
+                name.clone(),
+                queue.prompt(name, &format!("{name} #{p}")).unwrap(),
+            );
+        }
+    }
+    last
+}
+
+/// Starts worker processes `w0`, `w1` and `w2` on the shared server under `prefix`, with
+/// `env` besides.
+fn three_workers(prefix: &str, env: &[(&str, String)]) -> Vec<Role> {
+    (0..3)
+        .map(|i| {
+            let mut vars = vec![
+                ("PAGENT_REDIS_TEST_URL", shared_url()),
+                ("PAGENT_REDIS_TEST_PREFIX", prefix.to_owned()),
+                ("PAGENT_REDIS_TEST_NAME", format!("w{i}")),
+            ];
+            vars.extend_from_slice(env);
+            Role::start("worker", &vars)
+        })
+        .collect()
+}
+
+/// Waits (bounded) until each conversation of `last` is done up to its prompt there.
+fn wait_all_done(conn: &mut redis::Connection, prefix: &str, last: &HashMap<String, String>) {
+    wait_until("every conversation", || {
+        last.iter()
+            .all(|(n, id)| done_of(conn, prefix, n).as_ref() == Some(id))
+    });
+}
+
 fn described(store: &Store, conversation: &str) -> Vec<String> {
     let loaded = store.load(conversation).unwrap();
     assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
@@ -691,41 +746,16 @@ fn three_worker_processes_answer_every_prompt_exactly_once_in_order() {
         })
         .collect();
     let store = Store::new(&redis);
-    let queue = Queue::new(&redis);
-    let mut last = HashMap::new();
-    for name in &names {
-        store.delete(name).unwrap();
-    }
-    for p in 0..PROMPTS {
-        for name in &names {
-            last.insert(
-                name.clone(),
-                queue.prompt(name, &format!("{name} #{p}")).unwrap(),
-            );
-        }
-    }
-    let workers: Vec<Role> = (0..3)
-        .map(|i| {
-            Role::start(
-                "worker",
-                &[
-                    ("PAGENT_REDIS_TEST_URL", shared_url()),
-                    ("PAGENT_REDIS_TEST_PREFIX", prefix.clone()),
-                    ("PAGENT_REDIS_TEST_NAME", format!("w{i}")),
-                    ("PAGENT_REDIS_TEST_MODEL_URL", model.url.clone()),
-                ],
-            )
-        })
-        .collect();
+    let last = queue_prompts(&redis, &store, &names, PROMPTS);
+    let workers = three_workers(
+        &prefix,
+        &[("PAGENT_REDIS_TEST_MODEL_URL", model.url.clone())],
+    );
     let mut conn = raw(&shared_url());
-    wait_until("every conversation", || {
-        names
-            .iter()
-            .all(|n| done_of(&mut conn, &prefix, n).as_ref() == last.get(n))
-    });
+    wait_all_done(&mut conn, &prefix, &last);
     drop(workers);
     for name in &names {
-        let prompts: Vec<String> = (0..PROMPTS).map(|p| format!("{name} #{p}")).collect();
+        let prompts = prompts_of(name, PROMPTS);
         let expected = if name.starts_with("http-") {
             answered(&prompts, |_| answer.to_string())
         } else {
@@ -745,35 +775,16 @@ fn a_worker_killed_mid_run_has_its_conversations_finished_by_the_others() {
     let prefix = format!("t{}-kill", std::process::id());
     let names: Vec<String> = (0..CONVERSATIONS).map(|i| format!("c{i}")).collect();
     let store = Store::new(&redis);
-    let queue = Queue::new(&redis);
-    let mut last = HashMap::new();
-    for name in &names {
-        store.delete(name).unwrap();
-    }
-    for p in 0..PROMPTS {
-        for name in &names {
-            last.insert(
-                name.clone(),
-                queue.prompt(name, &format!("{name} #{p}")).unwrap(),
-            );
-        }
-    }
-    let mut workers: Vec<Role> = (0..3)
-        .map(|i| {
-            Role::start(
-                "worker",
-                &[
-                    ("PAGENT_REDIS_TEST_URL", shared_url()),
-                    ("PAGENT_REDIS_TEST_PREFIX", prefix.clone()),
-                    ("PAGENT_REDIS_TEST_NAME", format!("w{i}")),
-                    // Slow enough replies that the kill lands inside a run.
-                    ("PAGENT_REDIS_TEST_DELAY_MS", "40".into()),
-                    ("PAGENT_REDIS_TEST_LEASE_MS", "600".into()),
-                    ("PAGENT_REDIS_TEST_CLAIM_MS", "1500".into()),
-                ],
-            )
-        })
-        .collect();
+    let last = queue_prompts(&redis, &store, &names, PROMPTS);
+    let mut workers = three_workers(
+        &prefix,
+        &[
+            // Slow enough replies that the kill lands inside a run.
+            ("PAGENT_REDIS_TEST_DELAY_MS", "40".into()),
+            ("PAGENT_REDIS_TEST_LEASE_MS", "600".into()),
+            ("PAGENT_REDIS_TEST_CLAIM_MS", "1500".into()),
+        ],
+    );
     let mut conn = raw(&shared_url());
     // Kill w0 while it holds a conversation whose prompt is stored and unanswered.
     let mut victim = None;
@@ -806,14 +817,10 @@ fn a_worker_killed_mid_run_has_its_conversations_finished_by_the_others() {
         })
         .unwrap();
     assert!(pending > 0, "w0 (pid {killed}) left nothing pending");
-    wait_until("every conversation", || {
-        names
-            .iter()
-            .all(|n| done_of(&mut conn, &prefix, n).as_ref() == last.get(n))
-    });
+    wait_all_done(&mut conn, &prefix, &last);
     drop(workers);
     for name in &names {
-        let prompts: Vec<String> = (0..PROMPTS).map(|p| format!("{name} #{p}")).collect();
+        let prompts = prompts_of(name, PROMPTS);
         assert_eq!(
             described(&store, name),
             answered(&prompts, |p| format!("answer to {p}")),
