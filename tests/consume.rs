@@ -421,18 +421,8 @@ fn dropping_any_of_the_iterators_mid_run_aborts_its_run() {
         assert_eq!(state.stop_reason, Some(RunStopReason::Cancelled), "{kind}");
         let names: Vec<&str> = seen.lock().unwrap().iter().map(|e| e.name()).collect();
         let mut expected = vec!["AgentStart", "TurnStart", "MessageStart", "MessageEnd"];
-        expected.push("MessageStart");
-        expected.extend(["MessageUpdate"; 11]);
-        expected.extend([
-            "MessageEnd",
-            "ToolStart",
-            "ToolExecute",
-            "ToolEnd",
-            "MessageStart",
-            "MessageEnd",
-            "TurnEnd",
-            "AgentEnd",
-        ]);
+        expected.extend(tool_call_reply());
+        expected.push("AgentEnd");
         assert_eq!(names, expected, "{kind}");
         match seen.lock().unwrap().last() {
             Some(AgentEvent::AgentEnd { stop_reason, .. }) => {
@@ -442,6 +432,23 @@ fn dropping_any_of_the_iterators_mid_run_aborts_its_run() {
         }
         assert_eq!(agent.prompt("again").unwrap().text(), "after", "{kind}");
     }
+}
+
+/// The names of the events from the start of a reply that streams a text and a tool call in
+/// 11 updates to the end of its turn, which runs the tool.
+fn tool_call_reply() -> Vec<&'static str> {
+    let mut names = vec!["MessageStart"];
+    names.extend(["MessageUpdate"; 11]);
+    names.extend([
+        "MessageEnd",
+        "ToolStart",
+        "ToolExecute",
+        "ToolEnd",
+        "MessageStart",
+        "MessageEnd",
+        "TurnEnd",
+    ]);
+    names
 }
 
 /// `run_loop` emits the events `Agent::continue_run` emits over the same messages, and those
@@ -509,19 +516,9 @@ fn run_loop_emits_the_events_of_prompt() {
     assert_eq!(looped, without_prompt);
     assert_eq!(appended, result.messages[1..]);
     let names: Vec<&str> = looped.iter().map(|e| e.name()).collect();
-    let mut expected = vec!["AgentStart", "TurnStart", "MessageStart"];
-    expected.extend(["MessageUpdate"; 11]);
-    expected.extend([
-        "MessageEnd",
-        "ToolStart",
-        "ToolExecute",
-        "ToolEnd",
-        "MessageStart",
-        "MessageEnd",
-        "TurnEnd",
-        "TurnStart",
-        "MessageStart",
-    ]);
+    let mut expected = vec!["AgentStart", "TurnStart"];
+    expected.extend(tool_call_reply());
+    expected.extend(["TurnStart", "MessageStart"]);
     expected.extend(["MessageUpdate"; 7]);
     expected.extend(["MessageEnd", "TurnEnd", "AgentEnd"]);
     assert_eq!(names, expected);
