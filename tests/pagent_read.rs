@@ -108,6 +108,23 @@ fn as_message(r: &Arc<ToolResultMessage>) -> Arc<Message> {
     Arc::new(Message::ToolResult((**r).clone()))
 }
 
+/// `prompt`, then two turns that each call `echo` once ("again 0", then "again 1") and get
+/// its result, each reply with `usage`; and the second result.
+fn echo_twice(prompt: Arc<Message>, usage: Usage) -> (Vec<Arc<Message>>, Arc<ToolResultMessage>) {
+    let (r0, r1) = (
+        result("call_0", "echo", "again 0", false),
+        result("call_1", "echo", "again 1", false),
+    );
+    let messages = vec![
+        prompt,
+        reply(vec![echo_call("call_0", "again 0")], usage),
+        as_message(&r0),
+        reply(vec![echo_call("call_1", "again 1")], usage),
+        as_message(&r1),
+    ];
+    (messages, r1)
+}
+
 /// The state a mirror of one whole pagent run ends in.
 fn ended(
     messages: Vec<Arc<Message>>,
@@ -265,55 +282,27 @@ fn expected(name: &str) -> (&'static str, State) {
         "maxturns" if version == "v1" => {
             // v1: the last turn ran its tools and ended `stopped: false`; its `RunEnd`
             // says the run stopped there.
-            let (r0, r1) = (
-                result("call_0", "echo", "again 0", false),
-                result("call_1", "echo", "again 1", false),
-            );
+            let (messages, r1) = echo_twice(prompt, u(1));
             (
                 leak(format!(
                     "{tool_turn} TurnStart2 Start:assistant End:assistant ToolStart ToolEnd \
                      Start:tool_result End:tool_result TurnEnd2:max_turns:1 AgentEnd:max_turns:5"
                 )),
-                ended(
-                    vec![
-                        prompt,
-                        reply(vec![echo_call("call_0", "again 0")], u(1)),
-                        as_message(&r0),
-                        reply(vec![echo_call("call_1", "again 1")], u(1)),
-                        as_message(&r1),
-                    ],
-                    2,
-                    RunStopReason::MaxTurns,
-                    vec![r1],
-                ),
+                ended(messages, 2, RunStopReason::MaxTurns, vec![r1]),
             )
         }
         "maxturns" => {
             // v4: two tool turns (pagent writes no `TurnEnd` for the second), then the
             // synthesis turn, whose call does not run.
-            let (r0, r1) = (
-                result("call_0", "echo", "again 0", false),
-                result("call_1", "echo", "again 1", false),
-            );
+            let (mut messages, _) = echo_twice(prompt, u(1));
+            messages.push(reply(vec![echo_call("call_2", "again 2")], u(1)));
             (
                 leak(format!(
                     "{tool_turn} TurnStart2 Start:assistant End:assistant ToolStart ToolEnd \
                      Start:tool_result End:tool_result TurnEnd2:continuing:1 TurnStart3 \
                      Start:assistant End:assistant TurnEnd3:max_turns:0 AgentEnd:max_turns:6"
                 )),
-                ended(
-                    vec![
-                        prompt,
-                        reply(vec![echo_call("call_0", "again 0")], u(1)),
-                        as_message(&r0),
-                        reply(vec![echo_call("call_1", "again 1")], u(1)),
-                        as_message(&r1),
-                        reply(vec![echo_call("call_2", "again 2")], u(1)),
-                    ],
-                    3,
-                    RunStopReason::MaxTurns,
-                    vec![],
-                ),
+                ended(messages, 3, RunStopReason::MaxTurns, vec![]),
             )
         }
         // Cancelled before the reply: the turn opens (pagent writes no `TurnBegin` when the
