@@ -435,36 +435,24 @@ fn permission_options() -> Value {
 
 /// Puts the permission hook of session `id` around the factory's own `before_tool_call`.
 fn permission_hook(builder: AgentBuilder, shared: &Arc<Shared>, id: &str) -> AgentBuilder {
-    let user = builder.before_tool_call_hook();
     let shared = shared.clone();
     let id = id.to_owned();
     let always: Mutex<HashSet<String>> = Mutex::new(HashSet::new());
-    builder.before_tool_call(move |request| {
-        let decision = user
-            .as_ref()
-            .map_or(ToolDecision::Allow, |hook| hook(request));
-        // The client is asked about the arguments the call would run with.
-        let call = match &decision {
-            ToolDecision::Block(_) => return decision,
-            ToolDecision::Rewrite(args) => ToolCall {
-                arguments: args.to_string(),
-                ..request.call.clone()
-            },
-            _ => request.call.clone(),
-        };
+    // The client is asked about the arguments the call would run with.
+    builder.ask_before_tool_call(move |request, call| {
         let kind = shared.options.kind_of(&call.name);
-        let ask = (shared.options.ask)(&call) && !always.lock().contains(&call.name);
+        let ask = (shared.options.ask)(call) && !always.lock().contains(&call.name);
         if ask {
-            match ask_client(&shared, &id, request, &call, kind) {
+            match ask_client(&shared, &id, request, call, kind) {
                 Permission::Once => {}
                 Permission::Always => {
                     always.lock().insert(call.name.clone());
                 }
-                Permission::Refused(why) => return ToolDecision::Block(why),
+                Permission::Refused(why) => return Some(ToolDecision::Block(why)),
             }
         }
         // The call runs now: its `ToolExecute` shows it running (see `map::updates`).
-        decision
+        None
     })
 }
 

@@ -329,10 +329,30 @@ impl AgentBuilder {
         self
     }
 
-    /// The `before_tool_call` hook set so far, for code that puts its own hook around it
-    /// (`wire::serve` asks the user's hook first, then the client).
-    pub(crate) fn before_tool_call_hook(&self) -> Option<Arc<BeforeToolCall>> {
-        self.hooks.before_tool_call.clone()
+    /// Puts `ask` around the `before_tool_call` hook set so far (`wire::serve` and the ACP
+    /// server ask their client so). That hook decides first, and a call it blocks is blocked;
+    /// `ask` is called for each call it lets run, with the call as it would run (its
+    /// arguments rewritten where the hook rewrote them), and returns the decision that
+    /// replaces the hook's, or `None` to keep it.
+    pub(crate) fn ask_before_tool_call(
+        self,
+        ask: impl Fn(&ToolCallRequest<'_>, &ToolCall) -> Option<ToolDecision> + Send + Sync + 'static,
+    ) -> AgentBuilder {
+        let user: Option<Arc<BeforeToolCall>> = self.hooks.before_tool_call.clone();
+        self.before_tool_call(move |request| {
+            let decision = user
+                .as_ref()
+                .map_or(ToolDecision::Allow, |hook| hook(request));
+            let call = match &decision {
+                ToolDecision::Block(_) => return decision,
+                ToolDecision::Allow => request.call.clone(),
+                ToolDecision::Rewrite(args) => ToolCall {
+                    arguments: args.to_string(),
+                    ..request.call.clone()
+                },
+            };
+            ask(request, &call).unwrap_or(decision)
+        })
     }
 
     /// Called on the run thread when a tool ran (returned, failed or panicked), before its

@@ -423,22 +423,10 @@ pub fn serve(
         let (out, approvals) = (out.clone(), approvals.clone());
         // The user's own hook decides first; the client is asked only about the calls it
         // lets run, and sees the arguments that would run.
-        let user = builder.before_tool_call_hook();
-        builder.before_tool_call(move |request| {
-            let decision = user
-                .as_ref()
-                .map_or(ToolDecision::Allow, |hook| hook(request));
-            let call = match &decision {
-                ToolDecision::Block(_) => return decision,
-                ToolDecision::Allow => request.call.clone(),
-                ToolDecision::Rewrite(args) => ToolCall {
-                    arguments: args.to_string(),
-                    ..request.call.clone()
-                },
-            };
-            match ask_client(&out, &approvals, request, &call) {
-                ToolDecision::Allow => decision,
-                refused => refused,
+        builder.ask_before_tool_call(move |request, call| {
+            match ask_client(&out, &approvals, request, call) {
+                ToolDecision::Allow => None,
+                refused => Some(refused),
             }
         })
     } else {
