@@ -21,6 +21,14 @@ use crate::wire::codec::{notification_to, request_to};
 use crate::wire::serve::{Out, Request, Requests, Response, read_lines, request};
 use crate::{Agent, AgentBuilder, Error, session};
 
+// Requests are read by the wire server's code (`read_lines`, `request`), which answers a
+// malformed line with the wire's codes: these are JSON-RPC's, the same as ACP's.
+const _: () = {
+    use crate::wire::codes as wire;
+    assert!(codes::PARSE_ERROR == wire::PARSE_ERROR);
+    assert!(codes::INVALID_REQUEST == wire::INVALID_REQUEST);
+};
+
 /// One ACP session: its agent, and whether a prompt of it is running.
 struct Session {
     agent: Agent,
