@@ -61,20 +61,10 @@ fn events_iterator_yields_what_a_listener_sees() {
     let result = run.finish().unwrap();
     assert_eq!(events, *seen.lock().unwrap());
     let names: Vec<&str> = events.iter().map(|e| e.name()).collect();
-    let update = "MessageUpdate";
     let mut expected = vec!["AgentStart", "TurnStart", "MessageStart", "MessageEnd"];
-    expected.push("MessageStart");
-    expected.extend([update; 11]); // the text in 4 chunks, then the tool call streaming
-    expected.extend([
-        "MessageEnd",
-        "ToolStart",
-        "ToolExecute",
-        "ToolEnd",
-        "MessageStart",
-        "MessageEnd",
-    ]);
-    expected.extend(["TurnEnd", "TurnStart", "MessageStart"]);
-    expected.extend([update; 7]);
+    expected.extend(tool_call_reply());
+    expected.extend(["TurnStart", "MessageStart"]);
+    expected.extend(["MessageUpdate"; 7]);
     expected.extend(["MessageEnd", "TurnEnd", "AgentEnd"]);
     assert_eq!(names, expected);
     assert_eq!(result.text(), "the echo said hi");
@@ -435,7 +425,8 @@ fn dropping_any_of_the_iterators_mid_run_aborts_its_run() {
 }
 
 /// The names of the events from the start of a reply that streams a text and a tool call in
-/// 11 updates to the end of its turn, which runs the tool.
+/// 11 updates (the text in 4 chunks, then the tool call) to the end of its turn, which runs
+/// the tool.
 fn tool_call_reply() -> Vec<&'static str> {
     let mut names = vec!["MessageStart"];
     names.extend(["MessageUpdate"; 11]);
