@@ -250,10 +250,14 @@ fn fleet_agent(conversation: &str, messages: Vec<Message>) -> Result<Agent, Erro
             .build();
     }
     let delay = env_ms("PAGENT_REDIS_TEST_DELAY_MS", 0);
-    let faux = Faux::default().chunk_chars(3).otherwise(move |request| {
+    builder.provider(answering(delay).chunk_chars(3)).build()
+}
+
+/// A model that answers each prompt with "answer to <prompt>" after `delay`.
+fn answering(delay: Duration) -> Faux {
+    Faux::default().otherwise(move |request| {
         FauxReply::text(format!("answer to {}", last_user(&request.messages))).delay(delay)
-    });
-    builder.provider(faux).build()
+    })
 }
 
 /// The child processes' roles, chosen by `PAGENT_REDIS_TEST_ROLE`; without it (the normal
@@ -838,10 +842,7 @@ fn a_redis_restart_mid_run_fails_the_run_with_a_typed_error_and_loses_nothing_ac
         .timeout(Duration::from_secs(1));
     // The first reply streams slowly, so the restart lands inside it.
     let worker = Worker::new(&redis, "w", |_, messages| {
-        let faux = Faux::default().chunk_chars(1).otherwise(|request| {
-            FauxReply::text(format!("answer to {}", last_user(&request.messages)))
-                .delay(Duration::from_millis(800))
-        });
+        let faux = answering(Duration::from_millis(800)).chunk_chars(1);
         Agent::builder().provider(faux).messages(messages).build()
     })
     .unwrap()
@@ -882,10 +883,7 @@ fn a_worker_that_lost_its_lease_cannot_write_to_the_transcript() {
     let store = Store::new(&redis);
     store.delete("c").unwrap();
     let worker = Worker::new(&redis, "w", |_, messages| {
-        let faux = Faux::default().otherwise(|request| {
-            FauxReply::text(format!("answer to {}", last_user(&request.messages)))
-                .delay(Duration::from_millis(500))
-        });
+        let faux = answering(Duration::from_millis(500));
         Agent::builder().provider(faux).messages(messages).build()
     })
     .unwrap()
