@@ -42,7 +42,15 @@ fn gated_agent(
     (agent, started_rx, release_tx)
 }
 
-/// The events of a [`gated_agent`]'s run: "go", the tool `gate` once, then "done".
+/// The replies of a run through the gate: a call of `gate`, then "done".
+fn gate_then_done_replies() -> Faux {
+    Faux::default()
+        .reply(FauxReply::tool_call("gate", json!({})))
+        .reply(FauxReply::text("done"))
+}
+
+/// The events of a [`gated_agent`]'s run on [`gate_then_done_replies`]: "go", the tool
+/// `gate` once, then "done".
 fn gate_then_done() -> Vec<String> {
     batch_then_answer(
         "go",
@@ -118,9 +126,7 @@ fn is_streaming_spans_the_whole_run_and_is_streaming_reply_the_reply() {
 
 #[test]
 fn another_thread_sees_is_streaming_while_a_tool_runs_between_replies() {
-    let faux = Faux::default()
-        .reply(FauxReply::tool_call("gate", json!({})))
-        .reply(FauxReply::text("done"));
+    let faux = gate_then_done_replies();
     let (agent, started_rx, release_tx) = gated_agent(&faux);
     let handle = agent.handle();
     let run = prompt_go(&agent);
@@ -246,10 +252,7 @@ fn tool_execute_carries_the_arguments_as_validated_and_as_rewritten() {
 
 #[test]
 fn replace_messages_and_reset_are_refused_while_a_run_is_active() {
-    let faux = Faux::default()
-        .reply(FauxReply::tool_call("gate", json!({})))
-        .reply(FauxReply::text("done"))
-        .reply(FauxReply::text("from the replaced transcript"));
+    let faux = gate_then_done_replies().reply(FauxReply::text("from the replaced transcript"));
     let (agent, started_rx, release_tx) = gated_agent(&faux);
     // From a listener of the run (the run thread) too.
     let from_listener: Arc<Mutex<Vec<Error>>> = Arc::default();
@@ -374,9 +377,7 @@ fn reset_starts_a_new_conversation_and_gives_back_what_was_queued() {
 
 #[test]
 fn clearing_the_queues_from_another_thread_during_a_run_delivers_none_of_them() {
-    let faux = Faux::default()
-        .reply(FauxReply::tool_call("gate", json!({})))
-        .reply(FauxReply::text("done"));
+    let faux = gate_then_done_replies();
     let (agent, started_rx, release_tx) = gated_agent(&faux);
     let rec = Recorder::attach(&agent);
     let run = prompt_go(&agent);
