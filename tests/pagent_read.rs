@@ -108,21 +108,23 @@ fn as_message(r: &Arc<ToolResultMessage>) -> Arc<Message> {
     Arc::new(Message::ToolResult((**r).clone()))
 }
 
-/// `prompt`, then two turns that each call `echo` once ("again 0", then "again 1") and get
-/// its result, each reply with `usage`; and the second result.
-fn echo_twice(prompt: Arc<Message>, usage: Usage) -> (Vec<Arc<Message>>, Arc<ToolResultMessage>) {
-    let (r0, r1) = (
-        result("call_0", "echo", "again 0", false),
-        result("call_1", "echo", "again 1", false),
-    );
-    let messages = vec![
-        prompt,
-        reply(vec![echo_call("call_0", "again 0")], usage),
-        as_message(&r0),
-        reply(vec![echo_call("call_1", "again 1")], usage),
-        as_message(&r1),
-    ];
-    (messages, r1)
+/// `prompt`, then a turn for each of `args` that calls `echo` once with it (ids `call_0`,
+/// `call_1`, ..) and gets its result, each reply with `usage`; and the last result.
+fn echoed(
+    prompt: Arc<Message>,
+    args: &[&str],
+    usage: Usage,
+) -> (Vec<Arc<Message>>, Arc<ToolResultMessage>) {
+    let mut messages = vec![prompt];
+    let mut last = None;
+    for (i, arg) in args.iter().enumerate() {
+        let id = format!("call_{i}");
+        let r = result(&id, "echo", arg, false);
+        messages.push(reply(vec![echo_call(&id, arg)], usage));
+        messages.push(as_message(&r));
+        last = Some(r);
+    }
+    (messages, last.expect("at least one call"))
 }
 
 /// The state a mirror of one whole pagent run ends in.
@@ -191,7 +193,7 @@ fn expected(name: &str) -> (&'static str, State) {
             ),
         ),
         "tool" | "steer_after_turnend" => {
-            let ping = result("call_0", "echo", "ping", false);
+            let (messages, _) = echoed(prompt, &["ping"], u(1));
             // The steering message pagent v4 adds is not on its wire (the model counts it).
             let answer = if scenario == "tool" {
                 "echo said: ping"
@@ -209,12 +211,7 @@ fn expected(name: &str) -> (&'static str, State) {
             (
                 leak(format!("{tool_turn} {events}")),
                 ended(
-                    vec![
-                        prompt,
-                        reply(vec![echo_call("call_0", "ping")], u(1)),
-                        as_message(&ping),
-                        text(answer, u(tool)),
-                    ],
+                    [messages, vec![text(answer, u(tool))]].concat(),
                     2,
                     RunStopReason::NoToolCalls,
                     vec![],
@@ -282,7 +279,7 @@ fn expected(name: &str) -> (&'static str, State) {
         "maxturns" if version == "v1" => {
             // v1: the last turn ran its tools and ended `stopped: false`; its `RunEnd`
             // says the run stopped there.
-            let (messages, r1) = echo_twice(prompt, u(1));
+            let (messages, r1) = echoed(prompt, &["again 0", "again 1"], u(1));
             (
                 leak(format!(
                     "{tool_turn} TurnStart2 Start:assistant End:assistant ToolStart ToolEnd \
@@ -294,7 +291,7 @@ fn expected(name: &str) -> (&'static str, State) {
         "maxturns" => {
             // v4: two tool turns (pagent writes no `TurnEnd` for the second), then the
             // synthesis turn, whose call does not run.
-            let (mut messages, _) = echo_twice(prompt, u(1));
+            let (mut messages, _) = echoed(prompt, &["again 0", "again 1"], u(1));
             messages.push(reply(vec![echo_call("call_2", "again 2")], u(1)));
             (
                 leak(format!(
@@ -326,19 +323,10 @@ fn expected(name: &str) -> (&'static str, State) {
         // pagent writes a second `TurnEnd` for the turn that ended `continuing`: the run
         // stops there.
         "cancel_after_turnend" => {
-            let ping = result("call_0", "echo", "ping", false);
+            let (messages, ping) = echoed(prompt, &["ping"], u(1));
             (
                 leak(format!("{tool_turn} AgentEnd:cancelled:3")),
-                ended(
-                    vec![
-                        prompt,
-                        reply(vec![echo_call("call_0", "ping")], u(1)),
-                        as_message(&ping),
-                    ],
-                    1,
-                    RunStopReason::Cancelled,
-                    vec![ping],
-                ),
+                ended(messages, 1, RunStopReason::Cancelled, vec![ping]),
             )
         }
         other => panic!("no expectation for capture {other}"),
