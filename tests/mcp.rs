@@ -169,6 +169,25 @@ impl Traffic {
             .map(|l| serde_json::from_str(l).unwrap())
             .collect()
     }
+
+    fn received(&self) -> Vec<Value> {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|l| l.strip_prefix("< "))
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// The id of the first `tools/call` sent.
+    fn call_id(&self) -> Value {
+        self.sent()
+            .into_iter()
+            .find(|m| m["method"] == "tools/call")
+            .map(|m| m["id"].clone())
+            .unwrap()
+    }
 }
 
 fn agent_with(faux: &Faux, tools: Vec<Arc<dyn Tool>>) -> Agent {
@@ -395,12 +414,7 @@ fn everything_abort_mid_call_tells_the_server_and_the_run_ends_cancelled_at_once
     // The target is 100 ms (see the report); the test bounds it where a loaded machine
     // cannot reach, far below the 60 s the operation would take.
     assert!(latency < Duration::from_secs(5), "abort took {latency:?}");
-    let call_id = traffic
-        .sent()
-        .iter()
-        .find(|m| m["method"] == "tools/call")
-        .map(|m| m["id"].clone())
-        .unwrap();
+    let call_id = traffic.call_id();
     let cancelled: Vec<Value> = traffic
         .sent()
         .into_iter()
@@ -922,6 +936,120 @@ fn a_call_timeout_cancels_the_request_and_says_so() {
     );
 }
 
+/// The params of every `notifications/cancelled` the fake server has read, asked of the
+/// server itself (its `cancelled` tool): proof that the notification was written, not only
+/// queued. Its answer comes after those notifications on the one pipe.
+fn cancellations_received(client: &Client) -> Vec<Value> {
+    let seen = client
+        .call_tool("cancelled", json!({}), &CancelToken::new(), &mut |_| {})
+        .unwrap();
+    serde_json::from_str(&seen.text()).unwrap()
+}
+
+#[test]
+fn a_call_the_server_never_answers_times_out_and_the_server_is_told() {
+    let traffic = Traffic::default();
+    let (builder, pidfile) = fake("ok");
+    let client = traffic
+        .attach(builder)
+        .call_timeout(Duration::from_millis(300))
+        .connect()
+        .unwrap();
+    let started = Instant::now();
+    let err = bounded({
+        let client = client.clone();
+        move || client.call_tool("hang", json!({}), &CancelToken::new(), &mut |_| {})
+    })
+    .unwrap_err();
+    let took = started.elapsed();
+    assert_eq!(
+        err,
+        McpError::Timeout {
+            method: "tools/call".into(),
+            after: Duration::from_millis(300)
+        }
+    );
+    assert!(took < Duration::from_secs(10), "the timeout took {took:?}");
+    assert_eq!(
+        cancellations_received(&client),
+        [json!({"requestId": traffic.call_id(), "reason": "timed out"})]
+    );
+    client.close();
+    assert!(gone(pid_in(&pidfile)));
+}
+
+#[test]
+fn an_abort_mid_call_is_written_to_the_server_and_the_call_returns_at_once() {
+    let traffic = Traffic::default();
+    let (builder, pidfile) = fake("ok");
+    let client = traffic.attach(builder).connect().unwrap();
+    let cancel = CancelToken::new();
+    let (result, latency) = bounded({
+        let client = client.clone();
+        let cancel = cancel.clone();
+        move || {
+            std::thread::scope(|s| {
+                let aborter = s.spawn(|| {
+                    // Not a timing assertion: the server is told whenever the abort comes.
+                    std::thread::sleep(Duration::from_millis(200));
+                    cancel.cancel();
+                    Instant::now()
+                });
+                let result = client.call_tool("hang", json!({}), &cancel, &mut |_| {});
+                (result, aborter.join().unwrap().elapsed())
+            })
+        }
+    });
+    assert_eq!(result.unwrap_err(), McpError::Aborted);
+    eprintln!("abort to the return of the call: {latency:?}");
+    // The target is 100 ms (benches/mcp.rs measures it); this bound cannot flake, and the
+    // call would otherwise never return.
+    assert!(latency < Duration::from_secs(2), "abort took {latency:?}");
+    assert_eq!(
+        cancellations_received(&client),
+        [json!({"requestId": traffic.call_id(), "reason": "aborted"})]
+    );
+    client.close();
+    assert!(gone(pid_in(&pidfile)));
+}
+
+#[test]
+fn input_schemas_reach_the_model_exactly_as_the_server_sent_them() {
+    let traffic = Traffic::default();
+    let (builder, _) = fake("ok");
+    let client = traffic.attach(builder).prefix("f_").connect().unwrap();
+    let faux = Faux::default()
+        .reply(FauxReply::text("hi"))
+        .record_requests(1);
+    let agent = agent_with(&faux, client.tools().unwrap());
+    bounded(move || agent.prompt("go").map(|_| ())).unwrap();
+    let mut from_server: Vec<(String, Value)> = traffic
+        .received()
+        .iter()
+        .filter_map(|m| m["result"]["tools"].as_array().cloned())
+        .flatten()
+        .map(|t| {
+            (
+                format!("f_{}", t["name"].as_str().unwrap()),
+                t["inputSchema"].clone(),
+            )
+        })
+        .collect();
+    let mut to_model: Vec<(String, Value)> = faux.requests()[0]
+        .tools
+        .iter()
+        .map(|t| (t.name.clone(), t.parameters.clone()))
+        .collect();
+    from_server.sort_by(|a, b| a.0.cmp(&b.0));
+    to_model.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(from_server.len(), 3);
+    assert_eq!(to_model, from_server);
+    // The echo schema has keys a rewriting client would drop or change.
+    let echo = &from_server.iter().find(|(n, _)| n == "f_echo").unwrap().1;
+    assert_eq!(echo["x-vendor"], json!({"nested": [1, 2.5, null]}));
+    assert_eq!(echo["additionalProperties"], json!(false));
+}
+
 // ---------------------------------------------------------------------------------------
 // Bad input: each a clear typed error, in bounded time, with no process left behind
 
@@ -993,6 +1121,21 @@ fn an_exit_during_initialize_is_exited_with_its_status_and_stderr() {
         err.to_string(),
         "the mcp server exited (exit status: 3); its stderr ends: fatal: no configuration found"
     );
+}
+
+#[test]
+fn only_the_end_of_a_long_stderr_is_kept_and_shown_in_the_error() {
+    let err = connect_fails("chatty-exit", |b| b.stderr_limit(64));
+    // The last 64 bytes of some 300 KB, trimmed.
+    let end = "e 19997\nnoise line 19998\nnoise line 19999\nfatal: the last words";
+    assert_eq!(
+        err,
+        McpError::Exited {
+            status: Some("exit status: 4".into()),
+            stderr: end.into()
+        }
+    );
+    assert!(err.to_string().ends_with(end), "{err}");
 }
 
 #[test]

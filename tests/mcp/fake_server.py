@@ -2,8 +2,10 @@
 
 `python3 fake_server.py MODE [PIDFILE]`: MODE `ok` is a well-behaved server; every other
 mode misbehaves at `initialize` in one way. Calls of the tools `die` and `babble` (not
-listed) exit and write garbage mid-call; `ask` sends the client two requests of its own. The pid is written to PIDFILE, so a test can
-check that no process is left behind.
+listed) exit and write garbage mid-call; `ask` sends the client two requests of its own;
+`hang` is never answered; `cancelled` answers with the params of every
+`notifications/cancelled` the server received so far, as JSON. The pid is written to
+PIDFILE, so a test can check that no process is left behind.
 """
 
 import json
@@ -30,8 +32,12 @@ def answer(id, result):
 
 TOOLS = [
     {"name": "echo", "description": "Echoes its text.",
-     "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}},
-                     "required": ["text"]}},
+     "inputSchema": {"$schema": "https://json-schema.org/draft/2020-12/schema",
+                     "type": "object",
+                     "properties": {"text": {"type": "string", "minLength": 1,
+                                             "description": "What to echo."}},
+                     "required": ["text"], "additionalProperties": False,
+                     "x-vendor": {"nested": [1, 2.5, None]}}},
     {"name": "slow", "description": "Reports progress, then answers.",
      "inputSchema": {"type": "object", "properties": {"steps": {"type": "integer"}}}},
     {"name": "grow", "description": "Adds a tool and tells the client.",
@@ -56,6 +62,13 @@ def initialize(id):
         sys.exit(3)
     elif MODE == "hang":
         pass
+    elif MODE == "chatty-exit":
+        # Far more than the client keeps: only the end is wanted.
+        for n in range(20000):
+            sys.stderr.write(f"noise line {n}\n")
+        sys.stderr.write("fatal: the last words\n")
+        sys.stderr.flush()
+        sys.exit(4)
     elif MODE == "old-version":
         answer(id, {"protocolVersion": "2023-01-01", "capabilities": {}})
     else:
@@ -63,11 +76,15 @@ def initialize(id):
                     "serverInfo": {"name": "fake", "version": "1.0"}})
 
 
+CANCELLED = []
+
 for line in sys.stdin:
     message = json.loads(line)
     id, method = message.get("id"), message.get("method")
     params = message.get("params") or {}
-    if method == "initialize":
+    if method == "notifications/cancelled":
+        CANCELLED.append(params)
+    elif method == "initialize":
         initialize(id)
     elif method == "ping":
         answer(id, {})
@@ -105,6 +122,10 @@ for line in sys.stdin:
             sys.stderr.write("dying mid-call\n")
             sys.stderr.flush()
             sys.exit(5)
+        elif name == "hang":
+            pass
+        elif name == "cancelled":
+            answer(id, {"content": [{"type": "text", "text": json.dumps(CANCELLED)}]})
         elif name == "babble":
             out.write(b"\x00\xff not a message\n")
             out.flush()
