@@ -64,9 +64,20 @@
 //! [`Client::tools`] lists the server's tools (every page of `tools/list`) and makes each
 //! a pagent tool: its name (after the optional [`ClientBuilder::prefix`]), its description,
 //! and its input schema passed through unchanged. A call sends `tools/call` and maps the
-//! result to a [`ToolOutput`](crate::ToolOutput) ([`CallResult::to_output`]: the text of
-//! each piece of content for the model, the whole result as details); a result with
-//! `isError` becomes an error result the model sees. Progress notifications become
+//! result to a [`ToolOutput`](crate::ToolOutput) ([`CallResult::to_output`]): its
+//! `content` is the text the model sees, one line (or more) per piece of the result, and
+//! its `details` is the whole result as the server sent it, for programs and UIs:
+//!
+//! | In the result | What the model sees | In `details` |
+//! |---|---|---|
+//! | `text` | the text | yes |
+//! | `image`, `audio` | a note: `[image: image/png, 1234 bytes base64]` (the data is not sent to the model) | the data |
+//! | `resource_link` | `[resource link: name <uri>]` | yes |
+//! | `resource` (embedded) | its text, or `[resource: uri, mime type]` for a blob | yes |
+//! | `structuredContent` | its JSON, only when there is no `content` (servers send the same as text) | yes |
+//! | `isError: true` | the text, as an error result ([`crate::ToolError`]) | no |
+//!
+//! The typed pieces are [`Content`], in [`CallResult::content`]. Progress notifications become
 //! `ToolUpdate` events in the order they came. `abort()` (the tool's cancel token) sends
 //! `notifications/cancelled` and the call returns at once with [`McpError::Aborted`];
 //! [`ClientBuilder::call_timeout`] bounds each call the same way.
