@@ -623,6 +623,41 @@ fn python_sdk_server_over_http_lists_calls_and_reports_errors() {
 }
 
 #[test]
+fn python_sdk_server_slower_than_the_call_timeout_is_a_timeout_over_http() {
+    let Some(dir) = installed() else { return };
+    let server = PyServer::start(&dir, &[]);
+    let client = Client::http(&server.url)
+        .call_timeout(Duration::from_millis(500))
+        .connect()
+        .unwrap();
+    let started = Instant::now();
+    // 100 steps take the server far longer than the timeout.
+    let err = bounded({
+        let client = client.clone();
+        move || {
+            client.call_tool(
+                "slow",
+                json!({"steps": 100}),
+                &CancelToken::new(),
+                &mut |_| {},
+            )
+        }
+    })
+    .unwrap_err();
+    assert_eq!(
+        err,
+        McpError::Timeout {
+            method: "tools/call".into(),
+            after: Duration::from_millis(500)
+        }
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+    // The session goes on.
+    client.ping().unwrap();
+    client.close();
+}
+
+#[test]
 fn python_sdk_server_killed_mid_call_is_a_typed_error_and_the_transcript_stays_valid() {
     let Some(dir) = installed() else { return };
     let server = Arc::new(Mutex::new(PyServer::start(&dir, &[])));
