@@ -420,6 +420,8 @@ fn everything_abort_mid_call_tells_the_server_and_the_run_ends_cancelled_at_once
         .into_iter()
         .filter(|m| m["method"] == "notifications/cancelled")
         .collect();
+    // What the client sent; that the server reads it is proven against the fake server
+    // (an_abort_mid_call_is_written_to_the_server_and_the_call_returns_at_once).
     assert_eq!(
         cancelled,
         [
@@ -903,6 +905,28 @@ fn the_servers_own_requests_are_answered() {
              "error": {"code": -32601, "message": "method not supported by the client"}}
         ])
     );
+}
+
+#[test]
+fn a_stdio_server_gets_its_arguments_environment_and_working_directory() {
+    let (builder, pidfile) = fake("ok");
+    let cwd = temp_dir("cwd");
+    let client = builder
+        .env("PAGENT_MCP_TEST", "set for the server")
+        .current_dir(&cwd)
+        .connect()
+        .unwrap();
+    // The arguments: the mode ("ok") and the pid file the server wrote.
+    assert_eq!(client.pid(), Some(pid_in(&pidfile)));
+    let found = client
+        .call_tool("where", json!({}), &CancelToken::new(), &mut |_| {})
+        .unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(&found.text()).unwrap(),
+        json!({"cwd": cwd.display().to_string(), "PAGENT_MCP_TEST": "set for the server"})
+    );
+    client.close();
+    assert!(gone(pid_in(&pidfile)));
 }
 
 #[test]

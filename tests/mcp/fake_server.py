@@ -3,7 +3,8 @@
 `python3 fake_server.py MODE [PIDFILE]`: MODE `ok` is a well-behaved server; every other
 mode misbehaves at `initialize` in one way. Calls of the tools `die` and `babble` (not
 listed) exit and write garbage mid-call; `ask` sends the client two requests of its own;
-`hang` is never answered; `cancelled` answers with the params of every
+`hang` is never answered; `where` answers with its working directory and the variable
+`PAGENT_MCP_TEST` of its environment, as JSON; `cancelled` answers with the params of every
 `notifications/cancelled` the server received so far, as JSON. The pid is written to
 PIDFILE, so a test can check that no process is left behind.
 """
@@ -124,6 +125,9 @@ for line in sys.stdin:
             sys.exit(5)
         elif name == "hang":
             pass
+        elif name == "where":
+            found = {"cwd": os.getcwd(), "PAGENT_MCP_TEST": os.environ.get("PAGENT_MCP_TEST")}
+            answer(id, {"content": [{"type": "text", "text": json.dumps(found)}]})
         elif name == "cancelled":
             answer(id, {"content": [{"type": "text", "text": json.dumps(CANCELLED)}]})
         elif name == "babble":
