@@ -277,23 +277,26 @@ fn a_client_whose_output_closed_ends_serve_without_an_error() {
         .expect("a broken pipe is the client leaving");
 }
 
+/// A factory of agents whose model calls `touch` (which needs permission), then answers
+/// "after".
+fn touching(_: &SessionInfo) -> Result<AgentBuilder, pagent::Error> {
+    let touch = tool::typed(
+        "touch",
+        "Touches.",
+        |_: serde_json::Map<String, Value>, _| Ok(ToolOutput::text("touched")),
+    );
+    Ok(Agent::builder()
+        .provider(
+            Faux::default()
+                .reply(FauxReply::tool_call("touch", json!({})))
+                .otherwise(|_| FauxReply::text("after")),
+        )
+        .tool(touch))
+}
+
 #[test]
 fn cancel_releases_a_permission_request_and_the_prompt_answers_cancelled() {
-    let factory = |_: &SessionInfo| {
-        let touch = tool::typed(
-            "touch",
-            "Touches.",
-            |_: serde_json::Map<String, Value>, _| Ok(ToolOutput::text("touched")),
-        );
-        Ok(Agent::builder()
-            .provider(
-                Faux::default()
-                    .reply(FauxReply::tool_call("touch", json!({})))
-                    .otherwise(|_| FauxReply::text("after")),
-            )
-            .tool(touch))
-    };
-    let mut client = Client::start(factory, acp::Options::new());
+    let mut client = Client::start(touching, acp::Options::new());
     let session = client.new_session(1);
     client.request(
         2,
@@ -322,6 +325,49 @@ fn cancel_releases_a_permission_request_and_the_prompt_answers_cancelled() {
     );
     // A late answer to the released request is ignored, and the session prompts again.
     client.send(json!({"jsonrpc": "2.0", "id": ask["id"], "result": {"outcome": {"outcome": "selected", "optionId": "allow_once"}}}));
+    client.request(
+        3,
+        "session/prompt",
+        json!({"sessionId": session, "prompt": [{"type": "text", "text": "again"}]}),
+    );
+    let last = client.until_response(3);
+    assert_eq!(
+        last.last().expect("a response")["result"]["stopReason"],
+        "end_turn"
+    );
+    client.close().expect("a clean end");
+}
+
+#[test]
+fn a_cancelled_permission_outcome_ends_the_prompt_cancelled() {
+    // The client answers `cancelled` (it cancelled the turn) before any `session/cancel`
+    // reaches the agent: the run ends there, without another model call ("after").
+    let mut client = Client::start(touching, acp::Options::new());
+    let session = client.new_session(1);
+    client.request(
+        2,
+        "session/prompt",
+        json!({"sessionId": session, "prompt": [{"type": "text", "text": "touch it"}]}),
+    );
+    let call = client.recv();
+    assert_eq!(call["params"]["update"]["sessionUpdate"], "tool_call");
+    let call_id = call["params"]["update"]["toolCallId"].clone();
+    let ask = client.recv();
+    assert_eq!(ask["method"], "session/request_permission");
+    client.send(
+        json!({"jsonrpc": "2.0", "id": ask["id"], "result": {"outcome": {"outcome": "cancelled"}}}),
+    );
+    let seen = client.until_response(2);
+    assert_eq!(
+        seen,
+        vec![
+            json!({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": session, "update": {
+                "sessionUpdate": "tool_call_update", "toolCallId": call_id, "status": "failed",
+                "content": [{"type": "content", "content": {"type": "text", "text": "cancelled: the run was aborted before this tool call ran"}}]}}}),
+            json!({"jsonrpc": "2.0", "id": 2, "result": {"stopReason": "cancelled"}}),
+        ]
+    );
+    // The next prompt of the session runs as usual: the cancel ended only that turn.
     client.request(
         3,
         "session/prompt",

@@ -93,7 +93,8 @@
 //! `allow_always` answer holds for that tool for the rest of the session. A `before_tool_call`
 //! hook the factory set is asked first: a call it blocks is blocked without asking, and the
 //! client sees the arguments it would run. A `session/cancel` (or the client leaving) ends the
-//! wait: the call gets a "cancelled" result and the run ends.
+//! wait: the call gets a "cancelled" result and the run ends. So does the `cancelled` outcome
+//! (the client's answer when it cancelled the prompt turn): the prompt answers `cancelled`.
 //!
 //! # Performance
 //!
