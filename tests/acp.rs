@@ -194,6 +194,39 @@ fn garbage_lines_and_unknown_methods_get_errors_and_the_server_reads_on() {
 }
 
 #[test]
+fn initialize_answers_version_1_with_the_agents_capabilities_and_info() {
+    let mut client = Client::start(
+        hello,
+        acp::Options::new()
+            .agent_info("tester", "A tester", "9.9.9")
+            .session_dir(std::env::temp_dir()),
+    );
+    // A client asking for a later version gets the one the agent speaks; so does one
+    // asking for an earlier one.
+    for (id, asked) in [(1, 7), (2, 0), (3, 1)] {
+        client.request(
+            id,
+            "initialize",
+            json!({"protocolVersion": asked, "clientCapabilities": {}}),
+        );
+        assert_eq!(
+            client.recv(),
+            json!({"jsonrpc": "2.0", "id": id, "result": {
+                "protocolVersion": 1,
+                "agentCapabilities": {
+                    "loadSession": true,
+                    "promptCapabilities": {"image": false, "audio": false, "embeddedContext": true},
+                    "mcpCapabilities": {"http": cfg!(feature = "mcp"), "sse": false},
+                },
+                "agentInfo": {"name": "tester", "title": "A tester", "version": "9.9.9"},
+                "authMethods": [],
+            }})
+        );
+    }
+    client.close().expect("a clean end");
+}
+
+#[test]
 fn a_client_that_disappears_mid_run_ends_serve_and_every_agent() {
     // One session waits for permission to run its tool, the other's model stalls for a
     // minute: both must end when the client goes. The model is shared: its first reply
