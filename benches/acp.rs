@@ -9,6 +9,10 @@
 //! and measures from the stamp to the line read: fold, listeners, mapping, JSON, the write and
 //! flush, the pipe, and the client's read. Criterion reports the per-delta time (its median
 //! is the median latency).
+//!
+//! `acp/cancel_to_cancelled_answer`: a prompt whose reply has streamed its first delta and
+//! then waits (a model that stalls until aborted), measured from the client writing
+//! `session/cancel` to it reading the prompt's `{"stopReason": "cancelled"}` answer.
 
 use std::io::{BufRead, BufReader, Write};
 use std::sync::Arc;
@@ -99,5 +103,79 @@ fn latency(c: &mut Criterion) {
     served.join().expect("serve ends").expect("cleanly");
 }
 
-criterion_group!(benches, latency);
+/// A model that streams one delta, then stalls until the run is aborted.
+struct Stalls;
+
+impl Provider for Stalls {
+    fn stream(
+        &self,
+        _request: &Request,
+        cancel: &CancelToken,
+        on_event: &mut OnEvent<'_>,
+    ) -> Result<ReplyEnd, pagent::Error> {
+        on_event(StreamEvent::text("Once upon a time, "))?;
+        let _ = cancel.receiver().recv_timeout(Duration::from_secs(60));
+        Err(pagent::Error::Aborted)
+    }
+}
+
+fn cancel(c: &mut Criterion) {
+    let (input_reader, mut input) = std::io::pipe().expect("a pipe");
+    let (output_reader, output) = std::io::pipe().expect("a pipe");
+    let served = std::thread::spawn(move || {
+        let factory = |_: &SessionInfo| Ok(Agent::builder().provider(Stalls));
+        acp::serve(
+            factory,
+            BufReader::new(input_reader),
+            output,
+            acp::Options::new(),
+        )
+    });
+    let mut lines = BufReader::new(output_reader);
+    let mut line = String::new();
+    let mut read = |line: &mut String| -> Value {
+        line.clear();
+        lines.read_line(line).expect("the server writes");
+        serde_json::from_str(line).expect("a JSON line")
+    };
+    let mut send = |v: Value| writeln!(input, "{v}").expect("the server reads");
+    send(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": "/tmp", "mcpServers": []}}),
+    );
+    let session = read(&mut line)["result"]["sessionId"].clone();
+    let mut id = 1u64;
+
+    c.bench_function("acp/cancel_to_cancelled_answer", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                id += 1;
+                send(
+                    json!({"jsonrpc": "2.0", "id": id, "method": "session/prompt",
+                    "params": {"sessionId": session, "prompt": [{"type": "text", "text": "go"}]}}),
+                );
+                // The first delta has streamed: the model now stalls.
+                let chunk = read(&mut line);
+                debug_assert_eq!(chunk["method"], "session/update");
+                let cancelled = Instant::now();
+                send(json!({"jsonrpc": "2.0", "method": "session/cancel",
+                    "params": {"sessionId": session}}));
+                let answer = loop {
+                    let m = read(&mut line);
+                    if m["id"] == json!(id) {
+                        break m;
+                    }
+                };
+                total += cancelled.elapsed();
+                assert_eq!(answer["result"]["stopReason"], "cancelled");
+            }
+            total
+        })
+    });
+
+    drop(input);
+    served.join().expect("serve ends").expect("cleanly");
+}
+
+criterion_group!(benches, latency, cancel);
 criterion_main!(benches);

@@ -194,35 +194,160 @@ fn garbage_lines_and_unknown_methods_get_errors_and_the_server_reads_on() {
 }
 
 #[test]
+fn initialize_answers_version_1_with_the_agents_capabilities_and_info() {
+    let mut client = Client::start(
+        hello,
+        acp::Options::new()
+            .agent_info("tester", "A tester", "9.9.9")
+            .session_dir(std::env::temp_dir()),
+    );
+    // A client asking for a later version gets the one the agent speaks; so does one
+    // asking for an earlier one.
+    for (id, asked) in [(1, 7), (2, 0), (3, 1)] {
+        client.request(
+            id,
+            "initialize",
+            json!({"protocolVersion": asked, "clientCapabilities": {}}),
+        );
+        assert_eq!(
+            client.recv(),
+            json!({"jsonrpc": "2.0", "id": id, "result": {
+                "protocolVersion": 1,
+                "agentCapabilities": {
+                    "loadSession": true,
+                    "promptCapabilities": {"image": false, "audio": false, "embeddedContext": true},
+                    "mcpCapabilities": {"http": cfg!(feature = "mcp"), "sse": false},
+                },
+                "agentInfo": {"name": "tester", "title": "A tester", "version": "9.9.9"},
+                "authMethods": [],
+            }})
+        );
+    }
+    client.close().expect("a clean end");
+}
+
+#[test]
 fn a_client_that_disappears_mid_run_ends_serve_and_every_agent() {
-    // The model stalls for a minute, and the tool would wait for permission: both must end
-    // when the client goes.
-    let model =
-        Arc::new(Faux::default().otherwise(|_| {
-            FauxReply::text("thinking about it").then_stall(Duration::from_secs(60))
-        }));
+    // One session waits for permission to run its tool, the other's model stalls for a
+    // minute: both must end when the client goes. The model is shared: its first reply
+    // (session 1's) calls the tool, every later one stalls.
+    let model = Arc::new(
+        Faux::default()
+            .reply(FauxReply::tool_call("touch", json!({})))
+            .otherwise(|_| {
+                FauxReply::text("thinking about it").then_stall(Duration::from_secs(60))
+            }),
+    );
     let held = model.clone();
-    let factory = move |_: &SessionInfo| Ok(Agent::builder().provider(held.clone()));
+    let factory = move |_: &SessionInfo| {
+        let touch = tool::typed(
+            "touch",
+            "Touches.",
+            |_: serde_json::Map<String, Value>, _| Ok(ToolOutput::text("touched")),
+        );
+        Ok(Agent::builder().provider(held.clone()).tool(touch))
+    };
     let mut client = Client::start(factory, acp::Options::new());
-    let session = client.new_session(1);
+    let waiting = client.new_session(1);
     client.request(
         2,
         "session/prompt",
-        json!({"sessionId": session, "prompt": [{"type": "text", "text": "go"}]}),
+        json!({"sessionId": waiting, "prompt": [{"type": "text", "text": "touch it"}]}),
+    );
+    assert_eq!(
+        client.recv()["params"]["update"]["sessionUpdate"],
+        "tool_call"
+    );
+    assert_eq!(client.recv()["method"], "session/request_permission");
+    let stalled = client.new_session(3);
+    client.request(
+        4,
+        "session/prompt",
+        json!({"sessionId": stalled, "prompt": [{"type": "text", "text": "go"}]}),
     );
     let first = client.recv();
     assert_eq!(
-        first["params"]["update"]["sessionUpdate"],
-        "agent_message_chunk"
+        (
+            first["params"]["sessionId"].as_str(),
+            first["params"]["update"]["sessionUpdate"].as_str()
+        ),
+        (Some(stalled.as_str()), Some("agent_message_chunk"))
     );
     let started = Instant::now();
+    // `serve` returns only once every prompt's thread (threads of a scope) has ended.
     client.close().expect("a clean end");
     assert!(
         started.elapsed() < Duration::from_secs(10),
-        "the stalled run was aborted"
+        "the stalled run and the permission wait were ended"
     );
     // Every agent (and the run thread that held one) is gone: only this test holds the model.
     assert_eq!(Arc::strong_count(&model), 1);
+}
+
+#[test]
+fn two_sessions_wait_for_permission_at_once_and_each_ends_on_its_own_answer() {
+    let mut client = Client::start(touching, acp::Options::new());
+    let first = client.new_session(1);
+    let second = client.new_session(2);
+    let touch_it = |session: &str| json!({"sessionId": session, "prompt": [{"type": "text", "text": "touch it"}]});
+    // Both runs reach their permission request; neither is answered yet.
+    let mut asks = Vec::new();
+    for (id, session) in [(3, &first), (4, &second)] {
+        client.request(id, "session/prompt", touch_it(session));
+        let call = client.recv();
+        assert_eq!(call["params"]["sessionId"], json!(session));
+        assert_eq!(call["params"]["update"]["sessionUpdate"], "tool_call");
+        let ask = client.recv();
+        assert_eq!(
+            (ask["method"].as_str(), ask["params"]["sessionId"].as_str()),
+            (Some("session/request_permission"), Some(session.as_str()))
+        );
+        asks.push((
+            ask["id"].clone(),
+            call["params"]["update"]["toolCallId"].clone(),
+        ));
+    }
+    let update = |session: &str, update: Value| {
+        json!({"jsonrpc": "2.0", "method": "session/update",
+            "params": {"sessionId": session, "update": update}})
+    };
+    let text = |t: &str| json!([{"type": "content", "content": {"type": "text", "text": t}}]);
+    let done = json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "done"}});
+    // The second session is allowed and runs to its end while the first still waits.
+    let (ask, call_id) = &asks[1];
+    client.send(json!({"jsonrpc": "2.0", "id": ask, "result": {"outcome": {"outcome": "selected", "optionId": "allow_once"}}}));
+    assert_eq!(
+        client.until_response(4),
+        vec![
+            update(
+                &second,
+                json!({"sessionUpdate": "tool_call_update", "toolCallId": call_id, "status": "in_progress"})
+            ),
+            update(
+                &second,
+                json!({"sessionUpdate": "tool_call_update", "toolCallId": call_id, "status": "completed",
+                    "content": text("touched")})
+            ),
+            update(&second, done.clone()),
+            json!({"jsonrpc": "2.0", "id": 4, "result": {"stopReason": "end_turn"}}),
+        ]
+    );
+    // Then the first is rejected.
+    let (ask, call_id) = &asks[0];
+    client.send(json!({"jsonrpc": "2.0", "id": ask, "result": {"outcome": {"outcome": "selected", "optionId": "reject_once"}}}));
+    assert_eq!(
+        client.until_response(3),
+        vec![
+            update(
+                &first,
+                json!({"sessionUpdate": "tool_call_update", "toolCallId": call_id, "status": "failed",
+                    "content": text("blocked: the user rejected this call")})
+            ),
+            update(&first, done),
+            json!({"jsonrpc": "2.0", "id": 3, "result": {"stopReason": "end_turn"}}),
+        ]
+    );
+    client.close().expect("a clean end");
 }
 
 #[test]
@@ -277,23 +402,26 @@ fn a_client_whose_output_closed_ends_serve_without_an_error() {
         .expect("a broken pipe is the client leaving");
 }
 
+/// A factory of agents whose model calls `touch` (which needs permission), then answers
+/// "done".
+fn touching(_: &SessionInfo) -> Result<AgentBuilder, pagent::Error> {
+    let touch = tool::typed(
+        "touch",
+        "Touches.",
+        |_: serde_json::Map<String, Value>, _| Ok(ToolOutput::text("touched")),
+    );
+    Ok(Agent::builder()
+        .provider(
+            Faux::default()
+                .reply(FauxReply::tool_call("touch", json!({})))
+                .otherwise(|_| FauxReply::text("done")),
+        )
+        .tool(touch))
+}
+
 #[test]
 fn cancel_releases_a_permission_request_and_the_prompt_answers_cancelled() {
-    let factory = |_: &SessionInfo| {
-        let touch = tool::typed(
-            "touch",
-            "Touches.",
-            |_: serde_json::Map<String, Value>, _| Ok(ToolOutput::text("touched")),
-        );
-        Ok(Agent::builder()
-            .provider(
-                Faux::default()
-                    .reply(FauxReply::tool_call("touch", json!({})))
-                    .otherwise(|_| FauxReply::text("after")),
-            )
-            .tool(touch))
-    };
-    let mut client = Client::start(factory, acp::Options::new());
+    let mut client = Client::start(touching, acp::Options::new());
     let session = client.new_session(1);
     client.request(
         2,
@@ -322,6 +450,49 @@ fn cancel_releases_a_permission_request_and_the_prompt_answers_cancelled() {
     );
     // A late answer to the released request is ignored, and the session prompts again.
     client.send(json!({"jsonrpc": "2.0", "id": ask["id"], "result": {"outcome": {"outcome": "selected", "optionId": "allow_once"}}}));
+    client.request(
+        3,
+        "session/prompt",
+        json!({"sessionId": session, "prompt": [{"type": "text", "text": "again"}]}),
+    );
+    let last = client.until_response(3);
+    assert_eq!(
+        last.last().expect("a response")["result"]["stopReason"],
+        "end_turn"
+    );
+    client.close().expect("a clean end");
+}
+
+#[test]
+fn a_cancelled_permission_outcome_ends_the_prompt_cancelled() {
+    // The client answers `cancelled` (it cancelled the turn) before any `session/cancel`
+    // reaches the agent: the run ends there, without another model call ("done").
+    let mut client = Client::start(touching, acp::Options::new());
+    let session = client.new_session(1);
+    client.request(
+        2,
+        "session/prompt",
+        json!({"sessionId": session, "prompt": [{"type": "text", "text": "touch it"}]}),
+    );
+    let call = client.recv();
+    assert_eq!(call["params"]["update"]["sessionUpdate"], "tool_call");
+    let call_id = call["params"]["update"]["toolCallId"].clone();
+    let ask = client.recv();
+    assert_eq!(ask["method"], "session/request_permission");
+    client.send(
+        json!({"jsonrpc": "2.0", "id": ask["id"], "result": {"outcome": {"outcome": "cancelled"}}}),
+    );
+    let seen = client.until_response(2);
+    assert_eq!(
+        seen,
+        vec![
+            json!({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": session, "update": {
+                "sessionUpdate": "tool_call_update", "toolCallId": call_id, "status": "failed",
+                "content": [{"type": "content", "content": {"type": "text", "text": "cancelled: the run was aborted before this tool call ran"}}]}}}),
+            json!({"jsonrpc": "2.0", "id": 2, "result": {"stopReason": "cancelled"}}),
+        ]
+    );
+    // The next prompt of the session runs as usual: the cancel ended only that turn.
     client.request(
         3,
         "session/prompt",

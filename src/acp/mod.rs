@@ -93,15 +93,18 @@
 //! `allow_always` answer holds for that tool for the rest of the session. A `before_tool_call`
 //! hook the factory set is asked first: a call it blocks is blocked without asking, and the
 //! client sees the arguments it would run. A `session/cancel` (or the client leaving) ends the
-//! wait: the call gets a "cancelled" result and the run ends.
+//! wait: the call gets a "cancelled" result and the run ends. So does the `cancelled` outcome
+//! (the client's answer when it cancelled the prompt turn): the prompt answers `cancelled`.
 //!
 //! # Performance
 //!
 //! An update is written and flushed on the run's thread as the event happens, before the
 //! run goes on: from a model's text delta to the client having read its `session/update`
 //! line takes a median of 7.3 µs over OS pipes (`cargo bench -p pagent-benches --features acp
-//! --bench acp`). A `session/cancel` ends the prompt as fast as an abort ends the run (about
-//! a millisecond measured by the SDK client while a reply streams).
+//! --bench acp`). A `session/cancel` ends the prompt as fast as an abort ends the run: from
+//! the client writing it while a reply streams to the client having read the `cancelled`
+//! answer takes a median of 0.15 ms in the same bench (about a millisecond measured by the
+//! SDK client).
 //!
 //! # Errors on the stream
 //!

@@ -457,6 +457,12 @@ fn permission_hook(builder: AgentBuilder, shared: &Arc<Shared>, id: &str) -> Age
                     always.lock().insert(call.name.clone());
                 }
                 Permission::Refused(why) => return Some(ToolDecision::Block(why)),
+                // The client cancelled the prompt turn: end the run as `session/cancel`
+                // does (the call gets a "cancelled" result, the prompt answers `cancelled`).
+                Permission::Cancelled => {
+                    request.cancel().cancel();
+                    return Some(ToolDecision::Block("cancelled by the client".into()));
+                }
             }
         }
         // The call runs now: its `ToolExecute` shows it running (see `map::updates`).
@@ -468,6 +474,8 @@ enum Permission {
     Once,
     Always,
     Refused(String),
+    /// The `cancelled` outcome: the client cancelled the prompt turn.
+    Cancelled,
 }
 
 /// Sends `session/request_permission` for `call` and waits for the answer, or for an abort.
@@ -517,7 +525,7 @@ fn permission(response: Response) -> Permission {
         (Some("selected"), Some("allow_once")) => Permission::Once,
         (Some("selected"), Some("allow_always")) => Permission::Always,
         (Some("selected"), Some(_)) => Permission::Refused("the user rejected this call".into()),
-        (Some("cancelled"), _) => Permission::Refused("cancelled by the client".into()),
+        (Some("cancelled"), _) => Permission::Cancelled,
         _ => Permission::Refused(format!(
             "the client's answer {} is not a permission outcome",
             response.unwrap_or_default()
