@@ -840,6 +840,9 @@ fn a_redis_restart_mid_run_fails_the_run_with_a_typed_error_and_loses_nothing_ac
         .unwrap()
         .prefix("restart-worker")
         .timeout(Duration::from_secs(1));
+    // The agent's state at the end of each run, to compare with a mirror's.
+    let ended: Arc<Mutex<Vec<pagent::State>>> = Arc::default();
+    let e = ended.clone();
     // The first reply streams slowly, so the restart lands inside it.
     let worker = Worker::new(&redis, "w", |_, messages| {
         let faux = answering(Duration::from_millis(800)).chunk_chars(1);
@@ -847,7 +850,8 @@ fn a_redis_restart_mid_run_fails_the_run_with_a_typed_error_and_loses_nothing_ac
     })
     .unwrap()
     .lease(Duration::from_millis(600))
-    .claim_after(Duration::from_millis(1500));
+    .claim_after(Duration::from_millis(1500))
+    .on_end(move |_, _, state| e.lock().unwrap().push(state.clone()));
     let queue = Queue::new(&redis);
     let store = Store::new(&redis);
     let id = queue.prompt("c", "Hello").unwrap();
@@ -856,6 +860,10 @@ fn a_redis_restart_mid_run_fails_the_run_with_a_typed_error_and_loses_nothing_ac
     wait_until("the prompt stored", || {
         store.load("c").is_ok_and(|l| l.messages.len() == 1)
     });
+    // A mirror follows the run from its start, through the restart, to the `AgentEnd` of
+    // the run that resumes it.
+    let mut mirror = RemoteMirror::new(&redis, "c");
+    let follower = std::thread::spawn(move || mirror.follow_run(PATIENCE));
     server.kill();
     let failed = step.join().unwrap();
     assert!(
@@ -874,6 +882,10 @@ fn a_redis_restart_mid_run_fails_the_run_with_a_typed_error_and_loses_nothing_ac
         described(&store, "c"),
         answered(&["Hello".to_string()], |p| format!("answer to {p}"))
     );
+    let mirrored = follower.join().unwrap().unwrap();
+    let ended = ended.lock().unwrap();
+    assert_eq!(ended.len(), 1, "only the resumed run ended");
+    assert_eq!(mirrored.timeline(), ended[0].timeline());
 }
 
 #[test]
@@ -916,6 +928,65 @@ fn a_worker_that_lost_its_lease_cannot_write_to_the_transcript() {
     assert_eq!(
         described(&store, "c"),
         answered(&["Hello".to_string()], |p| format!("answer to {p}"))
+    );
+}
+
+#[test]
+fn a_queue_entry_replayed_after_its_prompt_was_answered_runs_nothing() {
+    let redis = shared("replay");
+    let prefix = format!("t{}-replay", std::process::id());
+    let store = Store::new(&redis);
+    store.delete("c").unwrap();
+    let built = Arc::new(Mutex::new(0usize));
+    let b = built.clone();
+    let worker = Worker::new(&redis, "w", move |_, messages| {
+        *b.lock().unwrap() += 1;
+        let faux = answering(Duration::ZERO);
+        Agent::builder().provider(faux).messages(messages).build()
+    })
+    .unwrap()
+    .claim_after(Duration::from_millis(200));
+    let id = Queue::new(&redis).prompt("c", "Hello").unwrap();
+    assert_eq!(worker.step(Duration::from_secs(1)), Ok(1));
+    let once = answered(&["Hello".to_string()], |p| format!("answer to {p}"));
+    assert_eq!(described(&store, "c"), once);
+    // A worker that died after marking the run done and before acknowledging leaves its
+    // queue entry pending: the same entry, claimed by a consumer that never acknowledges.
+    let mut conn = raw(&shared_url());
+    let queue = format!("{prefix}:{{queue}}");
+    redis::cmd("XADD")
+        .arg(&queue)
+        .arg("*")
+        .arg("conversation")
+        .arg("c")
+        .query::<String>(&mut conn)
+        .unwrap();
+    redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg("workers")
+        .arg("dead")
+        .arg("COUNT")
+        .arg(1)
+        .arg("STREAMS")
+        .arg(&queue)
+        .arg(">")
+        .query::<redis::Value>(&mut conn)
+        .unwrap();
+    // The live worker claims it after `claim_after` and finds the inbox done up to it.
+    wait_until("the replayed entry handled", || {
+        worker.step(Duration::from_millis(50)) == Ok(1)
+    });
+    assert_eq!(described(&store, "c"), once);
+    assert_eq!(*built.lock().unwrap(), 1, "no second run");
+    assert_eq!(done_of(&mut conn, &prefix, "c"), Some(id));
+    let pending: redis::Value = redis::cmd("XPENDING")
+        .arg(&queue)
+        .arg("workers")
+        .query(&mut conn)
+        .unwrap();
+    assert!(
+        matches!(&pending, redis::Value::Array(v) if v.first() == Some(&redis::Value::Int(0))),
+        "{pending:?}"
     );
 }
 
