@@ -645,7 +645,7 @@ fn steering_and_an_abort_reach_the_worker_running_the_conversation() {
     let running: Arc<Mutex<Option<AgentHandle>>> = Arc::default();
     let in_tool = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (slot, flag) = (running.clone(), in_tool.clone());
-    let worker = Worker::new(&redis, "w", move |conversation, messages| {
+    let factory = move |conversation: &str, messages: Vec<Message>| {
         let agent = if conversation == "steered" {
             let (r, flag) = (slot.clone(), flag.clone());
             let tool = fn_tool("wait", move |_, _| {
@@ -674,11 +674,19 @@ fn steering_and_an_abort_reach_the_worker_running_the_conversation() {
         };
         *slot.lock().unwrap() = Some(agent.handle());
         Ok(agent)
-    })
-    .unwrap()
-    .lease(Duration::from_millis(600))
-    .claim_after(Duration::from_secs(2));
-    let _w = InProcess::start(worker);
+    };
+    // Two workers: the one running a conversation reads no queue entry meanwhile, so the
+    // other one takes the steer's and the abort's, and they reach the run all the same.
+    let _workers: Vec<InProcess> = ["w1", "w2"]
+        .into_iter()
+        .map(|name| {
+            let worker = Worker::new(&redis, name, factory.clone())
+                .unwrap()
+                .lease(Duration::from_millis(600))
+                .claim_after(Duration::from_secs(2));
+            InProcess::start(worker)
+        })
+        .collect();
     let queue = Queue::new(&redis);
     let mut conn = raw(&shared_url());
     let prefix = format!("t{}-control", std::process::id());
