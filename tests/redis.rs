@@ -66,17 +66,7 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) {
-        let server = std::env::var("PAGENT_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
-        let child = Command::new(server)
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--dir", self.dir.to_str().unwrap(), "--save", ""])
-            .args(["--appendonly", if self.aof { "yes" } else { "no" }])
-            .args(["--appendfsync", "always"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server runs (.ci/redis.sh install)");
-        self.child = Some(child);
+        self.launch(&[]);
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
             if ping(self.port) {
@@ -85,6 +75,22 @@ impl RedisServer {
             std::thread::sleep(Duration::from_millis(20));
         }
         panic!("redis-server did not start on port {}", self.port);
+    }
+
+    /// Starts the server with `extra` arguments, without waiting for it to answer.
+    fn launch(&mut self, extra: &[&str]) {
+        let server = std::env::var("PAGENT_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+        let child = Command::new(server)
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--dir", self.dir.to_str().unwrap(), "--save", ""])
+            .args(["--appendonly", if self.aof { "yes" } else { "no" }])
+            .args(["--appendfsync", "always"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server runs (.ci/redis.sh install)");
+        self.child = Some(child);
     }
 
     /// Kills the server with SIGKILL (what it acknowledged is in its synced log).
@@ -113,14 +119,20 @@ impl Drop for RedisServer {
 }
 
 fn ping(port: u16) -> bool {
+    answers(port, "PING", "+PONG")
+}
+
+/// Whether the server on `port` answers the inline `command` with a line starting with
+/// `start`.
+fn answers(port: u16, command: &str, start: &str) -> bool {
     let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
         return false;
     };
     let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
     let mut line = String::new();
-    s.write_all(b"PING\r\n").is_ok()
+    s.write_all(format!("{command}\r\n").as_bytes()).is_ok()
         && BufReader::new(s).read_line(&mut line).is_ok()
-        && line.starts_with("+PONG")
+        && line.starts_with(start)
 }
 
 /// The shared server: `PAGENT_REDIS_URL`, or one of this test binary's own. That one lives
@@ -604,6 +616,52 @@ fn a_remote_mirror_in_another_process_follows_runs_through_a_redis_restart() {
     assert!(out.contains(&format!("events {total}\n")), "{out}");
     let state = format!("state {:?}\n", agent.snapshot().timeline());
     assert!(out.contains(&state), "{out}\nexpected {state}");
+}
+
+#[test]
+fn a_remote_mirror_waits_out_a_redis_still_loading_its_data_after_a_restart() {
+    let mut server = RedisServer::start(true);
+    let redis = Redis::open(&server.url())
+        .unwrap()
+        .prefix("loading")
+        .timeout(Duration::from_secs(1));
+    let agent = Agent::builder()
+        .provider(Faux::new([FauxReply::text("Hi.")]))
+        .build()
+        .unwrap();
+    let before = agent.snapshot().timeline();
+    let log = EventLog::new(&redis, "c");
+    let _sub = agent.subscribe(log.listener());
+    agent.prompt("Hello").unwrap();
+    assert_eq!(log.error(), None);
+    // Enough keys that loading them back takes seconds (with a delay per key).
+    let mut conn = raw(&server.url());
+    let mut pipe = redis::pipe();
+    for i in 0..5000 {
+        pipe.cmd("SET").arg(format!("filler{i}")).arg("x").ignore();
+    }
+    pipe.query::<()>(&mut conn).unwrap();
+    // Loaded back from a snapshot, which lets clients in between keys (an append-only
+    // file only every 1024 commands: a connection's handshake would time out instead).
+    redis::cmd("SAVE").query::<()>(&mut conn).unwrap();
+    server.kill();
+    server.launch(&[
+        "--appendonly",
+        "no",
+        "--key-load-delay",
+        "1000",
+        "--loading-process-events-interval-bytes",
+        "1024",
+    ]);
+    wait_until("the server loading", || {
+        answers(server.port, "GET x", "-LOADING")
+    });
+    // Loading is a wait, not a failure: the mirror goes on once the data is back.
+    let mut mirror = RemoteMirror::new(&redis, "c").from_state(before);
+    let read = mirror.next_event(Duration::from_millis(10));
+    assert!(matches!(read, Err(Error::Connection(_))), "{read:?}");
+    let state = mirror.follow_run(PATIENCE).unwrap();
+    assert_eq!(state.timeline(), agent.snapshot().timeline());
 }
 
 // ---- the queue and the workers ----
