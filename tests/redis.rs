@@ -66,17 +66,7 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) {
-        let server = std::env::var("PAGENT_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
-        let child = Command::new(server)
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--dir", self.dir.to_str().unwrap(), "--save", ""])
-            .args(["--appendonly", if self.aof { "yes" } else { "no" }])
-            .args(["--appendfsync", "always"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server runs (.ci/redis.sh install)");
-        self.child = Some(child);
+        self.launch(&[]);
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
             if ping(self.port) {
@@ -85,6 +75,22 @@ impl RedisServer {
             std::thread::sleep(Duration::from_millis(20));
         }
         panic!("redis-server did not start on port {}", self.port);
+    }
+
+    /// Starts the server with `extra` arguments, without waiting for it to answer.
+    fn launch(&mut self, extra: &[&str]) {
+        let server = std::env::var("PAGENT_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+        let child = Command::new(server)
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--dir", self.dir.to_str().unwrap(), "--save", ""])
+            .args(["--appendonly", if self.aof { "yes" } else { "no" }])
+            .args(["--appendfsync", "always"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server runs (.ci/redis.sh install)");
+        self.child = Some(child);
     }
 
     /// Kills the server with SIGKILL (what it acknowledged is in its synced log).
@@ -113,14 +119,20 @@ impl Drop for RedisServer {
 }
 
 fn ping(port: u16) -> bool {
+    answers(port, "PING", "+PONG")
+}
+
+/// Whether the server on `port` answers the inline `command` with a line starting with
+/// `start`.
+fn answers(port: u16, command: &str, start: &str) -> bool {
     let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
         return false;
     };
     let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
     let mut line = String::new();
-    s.write_all(b"PING\r\n").is_ok()
+    s.write_all(format!("{command}\r\n").as_bytes()).is_ok()
         && BufReader::new(s).read_line(&mut line).is_ok()
-        && line.starts_with("+PONG")
+        && line.starts_with(start)
 }
 
 /// The shared server: `PAGENT_REDIS_URL`, or one of this test binary's own. That one lives
@@ -606,6 +618,52 @@ fn a_remote_mirror_in_another_process_follows_runs_through_a_redis_restart() {
     assert!(out.contains(&state), "{out}\nexpected {state}");
 }
 
+#[test]
+fn a_remote_mirror_waits_out_a_redis_still_loading_its_data_after_a_restart() {
+    let mut server = RedisServer::start(true);
+    let redis = Redis::open(&server.url())
+        .unwrap()
+        .prefix("loading")
+        .timeout(Duration::from_secs(1));
+    let agent = Agent::builder()
+        .provider(Faux::new([FauxReply::text("Hi.")]))
+        .build()
+        .unwrap();
+    let before = agent.snapshot().timeline();
+    let log = EventLog::new(&redis, "c");
+    let _sub = agent.subscribe(log.listener());
+    agent.prompt("Hello").unwrap();
+    assert_eq!(log.error(), None);
+    // Enough keys that loading them back takes seconds (with a delay per key).
+    let mut conn = raw(&server.url());
+    let mut pipe = redis::pipe();
+    for i in 0..5000 {
+        pipe.cmd("SET").arg(format!("filler{i}")).arg("x").ignore();
+    }
+    pipe.query::<()>(&mut conn).unwrap();
+    // Loaded back from a snapshot, which lets clients in between keys (an append-only
+    // file only every 1024 commands: a connection's handshake would time out instead).
+    redis::cmd("SAVE").query::<()>(&mut conn).unwrap();
+    server.kill();
+    server.launch(&[
+        "--appendonly",
+        "no",
+        "--key-load-delay",
+        "1000",
+        "--loading-process-events-interval-bytes",
+        "1024",
+    ]);
+    wait_until("the server loading", || {
+        answers(server.port, "GET x", "-LOADING")
+    });
+    // Loading is a wait, not a failure: the mirror goes on once the data is back.
+    let mut mirror = RemoteMirror::new(&redis, "c").from_state(before);
+    let read = mirror.next_event(Duration::from_millis(10));
+    assert!(matches!(read, Err(Error::Connection(_))), "{read:?}");
+    let state = mirror.follow_run(PATIENCE).unwrap();
+    assert_eq!(state.timeline(), agent.snapshot().timeline());
+}
+
 // ---- the queue and the workers ----
 
 /// A worker on its own thread in this process, stopped and joined when dropped.
@@ -645,7 +703,7 @@ fn steering_and_an_abort_reach_the_worker_running_the_conversation() {
     let running: Arc<Mutex<Option<AgentHandle>>> = Arc::default();
     let in_tool = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (slot, flag) = (running.clone(), in_tool.clone());
-    let worker = Worker::new(&redis, "w", move |conversation, messages| {
+    let factory = move |conversation: &str, messages: Vec<Message>| {
         let agent = if conversation == "steered" {
             let (r, flag) = (slot.clone(), flag.clone());
             let tool = fn_tool("wait", move |_, _| {
@@ -674,11 +732,19 @@ fn steering_and_an_abort_reach_the_worker_running_the_conversation() {
         };
         *slot.lock().unwrap() = Some(agent.handle());
         Ok(agent)
-    })
-    .unwrap()
-    .lease(Duration::from_millis(600))
-    .claim_after(Duration::from_secs(2));
-    let _w = InProcess::start(worker);
+    };
+    // Two workers: the one running a conversation reads no queue entry meanwhile, so the
+    // other one takes the steer's and the abort's, and they reach the run all the same.
+    let _workers: Vec<InProcess> = ["w1", "w2"]
+        .into_iter()
+        .map(|name| {
+            let worker = Worker::new(&redis, name, factory.clone())
+                .unwrap()
+                .lease(Duration::from_millis(600))
+                .claim_after(Duration::from_secs(2));
+            InProcess::start(worker)
+        })
+        .collect();
     let queue = Queue::new(&redis);
     let mut conn = raw(&shared_url());
     let prefix = format!("t{}-control", std::process::id());
@@ -840,6 +906,9 @@ fn a_redis_restart_mid_run_fails_the_run_with_a_typed_error_and_loses_nothing_ac
         .unwrap()
         .prefix("restart-worker")
         .timeout(Duration::from_secs(1));
+    // The agent's state at the end of each run, to compare with a mirror's.
+    let ended: Arc<Mutex<Vec<pagent::State>>> = Arc::default();
+    let e = ended.clone();
     // The first reply streams slowly, so the restart lands inside it.
     let worker = Worker::new(&redis, "w", |_, messages| {
         let faux = answering(Duration::from_millis(800)).chunk_chars(1);
@@ -847,7 +916,8 @@ fn a_redis_restart_mid_run_fails_the_run_with_a_typed_error_and_loses_nothing_ac
     })
     .unwrap()
     .lease(Duration::from_millis(600))
-    .claim_after(Duration::from_millis(1500));
+    .claim_after(Duration::from_millis(1500))
+    .on_end(move |_, _, state| e.lock().unwrap().push(state.clone()));
     let queue = Queue::new(&redis);
     let store = Store::new(&redis);
     let id = queue.prompt("c", "Hello").unwrap();
@@ -856,6 +926,10 @@ fn a_redis_restart_mid_run_fails_the_run_with_a_typed_error_and_loses_nothing_ac
     wait_until("the prompt stored", || {
         store.load("c").is_ok_and(|l| l.messages.len() == 1)
     });
+    // A mirror follows the run from its start, through the restart, to the `AgentEnd` of
+    // the run that resumes it.
+    let mut mirror = RemoteMirror::new(&redis, "c");
+    let follower = std::thread::spawn(move || mirror.follow_run(PATIENCE));
     server.kill();
     let failed = step.join().unwrap();
     assert!(
@@ -874,6 +948,10 @@ fn a_redis_restart_mid_run_fails_the_run_with_a_typed_error_and_loses_nothing_ac
         described(&store, "c"),
         answered(&["Hello".to_string()], |p| format!("answer to {p}"))
     );
+    let mirrored = follower.join().unwrap().unwrap();
+    let ended = ended.lock().unwrap();
+    assert_eq!(ended.len(), 1, "only the resumed run ended");
+    assert_eq!(mirrored.timeline(), ended[0].timeline());
 }
 
 #[test]
@@ -916,6 +994,65 @@ fn a_worker_that_lost_its_lease_cannot_write_to_the_transcript() {
     assert_eq!(
         described(&store, "c"),
         answered(&["Hello".to_string()], |p| format!("answer to {p}"))
+    );
+}
+
+#[test]
+fn a_queue_entry_replayed_after_its_prompt_was_answered_runs_nothing() {
+    let redis = shared("replay");
+    let prefix = format!("t{}-replay", std::process::id());
+    let store = Store::new(&redis);
+    store.delete("c").unwrap();
+    let built = Arc::new(Mutex::new(0usize));
+    let b = built.clone();
+    let worker = Worker::new(&redis, "w", move |_, messages| {
+        *b.lock().unwrap() += 1;
+        let faux = answering(Duration::ZERO);
+        Agent::builder().provider(faux).messages(messages).build()
+    })
+    .unwrap()
+    .claim_after(Duration::from_millis(200));
+    let id = Queue::new(&redis).prompt("c", "Hello").unwrap();
+    assert_eq!(worker.step(Duration::from_secs(1)), Ok(1));
+    let once = answered(&["Hello".to_string()], |p| format!("answer to {p}"));
+    assert_eq!(described(&store, "c"), once);
+    // A worker that died after marking the run done and before acknowledging leaves its
+    // queue entry pending: the same entry, claimed by a consumer that never acknowledges.
+    let mut conn = raw(&shared_url());
+    let queue = format!("{prefix}:{{queue}}");
+    redis::cmd("XADD")
+        .arg(&queue)
+        .arg("*")
+        .arg("conversation")
+        .arg("c")
+        .query::<String>(&mut conn)
+        .unwrap();
+    redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg("workers")
+        .arg("dead")
+        .arg("COUNT")
+        .arg(1)
+        .arg("STREAMS")
+        .arg(&queue)
+        .arg(">")
+        .query::<redis::Value>(&mut conn)
+        .unwrap();
+    // The live worker claims it after `claim_after` and finds the inbox done up to it.
+    wait_until("the replayed entry handled", || {
+        worker.step(Duration::from_millis(50)) == Ok(1)
+    });
+    assert_eq!(described(&store, "c"), once);
+    assert_eq!(*built.lock().unwrap(), 1, "no second run");
+    assert_eq!(done_of(&mut conn, &prefix, "c"), Some(id));
+    let pending: redis::Value = redis::cmd("XPENDING")
+        .arg(&queue)
+        .arg("workers")
+        .query(&mut conn)
+        .unwrap();
+    assert!(
+        matches!(&pending, redis::Value::Array(v) if v.first() == Some(&redis::Value::Int(0))),
+        "{pending:?}"
     );
 }
 

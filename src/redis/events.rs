@@ -27,6 +27,19 @@ const READ_COUNT: usize = 256;
 /// clones share the connection and the error. The first failure makes it silent from then
 /// on (a follower never sees a stream with a hole in the middle): check
 /// [`EventLog::error`].
+///
+/// It does not reconnect and go on writing after a failure (a Redis restart in the middle
+/// of a run): the events lost meanwhile (a `MessageEnd`, a `ToolEnd`) would be missing from
+/// every follower's fold with nothing to tell it, so a [`RemoteMirror`] would end that run
+/// with a state that differs from the agent's; and while Redis is away each event would
+/// block the run for a connection attempt. Use one log per run instead, as a
+/// [`Worker`](super::Worker) does: a follower sees the failed run break off without its
+/// `AgentEnd`, and the run that the worker resumes from the stored transcript after the
+/// restart writes to a new log, whose `AgentEnd` [`RemoteMirror::follow_run`] returns
+/// (its state equals the agent's when the follower had folded in every message stored
+/// before the failure; one that Redis stored in the transcript but lost from the event
+/// stream is in [`Store::load`](super::Store::load), which a follower that must be sure
+/// reads after the run).
 #[derive(Clone)]
 pub struct EventLog {
     inner: Arc<Mutex<LogInner>>,

@@ -211,9 +211,11 @@ impl Redis {
     }
 }
 
-/// A Redis error as one of ours: no connection or a dropped one is [`Error::Connection`]
-/// (retryable), no reply in time is [`Error::Timeout`], anything else (a server error
-/// reply, a reply of an unexpected shape) is [`Error::Io`] with its text.
+/// A Redis error as one of ours: no connection, a dropped one, or a server not ready yet
+/// (`LOADING` its data after a restart, `TRYAGAIN`, `MASTERDOWN`, `CLUSTERDOWN`: the
+/// errors Redis says to wait out) is [`Error::Connection`] (retryable), no reply in time
+/// is [`Error::Timeout`], anything else (a server error reply, a reply of an unexpected
+/// shape) is [`Error::Io`] with its text.
 pub(crate) fn map_err(e: &::redis::RedisError, connecting: bool) -> Error {
     if e.is_timeout() {
         Error::Timeout(if connecting {
@@ -221,7 +223,11 @@ pub(crate) fn map_err(e: &::redis::RedisError, connecting: bool) -> Error {
         } else {
             TimeoutPhase::FirstByte
         })
-    } else if e.is_io_error() || e.is_connection_refusal() || e.is_connection_dropped() {
+    } else if e.is_io_error()
+        || e.is_connection_refusal()
+        || e.is_connection_dropped()
+        || matches!(e.retry_method(), ::redis::RetryMethod::WaitAndRetry)
+    {
         Error::Connection(format!("redis: {e}"))
     } else {
         Error::Io {
@@ -241,6 +247,22 @@ mod tests {
         assert_eq!(redis.key("alice", "messages"), "p:{alice}:messages");
         assert_eq!(redis.key("alice", "lease"), "p:{alice}:lease");
         assert_eq!(redis.queue_key(), "p:{queue}");
+    }
+
+    #[test]
+    fn a_server_still_loading_its_data_is_a_retryable_error() {
+        use ::redis::{ErrorKind, RedisError, ServerErrorKind};
+        for kind in [
+            ServerErrorKind::BusyLoading,
+            ServerErrorKind::TryAgain,
+            ServerErrorKind::MasterDown,
+            ServerErrorKind::ClusterDown,
+        ] {
+            let e = RedisError::from((ErrorKind::Server(kind), "not ready"));
+            assert!(matches!(map_err(&e, false), Error::Connection(_)), "{e}");
+        }
+        let e = RedisError::from((ErrorKind::Server(ServerErrorKind::ResponseError), "ERR x"));
+        assert!(matches!(map_err(&e, false), Error::Io { .. }), "{e}");
     }
 
     #[test]
