@@ -1029,12 +1029,18 @@ fn a_call_the_server_never_answers_times_out_and_the_server_is_told() {
         }
     );
     assert!(took < Duration::from_secs(10), "the timeout took {took:?}");
+    assert_told_then_closed(client, &traffic, "timed out", &pidfile);
+}
+
+/// The server received exactly one `notifications/cancelled`, for the traffic's call and with
+/// `reason`; closing the client then ends its process.
+fn assert_told_then_closed(client: Client, traffic: &Traffic, reason: &str, pidfile: &Path) {
     assert_eq!(
         cancellations_received(&client),
-        [json!({"requestId": traffic.call_id(), "reason": "timed out"})]
+        [json!({"requestId": traffic.call_id(), "reason": reason})]
     );
     client.close();
-    assert!(gone(pid_in(&pidfile)));
+    assert!(gone(pid_in(pidfile)));
 }
 
 #[test]
@@ -1064,12 +1070,7 @@ fn an_abort_mid_call_is_written_to_the_server_and_the_call_returns_at_once() {
     // The target is 100 ms (benches/mcp.rs measures it); this bound cannot flake, and the
     // call would otherwise never return.
     assert!(latency < Duration::from_secs(2), "abort took {latency:?}");
-    assert_eq!(
-        cancellations_received(&client),
-        [json!({"requestId": traffic.call_id(), "reason": "aborted"})]
-    );
-    client.close();
-    assert!(gone(pid_in(&pidfile)));
+    assert_told_then_closed(client, &traffic, "aborted", &pidfile);
 }
 
 #[test]
