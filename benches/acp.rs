@@ -49,44 +49,84 @@ impl Provider for OnDemand {
     }
 }
 
+/// `acp::serve` on a thread of its own between two OS pipes, with a session open, and the
+/// client's ends of the pipes on the bench thread.
+struct Served {
+    input: std::io::PipeWriter,
+    lines: BufReader<std::io::PipeReader>,
+    line: String,
+    served: std::thread::JoinHandle<Result<(), pagent::Error>>,
+    session: Value,
+}
+
+impl Served {
+    fn start<F>(factory: F) -> Served
+    where
+        F: Fn(&SessionInfo) -> Result<pagent::AgentBuilder, pagent::Error> + Send + Sync + 'static,
+    {
+        let (input_reader, input) = std::io::pipe().expect("a pipe");
+        let (output_reader, output) = std::io::pipe().expect("a pipe");
+        let served = std::thread::spawn(move || {
+            acp::serve(
+                factory,
+                BufReader::new(input_reader),
+                output,
+                acp::Options::new(),
+            )
+        });
+        let mut served = Served {
+            input,
+            lines: BufReader::new(output_reader),
+            line: String::new(),
+            served,
+            session: Value::Null,
+        };
+        served.send(json!({"jsonrpc": "2.0", "id": 1, "method": "session/new",
+            "params": {"cwd": "/tmp", "mcpServers": []}}));
+        served.session = served.read()["result"]["sessionId"].clone();
+        served
+    }
+
+    fn send(&mut self, v: Value) {
+        writeln!(self.input, "{v}").expect("the server reads");
+    }
+
+    fn read(&mut self) -> Value {
+        self.line.clear();
+        self.lines
+            .read_line(&mut self.line)
+            .expect("the server writes");
+        serde_json::from_str(&self.line).expect("a JSON line")
+    }
+
+    fn prompt(&mut self, id: u64) {
+        let session = self.session.clone();
+        self.send(
+            json!({"jsonrpc": "2.0", "id": id, "method": "session/prompt",
+            "params": {"sessionId": session, "prompt": [{"type": "text", "text": "go"}]}}),
+        );
+    }
+
+    /// Closes the client's input: `serve` ends cleanly.
+    fn finish(self) {
+        drop(self.input);
+        self.served.join().expect("serve ends").expect("cleanly");
+    }
+}
+
 fn latency(c: &mut Criterion) {
     let (go_tx, go) = crossbeam_channel::unbounded();
     let (sent, stamps) = crossbeam_channel::unbounded();
     let model = Arc::new(OnDemand { go, sent });
-    let (input_reader, mut input) = std::io::pipe().expect("a pipe");
-    let (output_reader, output) = std::io::pipe().expect("a pipe");
-    let served = std::thread::spawn(move || {
-        let factory = move |_: &SessionInfo| Ok(Agent::builder().provider(model.clone()));
-        acp::serve(
-            factory,
-            BufReader::new(input_reader),
-            output,
-            acp::Options::new(),
-        )
-    });
-    let mut lines = BufReader::new(output_reader);
-    let mut line = String::new();
-    let mut read = |line: &mut String| -> Value {
-        line.clear();
-        lines.read_line(line).expect("the server writes");
-        serde_json::from_str(line).expect("a JSON line")
-    };
-    let mut send = |v: Value| writeln!(input, "{v}").expect("the server reads");
-    send(
-        json!({"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": "/tmp", "mcpServers": []}}),
-    );
-    let session = read(&mut line)["result"]["sessionId"].clone();
-    send(
-        json!({"jsonrpc": "2.0", "id": 2, "method": "session/prompt",
-        "params": {"sessionId": session, "prompt": [{"type": "text", "text": "go"}]}}),
-    );
+    let mut served = Served::start(move |_| Ok(Agent::builder().provider(model.clone())));
+    served.prompt(2);
 
     c.bench_function("acp/delta_to_update_line", |b| {
         b.iter_custom(|iters| {
             let mut total = Duration::ZERO;
             for _ in 0..iters {
                 go_tx.send(()).expect("the model waits");
-                let update = read(&mut line);
+                let update = served.read();
                 let arrived = Instant::now();
                 let stamp = stamps.recv().expect("the model stamped its delta");
                 debug_assert_eq!(update["method"], "session/update");
@@ -97,10 +137,9 @@ fn latency(c: &mut Criterion) {
     });
 
     drop(go_tx);
-    let answer = read(&mut line);
+    let answer = served.read();
     assert_eq!(answer["result"]["stopReason"], "end_turn");
-    drop(input);
-    served.join().expect("serve ends").expect("cleanly");
+    served.finish();
 }
 
 /// A model that streams one delta, then stalls until the run is aborted.
@@ -120,29 +159,7 @@ impl Provider for Stalls {
 }
 
 fn cancel(c: &mut Criterion) {
-    let (input_reader, mut input) = std::io::pipe().expect("a pipe");
-    let (output_reader, output) = std::io::pipe().expect("a pipe");
-    let served = std::thread::spawn(move || {
-        let factory = |_: &SessionInfo| Ok(Agent::builder().provider(Stalls));
-        acp::serve(
-            factory,
-            BufReader::new(input_reader),
-            output,
-            acp::Options::new(),
-        )
-    });
-    let mut lines = BufReader::new(output_reader);
-    let mut line = String::new();
-    let mut read = |line: &mut String| -> Value {
-        line.clear();
-        lines.read_line(line).expect("the server writes");
-        serde_json::from_str(line).expect("a JSON line")
-    };
-    let mut send = |v: Value| writeln!(input, "{v}").expect("the server reads");
-    send(
-        json!({"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": "/tmp", "mcpServers": []}}),
-    );
-    let session = read(&mut line)["result"]["sessionId"].clone();
+    let mut served = Served::start(|_| Ok(Agent::builder().provider(Stalls)));
     let mut id = 1u64;
 
     c.bench_function("acp/cancel_to_cancelled_answer", |b| {
@@ -150,18 +167,16 @@ fn cancel(c: &mut Criterion) {
             let mut total = Duration::ZERO;
             for _ in 0..iters {
                 id += 1;
-                send(
-                    json!({"jsonrpc": "2.0", "id": id, "method": "session/prompt",
-                    "params": {"sessionId": session, "prompt": [{"type": "text", "text": "go"}]}}),
-                );
+                served.prompt(id);
                 // The first delta has streamed: the model now stalls.
-                let chunk = read(&mut line);
+                let chunk = served.read();
                 debug_assert_eq!(chunk["method"], "session/update");
                 let cancelled = Instant::now();
-                send(json!({"jsonrpc": "2.0", "method": "session/cancel",
+                let session = served.session.clone();
+                served.send(json!({"jsonrpc": "2.0", "method": "session/cancel",
                     "params": {"sessionId": session}}));
                 let answer = loop {
-                    let m = read(&mut line);
+                    let m = served.read();
                     if m["id"] == json!(id) {
                         break m;
                     }
@@ -173,8 +188,7 @@ fn cancel(c: &mut Criterion) {
         })
     });
 
-    drop(input);
-    served.join().expect("serve ends").expect("cleanly");
+    served.finish();
 }
 
 criterion_group!(benches, latency, cancel);

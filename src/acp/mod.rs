@@ -100,8 +100,9 @@
 //!
 //! An update is written and flushed on the run's thread as the event happens, before the
 //! run goes on: from a model's text delta to the client having read its `session/update`
-//! line takes a median of 7.3 µs over OS pipes (`cargo bench -p pagent-benches --features acp
-//! --bench acp`). A `session/cancel` ends the prompt as fast as an abort ends the run: from
+//! line takes a median of 5.6-7.3 µs over OS pipes when the CPUs are busy or the threads
+//! share one, 36-38 µs on an idle 2-core machine whose CPUs wake from idle for each hand-off
+//! (`cargo bench -p pagent-benches --features acp --bench acp`; README, "Benchmarks"). A `session/cancel` ends the prompt as fast as an abort ends the run: from
 //! the client writing it while a reply streams to the client having read the `cancelled`
 //! answer takes a median of 0.15 ms in the same bench (about a millisecond measured by the
 //! SDK client).
