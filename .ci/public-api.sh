@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # The public API of pagent, one item a line, against the committed snapshot tests/public-api.txt.
+# Listed with every feature on (`pagent::mcp`, `pagent::acp`, `pagent::redis`...), so that a
+# change to a feature's API shows in the diff like one to the core's.
 #
 #   .ci/public-api.sh check    fail (with the diff) when the API differs from the snapshot
 #   .ci/public-api.sh update   rewrite the snapshot; commit it together with the API change
@@ -19,11 +21,13 @@ cargo public-api --version 2>/dev/null | grep -qx "cargo-public-api $VERSION" \
   || cargo install cargo-public-api --version "$VERSION" --locked
 
 # Its own target dir, so the nightly build never invalidates the stable one.
+# `--all-features`: one snapshot for the core and every feature (a feature only adds items,
+# so the core's API is the part of the list that carries no feature's module path).
 # `-ss`: leave out blanket and auto-trait impls (From<T> for T, Borrow, Send, Sync, Unpin,
 # ...), which follow from the items listed and only make the list noisy; derived impls
 # (Clone, Debug, PartialEq...) stay: removing one breaks users.
 list() {
-  CARGO_TARGET_DIR=target/public-api cargo public-api -ss --color never
+  CARGO_TARGET_DIR=target/public-api cargo public-api --all-features -ss --color never
 }
 
 case "${1:-}" in
