@@ -450,6 +450,27 @@ pub enum StopReason {
     Aborted,
 }
 
+impl StopReason {
+    /// The snake_case name, as messages serialize it (`"tool_use"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::Stop => "stop",
+            StopReason::Length => "length",
+            StopReason::ToolUse => "tool_use",
+            StopReason::Error => "error",
+            StopReason::Aborted => "aborted",
+        }
+    }
+}
+
+impl std::fmt::Display for StopReason {
+    /// The name ([`StopReason::as_str`]), as [`RunStopReason`](crate::RunStopReason) shows
+    /// its own.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

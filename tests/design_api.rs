@@ -114,3 +114,25 @@ fn the_state_and_channels_need_no_foreign_crate() -> Result<(), Error> {
     assert!(state.pending_tool_calls.is_empty() && state.steering_queue.is_empty());
     Ok(())
 }
+
+/// A message's `StopReason` had no `Display` while the run's `RunStopReason` had one, so a
+/// UI printing both wrote `{:?}` for one of them.
+#[test]
+fn a_message_stop_reason_displays_as_its_serialized_name() {
+    use pagent::StopReason;
+    for (reason, name) in [
+        (StopReason::Stop, "stop"),
+        (StopReason::Length, "length"),
+        (StopReason::ToolUse, "tool_use"),
+        (StopReason::Error, "error"),
+        (StopReason::Aborted, "aborted"),
+    ] {
+        assert_eq!(reason.to_string(), name);
+        assert_eq!(reason.as_str(), name);
+        assert_eq!(serde_json::to_value(reason).unwrap(), json!(name));
+    }
+    assert_eq!(
+        format!("{} / {}", StopReason::ToolUse, RunStopReason::NoToolCalls),
+        "tool_use / no_tool_calls"
+    );
+}
