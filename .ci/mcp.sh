@@ -3,7 +3,7 @@
 # package pinned: the npm servers (@modelcontextprotocol/server-everything and
 # server-filesystem 2026.8.31) and their dependencies exactly as tests/mcp/package-lock.json
 # holds them, and the official Python SDK (mcp 1.30.0, for tests/mcp/http_server.py) with its
-# dependencies as tests/mcp/requirements.txt holds them, in a virtualenv.
+# dependencies as tests/mcp/requirements.txt holds them, in a virtualenv; and strace.
 # Idempotent: nothing is fetched when those files are already installed there. Prints the
 # directory on its last line; .ci/run passes it to the tests as PAGENT_MCP_DIR.
 set -euo pipefail
@@ -16,6 +16,11 @@ if ! cmp -s tests/mcp/package-lock.json "$dir/installed-lock.json" \
   cp tests/mcp/package.json tests/mcp/package-lock.json "$dir/"
   (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >&2)
   cp tests/mcp/package-lock.json "$dir/installed-lock.json"
+fi
+
+# strace counts the signals the process-group tests send (tests/mcp/process.rs); Debian's.
+if ! command -v strace >/dev/null; then
+  { apt-get update -qq && apt-get install -y -qq strace=6.1-0.1; } >&2
 fi
 
 venv="$dir/venv"

@@ -8,6 +8,8 @@
 
 #[path = "support/mod.rs"]
 mod loopback;
+#[path = "mcp/process.rs"]
+mod process;
 #[allow(dead_code)]
 mod replay;
 #[allow(dead_code)]

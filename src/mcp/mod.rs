@@ -43,11 +43,19 @@
 //! ends the connection: for stdio it closes the child's stdin, waits up to
 //! [`ClientBuilder::shutdown_grace`] for it to exit, then ends its process group and reaps
 //! it. On unix the child starts in a process group of its own, so a server started through a
-//! wrapper (`npx`, a shell script) ends with the wrapper: the group gets `SIGTERM`, then,
-//! after up to a second more, `SIGKILL`. (Being in its own group, the server does not get
-//! the terminal's Ctrl-C either: the client ends it.) Elsewhere the child is killed by its
-//! own pid, and a wrapper's children may be left running: start the server's program itself
-//! there.
+//! wrapper (`npx`, a shell script) ends with the wrapper: when anything of the group still
+//! runs, the group gets `SIGTERM`, then, after up to a second more, `SIGKILL`. (Being in its
+//! own group, the server does not get the terminal's Ctrl-C either: the client ends it.)
+//! Elsewhere the child is killed by its own handle, and a wrapper's children may be left
+//! running: start the server's program itself there.
+//!
+//! The group is signalled only while the child is not reaped: until then its pid, and so the
+//! group's id, cannot belong to any other process, where after the reap the kernel may give
+//! it to a stranger that leads a group of its own. Whether the child exited is asked without
+//! reaping it, the reap happens once (when the shutdown is over, or as soon as the child
+//! exited with nothing of its group left running), and nothing is signalled after it. The
+//! shutdown runs once: [`Client::close`] and then dropping the last handle end the server
+//! once, and a second `close` returns at once.
 //!
 //! # Never a hang
 //! Every request waits for its answer, the caller's [`CancelToken`](crate::CancelToken), its timeout and the end
@@ -106,6 +114,7 @@ mod builder;
 mod client;
 mod error;
 mod http;
+mod process;
 mod protocol;
 mod session;
 mod stdio;

@@ -13,15 +13,17 @@
 //! server started through a wrapper (`npx`, a shell script, `uv run`) ends with it: the
 //! wrapper's children are in the group too, where ending the child by its pid would leave
 //! them running. Shutdown closes the child's stdin (the spec's way to ask a stdio server to
-//! exit) and waits for the child to exit for at most the grace period; then it sends
-//! `SIGTERM` to the whole group (`kill(-pgid)`), waits up to [`TERM_GRACE`] for the group
-//! to end, sends `SIGKILL` to whatever is left, and reaps the child. Elsewhere the child is
-//! killed by its own pid after the grace period, and its own children are left running.
+//! exit) and waits for the child to exit for at most the grace period; then, when anything
+//! of the group still runs, it sends `SIGTERM` to the whole group (`kill(-pgid)`), waits up
+//! to a second for the group to end, sends `SIGKILL` to whatever is left, and reaps the
+//! child. The group is signalled only while the child is not reaped, and shutdown runs
+//! once however often `close` is called (see [`super::process`]). Elsewhere the child is
+//! killed by its own handle after the grace period, and its own children are left running.
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, Command, Stdio as Pipe};
+use std::process::{ChildStdin, Command, Stdio as Pipe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,12 +31,9 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
 use super::McpError;
+use super::process::Process;
 use super::session::{Router, Transport};
 use crate::cancel::CancelToken;
-
-/// How long the process group has to end after `SIGTERM` before it gets `SIGKILL`. Its
-/// processes that exited count as ended (on Linux) even while no one reaps them.
-const TERM_GRACE: Duration = Duration::from_millis(1000);
 
 /// How to start a stdio server.
 #[derive(Clone, Debug)]
@@ -70,8 +69,7 @@ impl Tail {
 }
 
 pub(crate) struct StdioTransport {
-    child: Arc<Mutex<Child>>,
-    pid: u32,
+    process: Arc<Process>,
     /// `None` once closed: taking the only sender closes the child's stdin. Shared with the
     /// reader, which answers the server's requests through it.
     writer: WeakWriter,
@@ -106,12 +104,11 @@ impl StdioTransport {
         let mut child = command
             .spawn()
             .map_err(|e| McpError::Spawn(format!("could not start `{}`: {e}", spec.program)))?;
-        let pid = child.id();
         // OK because all three were asked for as pipes just above.
         let stdin = child.stdin.take().expect("piped stdin");
         let stdout = child.stdout.take().expect("piped stdout");
         let stderr_pipe = child.stderr.take().expect("piped stderr");
-        let child = Arc::new(Mutex::new(child));
+        let process = Arc::new(Process::new(child));
         let stderr = Arc::new(Mutex::new(Tail {
             bytes: VecDeque::new(),
             limit: spec.stderr_limit,
@@ -119,8 +116,7 @@ impl StdioTransport {
         let (done_tx, stderr_done) = crossbeam_channel::bounded::<()>(0);
         let (tx, rx) = crossbeam_channel::unbounded::<Vec<u8>>();
         let transport = StdioTransport {
-            child: child.clone(),
-            pid,
+            process: process.clone(),
             writer: WeakWriter(Arc::new(Mutex::new(Some(tx)))),
             stderr: stderr.clone(),
             stderr_done: stderr_done.clone(),
@@ -136,7 +132,7 @@ impl StdioTransport {
                 let router = router.clone();
                 let max = spec.max_message_bytes;
                 let ended = Ended {
-                    child,
+                    process,
                     stderr,
                     stderr_done,
                 };
@@ -152,75 +148,12 @@ impl StdioTransport {
     }
 
     pub(crate) fn pid(&self) -> u32 {
-        self.pid
+        self.process.pid()
     }
 
     pub(crate) fn stderr(&self) -> String {
         self.stderr.lock().text()
     }
-}
-
-impl StdioTransport {
-    /// True once the child exited (and was reaped).
-    fn reaped(&self) -> bool {
-        !matches!(self.child.lock().try_wait(), Ok(None))
-    }
-
-    /// Ends the child's process group: `SIGTERM`, up to [`TERM_GRACE`] for every process
-    /// of it to exit, then `SIGKILL`. The group's processes that exited before (and the
-    /// group itself, once empty) answer `ESRCH`, which ends this at once.
-    #[cfg(unix)]
-    fn end_group(&self) {
-        use rustix::process::{Pid, Signal, kill_process_group};
-        let Some(group) = i32::try_from(self.pid).ok().and_then(Pid::from_raw) else {
-            return;
-        };
-        if kill_process_group(group, Signal::TERM).is_err() {
-            // ESRCH: no process of the group is left.
-            return;
-        }
-        let until = Instant::now() + TERM_GRACE;
-        while Instant::now() < until {
-            // The child is reaped here as soon as it exits, or it would stay in the group
-            // as a zombie; the others are reaped by whoever inherited them.
-            if self.reaped() && !group_running(group) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = kill_process_group(group, Signal::KILL);
-    }
-
-    /// Elsewhere: nothing but the child itself, which `close` kills.
-    #[cfg(not(unix))]
-    fn end_group(&self) {}
-}
-
-/// True while a process of the group has not exited. `kill(-pgid, 0)` counts the group's
-/// zombies too: processes that exited and wait for whoever inherited them to reap them,
-/// which an init that does not reap (as in many containers) never does. On Linux, `/proc`
-/// tells them apart.
-#[cfg(unix)]
-fn group_running(group: rustix::process::Pid) -> bool {
-    if rustix::process::test_kill_process_group(group).is_err() {
-        return false;
-    }
-    #[cfg(target_os = "linux")]
-    if let Ok(entries) = std::fs::read_dir("/proc") {
-        let pgid = group.as_raw_pid().to_string();
-        return entries.flatten().any(|entry| {
-            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-                return false;
-            };
-            // `pid (comm) state ppid pgrp ...`; comm may hold spaces and parentheses.
-            let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-            let mut fields = rest.split_whitespace();
-            let state = fields.next();
-            let pgrp = fields.nth(1);
-            state.is_some_and(|s| s != "Z") && pgrp == Some(pgid.as_str())
-        });
-    }
-    true
 }
 
 fn spawn_thread(name: &str, f: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
@@ -269,24 +202,26 @@ fn read_stderr(mut pipe: impl Read, tail: &Mutex<Tail>, _done: Sender<()>) {
 
 /// What the reader needs to say why the child's stdout ended.
 struct Ended {
-    child: Arc<Mutex<Child>>,
+    process: Arc<Process>,
     stderr: Arc<Mutex<Tail>>,
     stderr_done: Receiver<()>,
 }
 
 impl Ended {
     /// The child's exit status and the end of its stderr, waiting briefly for both: a
-    /// child that closed its stdout is usually exiting.
+    /// child that closed its stdout is usually exiting. A child that exited with nothing of
+    /// its group left is reaped here, so that no zombie waits for the shutdown.
     fn exited(&self) -> McpError {
         let until = Instant::now() + Duration::from_millis(500);
         let _ = self.stderr_done.recv_deadline(until);
         let mut status = None;
         while status.is_none() && Instant::now() < until {
-            status = self.child.lock().try_wait().ok().flatten();
+            status = self.process.exit_status();
             if status.is_none() {
                 std::thread::sleep(Duration::from_millis(5));
             }
         }
+        self.process.reap_if_done();
         McpError::Exited {
             status: status.map(|s| s.to_string()),
             stderr: self.stderr.lock().text(),
@@ -391,24 +326,16 @@ impl Transport for StdioTransport {
         self.writer.send(message);
     }
 
+    /// Closes the child's stdin (which asks the server to exit) and ends it; a second call
+    /// does nothing (see [`Process::end`]).
     fn close(&self) {
-        // Closing stdin asks the server to exit.
         self.writer.0.lock().take();
-        let until = Instant::now() + self.grace;
-        while !self.reaped() && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        self.end_group();
-        let mut child = self.child.lock();
-        // By the child's own pid too (`Child::kill`; a no-op once it exited), then reaped, so
-        // no zombie is left.
-        let _ = child.kill();
-        let _ = child.wait();
+        self.process.end(self.grace);
     }
 
     fn ended(&self) -> McpError {
         Ended {
-            child: self.child.clone(),
+            process: self.process.clone(),
             stderr: self.stderr.clone(),
             stderr_done: self.stderr_done.clone(),
         }
