@@ -54,14 +54,17 @@ pub enum Error {
     NotConfigured(String),
     /// The run, or a provider call, was aborted.
     Aborted,
-    /// The server answered with an HTTP error status.
+    /// The server answered with an HTTP error status, or with a redirect (3xx), which is
+    /// never followed (see [`crate::llm`]).
     Http {
         /// The HTTP status code.
         status: u16,
         /// The provider's own error message (or the body when it had none, cut to 1,000
         /// bytes after the API key was removed), then the request in parentheses: the method
         /// and the URL tried (scheme, host, port, path; never a query string), as in
-        /// `Not Found (POST http://127.0.0.1:8080/v1/chat/completions)`.
+        /// `Not Found (POST http://127.0.0.1:8080/v1/chat/completions)`. For a redirect it
+        /// says where the `Location` points, origin and path without the query string:
+        /// `redirected to https://elsewhere.example:443/v1, not followed: ..`.
         message: String,
         /// How long the server asked us to wait before trying again, if it said.
         retry_after: Option<Duration>,

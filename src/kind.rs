@@ -19,8 +19,8 @@ use crate::error::{Error, TimeoutPhase};
 /// | `Http` whose message says the context window is exceeded ([`Error::is_context_overflow`]), whatever its status | `ContextOverflow` |
 /// | `Http` 401, 403 | `Auth` |
 /// | `Http` 429 | `RateLimited` |
-/// | `Http` 408, 409, 5xx, and any status outside 400..=499 | `Server(Some(status))` |
-/// | `Http` any other 4xx (400, 404, 405, 413, 422...) | `InvalidRequest(Some(status))` |
+/// | `Http` 408, 409, 5xx, and any status outside 300..=499 | `Server(Some(status))` |
+/// | `Http` any other 4xx (400, 404, 405, 413, 422...), and a redirect (3xx, never followed: the base URL points at the wrong place) | `InvalidRequest(Some(status))` |
 /// | `Api` (an error event inside a stream: overloaded, a server fault mid-reply) | `ContextOverflow` when its message says so, else `Server(None)` |
 /// | `Config`, `NotConfigured`, `NothingToContinue` | `InvalidRequest(None)` |
 /// | `Timeout(phase)` | `Timeout(phase)` |
@@ -54,8 +54,9 @@ pub enum ErrorKind {
     /// The request was larger than the model's context window: compact or prune the
     /// transcript rather than retry as is.
     ContextOverflow,
-    /// The request or the configuration is wrong: an HTTP 4xx not named above, with its
-    /// status (400, 404, 422...), or a configuration error / nothing to continue (`None`).
+    /// The request or the configuration is wrong: an HTTP 4xx not named above or a redirect
+    /// (3xx), with its status (400, 404, 422, 302...), or a configuration error / nothing to
+    /// continue (`None`).
     InvalidRequest(Option<u16>),
     /// The reply broke the provider's protocol: malformed JSON, a cut stream, a body that is
     /// not an event stream.
@@ -113,7 +114,7 @@ impl ErrorKind {
             401 | 403 => ErrorKind::Auth,
             429 => ErrorKind::RateLimited,
             408 | 409 => ErrorKind::Server(Some(status)),
-            400..=499 => ErrorKind::InvalidRequest(Some(status)),
+            300..=499 => ErrorKind::InvalidRequest(Some(status)),
             _ => ErrorKind::Server(Some(status)),
         }
     }
@@ -336,7 +337,7 @@ mod tests {
             (http(409, "x"), ErrorKind::Server(Some(409))),
             (http(500, "x"), ErrorKind::Server(Some(500))),
             (http(503, "x"), ErrorKind::Server(Some(503))),
-            (http(302, "x"), ErrorKind::Server(Some(302))),
+            (http(302, "x"), ErrorKind::InvalidRequest(Some(302))),
             (http(400, "bad"), ErrorKind::InvalidRequest(Some(400))),
             (http(404, "Not Found"), ErrorKind::InvalidRequest(Some(404))),
             (http(422, "x"), ErrorKind::InvalidRequest(Some(422))),

@@ -1,19 +1,23 @@
-//! Choosing a provider from the environment. One test, alone in its binary, because it
-//! changes the process environment.
+//! Choosing a provider from the environment. Alone in their binary, because they change the
+//! process environment, and one at a time (`env_lock`).
 
-use pagent::llm::{Anthropic, Faux, FromEnv, OpenAiCompat, from_env, from_env_or};
+mod support;
 
-const VARS: [&str; 5] = [
+use pagent::llm::{Anthropic, Faux, FromEnv, MAX_TOKENS_VAR, OpenAiCompat, from_env, from_env_or};
+
+const VARS: [&str; 6] = [
     "OPENAI_API_KEY",
     "OPENAI_BASE_URL",
     "ANTHROPIC_API_KEY",
     "ANTHROPIC_BASE_URL",
     "PAGENT_MODEL",
+    MAX_TOKENS_VAR,
 ];
 
 fn set(vars: &[(&str, &str)]) {
     for name in VARS {
-        // SAFETY: this binary has a single test and no other thread reads the environment.
+        // SAFETY: the tests of this binary hold `env_lock` while they use the environment,
+        // and no other thread reads it meanwhile.
         unsafe { std::env::remove_var(name) };
     }
     for (name, value) in vars {
@@ -38,6 +42,7 @@ fn chosen_or_faux() -> (String, String) {
 
 #[test]
 fn the_environment_picks_the_provider_and_model() {
+    let _env = env_lock();
     set(&[]);
     assert!(chosen().is_none());
     let nothing = from_env().unwrap_err();
@@ -82,5 +87,119 @@ fn the_environment_picks_the_provider_and_model() {
         Anthropic::from_env().unwrap().base_url(),
         "https://api.anthropic.com"
     );
+    set(&[]);
+}
+
+/// Every test here changes the process environment: one at a time.
+static ENV: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn env_lock() -> std::sync::MutexGuard<'static, ()> {
+    ENV.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `from_env_or` took a scheme-less base URL, which failed only at the first prompt (a port
+/// out of range went to port 80). A mistake in the environment is an error at once, naming
+/// the variable, never the fallback.
+#[test]
+fn a_bad_base_url_in_the_environment_is_an_error_not_a_late_failure() {
+    let _env = env_lock();
+    for (var, url, why) in [
+        (
+            "OPENAI_BASE_URL",
+            "127.0.0.1:8080/v1",
+            "the base URL `127.0.0.1:8080/v1` has no scheme: start it with http:// or https://",
+        ),
+        (
+            "ANTHROPIC_BASE_URL",
+            "http://127.0.0.1:99999",
+            "the base URL `http://127.0.0.1:99999` has the port `99999`, outside 1-65535",
+        ),
+    ] {
+        set(&[(var, url)]);
+        let expected = pagent::Error::Config(format!("{var}: {why}"));
+        assert_eq!(from_env().unwrap_err(), expected);
+        let fallback = from_env_or(|| FromEnv::new(Faux::default(), "offline"));
+        assert_eq!(fallback.unwrap_err(), expected);
+    }
+    set(&[]);
+}
+
+/// `OPENAI_BASE_URL=""` fell back to the offline demo without a word. Empty counts as unset
+/// (as the SDKs and `docker compose` mean it, and as documented), and the `NotConfigured`
+/// error says which variables were empty.
+#[test]
+fn an_empty_variable_counts_as_unset_and_is_named_when_nothing_is_configured() {
+    let _env = env_lock();
+    set(&[("OPENAI_BASE_URL", ""), ("ANTHROPIC_API_KEY", " ")]);
+    let nothing = from_env().unwrap_err();
+    assert!(nothing.is_not_configured(), "{nothing}");
+    assert!(
+        nothing.to_string().ends_with(
+            "(OPENAI_BASE_URL and ANTHROPIC_API_KEY set but empty, which counts as unset)"
+        ),
+        "{nothing}"
+    );
+    assert!(
+        OpenAiCompat::from_env()
+            .unwrap_err()
+            .to_string()
+            .ends_with("(OPENAI_BASE_URL set but empty, which counts as unset)")
+    );
+    assert_eq!(chosen_or_faux(), ("faux".into(), "offline".into()));
+    // With a key, the empty base URL is OpenAI's own.
+    set(&[("OPENAI_API_KEY", "sk-1"), ("OPENAI_BASE_URL", "")]);
+    assert_eq!(
+        OpenAiCompat::from_env().unwrap().base_url(),
+        "https://api.openai.com/v1"
+    );
+    set(&[]);
+}
+
+/// `from_env` offered no cap on reply tokens: SmolLM2 streamed 2,494 tokens for "a short
+/// story". `PAGENT_MAX_TOKENS` is sent as `max_tokens` by both providers.
+#[test]
+fn pagent_max_tokens_caps_the_replies_of_a_provider_from_the_environment() {
+    let _env = env_lock();
+    let openai_sse = "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+    let anthropic_sse = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":1}}}\n\n\
+                         event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":1}}\n\n\
+                         event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+    for (var, sse) in [
+        ("OPENAI_BASE_URL", openai_sse),
+        ("ANTHROPIC_BASE_URL", anthropic_sse),
+    ] {
+        for (cap, sent) in [
+            (Some("64"), serde_json::json!(64)),
+            (None, serde_json::Value::Null),
+        ] {
+            let server = support::Server::start_exact(vec![support::Reply::sse(sse)]);
+            let mut vars = vec![(var, server.url.as_str())];
+            vars.extend(cap.map(|c| (MAX_TOKENS_VAR, c)));
+            set(&vars);
+            let chosen = from_env().unwrap();
+            let agent = pagent::Agent::builder()
+                .provider(chosen.provider)
+                .model(chosen.model)
+                .build()
+                .unwrap();
+            agent.prompt("Tell me a short story").unwrap();
+            let body = server.requests()[0].json();
+            let expected = match (var, cap) {
+                // Anthropic requires the field: its default, 8192, without the variable.
+                ("ANTHROPIC_BASE_URL", None) => serde_json::json!(8192),
+                _ => sent.clone(),
+            };
+            assert_eq!(body["max_tokens"], expected, "{var} {cap:?}");
+        }
+    }
+    for bad in ["0", "-1", "lots", "1.5"] {
+        set(&[("OPENAI_API_KEY", "sk-1"), (MAX_TOKENS_VAR, bad)]);
+        assert_eq!(
+            from_env().unwrap_err(),
+            pagent::Error::Config(format!(
+                "PAGENT_MAX_TOKENS must be a whole number of tokens above 0, not `{bad}`"
+            ))
+        );
+    }
     set(&[]);
 }

@@ -432,12 +432,17 @@ impl AgentBuilder {
     /// Builds the agent.
     ///
     /// # Errors
-    /// [`Error::Config`] when no provider was set, two tools share a name, or a tool's
-    /// [`Tool::name`] or [`Tool::definition`] panics.
+    /// [`Error::Config`] when no provider was set, the provider's
+    /// [`check`](crate::llm::Provider::check) fails (an HTTP provider's base URL does not
+    /// parse: no scheme, no host, a port outside 1-65535...), two tools share a name, or a
+    /// tool's [`Tool::name`] or [`Tool::definition`] panics.
     pub fn build(self) -> Result<Agent, Error> {
         let provider = self
             .provider
             .ok_or_else(|| Error::Config("no provider set on the builder".into()))?;
+        guard::catch(|| provider.check()).map_err(|panic| {
+            Error::Config(format!("the provider's `check()` panicked: {panic}"))
+        })??;
         let mut names = std::collections::HashSet::new();
         for (i, t) in self.tools.iter().enumerate() {
             let name = tool_name(&**t).map_err(|panic| {

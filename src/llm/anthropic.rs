@@ -68,7 +68,8 @@ impl Anthropic {
     /// `ANTHROPIC_API_KEY`. Empty variables count as unset.
     ///
     /// # Errors
-    /// [`Error::NotConfigured`] when neither variable is set.
+    /// [`Error::NotConfigured`] when neither variable is set; [`Error::Config`] naming
+    /// `ANTHROPIC_BASE_URL` when its URL does not parse.
     pub fn from_env() -> Result<Anthropic, Error> {
         Endpoint::from_env(
             "ANTHROPIC_BASE_URL",
@@ -329,6 +330,11 @@ impl Provider for Anthropic {
 
     fn name(&self) -> &str {
         "anthropic"
+    }
+
+    /// The base URL, parsed when the provider was made.
+    fn check(&self) -> Result<(), Error> {
+        self.endpoint.check()
     }
 }
 

@@ -45,6 +45,9 @@ const NOTHING_SET: &str = "no provider in the environment: set OPENAI_API_KEY (o
                            OPENAI_BASE_URL for a local server) or ANTHROPIC_API_KEY (or \
                            ANTHROPIC_BASE_URL)";
 
+/// The variable that caps the tokens of each reply (`max_tokens`), read by [`from_env`].
+pub const MAX_TOKENS_VAR: &str = "PAGENT_MAX_TOKENS";
+
 /// The provider and model the environment names.
 ///
 /// - `ANTHROPIC_API_KEY` or `ANTHROPIC_BASE_URL` set: [`Anthropic::from_env`], model
@@ -55,7 +58,17 @@ const NOTHING_SET: &str = "no provider in the environment: set OPENAI_API_KEY (o
 /// - else [`Error::NotConfigured`]: use [`from_env_or`] to fall back to something offline,
 ///   such as the scripted [`Faux`](super::Faux) provider.
 ///
-/// Empty variables count as unset.
+/// `PAGENT_MAX_TOKENS` ([`MAX_TOKENS_VAR`]), when set, caps the tokens of each reply: the
+/// provider's `max_tokens` (a small local model may otherwise stream thousands of tokens
+/// for "a short story"). Unset, OpenAI-compatible servers use their own limit and
+/// Anthropic 8192.
+///
+/// # Empty variables
+/// A variable set to an empty (or blank) value counts as unset, as the official SDKs and
+/// `docker compose` (which passes `${VAR}` of an unset `VAR` as empty) mean it: with
+/// `OPENAI_API_KEY` set and `OPENAI_BASE_URL=""` the base URL is OpenAI's, and with nothing
+/// but empty variables nothing is configured. The [`Error::NotConfigured`] then names the
+/// empty variables, so that a fallback is never a mystery.
 ///
 /// ```no_run
 /// use pagent::Agent;
@@ -70,16 +83,65 @@ const NOTHING_SET: &str = "no provider in the environment: set OPENAI_API_KEY (o
 ///
 /// # Errors
 /// [`Error::NotConfigured`] when none of the variables is set ([`Error::is_not_configured`]);
-/// [`Error::Config`] when the chosen provider cannot be set up.
+/// [`Error::Config`] when the chosen provider cannot be set up (a base URL that does not
+/// parse: no scheme, no host, a port outside 1-65535...) or `PAGENT_MAX_TOKENS` is not a
+/// whole number above 0.
 pub fn from_env() -> Result<FromEnv, Error> {
     let model = |default: &str| env_var("PAGENT_MODEL").unwrap_or_else(|| default.to_owned());
+    let max_tokens = max_tokens()?;
     if env_var("ANTHROPIC_API_KEY").is_some() || env_var("ANTHROPIC_BASE_URL").is_some() {
-        return Anthropic::from_env().map(|p| FromEnv::new(p, model(DEFAULT_ANTHROPIC_MODEL)));
+        let mut provider = Anthropic::from_env()?;
+        if let Some(tokens) = max_tokens {
+            provider = provider.max_tokens(tokens);
+        }
+        return Ok(FromEnv::new(provider, model(DEFAULT_ANTHROPIC_MODEL)));
     }
     if env_var("OPENAI_API_KEY").is_some() || env_var("OPENAI_BASE_URL").is_some() {
-        return OpenAiCompat::from_env().map(|p| FromEnv::new(p, model(DEFAULT_OPENAI_MODEL)));
+        let mut provider = OpenAiCompat::from_env()?;
+        if let Some(tokens) = max_tokens {
+            provider = provider.max_tokens(tokens);
+        }
+        return Ok(FromEnv::new(provider, model(DEFAULT_OPENAI_MODEL)));
     }
-    Err(Error::NotConfigured(NOTHING_SET.to_owned()))
+    Err(not_configured(
+        NOTHING_SET,
+        &[
+            "OPENAI_API_KEY",
+            "OPENAI_BASE_URL",
+            "ANTHROPIC_API_KEY",
+            "ANTHROPIC_BASE_URL",
+        ],
+    ))
+}
+
+/// `PAGENT_MAX_TOKENS`, when set.
+fn max_tokens() -> Result<Option<u32>, Error> {
+    let Some(value) = env_var(MAX_TOKENS_VAR) else {
+        return Ok(None);
+    };
+    match value.trim().parse::<u32>() {
+        Ok(tokens) if tokens > 0 => Ok(Some(tokens)),
+        _ => Err(Error::Config(format!(
+            "{MAX_TOKENS_VAR} must be a whole number of tokens above 0, not `{}`",
+            super::error_text::clip(value, None, 40)
+        ))),
+    }
+}
+
+/// [`Error::NotConfigured`] saying `hint`, and which of `vars` are set but empty.
+fn not_configured(hint: &str, vars: &[&str]) -> Error {
+    let empty: Vec<&str> = vars
+        .iter()
+        .copied()
+        .filter(|name| std::env::var_os(name).is_some() && env_var(name).is_none())
+        .collect();
+    if empty.is_empty() {
+        return Error::NotConfigured(hint.to_owned());
+    }
+    Error::NotConfigured(format!(
+        "{hint} ({} set but empty, which counts as unset)",
+        empty.join(" and ")
+    ))
 }
 
 /// The provider and model the environment names (see [`from_env`]), else `fallback()`.
@@ -96,8 +158,10 @@ pub fn from_env() -> Result<FromEnv, Error> {
 /// ```
 ///
 /// # Errors
-/// [`Error::Config`] when the environment names a provider that cannot be set up (a bad
-/// base URL): a mistake is reported, not papered over by the fallback.
+/// [`Error::Config`] when the environment names a provider that cannot be set up (a base
+/// URL that does not parse, a bad `PAGENT_MAX_TOKENS`): a mistake is reported, not papered
+/// over by the fallback. Empty variables count as unset (see [`from_env`]), so nothing but
+/// empty variables takes the fallback.
 pub fn from_env_or(fallback: impl FnOnce() -> FromEnv) -> Result<FromEnv, Error> {
     match from_env() {
         Err(Error::NotConfigured(_)) => Ok(fallback()),
@@ -123,7 +187,7 @@ pub(crate) fn base_and_key(
     let base = env_var(base_var);
     let key = env_var(key_var);
     if base.is_none() && key.is_none() {
-        return Err(Error::NotConfigured(hint.to_owned()));
+        return Err(not_configured(hint, &[key_var, base_var]));
     }
     Ok((base.unwrap_or_else(|| default.to_owned()), key))
 }

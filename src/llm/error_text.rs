@@ -2,6 +2,16 @@
 //! from an error body or an in-stream error, the API key scrubbed from every text, each text
 //! cut to a limit (in this order, so a cut never leaves a part of the key), and the note of
 //! how many attempts were made.
+//!
+//! # Redaction
+//! A text that leaves a provider never holds [`KEY_RUN`] consecutive bytes of the API key:
+//! every run of the text made of pieces of the key that long is replaced by `<redacted>`.
+//! Whatever cut a text (a read limit in the middle of a body, a message limit, a broken
+//! connection, a limit of ureq's), what is left of a key is too short to be a run, so no
+//! cut can leave a usable part of it. On top of that, a body whose read stopped before its
+//! end loses the start of the key it ends with from [`MIN_KEY_PREFIX`] bytes on.
+//! [`scrub_error`] and [`scrub_event`] apply the rule to every error and retry notice on
+//! its way out.
 
 use super::StreamEvent;
 use crate::Error;
@@ -15,9 +25,8 @@ pub(super) const FINAL_MESSAGE_LIMIT: usize = 4 * ERROR_MESSAGE_LIMIT;
 /// The provider's own message from an error body: `error.message` (OpenAI, Anthropic,
 /// llama.cpp), a string `error`, `message` or `detail`, else the body itself. Not cut: cut
 /// it with [`clip`], which removes the key first.
-pub(crate) fn error_message(status: u16, body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(body);
-    let json: Option<serde_json::Value> = serde_json::from_str(&text).ok();
+pub(crate) fn error_message(status: u16, text: &str) -> String {
+    let json: Option<serde_json::Value> = serde_json::from_str(text).ok();
     let message = json
         .as_ref()
         .and_then(pick_message)
@@ -75,30 +84,95 @@ fn truncate(mut s: String, limit: usize) -> String {
 }
 
 const REDACTED: &str = "<redacted>";
-/// The shortest start of the key that is scrubbed from the end of a message cut short.
+/// The shortest run of the key's bytes that is removed wherever it shows (a key shorter
+/// than this is removed where it shows whole). Eight: no 8 characters of a key leave a
+/// provider, while the words around it (shorter pieces of a key prefix such as `sk-`) stay.
+pub(crate) const KEY_RUN: usize = 8;
+/// The shortest start of the key that is removed from the end of a body cut short.
 const MIN_KEY_PREFIX: usize = 4;
 
-/// `text` with every occurrence of the key replaced, in case a server echoes it back; when
-/// the text was cut short (it ends in `...`) right inside the key, the start of the key too.
+/// `text` without the key: every run of [`KEY_RUN`] or more bytes made of pieces of the key
+/// (the key whole, a cut part of it, its characters echoed in a longer token) replaced by
+/// `<redacted>`.
 pub(crate) fn scrub(text: String, secret: Option<&str>) -> String {
     let Some(key) = secret.filter(|k| !k.is_empty()) else {
         return text;
     };
-    let text = if text.contains(key) {
-        text.replace(key, REDACTED)
-    } else {
-        text
-    };
-    let Some(cut) = text.strip_suffix("...") else {
+    let spans = key_runs(text.as_bytes(), key.as_bytes());
+    if spans.is_empty() {
         return text;
-    };
-    let start = (MIN_KEY_PREFIX..key.len())
-        .rev()
-        .find(|&n| key.is_char_boundary(n) && cut.ends_with(&key[..n]));
-    match start {
-        Some(n) => format!("{}{REDACTED}...", &cut[..cut.len() - n]),
-        None => text,
     }
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    for (start, end) in spans {
+        // A key that is not ASCII may match from inside a character: the whole characters.
+        let start = floor_char_boundary(&text, start);
+        let end = ceil_char_boundary(&text, end);
+        if start < at {
+            at = at.max(end);
+            continue;
+        }
+        out.push_str(&text[at..start]);
+        out.push_str(REDACTED);
+        at = end;
+    }
+    out.push_str(&text[at..]);
+    out
+}
+
+/// The spans of `text` (start, end) covered by windows of `KEY_RUN` bytes (or the whole key,
+/// when shorter) that occur in the key, merged where they touch or overlap.
+fn key_runs(text: &[u8], key: &[u8]) -> Vec<(usize, usize)> {
+    let width = KEY_RUN.min(key.len());
+    if text.len() < width {
+        return Vec::new();
+    }
+    let windows: std::collections::HashSet<&[u8]> = key.windows(width).collect();
+    let mut spans: Vec<(usize, usize)> = Vec::new();
+    for (i, window) in text.windows(width).enumerate() {
+        if !windows.contains(window) {
+            continue;
+        }
+        match spans.last_mut() {
+            Some((_, end)) if *end >= i => *end = i + width,
+            _ => spans.push((i, i + width)),
+        }
+    }
+    spans
+}
+
+fn floor_char_boundary(s: &str, mut i: usize) -> usize {
+    while !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+fn ceil_char_boundary(s: &str, mut i: usize) -> usize {
+    while !s.is_char_boundary(i) {
+        i += 1;
+    }
+    i
+}
+
+/// The text of the bytes a body read gave, without the key (see [`scrub`]). When the read
+/// stopped before the body's end (`cut`: a limit, a timeout, a broken connection), a start
+/// of the key of [`MIN_KEY_PREFIX`] bytes or more at the very end goes too: the rest of the
+/// key was in the part not read.
+pub(crate) fn scrub_read(bytes: &[u8], cut: bool, secret: Option<&str>) -> String {
+    let key = secret.unwrap_or("").as_bytes();
+    let prefix = if cut {
+        (MIN_KEY_PREFIX..key.len())
+            .rev()
+            .find(|&n| bytes.ends_with(&key[..n]))
+    } else {
+        None
+    };
+    let text = match prefix {
+        Some(n) => String::from_utf8_lossy(&bytes[..bytes.len() - n]).into_owned() + REDACTED,
+        None => String::from_utf8_lossy(bytes).into_owned(),
+    };
+    scrub(text, secret)
 }
 
 /// `e` with the key scrubbed from every text it holds, then each text cut to
@@ -133,7 +207,8 @@ pub(super) fn scrub_error(mut e: Error, secret: Option<&str>) -> Error {
 }
 
 /// `event` with the key scrubbed from the error text of a retry (built redacted already:
-/// see `HttpClient::open`; this is the second line of defence).
+/// see `HttpClient::open`; this is the second line of defence, as `scrub_error` is for
+/// errors).
 pub(super) fn scrub_event(event: StreamEvent, secret: Option<&str>) -> StreamEvent {
     match event {
         StreamEvent::Retry {
@@ -176,22 +251,19 @@ mod tests {
 
     #[test]
     fn error_messages_come_from_the_provider_body() {
-        let llama = br#"{"error":{"code":400,"message":"request (5033 tokens) exceeds the available context size (4096 tokens), try increasing it","type":"exceed_context_size_error"}}"#;
+        let llama = r#"{"error":{"code":400,"message":"request (5033 tokens) exceeds the available context size (4096 tokens), try increasing it","type":"exceed_context_size_error"}}"#;
         assert!(error_message(400, llama).starts_with("request (5033 tokens) exceeds"));
         let anthropic =
-            br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
         assert_eq!(error_message(529, anthropic), "Overloaded");
+        assert_eq!(error_message(404, r#"{"detail":"Not Found"}"#), "Not Found");
+        assert_eq!(error_message(502, "  Bad Gateway\n"), "Bad Gateway");
         assert_eq!(
-            error_message(404, br#"{"detail":"Not Found"}"#),
-            "Not Found"
-        );
-        assert_eq!(error_message(502, b"  Bad Gateway\n"), "Bad Gateway");
-        assert_eq!(
-            error_message(503, b""),
+            error_message(503, ""),
             "the server gave no reason for status 503"
         );
         let long = clip(
-            error_message(500, "é".repeat(2000).as_bytes()),
+            error_message(500, &"é".repeat(2000)),
             None,
             ERROR_MESSAGE_LIMIT,
         );
@@ -221,19 +293,6 @@ mod tests {
     }
 
     #[test]
-    fn a_cut_never_leaves_a_part_of_the_key() {
-        let key = "sk-ABCDEFGHIJKLMNOPQRSTUVWXYZ";
-        for offset in 0..40 {
-            let text = format!("{}{key}{}", "x".repeat(offset), "y".repeat(40));
-            for limit in 0..text.len() {
-                let cut = clip(text.clone(), Some(key), limit);
-                assert!(!cut.contains("sk-A"), "{offset} {limit}: {cut}");
-                assert!(!cut.contains("WXYZ"), "{offset} {limit}: {cut}");
-            }
-        }
-    }
-
-    #[test]
     fn the_key_is_scrubbed_from_messages() {
         let m = scrub(
             "Incorrect API key provided: sk-secret".into(),
@@ -241,9 +300,54 @@ mod tests {
         );
         assert_eq!(m, "Incorrect API key provided: <redacted>");
         assert_eq!(scrub("x".into(), Some("")), "x");
-        let cut = |text: &str| scrub(text.into(), Some("sk-secret"));
-        assert_eq!(cut("key sk-sec..."), "key <redacted>...");
-        assert_eq!(cut("key sk-..."), "key sk-...");
-        assert_eq!(cut("key sk-sec"), "key sk-sec");
+        let key = Some("sk-accept-SECRET-0123456789");
+        let cut = |text: &str| scrub(text.into(), key);
+        // Eight bytes of the key or more, wherever they are, whole or in pieces.
+        assert_eq!(cut("key sk-accept-SECRE..."), "key <redacted>...");
+        assert_eq!(cut("a CRET-012 b"), "a <redacted> b");
+        assert_eq!(
+            cut("x sk-accept-SECRET-0123456789sk-accept y"),
+            "x <redacted> y"
+        );
+        // Fewer stay: they are no part of a key anyone can use.
+        assert_eq!(cut("key sk-acce..."), "key sk-acce...");
+        // A key shorter than the run is removed where it is whole.
+        assert_eq!(scrub("k=abc, ab".into(), Some("abc")), "k=<redacted>, ab");
+        // A key that is not ASCII is removed by whole characters.
+        assert_eq!(
+            scrub("é-clé-secrète-42!".into(), Some("clé-secrète-42")),
+            "é-<redacted>!"
+        );
+    }
+
+    #[test]
+    fn a_body_cut_inside_the_key_loses_the_start_of_the_key() {
+        let key = Some("sk-accept-SECRET-0123456789");
+        let read = |bytes: &str, cut| scrub_read(bytes.as_bytes(), cut, key);
+        // The read stopped after 5 bytes of the key: fewer than a run, gone all the same.
+        assert_eq!(read("   sk-ac", true), "   <redacted>");
+        assert_eq!(read("   sk-a", true), "   <redacted>");
+        assert_eq!(read("   sk-", true), "   sk-");
+        // A body that ended there is what the server meant to say.
+        assert_eq!(read("   sk-ac", false), "   sk-ac");
+        assert_eq!(read("x sk-accept-SECRET", false), "x <redacted>");
+    }
+
+    /// Every offset of the key across every cut of the text: at most `KEY_RUN - 1` bytes of
+    /// the key remain, and none when the cut came from a read.
+    #[test]
+    fn no_cut_leaves_a_run_of_the_key() {
+        let key = "sk-ABCDEFGHIJKLMNOPQRSTUVWXYZ";
+        let runs = |text: &str| key_runs(text.as_bytes(), key.as_bytes());
+        for offset in 0..40 {
+            let body = format!("{}{key}{}", " ".repeat(offset), "y".repeat(40));
+            for limit in 0..body.len() {
+                let cut = clip(body.clone(), Some(key), limit);
+                assert_eq!(runs(&cut), vec![], "{offset} {limit}: {cut}");
+                let read = scrub_read(&body.as_bytes()[..limit], true, Some(key));
+                assert!(!read.contains("sk-A"), "{offset} {limit}: {read}");
+                assert_eq!(runs(&read), vec![], "{offset} {limit}: {read}");
+            }
+        }
     }
 }

@@ -16,13 +16,15 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::error_text::{
-    ERROR_MESSAGE_LIMIT, clip, error_message, gave_up, scrub_error, scrub_event,
+    ERROR_MESSAGE_LIMIT, clip, error_message, gave_up, scrub_error, scrub_event, scrub_read,
 };
 use super::retry::{RetryPolicy, parse_retry_after};
 use super::sse;
 // In-stream errors are decoded by the providers as `http::api_error`.
 pub(crate) use super::error_text::api_error;
 use super::transport::{Ctx, Ready, Stage, Tcp};
+pub(crate) use super::url::Target;
+use super::url::{BaseUrl, debug_unparsed};
 use super::{CancelToken, OnEvent, ReplyEnd, StreamEvent};
 use crate::{Error, TimeoutPhase};
 use ureq::unversioned::transport::{ConnectProxyConnector, Connector, RustlsConnector};
@@ -78,17 +80,34 @@ impl std::fmt::Debug for HttpClient {
 /// secret, so that its `Debug` is written once, redacted.
 #[derive(Clone)]
 pub(crate) struct Endpoint {
+    /// As given (without surrounding whitespace and trailing slashes), for `base_url()`.
     pub(crate) base_url: String,
+    /// Parsed once, here: requests go where it says, and a URL that does not parse fails
+    /// `check` (the agent's `build`) and every request at once, without retries.
+    base: Result<BaseUrl, Error>,
     pub(crate) api_key: Option<String>,
     pub(crate) http: HttpClient,
 }
 
 impl Endpoint {
     pub(crate) fn new(base_url: impl Into<String>) -> Endpoint {
+        let base_url = base_url.into().trim().trim_end_matches('/').to_owned();
         Endpoint {
-            base_url: base_url.into().trim_end_matches('/').to_owned(),
+            base: BaseUrl::parse(&base_url),
+            base_url,
             api_key: None,
             http: HttpClient::default(),
+        }
+    }
+
+    /// The configuration error of the base URL, if it has one, with the key scrubbed.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a base URL that did not parse (see [`BaseUrl::parse`]).
+    pub(crate) fn check(&self) -> Result<(), Error> {
+        match &self.base {
+            Ok(_) => Ok(()),
+            Err(e) => Err(scrub_error(e.clone(), self.api_key.as_deref())),
         }
     }
 
@@ -96,7 +115,8 @@ impl Endpoint {
     /// the key from `key_var`.
     ///
     /// # Errors
-    /// [`Error::NotConfigured`] saying `hint` when neither variable is set.
+    /// [`Error::NotConfigured`] saying `hint` when neither variable is set; [`Error::Config`]
+    /// naming `base_var` when its URL does not parse.
     pub(crate) fn from_env(
         base_var: &str,
         key_var: &str,
@@ -104,10 +124,15 @@ impl Endpoint {
         hint: &str,
     ) -> Result<Endpoint, Error> {
         let (base, key) = super::env::base_and_key(base_var, key_var, default, hint)?;
-        Ok(Endpoint {
+        let endpoint = Endpoint {
             api_key: key,
             ..Endpoint::new(base)
-        })
+        };
+        endpoint.check().map_err(|e| match e {
+            Error::Config(why) => Error::Config(format!("{base_var}: {why}")),
+            other => other,
+        })?;
+        Ok(endpoint)
     }
 
     /// Sends `call` and decodes its event stream with `decoder`, handing each event to
@@ -136,19 +161,26 @@ impl Endpoint {
         cancel: &CancelToken,
         on_event: &mut OnEvent<'_>,
     ) -> Result<ReplyEnd, Error> {
+        let base = self.base.as_ref().map_err(Clone::clone)?;
         call.headers
             .push(("content-type", "application/json".to_owned()));
         // The body bytes move into the request as they are: serialized once per model call,
         // and every attempt sends these same bytes.
         let post = Post {
-            url: format!("{}{}", self.base_url, call.path),
+            url: base.request_url(call.path),
             headers: call.headers,
             body: call.body,
+        };
+        let secret = self.api_key.as_deref();
+        let target = base.target(call.path, secret);
+        let to = Redirects {
+            base,
+            path: call.path,
         };
         // A retry notice adds nothing to the reply, so the agent never refuses one.
         let mut body = self
             .http
-            .open(&post, self.api_key.as_deref(), cancel, &mut |event| {
+            .open(&post, &target, &to, secret, cancel, &mut |event| {
                 let _ = on_event(event);
             })?;
         let mut out = Emitter { on_event };
@@ -203,10 +235,15 @@ impl Emitter<'_, '_> {
 }
 
 impl std::fmt::Debug for Endpoint {
+    /// The base URL without user info and query string (they may hold keys), the key as
+    /// `<redacted>`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Endpoint")
-            .field("base_url", &self.base_url)
-            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+        let mut d = f.debug_struct("Endpoint");
+        match &self.base {
+            Ok(base) => d.field("base_url", base),
+            Err(_) => d.field("base_url", &debug_unparsed(&self.base_url)),
+        };
+        d.field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("http", &self.http)
             .finish()
     }
@@ -229,57 +266,11 @@ pub(crate) struct Post {
     pub(crate) body: Vec<u8>,
 }
 
-/// The request as errors name it: the method and the URL without user info, query or
-/// fragment (where keys may hide), with the port always shown.
-#[derive(Clone)]
-pub(crate) struct Target(Rc<str>);
-
-impl Target {
-    /// # Errors
-    /// [`Error::Config`] for a URL without a scheme or with one other than http and https.
-    pub(crate) fn parse(url: &str, secret: Option<&str>) -> Result<Target, Error> {
-        let shown = || clip(strip_query(url).to_owned(), secret, 200);
-        let Some((scheme, rest)) = url.split_once("://") else {
-            return Err(Error::Config(format!(
-                "the base URL `{}` has no scheme: start it with http:// or https://",
-                shown()
-            )));
-        };
-        let port = match scheme.to_ascii_lowercase().as_str() {
-            "http" => 80,
-            "https" => 443,
-            _ => {
-                return Err(Error::Config(format!(
-                    "the base URL `{}` has the unknown scheme `{}`: use http:// or https://",
-                    shown(),
-                    clip(scheme.to_owned(), secret, 20)
-                )));
-            }
-        };
-        let rest = strip_query(rest);
-        let (authority, path) = rest.find('/').map_or((rest, "/"), |i| rest.split_at(i));
-        let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-        let has_port = host
-            .rsplit_once(':')
-            .is_some_and(|(_, p)| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
-        let host = if has_port {
-            host.to_owned()
-        } else {
-            format!("{host}:{port}")
-        };
-        let text = format!("POST {}://{host}{path}", scheme.to_ascii_lowercase());
-        Ok(Target(clip(text, secret, 500).into()))
-    }
-}
-
-fn strip_query(url: &str) -> &str {
-    url.split(['?', '#']).next().unwrap_or(url)
-}
-
-impl std::fmt::Display for Target {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
+/// Where the redirect of a provider's request points, for its error: the base URL and the
+/// request's path, against which a relative `Location` is read.
+pub(crate) struct Redirects<'a> {
+    base: &'a BaseUrl,
+    path: &'a str,
 }
 
 impl HttpClient {
@@ -293,7 +284,13 @@ impl HttpClient {
         self.agent.get_or_init(|| {
             // No ureq timeouts: the sockets enforce ours (see `transport`). No resolve
             // timeout either, as ureq would start a thread for it.
+            // No redirects: ureq would follow a 301/302/303 as a GET to wherever the server
+            // says, with every header but `authorization` and `cookie` (Anthropic's
+            // `x-api-key`, a custom header, an MCP session id). The reply of a 3xx is
+            // returned as it is; providers make it an error (`attempt`), the MCP client
+            // decides for itself.
             let config = ureq::Agent::config_builder()
+                .max_redirects(0)
                 .http_status_as_error(false)
                 .user_agent(concat!("pagent/", env!("CARGO_PKG_VERSION")))
                 .build();
@@ -318,17 +315,21 @@ impl HttpClient {
     ///
     /// Every message is built redacted: the key is removed from the server's text before
     /// it is cut, and notes are appended after.
+    ///
+    /// A redirect (3xx) is never followed: it is an [`Error::Http`] naming where it points
+    /// (`to` resolves a relative `Location`), without its query string.
     pub(crate) fn open(
         &self,
         post: &Post,
+        target: &Target,
+        to: &Redirects<'_>,
         secret: Option<&str>,
         cancel: &CancelToken,
         on_event: &mut dyn FnMut(StreamEvent),
     ) -> Result<Body, Error> {
-        let target = Target::parse(&post.url, secret)?;
         let mut attempt = 0;
         loop {
-            let error = match self.attempt(post, &target, secret, cancel) {
+            let error = match self.attempt(post, target, to, secret, cancel) {
                 Ok(body) => return Ok(body),
                 Err(e) => e,
             };
@@ -351,6 +352,7 @@ impl HttpClient {
         &self,
         post: &Post,
         target: &Target,
+        to: &Redirects<'_>,
         secret: Option<&str>,
         cancel: &CancelToken,
     ) -> Result<Body, Error> {
@@ -371,9 +373,23 @@ impl HttpClient {
             SystemTime::now(),
         );
         let content_type = header("content-type").unwrap_or_default();
+        if (300..400).contains(&status) {
+            let location = to
+                .base
+                .redirect_target(to.path, header("location").as_deref());
+            let location = clip(location, secret, ERROR_MESSAGE_LIMIT);
+            return Err(Error::Http {
+                status,
+                message: format!(
+                    "redirected to {location}, not followed: a request and its key go only \
+                     where the base URL says ({target})"
+                ),
+                retry_after: None,
+            });
+        }
         if status >= 400 {
-            let bytes = body.read_some(ERROR_BODY_LIMIT)?;
-            let message = clip(error_message(status, &bytes), secret, ERROR_MESSAGE_LIMIT);
+            let text = body.read_text(ERROR_BODY_LIMIT, secret)?;
+            let message = clip(error_message(status, &text), secret, ERROR_MESSAGE_LIMIT);
             return Err(Error::Http {
                 status,
                 message: format!("{message} ({target})"),
@@ -382,8 +398,7 @@ impl HttpClient {
         }
         let media = content_type.split(';').next().unwrap_or("").trim();
         if !media.eq_ignore_ascii_case("text/event-stream") {
-            let bytes = body.read_some(CONTENT_TYPE_SNIPPET as u64 * 4)?;
-            let text = String::from_utf8_lossy(&bytes).into_owned();
+            let text = body.read_text(CONTENT_TYPE_SNIPPET as u64 * 4, secret)?;
             let start = clip(text.trim().to_owned(), secret, CONTENT_TYPE_SNIPPET);
             return Err(Error::ContentType {
                 content_type: clip(content_type, secret, 100),
@@ -500,10 +515,18 @@ fn failed(ctx: &Ctx, e: ureq::Error, target: &Target, secret: Option<&str>) -> E
         return Error::Timeout(phase);
     }
     let why = match e {
+        // The URL was checked when the provider was made; a header value that cannot be
+        // sent (a key with a line break) is a configuration mistake too: neither is retried.
         ureq::Error::BadUri(uri) => {
             return Error::Config(format!(
                 "{target}: bad URL: {}",
                 clip(uri, secret, ERROR_MESSAGE_LIMIT)
+            ));
+        }
+        ureq::Error::Http(e) => {
+            return Error::Config(format!(
+                "{target}: the request cannot be sent: {}",
+                clip(e.to_string(), secret, ERROR_MESSAGE_LIMIT)
             ));
         }
         ureq::Error::Io(io) => io.to_string(),
@@ -629,13 +652,28 @@ impl Body {
 
     /// Up to `limit` bytes of the body, each read bounded by the idle timeout; what
     /// arrived before a failure is kept. Fails only when the request is cancelled.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     pub(crate) fn read_some(&mut self, limit: u64) -> Result<Vec<u8>, Error> {
+        self.read_up_to(limit).map(|(bytes, _)| bytes)
+    }
+
+    /// The text of up to `limit` bytes of the body (as [`Body::read_some`]), without the key
+    /// `secret`, also when the read stopped in the middle of it (see
+    /// [`scrub_read`](super::error_text::scrub_read)).
+    pub(crate) fn read_text(&mut self, limit: u64, secret: Option<&str>) -> Result<String, Error> {
+        let (bytes, ended) = self.read_up_to(limit)?;
+        Ok(scrub_read(&bytes, !ended, secret))
+    }
+
+    /// Up to `limit` bytes, and whether the body ended there (else a limit, a timeout or a
+    /// failure stopped the read, and more of the body may have followed).
+    fn read_up_to(&mut self, limit: u64) -> Result<(Vec<u8>, bool), Error> {
         let mut out = Vec::new();
         while (out.len() as u64) < limit {
             self.ctx
                 .set_deadline(Instant::now() + self.idle, TimeoutPhase::Idle);
             match self.read() {
-                Ok(0) => break,
+                Ok(0) => return Ok((out, true)),
                 Ok(n) => {
                     let room = usize::try_from(limit).unwrap_or(usize::MAX) - out.len();
                     out.extend_from_slice(&self.buf[..n.min(room)]);
@@ -644,7 +682,7 @@ impl Body {
                 Err(_) => break,
             }
         }
-        Ok(out)
+        Ok((out, false))
     }
 
     /// Reads what is left of a reply whose last event came, briefly, so that its
@@ -696,28 +734,4 @@ pub(crate) fn for_each_event(
         }
     }
     Ok(false)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn errors_name_the_url_without_user_info_query_or_key() {
-        let shown = |url: &str| Target::parse(url, Some("sk-KEY")).map(|t| t.to_string());
-        assert_eq!(
-            shown("https://api.openai.com/v1/chat/completions").unwrap(),
-            "POST https://api.openai.com:443/v1/chat/completions"
-        );
-        assert_eq!(
-            shown("http://u:sk-KEY@[::1]:8080/v1?api-key=sk-KEY#x").unwrap(),
-            "POST http://[::1]:8080/v1"
-        );
-        assert_eq!(shown("HTTP://host").unwrap(), "POST http://host:80/");
-        assert!(matches!(shown("host:80/v1"), Err(Error::Config(_))));
-        let Err(Error::Config(m)) = shown("sk-KEY://h/?k=sk-KEY") else {
-            panic!("a configuration error")
-        };
-        assert!(!m.contains("sk-KEY"), "{m}");
-    }
 }

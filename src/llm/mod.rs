@@ -41,14 +41,26 @@
 //!   connection is closed, so the server sees the client leave at once, and nothing is left
 //!   running. A timeout closes the connection the same way. Only replies that ended
 //!   normally leave their connection in the pool for the next request.
-//! - **Configuration mistakes** fail at once and are not retried: a base URL without a
-//!   scheme or with another than `http`/`https` ([`Error::Config`]), TLS spoken to a plain
-//!   HTTP server (within the connect timeout), a reply that is not an event stream
-//!   ([`Error::ContentType`], with the start of the body). Every HTTP-level error names the
-//!   method and URL tried (`POST http://127.0.0.1:8080/v1/chat/completions`), without user
-//!   info or query string.
-//! - **Secrets**: API keys never appear in `Debug`, errors or events, not even in part: a
-//!   server's text has the key removed before it is cut, and notes are appended after.
+//! - **Configuration mistakes** fail at once and are not retried. The base URL is parsed
+//!   and checked once, when the provider is made: a URL without a scheme or with another
+//!   than `http`/`https`, without a host, with a port that is not a number in 1-65535, or
+//!   with characters a URL cannot hold is an [`Error::Config`] from
+//!   [`Provider::check`], which `AgentBuilder::build` calls (and from `from_env`). So are
+//!   TLS spoken to a plain HTTP server (within the connect timeout) and a header that
+//!   cannot be sent; a reply that is not an event stream is an [`Error::ContentType`],
+//!   with the start of the body. Every HTTP-level error names the method and URL tried
+//!   (`POST http://127.0.0.1:8080/v1/chat/completions`), without user info or query string.
+//!   A query string in the base URL (`?api-version=..`) goes after each request's path.
+//! - **Redirects are never followed**: a 3xx is an [`Error::Http`] with its status, naming
+//!   where the `Location` points (origin and path, no query string), and is not retried
+//!   ([`ErrorKind::InvalidRequest`](crate::ErrorKind::InvalidRequest)). A redirect would
+//!   send the request, and the key in its headers, to a host the base URL does not name;
+//!   point the base URL at the server itself instead.
+//! - **Secrets**: API keys never appear in `Debug`, errors or events, not even in part: no
+//!   8 consecutive characters of the key reach any text of an error or a retry notice
+//!   (hence `AgentEnd`, the state and the wire), wherever a limit cut the server's text; a
+//!   body read that stopped inside the key loses its start too. `Debug` shows the base URL
+//!   without user info and query string.
 //! - **Configuration** from the environment: see [`from_env`].
 
 use crate::Error;
@@ -138,9 +150,10 @@ mod openai;
 mod retry;
 pub mod sse;
 mod transport;
+mod url;
 
 pub use anthropic::{ANTHROPIC_BASE_URL, ANTHROPIC_VERSION, Anthropic};
-pub use env::{FromEnv, from_env, from_env_or};
+pub use env::{FromEnv, MAX_TOKENS_VAR, from_env, from_env_or};
 pub use faux::{Faux, FauxReply};
 pub use openai::{OPENAI_BASE_URL, OpenAiCompat};
 pub use retry::RetryPolicy;
@@ -308,6 +321,17 @@ pub trait Provider: Send + Sync {
     fn name(&self) -> &str {
         "provider"
     }
+
+    /// Checks the provider's own configuration, without any network: an HTTP provider's
+    /// base URL (scheme, host, port). [`AgentBuilder::build`](crate::AgentBuilder::build)
+    /// calls it once and fails with its error, so a mistake shows when the agent is made,
+    /// not at the first prompt. The default accepts everything.
+    ///
+    /// # Errors
+    /// [`Error::Config`] saying what is wrong.
+    fn check(&self) -> Result<(), Error> {
+        Ok(())
+    }
 }
 
 impl<P: Provider + ?Sized> Provider for std::sync::Arc<P> {
@@ -322,5 +346,9 @@ impl<P: Provider + ?Sized> Provider for std::sync::Arc<P> {
 
     fn name(&self) -> &str {
         (**self).name()
+    }
+
+    fn check(&self) -> Result<(), Error> {
+        (**self).check()
     }
 }

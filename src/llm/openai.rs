@@ -80,11 +80,13 @@ impl OpenAiCompat {
     }
 
     /// A provider configured from `OPENAI_BASE_URL` (default [`OPENAI_BASE_URL`]) and
-    /// `OPENAI_API_KEY`. Empty variables count as unset.
+    /// `OPENAI_API_KEY`. Empty variables count as unset (`OPENAI_BASE_URL=""` with a key set
+    /// is OpenAI's own URL; see [`from_env`](super::from_env)).
     ///
     /// # Errors
     /// [`Error::NotConfigured`] when neither variable is set: OpenAI itself needs a key, a local
-    /// server needs its URL.
+    /// server needs its URL. [`Error::Config`] naming `OPENAI_BASE_URL` when its URL does not
+    /// parse (no scheme, no host, a port outside 1-65535...).
     pub fn from_env() -> Result<OpenAiCompat, Error> {
         Endpoint::from_env(
             "OPENAI_BASE_URL",
@@ -376,6 +378,11 @@ impl Provider for OpenAiCompat {
 
     fn name(&self) -> &str {
         "openai"
+    }
+
+    /// The base URL, parsed when the provider was made.
+    fn check(&self) -> Result<(), Error> {
+        self.endpoint.check()
     }
 }
 

@@ -122,6 +122,17 @@ pub struct Server {
 
 impl Server {
     pub fn start(replies: Vec<Reply>) -> Server {
+        Server::serve(replies, false)
+    }
+
+    /// As [`Server::start`], but the listener closes as soon as the last reply was handed
+    /// out (later connections are refused), so that a test that runs many servers leaves
+    /// no thread polling behind.
+    pub fn start_exact(replies: Vec<Reply>) -> Server {
+        Server::serve(replies, true)
+    }
+
+    fn serve(replies: Vec<Reply>, exact: bool) -> Server {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         listener.set_nonblocking(true).unwrap();
@@ -138,6 +149,9 @@ impl Server {
                         let Some(reply) = replies.next() else { return };
                         let (log, closed) = (log.clone(), closed.clone());
                         std::thread::spawn(move || serve(stream, &reply, &log, &closed));
+                        if exact && replies.len() == 0 {
+                            return;
+                        }
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(2)),
                 }
