@@ -808,6 +808,30 @@ fn tools_list_follows_every_page() {
 }
 
 #[test]
+fn a_tool_list_without_end_stops_at_its_byte_limit() {
+    let (builder, pidfile) = fake("endless-pages");
+    let client = builder.max_list_bytes(1024 * 1024).connect().unwrap();
+    // Pages of some 100 KB: the eleventh passes 1 MiB (before, up to 1000 pages were kept).
+    let err = client.list_tools().unwrap_err();
+    assert_eq!(
+        err,
+        McpError::ListTooLarge {
+            method: "tools/list".into(),
+            limit: 1024 * 1024,
+            pages: 11
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "the mcp server's tools/list went over 1048576 bytes or 1000 pages (11 pages came)"
+    );
+    // Not a broken connection: the server answers on.
+    client.ping().unwrap();
+    client.close();
+    assert!(gone(pid_in(&pidfile)));
+}
+
+#[test]
 fn list_changed_gives_the_agent_the_new_tools_from_the_next_turn() {
     let (builder, _) = fake("ok");
     let client = builder.prefix("f_").connect().unwrap();
@@ -907,6 +931,30 @@ fn the_servers_own_requests_are_answered() {
              "error": {"code": -32601, "message": "method not supported by the client"}}
         ])
     );
+}
+
+#[test]
+fn a_server_that_stops_reading_and_sends_pings_is_closed_instead_of_queued_without_bound() {
+    let (builder, pidfile) = fake("ok");
+    // Longer than `bounded` waits: the call must end through the full queue, not its timeout
+    // (before, the answers queued without bound: 6.7 MB to 259 MB in 8 s, until the timeout).
+    let client = builder
+        .call_timeout(Duration::from_secs(120))
+        .connect()
+        .unwrap();
+    let err = bounded({
+        let client = client.clone();
+        move || client.call_tool("flood", json!({}), &CancelToken::new(), &mut |_| {})
+    })
+    .unwrap_err();
+    assert_eq!(err, McpError::NotReading { queued: 256 });
+    assert_eq!(
+        err.to_string(),
+        "the mcp server does not read its input: 256 answers to its requests wait to be written"
+    );
+    assert_eq!(client.ping().unwrap_err(), err);
+    client.close();
+    assert!(gone(pid_in(&pidfile)));
 }
 
 #[test]

@@ -27,6 +27,7 @@ pub struct ClientBuilder {
     call_timeout: Duration,
     init_timeout: Duration,
     max_message_bytes: usize,
+    max_list_bytes: usize,
     trace: Option<Trace>,
 }
 
@@ -57,6 +58,7 @@ impl ClientBuilder {
             call_timeout: Duration::from_secs(120),
             init_timeout: Duration::from_secs(30),
             max_message_bytes: 16 * 1024 * 1024,
+            max_list_bytes: 16 * 1024 * 1024,
             trace: None,
         }
     }
@@ -169,6 +171,15 @@ impl ClientBuilder {
         self
     }
 
+    /// The most bytes all the pages of one list ([`Client::list_tools`]) may hold together,
+    /// as JSON, so that a server cannot make the client hold a thousand pages of the largest
+    /// message. Defaults to 16 MiB.
+    #[must_use]
+    pub fn max_list_bytes(mut self, bytes: usize) -> ClientBuilder {
+        self.max_list_bytes = bytes;
+        self
+    }
+
     /// Hands every message sent and received to `trace`, as a line of JSON, on the thread
     /// that sends or reads it (for logs and tests). It must return quickly. Defaults to none.
     #[must_use]
@@ -227,6 +238,7 @@ impl ClientBuilder {
                 info,
                 prefix: self.prefix,
                 call_timeout: self.call_timeout,
+                max_list_bytes: self.max_list_bytes,
                 given: Mutex::new(Vec::new()),
             }),
         })

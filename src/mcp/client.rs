@@ -16,6 +16,9 @@ use super::{
 use crate::Tool;
 use crate::cancel::CancelToken;
 
+/// The most pages of one list: a server that hands out cursors forever is broken.
+const MAX_PAGES: usize = 1000;
+
 /// The transport, shared by the session and the client's typed handle.
 pub(super) struct Shared<T>(pub(super) Arc<T>);
 
@@ -62,6 +65,8 @@ pub(super) struct Inner {
     pub(super) info: ServerInfo,
     pub(super) prefix: String,
     pub(super) call_timeout: Duration,
+    /// The most bytes every page of one list may hold together.
+    pub(super) max_list_bytes: usize,
     /// The names of the tools last handed out, for `sync_tools`.
     pub(super) given: Mutex<Vec<String>>,
 }
@@ -147,16 +152,28 @@ impl Client {
     /// Lists every tool of the server, following `nextCursor` through every page.
     ///
     /// Blocks until the last page comes; each page may take [`ClientBuilder::call_timeout`].
+    /// The pages together may hold at most [`ClientBuilder::max_list_bytes`], in at most
+    /// 1000 pages.
     ///
     /// # Errors
-    /// Any error of a request, or a malformed page ([`McpError::Protocol`]).
+    /// Any error of a request, a malformed page ([`McpError::Protocol`]), or a list over the
+    /// limits ([`McpError::ListTooLarge`]).
     pub fn list_tools(&self) -> Result<Vec<ToolInfo>, McpError> {
         let mut tools = Vec::new();
         let mut cursor: Option<String> = None;
+        let mut bytes = 0;
         // Bounded: a server that hands out cursors forever is broken.
-        for _ in 0..1000 {
+        for pages in 1..=MAX_PAGES {
             let params = cursor.as_ref().map(|c| serde_json::json!({"cursor": c}));
             let page = self.request("tools/list", params, &CancelToken::new(), None)?;
+            bytes += protocol::json_size(&page);
+            if bytes > self.inner.max_list_bytes {
+                return Err(McpError::ListTooLarge {
+                    method: "tools/list".into(),
+                    limit: self.inner.max_list_bytes,
+                    pages,
+                });
+            }
             let page: protocol::ToolsPage = serde_json::from_value(page)
                 .map_err(|e| McpError::Protocol(format!("a malformed tools/list page ({e})")))?;
             tools.extend(page.tools);
@@ -165,9 +182,11 @@ impl Client {
                 _ => return Ok(tools),
             }
         }
-        Err(McpError::Protocol(
-            "tools/list went on for more than 1000 pages".into(),
-        ))
+        Err(McpError::ListTooLarge {
+            method: "tools/list".into(),
+            limit: self.inner.max_list_bytes,
+            pages: MAX_PAGES,
+        })
     }
 
     /// Calls a tool by its name on the server (without the prefix) and waits for its result.

@@ -36,6 +36,23 @@ pub enum McpError {
         /// How much of the message was read when it passed the limit, in bytes.
         size: usize,
     },
+    /// The stdio server stopped reading what the client writes while it went on sending
+    /// requests: their answers filled the pipe and then the queue of this many messages.
+    /// The connection is closed rather than let the queue grow.
+    NotReading {
+        /// The length of the queue that was full.
+        queued: usize,
+    },
+    /// A paginated list (`tools/list`) went over [`ClientBuilder::max_list_bytes`] in all
+    /// its pages together, or over 1000 pages; nothing of it is kept.
+    ListTooLarge {
+        /// The method of the list.
+        method: String,
+        /// The limit, in bytes.
+        limit: usize,
+        /// How many pages had come.
+        pages: usize,
+    },
     /// The server answered with a JSON-RPC error.
     Rpc {
         /// The method of the request.
@@ -86,6 +103,18 @@ impl fmt::Display for McpError {
             McpError::TooLarge { limit, size } => write!(
                 f,
                 "the mcp server sent a message over the limit of {limit} bytes ({size} bytes read)"
+            ),
+            McpError::NotReading { queued } => write!(
+                f,
+                "the mcp server does not read its input: {queued} answers to its requests wait to be written"
+            ),
+            McpError::ListTooLarge {
+                method,
+                limit,
+                pages,
+            } => write!(
+                f,
+                "the mcp server's {method} went over {limit} bytes or 1000 pages ({pages} pages came)"
             ),
             McpError::Rpc {
                 method,

@@ -188,7 +188,10 @@ impl Inner {
         }
         let content_type = header("content-type").unwrap_or_default();
         let media = content_type.split(';').next().unwrap_or("").trim();
-        let reply = |message: Vec<u8>| self.send_detached_inner(message);
+        let reply = |message: Vec<u8>| {
+            self.send_detached_inner(message);
+            Ok(())
+        };
         let answered = if status == 202 || id.is_none() {
             // A notification's answer has no body worth reading.
             false
@@ -330,7 +333,10 @@ impl Inner {
             // session ended (the next request says so).
             return Listened::Refused;
         }
-        let reply = |message: Vec<u8>| self.send_detached_inner(message);
+        let reply = |message: Vec<u8>| {
+            self.send_detached_inner(message);
+            Ok(())
+        };
         let mut delivered = false;
         let _ = for_each_event(&mut body, self.max_message_bytes, stop, |event| {
             if let Some(id) = &event.id {

@@ -68,6 +68,15 @@
 //! error for the others), its notifications of progress and tool-list changes are used,
 //! and the rest are ignored.
 //!
+//! # Bounded
+//! Nothing a server sends makes the client hold more than a bound. Each message is at most
+//! [`ClientBuilder::max_message_bytes`]; the pages of one list together at most
+//! [`ClientBuilder::max_list_bytes`] ([`McpError::ListTooLarge`]). A stdio server's
+//! messages are written to it through bounded queues: a caller waits for room as long as
+//! its call may take, and the answers to the server's own requests never wait, so a server
+//! that sends requests without reading what it is sent fills its pipe, then 256 answers,
+//! and the connection ends with [`McpError::NotReading`].
+//!
 //! # Tools
 //! [`Client::tools`] lists the server's tools (every page of `tools/list`) and makes each
 //! a pagent tool: its name (after the optional [`ClientBuilder::prefix`]), its description,

@@ -99,6 +99,24 @@ pub(crate) fn snippet(bytes: &[u8]) -> String {
     format!("{:?}{more}", text.trim_end())
 }
 
+/// The length of `value` as compact JSON, without writing it anywhere.
+pub(crate) fn json_size(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // OK because a `Value` always serializes, and counting never fails.
+    serde_json::to_writer(&mut count, value).expect("a JSON value serializes");
+    count.0
+}
+
 /// A request, serialized.
 pub(crate) fn request(id: u64, method: &str, params: Option<Value>) -> Vec<u8> {
     let mut msg = json!({"jsonrpc": "2.0", "id": id, "method": method});

@@ -88,12 +88,13 @@ impl Router {
     ///
     /// # Errors
     /// A message that breaks the protocol: not JSON, not JSON-RPC, or a response to an id
-    /// this client never sent. The connection cannot be trusted after it.
+    /// this client never sent; or the error of `reply` (a server that does not read). The
+    /// connection cannot be trusted after it.
     pub(crate) fn deliver(
         &self,
         bytes: &[u8],
         expect: Option<u64>,
-        reply: &dyn Fn(Vec<u8>),
+        reply: &dyn Fn(Vec<u8>) -> Result<(), McpError>,
     ) -> Result<bool, McpError> {
         self.trace(super::Direction::In, bytes);
         match protocol::parse(bytes).map_err(McpError::Protocol)? {
@@ -130,7 +131,7 @@ impl Router {
                 };
                 let message = protocol::response(&id, answer);
                 self.trace(super::Direction::Out, &message);
-                reply(message);
+                reply(message)?;
                 Ok(false)
             }
         }

@@ -2,11 +2,20 @@
 //! and writes it on its stdout.
 //!
 //! Three threads per child, none of which the caller ever waits on: a writer (so that a
-//! child that stops reading its stdin never blocks a caller, and an abort's
-//! `notifications/cancelled` is queued and returns at once), a reader of stdout (it routes
-//! each message, answers the server's requests through the writer, and ends the session
-//! with the reason when stdout closes or breaks the protocol), and a reader of stderr that
-//! keeps its last bytes for error messages.
+//! child that stops reading its stdin never blocks a caller past its timeout, and an
+//! abort's `notifications/cancelled` is queued and returns at once), a reader of stdout (it
+//! routes each message, answers the server's requests through the writer, and ends the
+//! session with the reason when stdout closes or breaks the protocol), and a reader of
+//! stderr that keeps its last bytes for error messages.
+//!
+//! # Bounded queues
+//! The writer reads two bounded queues. The callers' requests and notifications wait for
+//! room in theirs ([`REQUEST_QUEUE`] messages) as long as their call may take, so their
+//! number is bounded by the callers'. What the server's own messages make us write (the
+//! answers to its requests) and the cancellations go to the other ([`REPLY_QUEUE`]), which
+//! never waits: a server that sends requests but does not read its stdin fills the pipe,
+//! then this queue, and the connection ends there with [`McpError::NotReading`] instead of
+//! growing the client's memory with every request it sends.
 //!
 //! # Shutdown
 //! On unix the child starts in a process group of its own (`process_group(0)`), so that a
@@ -27,7 +36,7 @@ use std::process::{ChildStdin, Command, Stdio as Pipe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::{Receiver, Sender, TrySendError};
 use parking_lot::Mutex;
 
 use super::McpError;
@@ -68,11 +77,17 @@ impl Tail {
     }
 }
 
+/// How many of the callers' messages may wait for the writer; a caller waits for room.
+pub(crate) const REQUEST_QUEUE: usize = 64;
+
+/// How many answers to the server's requests (and cancellations) may wait for the writer,
+/// besides what the pipe holds; past it the server is not reading.
+pub(crate) const REPLY_QUEUE: usize = 256;
+
 pub(crate) struct StdioTransport {
     process: Arc<Process>,
-    /// `None` once closed: taking the only sender closes the child's stdin. Shared with the
-    /// reader, which answers the server's requests through it.
-    writer: WeakWriter,
+    /// Shared with the reader, which answers the server's requests through it.
+    writer: Writer,
     stderr: Arc<Mutex<Tail>>,
     /// Disconnects when the stderr reader ends (the child closed its stderr).
     stderr_done: Receiver<()>,
@@ -114,10 +129,14 @@ impl StdioTransport {
             limit: spec.stderr_limit,
         }));
         let (done_tx, stderr_done) = crossbeam_channel::bounded::<()>(0);
-        let (tx, rx) = crossbeam_channel::unbounded::<Vec<u8>>();
+        let (requests, requests_rx) = crossbeam_channel::bounded(REQUEST_QUEUE);
+        let (replies, replies_rx) = crossbeam_channel::bounded(REPLY_QUEUE);
         let transport = StdioTransport {
             process: process.clone(),
-            writer: WeakWriter(Arc::new(Mutex::new(Some(tx)))),
+            writer: Writer {
+                queues: Arc::new(Mutex::new(Some(Queues { requests, replies }))),
+                router: router.clone(),
+            },
             stderr: stderr.clone(),
             stderr_done: stderr_done.clone(),
             grace: spec.shutdown_grace,
@@ -127,7 +146,9 @@ impl StdioTransport {
                 let stderr = stderr.clone();
                 move || read_stderr(stderr_pipe, &stderr, done_tx)
             }),
-            spawn_thread("pagent-mcp-writer", move || write_all(stdin, &rx)),
+            spawn_thread("pagent-mcp-writer", move || {
+                write_all(stdin, &requests_rx, &replies_rx);
+            }),
             spawn_thread("pagent-mcp-reader", {
                 let router = router.clone();
                 let max = spec.max_message_bytes;
@@ -163,31 +184,90 @@ fn spawn_thread(name: &str, f: impl FnOnce() + Send + 'static) -> std::io::Resul
         .map(drop)
 }
 
-/// The one sender of the writer thread's channel; emptied at shutdown.
+/// The writer thread's two queues (see the module docs).
 #[derive(Clone)]
-struct WeakWriter(Arc<Mutex<Option<Sender<Vec<u8>>>>>);
+struct Queues {
+    requests: Sender<Vec<u8>>,
+    replies: Sender<Vec<u8>>,
+}
 
-impl WeakWriter {
-    fn send(&self, message: Vec<u8>) {
-        if let Some(tx) = &*self.0.lock() {
-            let _ = tx.send(message);
+/// The senders of the writer thread's queues, `None` once closed: taking them closes the
+/// child's stdin once the writer wrote what they held.
+#[derive(Clone)]
+struct Writer {
+    queues: Arc<Mutex<Option<Queues>>>,
+    router: Arc<Router>,
+}
+
+impl Writer {
+    /// The senders, cloned out of the lock: a caller waits for room without holding it.
+    fn queues(&self) -> Result<Queues, McpError> {
+        self.queues.lock().clone().ok_or(McpError::Closed)
+    }
+
+    /// Queues a caller's message, waiting for room until `cancel` is cancelled.
+    fn request(&self, message: Vec<u8>, cancel: &CancelToken) -> Result<(), McpError> {
+        let queues = self.queues()?;
+        let timer = cancel.timer();
+        crossbeam_channel::select! {
+            send(queues.requests, message) -> sent => sent.map_err(|_| McpError::Closed),
+            recv(cancel.receiver()) -> _ => Err(McpError::Aborted),
+            recv(timer) -> _ => Err(McpError::Aborted),
+        }
+    }
+
+    /// Queues an answer to the server or a cancellation, without waiting: when the queue is
+    /// full, the server has stopped reading, and the connection ends with
+    /// [`McpError::NotReading`].
+    fn reply(&self, message: Vec<u8>) -> Result<(), McpError> {
+        match self.queues()?.replies.try_send(message) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Disconnected(_)) => Err(McpError::Closed),
+            Err(TrySendError::Full(_)) => {
+                let e = McpError::NotReading {
+                    queued: REPLY_QUEUE,
+                };
+                self.router.close(e.clone());
+                Err(e)
+            }
         }
     }
 }
 
-fn write_all(mut stdin: ChildStdin, rx: &Receiver<Vec<u8>>) {
-    for mut message in rx {
+/// Writes the messages of both queues as they come, until both are closed (and what they
+/// held is written) or the child stops reading for good.
+fn write_all(mut stdin: ChildStdin, requests: &Receiver<Vec<u8>>, replies: &Receiver<Vec<u8>>) {
+    let mut write = |mut message: Vec<u8>| {
         message.push(b'\n');
-        if stdin
+        // An error: the child closed its stdin or exited, and the reader reports why.
+        stdin
             .write_all(&message)
             .and_then(|()| stdin.flush())
-            .is_err()
-        {
-            // The child closed its stdin or exited: the reader reports why.
-            return;
+            .is_ok()
+    };
+    loop {
+        let next = crossbeam_channel::select! {
+            recv(replies) -> m => m,
+            recv(requests) -> m => m,
+        };
+        match next {
+            Ok(message) => {
+                if !write(message) {
+                    return;
+                }
+            }
+            // Both are closed at once: what the other one still holds goes out first.
+            Err(_) => {
+                for message in replies.try_iter().chain(requests.try_iter()) {
+                    if !write(message) {
+                        return;
+                    }
+                }
+                // Dropping `stdin` closes the child's stdin.
+                return;
+            }
         }
     }
-    // Every sender is gone: dropping `stdin` closes the child's stdin.
 }
 
 fn read_stderr(mut pipe: impl Read, tail: &Mutex<Tail>, _done: Sender<()>) {
@@ -277,16 +357,10 @@ fn read_line(input: &mut impl BufRead, buf: &mut Vec<u8>, max: usize) -> std::io
     }
 }
 
-fn read_messages(
-    stdout: impl Read,
-    router: &Router,
-    max: usize,
-    writer: &WeakWriter,
-    ended: &Ended,
-) {
+fn read_messages(stdout: impl Read, router: &Router, max: usize, writer: &Writer, ended: &Ended) {
     let mut input = BufReader::with_capacity(64 * 1024, stdout);
     let mut buf = Vec::new();
-    let reply = |message: Vec<u8>| writer.send(message);
+    let reply = |message: Vec<u8>| writer.reply(message);
     let why = loop {
         match read_line(&mut input, &mut buf, max) {
             Ok(Line::End) => break ended.exited(),
@@ -314,22 +388,19 @@ impl Transport for StdioTransport {
         &self,
         message: Vec<u8>,
         _id: Option<u64>,
-        _cancel: &CancelToken,
+        cancel: &CancelToken,
     ) -> Result<(), McpError> {
-        match &*self.writer.0.lock() {
-            Some(tx) if tx.send(message).is_ok() => Ok(()),
-            _ => Err(McpError::Closed),
-        }
+        self.writer.request(message, cancel)
     }
 
     fn send_detached(&self, message: Vec<u8>) {
-        self.writer.send(message);
+        let _ = self.writer.reply(message);
     }
 
     /// Closes the child's stdin (which asks the server to exit) and ends it; a second call
     /// does nothing (see [`Process::end`]).
     fn close(&self) {
-        self.writer.0.lock().take();
+        self.writer.queues.lock().take();
         self.process.end(self.grace);
     }
 

@@ -1,9 +1,10 @@
 """A small stdio MCP server (python3 standard library only) for tests/mcp.rs.
 
 `python3 fake_server.py MODE [PIDFILE]`: MODE `ok` is a well-behaved server; every other
-mode misbehaves at `initialize` in one way. Calls of the tools `die` and `babble` (not
+mode misbehaves at `initialize` in one way, but `endless-pages`, whose `tools/list` never
+ends. Calls of the tools `die` and `babble` (not
 listed) exit and write garbage mid-call; `ask` sends the client two requests of its own;
-`hang` is never answered; `where` answers with its working directory and the variable
+`hang` is never answered; `flood` stops reading and sends pings; `where` answers with its working directory and the variable
 `PAGENT_MCP_TEST` of its environment, as JSON; `cancelled` answers with the params of every
 `notifications/cancelled` the server received so far, as JSON. The pid is written to
 PIDFILE, so a test can check that no process is left behind.
@@ -89,6 +90,11 @@ for line in sys.stdin:
         initialize(id)
     elif method == "ping":
         answer(id, {})
+    elif method == "tools/list" and MODE == "endless-pages":
+        # A page of one tool with a 100 KB description, and always another cursor.
+        index = int(params.get("cursor") or 0)
+        tool = {"name": f"t{index}", "description": "x" * 100_000, "inputSchema": {"type": "object"}}
+        answer(id, {"tools": [tool], "nextCursor": str(index + 1)})
     elif method == "tools/list":
         # One tool per page, to exercise pagination.
         index = int(params.get("cursor") or 0)
@@ -130,6 +136,15 @@ for line in sys.stdin:
             answer(id, {"content": [{"type": "text", "text": json.dumps(found)}]})
         elif name == "cancelled":
             answer(id, {"content": [{"type": "text", "text": json.dumps(CANCELLED)}]})
+        elif name == "flood":
+            # Stops reading its stdin and sends pings until its output is closed (at most a
+            # million, some 50 MB).
+            try:
+                for n in range(1_000_000):
+                    send({"jsonrpc": "2.0", "id": f"p{n}", "method": "ping"})
+            except (BrokenPipeError, OSError):
+                pass
+            sys.exit(0)
         elif name == "babble":
             out.write(b"\x00\xff not a message\n")
             out.flush()
