@@ -40,9 +40,22 @@ use crate::kind::ErrorKind;
 #[non_exhaustive]
 pub enum Error {
     /// `prompt` or `continue_run` was called while a run is active, or `reset` or
-    /// `replace_messages`, which need an idle agent; or (`pagent::redis`, feature `redis`) a
-    /// worker lost a conversation's lease: another worker runs it.
+    /// `replace_messages`, which need an idle agent.
     Busy,
+    /// (`pagent::redis`, feature `redis`) A worker lost a conversation's lease (it was
+    /// paused longer than the lease): another worker runs the conversation now, and nothing
+    /// more of this run was written.
+    LeaseLost,
+    /// (`pagent::redis`, feature `redis`) A follower of an event stream fell behind it: the
+    /// stream no longer holds entries it had not read yet (trimmed to the stream's cap, or
+    /// lost with the server's data), so folding on would show a wrong state. Resynchronize
+    /// from the store (`RemoteMirror::resync`).
+    Behind {
+        /// How many entries it missed, when that is known.
+        missed: Option<u64>,
+        /// What the stream holds now, and the last entry the follower read.
+        message: String,
+    },
     /// `continue_run` found nothing to continue from.
     NothingToContinue(String),
     /// The agent or a provider is not configured right (a missing provider, a bad URL...).
@@ -219,6 +232,12 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Busy => f.write_str("a run is already active"),
+            Error::LeaseLost => f.write_str("the conversation's lease was lost to another worker"),
+            Error::Behind {
+                missed: Some(n),
+                message,
+            } => write!(f, "fell behind the stream by {n} entries: {message}"),
+            Error::Behind { message, .. } => write!(f, "fell behind the stream: {message}"),
             Error::NothingToContinue(why) => write!(f, "nothing to continue: {why}"),
             Error::Config(why) => write!(f, "configuration: {why}"),
             Error::NotConfigured(why) => write!(f, "not configured: {why}"),

@@ -25,10 +25,10 @@ use crate::error::{Error, TimeoutPhase};
 /// | `Config`, `NotConfigured`, `NothingToContinue` | `InvalidRequest(None)` |
 /// | `Timeout(phase)` | `Timeout(phase)` |
 /// | `Connection` | `Connection` |
-/// | `Stream`, `ContentType` | `Stream` |
+/// | `Stream`, `ContentType`, `Behind` | `Stream` |
 /// | `ReplyTooLarge` | `ReplyTooLarge` |
 /// | `Aborted` | `Aborted` |
-/// | `Busy` | `Busy` |
+/// | `Busy`, `LeaseLost` | `Busy` |
 /// | `Provider`, `ScriptExhausted` | `Provider` |
 /// | `Panic` (a hook, a tool definition, the agent loop itself) | `Panic` |
 /// | `Wire` | `Wire` |
@@ -142,7 +142,7 @@ impl Error {
             return ErrorKind::ContextOverflow;
         }
         match self {
-            Error::Busy => ErrorKind::Busy,
+            Error::Busy | Error::LeaseLost => ErrorKind::Busy,
             Error::NothingToContinue(_) | Error::Config(_) | Error::NotConfigured(_) => {
                 ErrorKind::InvalidRequest(None)
             }
@@ -150,7 +150,9 @@ impl Error {
             Error::Http { status, .. } => ErrorKind::of_http(*status),
             Error::Timeout(phase) => ErrorKind::Timeout(*phase),
             Error::Connection(_) => ErrorKind::Connection,
-            Error::ContentType { .. } | Error::Stream(_) => ErrorKind::Stream,
+            Error::ContentType { .. } | Error::Stream(_) | Error::Behind { .. } => {
+                ErrorKind::Stream
+            }
             Error::Api { .. } => ErrorKind::Server(None),
             Error::Provider(_) | Error::ScriptExhausted => ErrorKind::Provider,
             Error::ReplyTooLarge { .. } => ErrorKind::ReplyTooLarge,

@@ -11,8 +11,12 @@
 #[allow(dead_code)]
 #[path = "control/support.rs"]
 mod control;
+#[path = "redis/faults.rs"]
+mod faults;
 #[path = "support/mod.rs"]
 mod http;
+#[path = "redis/proxy.rs"]
+mod proxy;
 #[allow(dead_code)]
 mod replay;
 
@@ -41,6 +45,8 @@ struct RedisServer {
     port: u16,
     dir: PathBuf,
     aof: bool,
+    /// Arguments of every start.
+    extra: Vec<String>,
     child: Option<Child>,
 }
 
@@ -48,6 +54,11 @@ impl RedisServer {
     /// Starts one on a free loopback port, with append-only persistence (every write synced)
     /// when `aof`, so that a restart keeps what it acknowledged.
     fn start(aof: bool) -> RedisServer {
+        RedisServer::start_with(aof, &[])
+    }
+
+    /// As [`RedisServer::start`], with `extra` arguments at every start.
+    fn start_with(aof: bool, extra: &[&str]) -> RedisServer {
         let port = {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().port()
@@ -59,6 +70,7 @@ impl RedisServer {
             port,
             dir,
             aof,
+            extra: extra.iter().map(|a| a.to_string()).collect(),
             child: None,
         };
         server.spawn();
@@ -66,7 +78,8 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) {
-        self.launch(&[]);
+        let extra = self.extra.clone();
+        self.launch(&extra.iter().map(String::as_str).collect::<Vec<_>>());
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
             if ping(self.port) {
@@ -289,7 +302,7 @@ fn role_entry() {
                 .unwrap()
                 .lease(env_ms("PAGENT_REDIS_TEST_LEASE_MS", 1000))
                 .claim_after(env_ms("PAGENT_REDIS_TEST_CLAIM_MS", 2000))
-                .events(None);
+                .events(env("PAGENT_REDIS_TEST_EVENTS").parse().ok());
             // Until the test kills it; bounded all the same.
             worker.run_for(PATIENCE).unwrap();
         }
@@ -420,6 +433,24 @@ fn wait_all_done(conn: &mut redis::Connection, prefix: &str, last: &HashMap<Stri
         last.iter()
             .all(|(n, id)| done_of(conn, prefix, n).as_ref() == Some(id))
     });
+}
+
+/// The state a mirror of the conversation's whole event stream ends with, and how many
+/// `AgentEnd`s it folded.
+fn folded(redis: &Redis, conversation: &str) -> (Arc<pagent::State>, usize) {
+    let mut mirror = RemoteMirror::new(redis, conversation);
+    let mut ends = 0;
+    while let Some(event) = mirror.next_event(Duration::from_millis(1)).unwrap() {
+        if let pagent::AgentEvent::AgentEnd { .. } = event {
+            ends += 1;
+        }
+    }
+    (mirror.state().clone(), ends)
+}
+
+/// The stored transcript.
+fn stored(store: &Store, conversation: &str) -> Vec<Message> {
+    store.load(conversation).unwrap().messages
 }
 
 fn described(store: &Store, conversation: &str) -> Vec<String> {
@@ -979,9 +1010,14 @@ fn a_worker_that_lost_its_lease_cannot_write_to_the_transcript() {
         .arg("other")
         .query::<()>(&mut conn)
         .unwrap();
-    assert_eq!(step.join().unwrap(), Err(Error::Busy));
-    // The reply of the run that lost its lease was not written.
+    assert_eq!(step.join().unwrap(), Err(Error::LeaseLost));
+    // The reply of the run that lost its lease was not written, nor any of its events.
     assert_eq!(described(&store, "c"), ["user \"Hello\""]);
+    assert_eq!(
+        folded(&redis, "c").1,
+        0,
+        "no AgentEnd of the run that lost its lease"
+    );
     // Once the other worker is gone, the entry is claimed again and answered once.
     redis::cmd("DEL")
         .arg(&lease)
@@ -994,6 +1030,17 @@ fn a_worker_that_lost_its_lease_cannot_write_to_the_transcript() {
     assert_eq!(
         described(&store, "c"),
         answered(&["Hello".to_string()], |p| format!("answer to {p}"))
+    );
+    // A mirror of the whole stream ends with the stored transcript: one answer.
+    let (state, ends) = folded(&redis, "c");
+    assert_eq!(ends, 1);
+    assert_eq!(
+        stored(&store, "c"),
+        state
+            .messages
+            .iter()
+            .map(|m| (**m).clone())
+            .collect::<Vec<_>>()
     );
 }
 

@@ -193,8 +193,10 @@ pub(super) fn scrub_error(mut e: Error, secret: Option<&str>) -> Error {
         | Error::Provider(message)
         | Error::Wire(message)
         | Error::Io { message, .. }
+        | Error::Behind { message, .. }
         | Error::Panic { message, .. } => vec![message],
         Error::Busy
+        | Error::LeaseLost
         | Error::Aborted
         | Error::Timeout(_)
         | Error::ScriptExhausted

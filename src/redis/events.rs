@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::Redis;
-use super::store::{with_conn, with_conn_read};
+use super::conn::{Again, Conn};
+use super::{Redis, check_name, scripts};
 use crate::error::{Error, TimeoutPhase};
 use crate::event::AgentEvent;
 use crate::state::State;
@@ -43,13 +43,13 @@ const READ_COUNT: usize = 256;
 #[derive(Clone)]
 pub struct EventLog {
     inner: Arc<Mutex<LogInner>>,
+    /// Each handle's own: setting it on a clone leaves the original as it was.
+    max_len: usize,
 }
 
 struct LogInner {
-    redis: Redis,
-    conn: Option<::redis::Connection>,
+    conn: Conn,
     key: String,
-    max_len: usize,
     error: Option<Error>,
 }
 
@@ -58,51 +58,42 @@ impl fmt::Debug for EventLog {
         let inner = self.inner.lock();
         f.debug_struct("EventLog")
             .field("key", &inner.key)
-            .field("max_len", &inner.max_len)
+            .field("max_len", &self.max_len)
             .field("error", &inner.error)
             .finish_non_exhaustive()
     }
 }
 
 impl EventLog {
-    /// The event log of `conversation`. Does not connect (the first event does).
+    /// The event log of `conversation`. Does not connect (the first event does). A name with
+    /// `{` or `}` makes every write fail with [`Error::Config`].
     pub fn new(redis: &Redis, conversation: &str) -> EventLog {
         EventLog {
             inner: Arc::new(Mutex::new(LogInner {
-                redis: redis.clone(),
-                conn: None,
+                conn: Conn::new(redis),
                 key: redis.key(conversation, "events"),
-                max_len: 10_000,
-                error: None,
+                error: check_name(conversation).err(),
             })),
+            max_len: 10_000,
         }
     }
 
     /// Keeps about the last `entries` events (`XADD .. MAXLEN ~ entries`: Redis trims in
-    /// whole blocks, so a few more may stay). A follower further behind than that misses
-    /// the oldest. Defaults to 10,000.
+    /// whole blocks, so a few more may stay). A follower further behind than that gets
+    /// [`Error::Behind`] (see [`RemoteMirror::resync`]). Defaults to 10,000. Changes only
+    /// this handle (and the listeners made from it later), not its clones.
     #[must_use]
-    pub fn max_len(self, entries: usize) -> EventLog {
-        self.inner.lock().max_len = entries.max(1);
+    pub fn max_len(mut self, entries: usize) -> EventLog {
+        self.max_len = entries.max(1);
         self
-    }
-
-    /// Uses `conn` (a connection the worker keeps between runs) instead of opening one.
-    pub(crate) fn set_conn(&self, conn: Option<::redis::Connection>) {
-        self.inner.lock().conn = conn;
-    }
-
-    /// The connection, for the next run (none after a failure).
-    pub(crate) fn take_conn(&self) -> Option<::redis::Connection> {
-        self.inner.lock().conn.take()
     }
 
     /// Appends `event`'s line, blocking for one round trip; returns the entry id.
     ///
     /// # Errors
-    /// This write's error or an earlier one: [`Error::Connection`] or [`Error::Timeout`]
-    /// when Redis cannot be reached or does not answer in time, [`Error::Io`] when it
-    /// answers with an error.
+    /// This write's error or an earlier one: [`Error::Config`] for a conversation name with
+    /// `{` or `}`; [`Error::Connection`] or [`Error::Timeout`] when Redis cannot be reached
+    /// or does not answer in time, [`Error::Io`] when it answers with an error.
     pub fn write_event(&self, event: &AgentEvent) -> Result<String, Error> {
         let mut guard = self.inner.lock();
         let inner = &mut *guard;
@@ -110,12 +101,13 @@ impl EventLog {
             return Err(e.clone());
         }
         let line = encode_event_line(event);
-        let result = with_conn(&inner.redis, &mut inner.conn, |c| {
+        let key = &inner.key;
+        let result = inner.conn.call(Again::Unsafe, |c| {
             ::redis::cmd("XADD")
-                .arg(&inner.key)
+                .arg(key)
                 .arg("MAXLEN")
                 .arg("~")
-                .arg(inner.max_len)
+                .arg(self.max_len)
                 .arg("*")
                 .arg("line")
                 .arg(&line)
@@ -146,27 +138,48 @@ impl EventLog {
 /// the agent published for it (see the `# Consistency` of [`crate::wire::Mirror`] for what
 /// events do not carry, such as the settings; compare with [`State::timeline`]).
 ///
-/// It reads with `XREAD BLOCK`, remembers the id of the last entry it folded in
-/// ([`RemoteMirror::last_id`]) and goes on from there: after a failed read (Redis
-/// unreachable, restarted) the next call connects again and resumes where it stopped, so
-/// no event is folded twice or skipped (as long as the stream still holds it: see
-/// [`EventLog::max_len`], and keep Redis's persistence on for a restart).
+/// It remembers the id of the last entry it folded in ([`RemoteMirror::last_id`]) and goes
+/// on from there: after a failed read (Redis unreachable, restarted) the next call connects
+/// again and resumes where it stopped, so no event is folded twice or skipped.
+///
+/// # Consistency
+/// A mirror never folds a stream with a hole. Each read checks, in the same script as the
+/// read, that the stream still holds everything after [`RemoteMirror::last_id`]: when the
+/// stream was trimmed past it (the mirror fell further behind than [`EventLog::max_len`])
+/// or no longer holds it although it never deleted it (Redis lost its data, or the
+/// conversation was deleted and started again), the read returns [`Error::Behind`] (with
+/// how many entries were missed, when the mirror knows its place in the stream) and the
+/// state stays as it was; [`RemoteMirror::resync`] then starts again from the store.
 ///
 /// ```no_run
 /// use pagent::redis::{Redis, RemoteMirror};
+/// use pagent::Error;
 /// use std::time::Duration;
 ///
 /// let mut mirror = RemoteMirror::new(&Redis::open("redis://127.0.0.1:6379/")?, "alice");
-/// let end = mirror.follow_run(Duration::from_secs(60))?;
+/// let end = match mirror.follow_run(Duration::from_secs(60)) {
+///     Err(Error::Behind { .. }) => {
+///         // Start again from the stored transcript, and follow from there.
+///         mirror.resync()?;
+///         mirror.follow_run(Duration::from_secs(60))?
+///     }
+///     other => other?,
+/// };
 /// println!("{} messages", end.messages.len());
 /// # Ok::<(), pagent::Error>(())
 /// ```
 pub struct RemoteMirror {
-    redis: Redis,
-    conn: Option<::redis::Connection>,
+    conn: Conn,
+    messages: String,
     key: String,
+    name: Result<(), Error>,
     mirror: Mirror,
     last_id: String,
+    /// How many entries the stream had received up to and including `last_id`, once known.
+    offset: Option<u64>,
+    /// After a resync in the middle of a reply: its deltas are skipped until the next
+    /// message starts (the mirror never saw the reply's start).
+    skip_deltas: bool,
     buffered: VecDeque<(String, String)>,
 }
 
@@ -179,17 +192,31 @@ impl fmt::Debug for RemoteMirror {
     }
 }
 
+/// What one checked read found.
+struct Read {
+    exists: bool,
+    length: u64,
+    first: String,
+    max_deleted: String,
+    added: u64,
+    present: bool,
+    entries: Vec<(String, String)>,
+}
+
 impl RemoteMirror {
     /// A mirror of `conversation` that starts at the oldest event the stream holds, from
     /// `State::default()`. Does not connect (the first read does).
     pub fn new(redis: &Redis, conversation: &str) -> RemoteMirror {
         RemoteMirror {
-            redis: redis.clone(),
-            conn: None,
+            conn: Conn::new(redis),
+            messages: redis.key(conversation, "messages"),
             key: redis.key(conversation, "events"),
+            name: check_name(conversation),
             // The log holds native lines only: one event each.
             mirror: Mirror::new().decoder(Decoder::new()),
             last_id: "0-0".into(),
+            offset: Some(0),
+            skip_deltas: false,
             buffered: VecDeque::new(),
         }
     }
@@ -203,10 +230,12 @@ impl RemoteMirror {
     }
 
     /// Reads only the entries after `id` (a [`RemoteMirror::last_id`] saved earlier, or
-    /// `"$"` for only what is appended from now on). Defaults to `"0-0"`: the whole stream.
+    /// `"$"` for only what is appended from now on: resolved at the first read to the
+    /// stream's last entry then, once). Defaults to `"0-0"`: the whole stream.
     #[must_use]
     pub fn after(mut self, id: impl Into<String>) -> RemoteMirror {
         self.last_id = id.into();
+        self.offset = (self.last_id == "0-0").then_some(0);
         self
     }
 
@@ -216,7 +245,7 @@ impl RemoteMirror {
     }
 
     /// The id of the last entry folded in (`"0-0"` or what [`RemoteMirror::after`] set
-    /// before the first).
+    /// before the first; `"$"` resolved at the first read).
     pub fn last_id(&self) -> &str {
         &self.last_id
     }
@@ -227,12 +256,16 @@ impl RemoteMirror {
     /// Blocks the current thread up to `wait` plus [`Redis::timeout`].
     ///
     /// # Errors
-    /// [`Error::Connection`] or [`Error::Timeout`] when Redis cannot be reached or does not
-    /// answer in time (the next call connects again and resumes after
-    /// [`RemoteMirror::last_id`]); [`Error::Io`] when it answers with an error;
-    /// [`Error::Wire`] for an entry that does not decode (it is skipped: the next call goes
-    /// on after it).
+    /// [`Error::Behind`] when the stream no longer holds entries after
+    /// [`RemoteMirror::last_id`] that this mirror did not read (see the type's
+    /// `# Consistency`; [`RemoteMirror::resync`] cures it); [`Error::Config`] for a
+    /// conversation name with `{` or `}`; [`Error::Connection`] or [`Error::Timeout`] when
+    /// Redis cannot be reached or does not answer in time (the next call connects again and
+    /// resumes after [`RemoteMirror::last_id`]); [`Error::Io`] when it answers with an
+    /// error; [`Error::Wire`] for an entry that does not decode (it is skipped: the next
+    /// call goes on after it).
     pub fn next_event(&mut self, wait: Duration) -> Result<Option<AgentEvent>, Error> {
+        self.name.clone()?;
         if self.buffered.is_empty() {
             self.read(wait)?;
         }
@@ -240,17 +273,56 @@ impl RemoteMirror {
             return Ok(None);
         };
         self.last_id = id;
+        self.offset = self.offset.map(|n| n + 1);
+        if self.skip_deltas {
+            if line.contains(r#""method":"MessageUpdate""#) {
+                return Ok(None);
+            }
+            if line.contains(r#""method":"MessageStart""#)
+                || line.contains(r#""method":"AgentEnd""#)
+            {
+                self.skip_deltas = false;
+            }
+        }
         Ok(self.mirror.apply_line(&line)?.pop())
     }
 
     fn read(&mut self, wait: Duration) -> Result<(), Error> {
+        if self.last_id == "$" {
+            let (last, added, _) = self.snapshot(false)?;
+            self.last_id = last;
+            self.offset = Some(added);
+        }
+        let read = self.checked_read()?;
+        if read.exists {
+            self.check(&read)?;
+        } else if self.last_id != "0-0" {
+            return Err(Error::Behind {
+                missed: None,
+                message: format!(
+                    "the stream is gone (deleted, evicted or lost with the server's data), \
+                     the mirror read up to {}",
+                    self.last_id
+                ),
+            });
+        }
+        if !read.entries.is_empty() {
+            if read.entries.len() < READ_COUNT {
+                // The read reached the stream's end: the mirror knows its place.
+                self.offset = Some(read.added - read.entries.len() as u64);
+            }
+            self.buffered.extend(read.entries);
+            return Ok(());
+        }
+        // Nothing after `last_id` yet: wait for what comes next (appended after the check,
+        // so nothing can be missing before it).
         let block = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1);
-        let timeout = self.redis.call_timeout() + wait;
+        let timeout = self.conn.redis().call_timeout() + wait;
         let (key, last) = (&self.key, &self.last_id);
         let reply: Option<::redis::streams::StreamReadReply> =
-            with_conn_read(&self.redis, &mut self.conn, |c| {
+            self.conn.call(Again::Safe, |c| {
                 c.set_read_timeout(Some(timeout))?;
-                ::redis::cmd("XREAD")
+                let reply = ::redis::cmd("XREAD")
                     .arg("COUNT")
                     .arg(READ_COUNT)
                     .arg("BLOCK")
@@ -258,7 +330,9 @@ impl RemoteMirror {
                     .arg("STREAMS")
                     .arg(key)
                     .arg(last)
-                    .query(c)
+                    .query(c);
+                c.set_read_timeout(Some(timeout - wait))?;
+                reply
             })?;
         for stream in reply.into_iter().flat_map(|r| r.keys) {
             for entry in stream.ids {
@@ -269,15 +343,142 @@ impl RemoteMirror {
         Ok(())
     }
 
+    /// The entries after `last_id`, read with what tells whether some are missing.
+    fn checked_read(&mut self) -> Result<Read, Error> {
+        let (key, last) = (&self.key, &self.last_id);
+        let reply: Vec<::redis::Value> = self.conn.call(Again::Safe, |c| {
+            scripts::eval(scripts::READ, &[key])
+                .arg(last)
+                .arg(READ_COUNT)
+                .query(c)
+        })?;
+        let get = |i: usize| reply.get(i);
+        let int = |i: usize| {
+            get(i)
+                .and_then(|v| ::redis::from_redis_value_ref::<u64>(v).ok())
+                .unwrap_or(0)
+        };
+        let text = |i: usize| {
+            get(i)
+                .and_then(|v| ::redis::from_redis_value_ref::<String>(v).ok())
+                .unwrap_or_else(|| "0-0".into())
+        };
+        let range: ::redis::streams::StreamRangeReply = get(7)
+            .and_then(|v| ::redis::from_redis_value_ref(v).ok())
+            .unwrap_or_default();
+        Ok(Read {
+            exists: int(0) == 1,
+            length: int(1),
+            first: text(2),
+            max_deleted: text(3),
+            added: int(4),
+            present: int(6) == 1,
+            entries: range
+                .ids
+                .into_iter()
+                .map(|e| {
+                    let line: String = e.get("line").unwrap_or_default();
+                    (e.id, line)
+                })
+                .collect(),
+        })
+    }
+
+    /// [`Error::Behind`] when the stream lost entries after `last_id`. A stream is only
+    /// ever trimmed from its start, so what was deleted is counted by `entries-added` minus
+    /// `length`, and compared with the mirror's place in it.
+    fn check(&self, read: &Read) -> Result<(), Error> {
+        let deleted = read.added.saturating_sub(read.length);
+        let holds = format!(
+            "the stream holds {} entries from {} (of {} appended), the mirror read up to {}",
+            read.length, read.first, read.added, self.last_id
+        );
+        let at = if self.last_id == "0-0" {
+            Some(0)
+        } else {
+            self.offset
+        };
+        let xdel = parse_id(&read.max_deleted) > parse_id(&self.last_id);
+        if read.present && !xdel {
+            return Ok(());
+        }
+        match at {
+            Some(at) if deleted < at && !read.present => Err(Error::Behind {
+                missed: None,
+                message: format!("{holds}, which the stream lost with its data"),
+            }),
+            Some(at) if deleted > at || xdel => Err(Error::Behind {
+                missed: Some(deleted - at.min(deleted)),
+                message: format!("{holds}; the entries before {} were trimmed", read.first),
+            }),
+            Some(_) => Ok(()),
+            None => Err(Error::Behind {
+                missed: None,
+                message: format!("{holds}, which the stream no longer holds"),
+            }),
+        }
+    }
+
+    /// The stream's last id, its entries added and (when `messages`) the transcript, read
+    /// at one instant.
+    fn snapshot(&mut self, messages: bool) -> Result<(String, u64, Vec<Vec<u8>>), Error> {
+        let (events, list) = (&self.key, &self.messages);
+        let (last, added, elements): (String, u64, Vec<Vec<u8>>) =
+            self.conn.call(Again::Safe, |c| {
+                scripts::eval(scripts::SNAPSHOT, &[list, events])
+                    .arg(if messages { "1" } else { "0" })
+                    .query(c)
+            })?;
+        Ok((last, added, elements))
+    }
+
+    /// Starts again from the store: the state becomes the stored transcript (as
+    /// [`AgentEvent::MessagesReplaced`] folds it, with no run streaming), and the mirror
+    /// follows the event stream from the entry appended last when the transcript was read
+    /// (one script reads both at one instant, so no message is missed or folded twice for a
+    /// [`Worker`](super::Worker)'s conversation, whose messages and events are written
+    /// together). A reply streaming then shows from its end (its `MessageEnd`), its deltas
+    /// skipped. Returns the new state.
+    ///
+    /// Blocks for one round trip.
+    ///
+    /// # Errors
+    /// As [`RemoteMirror::next_event`] for a read; elements of the transcript that are not a
+    /// message are skipped.
+    pub fn resync(&mut self) -> Result<Arc<State>, Error> {
+        self.name.clone()?;
+        let (last, added, elements) = self.snapshot(true)?;
+        let messages = elements
+            .iter()
+            .filter_map(|e| serde_json::from_slice::<crate::message::Message>(e).ok())
+            .map(Arc::new)
+            .collect();
+        let mut state = self
+            .state()
+            .apply(&AgentEvent::MessagesReplaced { messages });
+        state.is_streaming = false;
+        state.is_streaming_reply = false;
+        state.streaming_message = None;
+        state.pending_tool_calls = Default::default();
+        self.mirror = Mirror::from_state(state).decoder(Decoder::new());
+        self.last_id = last;
+        self.offset = Some(added);
+        self.skip_deltas = true;
+        self.buffered.clear();
+        Ok(self.state().clone())
+    }
+
     /// Follows until the next `AgentEnd` and returns the state after it, going on through
-    /// connection failures (a Redis restart) by connecting again, until `limit` has passed.
+    /// connection failures and what passes (a Redis restart, loading its data) by reading
+    /// again, until `limit` has passed.
     ///
     /// Blocks the current thread until an `AgentEnd` arrives or `limit` has passed.
     ///
     /// # Errors
     /// [`Error::Timeout`] (phase `Run`) when no `AgentEnd` came within `limit`;
-    /// [`Error::Io`] when Redis answers with an error. Entries that do not decode are
-    /// skipped.
+    /// [`Error::Behind`] when the mirror fell behind the stream (see
+    /// [`RemoteMirror::resync`]); [`Error::Io`] when Redis answers with an error. Entries
+    /// that do not decode are skipped.
     pub fn follow_run(&mut self, limit: Duration) -> Result<Arc<State>, Error> {
         let deadline = Instant::now() + limit;
         loop {
@@ -296,4 +497,10 @@ impl RemoteMirror {
             }
         }
     }
+}
+
+/// A stream entry id as a comparable pair (`"0-0"` for anything else).
+fn parse_id(id: &str) -> (u64, u64) {
+    let (ms, seq) = id.split_once('-').unwrap_or((id, "0"));
+    (ms.parse().unwrap_or(0), seq.parse().unwrap_or(0))
 }

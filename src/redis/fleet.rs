@@ -1,4 +1,4 @@
-//! Work distribution: a `Queue` of requests per conversation, and `Worker`s that run them.
+//! `Worker`: runs the conversations of a fleet, fed by the queue stream.
 
 use std::fmt;
 use std::sync::Arc;
@@ -7,158 +7,22 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::Redis;
-use super::events::EventLog;
-use super::store::{Fence, Store, Transcript, with_conn, with_conn_read};
-use crate::agent::{Agent, AgentHandle};
+use super::conn::Again;
+use super::side::{Follow, Side, millis};
+use super::writer::{self, RunWrites, Writer};
+use super::{Redis, check_name, scripts};
+use crate::agent::{Agent, guard};
 use crate::error::Error;
+use crate::event::RunStopReason;
 use crate::message::Message;
 use crate::state::State;
 
 /// The consumer group of the queue stream.
 const GROUP: &str = "workers";
 
-/// Takes the lease back when the inbox has nothing after `done`, else keeps it (more work
-/// arrived). KEYS: lease, inbox, meta. ARGV: token. Returns 1 released, 0 more work, -1 the
-/// lease is not ours.
-const RELEASE: &str = r"
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
-local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
-if #last == 0 then redis.call('DEL', KEYS[1]) return 1 end
-local done = redis.call('HGET', KEYS[3], 'done')
-local function parts(id)
-  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
-  return tonumber(ms), tonumber(seq)
-end
-if done then
-  local lm, ls = parts(last[1][1])
-  local dm, ds = parts(done)
-  if lm < dm or (lm == dm and ls <= ds) then redis.call('DEL', KEYS[1]) return 1 end
-end
-return 0
-";
-
-/// Records that the inbox entries up to ARGV[2] are handled, and drops those before it
-/// from the inbox (the last one stays, so the inbox's end is never before `done`). KEYS:
-/// lease, meta, inbox. ARGV: token, entry id. Returns 0 when the lease is not ours.
-const DONE: &str = r"
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[2], 'done', ARGV[2])
-redis.call('XTRIM', KEYS[3], 'MINID', ARGV[2])
-return 1
-";
-
-/// Extends the lease if it is still ours. KEYS: lease. ARGV: token, milliseconds.
-const RENEW: &str = r"
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return 1
-";
-
-/// Deletes the lease if it is still ours. KEYS: lease. ARGV: token.
-const DROP_LEASE: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
-return 1
-";
-
-/// Sends requests to a fleet of [`Worker`]s: prompts, steering, follow-ups and aborts for
-/// a conversation, each an entry of the conversation's inbox stream, announced on the
-/// fleet's queue stream.
-///
-/// A cheap `Clone` handle; clones share one connection (opened at the first call, and again
-/// at the next call after one failed).
-///
-/// # Consistency
-/// The inbox entry is written first, then the queue entry. A request whose call returned
-/// `Ok` will be run. A call that failed in between (Redis went away) leaves the inbox entry
-/// without its announcement: it runs with the conversation's next request; send it again
-/// only if it must run before that (it then runs twice).
-#[derive(Clone)]
-pub struct Queue {
-    redis: Redis,
-    conn: Arc<Mutex<Option<::redis::Connection>>>,
-}
-
-impl fmt::Debug for Queue {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Queue")
-            .field("redis", &self.redis)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Queue {
-    /// A queue on `redis`. Does not connect.
-    pub fn new(redis: &Redis) -> Queue {
-        Queue {
-            redis: redis.clone(),
-            conn: Arc::default(),
-        }
-    }
-
-    /// Asks the fleet to run `text` as the next prompt of `conversation`. Returns the inbox
-    /// entry id, by which the run is known (see the module's guarantees).
-    ///
-    /// Blocks for one round trip.
-    ///
-    /// # Errors
-    /// [`Error::Connection`] or [`Error::Timeout`] when Redis cannot be reached or does not
-    /// answer in time, [`Error::Io`] when it answers with an error.
-    pub fn prompt(&self, conversation: &str, text: &str) -> Result<String, Error> {
-        self.request(conversation, "prompt", text)
-    }
-
-    /// Steers the run of `conversation` that is active when a worker reads the request
-    /// ([`Agent::steer`]); with no run active, it runs as a prompt. Returns the entry id.
-    ///
-    /// # Errors
-    /// As [`Queue::prompt`].
-    pub fn steer(&self, conversation: &str, text: &str) -> Result<String, Error> {
-        self.request(conversation, "steer", text)
-    }
-
-    /// Queues a follow-up for the active run of `conversation` ([`Agent::follow_up`]); with
-    /// no run active, it runs as a prompt. Returns the entry id.
-    ///
-    /// # Errors
-    /// As [`Queue::prompt`].
-    pub fn follow_up(&self, conversation: &str, text: &str) -> Result<String, Error> {
-        self.request(conversation, "follow_up", text)
-    }
-
-    /// Aborts the active run of `conversation`, wherever it runs; with no run active it is
-    /// skipped. Returns the entry id.
-    ///
-    /// # Errors
-    /// As [`Queue::prompt`].
-    pub fn abort(&self, conversation: &str) -> Result<String, Error> {
-        self.request(conversation, "abort", "")
-    }
-
-    fn request(&self, conversation: &str, kind: &str, text: &str) -> Result<String, Error> {
-        let inbox = self.redis.key(conversation, "inbox");
-        let queue = self.redis.queue_key();
-        // One round trip, two commands in this order (not atomic: the keys are in two
-        // slots; see the type's `# Consistency`).
-        let (id, _queued): (String, String) = with_conn(&self.redis, &mut self.conn.lock(), |c| {
-            ::redis::pipe()
-                .cmd("XADD")
-                .arg(&inbox)
-                .arg("*")
-                .arg("kind")
-                .arg(kind)
-                .arg("text")
-                .arg(text)
-                .cmd("XADD")
-                .arg(&queue)
-                .arg("*")
-                .arg("conversation")
-                .arg(conversation)
-                .query(c)
-        })?;
-        Ok(id)
-    }
-}
+/// How many transcript elements the script that starts a conversation returns; a longer
+/// transcript is read on in pages of this size.
+const PAGE: usize = 500;
 
 /// Builds the agent of a conversation from its stored transcript.
 type Factory = dyn Fn(&str, Vec<Message>) -> Result<Agent, Error> + Send + Sync;
@@ -171,56 +35,80 @@ type OnEnd = dyn Fn(&str, &str, &State) + Send + Sync;
 /// guarantees.
 ///
 /// One worker runs one conversation at a time, on the thread that calls
-/// [`Worker::run_for`] or [`Worker::step`]; start several workers (threads or processes,
-/// each with its own name) for more at once. A cheap `Clone` handle: [`Worker::stop`] from
-/// another thread ends `run_for`.
+/// [`Worker::run_for`] or [`Worker::step`] (calls from two threads at once take turns);
+/// start several workers (threads or processes, each with its own name) for more at once.
+/// A cheap `Clone` handle: [`Worker::stop`] from another thread ends `run_for`. The
+/// setters change only the handle they are called on (and the clones made from it later).
 ///
-/// For each run it builds the agent with the factory from the stored transcript,
-/// subscribes a fenced [`Transcript`] (so a worker that lost its lease cannot write) and,
-/// unless turned off, an [`EventLog`] for [`super::RemoteMirror`]s, and follows the
-/// conversation's inbox on a thread of its own, handing steering, follow-ups and aborts to
-/// the running agent.
+/// For each run it builds the agent with the factory from the stored transcript and writes
+/// the run's messages and (unless turned off) its events, fenced by the lease, for
+/// [`super::RemoteMirror`]s; a thread of its own renews the lease and follows the
+/// conversation's inbox, handing steering, follow-ups and aborts to the running agent.
 #[derive(Clone)]
 pub struct Worker {
-    inner: Arc<Inner>,
+    shared: Arc<Shared>,
+    config: Arc<Config>,
 }
 
-struct Inner {
-    redis: Redis,
-    name: String,
-    factory: Box<Factory>,
-    on_end: Option<Box<OnEnd>>,
+#[derive(Clone)]
+struct Config {
+    factory: Arc<Factory>,
+    on_end: Option<Arc<OnEnd>>,
     lease: Duration,
     claim_after: Duration,
     events: Option<usize>,
+    max_failures: u32,
+    allow_eviction: bool,
+}
+
+struct Shared {
+    redis: Redis,
+    name: String,
     stop: AtomicBool,
     tokens: AtomicU64,
-    /// The worker thread's connection.
-    conn: Mutex<Option<::redis::Connection>>,
-    /// The heartbeat's connection.
-    beat: Mutex<Option<::redis::Connection>>,
-    /// The inbox follower's connection, between runs.
-    side: Mutex<Option<::redis::Connection>>,
-    /// Loads transcripts (a connection of its own).
-    store: Store,
-    /// The connections of a run's transcript and event log, between runs.
-    spare: Mutex<(Option<::redis::Connection>, Option<::redis::Connection>)>,
+    /// One step at a time.
+    busy: Mutex<()>,
+    /// The worker thread's connection and its runs' writes.
+    writer: Arc<Writer>,
+    /// Renews the lease and follows the inbox.
+    side: Side,
+    /// Whether Redis's eviction policy was checked.
+    checked: AtomicBool,
+    /// A failure left this worker's own entries pending: read them again at once.
+    retry_own: AtomicBool,
+    last_claim: Mutex<Option<Instant>>,
 }
 
 impl fmt::Debug for Worker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Worker")
-            .field("name", &self.inner.name)
-            .field("lease", &self.inner.lease)
-            .field("claim_after", &self.inner.claim_after)
+            .field("name", &self.shared.name)
+            .field("lease", &self.config.lease)
+            .field("claim_after", &self.config.claim_after)
             .finish_non_exhaustive()
     }
 }
 
-/// One run to do: an inbox entry and how to start it.
-struct Job {
-    id: String,
-    text: String,
+/// How a conversation's handling ended, short of success.
+enum Failure {
+    /// The inbox entry could not run (the factory failed or panicked): counted against it.
+    Entry(Error),
+    /// Redis failed, or the lease was lost: the entry is tried again, as it is.
+    Redis(Error),
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Failure {
+        Failure::Redis(e)
+    }
+}
+
+/// What the script that starts a conversation read.
+struct Begun {
+    done: String,
+    started: String,
+    inbox: Vec<::redis::streams::StreamId>,
+    messages: Vec<Message>,
 }
 
 impl Worker {
@@ -229,8 +117,10 @@ impl Worker {
     ///
     /// The factory is called on the worker's thread before each run, with the transcript
     /// as stored (a new agent per run: the transcript in Redis is the conversation's state).
-    /// An `Err` from it fails that run's [`Worker::step`] and leaves the queue entry pending,
-    /// to be tried again after [`Worker::claim_after`].
+    /// An `Err` from it, or a panic (caught), fails that inbox entry: the lease is freed and
+    /// the queue entry stays pending, to be tried again after [`Worker::claim_after`]; at the
+    /// [`Worker::max_failures`]th failure in a row the entry is moved to the dead-letter
+    /// stream (see the module docs) and the conversation goes on with its next request.
     ///
     /// Creates the consumer group if there is none yet (blocks for one round trip).
     ///
@@ -243,82 +133,98 @@ impl Worker {
         factory: impl Fn(&str, Vec<Message>) -> Result<Agent, Error> + Send + Sync + 'static,
     ) -> Result<Worker, Error> {
         let worker = Worker {
-            inner: Arc::new(Inner {
+            shared: Arc::new(Shared {
                 redis: redis.clone(),
                 name: name.into(),
-                factory: Box::new(factory),
+                stop: AtomicBool::new(false),
+                tokens: AtomicU64::new(0),
+                busy: Mutex::new(()),
+                writer: Writer::new(redis),
+                side: Side::start(redis, name, GROUP),
+                checked: AtomicBool::new(false),
+                retry_own: AtomicBool::new(true),
+                last_claim: Mutex::new(None),
+            }),
+            config: Arc::new(Config {
+                factory: Arc::new(factory),
                 on_end: None,
                 lease: Duration::from_secs(10),
                 claim_after: Duration::from_secs(30),
                 events: Some(10_000),
-                stop: AtomicBool::new(false),
-                tokens: AtomicU64::new(0),
-                conn: Mutex::new(None),
-                beat: Mutex::new(None),
-                side: Mutex::new(None),
-                store: Store::new(redis),
-                spare: Mutex::new((None, None)),
+                max_failures: 3,
+                allow_eviction: false,
             }),
         };
         worker.ensure_group()?;
         Ok(worker)
     }
 
-    fn configure(mut self, f: impl FnOnce(&mut Inner)) -> Worker {
-        f(Arc::get_mut(&mut self.inner).expect("OK because builder setters run before any clone"));
+    fn configure(mut self, f: impl FnOnce(&mut Config)) -> Worker {
+        f(Arc::make_mut(&mut self.config));
         self
     }
 
     /// How long a conversation's lease lasts without renewal; the worker renews it every
-    /// third of that while it runs the conversation. Defaults to 10 seconds.
-    ///
-    /// # Panics
-    /// When called on a clone of the worker.
+    /// third of that while it holds the conversation. Defaults to 10 seconds; at least
+    /// 300 ms.
     #[must_use]
     pub fn lease(self, lease: Duration) -> Worker {
-        self.configure(|i| i.lease = lease.max(Duration::from_millis(30)))
+        self.configure(|c| c.lease = lease.max(Duration::from_millis(300)))
     }
 
     /// How long a queue entry stays pending (its worker silent) before another worker claims
     /// it; keep it longer than [`Worker::lease`], so that the dead worker's lease has expired
-    /// by then. Defaults to 30 seconds.
-    ///
-    /// # Panics
-    /// When called on a clone of the worker.
+    /// by then. A live worker never waits this long for its own entries: after a failure
+    /// (Redis away, out of memory) it takes them up again at its next step. Defaults to
+    /// 30 seconds.
     #[must_use]
     pub fn claim_after(self, after: Duration) -> Worker {
-        self.configure(|i| i.claim_after = after)
+        self.configure(|c| c.claim_after = after)
     }
 
-    /// Records each run's events in the conversation's [`EventLog`] capped at `max_len`
-    /// entries, or not at all with `None`. Defaults to `Some(10_000)`.
-    ///
-    /// # Panics
-    /// When called on a clone of the worker.
+    /// Records each run's events in the conversation's event stream (for
+    /// [`super::RemoteMirror`]s) capped at about `max_len` entries, or not at all with
+    /// `None`. Defaults to `Some(10_000)`.
     #[must_use]
     pub fn events(self, max_len: Option<usize>) -> Worker {
-        self.configure(|i| i.events = max_len)
+        self.configure(|c| c.events = max_len.map(|n| n.max(1)))
+    }
+
+    /// How many times in a row an inbox entry may fail (its agent could not be built) before
+    /// it is moved to the dead-letter stream. Defaults to 3; at least 1.
+    #[must_use]
+    pub fn max_failures(self, failures: u32) -> Worker {
+        self.configure(|c| c.max_failures = failures.max(1))
+    }
+
+    /// Runs even when Redis may evict keys (a `maxmemory-policy` other than `noeviction`
+    /// with `maxmemory` set), which [`Worker::step`] otherwise refuses: an evicted key loses
+    /// what it held (a lease evicted lets two workers run one conversation, a `meta` hash
+    /// evicted runs its last prompt again, a transcript evicted starts it over). Defaults to
+    /// `false`.
+    #[must_use]
+    pub fn allow_eviction(self, allow: bool) -> Worker {
+        self.configure(|c| c.allow_eviction = allow)
     }
 
     /// Calls `f(conversation, inbox_entry_id, final_state)` on the worker's thread after
-    /// each run, before the run is recorded as done.
-    ///
-    /// # Panics
-    /// When called on a clone of the worker.
+    /// each run that ran (not after a resumed one that found its answer already stored),
+    /// once the run's writes landed and before it is recorded as done. A panic in it is
+    /// caught; the run is still recorded as done.
     #[must_use]
     pub fn on_end(self, f: impl Fn(&str, &str, &State) + Send + Sync + 'static) -> Worker {
-        self.configure(|i| i.on_end = Some(Box::new(f)))
+        self.configure(|c| c.on_end = Some(Arc::new(f)))
     }
 
     /// Makes [`Worker::run_for`] return after the entry it is handling (within a second
     /// when it is waiting for work).
     pub fn stop(&self) {
-        self.inner.stop.store(true, Ordering::Release);
+        self.shared.stop.store(true, Ordering::Release);
     }
 
     fn ensure_group(&self) -> Result<(), Error> {
-        let queue = self.inner.redis.queue_key();
-        let result = with_conn(&self.inner.redis, &mut self.inner.conn.lock(), |c| {
+        let queue = self.shared.redis.queue_key();
+        let result = self.shared.writer.lock().link.call(Again::Safe, |c| {
             ::redis::cmd("XGROUP")
                 .arg("CREATE")
                 .arg(&queue)
@@ -333,130 +239,217 @@ impl Worker {
         }
     }
 
+    /// Refuses an evicting Redis (unless allowed), once.
+    fn check_eviction(&self) -> Result<(), Error> {
+        if self.shared.checked.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let config: Result<Vec<String>, Error> =
+            self.shared.writer.lock().link.call(Again::Safe, |c| {
+                ::redis::cmd("CONFIG").arg("GET").arg("maxmemory*").query(c)
+            });
+        // `CONFIG` renamed or not allowed (a managed service): nothing to check against.
+        if let Ok(pairs) = config {
+            let get = |name: &str| {
+                pairs
+                    .chunks(2)
+                    .find(|p| p[0] == name)
+                    .and_then(|p| p.get(1).cloned())
+                    .unwrap_or_default()
+            };
+            let policy = get("maxmemory-policy");
+            let limited = get("maxmemory").parse::<u64>().unwrap_or(0) > 0;
+            if limited && policy != "noeviction" && !self.config.allow_eviction {
+                return Err(Error::Config(format!(
+                    "redis evicts keys (maxmemory-policy {policy}): the fleet needs \
+                     noeviction (or Worker::allow_eviction)"
+                )));
+            }
+        }
+        self.shared.checked.store(true, Ordering::Release);
+        Ok(())
+    }
+
     /// Handles queue entries until `limit` has passed or [`Worker::stop`] was called, going
-    /// on through Redis failures (it waits and connects again). Returns how many queue
-    /// entries it handled.
+    /// on through what passes: Redis away or restarting, loading its data, out of memory,
+    /// a key deleted under a blocking read, a lost lease, an entry that failed. Returns how
+    /// many queue entries it handled.
     ///
     /// Blocks the current thread for up to `limit` (plus the run in progress then).
     ///
     /// # Errors
-    /// Never for Redis being away; [`Error::Io`] when Redis answers with an error that
-    /// another try will not cure (a wrong key type, say).
+    /// Only what another try will not cure: [`Error::Config`] when Redis evicts keys (see
+    /// [`Worker::allow_eviction`]), [`Error::Io`] when the queue stream itself is not one
+    /// (a wrong key type) or the server refuses the fleet's commands (no permission).
     pub fn run_for(&self, limit: Duration) -> Result<u64, Error> {
         let deadline = Instant::now() + limit;
         let mut handled = 0;
-        while !self.inner.stop.load(Ordering::Acquire) {
+        while !self.shared.stop.load(Ordering::Acquire) {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 break;
             }
             match self.step(left.min(Duration::from_millis(500))) {
                 Ok(n) => handled += n,
-                Err(Error::Connection(_) | Error::Timeout(_) | Error::Busy) => {
+                Err(Error::Connection(_) | Error::Timeout(_)) => {
                     std::thread::sleep(left.min(Duration::from_millis(100)));
                 }
                 Err(Error::Io { message, .. }) if message.contains("NOGROUP") => {
-                    // Redis came back without the group (no persistence): make it again.
+                    // The queue came back without the group (no persistence, evicted,
+                    // deleted): make it again.
                     let _ = self.ensure_group();
                 }
-                // A conversation whose agent cannot be built: its entry stays pending and
-                // is tried again after `claim_after`.
-                Err(Error::Config(_) | Error::NotConfigured(_)) => {}
-                Err(e) => return Err(e),
+                Err(e @ Error::Config(_)) if !self.shared.checked.load(Ordering::Acquire) => {
+                    return Err(e);
+                }
+                // The rest concerned one conversation or entry, which is tried again or
+                // moved to the dead letters.
+                Err(Error::Io { message, .. }) if message.contains("queue stream") => {
+                    return Err(Error::Io {
+                        kind: std::io::ErrorKind::Other,
+                        message,
+                    });
+                }
+                Err(_) => {}
             }
         }
         Ok(handled)
     }
 
-    /// Handles at most one batch of queue entries: first those of dead workers (pending
-    /// longer than [`Worker::claim_after`]), else waits up to `wait` for a new one. Returns
-    /// how many it handled.
+    /// Handles at most one batch of queue entries: first this worker's own entries left
+    /// pending by a failure, then (every quarter of [`Worker::claim_after`]) those of dead
+    /// workers, else waits up to `wait` for a new one. Returns how many it handled.
     ///
     /// Blocks the current thread up to `wait` plus the runs it does.
     ///
     /// # Errors
-    /// [`Error::Connection`] or [`Error::Timeout`] when Redis cannot be reached or does not
-    /// answer in time, [`Error::Io`] when it answers with an error, [`Error::Busy`] when the
+    /// [`Error::Config`] when Redis evicts keys (checked at the first step, see
+    /// [`Worker::allow_eviction`]); [`Error::Connection`] or [`Error::Timeout`] when Redis
+    /// cannot be reached, does not answer in time or cannot take writes now (out of
+    /// memory); [`Error::Io`] when it answers with an error; [`Error::LeaseLost`] when the
     /// worker lost a conversation's lease during its run (it was paused longer than the
-    /// lease; the run was aborted and its entry is left to another worker), and the
-    /// factory's error. Entries not acknowledged stay pending for another try.
+    /// lease; the run was aborted, nothing more of it was written, and its entry is left to
+    /// the worker that holds the conversation now); the factory's error. Entries not
+    /// acknowledged stay pending for another try.
     pub fn step(&self, wait: Duration) -> Result<u64, Error> {
-        let inner = &self.inner;
-        let queue = inner.redis.queue_key();
-        let claimed: ::redis::streams::StreamAutoClaimReply =
-            with_conn_read(&inner.redis, &mut inner.conn.lock(), |c| {
+        let _one = self.shared.busy.lock();
+        self.check_eviction()?;
+        let (entries, reclaimed) = self.read_queue(wait)?;
+        let mut handled = 0;
+        for entry in entries {
+            let conversation: String = entry.get("conversation").unwrap_or_default();
+            match self.handle(&conversation, &entry.id, reclaimed) {
+                Ok(true) => handled += 1,
+                Ok(false) => {}
+                Err(e) => {
+                    if matches!(e, Error::Connection(_) | Error::Timeout(_)) {
+                        self.shared.retry_own.store(true, Ordering::Release);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(handled)
+    }
+
+    /// The next queue entries: own pending ones after a failure, claimed ones of dead
+    /// workers when due, else new ones.
+    fn read_queue(&self, wait: Duration) -> Result<(Vec<::redis::streams::StreamId>, bool), Error> {
+        let shared = &self.shared;
+        let queue = shared.redis.queue_key();
+        let mut writer = shared.writer.lock();
+        let link = &mut writer.link;
+        if shared.retry_own.swap(false, Ordering::AcqRel) {
+            let own: Option<::redis::streams::StreamReadReply> = link.call(Again::Safe, |c| {
+                ::redis::cmd("XREADGROUP")
+                    .arg("GROUP")
+                    .arg(GROUP)
+                    .arg(&shared.name)
+                    .arg("COUNT")
+                    .arg(16)
+                    .arg("STREAMS")
+                    .arg(&queue)
+                    .arg("0")
+                    .query(c)
+            })?;
+            let own = ids(own);
+            if !own.is_empty() {
+                return Ok((own, true));
+            }
+        }
+        let claim_every = (self.config.claim_after / 4).max(Duration::from_millis(10));
+        let due = shared
+            .last_claim
+            .lock()
+            .is_none_or(|t| t.elapsed() >= claim_every);
+        if due {
+            *shared.last_claim.lock() = Some(Instant::now());
+            let claimed: ::redis::streams::StreamAutoClaimReply = link.call(Again::Safe, |c| {
                 ::redis::cmd("XAUTOCLAIM")
                     .arg(&queue)
                     .arg(GROUP)
-                    .arg(&inner.name)
-                    .arg(millis(inner.claim_after))
+                    .arg(&shared.name)
+                    .arg(millis(self.config.claim_after))
                     .arg("0-0")
                     .arg("COUNT")
                     .arg(16)
                     .query(c)
             })?;
-        let (entries, reclaimed) = if claimed.claimed.is_empty() {
-            let block = millis(wait).max(1);
-            let timeout = inner.redis.call_timeout() + wait;
-            let read: Option<::redis::streams::StreamReadReply> =
-                with_conn(&inner.redis, &mut inner.conn.lock(), |c| {
-                    c.set_read_timeout(Some(timeout))?;
-                    let reply = ::redis::cmd("XREADGROUP")
-                        .arg("GROUP")
-                        .arg(GROUP)
-                        .arg(&inner.name)
-                        .arg("COUNT")
-                        .arg(1)
-                        .arg("BLOCK")
-                        .arg(block)
-                        .arg("STREAMS")
-                        .arg(&queue)
-                        .arg(">")
-                        .query(c);
-                    c.set_read_timeout(Some(inner.redis.call_timeout()))?;
-                    reply
-                })?;
-            let entries = read
-                .into_iter()
-                .flat_map(|r| r.keys)
-                .flat_map(|k| k.ids)
-                .collect::<Vec<_>>();
-            (entries, false)
-        } else {
-            (claimed.claimed, true)
-        };
-        let mut handled = 0;
-        for entry in entries {
-            let conversation: String = entry.get("conversation").unwrap_or_default();
-            if self.handle(&conversation, &entry.id, reclaimed)? {
-                handled += 1;
+            if !claimed.claimed.is_empty() {
+                return Ok((claimed.claimed, true));
             }
         }
-        Ok(handled)
+        let block = millis(wait).max(1);
+        let timeout = shared.redis.call_timeout() + wait;
+        // Not retried on a new connection: the entries it was given before the connection
+        // broke are pending under this worker, and read again as its own at the next step.
+        let read: Option<::redis::streams::StreamReadReply> = link
+            .call(Again::Unsafe, |c| {
+                c.set_read_timeout(Some(timeout))?;
+                let reply = ::redis::cmd("XREADGROUP")
+                    .arg("GROUP")
+                    .arg(GROUP)
+                    .arg(&shared.name)
+                    .arg("COUNT")
+                    .arg(1)
+                    .arg("BLOCK")
+                    .arg(block)
+                    .arg("STREAMS")
+                    .arg(&queue)
+                    .arg(">")
+                    .query(c);
+                c.set_read_timeout(Some(shared.redis.call_timeout()))?;
+                reply
+            })
+            .inspect_err(|_| shared.retry_own.store(true, Ordering::Release))
+            .map_err(|e| match e {
+                Error::Io { kind, message } if message.contains("WRONGTYPE") => Error::Io {
+                    kind,
+                    message: format!("{message} (the queue stream)"),
+                },
+                e => e,
+            })?;
+        Ok((ids(read), false))
     }
 
     /// Handles one queue entry: leases the conversation and drains its inbox, then
     /// acknowledges. Returns false when the entry was left pending.
     fn handle(&self, conversation: &str, entry: &str, reclaimed: bool) -> Result<bool, Error> {
-        let inner = &self.inner;
-        let redis = &inner.redis;
-        let lease_key = redis.key(conversation, "lease");
+        let shared = &self.shared;
+        let redis = &shared.redis;
+        if check_name(conversation).is_err() {
+            // Not one a `Queue` sends: nothing to run.
+            self.ack(entry)?;
+            return Ok(true);
+        }
+        let key = |what| redis.key(conversation, what);
         let token = format!(
             "{}:{}:{}",
-            inner.name,
+            shared.name,
             std::process::id(),
-            inner.tokens.fetch_add(1, Ordering::Relaxed)
+            shared.tokens.fetch_add(1, Ordering::Relaxed)
         );
-        let acquired: Option<String> = with_conn(redis, &mut inner.conn.lock(), |c| {
-            ::redis::cmd("SET")
-                .arg(&lease_key)
-                .arg(&token)
-                .arg("NX")
-                .arg("PX")
-                .arg(millis(inner.lease))
-                .query(c)
-        })?;
-        if acquired.is_none() {
+        let Some(begun) = self.begin(conversation, &token)? else {
             // Another worker holds the conversation. It holds an entry of its own that it
             // acknowledges only after draining the inbox, which this request is already in:
             // a new entry can go. A reclaimed one stays pending: its holder may be the dead
@@ -466,36 +459,362 @@ impl Worker {
             }
             self.ack(entry)?;
             return Ok(true);
-        }
-        let current: Mutex<Option<AgentHandle>> = Mutex::new(None);
-        // Dropping the sender ends the heartbeat at once.
-        let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
-        let drained = std::thread::scope(|scope| {
-            scope.spawn(|| self.heartbeat(&lease_key, &token, entry, &stopped, &current));
-            let drained = self.drain(conversation, &token, &current);
-            drop(stop);
-            drained
+        };
+        shared.side.begin(Follow {
+            inbox: key("inbox"),
+            lease: key("lease"),
+            token: token.clone(),
+            entry: entry.into(),
+            lease_for: self.config.lease,
         });
-        if let Err(e) = drained {
-            // Leave the entry pending for another try; free the conversation at once when
-            // the lease is still ours (a Redis failure: it may not be reachable).
-            let _ = with_conn(redis, &mut inner.conn.lock(), |c| {
-                ::redis::cmd("EVAL")
-                    .arg(DROP_LEASE)
-                    .arg(1)
-                    .arg(&lease_key)
-                    .arg(&token)
-                    .query::<i64>(c)
-            });
-            return Err(e);
+        let drained = self.drain(conversation, &token, entry, begun);
+        let client = shared.side.end();
+        let mut writer = shared.writer.lock();
+        if let Some(id) = client {
+            writer.link.unblock(id);
         }
-        self.ack(entry)?;
-        Ok(true)
+        match drained {
+            Ok(()) => Ok(true),
+            Err(Failure::Entry(e)) => Err(e),
+            Err(Failure::Redis(e)) => {
+                if !matches!(e, Error::LeaseLost) {
+                    // Free the conversation at once when the lease is still ours (a Redis
+                    // failure: it may not be reachable; the entry is tried again).
+                    let lease = key("lease");
+                    let _ = writer.link.call(Again::Safe, |c| {
+                        scripts::eval(scripts::DROP_LEASE, &[&lease])
+                            .arg(&token)
+                            .query::<i64>(c)
+                    });
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Takes the lease and reads `meta`, the inbox after `done` and the transcript, in one
+    /// round trip (more for a transcript longer than a page). `None` when another worker
+    /// holds the lease.
+    fn begin(&self, conversation: &str, token: &str) -> Result<Option<Begun>, Error> {
+        let redis = &self.shared.redis;
+        let keys = ["lease", "meta", "inbox", "messages"].map(|w| redis.key(conversation, w));
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let mut writer = self.shared.writer.lock();
+        let link = &mut writer.link;
+        let reply: Vec<::redis::Value> = link.call(Again::Safe, |c| {
+            scripts::eval(scripts::BEGIN, &keys)
+                .arg(token)
+                .arg(millis(self.config.lease))
+                .arg(PAGE)
+                .query(c)
+        })?;
+        let int = |v: Option<&::redis::Value>| {
+            v.and_then(|v| ::redis::from_redis_value_ref::<i64>(v).ok())
+                .unwrap_or(0)
+        };
+        let text = |v: Option<&::redis::Value>| {
+            v.and_then(|v| ::redis::from_redis_value_ref::<String>(v).ok())
+                .unwrap_or_default()
+        };
+        if int(reply.first()) != 1 {
+            return Ok(None);
+        }
+        let inbox: ::redis::streams::StreamRangeReply = reply
+            .get(4)
+            .and_then(|v| ::redis::from_redis_value_ref(v).ok())
+            .unwrap_or_default();
+        let total = usize::try_from(int(reply.get(5))).unwrap_or(0);
+        let mut elements: Vec<Vec<u8>> = reply
+            .get(6)
+            .and_then(|v| ::redis::from_redis_value_ref(v).ok())
+            .unwrap_or_default();
+        while !inbox.ids.is_empty() && elements.len() < total {
+            let start = elements.len();
+            let page: Vec<Vec<u8>> = link.call(Again::Safe, |c| {
+                ::redis::cmd("LRANGE")
+                    .arg(keys[3])
+                    .arg(start)
+                    .arg(start + PAGE - 1)
+                    .query(c)
+            })?;
+            if page.is_empty() {
+                break;
+            }
+            elements.extend(page);
+        }
+        // Elements that are not a message are skipped, as `Store::load` skips them.
+        let messages = elements
+            .iter()
+            .filter_map(|e| serde_json::from_slice::<Message>(e).ok())
+            .collect();
+        Ok(Some(Begun {
+            done: text(reply.get(1)),
+            started: text(reply.get(2)),
+            inbox: inbox.ids,
+            messages,
+        }))
+    }
+
+    /// Runs the conversation's inbox entries after `done`, in order, until none is left and
+    /// the lease is released (with the queue entry acknowledged).
+    fn drain(
+        &self,
+        conversation: &str,
+        token: &str,
+        entry: &str,
+        begun: Begun,
+    ) -> Result<(), Failure> {
+        let Begun {
+            mut done,
+            started,
+            mut inbox,
+            mut messages,
+        } = begun;
+        let mut batches = 0;
+        let mut expected = String::new();
+        // Bounded: a conversation that keeps getting requests is handed back to the queue
+        // after this many, so one worker never holds it forever.
+        for _ in 0..64 {
+            let mut skipped = None;
+            let mut job = None;
+            for e in inbox.drain(..) {
+                let kind: String = e.get("kind").unwrap_or_default();
+                if kind == "abort" {
+                    // Nothing runs: an abort that came when no run was active.
+                    skipped = Some(e.id);
+                    continue;
+                }
+                let text: String = e.get("text").unwrap_or_default();
+                job = Some((e.id, kind, text));
+                break;
+            }
+            let done_now = match job {
+                Some((id, kind, text)) => {
+                    let resume = started == id;
+                    let ran = self.run(
+                        conversation,
+                        token,
+                        (&id, &kind, &text),
+                        resume,
+                        &mut messages,
+                        &mut batches,
+                    );
+                    match ran {
+                        Ok((last, wrote)) => {
+                            expected = wrote;
+                            Some(last)
+                        }
+                        Err(Failure::Entry(e)) => {
+                            if self.fail(conversation, token, (&id, &kind, &text), &e)? {
+                                // Dead-lettered: the conversation goes on.
+                                Some(id)
+                            } else {
+                                return Err(Failure::Entry(e));
+                            }
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                None => skipped,
+            };
+            if let Some(id) = &done_now {
+                done.clone_from(id);
+            }
+            match self.end(conversation, token, &expected, done_now.as_deref(), entry)? {
+                None => return Ok(()),
+                Some(more) => inbox = more,
+            }
+        }
+        let _ = done;
+        // Hand the conversation back: announce it again, then free the lease.
+        let queue = self.shared.redis.queue_key();
+        let _ = self.shared.writer.lock().link.call(Again::Unsafe, |c| {
+            ::redis::cmd("XADD")
+                .arg(&queue)
+                .arg("*")
+                .arg("conversation")
+                .arg(conversation)
+                .query::<String>(c)
+        });
+        Err(Failure::Redis(Error::Connection(
+            "redis: the conversation was handed back after 64 runs".into(),
+        )))
+    }
+
+    /// Records `done` (when given) and either releases the lease and acknowledges `entry`
+    /// (`None`) or returns the inbox entries left to do.
+    fn end(
+        &self,
+        conversation: &str,
+        token: &str,
+        expected: &str,
+        done: Option<&str>,
+        entry: &str,
+    ) -> Result<Option<Vec<::redis::streams::StreamId>>, Error> {
+        let redis = &self.shared.redis;
+        let keys = ["lease", "meta", "inbox"].map(|w| redis.key(conversation, w));
+        let queue = redis.queue_key();
+        let reply: Vec<::redis::Value> = self.shared.writer.lock().link.call(Again::Safe, |c| {
+            scripts::eval(scripts::END, &[&keys[0], &keys[1], &keys[2], &queue])
+                .arg(token)
+                .arg(expected)
+                .arg(done.unwrap_or(""))
+                .arg(entry)
+                .arg(GROUP)
+                .arg(millis(self.config.lease))
+                .query(c)
+        })?;
+        let status = reply
+            .first()
+            .and_then(|v| ::redis::from_redis_value_ref::<i64>(v).ok());
+        match status {
+            Some(1) => Ok(None),
+            Some(0) => {
+                let more: ::redis::streams::StreamRangeReply = reply
+                    .get(1)
+                    .and_then(|v| ::redis::from_redis_value_ref(v).ok())
+                    .unwrap_or_default();
+                Ok(Some(more.ids))
+            }
+            Some(-1) => Err(Error::LeaseLost),
+            _ => Err(Error::Io {
+                kind: std::io::ErrorKind::Other,
+                message: "redis: a write of the run did not land".into(),
+            }),
+        }
+    }
+
+    /// Counts a failure of the inbox entry `job`; returns true when it was moved to the
+    /// dead-letter stream (the lease is kept), false when it is to be tried again (the lease
+    /// was freed).
+    fn fail(
+        &self,
+        conversation: &str,
+        token: &str,
+        (id, kind, text): (&str, &str, &str),
+        error: &Error,
+    ) -> Result<bool, Error> {
+        let redis = &self.shared.redis;
+        let keys = ["lease", "meta", "inbox"].map(|w| redis.key(conversation, w));
+        let dead = redis.dead_key();
+        let reply: Vec<i64> = self.shared.writer.lock().link.call(Again::Unsafe, |c| {
+            scripts::eval(scripts::FAIL, &[&keys[0], &keys[1], &keys[2], &dead])
+                .arg(token)
+                .arg(id)
+                .arg(error.to_string())
+                .arg(self.config.max_failures)
+                .arg(conversation)
+                .arg(kind)
+                .arg(text)
+                .query(c)
+        })?;
+        match reply.first() {
+            Some(2) => Ok(true),
+            Some(1) => Ok(false),
+            _ => Err(Error::LeaseLost),
+        }
+    }
+
+    /// One run of the inbox entry `job`: the agent from the transcript, the prompt (or
+    /// `continue_run` when the prompt is already stored), the inbox followed for control
+    /// requests. Returns the last inbox entry the run took and what `meta.wrote` must hold.
+    fn run(
+        &self,
+        conversation: &str,
+        token: &str,
+        (id, kind, text): (&str, &str, &str),
+        resume: bool,
+        messages: &mut Vec<Message>,
+        batches: &mut u64,
+    ) -> Result<(String, String), Failure> {
+        let shared = &self.shared;
+        let factory = &self.config.factory;
+        let built = guard::must("the agent factory", || {
+            factory(conversation, messages.clone())
+        });
+        let agent = match built.and_then(|built| built) {
+            Ok(agent) => agent,
+            Err(e) => return Err(Failure::Entry(e)),
+        };
+        let _ = kind;
+        shared.writer.lock().run = Some(RunWrites::new(
+            &shared.redis,
+            conversation,
+            token,
+            *batches,
+            (!resume).then(|| id.to_owned()),
+            self.config.events,
+            agent.handle(),
+        ));
+        let sub = agent.subscribe(shared.writer.listener());
+        shared.side.run_started(agent.handle(), id);
+        let first = if resume {
+            agent.continue_run()
+        } else {
+            agent.prompt(text)
+        };
+        let handed = shared.side.run_ended();
+        // A resume that finds the answer stored runs nothing.
+        let ran = !matches!(&first, Err(e) if matches!(e.error(), Error::NothingToContinue(_)));
+        // Steering and follow-ups handed over as the run ended are still queued: they run
+        // now, in this run's agent, so none is marked done without being taken.
+        let mut stopped = match &first {
+            Ok(r) => r.stop_reason,
+            Err(e) => e.result().stop_reason,
+        };
+        for _ in 0..8 {
+            let snapshot = agent.snapshot();
+            let queued =
+                !snapshot.steering_queue.is_empty() || !snapshot.follow_up_queue.is_empty();
+            if !queued || stopped == RunStopReason::Cancelled || shared.side.lost() {
+                break;
+            }
+            stopped = match agent.continue_run() {
+                Ok(r) => r.stop_reason,
+                Err(e) => e.result().stop_reason,
+            };
+        }
+        let writes = writer::finish(&mut shared.writer.lock());
+        drop(sub);
+        let writes = writes.expect("OK because this run put them in place");
+        if let Some(e) = writes.error() {
+            return Err(Failure::Redis(e.clone()));
+        }
+        if shared.side.lost() {
+            return Err(Failure::Redis(Error::LeaseLost));
+        }
+        let snapshot = agent.snapshot();
+        // What the run did not take (aborted with messages queued) is not done: those
+        // requests run again, as prompts.
+        let untaken = snapshot.steering_queue.len() + snapshot.follow_up_queue.len();
+        let taken = handed
+            .iter()
+            .filter(|(_, k)| k == "steer" || k == "follow_up")
+            .count()
+            .saturating_sub(untaken);
+        let mut last = id.to_owned();
+        let mut controls = 0;
+        for (entry, k) in &handed {
+            if k == "steer" || k == "follow_up" {
+                if controls == taken {
+                    break;
+                }
+                controls += 1;
+            }
+            last.clone_from(entry);
+        }
+        if ran && let Some(f) = &self.config.on_end {
+            shared.writer.lock().link.settle()?;
+            let _ = guard::catch(|| f(conversation, id, &snapshot));
+        }
+        *messages = snapshot.messages.iter().map(|m| (**m).clone()).collect();
+        *batches = writes.batches();
+        Ok((last, writes.expected()))
     }
 
     fn ack(&self, entry: &str) -> Result<(), Error> {
-        let queue = self.inner.redis.queue_key();
-        with_conn(&self.inner.redis, &mut self.inner.conn.lock(), |c| {
+        let queue = self.shared.redis.queue_key();
+        self.shared.writer.lock().link.call(Again::Safe, |c| {
             ::redis::pipe()
                 .cmd("XACK")
                 .arg(&queue)
@@ -509,337 +828,11 @@ impl Worker {
                 .query::<()>(c)
         })
     }
-
-    /// Renews the lease and keeps the queue entry fresh (so no one claims it) while the
-    /// conversation runs; aborts the run when the lease was lost.
-    fn heartbeat(
-        &self,
-        lease_key: &str,
-        token: &str,
-        entry: &str,
-        stopped: &crossbeam_channel::Receiver<()>,
-        current: &Mutex<Option<AgentHandle>>,
-    ) {
-        let inner = &self.inner;
-        let period = inner.lease / 3;
-        while let Err(crossbeam_channel::RecvTimeoutError::Timeout) = stopped.recv_timeout(period) {
-            let queue = inner.redis.queue_key();
-            // Renew first: an entry is taken back (XCLAIM) only while the lease is ours,
-            // never from a worker that claimed it after this one was paused too long.
-            let renewed = with_conn(&inner.redis, &mut inner.beat.lock(), |c| {
-                let renewed = ::redis::cmd("EVAL")
-                    .arg(RENEW)
-                    .arg(1)
-                    .arg(lease_key)
-                    .arg(token)
-                    .arg(millis(inner.lease))
-                    .query::<i64>(c)?;
-                if renewed == 1 {
-                    ::redis::cmd("XCLAIM")
-                        .arg(&queue)
-                        .arg(GROUP)
-                        .arg(&inner.name)
-                        .arg(0)
-                        .arg(entry)
-                        .arg("JUSTID")
-                        .query::<::redis::Value>(c)?;
-                }
-                Ok(renewed)
-            });
-            if renewed == Ok(0) {
-                // Lost (paused too long): the fenced writes fail anyway; stop at once.
-                if let Some(h) = &*current.lock() {
-                    h.abort();
-                }
-            }
-        }
-    }
-
-    /// Runs the conversation's inbox entries after `done`, in order, until none is left and
-    /// the lease is released.
-    fn drain(
-        &self,
-        conversation: &str,
-        token: &str,
-        current: &Mutex<Option<AgentHandle>>,
-    ) -> Result<(), Error> {
-        let inner = &self.inner;
-        let redis = &inner.redis;
-        let keys = |what| redis.key(conversation, what);
-        // Bounded: a conversation that keeps getting requests is handed back to the queue
-        // after this many, so one worker never holds it forever.
-        for _ in 0..64 {
-            let (done, started): (Option<String>, Option<String>) =
-                with_conn_read(redis, &mut inner.conn.lock(), |c| {
-                    ::redis::cmd("HMGET")
-                        .arg(keys("meta"))
-                        .arg("done")
-                        .arg("started")
-                        .query(c)
-                })?;
-            let from = done.as_ref().map_or("-".to_string(), |d| format!("({d}"));
-            let entries: ::redis::streams::StreamRangeReply =
-                with_conn_read(redis, &mut inner.conn.lock(), |c| {
-                    ::redis::cmd("XRANGE")
-                        .arg(keys("inbox"))
-                        .arg(&from)
-                        .arg("+")
-                        .arg("COUNT")
-                        .arg(16)
-                        .query(c)
-                })?;
-            let mut skipped = None;
-            let mut job = None;
-            for e in entries.ids {
-                let kind: String = e.get("kind").unwrap_or_default();
-                if kind == "abort" {
-                    // Nothing runs: an abort that came when no run was active.
-                    skipped = Some(e.id);
-                    continue;
-                }
-                let text: String = e.get("text").unwrap_or_default();
-                job = Some(Job { id: e.id, text });
-                break;
-            }
-            if let Some(job) = job {
-                let resume = started.as_deref() == Some(job.id.as_str());
-                self.run(conversation, token, &job, resume, current)?;
-                continue;
-            }
-            if let Some(id) = skipped {
-                self.mark_done(conversation, token, &id)?;
-                continue;
-            }
-            let released: i64 = with_conn(redis, &mut inner.conn.lock(), |c| {
-                ::redis::cmd("EVAL")
-                    .arg(RELEASE)
-                    .arg(3)
-                    .arg(keys("lease"))
-                    .arg(keys("inbox"))
-                    .arg(keys("meta"))
-                    .arg(token)
-                    .query(c)
-            })?;
-            match released {
-                1 => return Ok(()),
-                0 => continue,
-                _ => return Err(Error::Busy),
-            }
-        }
-        // Hand the conversation back: announce it again, then free the lease.
-        announce(redis, &mut inner.conn.lock(), conversation);
-        Err(Error::Busy)
-    }
-
-    fn mark_done(&self, conversation: &str, token: &str, id: &str) -> Result<(), Error> {
-        let redis = &self.inner.redis;
-        let ok: i64 = with_conn(redis, &mut self.inner.conn.lock(), |c| {
-            ::redis::cmd("EVAL")
-                .arg(DONE)
-                .arg(3)
-                .arg(redis.key(conversation, "lease"))
-                .arg(redis.key(conversation, "meta"))
-                .arg(redis.key(conversation, "inbox"))
-                .arg(token)
-                .arg(id)
-                .query(c)
-        })?;
-        if ok == 1 { Ok(()) } else { Err(Error::Busy) }
-    }
-
-    /// One run: the agent from the stored transcript, a prompt (or `continue_run` when the
-    /// prompt is already stored), the inbox followed for steering, then `done`.
-    fn run(
-        &self,
-        conversation: &str,
-        token: &str,
-        job: &Job,
-        resume: bool,
-        current: &Mutex<Option<AgentHandle>>,
-    ) -> Result<(), Error> {
-        let inner = &self.inner;
-        let redis = &inner.redis;
-        let loaded = inner.store.load(conversation)?;
-        let agent = (inner.factory)(conversation, loaded.messages)?;
-        let fence = Fence {
-            token: token.into(),
-            entry: (!resume).then(|| job.id.clone()),
-        };
-        let transcript = Transcript::new(redis, conversation, Some(fence));
-        let (spare_transcript, spare_log) = std::mem::take(&mut *inner.spare.lock());
-        transcript.set_conn(spare_transcript);
-        let handle = agent.handle();
-        transcript.on_error(move || {
-            handle.abort();
-        });
-        let _transcript = agent.subscribe(transcript.listener());
-        let log = inner.events.map(|n| {
-            let log = EventLog::new(redis, conversation).max_len(n);
-            log.set_conn(spare_log);
-            log
-        });
-        let _log = log.as_ref().map(|log| agent.subscribe(log.listener()));
-        *current.lock() = Some(agent.handle());
-
-        let last_control = self.follow_inbox(conversation, &job.id, &agent, || {
-            if resume {
-                agent.continue_run()
-            } else {
-                agent.prompt(job.text.as_str())
-            }
-        })?;
-        *current.lock() = None;
-        *inner.spare.lock() = (
-            transcript.take_conn(),
-            log.as_ref().and_then(EventLog::take_conn),
-        );
-        if let Some(e) = transcript.error() {
-            return Err(e);
-        }
-        if let Some(f) = &inner.on_end {
-            f(conversation, &job.id, &agent.snapshot());
-        }
-        self.mark_done(
-            conversation,
-            token,
-            last_control.as_deref().unwrap_or(&job.id),
-        )
-    }
-
-    /// Runs `run` while a thread follows the conversation's inbox after `after` and hands
-    /// steering, follow-ups and aborts to `agent`, up to the next prompt. Returns the id of
-    /// the last request it handed over.
-    fn follow_inbox(
-        &self,
-        conversation: &str,
-        after: &str,
-        agent: &Agent,
-        run: impl FnOnce() -> Result<crate::RunResult, crate::RunError>,
-    ) -> Result<Option<String>, Error> {
-        let inner = &self.inner;
-        let redis = &inner.redis;
-        let inbox = redis.key(conversation, "inbox");
-        let taken = inner.side.lock().take();
-        let mut watcher = match taken {
-            Some(c) => c,
-            None => redis.connect()?,
-        };
-        let watcher_id: i64 = ::redis::cmd("CLIENT")
-            .arg("ID")
-            .query(&mut watcher)
-            .map_err(|e| super::map_err(&e, false))?;
-        let running = AtomicBool::new(true);
-        let handle = agent.handle();
-        let (last, watcher) = std::thread::scope(|scope| {
-            let follower = scope.spawn(|| {
-                follow(
-                    watcher,
-                    &inbox,
-                    after,
-                    &running,
-                    &handle,
-                    redis.call_timeout(),
-                )
-            });
-            // A failed run still ended (`AgentEnd`, its error in the transcript): the
-            // prompt is answered. Nothing to continue on a resume: it was answered before.
-            let _ = run();
-            running.store(false, Ordering::Release);
-            // Wake the follower from its blocking read, again until it is gone: one sent
-            // while it was between two reads finds nothing to unblock. Bounded: it stops
-            // within its block time anyway.
-            for _ in 0..2000 {
-                let _ = with_conn(redis, &mut inner.conn.lock(), |c| {
-                    ::redis::cmd("CLIENT")
-                        .arg("UNBLOCK")
-                        .arg(watcher_id)
-                        .query::<i64>(c)
-                });
-                if follower.is_finished() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_micros(100));
-            }
-            follower.join().unwrap_or((None, None))
-        });
-        if let Some(conn) = watcher {
-            *inner.side.lock() = Some(conn);
-        }
-        Ok(last)
-    }
 }
 
-/// Announces `conversation` on the queue again (its worker hands it back).
-fn announce(redis: &Redis, conn: &mut Option<::redis::Connection>, conversation: &str) {
-    let _ = with_conn(redis, conn, |c| {
-        ::redis::cmd("XADD")
-            .arg(redis.queue_key())
-            .arg("*")
-            .arg("conversation")
-            .arg(conversation)
-            .query::<String>(c)
-    });
-}
-
-/// How long one read of the inbox follower blocks at most.
-const FOLLOW_BLOCK: Duration = Duration::from_millis(200);
-
-/// Follows `inbox` after `after` while `running`, handing each control request to the
-/// agent, and stops at the next prompt. Returns the last id handed over and the connection
-/// (none after a failure).
-fn follow(
-    mut conn: ::redis::Connection,
-    inbox: &str,
-    after: &str,
-    running: &AtomicBool,
-    agent: &AgentHandle,
-    timeout: Duration,
-) -> (Option<String>, Option<::redis::Connection>) {
-    let mut last: Option<String> = None;
-    if conn.set_read_timeout(Some(timeout + FOLLOW_BLOCK)).is_err() {
-        return (None, None);
-    }
-    while running.load(Ordering::Acquire) {
-        let from = last.as_deref().unwrap_or(after);
-        let read: ::redis::RedisResult<Option<::redis::streams::StreamReadReply>> =
-            ::redis::cmd("XREAD")
-                .arg("COUNT")
-                .arg(16)
-                .arg("BLOCK")
-                .arg(millis(FOLLOW_BLOCK))
-                .arg("STREAMS")
-                .arg(inbox)
-                .arg(from)
-                .query(&mut conn);
-        let Ok(read) = read else {
-            // Redis went away: the run's own writes report it.
-            return (last, None);
-        };
-        for entry in read.into_iter().flat_map(|r| r.keys).flat_map(|k| k.ids) {
-            let kind: String = entry.get("kind").unwrap_or_default();
-            let text: String = entry.get("text").unwrap_or_default();
-            match kind.as_str() {
-                "steer" => drop(agent.steer(Message::user(text))),
-                "follow_up" => drop(agent.follow_up(Message::user(text))),
-                "abort" => {
-                    // The run may not have started yet: try until it has, or has ended.
-                    for _ in 0..200 {
-                        if agent.abort() || !running.load(Ordering::Acquire) {
-                            break;
-                        }
-                        std::thread::sleep(Duration::from_millis(5));
-                    }
-                }
-                // The next prompt: it runs after this one.
-                _ => return (last, Some(conn)),
-            }
-            last = Some(entry.id);
-        }
-    }
-    let _ = conn.set_read_timeout(Some(timeout));
-    (last, Some(conn))
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+fn ids(read: Option<::redis::streams::StreamReadReply>) -> Vec<::redis::streams::StreamId> {
+    read.into_iter()
+        .flat_map(|r| r.keys)
+        .flat_map(|k| k.ids)
+        .collect()
 }

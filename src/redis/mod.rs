@@ -113,12 +113,18 @@
 //! So an idle conversation of 10 short turns without its event stream takes about 8 KB: a
 //! million of them fit in 8 GB.
 
+mod conn;
 mod events;
 mod fleet;
+mod queue;
+mod scripts;
+mod side;
 mod store;
+mod writer;
 
 pub use events::{EventLog, RemoteMirror};
-pub use fleet::{Queue, Worker};
+pub use fleet::Worker;
+pub use queue::Queue;
 pub use store::{Store, Transcript};
 
 use std::fmt;
@@ -209,13 +215,35 @@ impl Redis {
     pub(crate) fn queue_key(&self) -> String {
         format!("{}:{{queue}}", self.prefix)
     }
+
+    /// The fleet's dead-letter stream.
+    pub(crate) fn dead_key(&self) -> String {
+        format!("{}:{{dead}}", self.prefix)
+    }
 }
 
-/// A Redis error as one of ours: no connection, a dropped one, or a server not ready yet
-/// (`LOADING` its data after a restart, `TRYAGAIN`, `MASTERDOWN`, `CLUSTERDOWN`: the
-/// errors Redis says to wait out) is [`Error::Connection`] (retryable), no reply in time
-/// is [`Error::Timeout`], anything else (a server error reply, a reply of an unexpected
-/// shape) is [`Error::Io`] with its text.
+/// The error codes of conditions that pass, which Redis says to wait out: a server
+/// `LOADING` its data after a restart, `BUSY` running a long script, `TRYAGAIN` and
+/// `MASTERDOWN`/`CLUSTERDOWN` during a failover, `READONLY` on a replica just demoted,
+/// `OOM` when `maxmemory` is reached (with `noeviction`: until memory is freed), and
+/// `UNBLOCKED` when the key a blocked read waited on was deleted or evicted.
+const PASSING: [&str; 9] = [
+    "LOADING",
+    "BUSY",
+    "TRYAGAIN",
+    "MASTERDOWN",
+    "CLUSTERDOWN",
+    "READONLY",
+    "OOM",
+    "UNBLOCKED",
+    "NOSCRIPT",
+];
+
+/// A Redis error as one of ours: no connection, a dropped one, or a condition that passes
+/// (see [`PASSING`]: a server not ready yet, out of memory, a key deleted under a blocked
+/// read) is [`Error::Connection`] (retryable: workers and mirrors wait it out), no reply in
+/// time is [`Error::Timeout`], anything else (a server error reply such as `WRONGTYPE`, a
+/// reply of an unexpected shape) is [`Error::Io`] with its text.
 pub(crate) fn map_err(e: &::redis::RedisError, connecting: bool) -> Error {
     if e.is_timeout() {
         Error::Timeout(if connecting {
@@ -227,6 +255,7 @@ pub(crate) fn map_err(e: &::redis::RedisError, connecting: bool) -> Error {
         || e.is_connection_refusal()
         || e.is_connection_dropped()
         || matches!(e.retry_method(), ::redis::RetryMethod::WaitAndRetry)
+        || e.code().is_some_and(|code| PASSING.contains(&code))
     {
         Error::Connection(format!("redis: {e}"))
     } else {
@@ -235,6 +264,17 @@ pub(crate) fn map_err(e: &::redis::RedisError, connecting: bool) -> Error {
             message: format!("redis: {e}"),
         }
     }
+}
+
+/// Refuses a conversation name with `{` or `}`: they would move the hash tag that keeps a
+/// conversation's keys together.
+pub(crate) fn check_name(conversation: &str) -> Result<(), Error> {
+    if conversation.contains(['{', '}']) {
+        return Err(Error::Config(format!(
+            "conversation name {conversation:?}: `{{` and `}}` are not allowed"
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

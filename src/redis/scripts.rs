@@ -1,0 +1,189 @@
+//! The Lua scripts of the fleet: each one round trip, atomic, and fenced by the lease token.
+//!
+//! Every script that writes starts with `#!lua` (Redis 7 script flags, none set): Redis
+//! refuses such a script before it runs when it is out of memory, so an `OOM` never leaves
+//! half of a script applied. Scripts that name keys of two slots (a conversation's and the
+//! queue) need a single Redis server, which is what the fleet runs on (see the module docs).
+//!
+//! Writes of one lease are numbered: `meta.wrote` holds `<token> <n>` of the last one
+//! applied. A write checks that it is the next one (so a write after a failed one never
+//! leaves a hole) and returns 1 without doing anything when it was applied already (so it
+//! can be sent again on a new connection when its reply was lost).
+
+/// Queues a request: an inbox entry and its announcement on the queue, once per request id
+/// (a request sent again after its reply was lost finds its entry among the inbox's last).
+/// KEYS: inbox, queue. ARGV: request id, kind, text, conversation. Returns the inbox entry
+/// id.
+pub(crate) const REQUEST: &str = r"#!lua
+local recent = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 32)
+for _, e in ipairs(recent) do
+  local f = e[2]
+  for i = 1, #f, 2 do
+    if f[i] == 'request' and f[i + 1] == ARGV[1] then return e[1] end
+  end
+end
+local id = redis.call('XADD', KEYS[1], '*', 'kind', ARGV[2], 'text', ARGV[3], 'request', ARGV[1])
+redis.call('XADD', KEYS[2], '*', 'conversation', ARGV[4])
+return id
+";
+
+/// Takes the lease (or keeps it, when it is ours already: the call may be a retry) and reads
+/// what a run needs. KEYS: lease, meta, inbox, messages. ARGV: token, lease ms, page size.
+/// Returns `{0}` when another worker holds the lease, else
+/// `{1, done, started, failed, inbox entries after done (16), transcript length, the first
+/// page of the transcript}`.
+pub(crate) const BEGIN: &str = r"#!lua
+local held = redis.call('GET', KEYS[1])
+if held and held ~= ARGV[1] then return {0} end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+local meta = redis.call('HMGET', KEYS[2], 'done', 'started', 'failed')
+local from = '-'
+if meta[1] then from = '(' .. meta[1] end
+local inbox = redis.call('XRANGE', KEYS[3], from, '+', 'COUNT', 16)
+local n = redis.call('LLEN', KEYS[4])
+local page = {}
+if #inbox > 0 then page = redis.call('LRANGE', KEYS[4], 0, tonumber(ARGV[3]) - 1) end
+return {1, meta[1] or '', meta[2] or '', meta[3] or '', inbox, n, page}
+";
+
+/// Appends a batch of a run's writes in order, if the lease is still ours and this batch is
+/// the next one. KEYS: lease, messages, events, meta. ARGV: token, batch number, event
+/// stream cap, the inbox entry whose prompt the batch stores (or ''), then pairs of (`m`,
+/// message JSON) and (`e`, event line). Returns 1 (applied, now or before), 0 (the lease
+/// is not ours), -1 (an earlier batch is missing).
+pub(crate) const WRITE: &str = r"#!lua
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local wrote = redis.call('HGET', KEYS[4], 'wrote')
+local this = ARGV[1] .. ' ' .. ARGV[2]
+if wrote == this then return 1 end
+local n = tonumber(ARGV[2])
+if n > 1 and wrote ~= ARGV[1] .. ' ' .. (n - 1) then return -1 end
+for i = 5, #ARGV, 2 do
+  if ARGV[i] == 'm' then
+    redis.call('RPUSH', KEYS[2], ARGV[i + 1])
+  else
+    redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[3], '*', 'line', ARGV[i + 1])
+  end
+end
+if ARGV[4] ~= '' then redis.call('HSET', KEYS[4], 'started', ARGV[4]) end
+redis.call('HSET', KEYS[4], 'wrote', this)
+return 1
+";
+
+/// Ends a run (or a request that runs nothing): records `done`, drops the inbox entries
+/// before it, then either hands back the next inbox entries (the lease is kept) or releases
+/// the lease and acknowledges the queue entry. KEYS: lease, meta, inbox, queue. ARGV: token,
+/// the last write expected (`<token> <n>`, or '' for none), the inbox entry done (or ''),
+/// the queue entry (or ''), the group, lease ms. Returns `{1}` released, `{0, entries}` more
+/// to do, `{-1}` the lease is not ours, `{-2}` a write of the run is missing.
+pub(crate) const END: &str = r"#!lua
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  if redis.call('HGET', KEYS[2], 'ended') == ARGV[1] then return {1} end
+  return {-1}
+end
+if ARGV[2] ~= '' and redis.call('HGET', KEYS[2], 'wrote') ~= ARGV[2] then return {-2} end
+if ARGV[3] ~= '' then
+  redis.call('HSET', KEYS[2], 'done', ARGV[3])
+  redis.call('HDEL', KEYS[2], 'failed')
+  redis.call('XTRIM', KEYS[3], 'MINID', ARGV[3])
+end
+local done = redis.call('HGET', KEYS[2], 'done')
+local from = '-'
+if done then from = '(' .. done end
+local more = redis.call('XRANGE', KEYS[3], from, '+', 'COUNT', 16)
+if #more > 0 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[6])
+  return {0, more}
+end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[2], 'ended', ARGV[1])
+if ARGV[4] ~= '' then
+  redis.call('XACK', KEYS[4], ARGV[5], ARGV[4])
+  redis.call('XDEL', KEYS[4], ARGV[4])
+end
+return {1}
+";
+
+/// Records that the inbox entry ARGV[2] failed; at the ARGV[4]th failure in a row moves it
+/// to the dead-letter stream with its error and records it done. Frees the lease either
+/// way. KEYS: lease, meta, inbox, dead. ARGV: token, entry id, error, max failures,
+/// conversation, kind, text. Returns `{1, failures}` (to be tried again), `{2, failures}`
+/// (dead-lettered), `{-1}` (the lease is not ours).
+pub(crate) const FAIL: &str = r"#!lua
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1} end
+local failed = redis.call('HGET', KEYS[2], 'failed')
+local count = 1
+if failed then
+  local id, n = string.match(failed, '^(%S+) (%d+)$')
+  if id == ARGV[2] then count = tonumber(n) + 1 end
+end
+redis.call('DEL', KEYS[1])
+if count >= tonumber(ARGV[4]) then
+  redis.call('XADD', KEYS[4], '*', 'conversation', ARGV[5], 'entry', ARGV[2],
+    'kind', ARGV[6], 'text', ARGV[7], 'error', ARGV[3], 'failures', count)
+  redis.call('HSET', KEYS[2], 'done', ARGV[2])
+  redis.call('HDEL', KEYS[2], 'failed')
+  redis.call('XTRIM', KEYS[3], 'MINID', ARGV[2])
+  return {2, count}
+end
+redis.call('HSET', KEYS[2], 'failed', ARGV[2] .. ' ' .. count)
+return {1, count}
+";
+
+/// Extends the lease if it is still ours, and keeps the queue entry fresh (so no other
+/// worker claims it). KEYS: lease, queue. ARGV: token, lease ms, group, consumer, queue
+/// entry. Returns 1, or 0 when the lease is not ours.
+pub(crate) const RENEW: &str = r"#!lua
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('XCLAIM', KEYS[2], ARGV[3], ARGV[4], 0, ARGV[5], 'JUSTID')
+return 1
+";
+
+/// Deletes the lease if it is still ours. KEYS: lease. ARGV: token.
+pub(crate) const DROP_LEASE: &str = r"#!lua
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return 1
+";
+
+/// Reads a stream's entries after ARGV[1] (exclusive), at most ARGV[2], together with what
+/// tells whether entries after ARGV[1] were deleted before they were read. KEYS: events.
+/// Returns `{exists, length, first id, max deleted id, entries added, last id, after
+/// exists, entries}`, with `after exists` 1 when the entry ARGV[1] itself is still there.
+pub(crate) const READ: &str = r"
+if redis.call('EXISTS', KEYS[1]) == 0 then return {0} end
+local info = redis.call('XINFO', 'STREAM', KEYS[1])
+local f = {}
+for i = 1, #info, 2 do f[info[i]] = info[i + 1] end
+local first = '0-0'
+if type(f['first-entry']) == 'table' then first = f['first-entry'][1] end
+local present = 0
+if ARGV[1] ~= '0-0' and #redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1]) > 0 then present = 1 end
+local entries = redis.call('XRANGE', KEYS[1], '(' .. ARGV[1], '+', 'COUNT', ARGV[2])
+return {1, f['length'], first, f['max-deleted-entry-id'], f['entries-added'],
+  f['last-generated-id'], present, entries}
+";
+
+/// A conversation's transcript and the last id of its event stream, read at one instant.
+/// KEYS: messages, events. ARGV: '1' to read the transcript. Returns `{last id or '0-0',
+/// entries added, messages (or none)}`.
+pub(crate) const SNAPSHOT: &str = r"
+local last, added = '0-0', 0
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  local info = redis.call('XINFO', 'STREAM', KEYS[2])
+  for i = 1, #info, 2 do
+    if info[i] == 'last-generated-id' then last = info[i + 1] end
+    if info[i] == 'entries-added' then added = info[i + 1] end
+  end
+end
+local messages = {}
+if ARGV[1] == '1' then messages = redis.call('LRANGE', KEYS[1], 0, -1) end
+return {last, added, messages}
+";
+
+/// Runs `script` with `keys` and `args` as an `EVAL` command.
+pub(crate) fn eval(script: &str, keys: &[&str]) -> ::redis::Cmd {
+    let mut cmd = ::redis::cmd("EVAL");
+    cmd.arg(script).arg(keys.len()).arg(keys);
+    cmd
+}

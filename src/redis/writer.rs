@@ -1,0 +1,431 @@
+//! The worker's connection and the fenced writes of its runs: the transcript and the event
+//! log, in batches, pipelined.
+//!
+//! One script ([`scripts::WRITE`]) appends a batch: the messages that ended and the event
+//! lines since the last batch, in the order they happened, checked against the lease token
+//! and numbered, so a worker that lost its lease writes nothing anywhere (neither the
+//! transcript nor the event stream), and no batch lands after one that failed. Batches are
+//! sent without waiting for their reply (pipelined on the worker's connection, which Redis
+//! runs in order); the replies are read when the worker needs to know (before tools run,
+//! and before the run is recorded done, which checks the last batch landed). A connection
+//! that fails with batches unread is replaced and the unread batches sent again: a batch
+//! applied already is recognised by its number and not applied twice.
+//!
+//! When to send: a message's end (with the message), a tool's end and the run's end go at
+//! once; the events that open a run, a turn or a prompt wait for the message that follows
+//! at once; streaming deltas and the other live events go within [`LINGER`], together with
+//! what came meanwhile (a lingering thread sends what is left when nothing follows).
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use super::conn::{Again, Conn, reply};
+use super::{Redis, scripts};
+use crate::agent::AgentHandle;
+use crate::error::Error;
+use crate::event::AgentEvent;
+use crate::message::Message;
+use crate::wire::encode_event_line;
+
+/// How long a live event (a streaming delta) may wait for others to share its batch.
+pub(crate) const LINGER: Duration = Duration::from_millis(5);
+
+/// What a command sent ahead answers.
+enum Sent {
+    /// A batch of writes: 1 applied, 0 lease lost, -1 an earlier batch missing.
+    Write(Vec<u8>),
+    /// A command whose reply does not matter (`CLIENT UNBLOCK`).
+    Ignore,
+}
+
+/// The worker's connection, with the commands sent ahead whose replies were not read yet.
+pub(crate) struct Link {
+    pub(crate) conn: Conn,
+    sent: VecDeque<Sent>,
+}
+
+impl Link {
+    pub(crate) fn new(redis: &Redis) -> Link {
+        Link {
+            conn: Conn::new(redis),
+            sent: VecDeque::new(),
+        }
+    }
+
+    /// Sends `packed` without reading its reply. A failed send replaces the connection and
+    /// sends the unread batches again first (each applies at most once).
+    fn send(&mut self, sent: Sent, packed: &[u8]) -> Result<(), Error> {
+        let ok = if self.sent.is_empty() {
+            // Nothing unread: the connection may be checked first (a PING's reply is read).
+            let (conn, _) = self.conn.ready()?;
+            conn.send_packed_command(packed).is_ok()
+        } else {
+            self.conn
+                .current()
+                .is_some_and(|c| c.send_packed_command(packed).is_ok())
+        };
+        self.sent.push_back(sent);
+        if !ok {
+            self.conn.reset();
+            self.resend()?;
+        }
+        Ok(())
+    }
+
+    /// Sends the unread writes again on a new connection (their earlier sends may or may
+    /// not have been applied; a batch is applied once).
+    fn resend(&mut self) -> Result<(), Error> {
+        self.sent.retain(|s| matches!(s, Sent::Write(_)));
+        let (conn, _) = self.conn.ready()?;
+        for s in &self.sent {
+            if let Sent::Write(packed) = s {
+                conn.send_packed_command(packed)
+                    .map_err(|e| super::map_err(&e, false))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads the replies of everything sent ahead. Returns the first failure among the
+    /// writes: [`Error::LeaseLost`], an earlier batch missing, or the error Redis answered
+    /// (out of memory, say). A connection that breaks meanwhile is replaced once and the
+    /// unread writes sent again.
+    pub(crate) fn settle(&mut self) -> Result<(), Error> {
+        let mut first: Option<Error> = None;
+        let mut retried = false;
+        while let Some(next) = self.sent.front() {
+            let is_write = matches!(next, Sent::Write(_));
+            let Some(conn) = self.conn.current() else {
+                // Lost before its replies were read.
+                if retried {
+                    self.sent.clear();
+                    return Err(Error::Connection("redis: connection lost".into()));
+                }
+                retried = true;
+                self.resend()?;
+                continue;
+            };
+            match reply::<i64>(conn) {
+                Ok(n) => {
+                    self.sent.pop_front();
+                    let failed = match n {
+                        _ if !is_write => None,
+                        1 => None,
+                        0 => Some(Error::LeaseLost),
+                        _ => Some(Error::Io {
+                            kind: std::io::ErrorKind::Other,
+                            message: "redis: an earlier write of the run did not land".into(),
+                        }),
+                    };
+                    if first.is_none() {
+                        first = failed;
+                    }
+                }
+                Err(e) if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() => {
+                    let error = self.conn.failed(&e);
+                    self.conn.reset();
+                    if retried {
+                        self.sent.clear();
+                        return Err(error);
+                    }
+                    retried = true;
+                    self.resend()?;
+                }
+                Err(e) => {
+                    self.sent.pop_front();
+                    if is_write && first.is_none() {
+                        first = Some(super::map_err(&e, false));
+                    }
+                }
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    /// Runs a command whose reply is needed now, after reading the replies sent ahead
+    /// (their failure is returned first).
+    pub(crate) fn call<T>(
+        &mut self,
+        again: Again,
+        f: impl FnMut(&mut ::redis::Connection) -> ::redis::RedisResult<T>,
+    ) -> Result<T, Error> {
+        self.settle()?;
+        self.conn.call(again, f)
+    }
+
+    /// Sends `CLIENT UNBLOCK id` ahead (its reply is read with the next command).
+    pub(crate) fn unblock(&mut self, id: i64) {
+        let packed = ::redis::cmd("CLIENT")
+            .arg("UNBLOCK")
+            .arg(id)
+            .get_packed_command();
+        if self.send(Sent::Ignore, &packed).is_err() {
+            self.sent.clear();
+        }
+    }
+}
+
+/// How an event is sent.
+#[derive(PartialEq)]
+enum When {
+    /// With the next batch, which follows at once.
+    Later,
+    /// Within [`LINGER`].
+    Soon,
+    /// At once.
+    Now,
+}
+
+/// The writes of one run.
+pub(crate) struct RunWrites {
+    keys: [String; 4],
+    token: String,
+    /// The number of the last batch sent.
+    batch: u64,
+    /// The inbox entry to record as `started` with the first user message.
+    started: Option<String>,
+    /// Whether a user message is among the buffered ops.
+    user_buffered: bool,
+    events: Option<usize>,
+    /// (`m` or `e`, payload), in order.
+    ops: Vec<(&'static str, Vec<u8>)>,
+    /// When the oldest buffered live event came.
+    due: Option<Instant>,
+    last_send: Option<Instant>,
+    error: Option<Error>,
+    abort: AgentHandle,
+}
+
+impl RunWrites {
+    /// The writes of a run of `conversation` under the lease `token`. Batches are numbered
+    /// after `batch` (the last batch of this lease so far).
+    pub(crate) fn new(
+        redis: &Redis,
+        conversation: &str,
+        token: &str,
+        batch: u64,
+        started: Option<String>,
+        events: Option<usize>,
+        abort: AgentHandle,
+    ) -> RunWrites {
+        RunWrites {
+            keys: ["lease", "messages", "events", "meta"].map(|w| redis.key(conversation, w)),
+            token: token.into(),
+            batch,
+            started,
+            user_buffered: false,
+            events,
+            ops: Vec::new(),
+            due: None,
+            last_send: None,
+            error: None,
+            abort,
+        }
+    }
+
+    fn push(&mut self, event: &AgentEvent) -> When {
+        let mut when = match event {
+            AgentEvent::AgentStart | AgentEvent::TurnStart { .. } => When::Later,
+            AgentEvent::MessageStart { message } if !matches!(**message, Message::Assistant(_)) => {
+                When::Later
+            }
+            AgentEvent::MessageStart { .. }
+            | AgentEvent::MessageUpdate { .. }
+            | AgentEvent::ToolStart { .. }
+            | AgentEvent::ToolExecute { .. }
+            | AgentEvent::ToolUpdate { .. }
+            | AgentEvent::TurnEnd { .. } => When::Soon,
+            _ => When::Now,
+        };
+        if let AgentEvent::MessageEnd { message } = event {
+            let json =
+                serde_json::to_vec(&**message).expect("OK because a message always serializes");
+            self.ops.push(("m", json));
+            self.user_buffered |= matches!(**message, Message::User(_));
+        } else if self.events.is_none() {
+            return When::Later;
+        }
+        if self.events.is_some() {
+            self.ops.push(("e", encode_event_line(event).into_bytes()));
+        }
+        if when == When::Soon {
+            let quiet = self.last_send.is_none_or(|t| t.elapsed() >= LINGER);
+            if quiet {
+                when = When::Now;
+            } else if self.due.is_none() {
+                self.due = self.last_send.map(|t| t + LINGER);
+            }
+        }
+        when
+    }
+
+    /// The batch command of what is buffered, numbered next.
+    fn batch(&mut self) -> Option<Vec<u8>> {
+        if self.ops.is_empty() {
+            return None;
+        }
+        self.batch += 1;
+        let keys: Vec<&str> = self.keys.iter().map(String::as_str).collect();
+        let mut cmd = scripts::eval(scripts::WRITE, &keys);
+        cmd.arg(&self.token)
+            .arg(self.batch)
+            .arg(self.events.unwrap_or(1));
+        // The prompt's entry goes with the first user message: not with a tool result the
+        // agent synthesized before it for calls a dead worker left unanswered.
+        cmd.arg(if self.user_buffered {
+            self.started.take().unwrap_or_default()
+        } else {
+            String::new()
+        });
+        self.user_buffered = false;
+        for (op, payload) in self.ops.drain(..) {
+            cmd.arg(op).arg(payload);
+        }
+        self.due = None;
+        self.last_send = Some(Instant::now());
+        Some(cmd.get_packed_command())
+    }
+
+    /// The value `meta.wrote` holds once every batch sent landed (`''` when none was).
+    pub(crate) fn expected(&self) -> String {
+        if self.batch == 0 {
+            String::new()
+        } else {
+            format!("{} {}", self.token, self.batch)
+        }
+    }
+
+    pub(crate) fn batches(&self) -> u64 {
+        self.batch
+    }
+}
+
+/// The worker's link and its current run's writes, shared by the run thread (the listener)
+/// and the lingering thread.
+pub(crate) struct Writer {
+    state: Mutex<State>,
+    wake: Condvar,
+}
+
+pub(crate) struct State {
+    pub(crate) link: Link,
+    pub(crate) run: Option<RunWrites>,
+}
+
+impl Writer {
+    pub(crate) fn new(redis: &Redis) -> Arc<Writer> {
+        let writer = Arc::new(Writer {
+            state: Mutex::new(State {
+                link: Link::new(redis),
+                run: None,
+            }),
+            wake: Condvar::new(),
+        });
+        let weak = Arc::downgrade(&writer);
+        let _ = std::thread::Builder::new()
+            .name("pagent-redis-linger".into())
+            .spawn(move || linger(&weak));
+        writer
+    }
+
+    pub(crate) fn lock(&self) -> parking_lot::MutexGuard<'_, State> {
+        self.state.lock()
+    }
+
+    /// A listener that buffers the run's events and sends them as [`RunWrites`] says.
+    pub(crate) fn listener(self: &Arc<Writer>) -> impl Fn(&AgentEvent) + Send + Sync + 'static {
+        let this = self.clone();
+        move |event| {
+            let mut guard = this.state.lock();
+            let state = &mut *guard;
+            let Some(run) = &mut state.run else { return };
+            if run.error.is_some() {
+                return;
+            }
+            let when = run.push(event);
+            let tools = matches!(event, AgentEvent::MessageEnd { message }
+                if message.as_assistant().is_some_and(|m| m.tool_calls().next().is_some()));
+            match when {
+                When::Later => {}
+                When::Soon => {
+                    this.wake.notify_one();
+                }
+                When::Now => {
+                    let result = send_batch(state).and_then(|()| {
+                        // Tools have effects: they run only once the lease is known to be
+                        // ours at their reply's end.
+                        if tools { state.link.settle() } else { Ok(()) }
+                    });
+                    if let Err(e) = result {
+                        fail(state, e);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Sends the buffered batch of the current run, if any.
+pub(crate) fn send_batch(state: &mut State) -> Result<(), Error> {
+    let Some(run) = &mut state.run else {
+        return Ok(());
+    };
+    match run.batch() {
+        Some(packed) => state.link.send(Sent::Write(packed.clone()), &packed),
+        None => Ok(()),
+    }
+}
+
+/// Records the run's first write failure and aborts the run (it cannot be stored).
+pub(crate) fn fail(state: &mut State, e: Error) {
+    if let Some(run) = &mut state.run
+        && run.error.is_none()
+    {
+        run.ops.clear();
+        run.abort.abort();
+        run.error = Some(e);
+    }
+}
+
+/// Takes the current run's writes out after sending what is buffered; returns them (their
+/// first failure in `error`).
+pub(crate) fn finish(state: &mut State) -> Option<RunWrites> {
+    if let Err(e) = send_batch(state) {
+        fail(state, e);
+    }
+    state.run.take()
+}
+
+impl RunWrites {
+    /// The first failure of the run's writes seen so far.
+    pub(crate) fn error(&self) -> Option<&Error> {
+        self.error.as_ref()
+    }
+}
+
+/// Sends the live events that waited [`LINGER`] with nothing after them.
+fn linger(writer: &Weak<Writer>) {
+    loop {
+        let Some(writer) = writer.upgrade() else {
+            return;
+        };
+        let mut state = writer.state.lock();
+        let due = state.run.as_ref().and_then(|r| r.due);
+        match due {
+            Some(due) if due <= Instant::now() => {
+                if let Err(e) = send_batch(&mut state) {
+                    fail(&mut state, e);
+                }
+            }
+            Some(due) => {
+                let _ = writer.wake.wait_until(&mut state, due);
+            }
+            None => {
+                let _ = writer.wake.wait_for(&mut state, Duration::from_millis(200));
+            }
+        }
+    }
+}

@@ -1,0 +1,718 @@
+//! The fleet under faults: a worker paused past its lease, connections the server closed,
+//! a restart, a full Redis with either eviction policy, a slow mirror behind a small cap,
+//! poison entries. Each test is named after what broke.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use super::*;
+
+/// Waits (bounded by `within`) until `done` holds.
+fn wait_within(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !done() {
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not happen within {within:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill {sig} {pid}");
+}
+
+/// Each AgentStart/AgentEnd and every message of the conversation's whole event stream,
+/// described.
+fn runs_in_stream(redis: &Redis, conversation: &str) -> Vec<String> {
+    let mut mirror = RemoteMirror::new(redis, conversation);
+    let mut seen = Vec::new();
+    while let Some(event) = mirror.next_event(Duration::from_millis(1)).unwrap() {
+        match event {
+            pagent::AgentEvent::AgentStart => seen.push("AgentStart".to_string()),
+            pagent::AgentEvent::AgentEnd { stop_reason, .. } => {
+                seen.push(format!("AgentEnd {stop_reason}"));
+            }
+            pagent::AgentEvent::MessageEnd { message } => seen.push(describe(&message)),
+            _ => {}
+        }
+    }
+    seen
+}
+
+#[test]
+fn a_worker_paused_past_its_lease_writes_nothing_to_the_transcript_or_the_event_log() {
+    let redis = shared("paused");
+    let prefix = format!("t{}-paused", std::process::id());
+    let store = Store::new(&redis);
+    store.delete("c").unwrap();
+    let id = Queue::new(&redis).prompt("c", "Hello").unwrap();
+    let worker = |name: &str, delay: &str| {
+        Role::start(
+            "worker",
+            &[
+                ("PAGENT_REDIS_TEST_URL", shared_url()),
+                ("PAGENT_REDIS_TEST_PREFIX", prefix.clone()),
+                ("PAGENT_REDIS_TEST_NAME", name.into()),
+                ("PAGENT_REDIS_TEST_DELAY_MS", delay.into()),
+                ("PAGENT_REDIS_TEST_LEASE_MS", "600".into()),
+                ("PAGENT_REDIS_TEST_CLAIM_MS", "1500".into()),
+                ("PAGENT_REDIS_TEST_EVENTS", "10000".into()),
+            ],
+        )
+    };
+    // w0 answers slowly: it is stopped with the prompt stored and its reply streaming.
+    let w0 = worker("w0", "1500");
+    wait_until("w0 running the prompt", || {
+        described(&store, "c").len() == 1
+    });
+    signal(w0.pid(), "-STOP");
+    let w1 = worker("w1", "0");
+    let mut conn = raw(&shared_url());
+    wait_until("w1's answer", || {
+        done_of(&mut conn, &prefix, "c").as_ref() == Some(&id)
+    });
+    drop(w1);
+    let before = runs_in_stream(&redis, "c");
+    // w0 wakes up, its lease long gone: its reply ends, and nothing of it is written.
+    signal(w0.pid(), "-CONT");
+    std::thread::sleep(Duration::from_millis(2500));
+    drop(w0);
+    let answer = answered(&["Hello".to_string()], |p| format!("answer to {p}"));
+    assert_eq!(described(&store, "c"), answer);
+    let after = runs_in_stream(&redis, "c");
+    assert_eq!(after, before, "w0 appended events after losing its lease");
+    // w0's run broke off; w1's resumed from the stored prompt and answered once.
+    assert_eq!(
+        after,
+        [
+            "AgentStart",
+            "user \"Hello\"",
+            "AgentStart",
+            "assistant stop \"answer to Hello\"",
+            "AgentEnd no_tool_calls",
+        ]
+    );
+    let (state, _) = folded(&redis, "c");
+    assert_eq!(
+        state
+            .messages
+            .iter()
+            .map(|m| (**m).clone())
+            .collect::<Vec<_>>(),
+        stored(&store, "c")
+    );
+}
+
+/// An in-process worker's steps, on the test thread.
+fn echo_worker(redis: &Redis, name: &str) -> Worker {
+    Worker::new(redis, name, |_, messages| {
+        Agent::builder()
+            .provider(answering(Duration::ZERO))
+            .messages(messages)
+            .build()
+    })
+    .unwrap()
+    .lease(Duration::from_millis(600))
+    .claim_after(Duration::from_secs(60))
+}
+
+/// Steps `worker` until the conversation is done up to `id`, within 10 s (far less than the
+/// worker's 60 s `claim_after`: a worker that had to wait for it would fail this).
+fn step_until_done(worker: &Worker, url: &str, prefix: &str, id: &str) {
+    wait_within("the answer", Duration::from_secs(10), || {
+        let _ = worker.step(Duration::from_millis(100));
+        done_of(&mut raw(url), prefix, "c").as_deref() == Some(id)
+    });
+}
+
+#[test]
+fn connections_the_server_closed_while_idle_cost_no_phantom_run_and_no_claim_wait() {
+    let server = RedisServer::start_with(false, &["--timeout", "1"]);
+    let redis = Redis::open(&server.url()).unwrap().prefix("idle");
+    let worker = echo_worker(&redis, "w");
+    let queue = Queue::new(&redis);
+    let store = Store::new(&redis);
+    let mut prompts = Vec::new();
+    for i in 0..4 {
+        // Every connection sits idle past the server's `timeout` (it closes them).
+        std::thread::sleep(Duration::from_millis(2200));
+        let text = format!("Prompt {i}");
+        let id = queue
+            .prompt("c", &text)
+            .expect("a queue call after an idle gap");
+        prompts.push(text);
+        step_until_done(&worker, &server.url(), "idle", &id);
+    }
+    let answers = answered(&prompts, |p| format!("answer to {p}"));
+    assert_eq!(described(&store, "c"), answers);
+    let mut runs = Vec::new();
+    for pair in answers.chunks(2) {
+        runs.extend([
+            "AgentStart".to_string(),
+            pair[0].clone(),
+            pair[1].clone(),
+            "AgentEnd no_tool_calls".into(),
+        ]);
+    }
+    assert_eq!(runs_in_stream(&redis, "c"), runs, "a phantom run");
+}
+
+#[test]
+fn a_redis_restart_between_runs_costs_no_phantom_run_and_no_claim_wait() {
+    let mut server = RedisServer::start(true);
+    let redis = Redis::open(&server.url())
+        .unwrap()
+        .prefix("restart-between")
+        .timeout(Duration::from_secs(1));
+    let worker = echo_worker(&redis, "w");
+    let queue = Queue::new(&redis);
+    let store = Store::new(&redis);
+    let first = queue.prompt("c", "One").unwrap();
+    step_until_done(&worker, &server.url(), "restart-between", &first);
+    // Every kept connection is dead now, and found so before anything is written to it.
+    server.restart();
+    let second = queue
+        .prompt("c", "Two")
+        .expect("a queue call after a restart");
+    step_until_done(&worker, &server.url(), "restart-between", &second);
+    let answers = answered(&["One".into(), "Two".into()], |p| format!("answer to {p}"));
+    assert_eq!(described(&store, "c"), answers);
+    assert_eq!(
+        runs_in_stream(&redis, "c"),
+        [
+            "AgentStart",
+            "user \"One\"",
+            "assistant stop \"answer to One\"",
+            "AgentEnd no_tool_calls",
+            "AgentStart",
+            "user \"Two\"",
+            "assistant stop \"answer to Two\"",
+            "AgentEnd no_tool_calls",
+        ]
+    );
+}
+
+#[test]
+fn a_queue_call_cut_after_sending_is_sent_again_once_and_only_an_unknown_outcome_says_so() {
+    let redis_url = shared_url();
+    let upstream: u16 = redis_url
+        .trim_end_matches('/')
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let proxy = proxy::Proxy::start(upstream);
+    let prefix = format!("t{}-cut", std::process::id());
+    let redis = Redis::open(&proxy.url()).unwrap().prefix(&prefix);
+    let queue = Queue::new(&redis);
+    queue.prompt("c", "One").unwrap();
+    // The connection is closed while idle: the next call finds out before it sends.
+    proxy.close_all();
+    std::thread::sleep(Duration::from_millis(600));
+    queue
+        .prompt("c", "Two")
+        .expect("nothing was sent on the dead connection");
+    // Closed while in use: the request is sent again on a new connection.
+    proxy.close_all();
+    queue.prompt("c", "Three").expect("sent again");
+    // Cut after the request reached Redis: sent again, and applied once.
+    proxy.cut_next_requests(1);
+    queue.prompt("c", "Four").expect("sent again");
+    // Cut twice: the outcome is unknown, and the error says so.
+    proxy.cut_next_requests(2);
+    match queue.prompt("c", "Five") {
+        Err(Error::Connection(why)) => assert!(why.contains("may have been applied"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    let mut conn = raw(&redis_url);
+    let inbox: Vec<String> = redis::cmd("XRANGE")
+        .arg(format!("{prefix}:{{c}}:inbox"))
+        .arg("-")
+        .arg("+")
+        .query::<redis::streams::StreamRangeReply>(&mut conn)
+        .unwrap()
+        .ids
+        .iter()
+        .map(|e| e.get::<String>("text").unwrap())
+        .collect();
+    assert_eq!(inbox, ["One", "Two", "Three", "Four", "Five"]);
+    let announced: usize = redis::cmd("XLEN")
+        .arg(format!("{prefix}:{{queue}}"))
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(announced, 5);
+}
+
+#[test]
+fn a_steer_handed_over_as_the_run_ends_is_run_not_marked_done_and_lost() {
+    let redis = shared("late-steer");
+    let prefix = format!("t{}-late-steer", std::process::id());
+    let store = Store::new(&redis);
+    store.delete("c").unwrap();
+    let queue = Queue::new(&redis);
+    let sent = Arc::new(AtomicBool::new(false));
+    let (q, flag) = (queue.clone(), sent.clone());
+    // At the first run's AgentEnd (too late for that run to take it), a steer arrives and
+    // is handed to the agent.
+    let worker = Worker::new(&redis, "w", move |_, messages| {
+        let agent = Agent::builder()
+            .provider(answering(Duration::ZERO))
+            .messages(messages)
+            .build()?;
+        let (q, flag, handle) = (q.clone(), flag.clone(), agent.handle());
+        agent
+            .subscribe(move |event| {
+                if matches!(event, pagent::AgentEvent::AgentEnd { .. })
+                    && !flag.swap(true, Ordering::SeqCst)
+                {
+                    q.steer("c", "Late.").unwrap();
+                    wait_until("the steer handed over", || {
+                        !handle.snapshot().steering_queue.is_empty()
+                    });
+                }
+            })
+            .keep();
+        Ok(agent)
+    })
+    .unwrap()
+    .events(None);
+    queue.prompt("c", "Hello").unwrap();
+    let mut conn = raw(&shared_url());
+    let _w = InProcess::start(worker);
+    wait_until("both answered", || described(&store, "c").len() == 4);
+    assert_eq!(
+        described(&store, "c"),
+        answered(&["Hello".into(), "Late.".into()], |p| format!(
+            "answer to {p}"
+        ))
+    );
+    let last: redis::streams::StreamRangeReply = redis::cmd("XREVRANGE")
+        .arg(format!("{prefix}:{{c}}:inbox"))
+        .arg("+")
+        .arg("-")
+        .arg("COUNT")
+        .arg(1)
+        .query(&mut conn)
+        .unwrap();
+    wait_until("done", || {
+        done_of(&mut conn, &prefix, "c") == Some(last.ids[0].id.clone())
+    });
+}
+
+#[test]
+fn a_full_redis_with_noeviction_is_waited_out_and_the_worker_does_not_exit() {
+    let server = RedisServer::start_with(
+        false,
+        &["--maxmemory", "64mb", "--maxmemory-policy", "noeviction"],
+    );
+    let redis = Redis::open(&server.url()).unwrap().prefix("oom");
+    let queue = Queue::new(&redis);
+    let store = Store::new(&redis);
+    let id = queue.prompt("c", "Hello").unwrap();
+    let worker = echo_worker(&redis, "w").claim_after(Duration::from_secs(60));
+    // Fill Redis up, then lower its limit under what it uses: it refuses every write.
+    let mut conn = raw(&server.url());
+    let filler = "x".repeat(64 * 1024);
+    for i in 0..16 {
+        redis::cmd("SET")
+            .arg(format!("filler{i}"))
+            .arg(&filler)
+            .query::<()>(&mut conn)
+            .unwrap();
+    }
+    let limit = |bytes: &str| {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory")
+            .arg(bytes)
+            .query::<()>(&mut raw(&server.url()))
+            .unwrap();
+    };
+    limit("1mb");
+    // A request is refused with an error that says to wait, not a failure for good.
+    let refused = queue.prompt("c", "Too much");
+    assert!(
+        matches!(&refused, Err(Error::Connection(why)) if why.contains("OOM")),
+        "{refused:?}"
+    );
+    let w = worker.clone();
+    let running = std::thread::spawn(move || w.run_for(PATIENCE));
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        !running.is_finished(),
+        "the worker exited: {:?}",
+        running.join()
+    );
+    assert_eq!(done_of(&mut conn, "oom", "c"), None);
+    // Memory freed: the prompt is answered, once.
+    limit("64mb");
+    wait_within("the answer", Duration::from_secs(30), || {
+        done_of(&mut conn, "oom", "c").as_ref() == Some(&id)
+    });
+    assert_eq!(
+        described(&store, "c"),
+        answered(&["Hello".into()], |p| format!("answer to {p}"))
+    );
+    worker.stop();
+    assert!(running.join().unwrap().is_ok());
+}
+
+#[test]
+fn an_evicting_redis_is_refused_and_a_queue_deleted_under_a_blocked_read_is_waited_out() {
+    let server = RedisServer::start_with(
+        false,
+        &["--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"],
+    );
+    let redis = Redis::open(&server.url()).unwrap().prefix("lru");
+    let refused = echo_worker(&redis, "w").run_for(Duration::from_secs(5));
+    assert!(
+        matches!(&refused, Err(Error::Config(why)) if why.contains("allkeys-lru")),
+        "{refused:?}"
+    );
+    // Allowed: it runs, and survives the queue stream evicted (here: deleted) while it
+    // blocks on it.
+    let worker = echo_worker(&redis, "w").allow_eviction(true);
+    let w = worker.clone();
+    let running = std::thread::spawn(move || w.run_for(PATIENCE));
+    let queue = Queue::new(&redis);
+    let mut conn = raw(&server.url());
+    let first = queue.prompt("c", "One").unwrap();
+    wait_within("the first answer", Duration::from_secs(10), || {
+        done_of(&mut conn, "lru", "c").as_ref() == Some(&first)
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    redis::cmd("DEL")
+        .arg("lru:{queue}")
+        .query::<i64>(&mut conn)
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        !running.is_finished(),
+        "the worker exited: {:?}",
+        running.join()
+    );
+    let second = queue.prompt("c", "Two").unwrap();
+    wait_within("the second answer", Duration::from_secs(10), || {
+        done_of(&mut conn, "lru", "c").as_ref() == Some(&second)
+    });
+    worker.stop();
+    assert!(running.join().unwrap().is_ok());
+}
+
+#[test]
+fn a_slow_mirror_behind_a_small_cap_gets_a_typed_error_and_resyncs_from_the_store() {
+    let redis = shared("behind");
+    let store = Store::new(&redis);
+    store.delete("c").unwrap();
+    // A long streamed reply: hundreds of events into a stream capped at 10.
+    let worker = Worker::new(&redis, "w", |_, messages| {
+        let faux = answering(Duration::ZERO).chunk_chars(1);
+        Agent::builder().provider(faux).messages(messages).build()
+    })
+    .unwrap()
+    .events(Some(10));
+    let queue = Queue::new(&redis);
+    let mut mirror = RemoteMirror::new(&redis, "c");
+    let long = "y".repeat(400);
+    queue.prompt("c", &long).unwrap();
+    assert_eq!(worker.step(Duration::from_secs(1)), Ok(1));
+    // The mirror comes late: the stream's start is gone.
+    match mirror.next_event(Duration::from_millis(10)) {
+        Err(Error::Behind {
+            missed: Some(n), ..
+        }) => assert!(n > 100, "{n}"),
+        other => panic!("{other:?}"),
+    }
+    // Nothing was folded, and it stays so until resynced.
+    assert!(mirror.state().messages.is_empty());
+    assert!(matches!(
+        mirror.next_event(Duration::from_millis(10)),
+        Err(Error::Behind { .. })
+    ));
+    let state = mirror.resync().unwrap();
+    let messages = |s: &pagent::State| s.messages.iter().map(|m| (**m).clone()).collect::<Vec<_>>();
+    assert_eq!(messages(&state), stored(&store, "c"));
+    // From there it follows the next run to the store's state (its events fit the cap
+    // of this handle of the worker: a setter on a clone).
+    queue.prompt("c", "Again.").unwrap();
+    let roomy = worker.clone().events(Some(1000));
+    assert_eq!(roomy.step(Duration::from_secs(1)), Ok(1));
+    let state = mirror.follow_run(Duration::from_secs(10)).unwrap();
+    assert_eq!(messages(&state), stored(&store, "c"));
+    assert_eq!(state.messages.len(), 4);
+}
+
+#[test]
+fn a_mirror_of_a_redis_that_lost_its_data_gets_a_typed_error() {
+    let mut server = RedisServer::start(false);
+    let redis = Redis::open(&server.url())
+        .unwrap()
+        .prefix("lost")
+        .timeout(Duration::from_secs(1));
+    let run = |text: &str| {
+        let agent = Agent::builder()
+            .provider(Faux::new([FauxReply::text(text)]))
+            .build()
+            .unwrap();
+        let log = EventLog::new(&redis, "c");
+        let _sub = agent.subscribe(log.listener());
+        agent.prompt("Hi").unwrap();
+        assert_eq!(log.error(), None);
+    };
+    run("First.");
+    let mut mirror = RemoteMirror::new(&redis, "c");
+    assert!(mirror.follow_run(Duration::from_secs(5)).is_ok());
+    // Redis restarts without persistence: the stream it had is gone, a new one starts.
+    server.restart();
+    run("Second.");
+    match mirror.next_event(Duration::from_millis(10)) {
+        Err(Error::Behind {
+            missed: None,
+            message,
+        }) => {
+            assert!(message.contains("lost"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // The store has nothing (only an event log was written): the state says so.
+    let state = mirror.resync().unwrap();
+    assert!(state.messages.is_empty());
+    assert_eq!(mirror.next_event(Duration::from_millis(10)), Ok(None));
+}
+
+#[test]
+fn after_dollar_resolves_once_so_events_appended_between_reads_are_not_missed() {
+    let redis = shared("dollar");
+    Store::new(&redis).delete("c").unwrap();
+    let log = EventLog::new(&redis, "c");
+    log.write_event(&pagent::AgentEvent::AgentStart).unwrap();
+    let mut mirror = RemoteMirror::new(&redis, "c").after("$");
+    assert_eq!(mirror.next_event(Duration::from_millis(10)), Ok(None));
+    // Appended while the mirror is not reading.
+    log.write_event(&pagent::AgentEvent::TurnStart { turn: 1 })
+        .unwrap();
+    log.write_event(&pagent::AgentEvent::TurnStart { turn: 2 })
+        .unwrap();
+    assert_eq!(
+        mirror.next_event(Duration::from_millis(10)),
+        Ok(Some(pagent::AgentEvent::TurnStart { turn: 1 }))
+    );
+    assert_eq!(
+        mirror.next_event(Duration::from_millis(10)),
+        Ok(Some(pagent::AgentEvent::TurnStart { turn: 2 }))
+    );
+}
+
+#[test]
+fn a_panicking_factory_is_caught_and_its_entry_dead_lettered_after_max_failures() {
+    let redis = shared("poison");
+    let prefix = format!("t{}-poison", std::process::id());
+    let store = Store::new(&redis);
+    for c in ["poison", "fine"] {
+        store.delete(c).unwrap();
+    }
+    let built = Arc::new(AtomicUsize::new(0));
+    let b = built.clone();
+    let worker = Worker::new(&redis, "w", move |conversation, messages| {
+        if conversation == "poison" {
+            b.fetch_add(1, Ordering::SeqCst);
+            panic!("the factory cannot build this one");
+        }
+        Agent::builder()
+            .provider(answering(Duration::ZERO))
+            .messages(messages)
+            .build()
+    })
+    .unwrap()
+    .lease(Duration::from_millis(600))
+    .claim_after(Duration::from_millis(300))
+    .max_failures(2);
+    let queue = Queue::new(&redis);
+    let poison = queue.prompt("poison", "Boom").unwrap();
+    let after = queue.prompt("poison", "After").unwrap();
+    let fine = queue.prompt("fine", "Hello").unwrap();
+    let running = InProcess::start(worker);
+    let mut conn = raw(&shared_url());
+    wait_until("fine answered", || {
+        done_of(&mut conn, &prefix, "fine").as_ref() == Some(&fine)
+    });
+    wait_until("the poison entry dead-lettered", || {
+        done_of(&mut conn, &prefix, "poison").as_ref() == Some(&poison)
+    });
+    let dead: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+        .arg(format!("{prefix}:{{dead}}"))
+        .arg("-")
+        .arg("+")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(dead.ids.len(), 1);
+    let field = |name: &str| dead.ids[0].get::<String>(name).unwrap();
+    assert_eq!(field("conversation"), "poison");
+    assert_eq!(field("entry"), poison);
+    assert_eq!(field("text"), "Boom");
+    assert_eq!(field("failures"), "2");
+    assert!(
+        field("error").contains("the factory cannot build this one"),
+        "{}",
+        field("error")
+    );
+    // The conversation goes on with its next request: the factory still panics for it, so
+    // that one is dead-lettered too, after its own failures; the worker never exited.
+    wait_until("the next entry dead-lettered", || {
+        done_of(&mut conn, &prefix, "poison").as_ref() == Some(&after)
+    });
+    assert_eq!(built.load(Ordering::SeqCst), 4);
+    assert!(!running.thread.as_ref().unwrap().is_finished());
+    let lease: Option<String> = redis::cmd("GET")
+        .arg(format!("{prefix}:{{poison}}:lease"))
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(lease, None);
+}
+
+#[test]
+fn on_end_is_not_called_again_when_a_resume_finds_the_answer_stored() {
+    let redis = shared("resume-end");
+    let prefix = format!("t{}-resume-end", std::process::id());
+    let store = Store::new(&redis);
+    store.delete("c").unwrap();
+    let id = Queue::new(&redis).prompt("c", "Hello").unwrap();
+    // A worker stored the prompt and its answer, then died before recording the run done.
+    let answer = answered(&["Hello".into()], |p| format!("answer to {p}"));
+    let agent = Agent::builder()
+        .provider(answering(Duration::ZERO))
+        .build()
+        .unwrap();
+    agent.prompt("Hello").unwrap();
+    let messages: Vec<Message> = agent
+        .snapshot()
+        .messages
+        .iter()
+        .map(|m| (**m).clone())
+        .collect();
+    store.save("c", &messages).unwrap();
+    let mut conn = raw(&shared_url());
+    redis::cmd("HSET")
+        .arg(format!("{prefix}:{{c}}:meta"))
+        .arg("started")
+        .arg(&id)
+        .query::<()>(&mut conn)
+        .unwrap();
+    let ended = Arc::new(AtomicUsize::new(0));
+    let e = ended.clone();
+    let worker = echo_worker(&redis, "w").on_end(move |_, _, _| {
+        e.fetch_add(1, Ordering::SeqCst);
+    });
+    assert_eq!(worker.step(Duration::from_secs(1)), Ok(1));
+    assert_eq!(done_of(&mut conn, &prefix, "c"), Some(id));
+    assert_eq!(described(&store, "c"), answer);
+    assert_eq!(
+        ended.load(Ordering::SeqCst),
+        0,
+        "on_end for a run that ran nothing"
+    );
+}
+
+#[test]
+fn started_is_recorded_with_the_prompt_not_with_a_synthesized_tool_result() {
+    let redis = shared("started");
+    let prefix = format!("t{}-started", std::process::id());
+    let store = Store::new(&redis);
+    store.delete("c").unwrap();
+    // A worker died while a tool ran: the transcript ends with a call and no result.
+    let agent = Agent::builder()
+        .provider(Faux::new([
+            FauxReply::tool_call("echo", json!({"x": 1})).with_id("call_1")
+        ]))
+        .build()
+        .unwrap();
+    let _ = agent.prompt("Call it.");
+    let mut messages: Vec<Message> = agent
+        .snapshot()
+        .messages
+        .iter()
+        .map(|m| (**m).clone())
+        .collect();
+    messages.truncate(2);
+    store.save("c", &messages).unwrap();
+    let id = Queue::new(&redis).prompt("c", "Hello").unwrap();
+    // When the prompt's message starts, the synthesized tool result was written before it:
+    // `started` must not be recorded yet (it goes with the prompt).
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (s, url, meta) = (seen.clone(), shared_url(), format!("{prefix}:{{c}}:meta"));
+    let worker = Worker::new(&redis, "w", move |_, messages| {
+        let agent = Agent::builder()
+            .provider(answering(Duration::ZERO))
+            .messages(messages)
+            .build()?;
+        let (s, url, meta) = (s.clone(), url.clone(), meta.clone());
+        agent
+            .subscribe(move |event| {
+                if let pagent::AgentEvent::MessageStart { message } = event
+                    && matches!(**message, Message::User(_))
+                {
+                    let started: Option<String> = redis::cmd("HGET")
+                        .arg(&meta)
+                        .arg("started")
+                        .query(&mut raw(&url))
+                        .unwrap();
+                    s.lock().unwrap().push(started);
+                }
+            })
+            .keep();
+        Ok(agent)
+    })
+    .unwrap();
+    assert_eq!(worker.step(Duration::from_secs(1)), Ok(1));
+    assert_eq!(*seen.lock().unwrap(), [None]);
+    let mut conn = raw(&shared_url());
+    let started: Option<String> = redis::cmd("HGET")
+        .arg(format!("{prefix}:{{c}}:meta"))
+        .arg("started")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(started, Some(id));
+    let described = described(&store, "c");
+    assert_eq!(described[2], "tool_result call_1");
+    assert_eq!(described[3], "user \"Hello\"");
+}
+
+#[test]
+fn setters_on_clones_and_names_with_braces_behave() {
+    let redis = shared("setters");
+    // Worker setters on a clone: the clone changes, the original does not, no panic.
+    let worker = echo_worker(&redis, "w");
+    let clone = worker.clone().lease(Duration::from_secs(5));
+    assert!(format!("{worker:?}").contains("600ms"), "{worker:?}");
+    assert!(format!("{clone:?}").contains("5s"), "{clone:?}");
+    // EventLog::max_len on a clone leaves the original's cap.
+    let log = EventLog::new(&redis, "c");
+    let capped = log.clone().max_len(5);
+    assert!(format!("{log:?}").contains("max_len: 10000"), "{log:?}");
+    assert!(format!("{capped:?}").contains("max_len: 5"), "{capped:?}");
+    // A name that would move the hash tag is refused.
+    let bad = "a}b";
+    assert!(matches!(
+        Queue::new(&redis).prompt(bad, "x"),
+        Err(Error::Config(_))
+    ));
+    assert!(matches!(
+        Store::new(&redis).load(bad),
+        Err(Error::Config(_))
+    ));
+    assert!(matches!(
+        EventLog::new(&redis, bad).write_event(&pagent::AgentEvent::AgentStart),
+        Err(Error::Config(_))
+    ));
+    assert!(matches!(
+        RemoteMirror::new(&redis, "{x").next_event(Duration::from_millis(1)),
+        Err(Error::Config(_))
+    ));
+}
