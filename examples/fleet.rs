@@ -6,6 +6,7 @@
 //! cargo run --features redis --example fleet -- submit alice "Hello"
 //! cargo run --features redis --example fleet -- watch alice       # follow alice's runs live
 //! cargo run --release --features redis --example fleet -- bench 4 2000   # prompts/s, 4 workers
+//! cargo run --release --features redis --example fleet -- bench 1 2000 nolog   # event log off
 //! cargo run --release --features redis --example fleet -- latency 2000   # mirror latency
 //! cargo run --release --features redis --example fleet -- memory 10      # bytes per conversation
 //! ```
@@ -47,7 +48,13 @@ fn main() -> Result<(), Box<dyn Error>> {
             println!("queued as {id}");
         }
         Some("watch") => watch(&redis, arg(1).unwrap_or("alice"))?,
-        Some("bench") => bench(&redis, number(1, 1) as usize, number(2, 1000) as usize)?,
+        Some("bench") => bench(
+            &url,
+            &redis,
+            number(1, 1) as usize,
+            number(2, 1000) as usize,
+            arg(3) != Some("nolog"),
+        )?,
         Some("latency") => latency(&redis, number(1, 2000) as usize)?,
         Some("memory") => memory(&url, &redis, number(1, 10) as usize)?,
         _ => demo(&redis)?,
@@ -122,30 +129,47 @@ fn watch(redis: &Redis, conversation: &str) -> Result<(), Box<dyn Error>> {
     Ok(())
 }
 
-/// Prompts per second through the queue: `prompts` prompts over 100 conversations, run by
-/// `workers` worker threads (each its own consumer), on Faux, without event logs.
-fn bench(redis: &Redis, workers: usize, prompts: usize) -> Result<(), Box<dyn Error>> {
+/// Prompts per second through the queue: `prompts` prompts, each its own conversation (so
+/// each queue entry runs one prompt), run by `workers` worker threads (each its own
+/// consumer), on Faux, with the event log on (`events`) or off. Prints the commands Redis
+/// ran per prompt too (from `INFO commandstats`).
+fn bench(
+    url: &str,
+    redis: &Redis,
+    workers: usize,
+    prompts: usize,
+    events: bool,
+) -> Result<(), Box<dyn Error>> {
     let redis = redis
         .clone()
         .prefix(format!("fleet-bench-{}", std::process::id()));
     let queue = Queue::new(&redis);
     let store = Store::new(&redis);
-    let conversations = 100.min(prompts.max(1));
     for i in 0..prompts {
-        queue.prompt(&format!("c{}", i % conversations), &format!("prompt {i}"))?;
+        queue.prompt(&format!("c{i}"), &format!("prompt {i}"))?;
     }
     let ended = Arc::new(AtomicUsize::new(0));
-    let started = Instant::now();
     let fleet: Vec<Worker> = (0..workers)
         .map(|i| {
             let ended = ended.clone();
             Ok(Worker::new(&redis, &format!("w{i}"), echo_agent)?
-                .events(None)
+                .events(events.then_some(10_000))
                 .on_end(move |_, _, _| {
                     ended.fetch_add(1, Ordering::Relaxed);
                 }))
         })
         .collect::<Result<_, pagent::Error>>()?;
+    let mut conn = redis::Client::open(url)?.get_connection()?;
+    let commands = |conn: &mut redis::Connection| -> Result<u64, Box<dyn Error>> {
+        let info: String = redis::cmd("INFO").arg("stats").query(conn)?;
+        Ok(info
+            .lines()
+            .find_map(|l| l.strip_prefix("total_commands_processed:"))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0))
+    };
+    let before = commands(&mut conn)?;
+    let started = Instant::now();
     let threads: Vec<_> = fleet
         .iter()
         .cloned()
@@ -156,21 +180,25 @@ fn bench(redis: &Redis, workers: usize, prompts: usize) -> Result<(), Box<dyn Er
         thread::sleep(Duration::from_millis(1));
     }
     let elapsed = started.elapsed();
+    let ran = commands(&mut conn)? - before;
     fleet.iter().for_each(Worker::stop);
     for t in threads {
         t.join().expect("a worker thread does not panic")?;
     }
     // Every prompt answered once: two messages each.
     let mut stored = 0;
-    for c in 0..conversations {
+    for c in 0..prompts {
         stored += store.load(&format!("c{c}"))?.messages.len();
         store.delete(&format!("c{c}"))?;
     }
     assert_eq!(stored, prompts * 2);
     println!(
-        "{workers} worker(s): {prompts} prompts in {:.2} s = {:.0} prompts/s",
+        "{workers} worker(s), event log {}: {prompts} prompts in {:.2} s = {:.0} prompts/s, \
+         {:.1} commands per prompt",
+        if events { "on" } else { "off" },
         elapsed.as_secs_f64(),
-        prompts as f64 / elapsed.as_secs_f64()
+        prompts as f64 / elapsed.as_secs_f64(),
+        ran as f64 / prompts as f64
     );
     Ok(())
 }

@@ -17,6 +17,11 @@ use crate::message::Message;
 /// How long one read of the inbox blocks at most.
 const FOLLOW_BLOCK: Duration = Duration::from_millis(200);
 
+/// How long a run goes before its inbox is followed: a shorter run (a fast model) costs no
+/// read and no wake-up; a request that arrives meanwhile waits at most this long, or runs
+/// after the run when it has ended by then (see `Worker`'s docs).
+pub(crate) const FOLLOW_AFTER: Duration = Duration::from_millis(5);
+
 /// The conversation the worker holds, and what its side thread does for it.
 pub(crate) struct Follow {
     pub(crate) inbox: String,
@@ -37,6 +42,8 @@ struct Job {
     handed: Vec<(String, String)>,
     /// A prompt was read: nothing more for the current run.
     parked: bool,
+    /// When the current run started.
+    since: Instant,
     next_renewal: Instant,
     /// The lease was found lost.
     lost: bool,
@@ -49,6 +56,8 @@ struct State {
     generation: u64,
     /// The side connection's `CLIENT ID`, while it is open.
     client: Option<i64>,
+    /// A read of the inbox is (about to be) under way.
+    reading: bool,
     stop: bool,
 }
 
@@ -85,6 +94,7 @@ impl Side {
             agent: None,
             handed: Vec::new(),
             parked: true,
+            since: Instant::now(),
             next_renewal,
             lost: false,
         });
@@ -101,6 +111,7 @@ impl Side {
             after.clone_into(&mut job.after);
             job.handed.clear();
             job.parked = false;
+            job.since = Instant::now();
         }
         self.shared.1.notify_all();
     }
@@ -119,12 +130,13 @@ impl Side {
         }
     }
 
-    /// The conversation is let go. Returns the side connection's id, to wake its read.
+    /// The conversation is let go. Returns the side connection's id when it is reading the
+    /// conversation's inbox, to wake it.
     pub(crate) fn end(&self) -> Option<i64> {
         let mut state = self.shared.0.lock();
         state.generation += 1;
         state.job = None;
-        state.client
+        if state.reading { state.client } else { None }
     }
 
     /// Whether the lease was found lost since [`Side::begin`].
@@ -188,8 +200,14 @@ fn run(shared: &(Mutex<State>, Condvar), redis: &Redis, name: &str, group: &'sta
                     Some(job) => {
                         let now = Instant::now();
                         let renew_in = job.next_renewal.saturating_duration_since(now);
-                        if job.parked && !renew_in.is_zero() {
-                            wake.wait_for(&mut state, renew_in);
+                        let follow_in = (job.since + FOLLOW_AFTER).saturating_duration_since(now);
+                        if !renew_in.is_zero() && (job.parked || !follow_in.is_zero()) {
+                            let wait = if job.parked {
+                                renew_in
+                            } else {
+                                renew_in.min(follow_in)
+                            };
+                            wake.wait_for(&mut state, wait);
                             continue;
                         }
                         break;
@@ -209,10 +227,13 @@ fn run(shared: &(Mutex<State>, Condvar), redis: &Redis, name: &str, group: &'sta
                 .next_renewal
                 .saturating_duration_since(Instant::now())
                 .min(FOLLOW_BLOCK);
+            let reads = renew.is_none() && !job.parked && job.since + FOLLOW_AFTER <= Instant::now();
+            state.reading = reads;
+            let job = state.job.as_ref().expect("OK because the loop found one");
             (
                 state.generation,
                 job.follow.inbox.clone(),
-                (!job.parked).then(|| job.after.clone()),
+                reads.then(|| job.after.clone()),
                 renew,
                 block,
             )
@@ -253,6 +274,7 @@ fn run(shared: &(Mutex<State>, Condvar), redis: &Redis, name: &str, group: &'sta
         }
         let Some(after) = after else { continue };
         let Some(c) = conn.get(lock) else {
+            lock.lock().reading = false;
             std::thread::sleep(ms(50));
             continue;
         };
@@ -269,6 +291,7 @@ fn run(shared: &(Mutex<State>, Condvar), redis: &Redis, name: &str, group: &'sta
                 .arg(&after)
                 .query(c);
         let _ = c.set_read_timeout(Some(redis.call_timeout()));
+        lock.lock().reading = false;
         let read = match read {
             Ok(read) => read,
             // Woken by `CLIENT UNBLOCK` (an error reply) or the key is gone: read again.

@@ -229,6 +229,11 @@ impl RunWrites {
     fn push(&mut self, event: &AgentEvent) -> When {
         let mut when = match event {
             AgentEvent::AgentStart | AgentEvent::TurnStart { .. } => When::Later,
+            // A prompt, a steering message or a tool result: the model call follows, whose
+            // reply (or first delta) takes it along; if it is slow, within `LINGER`.
+            AgentEvent::MessageEnd { message } if !matches!(**message, Message::Assistant(_)) => {
+                When::Soon
+            }
             AgentEvent::MessageStart { message } if !matches!(**message, Message::Assistant(_)) => {
                 When::Later
             }
@@ -251,7 +256,11 @@ impl RunWrites {
         if self.events.is_some() {
             self.ops.push(("e", encode_event_line(event).into_bytes()));
         }
-        if when == When::Soon {
+        if when == When::Soon && matches!(event, AgentEvent::MessageEnd { .. }) {
+            // A message waits at most `LINGER` from its end, whenever the last batch went.
+            let due = Instant::now() + LINGER;
+            self.due = Some(self.due.map_or(due, |d| d.min(due)));
+        } else if when == When::Soon {
             let quiet = self.last_send.is_none_or(|t| t.elapsed() >= LINGER);
             if quiet {
                 when = When::Now;
