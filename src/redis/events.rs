@@ -23,7 +23,10 @@ const READ_COUNT: usize = 256;
 /// [`EventLog::max_len`] entries.
 ///
 /// One `XADD` per event, sent on the run thread before the next listener runs, so a
-/// [`RemoteMirror`] sees the events in order and as they happen. A cheap `Clone` handle;
+/// [`RemoteMirror`] sees the events in order and as they happen. (A
+/// [`Worker`](super::Worker) writes its runs' events its own way, into the same stream: in
+/// batches, together with the transcript, fenced by its lease; see the module docs.) A
+/// cheap `Clone` handle;
 /// clones share the connection and the error. The first failure makes it silent from then
 /// on (a follower never sees a stream with a hole in the middle): check
 /// [`EventLog::error`].
@@ -33,7 +36,7 @@ const READ_COUNT: usize = 256;
 /// every follower's fold with nothing to tell it, so a [`RemoteMirror`] would end that run
 /// with a state that differs from the agent's; and while Redis is away each event would
 /// block the run for a connection attempt. Use one log per run instead, as a
-/// [`Worker`](super::Worker) does: a follower sees the failed run break off without its
+/// [`Worker`](super::Worker) does with its own: a follower sees the failed run break off without its
 /// `AgentEnd`, and the run that the worker resumes from the stored transcript after the
 /// restart writes to a new log, whose `AgentEnd` [`RemoteMirror::follow_run`] returns
 /// (its state equals the agent's when the follower had folded in every message stored

@@ -40,35 +40,65 @@
 //! # Ok::<(), pagent::Error>(())
 //! ```
 //!
+//! # What the fleet needs from Redis
+//! - **One Redis server** (Redis 7 or Valkey 7.2 and later; a primary with replicas is
+//!   fine). The fleet's scripts touch a conversation's keys together with the fleet-wide
+//!   queue and dead-letter streams (ending a run releases the lease and acknowledges the
+//!   queue entry in one atomic step), which Redis Cluster does not allow across slots: the
+//!   fleet does not run on Redis Cluster. Beyond what one server carries, run several
+//!   fleets, each on its own server.
+//! - **`maxmemory-policy noeviction`** (the default) when `maxmemory` is set. An evicted key
+//!   loses what the guarantees rest on (a lease evicted lets two workers run a conversation,
+//!   a `meta` evicted runs its last prompt again, a transcript evicted starts it over), so
+//!   a [`Worker`] checks the policy at its first step (`CONFIG GET`, where the server allows
+//!   it) and refuses to run on an evicting server unless told to
+//!   ([`Worker::allow_eviction`]). With `noeviction`, a full Redis refuses writes (`OOM`):
+//!   workers wait that out, and go on once memory is freed.
+//! - Persistence as durable as the transcripts must be (`appendonly yes`; `appendfsync
+//!   always` for every acknowledged write).
+//!
 //! # Keys
 //! All keys start with a prefix ([`Redis::prefix`], default `pagent`). A conversation's keys
-//! share the hash tag `{<conversation>}`, so on Redis Cluster they live in one slot and the
-//! scripts that touch several of them run there atomically:
+//! share the hash tag `{<conversation>}`:
 //!
 //! | key | type | holds |
 //! |---|---|---|
 //! | `pagent:{c}:messages` | list | the transcript, one message (JSON, the session format) per element |
 //! | `pagent:{c}:events` | stream, capped | the native wire line of each event (field `line`) |
-//! | `pagent:{c}:inbox` | stream | requests: field `kind` (`prompt`, `steer`, `follow_up`, `abort`), `text` |
-//! | `pagent:{c}:meta` | hash | `done`: the last inbox entry handled; `started`: the inbox entry whose prompt is the last one in the transcript |
+//! | `pagent:{c}:inbox` | stream | requests: field `kind` (`prompt`, `steer`, `follow_up`, `abort`), `text`, `request` (the request's own id) |
+//! | `pagent:{c}:meta` | hash | `done`: the last inbox entry handled; `started`: the inbox entry whose prompt is the last one in the transcript; `wrote`: the last write batch of the lease (`<token> <n>`); `failed`: the entry failing and how often; `ended`: the last lease released |
 //! | `pagent:{c}:lease` | string, expiring | the token of the worker that runs the conversation |
 //! | `pagent:{queue}` | stream + group `workers` | one entry per request: field `conversation` |
+//! | `pagent:{dead}` | stream | dead letters: fields `conversation`, `entry`, `kind`, `text`, `error`, `failures` |
 //!
-//! A conversation's name is any string without `{` or `}` (they would move the hash tag).
-//! The queue is the one key not per conversation: its entries only say "look at
-//! conversation c", each a few dozen bytes, and every worker reads it (a fleet that outgrows
-//! one queue shard splits it into several queue streams, a worker reading them all).
+//! A conversation's name is any string without `{` or `}` (every call refuses them with
+//! [`Error::Config`]). The queue is the one key every worker reads: its entries only say
+//! "look at conversation c", each a few dozen bytes.
 //!
 //! # Guarantees
-//! - **One run per conversation at a time, across the fleet.** A worker runs a conversation
-//!   only while it holds the conversation's lease (`SET NX PX`), renewed by a heartbeat
-//!   every third of [`Worker::lease`]. Every write to the transcript and to `meta` is a script
-//!   that first checks the lease token: a worker that lost its lease (paused longer than the
-//!   lease) cannot write any more, its run is aborted, and its error says so.
+//! - **One run per conversation at a time, across the fleet, and a worker that lost its
+//!   lease writes nothing anywhere.** A worker runs a conversation only while it holds the
+//!   conversation's lease (`SET PX`), renewed every third of [`Worker::lease`]. Every write
+//!   of a run, to the transcript, to the event stream and to `meta`, is a script that first
+//!   checks the lease token: a worker that lost its lease (paused longer than the lease)
+//!   writes nothing more, its run is aborted, and its error is [`Error::LeaseLost`]. The
+//!   messages and the event lines of a run go in numbered batches, each applied whole or
+//!   not at all and only after the one before it, so the event stream never holds a message
+//!   the transcript does not, and a mirror never shows one prompt answered twice.
+//! - **Connections checked, not trusted.** A connection that sat idle is checked before it
+//!   carries a command (a server `timeout`, a NAT or a restart closes connections without
+//!   a sign), and a dead one is replaced before anything was sent on it. A write whose
+//!   connection broke mid-way is sent again on a new one: every write of a worker, and
+//!   every [`Queue`] request, applies once however often it is sent. A worker that failed
+//!   takes its own pending entries up again at its next step, never waiting
+//!   [`Worker::claim_after`] for itself.
 //! - **Requests of one conversation in order.** The inbox is a stream: a worker takes its
 //!   entries in id order after `done`. Steering, follow-ups and aborts that arrive while a
-//!   run is active are routed to it (the running worker follows the inbox); arriving while
-//!   no run is active, a steer or follow-up is run as a prompt and an abort is skipped.
+//!   run is active (once it has run for 5 ms: a request that comes within a shorter run
+//!   waits for it to end) are routed to it; arriving while no run is active, a steer or
+//!   follow-up is run as a prompt and an abort is skipped. A steer or follow-up handed to a
+//!   run is marked done only once the run took it: one that came as the run ended is run
+//!   then, in the same agent; one left queued by an abort runs after it, as a prompt.
 //! - **At least once, answered once.** A queue entry is acknowledged only after the
 //!   conversation's inbox was drained up to it and each run ended (`AgentEnd`) with `done`
 //!   set to its inbox entry id. A worker that dies leaves its queue entries pending; after
@@ -82,22 +112,37 @@
 //!   the model call of a reply that was streaming when its worker died (it is asked
 //!   again), and a steering or follow-up message that the dead worker had handed to its
 //!   run (the resumed run is handed it again).
+//! - **What passes is waited out.** Redis away or restarting, `LOADING` its data, `BUSY`
+//!   with a script, `TRYAGAIN`, out of memory (`OOM`), a stream deleted or evicted under a
+//!   blocking read (`UNBLOCKED`), the consumer group gone with the data (`NOGROUP`): each is
+//!   a retryable error ([`Error::Connection`]) that [`Worker::run_for`] and
+//!   [`RemoteMirror::follow_run`] wait out. `run_for` returns only for what another try
+//!   cannot cure (an evicting Redis, a queue key of the wrong type).
+//! - **Poison entries end.** An inbox entry whose agent cannot be built (the factory returns
+//!   an error or panics: the panic is caught) frees the lease and is tried again after
+//!   [`Worker::claim_after`]; at its [`Worker::max_failures`]th failure in a row it is moved
+//!   to the dead-letter stream with its error, recorded done, and the conversation goes on.
+//! - **Mirrors never fold a stream with a hole.** A [`RemoteMirror`] that fell behind the
+//!   stream's cap, or follows a stream whose data was lost, gets [`Error::Behind`] (saying
+//!   how many entries it missed, when it knows) and [`RemoteMirror::resync`]s from the store.
 //! - **Acknowledged writes survive what Redis makes durable.** A message is in the
-//!   transcript once its `RPUSH` was acknowledged; whether that survives a restart of Redis
+//!   transcript once its write was acknowledged; whether that survives a restart of Redis
 //!   is Redis's persistence setting (`appendonly yes`, `appendfsync always` for every write).
 //!
 //! # Capacity
-//! Commands per prompt on a short reply: two `XADD`s to submit it; for the worker about a
-//! dozen round trips (claim or read the queue entry, the lease, `meta`, the inbox, the
-//! transcript, two fenced appends, `done`, the release, `XACK` + `XDEL`), each a few
-//! microseconds of Redis CPU; plus one `XADD` per event when the run has an [`EventLog`]
-//! (the default for a [`Worker`]). A streamed reply of 500 tokens is about 510 events, and
-//! Redis takes on the order of 100,000 small `XADD`s per second per core: about 200 replies
-//! streaming at 50 tokens/s each at once use a tenth of one core, and the queue itself
-//! carries thousands of prompts per second (measured with `examples/fleet.rs`: about 1,000
-//! prompts/s for one worker thread on Faux, on a busy 2-core machine with Redis on it).
-//! Beyond one core, Redis Cluster spreads the conversations (each one slot, by its hash
-//! tag); the queue stream stays on one shard, a few dozen bytes per request.
+//! Round trips per prompt, for a worker on a short reply (one prompt per queue entry):
+//! four, with or without the event log: read the queue entry (`XREADGROUP`); one script
+//! that takes the lease and reads `meta`, the inbox and the transcript; the write batches,
+//! sent ahead without waiting (the prompt goes with its reply when the reply comes within
+//! 5 ms; with the event log, two or three batches of events) and their replies read once
+//! the run ended; and one script that records the run done, releases the lease and
+//! acknowledges the queue entry. A run that calls tools also waits for its batch at each
+//! reply with tool calls (tools run only while the lease is known to be ours). A streaming
+//! reply's deltas go in batches at most 5 ms apart: one script call per batch, not per
+//! event. Measured with `cargo run --release --features redis --example fleet -- bench`
+//! (one prompt per queue entry, Faux, Redis 7 on the same busy 2-core machine): thousands
+//! of prompts per second for one worker thread (the figures, beside the round-trip floor
+//! that `redis-benchmark` gives on the same machine, are in the CHANGELOG's entry).
 //!
 //! Memory per conversation (`MEMORY USAGE`, Redis 7, measured with `fleet memory`):
 //! - the transcript: the messages' JSON plus a few bytes each (about 3.2 KB for 10 short

@@ -227,7 +227,8 @@ fn run(shared: &(Mutex<State>, Condvar), redis: &Redis, name: &str, group: &'sta
                 .next_renewal
                 .saturating_duration_since(Instant::now())
                 .min(FOLLOW_BLOCK);
-            let reads = renew.is_none() && !job.parked && job.since + FOLLOW_AFTER <= Instant::now();
+            let reads =
+                renew.is_none() && !job.parked && job.since + FOLLOW_AFTER <= Instant::now();
             state.reading = reads;
             let job = state.job.as_ref().expect("OK because the loop found one");
             (
