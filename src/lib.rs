@@ -25,6 +25,7 @@ mod agent;
 mod cancel;
 mod error;
 mod event;
+mod jsonrpc;
 mod kind;
 mod list;
 pub mod llm;
@@ -41,9 +42,9 @@ mod types;
 pub mod wire;
 
 pub use agent::{
-    Agent, AgentBuilder, AgentHandle, ChannelPolicy, FinalTurn, Prompt, QueueMode, Refused,
-    RunMessages, RunResult, RunStream, SteeringPolicy, Subscription, TextChunks, WireLines,
-    run_loop,
+    Agent, AgentBuilder, AgentHandle, ChannelPolicy, ClaimedRun, FinalTurn, Prompt, QueueMode,
+    Refused, RunMessages, RunResult, RunStream, SteeringPolicy, Subscription, TextChunks,
+    WireLines, run_loop,
 };
 pub use cancel::CancelToken;
 pub use error::{Error, RunError, TimeoutPhase};

@@ -496,6 +496,42 @@ fn a_cancelled_permission_outcome_ends_the_prompt_cancelled() {
 }
 
 #[test]
+fn a_cancel_right_behind_its_prompt_always_ends_that_prompt_cancelled() {
+    // Both lines in one write. The cancel used to reach the agent before the prompt's
+    // thread had claimed it, and the turn ran on to `end_turn`. The model waits (abortably)
+    // before it answers, so that no turn can end before its cancel is read.
+    let slow = |_: &SessionInfo| {
+        Ok(Agent::builder().provider(
+            Faux::default().otherwise(|_| FauxReply::text("hi").delay(Duration::from_secs(5))),
+        ))
+    };
+    let mut client = Client::start(slow, acp::Options::new());
+    let session = client.new_session(1);
+    let started = Instant::now();
+    let mut rounds = 0;
+    for round in 0..2_000u64 {
+        if started.elapsed() > Duration::from_secs(5) {
+            break;
+        }
+        let id = round + 2;
+        let prompt = json!({"jsonrpc": "2.0", "id": id, "method": "session/prompt",
+            "params": {"sessionId": session, "prompt": [{"type": "text", "text": "hello"}]}});
+        let cancel = json!({"jsonrpc": "2.0", "method": "session/cancel",
+            "params": {"sessionId": session}});
+        client.send_raw(&format!("{prompt}\n{cancel}"));
+        let seen = client.until_response(id);
+        assert_eq!(
+            seen.last(),
+            Some(&json!({"jsonrpc": "2.0", "id": id, "result": {"stopReason": "cancelled"}})),
+            "round {round}: {seen:?}"
+        );
+        rounds += 1;
+    }
+    assert!(rounds >= 100, "only {rounds} rounds in the time allowed");
+    client.close().expect("a clean end");
+}
+
+#[test]
 fn a_second_prompt_while_the_first_runs_is_refused() {
     let factory = |_: &SessionInfo| {
         Ok(Agent::builder().provider(

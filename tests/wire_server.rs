@@ -451,6 +451,49 @@ fn abort_ends_a_stalled_run_as_cancelled() {
 }
 
 #[test]
+fn an_abort_right_behind_its_prompt_always_cancels_that_run() {
+    // Both lines in one write. The abort used to reach the agent before the run claimed
+    // it, answer `aborted: false`, and let the run go on to its answer. The model waits
+    // (abortably) before it answers, so that no run can end before its abort is read.
+    let faux = Faux::default().otherwise(|_| FauxReply::text("ok").delay(Duration::from_secs(5)));
+    let c = Client::start(agent(faux), ServeOptions::new());
+    let started = std::time::Instant::now();
+    let mut rounds = 0;
+    for round in 0..2_000u64 {
+        if started.elapsed() > Duration::from_secs(5) {
+            break;
+        }
+        let (prompt, abort) = (2 * round + 1, 2 * round + 2);
+        let line = |id: u64, method: &str, params: Value| {
+            json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string()
+        };
+        c.send_raw(&format!(
+            "{}\n{}",
+            line(prompt, "prompt", json!({"text": "go"})),
+            line(abort, "abort", json!({}))
+        ));
+        let (mut lines, answer) = c.until_response(prompt);
+        let aborted = match lines.iter().position(|l| l["id"] == abort) {
+            Some(i) => lines.remove(i),
+            None => c.until_response(abort).1,
+        };
+        assert_eq!(aborted["result"], json!({"aborted": true}), "round {round}");
+        assert_eq!(
+            answer["result"]["stop_reason"], "cancelled",
+            "round {round}: {answer}"
+        );
+        let end = lines
+            .iter()
+            .find(|l| l["method"] == "AgentEnd")
+            .expect("an AgentEnd");
+        assert_eq!(end["params"]["stop_reason"], "cancelled", "round {round}");
+        rounds += 1;
+    }
+    assert!(rounds >= 100, "only {rounds} rounds in the time allowed");
+    c.close().unwrap();
+}
+
+#[test]
 fn abort_releases_a_pending_approval() {
     let c = Client::start(
         agent(echo_then_answer()),

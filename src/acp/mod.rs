@@ -216,6 +216,7 @@ pub struct Options {
     ask: Arc<AskFn>,
     kinds: HashMap<String, ToolKind>,
     max_line_len: usize,
+    output: crate::jsonrpc::Limits,
 }
 
 impl Default for Options {
@@ -228,6 +229,7 @@ impl Default for Options {
             ask: Arc::new(|_| true),
             kinds: HashMap::new(),
             max_line_len: MAX_LINE_LEN,
+            output: crate::jsonrpc::Limits::default(),
         }
     }
 }
@@ -241,6 +243,8 @@ impl fmt::Debug for Options {
             .field("session_dir", &self.session_dir)
             .field("kinds", &self.kinds)
             .field("max_line_len", &self.max_line_len)
+            .field("max_unread_bytes", &self.output.max_bytes)
+            .field("stall_timeout", &self.output.stall)
             .finish_non_exhaustive()
     }
 }
@@ -294,6 +298,23 @@ impl Options {
     /// with [`codes::INVALID_REQUEST`]. Defaults to [`MAX_LINE_LEN`].
     pub fn max_line_len(mut self, bytes: usize) -> Options {
         self.max_line_len = bytes;
+        self
+    }
+
+    /// The most bytes written for the client and not yet read by it: while this much
+    /// waits, the runs that write (their updates, the answers) wait for the client to read.
+    /// Defaults to 16 MiB ([`crate::wire::MAX_UNREAD_BYTES`]).
+    pub fn max_unread_bytes(mut self, bytes: usize) -> Options {
+        self.output.max_bytes = bytes;
+        self
+    }
+
+    /// How long the output may stay full (see [`Options::max_unread_bytes`]) before the
+    /// client is taken to have stopped reading: the connection is then closed, every run
+    /// aborted, and [`serve`] returns an [`Error::Io`] of kind `TimedOut` when the input
+    /// ends. Defaults to 30 s ([`crate::wire::STALL_TIMEOUT`]).
+    pub fn stall_timeout(mut self, timeout: std::time::Duration) -> Options {
+        self.output.stall = timeout;
         self
     }
 

@@ -5,8 +5,7 @@ use std::io::{BufRead, ErrorKind as IoKind, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::thread::Scope;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
@@ -14,20 +13,12 @@ use serde_json::{Map, Value, json};
 use super::input::{self, McpServer};
 use super::map::{self, Refusal, ToolCallUpdate, ToolStatus, Update};
 use super::{Options, PROTOCOL_VERSION, SessionInfo, ToolKind, codes};
+use crate::cancel::CancelToken;
 use crate::hooks::{ToolCallRequest, ToolDecision};
+use crate::jsonrpc::{Call, LineOut, LinkError, Peer, Pool, Reply, RpcError};
 use crate::message::ToolCall;
 use crate::tool::Tool;
-use crate::wire::codec::{notification_to, request_to};
-use crate::wire::serve::{Out, Request, Requests, Response, read_lines, request};
 use crate::{Agent, AgentBuilder, Error, session};
-
-// Requests are read by the wire server's code (`read_lines`, `request`), which answers a
-// malformed line with the wire's codes: these are JSON-RPC's, the same as ACP's.
-const _: () = {
-    use crate::wire::codes as wire;
-    assert!(codes::PARSE_ERROR == wire::PARSE_ERROR);
-    assert!(codes::INVALID_REQUEST == wire::INVALID_REQUEST);
-};
 
 /// One ACP session: its agent, and whether a prompt of it is running.
 struct Session {
@@ -39,23 +30,25 @@ struct Session {
 
 /// What a session's permission hook shares with the server.
 struct Shared {
-    out: Arc<Out>,
-    requests: Arc<Requests>,
+    peer: Arc<Peer>,
     options: Options,
 }
 
+/// The most prompts running at once, over all sessions; one more is refused.
+const MAX_RUNS: usize = 64;
+
 pub(super) fn serve<F>(
     factory: &F,
-    mut input: impl BufRead,
+    input: impl BufRead,
     output: impl Write + Send + 'static,
     options: &Options,
 ) -> Result<(), Error>
 where
     F: Fn(&SessionInfo) -> Result<AgentBuilder, Error> + Sync,
 {
+    let out = Arc::new(LineOut::spawn("pagent-acp-out", output, options.output)?);
     let shared = Arc::new(Shared {
-        out: Arc::new(Out::new(output)),
-        requests: Arc::new(Requests::default()),
+        peer: Arc::new(Peer::new(out.clone())),
         options: options.clone(),
     });
     let server = Server {
@@ -65,34 +58,29 @@ where
         next_session: AtomicU64::new(0),
     };
     let read = std::thread::scope(|scope| {
-        let read = read_lines(&mut input, options.max_line_len, &shared.out, |line| {
-            server.handle(scope, line);
-        });
+        let runs = Pool::scoped(scope, "pagent-acp-run", MAX_RUNS);
+        let read = shared
+            .peer
+            .serve_lines(input, options.max_line_len, |call| {
+                server.handle(&runs, call);
+            });
         // Nobody is left to read the runs' updates or answer their permission requests: end
-        // them all, so that the scope's threads end and no thread outlives `serve`.
-        shared.requests.close();
-        // Again until none is running: a prompt whose thread had not yet started its run
-        // when the first abort came would otherwise run to its end.
-        loop {
-            let running: Vec<Arc<Session>> = (server.sessions.lock().values())
-                .filter(|s| s.busy.load(Ordering::Acquire))
-                .cloned()
-                .collect();
-            if running.is_empty() {
-                break;
-            }
-            for session in running {
-                session.agent.abort();
-            }
-            std::thread::sleep(Duration::from_millis(1));
+        // them all, so that the pool's threads end and no thread outlives `serve`. Each
+        // prompt claimed its agent when it was read, so one abort reaches every run, also
+        // one whose thread has not started yet.
+        shared.peer.close(LinkError::Closed);
+        for session in server.sessions.lock().values() {
+            session.agent.abort();
         }
         read
     });
     // Every run has ended: the sessions end, and with them their MCP servers.
     server.sessions.lock().clear();
+    let written = out.finish();
     read?;
-    match shared.out.0.error() {
-        Some(e) if e.io_kind() != Some(IoKind::BrokenPipe) => Err(e),
+    match written {
+        Err(LinkError::Io(e)) if e.io_kind() != Some(IoKind::BrokenPipe) => Err(e),
+        Err(e @ LinkError::Stalled { .. }) => Err(e.to_error()),
         _ => Ok(()),
     }
 }
@@ -108,25 +96,21 @@ impl<'a, F> Server<'a, F>
 where
     F: Fn(&SessionInfo) -> Result<AgentBuilder, Error> + Sync,
 {
-    fn handle<'scope>(&'scope self, scope: &'scope Scope<'scope, '_>, line: &[u8]) {
-        // A response to one of our requests is the answer to a permission request.
-        let shared = self.shared;
-        let Some(Request { id, method, params }) =
-            request(line, &shared.out, &shared.requests, false)
-        else {
-            return;
-        };
+    fn handle<'scope>(&'scope self, runs: &Pool<'scope>, call: Call) {
+        let Call { id, method, params } = call;
         let params = &params.unwrap_or_else(|| Value::Object(Map::new()));
         let answer = match method.as_str() {
             "initialize" => self.initialize(params),
             "authenticate" => Ok(Some(json!({}))),
             "session/new" => self.new_session(params, false),
             "session/load" => self.new_session(params, true),
-            "session/prompt" => self.prompt(scope, params, id.clone()),
+            "session/prompt" => self.prompt(runs, params, id.clone()),
             "session/cancel" => self.cancel(params),
             other => Err((codes::METHOD_NOT_FOUND, format!("unknown method `{other}`"))),
         };
-        shared.out.answer(id, answer);
+        self.shared
+            .peer
+            .answer(id.as_ref(), answer.map_err(RpcError::from));
     }
 
     fn initialize(&self, params: &Value) -> Result<Option<Value>, Refusal> {
@@ -208,14 +192,14 @@ where
             .subscribe(move |event| {
                 let kind_of = |name: &str| shared.options.kind_of(name);
                 for update in map::updates(event, &kind_of) {
-                    send_update(&shared.out, &session_id, &update);
+                    send_update(&shared.peer, &session_id, &update);
                 }
             })
             .keep();
         if let Some(saved) = &saved {
             let kind_of = |name: &str| self.shared.options.kind_of(name);
             for update in map::replay(saved, &kind_of) {
-                send_update(&self.shared.out, &id, &update);
+                send_update(&self.shared.peer, &id, &update);
             }
         }
         let session = Arc::new(Session {
@@ -280,32 +264,50 @@ where
             .ok_or_else(|| (codes::RESOURCE_NOT_FOUND, format!("no session `{id}`")))
     }
 
-    /// Starts a run on a thread of the scope; it answers when the run ends.
+    /// Claims the session's agent now, on the reading thread, and runs the prompt on a
+    /// thread of the pool; it answers when the run ends. The claim taken here is what a
+    /// `session/cancel` read next cancels.
     fn prompt<'scope>(
         &'scope self,
-        scope: &'scope Scope<'scope, '_>,
+        runs: &Pool<'scope>,
         params: &Value,
         id: Option<Value>,
     ) -> Result<Option<Value>, Refusal> {
         let session = self.session(params)?;
         let text = input::prompt_text(params.get("prompt").unwrap_or(&Value::Null))?;
-        if session.busy.swap(true, Ordering::AcqRel) {
-            return Err((
+        let still_running = || {
+            (
                 codes::INVALID_REQUEST,
-                "a prompt of this session is still running".into(),
-            ));
+                "a prompt of this session is still running".to_owned(),
+            )
+        };
+        if session.busy.swap(true, Ordering::AcqRel) {
+            return Err(still_running());
         }
-        let out = &self.shared.out;
-        scope.spawn(move || {
-            let outcome = session.agent.prompt(text);
+        let Ok(claimed) = session.agent.claim_run() else {
+            session.busy.store(false, Ordering::Release);
+            return Err(still_running());
+        };
+        let peer = &self.shared.peer;
+        let job_session = session.clone();
+        let run = move || {
+            let session = job_session;
+            let outcome = claimed.prompt(text);
             // Free before answering, so a client that prompts again on the answer is served.
             session.busy.store(false, Ordering::Release);
             let Some(id) = id else { return };
-            match map::prompt_answer(&outcome) {
-                Ok(stop) => out.result(&id, &json!({ "stopReason": stop })),
-                Err((code, why)) => out.error(&id, code, why),
-            }
-        });
+            let _ = match map::prompt_answer(&outcome) {
+                Ok(stop) => peer.respond(&id, &json!({ "stopReason": stop })),
+                Err(refusal) => peer.respond_error(&id, &RpcError::from(refusal)),
+            };
+        };
+        if runs.submit(run).is_err() {
+            session.busy.store(false, Ordering::Release);
+            return Err((
+                codes::INTERNAL_ERROR,
+                format!("{MAX_RUNS} prompts are running already; send this one again later"),
+            ));
+        }
         Ok(None)
     }
 
@@ -319,9 +321,10 @@ fn bad_params(why: &str) -> Refusal {
     (codes::INVALID_PARAMS, why.to_owned())
 }
 
-fn send_update(out: &Out, session_id: &str, update: &Update) {
+fn send_update(peer: &Peer, session_id: &str, update: &Update) {
     let params = json!({ "sessionId": session_id, "update": update });
-    out.lines(|bytes| notification_to(bytes, "session/update", &params));
+    // A client that stopped reading closed the connection: nobody to tell.
+    let _ = peer.notify("session/update", &params);
 }
 
 /// The MCP connections of one session. Dropping it (when the session ends: replaced by a
@@ -486,9 +489,6 @@ fn ask_client(
     call: &ToolCall,
     kind: ToolKind,
 ) -> Permission {
-    let Some((id, answers)) = shared.requests.open() else {
-        return Permission::Refused("the client is gone; nobody can permit the call".into());
-    };
     let params = json!({
         "sessionId": session_id,
         "toolCall": ToolCallUpdate {
@@ -501,34 +501,42 @@ fn ask_client(
         },
         "options": permission_options(),
     });
-    shared
-        .out
-        .lines(|bytes| request_to(bytes, &id.into(), "session/request_permission", &params));
-    let answer = request.wait_for(&answers);
-    shared.requests.forget(id);
-    match answer {
-        Some(response) => permission(response),
+    // The wait below is the run's own (cancel, run timeout); sending never blocks for long.
+    let Ok(ticket) = shared.peer.request(
+        "session/request_permission",
+        Some(&params),
+        &CancelToken::new(),
+    ) else {
+        return Permission::Refused("the client is gone; nobody can permit the call".into());
+    };
+    match request.wait_for(ticket.replies()) {
+        Some(reply) => permission(reply),
         None => Permission::Refused("cancelled: the prompt was cancelled".into()),
     }
 }
 
 /// Reads the client's answer to `session/request_permission`.
-fn permission(response: Response) -> Permission {
-    let outcome = match &response {
-        Ok(result) => &result["outcome"],
-        Err(e) => {
-            let why = e["message"].as_str().unwrap_or("no message");
-            return Permission::Refused(format!("the client answered with an error: {why}"));
+fn permission(reply: Reply<LinkError>) -> Permission {
+    let response = match reply {
+        Reply::Response(Ok(result)) => result,
+        Reply::Response(Err(e)) => {
+            return Permission::Refused(format!(
+                "the client answered with an error: {}",
+                e.message
+            ));
+        }
+        Reply::Notice(_) | Reply::Failed(_) => {
+            return Permission::Refused("the client's answer never came".into());
         }
     };
+    let outcome = &response["outcome"];
     match (outcome["outcome"].as_str(), outcome["optionId"].as_str()) {
         (Some("selected"), Some("allow_once")) => Permission::Once,
         (Some("selected"), Some("allow_always")) => Permission::Always,
         (Some("selected"), Some(_)) => Permission::Refused("the user rejected this call".into()),
         (Some("cancelled"), _) => Permission::Cancelled,
         _ => Permission::Refused(format!(
-            "the client's answer {} is not a permission outcome",
-            response.unwrap_or_default()
+            "the client's answer {response} is not a permission outcome"
         )),
     }
 }

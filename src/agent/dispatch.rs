@@ -196,6 +196,13 @@ impl Shared {
         *self.run_token.lock() = token;
     }
 
+    /// Holds the lock of the dispatched run's token (a test's way to hold `abort()` in the
+    /// middle of its work).
+    #[cfg(test)]
+    pub(crate) fn lock_run_token(&self) -> parking_lot::MutexGuard<'_, Option<CancelToken>> {
+        self.run_token.lock()
+    }
+
     /// Cancels the token of the run being dispatched, if any.
     pub(crate) fn cancel_dispatch(&self) {
         if let Some(t) = &*self.run_token.lock() {

@@ -17,6 +17,7 @@ use crate::tool::Tool;
 use crate::{Error, RunError};
 
 mod builder;
+mod claim;
 pub(crate) mod dispatch;
 pub(crate) mod guard;
 pub(crate) mod hooks;
@@ -28,6 +29,7 @@ mod tools;
 
 pub use builder::AgentBuilder;
 use builder::Config;
+pub use claim::ClaimedRun;
 pub use dispatch::ChannelPolicy;
 use dispatch::{Channel, Shared, Sink};
 pub use stream::{RunMessages, RunStream, TextChunks, WireLines, run_loop};
@@ -658,7 +660,11 @@ impl Inner {
     }
 
     fn abort(&self) -> bool {
-        let cancelled = match &*self.cancel.lock() {
+        // Everything under the claim's lock: while it is held no run can claim the agent, so
+        // the token being dispatched is the claimed run's or one whose outcome is decided,
+        // never the token of a run that claimed after this abort found none.
+        let slot = self.cancel.lock();
+        let cancelled = match &*slot {
             Some(token) => {
                 token.cancel();
                 true
@@ -668,6 +674,7 @@ impl Inner {
         // A run whose outcome is decided may still be sending its `AgentEnd` into a full
         // lossless channel (and a new run may be waiting for it): release that too.
         self.shared.cancel_dispatch();
+        drop(slot);
         cancelled
     }
 }

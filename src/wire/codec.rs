@@ -17,6 +17,9 @@ use crate::partial::PartialMessage;
 use crate::tool::ToolOutput;
 use crate::{Error, ErrorInfo};
 
+// The envelope of every line is the JSON-RPC peer's.
+pub(crate) use crate::jsonrpc::{check_jsonrpc, notification_to, parse_object, write_json};
+
 use super::pagent_read::{PAGENT_METHODS, Reader};
 use super::writer::Dialect;
 
@@ -205,94 +208,6 @@ pub(crate) fn write_event(buf: &mut Vec<u8>, event: &AgentEvent) {
             },
         ),
     }
-}
-
-/// One JSON-RPC 2.0 message, members in the order written: `jsonrpc`, `id`, `method`,
-/// `params`, `result`, `error` (each but `jsonrpc` left out when absent).
-#[derive(Serialize)]
-struct Envelope<'a, P, R> {
-    jsonrpc: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    id: Option<&'a Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    method: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    params: Option<&'a P>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    result: Option<&'a R>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<ErrorObject<'a>>,
-}
-
-#[derive(Serialize)]
-struct ErrorObject<'a> {
-    code: i64,
-    message: &'a str,
-}
-
-impl<'a, P: Serialize, R: Serialize> Envelope<'a, P, R> {
-    fn new(id: Option<&'a Value>) -> Self {
-        Envelope {
-            jsonrpc: "2.0",
-            id,
-            method: None,
-            params: None,
-            result: None,
-            error: None,
-        }
-    }
-
-    /// Appends the message and its line end to `buf`.
-    fn write_line(&self, buf: &mut Vec<u8>) {
-        write_json(buf, self);
-        buf.push(b'\n');
-    }
-}
-
-/// Appends `value` as JSON to `buf`.
-pub(crate) fn write_json<T: Serialize + ?Sized>(buf: &mut Vec<u8>, value: &T) {
-    // OK because every type we encode serializes to JSON: string keys only, no fallible
-    // custom `Serialize`, and writing to a `Vec` cannot fail.
-    serde_json::to_writer(buf, value).expect("wire types always serialize");
-}
-
-/// Appends the notification line `{"jsonrpc":"2.0","method":..,"params":..}` and its `\n`.
-pub(crate) fn notification_to(buf: &mut Vec<u8>, method: &str, params: &impl Serialize) {
-    Envelope::<_, ()> {
-        method: Some(method),
-        params: Some(params),
-        ..Envelope::new(None)
-    }
-    .write_line(buf);
-}
-
-/// Appends the request line `{"jsonrpc":"2.0","id":..,"method":..,"params":..}` and its `\n`.
-pub(crate) fn request_to(buf: &mut Vec<u8>, id: &Value, method: &str, params: &impl Serialize) {
-    Envelope::<_, ()> {
-        method: Some(method),
-        params: Some(params),
-        ..Envelope::new(Some(id))
-    }
-    .write_line(buf);
-}
-
-/// Appends the response line `{"jsonrpc":"2.0","id":..,"result":..}` and its `\n`.
-pub(crate) fn result_to(buf: &mut Vec<u8>, id: &Value, result: &impl Serialize) {
-    Envelope::<(), _> {
-        result: Some(result),
-        ..Envelope::new(Some(id))
-    }
-    .write_line(buf);
-}
-
-/// Appends the error response line
-/// `{"jsonrpc":"2.0","id":..,"error":{"code":..,"message":..}}` and its `\n`.
-pub(crate) fn error_to(buf: &mut Vec<u8>, id: &Value, code: i64, message: &str) {
-    Envelope::<(), ()> {
-        error: Some(ErrorObject { code, message }),
-        ..Envelope::new(Some(id))
-    }
-    .write_line(buf);
 }
 
 /// Decodes one line of the native dialect on its own.
@@ -668,49 +583,6 @@ fn parse_notification(line: &str) -> Result<(String, Value), Error> {
     Ok((method, params))
 }
 
-/// Why a line is not a JSON-RPC message: it is not JSON at all, or JSON but not an object.
-/// JSON-RPC answers the two with different codes.
-pub(crate) enum Malformed {
-    NotJson(String),
-    NotObject,
-}
-
-impl Malformed {
-    pub(crate) fn message(&self) -> String {
-        match self {
-            Malformed::NotJson(why) => why.clone(),
-            Malformed::NotObject => "the line is not a JSON object".into(),
-        }
-    }
-}
-
-impl From<Malformed> for Error {
-    fn from(m: Malformed) -> Error {
-        Error::Wire(m.message())
-    }
-}
-
-/// Parses `line` as one JSON object and nothing after it (UTF-8 is checked on the way).
-pub(crate) fn parse_object(line: &[u8]) -> Result<Map<String, Value>, Malformed> {
-    match serde_json::from_slice::<Value>(line) {
-        Ok(Value::Object(o)) => Ok(o),
-        Ok(_) => Err(Malformed::NotObject),
-        Err(e) if e.is_eof() => Err(Malformed::NotJson(format!("incomplete JSON: {e}"))),
-        // serde_json names trailing characters as such ("trailing characters at line 1
-        // column 40"), so the message says what is wrong.
-        Err(e) => Err(Malformed::NotJson(format!("invalid JSON: {e}"))),
-    }
-}
-
-/// `jsonrpc` must be the string `"2.0"`.
-pub(crate) fn check_jsonrpc(object: &Map<String, Value>) -> Result<(), String> {
-    match object.get("jsonrpc") {
-        Some(Value::String(v)) if v == "2.0" => Ok(()),
-        Some(other) => Err(format!("`jsonrpc` is {other}, not \"2.0\"")),
-        None => Err("no `jsonrpc` member".into()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -726,29 +598,6 @@ mod tests {
         assert_eq!(
             decode_event_line(&line).unwrap(),
             AgentEvent::TurnStart { turn: 3 }
-        );
-    }
-
-    #[test]
-    fn envelopes_are_exact() {
-        let mut buf = Vec::new();
-        let id = Value::from(7);
-        notification_to(&mut buf, "TurnStart", &serde_json::json!({"turn": 1}));
-        request_to(&mut buf, &id, "approve_tool_call", &serde_json::json!({}));
-        result_to(&mut buf, &id, &serde_json::json!({"queued": true}));
-        error_to(&mut buf, &Value::Null, -32600, "no \"method\"");
-        assert_eq!(
-            String::from_utf8(buf).unwrap(),
-            concat!(
-                r#"{"jsonrpc":"2.0","method":"TurnStart","params":{"turn":1}}"#,
-                "\n",
-                r#"{"jsonrpc":"2.0","id":7,"method":"approve_tool_call","params":{}}"#,
-                "\n",
-                r#"{"jsonrpc":"2.0","id":7,"result":{"queued":true}}"#,
-                "\n",
-                r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"no \"method\""}}"#,
-                "\n",
-            )
         );
     }
 

@@ -326,5 +326,8 @@ mod writer;
 
 pub use codec::{Decoder, MAX_LINE_LEN, METHODS, decode_event_line, encode_event_line};
 pub use mirror::Mirror;
-pub use serve::{MAX_QUEUED, MAX_QUEUED_BYTES, PROTOCOL_VERSION, ServeOptions, codes, serve};
+pub use serve::{
+    MAX_QUEUED, MAX_QUEUED_BYTES, MAX_UNREAD_BYTES, PROTOCOL_VERSION, STALL_TIMEOUT, ServeOptions,
+    codes, serve,
+};
 pub use writer::{Dialect, DialectEncoder, Writer};

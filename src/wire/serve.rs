@@ -1,22 +1,18 @@
 //! `serve`: an agent driven over line-delimited JSON-RPC 2.0 (stdin/stdout or any pipe).
 
-use std::collections::HashMap;
 use std::io::{BufRead, Write};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
-use crossbeam_channel::Sender;
-use parking_lot::Mutex;
 use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
-use super::codec::{
-    MAX_LINE_LEN, Malformed, check_jsonrpc, error_to, parse_object, request_to, result_to,
-    write_event,
-};
-use super::lines::{Line, LineSink, read_line};
+use super::codec::{MAX_LINE_LEN, write_event};
 use crate::agent::Queue;
+use crate::cancel::CancelToken;
 use crate::hooks::{ToolCallRequest, ToolDecision};
+use crate::jsonrpc::{self, Call, LineOut, LinkError, Peer, Pool, Reply, RpcError, out};
 use crate::message::{Message, ToolCall};
 use crate::state::State;
 use crate::{Agent, AgentBuilder, Error, ErrorInfo, List, RunResult};
@@ -42,16 +38,16 @@ const METHODS: [&str; 11] = [
 /// JSON-RPC error codes of [`serve`]: the standard ones, and one of ours.
 pub mod codes {
     /// The line is not JSON (or not UTF-8).
-    pub const PARSE_ERROR: i64 = -32700;
+    pub const PARSE_ERROR: i64 = crate::jsonrpc::codes::PARSE_ERROR;
     /// The JSON is not a request: not an object, `jsonrpc` not `"2.0"`, no string `method`,
     /// a bad `id`, or a line over the length limit.
-    pub const INVALID_REQUEST: i64 = -32600;
+    pub const INVALID_REQUEST: i64 = crate::jsonrpc::codes::INVALID_REQUEST;
     /// No such method.
-    pub const METHOD_NOT_FOUND: i64 = -32601;
+    pub const METHOD_NOT_FOUND: i64 = crate::jsonrpc::codes::METHOD_NOT_FOUND;
     /// The params are missing, not an object, or lack a field.
-    pub const INVALID_PARAMS: i64 = -32602;
+    pub const INVALID_PARAMS: i64 = crate::jsonrpc::codes::INVALID_PARAMS;
     /// The agent failed in a way that is not a run's stop reason.
-    pub const INTERNAL_ERROR: i64 = -32603;
+    pub const INTERNAL_ERROR: i64 = crate::jsonrpc::codes::INTERNAL_ERROR;
     /// `prompt`, `reset` or `replace_messages` while a run is active (our code, in the range
     /// JSON-RPC leaves to servers).
     pub const RUN_ACTIVE: i64 = -32000;
@@ -76,6 +72,7 @@ pub struct ServeOptions {
     max_line_len: usize,
     max_queued: usize,
     max_queued_bytes: usize,
+    output: jsonrpc::Limits,
 }
 
 impl Default for ServeOptions {
@@ -85,6 +82,7 @@ impl Default for ServeOptions {
             max_line_len: MAX_LINE_LEN,
             max_queued: MAX_QUEUED,
             max_queued_bytes: MAX_QUEUED_BYTES,
+            output: jsonrpc::Limits::default(),
         }
     }
 }
@@ -127,223 +125,55 @@ impl ServeOptions {
         self.max_queued_bytes = bytes;
         self
     }
-}
 
-/// Where every line goes: responses, requests to the client and event notifications, each
-/// written whole and flushed under one lock. After a write error nothing more is written;
-/// `serve` returns the error when its input ends. (The ACP server writes through one too.)
-pub(crate) struct Out(pub(crate) LineSink<Box<dyn Write + Send>>);
-
-impl Out {
-    pub(crate) fn new(output: impl Write + Send + 'static) -> Out {
-        Out(LineSink::new(Box::new(output), ()))
+    /// The most bytes written for the client and not yet read by it: while this much
+    /// waits, the run that writes (its events, the answers) waits for the client to read.
+    /// Defaults to [`MAX_UNREAD_BYTES`] (16 MiB).
+    pub fn max_unread_bytes(mut self, bytes: usize) -> ServeOptions {
+        self.output.max_bytes = bytes;
+        self
     }
 
-    /// Writes what `encode` appends (whole lines) and flushes.
-    pub(crate) fn lines(&self, encode: impl FnOnce(&mut Vec<u8>)) {
-        // The error is kept in the sink, for `serve` to return.
-        let _ = self.0.write(|(), bytes| encode(bytes));
-    }
-
-    pub(crate) fn result(&self, id: &Value, result: &impl serde::Serialize) {
-        self.lines(|bytes| result_to(bytes, id, result));
-    }
-
-    pub(crate) fn error(&self, id: &Value, code: i64, message: impl AsRef<str>) {
-        self.lines(|bytes| error_to(bytes, id, code, message.as_ref()));
-    }
-
-    /// Answers request `id` with `answer`, its result or its error code and message. Nothing
-    /// is written for a notification (no `id`) nor for `Ok(None)`, a request answered later
-    /// (a prompt answers when its run ends).
-    pub(crate) fn answer(&self, id: Option<Value>, answer: Result<Option<Value>, (i64, String)>) {
-        match (answer, id) {
-            (Ok(Some(result)), Some(id)) => self.result(&id, &result),
-            (Err((code, why)), Some(id)) => self.error(&id, code, why),
-            _ => {}
-        }
+    /// How long the output may stay full (see [`ServeOptions::max_unread_bytes`]) before
+    /// the client is taken to have stopped reading: the connection is then closed, the run
+    /// aborted, and `serve` returns an [`Error::Io`] of kind `TimedOut` when the input ends.
+    /// Defaults to [`STALL_TIMEOUT`] (30 s).
+    pub fn stall_timeout(mut self, timeout: Duration) -> ServeOptions {
+        self.output.stall = timeout;
+        self
     }
 }
 
-/// Reads `input` line by line until it ends, holding at most `max_line_len` bytes of a
-/// line: a longer line is answered with an [`codes::INVALID_REQUEST`] error, and every other
-/// line goes to `handle`. (The ACP server reads its input so too.)
-///
-/// # Errors
-/// Reading the input failed.
-pub(crate) fn read_lines(
-    mut input: impl BufRead,
-    max_line_len: usize,
-    out: &Out,
-    mut handle: impl FnMut(&[u8]),
-) -> Result<(), Error> {
-    let mut buf = Vec::new();
-    loop {
-        match read_line(&mut input, &mut buf, max_line_len) {
-            Ok(Line::End) => return Ok(()),
-            Ok(Line::TooLong(n)) => out.error(
-                &Value::Null,
-                codes::INVALID_REQUEST,
-                format!("line of {n} bytes is over the limit of {max_line_len} bytes"),
-            ),
-            Ok(Line::Whole { .. }) => handle(&buf),
-            Err(e) => return Err(Error::from(e)),
-        }
-    }
-}
+/// The default of [`ServeOptions::max_unread_bytes`].
+pub const MAX_UNREAD_BYTES: usize = out::MAX_QUEUED_BYTES;
 
-/// A JSON-RPC request (or notification) read off a line.
-pub(crate) struct Request {
-    /// `None` for a notification.
-    pub(crate) id: Option<Value>,
-    pub(crate) method: String,
-    pub(crate) params: Option<Value>,
-}
-
-/// Reads one line as a JSON-RPC message. A request comes back; for anything else `None`
-/// does: a blank line is passed over, a response to one of our requests goes to
-/// `requests`, and a line that is no request is answered with its error. `null_id`: whether
-/// an `id` of `null` is taken (as the id of a request) rather than refused.
-pub(crate) fn request(
-    line: &[u8],
-    out: &Out,
-    requests: &Requests,
-    null_id: bool,
-) -> Option<Request> {
-    if line.iter().all(u8::is_ascii_whitespace) {
-        return None;
-    }
-    let mut message = match parse_object(line) {
-        Ok(m) => m,
-        Err(bad) => {
-            let code = match bad {
-                Malformed::NotJson(_) => codes::PARSE_ERROR,
-                Malformed::NotObject => codes::INVALID_REQUEST,
-            };
-            out.error(&Value::Null, code, bad.message());
-            return None;
-        }
-    };
-    let id = message.get("id").cloned();
-    let is_response = message.contains_key("result") || message.contains_key("error");
-    if !message.contains_key("method") && id.is_some() && is_response {
-        requests.answer(&message);
-        return None;
-    }
-    let reply_id = id.clone().unwrap_or(Value::Null);
-    if let Err(why) = check_jsonrpc(&message) {
-        out.error(&reply_id, codes::INVALID_REQUEST, why);
-        return None;
-    }
-    let id_ok = match id {
-        None | Some(Value::Number(_) | Value::String(_)) => true,
-        Some(Value::Null) => null_id,
-        Some(_) => false,
-    };
-    if !id_ok {
-        out.error(
-            &Value::Null,
-            codes::INVALID_REQUEST,
-            "`id` must be a number or a string",
-        );
-        return None;
-    }
-    let Some(Value::String(method)) = message.remove("method") else {
-        out.error(
-            &reply_id,
-            codes::INVALID_REQUEST,
-            "`method` must be a string",
-        );
-        return None;
-    };
-    Some(Request {
-        id,
-        method,
-        params: message.remove("params"),
-    })
-}
+/// The default of [`ServeOptions::stall_timeout`].
+pub const STALL_TIMEOUT: Duration = out::STALL;
 
 enum Answer {
     Approve,
     Reject(String),
 }
 
-/// What the client answered to one of our requests: its `result`, or its `error` object
-/// (`Value::Null` for a response with neither).
-pub(crate) type Response = Result<Value, Value>;
-
-/// Requests sent to the client and waiting for its answer, by request id (the wire's
-/// approvals, ACP's permission requests).
-///
-/// Bounded by its users: each waits for its answer before it asks again, and a client's
-/// responses only remove entries (an unknown id is ignored).
-#[derive(Default)]
-pub(crate) struct Requests {
-    next_id: AtomicU64,
-    pending: Mutex<HashMap<u64, Sender<Response>>>,
-    closed: AtomicBool,
-}
-
-impl Requests {
-    /// A new request id and the channel its answer comes on; `None` once the client is gone.
-    pub(crate) fn open(&self) -> Option<(u64, crossbeam_channel::Receiver<Response>)> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        let mut pending = self.pending.lock();
-        if self.closed.load(Ordering::Acquire) {
-            return None;
-        }
-        pending.insert(id, tx);
-        Some((id, rx))
-    }
-
-    /// Drops request `id` (answered, or no longer waited for).
-    pub(crate) fn forget(&self, id: u64) {
-        self.pending.lock().remove(&id);
-    }
-
-    /// Routes a response of the client; false when no request has this id.
-    pub(crate) fn answer(&self, response: &Map<String, Value>) -> bool {
-        let Some(tx) = response
-            .get("id")
-            .and_then(Value::as_u64)
-            .and_then(|id| self.pending.lock().remove(&id))
-        else {
-            return false;
-        };
-        let answer = match (response.get("result"), response.get("error")) {
-            (Some(r), _) => Ok(r.clone()),
-            (None, Some(e)) => Err(e.clone()),
-            (None, None) => Err(Value::Null),
-        };
-        let _ = tx.send(answer);
-        true
-    }
-
-    /// The client is gone: every waiting request, and every later one, gets no answer.
-    pub(crate) fn close(&self) {
-        let mut pending = self.pending.lock();
-        self.closed.store(true, Ordering::Release);
-        pending.clear();
-    }
-}
-
 /// The wire's reading of an answer to `approve_tool_call`.
-fn approval(response: Response) -> Answer {
-    match response {
-        Ok(r) if r["decision"] == "approve" => Answer::Approve,
-        Ok(r) if r["decision"] == "reject" => Answer::Reject(
+fn approval(reply: Reply<LinkError>) -> Answer {
+    match reply {
+        Reply::Response(Ok(r)) if r["decision"] == "approve" => Answer::Approve,
+        Reply::Response(Ok(r)) if r["decision"] == "reject" => Answer::Reject(
             r["reason"]
                 .as_str()
                 .unwrap_or("rejected by the client")
                 .to_owned(),
         ),
-        Ok(r) => Answer::Reject(format!("the client's answer {r} is not a decision")),
-        Err(Value::Null) => Answer::Reject("the client's answer is empty".into()),
-        Err(e) => Answer::Reject(format!(
-            "the client answered with an error: {}",
-            e["message"].as_str().unwrap_or("no message")
-        )),
+        Reply::Response(Ok(r)) => {
+            Answer::Reject(format!("the client's answer {r} is not a decision"))
+        }
+        Reply::Response(Err(e)) => {
+            Answer::Reject(format!("the client answered with an error: {}", e.message))
+        }
+        Reply::Notice(_) | Reply::Failed(_) => {
+            Answer::Reject("the client's answer never came".into())
+        }
     }
 }
 
@@ -406,82 +236,100 @@ fn approval(response: Response) -> Answer {
 /// longer one is read through and refused, never held), the steering and follow-up queues
 /// by [`ServeOptions::max_queued`] messages and [`ServeOptions::max_queued_bytes`] bytes
 /// each (past either, the message is refused with -32001 `queue full`), one run at a time,
-/// and at most one approval request waiting for an answer.
+/// and at most one approval request waiting for an answer. What the server writes for a
+/// client that reads slowly is bounded too: one writer thread writes the lines, and while
+/// [`ServeOptions::max_unread_bytes`] wait unread the run waits for the client; a client
+/// that reads nothing for [`ServeOptions::stall_timeout`] has its connection closed (the
+/// run is aborted, its approval released), never our memory grown.
+///
+/// # Cancels
+///
+/// A `prompt` claims the agent as it is read ([`Agent::claim_run`]), before its run's
+/// thread starts: an `abort` read after it always finds that run, answers
+/// `{"aborted":true}`, and the run ends `cancelled`, whichever thread gets ahead.
 ///
 /// # Errors
 /// [`Error::Config`] when the builder cannot build an agent; [`Error::Io`] when reading
-/// `input` or writing `output` fails.
+/// `input` or writing `output` fails, or when the client stopped reading (kind `TimedOut`,
+/// see above).
 pub fn serve(
     builder: AgentBuilder,
-    mut input: impl BufRead,
+    input: impl BufRead,
     output: impl Write + Send + 'static,
     options: ServeOptions,
 ) -> Result<(), Error> {
-    let out = Arc::new(Out::new(output));
-    let approvals = Arc::new(Requests::default());
+    let out = Arc::new(LineOut::spawn("pagent-wire-out", output, options.output)?);
+    let peer = Arc::new(Peer::new(out.clone()).accept_null_id());
     let builder = if options.approve_tools {
-        let (out, approvals) = (out.clone(), approvals.clone());
+        let peer = peer.clone();
         // The user's own hook decides first; the client is asked only about the calls it
         // lets run, and sees the arguments that would run.
-        builder.ask_before_tool_call(move |request, call| {
-            match ask_client(&out, &approvals, request, call) {
+        builder.ask_before_tool_call(
+            move |request, call| match ask_client(&peer, request, call) {
                 ToolDecision::Allow => None,
                 refused => Some(refused),
-            }
-        })
+            },
+        )
     } else {
         builder
     };
     let agent = builder.build()?;
-    let _events = agent.subscribe(out.0.listener(|(), event, bytes| write_event(bytes, event)));
+    let _events = agent.subscribe({
+        let (peer, agent) = (peer.clone(), agent.handle());
+        move |event| {
+            // A client that stopped reading has no use for the rest of the run.
+            if peer.send_with(|buf| write_event(buf, event)).is_err() {
+                agent.abort();
+            }
+        }
+    });
     let server = Server {
         agent: &agent,
-        out: &out,
-        approvals: &approvals,
+        peer: &peer,
         busy: AtomicBool::new(false),
         options: &options,
     };
     let read = std::thread::scope(|scope| {
-        let read = read_lines(&mut input, options.max_line_len, &out, |line| {
-            server.handle(scope, line);
+        // One run at a time; the second thread takes a prompt sent on the answer of the
+        // last one while that one's thread is still on its way back.
+        let runs = Pool::scoped(scope, "pagent-wire-run", 2);
+        let read = peer.serve_lines(input, options.max_line_len, |call| {
+            server.handle(&runs, call);
         });
-        approvals.close();
+        // Nobody is left to answer: approvals waiting, and later ones, are rejected.
+        peer.close(LinkError::Closed);
         read
     });
+    // The run has ended (the scope joined it): what it wrote goes out before `serve` returns.
+    let written = out.finish();
     read?;
-    match out.0.error() {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
+    written.map_err(|e| e.to_error())
 }
 
 struct Server<'a> {
     agent: &'a Agent,
-    out: &'a Out,
-    approvals: &'a Requests,
+    peer: &'a Peer,
+    /// From a `prompt` request to its answer (see `Server::idle`).
     busy: AtomicBool,
     options: &'a ServeOptions,
 }
 
-/// A request that cannot be served: its error code and message.
-type Refusal = (i64, String);
+fn refused(code: i64, message: impl Into<String>) -> RpcError {
+    RpcError::new(code, message)
+}
 
 impl<'a> Server<'a> {
-    fn handle<'scope>(&'scope self, scope: &'scope std::thread::Scope<'scope, '_>, line: &[u8]) {
-        // A response to one of our requests is an approval.
-        let Some(Request { id, method, params }) = request(line, self.out, self.approvals, true)
-        else {
-            return;
-        };
+    fn handle<'scope>(&'scope self, runs: &Pool<'scope>, call: Call) {
+        let Call { id, method, params } = call;
         let params = params.as_ref();
         let answer = match method.as_str() {
-            "prompt" => self.prompt(scope, params, id.clone()),
+            "prompt" => self.prompt(runs, params, id.clone()),
             _ => self.call(&method, params),
         };
-        self.out.answer(id, answer);
+        self.peer.answer(id.as_ref(), answer);
     }
 
-    fn call(&self, method: &str, params: Option<&Value>) -> Result<Option<Value>, Refusal> {
+    fn call(&self, method: &str, params: Option<&Value>) -> Result<Option<Value>, RpcError> {
         Ok(Some(match method {
             "initialize" => json!({
                 "protocol_version": PROTOCOL_VERSION,
@@ -523,7 +371,7 @@ impl<'a> Server<'a> {
             "clear_follow_up_queue" => json!({"removed": self.agent.clear_follow_up_queue()}),
             "clear_queues" => json!({"removed": self.agent.clear_queues()}),
             other => {
-                return Err((
+                return Err(refused(
                     codes::METHOD_NOT_FOUND,
                     format!(
                         "unknown method `{other}`; the methods are {}",
@@ -535,11 +383,10 @@ impl<'a> Server<'a> {
     }
 
     /// Refuses a change between runs while a `prompt` of the client is in progress: from
-    /// its request to its answer, even before its run claimed the agent (the prompt came
-    /// first, so it is the one that runs).
-    fn idle(&self) -> Result<(), Refusal> {
+    /// its request to its answer.
+    fn idle(&self) -> Result<(), RpcError> {
         if self.busy.load(Ordering::Acquire) {
-            return Err((codes::RUN_ACTIVE, Error::Busy.to_string()));
+            return Err(refused(codes::RUN_ACTIVE, Error::Busy.to_string()));
         }
         Ok(())
     }
@@ -547,7 +394,7 @@ impl<'a> Server<'a> {
     /// Refuses `text` when the steering (or follow-up) queue has no room for it. The reading
     /// thread is the only one that queues messages from the client, and runs only take them
     /// out, so the room seen here is still there when the message goes in.
-    fn room_for(&self, text: &str, which: Queue) -> Result<(), Refusal> {
+    fn room_for(&self, text: &str, which: Queue) -> Result<(), RpcError> {
         let state = self.agent.snapshot();
         let (queue, name) = match which {
             Queue::Steering => (&state.steering_queue, "steering"),
@@ -558,7 +405,7 @@ impl<'a> Server<'a> {
         if queue.len() < max && bytes.saturating_add(text.len()) <= max_bytes {
             return Ok(());
         }
-        Err((
+        Err(refused(
             codes::QUEUE_FULL,
             format!(
                 "the {name} queue is full ({} of {max} messages, {bytes} of {max_bytes} bytes \
@@ -569,19 +416,29 @@ impl<'a> Server<'a> {
         ))
     }
 
-    /// Starts a run on a thread of the scope; it answers when the run ends.
+    /// Claims the agent now, on the reading thread, and runs the prompt on a thread of the
+    /// pool; it answers when the run ends. The claim taken here is what an `abort` read
+    /// next cancels.
     fn prompt<'scope>(
         &'scope self,
-        scope: &'scope std::thread::Scope<'scope, '_>,
+        runs: &Pool<'scope>,
         params: Option<&Value>,
         id: Option<Value>,
-    ) -> Result<Option<Value>, Refusal> {
+    ) -> Result<Option<Value>, RpcError> {
         let text = text_param("prompt", params)?;
         if self.busy.swap(true, Ordering::AcqRel) {
-            return Err((codes::RUN_ACTIVE, Error::Busy.to_string()));
+            return Err(refused(codes::RUN_ACTIVE, Error::Busy.to_string()));
         }
-        scope.spawn(move || {
-            let outcome = self.agent.prompt(text);
+        let claimed = match self.agent.claim_run() {
+            Ok(claimed) => claimed,
+            // A run begun outside the server.
+            Err(e) => {
+                self.busy.store(false, Ordering::Release);
+                return Err(refusal(e));
+            }
+        };
+        let run = move || {
+            let outcome = claimed.prompt(text);
             // Free before answering, so a client that prompts again on the answer is served.
             self.busy.store(false, Ordering::Release);
             let Some(id) = id else { return };
@@ -593,34 +450,37 @@ impl<'a> Server<'a> {
                     "error": error,
                 })
             };
-            match outcome {
-                Ok(r) => self.out.result(&id, &answer(&r, None)),
-                // Refused before it started (a run begun outside the server): no run to report.
-                Err(e) if e.error() == &Error::Busy => {
-                    self.out
-                        .error(&id, codes::RUN_ACTIVE, Error::Busy.to_string());
-                }
+            let _ = match outcome {
+                Ok(r) => self.peer.respond(&id, &answer(&r, None)),
                 Err(e) => self
-                    .out
-                    .result(&id, &answer(e.result(), Some(ErrorInfo::from(e.error())))),
-            }
-        });
+                    .peer
+                    .respond(&id, &answer(e.result(), Some(ErrorInfo::from(e.error())))),
+            };
+        };
+        if runs.submit(run).is_err() {
+            // Not taken: the claim went with the job.
+            self.busy.store(false, Ordering::Release);
+            return Err(refused(
+                codes::RUN_ACTIVE,
+                "the last run's thread has not finished yet; send the prompt again",
+            ));
+        }
         Ok(None)
     }
 }
 
 /// `Busy` (a run begun outside the server) as the server refuses a prompt; anything else as
 /// an internal error.
-fn refusal(e: Error) -> Refusal {
+fn refusal(e: Error) -> RpcError {
     match e {
-        Error::Busy => (codes::RUN_ACTIVE, e.to_string()),
-        e => (codes::INTERNAL_ERROR, e.to_string()),
+        Error::Busy => refused(codes::RUN_ACTIVE, e.to_string()),
+        e => refused(codes::INTERNAL_ERROR, e.to_string()),
     }
 }
 
-fn messages_param(params: Option<&Value>) -> Result<Vec<Message>, Refusal> {
+fn messages_param(params: Option<&Value>) -> Result<Vec<Message>, RpcError> {
     let bad = |why: String| {
-        (
+        refused(
             codes::INVALID_PARAMS,
             format!("replace_messages needs params {{\"messages\": [message..]}}: {why}"),
         )
@@ -636,10 +496,10 @@ fn messages_param(params: Option<&Value>) -> Result<Vec<Message>, Refusal> {
     }
 }
 
-fn text_param(method: &str, params: Option<&Value>) -> Result<String, Refusal> {
+fn text_param(method: &str, params: Option<&Value>) -> Result<String, RpcError> {
     match params.and_then(|p| p.get("text")) {
         Some(Value::String(t)) => Ok(t.clone()),
-        _ => Err((
+        _ => Err(refused(
             codes::INVALID_PARAMS,
             format!("{method} needs params {{\"text\": string}}"),
         )),
@@ -648,20 +508,13 @@ fn text_param(method: &str, params: Option<&Value>) -> Result<String, Refusal> {
 
 /// Asks the client to approve `call` (an `approve_tool_call` request) and waits for the
 /// answer: `Allow` or `Block`. `abort()` and a client that left end the wait with `Block`.
-fn ask_client(
-    out: &Out,
-    approvals: &Requests,
-    request: &ToolCallRequest<'_>,
-    call: &ToolCall,
-) -> ToolDecision {
-    let Some((id, rx)) = approvals.open() else {
+fn ask_client(peer: &Peer, request: &ToolCallRequest<'_>, call: &ToolCall) -> ToolDecision {
+    let params = json!({ "call": call });
+    // The wait below is the run's own (abort, run timeout); sending never blocks for long.
+    let Ok(ticket) = peer.request("approve_tool_call", Some(&params), &CancelToken::new()) else {
         return ToolDecision::Block("the client is gone; nobody can approve".into());
     };
-    let params = json!({ "call": call });
-    out.lines(|bytes| request_to(bytes, &id.into(), "approve_tool_call", &params));
-    let answer = request.wait_for(&rx).map(approval);
-    approvals.forget(id);
-    match answer {
+    match request.wait_for(ticket.replies()).map(approval) {
         Some(Answer::Approve) => ToolDecision::Allow,
         Some(Answer::Reject(reason)) => ToolDecision::Block(reason),
         None => ToolDecision::Block("no approval: the run was aborted or the client left".into()),
