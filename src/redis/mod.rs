@@ -139,19 +139,22 @@
 //! acknowledges the queue entry. A run that calls tools also waits for its batch at each
 //! reply with tool calls (tools run only while the lease is known to be ours). A streaming
 //! reply's deltas go in batches at most 5 ms apart: one script call per batch, not per
-//! event. Measured with `cargo run --release --features redis --example fleet -- bench`
-//! (one prompt per queue entry, Faux, Redis 7 on the same busy 2-core machine): thousands
-//! of prompts per second for one worker thread (the figures, beside the round-trip floor
-//! that `redis-benchmark` gives on the same machine, are in the CHANGELOG's entry).
+//! event. Measured with `cargo run --release --features redis --example fleet -- bench W
+//! 2000 [nolog]` (one prompt per queue entry, Faux, Redis 7 on the same 2-core machine, busy
+//! with other builds; medians of seven rounds): one worker thread about 5,900 prompts/s with
+//! the event log off and 3,100 with it on; two workers 6,500 and 3,600. Each round trip is a
+//! script of several commands (about 16 µs of Redis CPU each, by `INFO commandstats`), so a
+//! prompt costs about half of what four bare round trips (`redis-benchmark -c 1` `XADD`)
+//! would: the rest is that Redis work and the run itself.
 //!
 //! Memory per conversation (`MEMORY USAGE`, Redis 7, measured with `fleet memory`):
 //! - the transcript: the messages' JSON plus a few bytes each (about 3.2 KB for 10 short
 //!   turns: 20 messages of about 150 bytes);
 //! - the inbox: a stream costs about 4.7 KB even when nearly empty (one listpack node,
 //!   `stream-node-max-bytes` 4096); the worker trims it up to `done` after each run;
-//! - `meta` about 140 bytes, the lease (while running) about 100;
+//! - `meta` about 170 bytes, the lease (while running) about 100;
 //! - the event stream: about 200 bytes per event, up to [`EventLog::max_len`] events
-//!   (10,000 by default: about 2 MB while a long run is followed; 33 KB after 10 short
+//!   (10,000 by default: about 2 MB while a long run is followed; 35 KB after 10 short
 //!   turns). Lower the cap, or delete the stream after the run when no one follows it, for
 //!   many idle conversations.
 //!
