@@ -6,12 +6,16 @@
 //! set; in CI (`CI` set) they fail instead. Every wait is bounded, and every test checks that
 //! no child process is left behind.
 
+#[path = "mcp/http.rs"]
+mod http;
 #[path = "support/mod.rs"]
 mod loopback;
 #[path = "mcp/process.rs"]
 mod process;
 #[allow(dead_code)]
 mod replay;
+#[path = "mcp/scripted.rs"]
+mod scripted;
 #[allow(dead_code)]
 #[path = "control/support.rs"]
 mod support;
@@ -955,6 +959,27 @@ fn a_server_that_stops_reading_and_sends_pings_is_closed_instead_of_queued_witho
     assert_eq!(client.ping().unwrap_err(), err);
     client.close();
     assert!(gone(pid_in(&pidfile)));
+}
+
+#[test]
+fn an_error_with_a_null_id_over_stdio_is_not_fatal() {
+    let traffic = Traffic::default();
+    let (builder, _) = fake("ok");
+    let client = traffic.attach(builder).connect().unwrap();
+    // The server first says it could not read something (an error with a `null` id), then
+    // answers the call: the error belongs to no request, and the connection goes on.
+    let result = client
+        .call_tool("unaddressed", json!({}), &CancelToken::new(), &mut |_| {})
+        .unwrap();
+    assert_eq!(result.text(), "after");
+    assert!(
+        traffic
+            .received()
+            .iter()
+            .any(|m| m["id"].is_null() && m["error"]["code"] == -32700)
+    );
+    client.ping().unwrap();
+    client.close();
 }
 
 #[test]

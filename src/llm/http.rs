@@ -23,8 +23,9 @@ use super::sse;
 // In-stream errors are decoded by the providers as `http::api_error`.
 pub(crate) use super::error_text::api_error;
 use super::transport::{Ctx, Ready, Stage, Tcp};
+pub(crate) use super::url::BaseUrl;
 pub(crate) use super::url::Target;
-use super::url::{BaseUrl, debug_unparsed};
+use super::url::debug_unparsed;
 use super::{CancelToken, OnEvent, ReplyEnd, StreamEvent};
 use crate::{Error, TimeoutPhase};
 use ureq::unversioned::transport::{ConnectProxyConnector, Connector, RustlsConnector};

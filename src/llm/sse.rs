@@ -3,7 +3,8 @@
 //! Feed the body of a `text/event-stream` response to [`Parser::push`] in whatever pieces the
 //! network hands over, and take the complete events with [`Parser::next_event`]. The parser
 //! follows the [WHATWG event-stream rules]: lines end with LF, CRLF or a lone CR; `data:`
-//! lines of one event are joined with `\n`; `event:` names the event; `id:` is kept; lines
+//! lines of one event are joined with `\n`; `event:` names the event; `id:` and `retry:` (the
+//! reconnection time, digits only) are kept for the events after them; lines
 //! starting with `:` are comments (keep-alives such as `: ping`) and are skipped; one space
 //! after the colon is removed; a blank line ends the event. An event with no `data` line is
 //! not dispatched.
@@ -51,6 +52,9 @@ pub struct Event {
     pub data: String,
     /// The last `id:` the stream set, if any.
     pub id: Option<String>,
+    /// The last `retry:` the stream set, in milliseconds: how long a client should wait
+    /// before it reconnects, if the stream said.
+    pub retry: Option<u64>,
 }
 
 /// The incremental parser. See the [module docs](self).
@@ -66,6 +70,7 @@ pub struct Parser {
     data: String,
     has_data: bool,
     id: Option<String>,
+    retry: Option<u64>,
     // Bytes held by the event being built, to enforce the limit.
     event_bytes: usize,
     max_event_bytes: usize,
@@ -97,6 +102,7 @@ impl Parser {
             data: String::new(),
             has_data: false,
             id: None,
+            retry: None,
             event_bytes: 0,
             max_event_bytes: DEFAULT_MAX_EVENT_BYTES,
             ready: VecDeque::new(),
@@ -222,7 +228,11 @@ impl Parser {
             "event" => value.clone_into(&mut self.event),
             // An id with NUL is ignored, per the spec.
             "id" if !value.contains('\0') => self.id = Some(value.to_owned()),
-            // `retry` and unknown fields: nothing for us to do.
+            // Only digits, per the spec; anything else is ignored.
+            "retry" if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => {
+                self.retry = value.parse().ok();
+            }
+            // Unknown fields: nothing for us to do.
             _ => {}
         }
     }
@@ -239,6 +249,7 @@ impl Parser {
             event: std::mem::take(&mut self.event),
             data: std::mem::replace(&mut self.data, spare),
             id: self.id.clone(),
+            retry: self.retry,
         });
     }
 
@@ -347,14 +358,27 @@ mod tests {
 
     #[test]
     fn data_lines_join_and_fields_parse() {
-        let events = parse(b"event: x\nid: 7\ndata: one\ndata:two\ndata\nretry: 5\n\n").unwrap();
+        let events = parse(
+            b"event: x\nid: 7\ndata: one\ndata:two\ndata\nretry: 5\n\nretry: 1.5\ndata: y\n\n",
+        )
+        .unwrap();
         assert_eq!(
             events,
-            [Event {
-                event: "x".into(),
-                data: "one\ntwo\n".into(),
-                id: Some("7".into()),
-            }]
+            [
+                Event {
+                    event: "x".into(),
+                    data: "one\ntwo\n".into(),
+                    id: Some("7".into()),
+                    retry: Some(5),
+                },
+                // A retry that is not all digits is ignored; id and retry carry on.
+                Event {
+                    event: String::new(),
+                    data: "y".into(),
+                    id: Some("7".into()),
+                    retry: Some(5),
+                },
+            ]
         );
     }
 

@@ -269,10 +269,11 @@ fn initialize(
     if let Handle::Http(http) = handle {
         http.set_protocol_version(&info.protocol_version);
     }
-    let deadline = CancelToken::with_deadline(std::time::Instant::now() + timeout);
+    let until = std::time::Instant::now() + timeout;
+    let deadline = CancelToken::with_deadline(until);
     session.notify("notifications/initialized", None, &deadline)?;
     if let Handle::Http(http) = handle {
-        http.listen();
+        http.listen(until);
     }
     Ok(info)
 }

@@ -79,6 +79,15 @@ pub enum McpError {
     /// The Streamable HTTP transport failed: an HTTP status, a connection that failed or
     /// broke off, a timeout of a phase.
     Transport(crate::Error),
+    /// The HTTP server redirected a request where this client does not follow: only a
+    /// `307` or `308` to the same origin (scheme, host and port) is followed, at most five
+    /// times. The other host was sent nothing.
+    Redirected {
+        /// The status of the redirect.
+        status: u16,
+        /// Where it pointed: its origin and path, without user info or query string.
+        location: String,
+    },
     /// The HTTP server no longer knows the session (404): connect again.
     SessionExpired,
     /// The client was closed.
@@ -134,6 +143,11 @@ impl fmt::Display for McpError {
             }
             McpError::Aborted => f.write_str("aborted"),
             McpError::Transport(e) => write!(f, "mcp over http: {e}"),
+            McpError::Redirected { status, location } => write!(
+                f,
+                "the mcp server redirected (status {status}) to {location}, which is not followed: \
+                 only up to five 307 or 308 redirects to the same origin are"
+            ),
             McpError::SessionExpired => f.write_str("the mcp server no longer knows the session"),
             McpError::Closed => f.write_str("the mcp client is closed"),
         }

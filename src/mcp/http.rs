@@ -5,57 +5,128 @@
 //! A request is sent and its reply read on a short-lived thread of its own (so that the
 //! caller sees progress while the reply streams), over the same sockets as the model
 //! providers (`llm::http`): an abort or the call's deadline shuts the socket down at once,
-//! which also tells the server that the client left; `notifications/cancelled` follows on
-//! another short-lived thread, so the caller waits for neither. The
-//! session id the server hands out in its answer to `initialize` (`Mcp-Session-Id`) goes
-//! with every later request, with the agreed protocol version (`MCP-Protocol-Version`);
-//! shutdown ends the session with a DELETE.
+//! which also tells the server that the client left. The session id the server hands out
+//! in its answer to `initialize` (`Mcp-Session-Id`) goes with every later request, with the
+//! agreed protocol version (`MCP-Protocol-Version`); shutdown ends the session with a
+//! DELETE.
+//!
+//! # Redirects
+//! A `307` or `308` to the same origin (scheme, host and port) is followed, at most
+//! [`MAX_REDIRECTS`] times, with the same method, body and headers: the Python SDK and
+//! fastmcp answer `POST /mcp/` with a `307` to `/mcp`. A `308` is permanent: later requests
+//! go to its target at once. Any other redirect, and one to another origin, is
+//! [`McpError::Redirected`], and the other host is sent nothing: the session id and the
+//! headers (credentials among them) go only where the URL says.
 //!
 //! # The server's own stream
 //! After `initialize`, a thread of its own opens the optional GET stream on which the server
 //! sends what it says unasked (`notifications/tools/list_changed`, log messages, its own
-//! requests): `Accept: text/event-stream` with the session header. Its messages are handled
-//! as those of a POST's reply (the server's requests are answered by a POST). A server that
-//! offers no such stream answers `405 Method Not Allowed` (or another error status), and
-//! the thread ends there: such a server can only speak in the replies to requests. When the
-//! stream drops while the client is open, it is opened again, once, with `Last-Event-ID`
-//! when the server gave its events ids; a stream that delivered a message earns another
-//! retry. The stream waits on its socket with no idle timeout (a server may stay silent for
-//! hours); `close()` and drop shut the socket down at once through its cancel token.
+//! requests): `Accept: text/event-stream` with the session header. `connect` returns only
+//! once the server answered that GET (or the init timeout passed): a server that sends a
+//! message right after `initialize` finds the stream open. A server that offers no stream
+//! answers `405 Method Not Allowed` (or another error status), and the thread ends there:
+//! such a server can only speak in the replies to requests. When the stream drops while the
+//! client is open, it is opened again after the server's `retry` delay (else
+//! [`RECONNECT_PAUSE`]), once, with `Last-Event-ID` when the server gave its events ids; a
+//! stream that delivered a message earns another retry. The stream waits on its socket with
+//! no idle timeout (a server may stay silent for hours); `close()` and drop shut the socket
+//! down at once through its cancel token.
+//!
+//! # Resumption
+//! A request's event stream that ends (or breaks) before the response, after the server
+//! gave its events ids, is resumed as the spec says: after the server's `retry` delay, a GET
+//! with `Last-Event-ID` opens a stream on which the server goes on, until the response comes
+//! (each resumed stream may be resumed in turn; [`MAX_IDLE_RESUMES`] in a row without a new
+//! event end it). The call's timeout and cancel token bound the whole. A stream without
+//! event ids cannot be resumed: ending it before the response is a protocol error.
+//!
+//! # Bounded
+//! The server's requests (on any stream) are answered inline, by the thread that read them,
+//! one at a time: a server that sends thousands gets them answered in turn, never a thread
+//! each. The cancellations a caller sends without waiting go to one thread through a queue
+//! of [`SIDE_QUEUE`]; one that finds it full is dropped (the call has returned already, and
+//! the server sees its socket closed).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
 use super::McpError;
 use super::session::{Router, Transport};
 use crate::cancel::CancelToken;
-use crate::llm::http::{HttpClient, Method, Post, Reply, Target, cancelled, for_each_event};
+use crate::llm::http::{
+    BaseUrl, Body, HttpClient, Method, Post, Reply, Target, cancelled, for_each_event,
+};
+use crate::llm::sse;
 
-/// How long the detached `notifications/cancelled` and the closing DELETE may take.
+/// How long an answer to the server, a detached `notifications/cancelled` and the closing
+/// DELETE may take.
 const SIDE_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// How long the server's stream waits before it is opened again after it dropped.
+/// How long a dropped stream waits before it is opened again, when the server set no
+/// `retry`.
 const RECONNECT_PAUSE: Duration = Duration::from_millis(250);
+
+/// The longest `retry` honoured; the call's own timeout bounds a resumption anyway.
+const MAX_RETRY: Duration = Duration::from_secs(60);
 
 /// How long the server's stream may stay silent: it has no idle timeout in practice.
 const LISTEN_IDLE: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// How many redirects one request follows.
+pub(crate) const MAX_REDIRECTS: usize = 5;
+
+/// How many times in a row a request's stream is resumed without a new event.
+pub(crate) const MAX_IDLE_RESUMES: usize = 3;
+
+/// How many detached messages (cancellations) may wait for their thread.
+pub(crate) const SIDE_QUEUE: usize = 64;
 
 pub(crate) struct HttpTransport {
     inner: Arc<Inner>,
     /// Cancelled on close: ends the server's stream (its socket is shut down at once).
     listening: CancelToken,
+    /// The queue of the thread that posts detached messages; taken on close, which ends it.
+    side: Mutex<Option<Sender<Vec<u8>>>>,
 }
 
 struct Inner {
-    url: String,
+    /// Where requests go: the URL given, or where a `308` moved it.
+    url: Mutex<String>,
     headers: Vec<(String, String)>,
     http: HttpClient,
     max_message_bytes: usize,
     router: Arc<Router>,
     session: Mutex<Option<String>>,
     protocol_version: Mutex<Option<String>>,
+}
+
+/// What a request's event stream said about resuming it.
+#[derive(Default)]
+struct Resume {
+    /// The id of the last event, for `Last-Event-ID`.
+    last_event_id: Option<String>,
+    /// The server's `retry`, in milliseconds.
+    retry: Option<u64>,
+}
+
+impl Resume {
+    fn note(&mut self, event: &sse::Event) {
+        if event.id.is_some() {
+            self.last_event_id.clone_from(&event.id);
+        }
+        if event.retry.is_some() {
+            self.retry = event.retry;
+        }
+    }
+
+    fn pause(&self) -> Duration {
+        self.retry
+            .map_or(RECONNECT_PAUSE, Duration::from_millis)
+            .min(MAX_RETRY)
+    }
 }
 
 impl HttpTransport {
@@ -68,36 +139,50 @@ impl HttpTransport {
         router: &Arc<Router>,
     ) -> Result<HttpTransport, McpError> {
         // Checked once here; `Target` itself is per request (it is not `Send`).
-        Target::parse(&url, None).map_err(McpError::Transport)?;
+        BaseUrl::parse(&url).map_err(McpError::Transport)?;
         let mut http = HttpClient::default();
         http.max_event_bytes = max_message_bytes;
+        let inner = Arc::new(Inner {
+            url: Mutex::new(url),
+            headers,
+            http: http.changed(),
+            max_message_bytes,
+            router: router.clone(),
+            session: Mutex::new(None),
+            protocol_version: Mutex::new(None),
+        });
+        let (side, queue) = crossbeam_channel::bounded::<Vec<u8>>(SIDE_QUEUE);
+        let worker = inner.clone();
+        std::thread::Builder::new()
+            .name("pagent-mcp-notify".into())
+            .spawn(move || worker.post_detached(&queue))
+            .map_err(|e| McpError::Spawn(format!("could not start a thread: {e}")))?;
         Ok(HttpTransport {
-            inner: Arc::new(Inner {
-                url,
-                headers,
-                http: http.changed(),
-                max_message_bytes,
-                router: router.clone(),
-                session: Mutex::new(None),
-                protocol_version: Mutex::new(None),
-            }),
+            inner,
             listening: CancelToken::new(),
+            side: Mutex::new(Some(side)),
         })
     }
 
-    /// Opens the server's stream on a thread of its own (see the module docs). Called once,
-    /// after `initialize`.
-    pub(crate) fn listen(&self) {
+    /// Opens the server's stream on a thread of its own (see the module docs), and waits
+    /// until the server answered the GET, at most until `until`. Called once, after
+    /// `initialize`.
+    pub(crate) fn listen(&self, until: Instant) {
         let inner = self.inner.clone();
         let stop = self.listening.clone();
         let mut http = self.inner.http.clone();
         http.first_byte_timeout = LISTEN_IDLE;
         http.idle_timeout = LISTEN_IDLE;
         let http = http.changed();
+        let (opened, answered) = crossbeam_channel::bounded::<()>(1);
         // Without the thread the client works as before: the server speaks only in replies.
-        let _ = std::thread::Builder::new()
+        let started = std::thread::Builder::new()
             .name("pagent-mcp-listen".into())
-            .spawn(move || inner.listen(&http, &stop));
+            .spawn(move || inner.listen(&http, &stop, opened));
+        if started.is_ok() {
+            // A message (the GET was answered) or a disconnection (the thread ended first).
+            let _ = answered.recv_deadline(until);
+        }
     }
 
     /// The protocol version to send in `MCP-Protocol-Version` from now on.
@@ -122,46 +207,82 @@ impl Inner {
         headers
     }
 
-    fn target(&self) -> Target {
-        // OK because `new` parsed the same URL.
-        Target::parse(&self.url, None).expect("the URL was checked")
+    fn url(&self) -> String {
+        self.url.lock().clone()
     }
 
-    fn post(&self, body: Vec<u8>) -> Post {
-        Post {
-            url: self.url.clone(),
-            headers: vec![
-                ("content-type", "application/json".to_owned()),
-                ("accept", "application/json, text/event-stream".to_owned()),
-            ],
-            body,
+    /// Sends one request and waits for the headers of its reply, following `307` and `308`
+    /// to the same origin (see the module docs).
+    ///
+    /// # Errors
+    /// [`McpError::Redirected`] for a redirect not followed, [`McpError::Transport`] for a
+    /// request that failed, [`McpError::Aborted`] when `cancel` is cancelled.
+    fn exchange(
+        &self,
+        http: &HttpClient,
+        method: Method,
+        body: &[u8],
+        extra: &[(String, String)],
+        cancel: &CancelToken,
+    ) -> Result<Reply, McpError> {
+        let mut url = self.url();
+        let mut hops = 0;
+        loop {
+            let accept = match method {
+                Method::Post => "application/json, text/event-stream",
+                Method::Get => "text/event-stream",
+                Method::Delete => "application/json",
+            };
+            let mut headers = vec![("accept", accept.to_owned())];
+            if method == Method::Post {
+                headers.push(("content-type", "application/json".to_owned()));
+            }
+            let post = Post {
+                url: url.clone(),
+                headers,
+                body: body.to_vec(),
+            };
+            let target = Target::parse(&url, None).map_err(McpError::Transport)?;
+            let reply = http
+                .exchange(method, &post, extra, &target, None, cancel)
+                .map_err(|e| transport_error(e, cancel))?;
+            if !(300..400).contains(&reply.status) {
+                return Ok(reply);
+            }
+            let location = reply
+                .headers
+                .get("location")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            if hops == MAX_REDIRECTS {
+                let from = BaseUrl::parse(&url).map_err(McpError::Transport)?;
+                return Err(McpError::Redirected {
+                    status: reply.status,
+                    location: from.redirect_target("", location.as_deref()),
+                });
+            }
+            url = redirected(&url, reply.status, location.as_deref())?;
+            hops += 1;
+            if reply.status == 308 {
+                // Permanent: the endpoint moved for every later request.
+                self.url.lock().clone_from(&url);
+            }
         }
     }
 
     /// Posts one message and routes every message of the reply; for a request, fails unless
-    /// the reply held its response.
+    /// the reply (or its resumption) held its response.
     fn send(
         &self,
         message: Vec<u8>,
         id: Option<u64>,
         cancel: &CancelToken,
     ) -> Result<(), McpError> {
-        let post = self.post(message);
         let Reply {
             status,
             headers,
             mut body,
-        } = self
-            .http
-            .exchange(
-                Method::Post,
-                &post,
-                &self.headers(),
-                &self.target(),
-                None,
-                cancel,
-            )
-            .map_err(|e| transport_error(e, cancel))?;
+        } = self.exchange(&self.http, Method::Post, &message, &self.headers(), cancel)?;
         let header = |name: &str| {
             headers
                 .get(name)
@@ -175,49 +296,24 @@ impl Inner {
             return Err(McpError::SessionExpired);
         }
         if status >= 400 {
-            let bytes = body.read_some(2000).unwrap_or_default();
-            return Err(McpError::Transport(crate::Error::Http {
-                status,
-                message: format!(
-                    "{} ({})",
-                    String::from_utf8_lossy(&bytes).trim(),
-                    self.target()
-                ),
-                retry_after: None,
-            }));
+            return Err(self.status_error(status, &mut body));
         }
         let content_type = header("content-type").unwrap_or_default();
         let media = content_type.split(';').next().unwrap_or("").trim();
-        let reply = |message: Vec<u8>| {
-            self.send_detached_inner(message);
-            Ok(())
-        };
         let answered = if status == 202 || id.is_none() {
             // A notification's answer has no body worth reading.
             false
         } else if media.eq_ignore_ascii_case("text/event-stream") {
-            let mut answered = false;
-            let mut failure = None;
-            for_each_event(&mut body, self.max_message_bytes, cancel, |event| {
-                if event.data.trim().is_empty() {
-                    return Ok(false);
+            let mut resume = Resume::default();
+            match self.read_stream(&mut body, id, cancel, &mut resume) {
+                Ok(true) => true,
+                // Ended or broken before the response: resumable when its events had ids.
+                Ok(false) | Err(McpError::Transport(_)) if resume.last_event_id.is_some() => {
+                    self.resume(id, cancel, resume)?
                 }
-                match self.router.deliver(event.data.as_bytes(), id, &reply) {
-                    Ok(done) => {
-                        answered |= done;
-                        Ok(done)
-                    }
-                    Err(e) => {
-                        failure = Some(e);
-                        Ok(true)
-                    }
-                }
-            })
-            .map_err(|e| transport_error(e, cancel))?;
-            if let Some(e) = failure {
-                return Err(e);
+                Ok(false) => false,
+                Err(e) => return Err(e),
             }
-            answered
         } else if media.eq_ignore_ascii_case("application/json") {
             let limit = self.max_message_bytes as u64 + 1;
             let bytes = body
@@ -229,7 +325,7 @@ impl Inner {
                     size: bytes.len(),
                 });
             }
-            self.router.deliver(&bytes, id, &reply)?
+            self.router.deliver(&bytes, id, &|m| self.answer(m))?
         } else {
             return Err(McpError::Protocol(format!(
                 "the server answered a request with the content type {content_type:?} (status {status}), \
@@ -244,25 +340,155 @@ impl Inner {
         Ok(())
     }
 
-    /// Posts a message on a thread of its own, bounded in time, without waiting for it.
-    fn send_detached_inner(&self, message: Vec<u8>) {
-        let post = self.post(message);
-        let headers = self.headers();
-        let http = self.http.clone();
-        let url = self.url.clone();
-        let _ = std::thread::Builder::new()
-            .name("pagent-mcp-notify".into())
-            .spawn(move || {
-                let Ok(target) = Target::parse(&url, None) else {
-                    return;
-                };
-                let token = CancelToken::with_deadline(Instant::now() + SIDE_REQUEST_TIMEOUT);
-                if let Ok(mut reply) =
-                    http.exchange(Method::Post, &post, &headers, &target, None, &token)
-                {
-                    let _ = reply.body.read_some(4096);
+    /// An error status of the server, with the start of its body.
+    fn status_error(&self, status: u16, body: &mut Body) -> McpError {
+        let text = body.read_text(2000, None).unwrap_or_default();
+        let target =
+            Target::parse(&self.url(), None).map_or_else(|_| String::new(), |t| t.to_string());
+        McpError::Transport(crate::Error::Http {
+            status,
+            message: format!("{} ({target})", text.trim()),
+            retry_after: None,
+        })
+    }
+
+    /// Routes every message of an event stream; true once the response to `id` came.
+    fn read_stream(
+        &self,
+        body: &mut Body,
+        id: Option<u64>,
+        cancel: &CancelToken,
+        resume: &mut Resume,
+    ) -> Result<bool, McpError> {
+        let mut failure = None;
+        let answered = for_each_event(body, self.max_message_bytes, cancel, |event| {
+            resume.note(event);
+            if event.data.trim().is_empty() {
+                // A priming event (an id and a retry, no message) or a keep-alive.
+                return Ok(false);
+            }
+            match self
+                .router
+                .deliver(event.data.as_bytes(), id, &|m| self.answer(m))
+            {
+                Ok(done) => Ok(done),
+                Err(e) => {
+                    failure = Some(e);
+                    Ok(true)
                 }
-            });
+            }
+        })
+        .map_err(|e| transport_error(e, cancel))?;
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(answered),
+        }
+    }
+
+    /// Resumes a request's stream with GETs carrying `Last-Event-ID`, each after the
+    /// server's `retry` delay, until the response to `id` comes; true when it did.
+    fn resume(
+        &self,
+        id: Option<u64>,
+        cancel: &CancelToken,
+        mut resume: Resume,
+    ) -> Result<bool, McpError> {
+        let mut idle = 0;
+        while idle < MAX_IDLE_RESUMES {
+            if cancel.wait_timeout(resume.pause()) {
+                return Err(transport_error(cancelled(cancel), cancel));
+            }
+            let before = resume.last_event_id.clone();
+            let mut headers = self.headers();
+            if let Some(last) = &before {
+                headers.push(("last-event-id".into(), last.clone()));
+            }
+            let Reply {
+                status, mut body, ..
+            } = self.exchange(&self.http, Method::Get, &[], &headers, cancel)?;
+            if status >= 400 {
+                return Err(self.status_error(status, &mut body));
+            }
+            match self.read_stream(&mut body, id, cancel, &mut resume) {
+                Ok(true) => return Ok(true),
+                Ok(false) | Err(McpError::Transport(_)) => {}
+                Err(e) => return Err(e),
+            }
+            idle = if resume.last_event_id == before {
+                idle + 1
+            } else {
+                0
+            };
+        }
+        Ok(false)
+    }
+
+    /// Answers a request of the server, on the thread that read it (see the module docs).
+    fn answer(&self, message: Vec<u8>) -> Result<(), McpError> {
+        self.post_quietly(message);
+        Ok(())
+    }
+
+    /// Posts a message bounded in time, its reply read briefly and dropped; a failure is
+    /// the server's to notice (it waits for an answer that does not come).
+    fn post_quietly(&self, message: Vec<u8>) {
+        let token = CancelToken::with_deadline(Instant::now() + SIDE_REQUEST_TIMEOUT);
+        if let Ok(mut reply) =
+            self.exchange(&self.http, Method::Post, &message, &self.headers(), &token)
+        {
+            let _ = reply.body.read_some(4096);
+        }
+    }
+
+    /// The thread of detached messages: posts each in turn until the queue closes.
+    fn post_detached(&self, queue: &Receiver<Vec<u8>>) {
+        for message in queue {
+            self.post_quietly(message);
+        }
+    }
+}
+
+/// Where a redirect of a request to `url` goes: the URL `location` names (resolved against
+/// `url` when relative) for a `307` or `308` to the same origin.
+///
+/// # Errors
+/// [`McpError::Redirected`] for another status, another origin, or no usable `Location`.
+fn redirected(url: &str, status: u16, location: Option<&str>) -> Result<String, McpError> {
+    let from = BaseUrl::parse(url).map_err(McpError::Transport)?;
+    let not_followed = || McpError::Redirected {
+        status,
+        location: from.redirect_target("", location),
+    };
+    let Some(location) = location.map(str::trim).filter(|l| !l.is_empty()) else {
+        return Err(not_followed());
+    };
+    let location = location.split('#').next().unwrap_or(location);
+    // The scheme and authority of `url`, and its path without the query.
+    let after_scheme = url.find("://").map_or(0, |i| i + 3);
+    let path_start = url[after_scheme..]
+        .find(['/', '?', '#'])
+        .map_or(url.len(), |i| after_scheme + i);
+    let (prefix, rest) = url.split_at(path_start);
+    let path = rest.split(['?', '#']).next().unwrap_or("");
+    let to = if location.contains("://") {
+        location.to_owned()
+    } else if let Some(rest) = location.strip_prefix("//") {
+        format!("{}//{rest}", &url[..after_scheme.saturating_sub(2)])
+    } else if location.starts_with('/') {
+        format!("{prefix}{location}")
+    } else {
+        // Relative to the request's path: its last segment replaced.
+        let dir = path.rfind('/').map_or("", |i| &path[..i]);
+        format!("{prefix}{dir}/{location}")
+    };
+    let Ok(target) = BaseUrl::parse(&to) else {
+        return Err(not_followed());
+    };
+    let same_origin = target.origin().eq_ignore_ascii_case(&from.origin());
+    if matches!(status, 307 | 308) && same_origin {
+        Ok(to)
+    } else {
+        Err(not_followed())
     }
 }
 
@@ -276,12 +502,14 @@ enum Listened {
 
 impl Inner {
     /// The server's stream, opened again once each time it drops, until `stop` is cancelled,
-    /// the connection ends or the server refuses it.
-    fn listen(&self, http: &HttpClient, stop: &CancelToken) {
-        let mut last_event_id = None;
+    /// the connection ends or the server refuses it. `opened` is told when the first GET was
+    /// answered (or failed).
+    fn listen(&self, http: &HttpClient, stop: &CancelToken, opened: Sender<()>) {
+        let mut resume = Resume::default();
         let mut retry = true;
+        let mut opened = Some(opened);
         loop {
-            match self.listen_once(http, stop, &mut last_event_id) {
+            match self.listen_once(http, stop, &mut resume, &mut opened) {
                 Listened::Refused => return,
                 Listened::Dropped(delivered) => retry |= delivered,
             }
@@ -289,7 +517,7 @@ impl Inner {
                 return;
             }
             retry = false;
-            let _ = stop.receiver().recv_timeout(RECONNECT_PAUSE);
+            let _ = stop.receiver().recv_timeout(resume.pause());
             if stop.is_cancelled() {
                 return;
             }
@@ -300,22 +528,21 @@ impl Inner {
         &self,
         http: &HttpClient,
         stop: &CancelToken,
-        last_event_id: &mut Option<String>,
+        resume: &mut Resume,
+        opened: &mut Option<Sender<()>>,
     ) -> Listened {
-        let get = Post {
-            url: self.url.clone(),
-            headers: vec![("accept", "text/event-stream".to_owned())],
-            body: Vec::new(),
-        };
         let mut headers = self.headers();
-        if let Some(id) = last_event_id.as_ref() {
+        if let Some(id) = resume.last_event_id.as_ref() {
             headers.push(("last-event-id".into(), id.clone()));
         }
+        let reply = self.exchange(http, Method::Get, &[], &headers, stop);
+        // Answered or failed: `connect` waits no longer (dropping the sender tells it).
+        opened.take();
         let Ok(Reply {
             status,
             headers: reply_headers,
             mut body,
-        }) = http.exchange(Method::Get, &get, &headers, &self.target(), None, stop)
+        }) = reply
         else {
             return Listened::Dropped(false);
         };
@@ -333,20 +560,17 @@ impl Inner {
             // session ended (the next request says so).
             return Listened::Refused;
         }
-        let reply = |message: Vec<u8>| {
-            self.send_detached_inner(message);
-            Ok(())
-        };
         let mut delivered = false;
         let _ = for_each_event(&mut body, self.max_message_bytes, stop, |event| {
-            if let Some(id) = &event.id {
-                *last_event_id = Some(id.clone());
-            }
+            resume.note(event);
             if event.data.trim().is_empty() {
                 return Ok(false);
             }
             delivered = true;
-            match self.router.deliver(event.data.as_bytes(), None, &reply) {
+            match self
+                .router
+                .deliver(event.data.as_bytes(), None, &|m| self.answer(m))
+            {
                 Ok(_) => Ok(false),
                 Err(e) => {
                     // As over stdio: nothing after a broken message can be trusted.
@@ -413,32 +637,74 @@ impl Transport for HttpTransport {
             .map_err(|e| McpError::Spawn(format!("could not start a thread: {e}")))
     }
 
+    /// Queued for the thread of detached messages; dropped when its queue is full.
     fn send_detached(&self, message: Vec<u8>) {
-        self.inner.send_detached_inner(message);
+        if let Some(side) = &*self.side.lock() {
+            let _ = side.try_send(message);
+        }
     }
 
     fn close(&self) {
         self.listening.cancel();
+        // The thread of detached messages posts what it holds, then ends.
+        self.side.lock().take();
         let Some(session) = self.inner.session.lock().take() else {
             return;
         };
         let mut headers = self.inner.headers.clone();
         headers.push(("mcp-session-id".into(), session));
-        let post = self.inner.post(Vec::new());
         let token = CancelToken::with_deadline(Instant::now() + SIDE_REQUEST_TIMEOUT);
-        if let Ok(mut reply) = self.inner.http.exchange(
-            Method::Delete,
-            &post,
-            &headers,
-            &self.inner.target(),
-            None,
-            &token,
-        ) {
+        if let Ok(mut reply) =
+            self.inner
+                .exchange(&self.inner.http, Method::Delete, &[], &headers, &token)
+        {
             let _ = reply.body.read_some(4096);
         }
     }
 
     fn ended(&self) -> McpError {
         McpError::Closed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redirects_are_followed_to_the_same_origin_only() {
+        let go = |status, location| redirected("http://h:8000/mcp/?k=1", status, Some(location));
+        assert_eq!(go(307, "/mcp").unwrap(), "http://h:8000/mcp");
+        assert_eq!(
+            go(308, "http://H:8000/x?y=2").unwrap(),
+            "http://H:8000/x?y=2"
+        );
+        assert_eq!(go(307, "//h:8000/a").unwrap(), "http://h:8000/a");
+        assert_eq!(go(307, "other").unwrap(), "http://h:8000/mcp/other");
+        assert_eq!(
+            go(307, "http://h:8001/mcp").unwrap_err(),
+            McpError::Redirected {
+                status: 307,
+                location: "http://h:8001/mcp".into()
+            }
+        );
+        assert_eq!(
+            go(307, "https://h:8000/mcp").unwrap_err(),
+            McpError::Redirected {
+                status: 307,
+                location: "https://h:8000/mcp".into()
+            }
+        );
+        assert_eq!(
+            go(302, "/mcp").unwrap_err(),
+            McpError::Redirected {
+                status: 302,
+                location: "http://h:8000/mcp".into()
+            }
+        );
+        assert!(matches!(
+            redirected("http://h/mcp", 307, None),
+            Err(McpError::Redirected { status: 307, .. })
+        ));
     }
 }

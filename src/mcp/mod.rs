@@ -30,10 +30,18 @@
 //!   go with every request after `initialize`, and shutdown ends the session with a DELETE.
 //!   After `initialize` a thread of the client's own opens the server's optional GET stream
 //!   (`Accept: text/event-stream`), on which the server sends what it says unasked (a
-//!   changed tool list, its own requests, which are answered); a server that offers none
-//!   answers `405`, and then speaks only in its replies. The stream is opened again, once,
-//!   with `Last-Event-ID` if it drops while the client is open, and `close()` or drop shuts
-//!   its socket down at once.
+//!   changed tool list, its own requests, which are answered); `connect` returns once the
+//!   server answered that GET, so nothing it sends right after is lost. A server that
+//!   offers none answers `405`, and then speaks only in its replies. The stream is opened
+//!   again, once, after the server's `retry` delay and with `Last-Event-ID` if it drops
+//!   while the client is open, and `close()` or drop shuts its socket down at once. A
+//!   request's event stream that ends before its response, after events with ids, is
+//!   resumed the same way (a GET with `Last-Event-ID` after `retry`), as the spec's
+//!   resumability has it. A `307` or `308` to the same origin is followed with the same
+//!   method, body and headers (the Python SDK answers `POST /mcp/` with a `307` to `/mcp`);
+//!   any other redirect, and one to another host, is [`McpError::Redirected`], and that
+//!   host is sent nothing. An error response with a `null` id in the reply to a request is
+//!   that request's error ([`McpError::Rpc`]); the connection goes on.
 //!
 //! # Lifecycle
 //! [`ClientBuilder::connect`] starts the server, sends `initialize` (asking for protocol
@@ -75,7 +83,9 @@
 //! messages are written to it through bounded queues: a caller waits for room as long as
 //! its call may take, and the answers to the server's own requests never wait, so a server
 //! that sends requests without reading what it is sent fills its pipe, then 256 answers,
-//! and the connection ends with [`McpError::NotReading`].
+//! and the connection ends with [`McpError::NotReading`]. Over HTTP the server's requests
+//! are answered one at a time by the thread that read them, never on a thread each, and the
+//! cancellations a caller sends without waiting go through one thread and a queue of 64.
 //!
 //! # Tools
 //! [`Client::tools`] lists the server's tools (every page of `tools/list`) and makes each

@@ -98,6 +98,21 @@ impl Router {
     ) -> Result<bool, McpError> {
         self.trace(super::Direction::In, bytes);
         match protocol::parse(bytes).map_err(McpError::Protocol)? {
+            // The server could not read a message of ours and cannot say which (JSON-RPC's
+            // `null` id): in the reply to a request, the error is that request's; elsewhere
+            // (stdio, the server's own stream) it belongs to none, and is only traced.
+            Incoming::Response {
+                id: Value::Null,
+                outcome: Err(e),
+            } => {
+                let Some(n) = expect else {
+                    return Ok(false);
+                };
+                if let Some(tx) = self.pending.lock().remove(&n) {
+                    let _ = tx.send(Event::Response(Err(e)));
+                }
+                Ok(true)
+            }
             Incoming::Response { id, outcome } => {
                 let Some(n) = id.as_u64().filter(|&n| n >= 1 && n <= self.last_id()) else {
                     return Err(McpError::Protocol(format!(

@@ -4,7 +4,8 @@
 mode misbehaves at `initialize` in one way, but `endless-pages`, whose `tools/list` never
 ends. Calls of the tools `die` and `babble` (not
 listed) exit and write garbage mid-call; `ask` sends the client two requests of its own;
-`hang` is never answered; `flood` stops reading and sends pings; `where` answers with its working directory and the variable
+`hang` is never answered; `flood` stops reading and sends pings; `unaddressed` sends an error with a `null` id
+before its answer; `where` answers with its working directory and the variable
 `PAGENT_MCP_TEST` of its environment, as JSON; `cancelled` answers with the params of every
 `notifications/cancelled` the server received so far, as JSON. The pid is written to
 PIDFILE, so a test can check that no process is left behind.
@@ -136,6 +137,9 @@ for line in sys.stdin:
             answer(id, {"content": [{"type": "text", "text": json.dumps(found)}]})
         elif name == "cancelled":
             answer(id, {"content": [{"type": "text", "text": json.dumps(CANCELLED)}]})
+        elif name == "unaddressed":
+            send({"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error"}})
+            answer(id, {"content": [{"type": "text", "text": "after"}]})
         elif name == "flood":
             # Stops reading its stdin and sends pings until its output is closed (at most a
             # million, some 50 MB).

@@ -188,7 +188,8 @@ fn serve(stream: TcpStream, reply: &Reply, log: &Mutex<Vec<Recorded>>, hung_up: 
     let _ = write_reply(stream, reply, hung_up);
 }
 
-fn read_request(stream: &TcpStream) -> Option<Recorded> {
+/// Reads one request (its head and a `content-length` body) from `stream`.
+pub fn read_request(stream: &TcpStream) -> Option<Recorded> {
     let mut reader = BufReader::new(stream);
     let mut line = String::new();
     reader.read_line(&mut line).ok()?;
