@@ -3,15 +3,20 @@
 
 mod support;
 
-use pagent::llm::{Anthropic, Faux, FromEnv, MAX_TOKENS_VAR, OpenAiCompat, from_env, from_env_or};
+use pagent::llm::{
+    ANTHROPIC_HEADERS_VAR, Anthropic, Faux, FromEnv, MAX_TOKENS_VAR, OPENAI_HEADERS_VAR,
+    OpenAiCompat, from_env, from_env_or,
+};
 
-const VARS: [&str; 6] = [
+const VARS: [&str; 8] = [
     "OPENAI_API_KEY",
     "OPENAI_BASE_URL",
     "ANTHROPIC_API_KEY",
     "ANTHROPIC_BASE_URL",
     "PAGENT_MODEL",
     MAX_TOKENS_VAR,
+    OPENAI_HEADERS_VAR,
+    ANTHROPIC_HEADERS_VAR,
 ];
 
 fn set(vars: &[(&str, &str)]) {
@@ -199,6 +204,67 @@ fn pagent_max_tokens_caps_the_replies_of_a_provider_from_the_environment() {
             pagent::Error::Config(format!(
                 "PAGENT_MAX_TOKENS must be a whole number of tokens above 0, not `{bad}`"
             ))
+        );
+    }
+    set(&[]);
+}
+
+/// Custom headers from the environment, one `Name: Value` per line, reach every request of
+/// the provider chosen; a line that is no header is an error naming the variable and the
+/// line, never the value.
+#[test]
+fn custom_headers_come_from_the_environment() {
+    let _env = env_lock();
+    let openai_sse = "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+    let anthropic_sse = std::str::from_utf8(&support::data("written/anthropic_text.sse"))
+        .unwrap()
+        .to_owned();
+    for (base_var, headers_var, sse) in [
+        ("OPENAI_BASE_URL", OPENAI_HEADERS_VAR, openai_sse.to_owned()),
+        ("ANTHROPIC_BASE_URL", ANTHROPIC_HEADERS_VAR, anthropic_sse),
+    ] {
+        let server = support::Server::start_exact(vec![support::Reply::sse(sse)]);
+        set(&[
+            (base_var, server.url.as_str()),
+            (
+                headers_var,
+                "api-key: azure-0123456789\n\n  X-Title :  my app  \r\nanthropic-beta: a,b",
+            ),
+        ]);
+        let chosen = from_env().unwrap();
+        let agent = pagent::Agent::builder()
+            .provider(chosen.provider)
+            .model(chosen.model)
+            .build()
+            .unwrap();
+        agent.prompt("Hi").unwrap();
+        let request = &server.requests()[0];
+        assert_eq!(
+            request.header("api-key"),
+            Some("azure-0123456789"),
+            "{base_var}"
+        );
+        assert_eq!(request.header("x-title"), Some("my app"));
+        assert_eq!(request.header("anthropic-beta"), Some("a,b"));
+        set(&[
+            (base_var, "http://127.0.0.1:9"),
+            (headers_var, "X-Ok: 1\nsk-no-colon-here"),
+        ]);
+        let error = from_env().unwrap_err().to_string();
+        assert_eq!(
+            error,
+            format!(
+                "configuration: {headers_var}: line 2 is not `Name: Value` (one header per line)"
+            )
+        );
+        set(&[
+            (base_var, "http://127.0.0.1:9"),
+            (headers_var, "Bad Name: sk-secret-value"),
+        ]);
+        let error = from_env().unwrap_err().to_string();
+        assert!(
+            error.contains(headers_var) && !error.contains("sk-secret"),
+            "{error}"
         );
     }
     set(&[]);

@@ -579,6 +579,59 @@ fn a_query_in_the_base_url_goes_after_the_path_and_never_shows() {
     );
 }
 
+/// Custom headers go with every request of every provider, after the provider's own; one
+/// of the same name replaces the provider's (here the key's `authorization`, for a gateway
+/// that takes its own token there), and a bad one fails at build, before any request.
+#[test]
+fn custom_headers_are_sent_and_replace_the_provider_headers_of_their_name() {
+    let server = Server::start(vec![
+        support::Reply::sse(SSE_TEXT),
+        support::Reply::sse_file("written/anthropic_text.sse"),
+    ]);
+    let chat = openai(&server.url)
+        .api_key("sk-replaced")
+        .header("Authorization", "Bearer gateway-token")
+        .header("HTTP-Referer", "https://example.com/app")
+        .header("X-Title", "pagent");
+    assert_eq!(agent_on(chat).prompt("Hi").unwrap().text(), "Hello");
+    let messages = anthropic(&server.url)
+        .api_key("sk-ant")
+        .header("anthropic-beta", "context-1m-2025-08-07")
+        .header("anthropic-version", "2099-01-01");
+    agent_on(messages).prompt("Hi").unwrap();
+    let requests = server.requests();
+    let all = |i: usize, name: &str| -> Vec<&str> {
+        requests[i]
+            .headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+            .collect()
+    };
+    assert_eq!(all(0, "authorization"), ["Bearer gateway-token"]);
+    assert_eq!(all(0, "http-referer"), ["https://example.com/app"]);
+    assert_eq!(all(0, "x-title"), ["pagent"]);
+    assert_eq!(all(0, "content-type"), ["application/json"]);
+    assert_eq!(all(1, "x-api-key"), ["sk-ant"]);
+    assert_eq!(all(1, "anthropic-beta"), ["context-1m-2025-08-07"]);
+    assert_eq!(all(1, "anthropic-version"), ["2099-01-01"]);
+    for (name, value) in [("Bad Name", "v"), ("x-ok", "sk-value\nbreak"), ("", "v")] {
+        let probe = Probe::start(vec![]);
+        let built = Agent::builder()
+            .provider(openai(&probe.url).header(name, value))
+            .build();
+        let Err(Error::Config(message)) = built else {
+            panic!("{name:?}: a configuration error");
+        };
+        assert!(message.starts_with("the header `"), "{message}");
+        assert!(
+            !message.contains("sk-value"),
+            "the value is not shown: {message}"
+        );
+        assert_eq!(probe.requests(), 0);
+    }
+}
+
 #[test]
 fn a_provider_debug_shows_no_user_info_query_or_key_even_for_a_bad_url() {
     let anthropic = Anthropic::new("https://me:sk-pw-0123456789@h.example:99999/?k=sk-q-0123")

@@ -64,16 +64,19 @@ impl Anthropic {
         }
     }
 
-    /// A provider configured from `ANTHROPIC_BASE_URL` (default [`ANTHROPIC_BASE_URL`]) and
-    /// `ANTHROPIC_API_KEY`. Empty variables count as unset.
+    /// A provider configured from `ANTHROPIC_BASE_URL` (default [`ANTHROPIC_BASE_URL`]),
+    /// `ANTHROPIC_API_KEY` and `ANTHROPIC_CUSTOM_HEADERS` (one `Name: Value` per line, such
+    /// as `anthropic-beta: ...`; see [`Anthropic::header`]). Empty variables count as unset.
     ///
     /// # Errors
-    /// [`Error::NotConfigured`] when neither variable is set; [`Error::Config`] naming
-    /// `ANTHROPIC_BASE_URL` when its URL does not parse.
+    /// [`Error::NotConfigured`] when neither the base URL nor the key is set;
+    /// [`Error::Config`] naming `ANTHROPIC_BASE_URL` when its URL does not parse, or
+    /// `ANTHROPIC_CUSTOM_HEADERS` when a header cannot be sent.
     pub fn from_env() -> Result<Anthropic, Error> {
         Endpoint::from_env(
             "ANTHROPIC_BASE_URL",
             "ANTHROPIC_API_KEY",
+            Some(super::ANTHROPIC_HEADERS_VAR),
             ANTHROPIC_BASE_URL,
             "set ANTHROPIC_API_KEY, or ANTHROPIC_BASE_URL for a compatible server",
         )

@@ -48,6 +48,16 @@ const NOTHING_SET: &str = "no provider in the environment: set OPENAI_API_KEY (o
 /// The variable that caps the tokens of each reply (`max_tokens`), read by [`from_env`].
 pub const MAX_TOKENS_VAR: &str = "PAGENT_MAX_TOKENS";
 
+/// The variable of the custom headers of an OpenAI provider from the environment
+/// ([`OpenAiCompat::from_env`] and `OpenAiResponses::from_env`): one `Name: Value` per line,
+/// as in `OPENAI_CUSTOM_HEADERS=$'api-key: ...\nX-Title: my app'`. See the `header` setter of
+/// each provider for what is sent and redacted.
+pub const OPENAI_HEADERS_VAR: &str = "OPENAI_CUSTOM_HEADERS";
+
+/// The variable of the custom headers of [`Anthropic::from_env`]: one `Name: Value` per line,
+/// as in `ANTHROPIC_CUSTOM_HEADERS='anthropic-beta: context-1m-2025-08-07'`.
+pub const ANTHROPIC_HEADERS_VAR: &str = "ANTHROPIC_CUSTOM_HEADERS";
+
 /// The provider and model the environment names.
 ///
 /// - `ANTHROPIC_API_KEY` or `ANTHROPIC_BASE_URL` set: [`Anthropic::from_env`], model
@@ -62,6 +72,10 @@ pub const MAX_TOKENS_VAR: &str = "PAGENT_MAX_TOKENS";
 /// provider's `max_tokens` (a small local model may otherwise stream thousands of tokens
 /// for "a short story"). Unset, OpenAI-compatible servers use their own limit and
 /// Anthropic 8192.
+///
+/// `OPENAI_CUSTOM_HEADERS` ([`OPENAI_HEADERS_VAR`]) and `ANTHROPIC_CUSTOM_HEADERS`
+/// ([`ANTHROPIC_HEADERS_VAR`]) add headers to every request of the provider chosen: one
+/// `Name: Value` per line.
 ///
 /// # Empty variables
 /// A variable set to an empty (or blank) value counts as unset, as the official SDKs and
@@ -84,7 +98,8 @@ pub const MAX_TOKENS_VAR: &str = "PAGENT_MAX_TOKENS";
 /// # Errors
 /// [`Error::NotConfigured`] when none of the variables is set ([`Error::is_not_configured`]);
 /// [`Error::Config`] when the chosen provider cannot be set up (a base URL that does not
-/// parse: no scheme, no host, a port outside 1-65535...) or `PAGENT_MAX_TOKENS` is not a
+/// parse: no scheme, no host, a port outside 1-65535...), its custom headers cannot be sent
+/// (a line without `:`, a name that is not an HTTP token) or `PAGENT_MAX_TOKENS` is not a
 /// whole number above 0.
 pub fn from_env() -> Result<FromEnv, Error> {
     let model = |default: &str| env_var("PAGENT_MODEL").unwrap_or_else(|| default.to_owned());
@@ -190,4 +205,31 @@ pub(crate) fn base_and_key(
         return Err(not_configured(hint, &[key_var, base_var]));
     }
     Ok((base.unwrap_or_else(|| default.to_owned()), key))
+}
+
+/// The custom headers of the variable `var`: one `Name: Value` per line (the format of
+/// `ANTHROPIC_CUSTOM_HEADERS` elsewhere in the ecosystem); blank lines are skipped, and the
+/// name and value are trimmed. Unset or empty: none.
+///
+/// # Errors
+/// [`Error::Config`] naming `var` and the line number for a line without a `:`; the value
+/// is never shown (it may be a key).
+pub(crate) fn headers(var: &str) -> Result<Vec<(String, String)>, Error> {
+    let Some(text) = env_var(var) else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let Some((name, value)) = line.split_once(':') else {
+            return Err(Error::Config(format!(
+                "{var}: line {} is not `Name: Value` (one header per line)",
+                n + 1
+            )));
+        };
+        out.push((name.trim().to_owned(), value.trim().to_owned()));
+    }
+    Ok(out)
 }

@@ -67,7 +67,7 @@ pub(crate) fn api_error(error: &serde_json::Value) -> Error {
 
 /// `text` without the key, then cut to `limit` bytes on a character boundary: in this order,
 /// so that a cut can never leave a part of the key behind.
-pub(crate) fn clip(text: String, secret: Option<&str>, limit: usize) -> String {
+pub(crate) fn clip(text: String, secret: Option<&Secrets<'_>>, limit: usize) -> String {
     truncate(scrub(text, secret), limit)
 }
 
@@ -91,13 +91,74 @@ pub(crate) const KEY_RUN: usize = 8;
 /// The shortest start of the key that is removed from the end of a body cut short.
 const MIN_KEY_PREFIX: usize = 4;
 
-/// `text` without the key: every run of [`KEY_RUN`] or more bytes made of pieces of the key
-/// (the key whole, a cut part of it, its characters echoed in a longer token) replaced by
-/// `<redacted>`.
-pub(crate) fn scrub(text: String, secret: Option<&str>) -> String {
-    let Some(key) = secret.filter(|k| !k.is_empty()) else {
+/// What must never show in a text that leaves a provider: the API key, and the values of the
+/// custom headers named like a credential (see [`is_credential_header`]).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Secrets<'a> {
+    keys: Vec<&'a str>,
+}
+
+impl<'a> Secrets<'a> {
+    /// The key `key` and the credentials among `headers`. A header value with a scheme
+    /// (`Bearer <token>`) counts by its credential, the last word: the scheme is a word of
+    /// the protocol, and a key is matched in runs of its own bytes.
+    pub(crate) fn new(key: Option<&'a str>, headers: &'a [(String, String)]) -> Secrets<'a> {
+        let credentials = headers
+            .iter()
+            .filter(|(name, _)| is_credential_header(name))
+            .map(|(_, value)| value.trim().rsplit(' ').next().unwrap_or(""));
+        Secrets {
+            keys: key
+                .into_iter()
+                .chain(credentials)
+                .filter(|k| !k.is_empty())
+                .collect(),
+        }
+    }
+
+    /// Only this key.
+    #[cfg(test)]
+    pub(crate) fn key(key: &'a str) -> Secrets<'a> {
+        Secrets::new(Some(key), &[])
+    }
+}
+
+/// True for a header whose value is a credential, by its name: `authorization`, `api-key`,
+/// `x-api-key`, `x-auth-token`, `cookie`, `ocp-apim-subscription-key`... (any name holding
+/// `auth`, `key`, `token`, `secret`, `password`, `cookie`, `credential`, `session` or
+/// `signature`, in any case).
+pub(crate) fn is_credential_header(name: &str) -> bool {
+    const WORDS: [&str; 10] = [
+        "auth",
+        "key",
+        "token",
+        "secret",
+        "password",
+        "passwd",
+        "cookie",
+        "credential",
+        "session",
+        "signature",
+    ];
+    let name = name.to_ascii_lowercase();
+    WORDS.iter().any(|word| name.contains(word))
+}
+
+/// `text` without the secrets: every run of [`KEY_RUN`] or more bytes made of pieces of a
+/// key (the key whole, a cut part of it, its characters echoed in a longer token) replaced
+/// by `<redacted>`.
+pub(crate) fn scrub(text: String, secret: Option<&Secrets<'_>>) -> String {
+    let Some(secrets) = secret else { return text };
+    secrets
+        .keys
+        .iter()
+        .fold(text, |text, key| scrub_key(text, key))
+}
+
+fn scrub_key(text: String, key: &str) -> String {
+    if key.is_empty() {
         return text;
-    };
+    }
     let spans = key_runs(text.as_bytes(), key.as_bytes());
     if spans.is_empty() {
         return text;
@@ -159,15 +220,19 @@ fn ceil_char_boundary(s: &str, mut i: usize) -> usize {
 /// stopped before the body's end (`cut`: a limit, a timeout, a broken connection), a start
 /// of the key of [`MIN_KEY_PREFIX`] bytes or more at the very end goes too: the rest of the
 /// key was in the part not read.
-pub(crate) fn scrub_read(bytes: &[u8], cut: bool, secret: Option<&str>) -> String {
-    let key = secret.unwrap_or("").as_bytes();
-    let prefix = if cut {
-        (MIN_KEY_PREFIX..key.len())
-            .rev()
-            .find(|&n| bytes.ends_with(&key[..n]))
-    } else {
-        None
-    };
+pub(crate) fn scrub_read(bytes: &[u8], cut: bool, secret: Option<&Secrets<'_>>) -> String {
+    let keys = secret.map_or(&[][..], |s| &s.keys[..]);
+    // The longest start of any key the bytes end with.
+    let prefix = keys
+        .iter()
+        .filter(|_| cut)
+        .filter_map(|key| {
+            let key = key.as_bytes();
+            (MIN_KEY_PREFIX..key.len())
+                .rev()
+                .find(|&n| bytes.ends_with(&key[..n]))
+        })
+        .max();
     let text = match prefix {
         Some(n) => String::from_utf8_lossy(&bytes[..bytes.len() - n]).into_owned() + REDACTED,
         None => String::from_utf8_lossy(bytes).into_owned(),
@@ -177,7 +242,7 @@ pub(crate) fn scrub_read(bytes: &[u8], cut: bool, secret: Option<&str>) -> Strin
 
 /// `e` with the key scrubbed from every text it holds, then each text cut to
 /// [`FINAL_MESSAGE_LIMIT`] (texts built here are shorter already; in-stream errors are not).
-pub(super) fn scrub_error(mut e: Error, secret: Option<&str>) -> Error {
+pub(super) fn scrub_error(mut e: Error, secret: Option<&Secrets<'_>>) -> Error {
     let texts = match &mut e {
         Error::Api { kind, message } => vec![kind, message],
         Error::ContentType {
@@ -211,7 +276,7 @@ pub(super) fn scrub_error(mut e: Error, secret: Option<&str>) -> Error {
 /// `event` with the key scrubbed from the error text of a retry (built redacted already:
 /// see `HttpClient::open`; this is the second line of defence, as `scrub_error` is for
 /// errors).
-pub(super) fn scrub_event(event: StreamEvent, secret: Option<&str>) -> StreamEvent {
+pub(super) fn scrub_event(event: StreamEvent, secret: Option<&Secrets<'_>>) -> StreamEvent {
     match event {
         StreamEvent::Retry {
             attempt,
@@ -298,12 +363,12 @@ mod tests {
     fn the_key_is_scrubbed_from_messages() {
         let m = scrub(
             "Incorrect API key provided: sk-secret".into(),
-            Some("sk-secret"),
+            Some(&Secrets::key("sk-secret")),
         );
         assert_eq!(m, "Incorrect API key provided: <redacted>");
-        assert_eq!(scrub("x".into(), Some("")), "x");
-        let key = Some("sk-accept-SECRET-0123456789");
-        let cut = |text: &str| scrub(text.into(), key);
+        assert_eq!(scrub("x".into(), Some(&Secrets::key(""))), "x");
+        let key = Secrets::key("sk-accept-SECRET-0123456789");
+        let cut = |text: &str| scrub(text.into(), Some(&key));
         // Eight bytes of the key or more, wherever they are, whole or in pieces.
         assert_eq!(cut("key sk-accept-SECRE..."), "key <redacted>...");
         assert_eq!(cut("a CRET-012 b"), "a <redacted> b");
@@ -314,18 +379,24 @@ mod tests {
         // Fewer stay: they are no part of a key anyone can use.
         assert_eq!(cut("key sk-acce..."), "key sk-acce...");
         // A key shorter than the run is removed where it is whole.
-        assert_eq!(scrub("k=abc, ab".into(), Some("abc")), "k=<redacted>, ab");
+        assert_eq!(
+            scrub("k=abc, ab".into(), Some(&Secrets::key("abc"))),
+            "k=<redacted>, ab"
+        );
         // A key that is not ASCII is removed by whole characters.
         assert_eq!(
-            scrub("é-clé-secrète-42!".into(), Some("clé-secrète-42")),
+            scrub(
+                "é-clé-secrète-42!".into(),
+                Some(&Secrets::key("clé-secrète-42"))
+            ),
             "é-<redacted>!"
         );
     }
 
     #[test]
     fn a_body_cut_inside_the_key_loses_the_start_of_the_key() {
-        let key = Some("sk-accept-SECRET-0123456789");
-        let read = |bytes: &str, cut| scrub_read(bytes.as_bytes(), cut, key);
+        let key = Secrets::key("sk-accept-SECRET-0123456789");
+        let read = |bytes: &str, cut| scrub_read(bytes.as_bytes(), cut, Some(&key));
         // The read stopped after 5 bytes of the key: fewer than a run, gone all the same.
         assert_eq!(read("   sk-ac", true), "   <redacted>");
         assert_eq!(read("   sk-a", true), "   <redacted>");
@@ -344,12 +415,58 @@ mod tests {
         for offset in 0..40 {
             let body = format!("{}{key}{}", " ".repeat(offset), "y".repeat(40));
             for limit in 0..body.len() {
-                let cut = clip(body.clone(), Some(key), limit);
+                let cut = clip(body.clone(), Some(&Secrets::key(key)), limit);
                 assert_eq!(runs(&cut), vec![], "{offset} {limit}: {cut}");
-                let read = scrub_read(&body.as_bytes()[..limit], true, Some(key));
+                let read = scrub_read(&body.as_bytes()[..limit], true, Some(&Secrets::key(key)));
                 assert!(!read.contains("sk-A"), "{offset} {limit}: {read}");
                 assert_eq!(runs(&read), vec![], "{offset} {limit}: {read}");
             }
+        }
+    }
+
+    #[test]
+    fn credential_headers_are_secrets_as_the_key_is() {
+        let headers = [
+            ("api-key".to_owned(), "azure-0123456789abcdef".to_owned()),
+            (
+                "Authorization".to_owned(),
+                "Bearer gw-token-ABCDEFGHIJ".to_owned(),
+            ),
+            (
+                "anthropic-beta".to_owned(),
+                "prompt-caching-2024-07-31".to_owned(),
+            ),
+            ("X-Title".to_owned(), "my app title".to_owned()),
+        ];
+        let secrets = Secrets::new(Some("sk-main-key-987654321"), &headers);
+        let text = "k sk-main-key-987654321 a azure-0123456789abcdef b gw-token-ABCDEFGHIJ \
+                    c prompt-caching-2024-07-31 my app title Bearer"
+            .to_owned();
+        assert_eq!(
+            scrub(text, Some(&secrets)),
+            "k <redacted> a <redacted> b <redacted> \
+             c prompt-caching-2024-07-31 my app title Bearer"
+        );
+        // A read cut inside a header's credential loses its start too.
+        assert_eq!(
+            scrub_read(b"echo: gw-tok", true, Some(&secrets)),
+            "echo: <redacted>"
+        );
+        for name in [
+            "x-api-key",
+            "Cookie",
+            "X-Auth-Token",
+            "ocp-apim-subscription-key",
+        ] {
+            assert!(is_credential_header(name), "{name}");
+        }
+        for name in [
+            "anthropic-beta",
+            "openai-organization",
+            "x-title",
+            "user-agent",
+        ] {
+            assert!(!is_credential_header(name), "{name}");
         }
     }
 }

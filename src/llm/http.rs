@@ -16,7 +16,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::error_text::{
-    ERROR_MESSAGE_LIMIT, clip, error_message, gave_up, scrub_error, scrub_event, scrub_read,
+    ERROR_MESSAGE_LIMIT, Secrets, clip, error_message, gave_up, is_credential_header, scrub,
+    scrub_error, scrub_event, scrub_read,
 };
 use super::retry::{RetryPolicy, parse_retry_after};
 use super::sse;
@@ -77,8 +78,8 @@ impl std::fmt::Debug for HttpClient {
     }
 }
 
-/// Where requests go and with which key: the part of a provider's settings that holds the
-/// secret, so that its `Debug` is written once, redacted.
+/// Where requests go, with which key and headers: the part of a provider's settings that
+/// holds secrets, so that its `Debug` is written once, redacted.
 #[derive(Clone)]
 pub(crate) struct Endpoint {
     /// As given (without surrounding whitespace and trailing slashes), for `base_url()`.
@@ -87,6 +88,9 @@ pub(crate) struct Endpoint {
     /// `check` (the agent's `build`) and every request at once, without retries.
     base: Result<BaseUrl, Error>,
     pub(crate) api_key: Option<String>,
+    /// Sent with every request, after the provider's own headers, each replacing a provider
+    /// header of the same name (names compared without case).
+    pub(crate) headers: Vec<(String, String)>,
     pub(crate) http: HttpClient,
 }
 
@@ -97,6 +101,7 @@ impl Endpoint {
             base: BaseUrl::parse(&base_url),
             base_url,
             api_key: None,
+            headers: Vec::new(),
             http: HttpClient::default(),
         }
     }
@@ -106,33 +111,69 @@ impl Endpoint {
     /// # Errors
     /// [`Error::Config`] for a base URL that did not parse (see [`BaseUrl::parse`]).
     pub(crate) fn check(&self) -> Result<(), Error> {
-        match &self.base {
-            Ok(_) => Ok(()),
-            Err(e) => Err(scrub_error(e.clone(), self.api_key.as_deref())),
+        let secrets = self.secrets();
+        if let Err(e) = &self.base {
+            return Err(scrub_error(e.clone(), Some(&secrets)));
         }
+        for (name, value) in &self.headers {
+            let bad = |why: &str| {
+                let shown = clip(name.clone(), Some(&secrets), 60);
+                Err(Error::Config(format!("the header `{shown}` {why}")))
+            };
+            if name.is_empty() || !name.bytes().all(is_token_byte) {
+                return bad("is not a valid header name");
+            }
+            if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
+                return bad("has a line break or a NUL in its value");
+            }
+        }
+        Ok(())
     }
 
-    /// The endpoint the environment names: the base URL from `base_var` (else `default`) and
-    /// the key from `key_var`.
+    /// Adds a header sent with every request (see [`Endpoint::headers`]).
+    pub(crate) fn add_header(&mut self, name: String, value: String) {
+        self.headers
+            .push((name.trim().to_owned(), value.trim().to_owned()));
+    }
+
+    /// What no text may show: the key and the credential headers' values.
+    fn secrets(&self) -> Secrets<'_> {
+        Secrets::new(self.api_key.as_deref(), &self.headers)
+    }
+
+    /// The endpoint the environment names: the base URL from `base_var` (else `default`),
+    /// the key from `key_var` and custom headers from `headers_var`.
     ///
     /// # Errors
     /// [`Error::NotConfigured`] saying `hint` when neither variable is set; [`Error::Config`]
-    /// naming `base_var` when its URL does not parse.
+    /// naming `base_var` when its URL does not parse, or `headers_var` when its headers
+    /// cannot be sent (see [`super::env::headers`]).
     pub(crate) fn from_env(
         base_var: &str,
         key_var: &str,
+        headers_var: Option<&str>,
         default: &str,
         hint: &str,
     ) -> Result<Endpoint, Error> {
         let (base, key) = super::env::base_and_key(base_var, key_var, default, hint)?;
-        let endpoint = Endpoint {
+        let named = |var: &str| {
+            let var = var.to_owned();
+            move |e| match e {
+                Error::Config(why) => Error::Config(format!("{var}: {why}")),
+                other => other,
+            }
+        };
+        let mut endpoint = Endpoint {
             api_key: key,
             ..Endpoint::new(base)
         };
-        endpoint.check().map_err(|e| match e {
-            Error::Config(why) => Error::Config(format!("{base_var}: {why}")),
-            other => other,
-        })?;
+        endpoint.check().map_err(named(base_var))?;
+        if let Some(var) = headers_var {
+            for (name, value) in super::env::headers(var)? {
+                endpoint.add_header(name, value);
+            }
+            endpoint.check().map_err(named(var))?;
+        }
         Ok(endpoint)
     }
 
@@ -140,8 +181,9 @@ impl Endpoint {
     /// `on_event` as it comes; see [`HttpClient::open`] for the retries. Returns how the
     /// reply ended, as the decoder says.
     ///
-    /// Every error returned, and every retry announced, has the API key scrubbed from it: a
-    /// server may echo the key in an error body, an in-stream error or a broken reply.
+    /// Every error returned, and every retry announced, has the API key and the credential
+    /// headers scrubbed from it: a server may echo them in an error body, an in-stream error
+    /// or a broken reply.
     pub(crate) fn stream(
         &self,
         call: Call<'_>,
@@ -149,9 +191,10 @@ impl Endpoint {
         cancel: &CancelToken,
         on_event: &mut OnEvent<'_>,
     ) -> Result<ReplyEnd, Error> {
-        let secret = self.api_key.as_deref();
+        let secrets = self.secrets();
+        let secret = Some(&secrets);
         let mut on_event = |event| on_event(scrub_event(event, secret));
-        self.stream_unscrubbed(call, decoder, cancel, &mut on_event)
+        self.stream_unscrubbed(call, decoder, secret, cancel, &mut on_event)
             .map_err(|e| scrub_error(e, secret))
     }
 
@@ -159,12 +202,21 @@ impl Endpoint {
         &self,
         mut call: Call<'_>,
         mut decoder: impl Decode,
+        secret: Option<&Secrets<'_>>,
         cancel: &CancelToken,
         on_event: &mut OnEvent<'_>,
     ) -> Result<ReplyEnd, Error> {
+        self.check()?;
         let base = self.base.as_ref().map_err(Clone::clone)?;
         call.headers
             .push(("content-type", "application/json".to_owned()));
+        // A custom header replaces the provider's own of the same name.
+        call.headers.retain(|(name, _)| {
+            !self
+                .headers
+                .iter()
+                .any(|(custom, _)| custom.eq_ignore_ascii_case(name))
+        });
         // The body bytes move into the request as they are: serialized once per model call,
         // and every attempt sends these same bytes.
         let post = Post {
@@ -172,18 +224,23 @@ impl Endpoint {
             headers: call.headers,
             body: call.body,
         };
-        let secret = self.api_key.as_deref();
         let target = base.target(call.path, secret);
         let to = Redirects {
             base,
             path: call.path,
         };
         // A retry notice adds nothing to the reply, so the agent never refuses one.
-        let mut body = self
-            .http
-            .open(&post, &target, &to, secret, cancel, &mut |event| {
+        let mut body = self.http.open(
+            &post,
+            &self.headers,
+            &target,
+            &to,
+            secret,
+            cancel,
+            &mut |event| {
                 let _ = on_event(event);
-            })?;
+            },
+        )?;
         let mut out = Emitter { on_event };
         let ended = for_each_event(&mut body, self.http.max_event_bytes, cancel, |event| {
             decoder.event(&event.data, &mut out)
@@ -236,18 +293,37 @@ impl Emitter<'_, '_> {
 }
 
 impl std::fmt::Debug for Endpoint {
-    /// The base URL without user info and query string (they may hold keys), the key as
-    /// `<redacted>`.
+    /// The base URL without user info and query string (they may hold keys), the key and
+    /// the values of credential headers as `<redacted>`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut d = f.debug_struct("Endpoint");
         match &self.base {
             Ok(base) => d.field("base_url", base),
             Err(_) => d.field("base_url", &debug_unparsed(&self.base_url)),
         };
+        let secrets = self.secrets();
+        let headers: Vec<(&str, String)> = self
+            .headers
+            .iter()
+            .map(|(name, value)| {
+                let shown = if is_credential_header(name) {
+                    "<redacted>".to_owned()
+                } else {
+                    scrub(value.clone(), Some(&secrets))
+                };
+                (name.as_str(), shown)
+            })
+            .collect();
         d.field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("headers", &headers)
             .field("http", &self.http)
             .finish()
     }
+}
+
+/// A byte of an HTTP header name (a `token` of RFC 9110).
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 /// The HTTP method of an [`HttpClient::exchange`]. The providers only POST; GET and DELETE
@@ -319,18 +395,20 @@ impl HttpClient {
     ///
     /// A redirect (3xx) is never followed: it is an [`Error::Http`] naming where it points
     /// (`to` resolves a relative `Location`), without its query string.
+    #[allow(clippy::too_many_arguments)] // OK because each is one part of the request.
     pub(crate) fn open(
         &self,
         post: &Post,
+        extra: &[(String, String)],
         target: &Target,
         to: &Redirects<'_>,
-        secret: Option<&str>,
+        secret: Option<&Secrets<'_>>,
         cancel: &CancelToken,
         on_event: &mut dyn FnMut(StreamEvent),
     ) -> Result<Body, Error> {
         let mut attempt = 0;
         loop {
-            let error = match self.attempt(post, target, to, secret, cancel) {
+            let error = match self.attempt(post, extra, target, to, secret, cancel) {
                 Ok(body) => return Ok(body),
                 Err(e) => e,
             };
@@ -352,16 +430,17 @@ impl HttpClient {
     fn attempt(
         &self,
         post: &Post,
+        extra: &[(String, String)],
         target: &Target,
         to: &Redirects<'_>,
-        secret: Option<&str>,
+        secret: Option<&Secrets<'_>>,
         cancel: &CancelToken,
     ) -> Result<Body, Error> {
         let Reply {
             status,
             headers,
             mut body,
-        } = self.exchange(Method::Post, post, &[], target, secret, cancel)?;
+        } = self.exchange(Method::Post, post, extra, target, secret, cancel)?;
         let header = |name: &str| {
             headers
                 .get(name)
@@ -421,7 +500,7 @@ impl HttpClient {
         post: &Post,
         extra: &[(String, String)],
         target: &Target,
-        secret: Option<&str>,
+        secret: Option<&Secrets<'_>>,
         cancel: &CancelToken,
     ) -> Result<Reply, Error> {
         if cancel.is_cancelled() {
@@ -495,7 +574,7 @@ pub(crate) fn cancelled(cancel: &CancelToken) -> Error {
 }
 
 /// The error of a request that failed before its reply started.
-fn failed(ctx: &Ctx, e: ureq::Error, target: &Target, secret: Option<&str>) -> Error {
+fn failed(ctx: &Ctx, e: ureq::Error, target: &Target, secret: Option<&Secrets<'_>>) -> Error {
     if ctx.cancel.is_cancelled() {
         return cancelled(&ctx.cancel);
     }
@@ -661,7 +740,11 @@ impl Body {
     /// The text of up to `limit` bytes of the body (as [`Body::read_some`]), without the key
     /// `secret`, also when the read stopped in the middle of it (see
     /// [`scrub_read`](super::error_text::scrub_read)).
-    pub(crate) fn read_text(&mut self, limit: u64, secret: Option<&str>) -> Result<String, Error> {
+    pub(crate) fn read_text(
+        &mut self,
+        limit: u64,
+        secret: Option<&Secrets<'_>>,
+    ) -> Result<String, Error> {
         let (bytes, ended) = self.read_up_to(limit)?;
         Ok(scrub_read(&bytes, !ended, secret))
     }

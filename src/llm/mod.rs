@@ -81,6 +81,28 @@ macro_rules! http_setters {
                 self
             }
 
+            /// A header sent with every request, after the provider's own: an Azure
+            /// `api-key`, `anthropic-beta`, OpenRouter's `HTTP-Referer` and `X-Title`, a
+            /// gateway's token. It replaces a header of the provider of the same name (names
+            /// compared without case), the key's header included; add it again to send a
+            /// name twice. The value of a header named like a credential (a name holding
+            /// `auth`, `key`, `token`, `secret`, `password`, `cookie`, `credential`,
+            /// `session` or `signature`) is redacted as the key is: never in `Debug`,
+            /// errors or events, not even in part. Defaults to none.
+            ///
+            /// A name that is not an HTTP token, or a value with a line break, fails
+            /// [`Provider::check`](crate::llm::Provider::check) (and so the agent's
+            /// `build`) with [`Error::Config`](crate::Error::Config).
+            #[must_use]
+            pub fn header(
+                mut self,
+                name: impl Into<String>,
+                value: impl Into<String>,
+            ) -> $provider {
+                self.endpoint.add_header(name.into(), value.into());
+                self
+            }
+
             /// The base URL requests go to.
             pub fn base_url(&self) -> &str {
                 &self.endpoint.base_url
@@ -153,7 +175,9 @@ mod transport;
 mod url;
 
 pub use anthropic::{ANTHROPIC_BASE_URL, ANTHROPIC_VERSION, Anthropic};
-pub use env::{FromEnv, MAX_TOKENS_VAR, from_env, from_env_or};
+pub use env::{
+    ANTHROPIC_HEADERS_VAR, FromEnv, MAX_TOKENS_VAR, OPENAI_HEADERS_VAR, from_env, from_env_or,
+};
 pub use faux::{Faux, FauxReply};
 pub use openai::{OPENAI_BASE_URL, OpenAiCompat};
 pub use retry::RetryPolicy;

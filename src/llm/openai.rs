@@ -79,18 +79,21 @@ impl OpenAiCompat {
         }
     }
 
-    /// A provider configured from `OPENAI_BASE_URL` (default [`OPENAI_BASE_URL`]) and
-    /// `OPENAI_API_KEY`. Empty variables count as unset (`OPENAI_BASE_URL=""` with a key set
-    /// is OpenAI's own URL; see [`from_env`](super::from_env)).
+    /// A provider configured from `OPENAI_BASE_URL` (default [`OPENAI_BASE_URL`]),
+    /// `OPENAI_API_KEY` and `OPENAI_CUSTOM_HEADERS` (one `Name: Value` per line, see
+    /// [`OpenAiCompat::header`]). Empty variables count as unset (`OPENAI_BASE_URL=""` with a
+    /// key set is OpenAI's own URL; see [`from_env`](super::from_env)).
     ///
     /// # Errors
     /// [`Error::NotConfigured`] when neither variable is set: OpenAI itself needs a key, a local
     /// server needs its URL. [`Error::Config`] naming `OPENAI_BASE_URL` when its URL does not
-    /// parse (no scheme, no host, a port outside 1-65535...).
+    /// parse (no scheme, no host, a port outside 1-65535...), or `OPENAI_CUSTOM_HEADERS` when
+    /// a header cannot be sent.
     pub fn from_env() -> Result<OpenAiCompat, Error> {
         Endpoint::from_env(
             "OPENAI_BASE_URL",
             "OPENAI_API_KEY",
+            Some(super::OPENAI_HEADERS_VAR),
             OPENAI_BASE_URL,
             "set OPENAI_API_KEY, or OPENAI_BASE_URL for a local server",
         )

@@ -11,7 +11,7 @@
 use std::fmt;
 use std::rc::Rc;
 
-use super::error_text::clip;
+use super::error_text::{Secrets, clip};
 use crate::Error;
 
 /// A parsed `http` or `https` URL: the base URL of a provider.
@@ -140,7 +140,7 @@ impl BaseUrl {
 
     /// The request to `path` as errors name it: `POST`, the origin and the path; no user
     /// info, no query string.
-    pub(crate) fn target(&self, path: &str, secret: Option<&str>) -> Target {
+    pub(crate) fn target(&self, path: &str, secret: Option<&Secrets<'_>>) -> Target {
         let text = format!("POST {}{}{path}", self.origin(), self.path_or_root(path));
         Target(clip(text, secret, 500).into())
     }
@@ -271,7 +271,7 @@ impl Target {
     /// # Errors
     /// [`Error::Config`] for a URL [`BaseUrl::parse`] refuses.
     #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
-    pub(crate) fn parse(url: &str, secret: Option<&str>) -> Result<Target, Error> {
+    pub(crate) fn parse(url: &str, secret: Option<&Secrets<'_>>) -> Result<Target, Error> {
         Ok(BaseUrl::parse(url)?.target("", secret))
     }
 }
@@ -295,7 +295,8 @@ mod tests {
 
     #[test]
     fn errors_name_the_url_without_user_info_query_or_key() {
-        let shown = |url: &str| Target::parse(url, Some("sk-KEY-12345678")).map(|t| t.to_string());
+        let key = Secrets::key("sk-KEY-12345678");
+        let shown = |url: &str| Target::parse(url, Some(&key)).map(|t| t.to_string());
         assert_eq!(
             shown("https://api.openai.com/v1/chat/completions").unwrap(),
             "POST https://api.openai.com:443/v1/chat/completions"

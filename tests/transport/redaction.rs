@@ -284,3 +284,66 @@ mod property {
         }
     }
 }
+
+/// A custom header named like a credential (an Azure `api-key`, a gateway's bearer token) is
+/// as secret as the key: a server that echoes it in an error body, retried or not, or in a
+/// stream error shows none of it, and neither does `Debug`; other headers show.
+#[test]
+fn credential_headers_are_redacted_as_the_key_is() {
+    const AZURE: &str = "azure-key-0f1e2d3c4b5a69788796a5b4";
+    const GATEWAY: &str = "gw-token-Z9Y8X7W6V5U4T3S2R1";
+    let echoed = format!("bad api-key {AZURE}; bad token Bearer {GATEWAY}");
+    let error = format!(r#"{{"type":"x","message":"{echoed}"}}"#);
+    let bodies = |anthropic_api: bool| {
+        let in_stream = if anthropic_api {
+            format!("event: error\ndata: {{\"type\":\"error\",\"error\":{error}}}\n\n")
+        } else {
+            format!("data: {{\"error\":{error}}}\n\n")
+        };
+        [
+            Reply::json(500, format!(r#"{{"error":{error}}}"#)),
+            Reply::json(401, format!(r#"{{"error":{error}}}"#)),
+            Reply::sse(in_stream),
+        ]
+    };
+    for anthropic_api in [false, true] {
+        for reply in &bodies(anthropic_api) {
+            let server = Server::start_exact(vec![reply.clone(), reply.clone(), reply.clone()]);
+            let (provider, shown): (Arc<dyn Provider>, String) = if anthropic_api {
+                let p = anthropic(&server.url)
+                    .header("api-key", AZURE)
+                    .header("Authorization", format!("Bearer {GATEWAY}"))
+                    .header("X-Title", "pagent tests");
+                let shown = format!("{p:?}");
+                (Arc::new(p), shown)
+            } else {
+                let p = openai(&server.url)
+                    .header("api-key", AZURE)
+                    .header("Authorization", format!("Bearer {GATEWAY}"))
+                    .header("X-Title", "pagent tests");
+                let shown = format!("{p:?}");
+                (Arc::new(p), shown)
+            };
+            assert!(shown.contains("(\"X-Title\", \"pagent tests\")"), "{shown}");
+            let (agent, rec) = support::agent(provider, "m");
+            let failed = agent.prompt("Hi").unwrap_err();
+            let mut texts = visible(&agent, &rec, &failed);
+            texts.push(shown);
+            assert!(
+                failed
+                    .to_string()
+                    .contains("bad api-key <redacted>; bad token Bearer <redacted>"),
+                "{failed}"
+            );
+            assert_no_part_of(&texts, AZURE);
+            assert_no_part_of(&texts, GATEWAY);
+            // Both were sent as given.
+            let request = &server.requests()[0];
+            assert_eq!(request.header("api-key"), Some(AZURE));
+            assert_eq!(
+                request.header("authorization"),
+                Some(format!("Bearer {GATEWAY}").as_str())
+            );
+        }
+    }
+}
