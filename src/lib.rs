@@ -38,6 +38,12 @@ pub mod redis;
 pub mod session;
 mod state;
 pub mod tool;
+// Public with the feature (its docs are the span table); the loop's calls compile to nothing
+// without it.
+#[cfg(feature = "tracing")]
+pub mod trace;
+#[cfg(not(feature = "tracing"))]
+mod trace;
 mod types;
 pub mod wire;
 

@@ -34,6 +34,7 @@ pub(crate) struct Config {
     pub(crate) steering_mode: QueueMode,
     pub(crate) follow_up_mode: QueueMode,
     pub(crate) hooks: Hooks,
+    pub(crate) trace: crate::trace::Settings,
 }
 
 /// The names of a run's tools, in tool order, asked once (`Tool::name` is user code, and the
@@ -110,6 +111,7 @@ pub struct AgentBuilder {
     follow_up_mode: QueueMode,
     hooks: Hooks,
     messages: Vec<Message>,
+    trace: crate::trace::Settings,
 }
 
 impl Default for AgentBuilder {
@@ -131,6 +133,7 @@ impl Default for AgentBuilder {
             follow_up_mode: QueueMode::OneAtATime,
             hooks: Hooks::default(),
             messages: Vec::new(),
+            trace: crate::trace::Settings::default(),
         }
     }
 }
@@ -429,6 +432,27 @@ impl AgentBuilder {
         self
     }
 
+    /// The agent's name in its traces (feature `tracing`): its runs are
+    /// `invoke_agent {name}` spans with `gen_ai.agent.name`, so the spans of several agents
+    /// in one program tell them apart. Defaults to none (the spans are `invoke_agent`).
+    #[cfg(feature = "tracing")]
+    pub fn name(mut self, name: impl Into<String>) -> AgentBuilder {
+        self.trace.name = Some(Arc::from(name.into()));
+        self
+    }
+
+    /// Whether the spans carry contents (feature `tracing`): the system prompt, the messages
+    /// sent and received, tool arguments and results, as the opt-in attributes of
+    /// OpenTelemetry's GenAI conventions (see [`crate::trace`]). They are sensitive and
+    /// large, so the conventions keep them off by default. Defaults to false, or to true
+    /// when the environment variable `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT` is
+    /// `true` as the builder is made.
+    #[cfg(feature = "tracing")]
+    pub fn trace_content(mut self, on: bool) -> AgentBuilder {
+        self.trace.content = on;
+        self
+    }
+
     /// Builds the agent.
     ///
     /// # Errors
@@ -475,6 +499,7 @@ impl AgentBuilder {
             steering_mode: self.steering_mode,
             follow_up_mode: self.follow_up_mode,
             hooks: self.hooks,
+            trace: self.trace,
         };
         Ok(Agent::from_config(config, self.messages))
     }

@@ -26,6 +26,8 @@ mod repair;
 mod run;
 mod stream;
 mod tools;
+#[cfg(feature = "tracing")]
+pub(crate) use tools::{CANCELLED, SKIPPED};
 
 pub use builder::AgentBuilder;
 use builder::Config;

@@ -16,6 +16,7 @@ use crate::event::{AgentEvent, RunStopReason};
 use crate::llm::{Request, StreamEvent};
 use crate::message::{AssistantMessage, Message, StopReason, ToolResultMessage, Usage};
 use crate::partial::PartialMessage;
+use crate::trace::RunTrace;
 use crate::{Error, ErrorInfo, RunError, TimeoutPhase};
 
 pub(crate) enum Start {
@@ -165,8 +166,15 @@ pub(crate) fn run_claimed(mut claimed: Claimed, start: Start) -> Result<RunResul
         Start::Continue => continue_input(inner).map_err(RunError::refused)?,
     };
     let config = inner.config.lock().clone();
+    let trace = RunTrace::new(
+        &config.trace,
+        &*config.provider,
+        &config.model,
+        &config.system_prompt,
+    );
     let mut run = Run {
         inner,
+        trace,
         config,
         cancel,
         appended: Vec::new(),
@@ -287,6 +295,8 @@ fn take_queued(inner: &Inner, which: Queue, mode: QueueMode) -> Vec<Message> {
 
 pub(crate) struct Run<'a> {
     pub(crate) inner: &'a Inner,
+    /// The run's spans (feature `tracing`; nothing without it): it sees every event.
+    pub(crate) trace: RunTrace,
     pub(crate) config: Config,
     pub(crate) cancel: CancelToken,
     appended: Vec<Arc<Message>>,
@@ -299,6 +309,8 @@ pub(crate) struct Run<'a> {
 
 impl Run<'_> {
     pub(crate) fn emit(&self, event: AgentEvent) {
+        // A span the event ends closes once its listeners returned.
+        let _closing = self.trace.observe(&event, &self.config.tool_defs);
         self.inner.shared.emit(event);
     }
 
@@ -576,6 +588,7 @@ impl Run<'_> {
     /// only how it ended. So the message always equals what the events showed.
     fn stream_reply(&mut self) -> (AssistantMessage, Option<Error>) {
         let model = self.config.model.clone();
+        self.trace.open_chat(&model, self.turn);
         self.emit(AgentEvent::MessageStart {
             message: Arc::new(Message::Assistant(AssistantMessage {
                 model: model.clone(),
@@ -594,6 +607,7 @@ impl Run<'_> {
                 Ok(Err(Error::Aborted))
             }
             Ok(request) => {
+                self.trace.request(&request);
                 let provider = self.config.provider.clone();
                 let cancel = self.cancel.clone();
                 let partial = &mut partial;
@@ -664,6 +678,7 @@ impl Run<'_> {
         if reply.model.is_empty() {
             reply.model = model;
         }
+        self.trace.reply_failed(error.as_ref());
         (reply, error)
     }
 

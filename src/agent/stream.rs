@@ -93,9 +93,11 @@ impl Agent {
         // Subscribed before the run starts: no event of it is missed. The previous run may
         // still be dispatching its `AgentEnd`; the stream skips what comes before `AgentStart`.
         let events = self.subscribe_channel(CAPACITY);
+        // The run's span is a child of the caller's current one (feature `tracing`).
+        let scope = crate::trace::Scope::current();
         let thread = std::thread::Builder::new()
             .name("pagent-run".into())
-            .spawn(move || run::run_claimed(claimed, Start::Prompt(input)))
+            .spawn(move || scope.in_scope(|| run::run_claimed(claimed, Start::Prompt(input))))
             .map_err(|e| {
                 RunError::refused(Error::Io {
                     kind: e.kind(),

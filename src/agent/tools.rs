@@ -132,6 +132,8 @@ impl Run<'_> {
                 );
                 let worker = Worker::new(index, tx.clone());
                 let name = call.name.clone();
+                // The worker runs the tool inside the call's span (feature `tracing`).
+                let span = self.trace.tool(&call.id);
                 batch.running += 1;
                 // `work` catches the tool's panics, and `worker` reports the call done
                 // whatever happens: also when the thread cannot start (the closure, and the
@@ -141,7 +143,9 @@ impl Run<'_> {
                 let _ = std::thread::Builder::new()
                     .name("pagent-tool".into())
                     .spawn_scoped(scope, move || {
-                        let _ = guard::catch(|| work(worker, &name, &tool, args, ctx));
+                        let _ = guard::catch(|| {
+                            span.in_scope(|| work(worker, &name, &tool, args, ctx))
+                        });
                     });
             }
             while batch.running > 0 {
@@ -266,8 +270,11 @@ impl Run<'_> {
         let hook = self.config.hooks.before_tool_call.clone()?;
         let cancel = self.cancel.clone();
         let request = ToolCallRequest::new(call, args, &cancel);
+        // Inside the call's span, on whichever thread asks.
+        let scope = self.trace.tool(&call.id);
         let ask = || {
-            guard::catch(|| hook(&request))
+            scope
+                .in_scope(|| guard::catch(|| hook(&request)))
                 .map_err(|panic| format!("the before_tool_call hook panicked: {panic}"))
         };
         if batch.running == 0 {
@@ -357,7 +364,9 @@ impl Run<'_> {
             });
         });
         let ctx = ToolContext::new(call.id.clone(), self.cancel.clone(), updates);
-        let outcome = guard::catch(|| tool.execute(args, &ctx)).unwrap_or_else(|panic| {
+        let scope = self.trace.tool(&call.id);
+        let outcome = scope.in_scope(|| guard::catch(|| tool.execute(args, &ctx)));
+        let outcome = outcome.unwrap_or_else(|panic| {
             Err(ToolError(format!(
                 "the tool `{}` panicked: {panic}",
                 call.name

@@ -1,0 +1,175 @@
+//! Traces in OpenTelemetry's GenAI conventions: spans of runs, model calls and tool calls on
+//! the [`tracing`](https://docs.rs/tracing) crate (feature `tracing`).
+//!
+//! With the feature on, every run is an `invoke_agent` span, each model call in it a `chat`
+//! span and each tool call an `execute_tool` span, named and attributed as the
+//! [OpenTelemetry semantic conventions for generative AI](https://github.com/open-telemetry/semantic-conventions-genai)
+//! say (status *development*; the names of the `semantic-conventions-genai` repository as
+//! of August 2026, which kept those of semantic-conventions v1.41.1, the last release that
+//! carried them). pagent only creates the spans: the program chooses a subscriber, for
+//! example `tracing-opentelemetry` with the OpenTelemetry SDK to export them over OTLP
+//! (`examples/otlp` does so without an async runtime), or `tracing-subscriber`'s `fmt` to
+//! print them. With no subscriber, or one not interested in the target `pagent` at level
+//! `INFO`, a span costs one check of an atomic per call; nothing is done per streamed delta.
+//!
+//! # Spans
+//!
+//! | span (`otel.name`) | kind | from, to | attributes |
+//! |---|---|---|---|
+//! | `invoke_agent` (`invoke_agent {name}` with [`AgentBuilder::name`](crate::AgentBuilder::name)) | internal | `AgentStart`, after the `AgentEnd` listeners | `gen_ai.operation.name` = `invoke_agent`, `gen_ai.provider.name`, `gen_ai.agent.name`, `gen_ai.request.model`; at the end the run's `gen_ai.usage.*` (summed over its replies), `pagent.run.stop_reason`, `pagent.run.turns`, `error.type` |
+//! | `chat` (`chat {model}`) | client | the reply's `MessageStart`, after its `MessageEnd` listeners | `gen_ai.operation.name` = `chat`, `gen_ai.provider.name`, `gen_ai.request.model`, `gen_ai.request.stream` = true, `pagent.turn`; `gen_ai.response.time_to_first_chunk` (seconds, to the first delta of the reply); at the end `gen_ai.response.model`, `gen_ai.response.id`, `gen_ai.response.finish_reasons`, `gen_ai.usage.input_tokens`, `gen_ai.usage.output_tokens`, `gen_ai.usage.cache_read.input_tokens`, `gen_ai.usage.cache_creation.input_tokens`, `gen_ai.usage.reasoning.output_tokens`, `error.type` |
+//! | `execute_tool` (`execute_tool {tool}`) | internal | `ToolStart`, after the `ToolEnd` listeners | `gen_ai.operation.name` = `execute_tool`, `gen_ai.tool.name`, `gen_ai.tool.call.id`, `gen_ai.tool.type` = `function`, `gen_ai.tool.description`; at the end `error.type` |
+//!
+//! `chat` and `execute_tool` spans are children of their run's `invoke_agent` span, which is
+//! a child of the span that was current where the run started (the caller's of
+//! [`Agent::prompt`](crate::Agent::prompt); [`Agent::prompt_stream`](crate::Agent::prompt_stream)
+//! carries it to the run's thread). A tool runs inside its `execute_tool` span, on whatever
+//! thread runs it (parallel calls run on scoped threads), and so does the
+//! `before_tool_call` hook for that call: spans and events the tool makes (an HTTP client's,
+//! another agent's `invoke_agent`) nest under it. The subscriber in effect where the run
+//! started is carried to those threads too, so a subscriber set for one thread only
+//! (`tracing::subscriber::with_default`) sees the whole run.
+//!
+//! Attributes follow the names above exactly. `tracing` has no list values, so
+//! `gen_ai.response.finish_reasons` is the JSON text of the list (`["tool_call"]`). The
+//! usage attributes are set only when the provider reported a count above zero. Span name,
+//! kind and status are written as `tracing-opentelemetry` reads them: fields `otel.name`,
+//! `otel.kind`, `otel.status_code` (`error`) and `otel.status_description` (the error's message).
+//!
+//! # Finish reasons and errors
+//!
+//! A reply's [`StopReason`](crate::StopReason) is its finish reason: `Stop` is `stop`,
+//! `Length` is `length`, `ToolUse` is `tool_call`, `Error` is `error`, and a reply cut by an
+//! abort is `aborted`.
+//!
+//! A span whose operation failed has the status `error`, its message, and `error.type`:
+//!
+//! - `chat` and `invoke_agent`: the [`ErrorKind::as_str`](crate::ErrorKind::as_str) of the
+//!   error (`rate_limited`, `timeout`, `server`, `auth`, `stream`, ...). A failed `chat` also
+//!   records the error once as a `gen_ai.client.operation.exception` event (level `WARN`,
+//!   `exception.message`). An abort is not an error: the run ends as asked
+//!   ([`RunStopReason::Cancelled`](crate::RunStopReason::Cancelled)), and so do its spans.
+//! - `execute_tool`, when the call's result is an error result (the model is told so):
+//!   `tool_error` (the tool ran and failed, panicked, or `after_tool_call` made its result
+//!   an error), `blocked` (`before_tool_call` blocked it), `cancelled` (the run was aborted
+//!   before it ran), `skipped` (steering arrived first, with
+//!   [`SteeringPolicy::AtToolBoundary`](crate::SteeringPolicy::AtToolBoundary)), `not_run`
+//!   (an unknown tool, invalid arguments, a reply that was cut, a hook that panicked).
+//!
+//! A transient failure that the provider retries does not fail the `chat` span (the call
+//! goes on): each retry is a `pagent.retry` event on it (level `WARN`) with
+//! `pagent.retry.attempt`, `pagent.retry.delay_ms` and `exception.message`, the error that
+//! was retried.
+//!
+//! # Contents
+//!
+//! Messages, instructions, tool arguments and results are sensitive and large, so the spans
+//! carry none by default, as the conventions ask. Opt in with
+//! [`AgentBuilder::trace_content`](crate::AgentBuilder::trace_content) (or the environment
+//! variable `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`) to add, as JSON text in
+//! the conventions' message format: `gen_ai.system_instructions`, `gen_ai.input.messages`
+//! (what the model was sent, as `transform_context` left it) and `gen_ai.output.messages`
+//! (the reply) on `chat`; the run's input and last reply on `invoke_agent`;
+//! `gen_ai.tool.call.arguments` (as validated and as a hook rewrote them) and
+//! `gen_ai.tool.call.result` on `execute_tool`. API keys are never in any span: no
+//! attribute holds a header or a setting, and error messages have the key removed, as
+//! everywhere in pagent.
+//!
+//! ```
+//! # // The module is private without the feature, and its doctests run all the same.
+//! # #[cfg(feature = "tracing")] {
+//! use pagent::Agent;
+//! use pagent::llm::{Faux, FauxReply};
+//!
+//! // With a subscriber installed (tracing-opentelemetry, tracing-subscriber's fmt, ...),
+//! // this run is one `invoke_agent triage` span holding one `chat faux-model` span.
+//! let agent = Agent::builder()
+//!     .provider(Faux::default().reply(FauxReply::text("Sorted.")))
+//!     .model("faux-model")
+//!     .name("triage")
+//!     .build()?;
+//! agent.prompt("Sort the inbox.")?;
+//! # }
+//! # Ok::<(), pagent::Error>(())
+//! ```
+
+#[cfg(feature = "tracing")]
+mod content;
+#[cfg(feature = "tracing")]
+mod spans;
+
+#[cfg(feature = "tracing")]
+pub(crate) use spans::{RunTrace, Scope};
+
+/// What the builder says about traces: the agent's name and whether contents are recorded.
+#[cfg(feature = "tracing")]
+#[derive(Clone, Debug)]
+pub(crate) struct Settings {
+    pub(crate) name: Option<std::sync::Arc<str>>,
+    pub(crate) content: bool,
+}
+
+#[cfg(feature = "tracing")]
+impl Default for Settings {
+    /// No name; contents only when `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT` is
+    /// `true` (the switch OpenTelemetry's GenAI instrumentations read).
+    fn default() -> Settings {
+        let content = std::env::var("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT")
+            .is_ok_and(|v| v.trim().eq_ignore_ascii_case("true"));
+        Settings {
+            name: None,
+            content,
+        }
+    }
+}
+
+/// The same calls with the feature off: empty types, so the loop's calls compile to nothing.
+#[cfg(not(feature = "tracing"))]
+mod off {
+    use crate::event::AgentEvent;
+    use crate::llm::{Provider, Request, ToolDefinition};
+
+    // Not a unit struct: the builder makes it with `default()` whichever the feature.
+    #[derive(Clone, Debug, Default)]
+    pub(crate) struct Settings {
+        _none: (),
+    }
+    pub(crate) struct RunTrace;
+    pub(crate) struct Closing;
+    pub(crate) struct Scope;
+
+    impl RunTrace {
+        #[inline(always)]
+        pub(crate) fn new(_: &Settings, _: &dyn Provider, _model: &str, _system: &str) -> RunTrace {
+            RunTrace
+        }
+        #[inline(always)]
+        pub(crate) fn observe(&self, _: &AgentEvent, _: &[ToolDefinition]) -> Closing {
+            Closing
+        }
+        #[inline(always)]
+        pub(crate) fn open_chat(&self, _model: &str, _turn: u32) {}
+        #[inline(always)]
+        pub(crate) fn request(&self, _: &Request) {}
+        #[inline(always)]
+        pub(crate) fn reply_failed(&self, _: Option<&crate::Error>) {}
+        #[inline(always)]
+        pub(crate) fn tool(&self, _call_id: &str) -> Scope {
+            Scope
+        }
+    }
+
+    impl Scope {
+        #[inline(always)]
+        pub(crate) fn current() -> Scope {
+            Scope
+        }
+        #[inline(always)]
+        pub(crate) fn in_scope<R>(&self, f: impl FnOnce() -> R) -> R {
+            f()
+        }
+    }
+}
+
+#[cfg(not(feature = "tracing"))]
+pub(crate) use off::{RunTrace, Scope, Settings};
