@@ -43,6 +43,14 @@
 //!   host is sent nothing. An error response with a `null` id in the reply to a request is
 //!   that request's error ([`McpError::Rpc`]); the connection goes on.
 //!
+//! # Conformance
+//! `.ci/conformance.sh` runs every client scenario of the official conformance suite
+//! (`@modelcontextprotocol/conformance` 0.1.16) against this client, through
+//! `examples/mcp_conformance.rs`: `initialize`, `tools_call` and `sse-retry` pass (and
+//! `auth/resource-mismatch`, which only asks that the client go no further); the
+//! elicitation scenario and the OAuth (`auth/*`) ones fail, as the client implements
+//! neither. `tests/mcp/conformance/scenarios.txt` lists each scenario with why.
+//!
 //! # Lifecycle
 //! [`ClientBuilder::connect`] starts the server, sends `initialize` (asking for protocol
 //! revision 2025-06-18 and accepting 2025-03-26 and 2024-11-05 in the answer), then
