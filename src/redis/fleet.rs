@@ -105,7 +105,6 @@ impl From<Error> for Failure {
 
 /// What the script that starts a conversation read.
 struct Begun {
-    done: String,
     started: String,
     inbox: Vec<::redis::streams::StreamId>,
     messages: Vec<Message>,
@@ -548,7 +547,6 @@ impl Worker {
             .filter_map(|e| serde_json::from_slice::<Message>(e).ok())
             .collect();
         Ok(Some(Begun {
-            done: text(reply.get(1)),
             started: text(reply.get(2)),
             inbox: inbox.ids,
             messages,
@@ -565,7 +563,6 @@ impl Worker {
         begun: Begun,
     ) -> Result<(), Failure> {
         let Begun {
-            mut done,
             started,
             mut inbox,
             mut messages,
@@ -594,7 +591,7 @@ impl Worker {
                     let ran = self.run(
                         conversation,
                         token,
-                        (&id, &kind, &text),
+                        (&id, &text),
                         resume,
                         &mut messages,
                         &mut batches,
@@ -617,15 +614,11 @@ impl Worker {
                 }
                 None => skipped,
             };
-            if let Some(id) = &done_now {
-                done.clone_from(id);
-            }
             match self.end(conversation, token, &expected, done_now.as_deref(), entry)? {
                 None => return Ok(()),
                 Some(more) => inbox = more,
             }
         }
-        let _ = done;
         // Hand the conversation back: announce it again, then free the lease.
         let queue = self.shared.redis.queue_key();
         let _ = self.shared.writer.lock().link.call(Again::Unsafe, |c| {
@@ -722,7 +715,7 @@ impl Worker {
         &self,
         conversation: &str,
         token: &str,
-        (id, kind, text): (&str, &str, &str),
+        (id, text): (&str, &str),
         resume: bool,
         messages: &mut Vec<Message>,
         batches: &mut u64,
@@ -736,7 +729,6 @@ impl Worker {
             Ok(agent) => agent,
             Err(e) => return Err(Failure::Entry(e)),
         };
-        let _ = kind;
         shared.writer.lock().run = Some(RunWrites::new(
             &shared.redis,
             conversation,
