@@ -951,10 +951,17 @@ fn a_server_that_stops_reading_and_sends_pings_is_closed_instead_of_queued_witho
         move || client.call_tool("flood", json!({}), &CancelToken::new(), &mut |_| {})
     })
     .unwrap_err();
-    assert_eq!(err, McpError::NotReading { queued: 256 });
+    let McpError::NotReading { after, waiting } = err.clone() else {
+        panic!("{err:?}");
+    };
+    // Our answers filled the queue (1 MiB), which then waited 10 s for the server to read.
+    assert_eq!(after, Duration::from_secs(10));
+    assert!(waiting > 1024 * 1024 - 200, "{waiting}");
     assert_eq!(
         err.to_string(),
-        "the mcp server does not read its input: 256 answers to its requests wait to be written"
+        format!(
+            "the mcp server read nothing of its input for 10s while {waiting} bytes waited for it"
+        )
     );
     assert_eq!(client.ping().unwrap_err(), err);
     client.close();

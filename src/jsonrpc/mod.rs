@@ -331,6 +331,20 @@ where
         params: Option<&Value>,
         cancel: &CancelToken,
     ) -> Result<Ticket<'_, E>, E> {
+        self.request_with(method, |_| params.cloned(), cancel)
+    }
+
+    /// As [`Peer::request`], with the params made from the request's id, for a protocol
+    /// that names the request in them (MCP's progress token is the request's id).
+    ///
+    /// # Errors
+    /// As [`Peer::request`].
+    pub(crate) fn request_with(
+        &self,
+        method: &str,
+        params: impl FnOnce(u64) -> Option<Value>,
+        cancel: &CancelToken,
+    ) -> Result<Ticket<'_, E>, E> {
         let (id, replies) = self.pending.open()?;
         let ticket = Ticket {
             id,
@@ -338,9 +352,19 @@ where
             pending: &self.pending,
         };
         let mut message = Vec::new();
-        request_to(&mut message, &Value::from(id), method, params);
+        request_to(&mut message, &Value::from(id), method, params(id).as_ref());
         self.send_to_link(message, Some(id), cancel)?;
         Ok(ticket)
+    }
+
+    /// Answers our request `id` with `outcome` as if the response had come with its id, if
+    /// it still waits: for a response the layer knows to be that request's although it
+    /// does not say so (an HTTP reply's error with a `null` id).
+    pub(crate) fn resolve(&self, id: u64, outcome: Result<Value, RpcError>) -> bool {
+        matches!(
+            self.pending.answer(&Value::from(id), outcome),
+            Routed::Answered(_)
+        )
     }
 
     /// Sends a request and waits for its result (see [`Ticket::wait`]).

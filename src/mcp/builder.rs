@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::client::{Handle, Inner, Shared};
+use super::client::{Handle, Inner};
 use super::session::{Router, Session, Trace, Transport};
 use super::{Client, Direction, McpError, ServerInfo, http, protocol, stdio};
 use crate::cancel::CancelToken;
@@ -201,14 +201,14 @@ impl ClientBuilder {
     /// error of the transport or the protocol. The child process is ended in every case.
     pub fn connect(self) -> Result<Client, McpError> {
         let router = Arc::new(Router::new(self.trace.clone()));
-        let (transport, pid, http): (Box<dyn Transport>, _, _) = match &self.kind {
+        let (transport, pid, http): (Arc<dyn Transport>, _, _) = match &self.kind {
             Kind::Stdio(spawn) => {
                 let mut spawn = spawn.clone();
                 spawn.max_message_bytes = self.max_message_bytes;
                 let t = stdio::StdioTransport::spawn(&spawn, &router)?;
                 let pid = t.pid();
                 let t = Arc::new(t);
-                (Box::new(Shared(t.clone())), Some(pid), Handle::Stdio(t))
+                (t.clone(), Some(pid), Handle::Stdio(t))
             }
             Kind::Http { url, headers } => {
                 let t = http::HttpTransport::new(
@@ -218,10 +218,10 @@ impl ClientBuilder {
                     &router,
                 )?;
                 let t = Arc::new(t);
-                (Box::new(Shared(t.clone())), None, Handle::Http(t))
+                (t.clone(), None, Handle::Http(t))
             }
         };
-        let session = Session { router, transport };
+        let session = Session::new(router, transport);
         let info = match initialize(&session, &http, self.init_timeout) {
             Ok(info) => info,
             Err(e) => {

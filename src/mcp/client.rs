@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 use serde_json::Value;
 
 use super::builder::Kind;
-use super::session::{Session, Transport};
+use super::session::Session;
 use super::{
     CallResult, ClientBuilder, McpError, McpTool, Progress, ServerInfo, ToolInfo, http, protocol,
     stdio,
@@ -18,29 +18,6 @@ use crate::cancel::CancelToken;
 
 /// The most pages of one list: a server that hands out cursors forever is broken.
 const MAX_PAGES: usize = 1000;
-
-/// The transport, shared by the session and the client's typed handle.
-pub(super) struct Shared<T>(pub(super) Arc<T>);
-
-impl<T: Transport> Transport for Shared<T> {
-    fn send(
-        &self,
-        message: Vec<u8>,
-        id: Option<u64>,
-        cancel: &CancelToken,
-    ) -> Result<(), McpError> {
-        self.0.send(message, id, cancel)
-    }
-    fn send_detached(&self, message: Vec<u8>) {
-        self.0.send_detached(message);
-    }
-    fn close(&self) {
-        self.0.close();
-    }
-    fn ended(&self) -> McpError {
-        self.0.ended()
-    }
-}
 
 pub(super) enum Handle {
     Stdio(Arc<stdio::StdioTransport>),

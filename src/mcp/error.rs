@@ -36,12 +36,14 @@ pub enum McpError {
         /// How much of the message was read when it passed the limit, in bytes.
         size: usize,
     },
-    /// The stdio server stopped reading what the client writes while it went on sending
-    /// requests: their answers filled the pipe and then the queue of this many messages.
-    /// The connection is closed rather than let the queue grow.
+    /// The stdio server read nothing of what the client writes for `after` while `waiting`
+    /// bytes waited for it (the pipe and the client's queue full): the connection is closed
+    /// rather than let the queue grow.
     NotReading {
-        /// The length of the queue that was full.
-        queued: usize,
+        /// How long nothing was read.
+        after: Duration,
+        /// The bytes that waited, in the client's queue.
+        waiting: usize,
     },
     /// A paginated list (`tools/list`) went over [`ClientBuilder::max_list_bytes`] in all
     /// its pages together, or over 1000 pages; nothing of it is kept.
@@ -113,9 +115,9 @@ impl fmt::Display for McpError {
                 f,
                 "the mcp server sent a message over the limit of {limit} bytes ({size} bytes read)"
             ),
-            McpError::NotReading { queued } => write!(
+            McpError::NotReading { after, waiting } => write!(
                 f,
-                "the mcp server does not read its input: {queued} answers to its requests wait to be written"
+                "the mcp server read nothing of its input for {after:?} while {waiting} bytes waited for it"
             ),
             McpError::ListTooLarge {
                 method,

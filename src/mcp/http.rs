@@ -325,7 +325,7 @@ impl Inner {
                     size: bytes.len(),
                 });
             }
-            self.router.deliver(&bytes, id, &|m| self.answer(m))?
+            self.router.deliver(&bytes, id)?
         } else {
             return Err(McpError::Protocol(format!(
                 "the server answered a request with the content type {content_type:?} (status {status}), \
@@ -367,10 +367,7 @@ impl Inner {
                 // A priming event (an id and a retry, no message) or a keep-alive.
                 return Ok(false);
             }
-            match self
-                .router
-                .deliver(event.data.as_bytes(), id, &|m| self.answer(m))
-            {
+            match self.router.deliver(event.data.as_bytes(), id) {
                 Ok(done) => Ok(done),
                 Err(e) => {
                     failure = Some(e);
@@ -421,12 +418,6 @@ impl Inner {
             };
         }
         Ok(false)
-    }
-
-    /// Answers a request of the server, on the thread that read it (see the module docs).
-    fn answer(&self, message: Vec<u8>) -> Result<(), McpError> {
-        self.post_quietly(message);
-        Ok(())
     }
 
     /// Posts a message bounded in time, its reply read briefly and dropped; a failure is
@@ -567,10 +558,7 @@ impl Inner {
                 return Ok(false);
             }
             delivered = true;
-            match self
-                .router
-                .deliver(event.data.as_bytes(), None, &|m| self.answer(m))
-            {
+            match self.router.deliver(event.data.as_bytes(), None) {
                 Ok(_) => Ok(false),
                 Err(e) => {
                     // As over stdio: nothing after a broken message can be trusted.
@@ -622,6 +610,16 @@ impl Transport for HttpTransport {
         cancel: &CancelToken,
     ) -> Result<(), McpError> {
         let Some(id) = id else {
+            // A notification, or an answer to the server (on the thread that read its
+            // request): on this thread, bounded in time.
+            let bounded;
+            let cancel = match cancel.deadline() {
+                Some(_) => cancel,
+                None => {
+                    bounded = CancelToken::with_deadline(Instant::now() + SIDE_REQUEST_TIMEOUT);
+                    &bounded
+                }
+            };
             return self.inner.send_and_check(message, None, cancel);
         };
         let inner = self.inner.clone();
@@ -664,6 +662,12 @@ impl Transport for HttpTransport {
 
     fn ended(&self) -> McpError {
         McpError::Closed
+    }
+
+    /// A POST that failed is its request's failure, not the connection's (an expired
+    /// session closes it in `send_and_check`).
+    fn ends_connection(&self, _error: &McpError) -> bool {
+        false
     }
 }
 

@@ -73,6 +73,12 @@
 //! shutdown runs once: [`Client::close`] and then dropping the last handle end the server
 //! once, and a second `close` returns at once.
 //!
+//! # On the crate's JSON-RPC peer
+//! Ids, the requests waiting for their answers, classification of what the server sends,
+//! and the stdio writer are those of `jsonrpc`, the one peer under the wire server, the ACP
+//! server and this client; the client adds what MCP means (its requests answered, progress
+//! and tool-list changes used, cancellations) and the transports.
+//!
 //! # Never a hang
 //! Every request waits for its answer, the caller's [`CancelToken`](crate::CancelToken), its timeout and the end
 //! of the connection at once. A server that exits or closes its output wakes every waiting
@@ -88,10 +94,10 @@
 //! Nothing a server sends makes the client hold more than a bound. Each message is at most
 //! [`ClientBuilder::max_message_bytes`]; the pages of one list together at most
 //! [`ClientBuilder::max_list_bytes`] ([`McpError::ListTooLarge`]). A stdio server's
-//! messages are written to it through bounded queues: a caller waits for room as long as
-//! its call may take, and the answers to the server's own requests never wait, so a server
-//! that sends requests without reading what it is sent fills its pipe, then 256 answers,
-//! and the connection ends with [`McpError::NotReading`]. Over HTTP the server's requests
+//! messages are written to it through one bounded queue (1 MiB, the crate's JSON-RPC
+//! peer's line output): a sender that finds it full waits for room, at most 10 s, so a
+//! server that sends requests without reading what it is sent fills its pipe, then the
+//! queue with our answers, and the connection ends with [`McpError::NotReading`]. Over HTTP the server's requests
 //! are answered one at a time by the thread that read them, never on a thread each, and the
 //! cancellations a caller sends without waiting go through one thread and a queue of 64.
 //!

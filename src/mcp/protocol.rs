@@ -1,5 +1,6 @@
-//! The part of the Model Context Protocol this client speaks, as our own serde types: JSON-RPC
-//! 2.0 framing, `initialize`, `tools/list`, `tools/call` and its content, progress.
+//! The part of the Model Context Protocol this client speaks, as our own serde types:
+//! `initialize`, `tools/list`, `tools/call` and its content, progress. JSON-RPC itself
+//! (framing, classification, ids) is the crate's one peer's ([`crate::jsonrpc`]).
 //!
 //! Our own types rather than a schema crate. `rust-mcp-schema` 2.0.0 would fit (serde and
 //! serde_json only, no async runtime), but it is 12,000 generated lines for one revision
@@ -17,80 +18,6 @@ use crate::ToolOutput;
 /// The protocol revisions this client speaks, the newest first: it asks for the first one and
 /// accepts any of them in the server's answer.
 pub(crate) const PROTOCOL_VERSIONS: [&str; 3] = ["2025-06-18", "2025-03-26", "2024-11-05"];
-
-/// A JSON-RPC error code of the spec: the method is not known.
-pub(crate) const METHOD_NOT_FOUND: i64 = -32601;
-
-/// One message as it came in, classified.
-#[derive(Debug)]
-pub(crate) enum Incoming {
-    /// A response to one of our requests.
-    Response {
-        id: Value,
-        outcome: Result<Value, RpcError>,
-    },
-    /// A request of the server, which wants an answer.
-    Request { id: Value, method: String },
-    /// A notification of the server.
-    Notification { method: String, params: Value },
-}
-
-/// A JSON-RPC error object.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-pub(crate) struct RpcError {
-    pub(crate) code: i64,
-    #[serde(default)]
-    pub(crate) message: String,
-    #[serde(default)]
-    pub(crate) data: Option<Value>,
-}
-
-/// Classifies one JSON-RPC message.
-///
-/// # Errors
-/// A message that is not JSON, not an object, or neither a request, a response nor a
-/// notification (the text says which).
-pub(crate) fn parse(bytes: &[u8]) -> Result<Incoming, String> {
-    let value: Value = serde_json::from_slice(bytes).map_err(|e| {
-        format!(
-            "the server sent a message that is not JSON ({e}): {}",
-            snippet(bytes)
-        )
-    })?;
-    let Value::Object(mut map) = value else {
-        return Err(format!(
-            "the server sent JSON that is not a JSON-RPC message: {}",
-            snippet(bytes)
-        ));
-    };
-    let id = map.remove("id");
-    let method = map.remove("method");
-    match (id, method) {
-        (Some(id), Some(Value::String(method))) => Ok(Incoming::Request { id, method }),
-        (None, Some(Value::String(method))) => Ok(Incoming::Notification {
-            method,
-            params: map.remove("params").unwrap_or(Value::Null),
-        }),
-        (Some(id), None) => {
-            let outcome = match (map.remove("result"), map.remove("error")) {
-                (_, Some(error)) => Err(serde_json::from_value(error)
-                    .map_err(|e| format!("the server sent a malformed error object ({e})"))?),
-                (Some(result), None) => Ok(result),
-                (None, None) => {
-                    return Err(format!(
-                        "the server sent a response without result or error: {}",
-                        snippet(bytes)
-                    ));
-                }
-            };
-            Ok(Incoming::Response { id, outcome })
-        }
-        _ => Err(format!(
-            "the server sent JSON that is not a JSON-RPC message: {}",
-            snippet(bytes)
-        )),
-    }
-}
 
 /// The start of a bad message, for an error text.
 pub(crate) fn snippet(bytes: &[u8]) -> String {
@@ -117,33 +44,12 @@ pub(crate) fn json_size(value: &Value) -> usize {
     count.0
 }
 
-/// A request, serialized.
-pub(crate) fn request(id: u64, method: &str, params: Option<Value>) -> Vec<u8> {
-    let mut msg = json!({"jsonrpc": "2.0", "id": id, "method": method});
-    if let Some(params) = params {
-        msg["params"] = params;
-    }
-    // OK because a `Value` always serializes.
-    serde_json::to_vec(&msg).expect("a JSON value serializes")
-}
-
 /// A notification, serialized.
 pub(crate) fn notification(method: &str, params: Option<Value>) -> Vec<u8> {
     let mut msg = json!({"jsonrpc": "2.0", "method": method});
     if let Some(params) = params {
         msg["params"] = params;
     }
-    serde_json::to_vec(&msg).expect("a JSON value serializes")
-}
-
-/// A response to a request of the server, serialized.
-pub(crate) fn response(id: &Value, outcome: Result<Value, (i64, &str)>) -> Vec<u8> {
-    let msg = match outcome {
-        Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
-        Err((code, message)) => {
-            json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
-        }
-    };
     serde_json::to_vec(&msg).expect("a JSON value serializes")
 }
 
@@ -455,35 +361,6 @@ pub(crate) fn with_progress_token(params: Option<Value>, token: u64) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn messages_are_classified() {
-        let r = parse(br#"{"jsonrpc":"2.0","id":3,"result":{"a":1}}"#).unwrap();
-        assert!(matches!(r, Incoming::Response { id, outcome: Ok(_) } if id == 3));
-        let e = parse(br#"{"jsonrpc":"2.0","id":3,"error":{"code":-1,"message":"no"}}"#).unwrap();
-        assert!(matches!(
-            e,
-            Incoming::Response {
-                outcome: Err(RpcError { code: -1, .. }),
-                ..
-            }
-        ));
-        let n = parse(br#"{"jsonrpc":"2.0","method":"notifications/x"}"#).unwrap();
-        assert!(matches!(n, Incoming::Notification { method, .. } if method == "notifications/x"));
-        let q = parse(br#"{"jsonrpc":"2.0","id":"a","method":"ping"}"#).unwrap();
-        assert!(matches!(q, Incoming::Request { method, .. } if method == "ping"));
-        assert!(parse(b"hello").unwrap_err().contains("not JSON"));
-        assert!(
-            parse(b"[1]")
-                .unwrap_err()
-                .contains("not a JSON-RPC message")
-        );
-        assert!(
-            parse(br#"{"id":1}"#)
-                .unwrap_err()
-                .contains("without result")
-        );
-    }
 
     #[test]
     fn a_result_maps_to_text_and_details() {

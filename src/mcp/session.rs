@@ -1,35 +1,26 @@
-//! One connection's JSON-RPC bookkeeping, whatever the transport: request ids, the callers
-//! waiting for their responses, progress, the server's own requests and notifications, and
-//! the reason the connection ended.
+//! The MCP layer of one connection, on the crate's one JSON-RPC peer ([`crate::jsonrpc`]):
+//! what the server's messages mean to the client (its requests answered, progress and
+//! tool-list changes used), and our requests with their timeouts and cancellations. Ids,
+//! the waiting requests, classification and the reason the connection ended are the peer's.
 //!
 //! # How a request waits
-//! The caller registers its id with a channel, hands the message to the transport, and waits
-//! on the channel, the cancel token and the call's deadline at once (`select!`). Whoever
-//! reads the server's messages ([`Router::deliver`]: the stdio reader thread, or the HTTP
-//! transport's thread of the request, and its thread of the server's own GET stream) sends the response and the progress of that id to
-//! its channel. When the connection ends, every channel is dropped, which wakes every waiter
-//! at once with the reason.
+//! The peer hands out the id (which is also the progress token), the transport sends the
+//! message, and the caller waits on its ticket, the cancel token and the call's deadline at
+//! once. Whoever reads the server's messages ([`Router::deliver`]: the stdio reader thread,
+//! or the HTTP transport's thread of the request, and its thread of the server's own GET
+//! stream) hands them to the peer, which routes the response to its ticket; progress goes
+//! to it as a notice. When the connection ends, every waiter wakes at once with the reason.
 
-use std::collections::HashMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender};
-use parking_lot::Mutex;
 use serde_json::Value;
 
 use super::McpError;
-use super::protocol::{self, Incoming, Progress, RpcError};
+use super::protocol::{self, Progress};
 use crate::cancel::CancelToken;
-
-/// What a waiting request receives.
-pub(crate) enum Event {
-    Response(Result<Value, RpcError>),
-    Progress(Progress),
-    /// The transport could not complete the request (HTTP: the POST failed).
-    Failed(McpError),
-}
+use crate::jsonrpc::{self, CallError, Delivered, Link, LinkError, Peer, RpcError};
 
 /// Sees every message that goes out or comes in, as a line of JSON (for logs and tests).
 pub(crate) type Trace = Arc<dyn Fn(super::Direction, &str) + Send + Sync>;
@@ -38,7 +29,7 @@ pub(crate) type Trace = Arc<dyn Fn(super::Direction, &str) + Send + Sync>;
 pub(crate) trait Transport: Send + Sync {
     /// Sends one message. For a request (`id` is `Some`), the answer may be delivered to the
     /// router before this returns (HTTP) or later (stdio). Blocks at most until `cancel` is
-    /// cancelled.
+    /// cancelled, or as the transport documents.
     ///
     /// # Errors
     /// The message could not be sent.
@@ -53,137 +44,164 @@ pub(crate) trait Transport: Send + Sync {
 
     /// Why the connection ended, when it did on its own (the child's exit and stderr).
     fn ended(&self) -> McpError;
+
+    /// Whether an error of [`Transport::send`] ends the connection.
+    fn ends_connection(&self, error: &McpError) -> bool;
 }
 
-/// The requests in flight and what the server said unasked.
+impl From<LinkError> for McpError {
+    fn from(e: LinkError) -> McpError {
+        match e {
+            LinkError::Stalled { after, waiting } => McpError::NotReading { after, waiting },
+            LinkError::Io(_) | LinkError::Closed => McpError::Closed,
+        }
+    }
+}
+
+/// The peer's way out: the transport, made after the router it delivers to (and held
+/// weakly, as the transport's threads hold the router).
+#[derive(Clone, Default)]
+struct Late(Arc<OnceLock<Weak<dyn Transport>>>);
+
+impl Late {
+    fn transport(&self) -> Option<Arc<dyn Transport>> {
+        self.0.get().and_then(Weak::upgrade)
+    }
+}
+
+impl Link<McpError> for Late {
+    fn send(
+        &self,
+        message: Vec<u8>,
+        request: Option<u64>,
+        cancel: &CancelToken,
+    ) -> Result<(), McpError> {
+        match self.transport() {
+            Some(t) => t.send(message, request, cancel),
+            None => Err(McpError::Closed),
+        }
+    }
+
+    fn ends_connection(&self, error: &McpError) -> bool {
+        self.transport().is_some_and(|t| t.ends_connection(error))
+    }
+}
+
+/// The MCP layer over the peer, shared by the client and the transport's threads.
 pub(crate) struct Router {
-    pending: Mutex<HashMap<u64, Sender<Event>>>,
-    /// Set once the connection ended; the error every later request gets.
-    closed: Mutex<Option<McpError>>,
-    /// The highest id handed out: a response to an id above it was never asked for.
-    last_id: AtomicU64,
+    peer: Peer<McpError>,
+    link: Late,
     tools_changed: AtomicBool,
     trace: Option<Trace>,
 }
 
 impl Router {
     pub(crate) fn new(trace: Option<Trace>) -> Router {
+        let link = Late::default();
+        let peer_trace = trace.clone().map(|trace| -> jsonrpc::Trace {
+            Arc::new(move |direction, message| {
+                let direction = match direction {
+                    jsonrpc::Direction::In => super::Direction::In,
+                    jsonrpc::Direction::Out => super::Direction::Out,
+                };
+                trace(direction, &String::from_utf8_lossy(message));
+            })
+        });
         Router {
-            pending: Mutex::new(HashMap::new()),
-            closed: Mutex::new(None),
-            last_id: AtomicU64::new(0),
+            peer: Peer::new(link.clone()).trace(peer_trace),
+            link,
             tools_changed: AtomicBool::new(false),
             trace,
         }
     }
 
-    pub(crate) fn trace(&self, direction: super::Direction, message: &[u8]) {
+    /// Gives the peer its way out, once the transport exists.
+    pub(crate) fn attach(&self, transport: &Arc<dyn Transport>) {
+        let _ = self.link.0.set(Arc::downgrade(transport));
+    }
+
+    fn trace(&self, direction: super::Direction, message: &[u8]) {
         if let Some(trace) = &self.trace {
             trace(direction, &String::from_utf8_lossy(message));
         }
     }
 
-    /// Takes one message of the server. Returns true when it was the response to `expect`.
-    /// A server request gets its answer through `reply`.
+    /// Takes one message of the server. Returns true when it was the response to `expect`
+    /// (the request whose HTTP reply carried it). A request of the server is answered
+    /// through the transport, on this thread.
+    ///
+    /// An error response with a `null` id (the server could not read a message of ours and
+    /// cannot say which) is the error of `expect`; without one it belongs to no request and
+    /// is only traced. Neither ends the connection.
     ///
     /// # Errors
     /// A message that breaks the protocol: not JSON, not JSON-RPC, or a response to an id
-    /// this client never sent; or the error of `reply` (a server that does not read). The
+    /// this client never sent; or the failure to answer (a server that does not read). The
     /// connection cannot be trusted after it.
-    pub(crate) fn deliver(
-        &self,
-        bytes: &[u8],
-        expect: Option<u64>,
-        reply: &dyn Fn(Vec<u8>) -> Result<(), McpError>,
-    ) -> Result<bool, McpError> {
-        self.trace(super::Direction::In, bytes);
-        match protocol::parse(bytes).map_err(McpError::Protocol)? {
-            // The server could not read a message of ours and cannot say which (JSON-RPC's
-            // `null` id): in the reply to a request, the error is that request's; elsewhere
-            // (stdio, the server's own stream) it belongs to none, and is only traced.
-            Incoming::Response {
-                id: Value::Null,
-                outcome: Err(e),
-            } => {
-                let Some(n) = expect else {
-                    return Ok(false);
-                };
-                if let Some(tx) = self.pending.lock().remove(&n) {
-                    let _ = tx.send(Event::Response(Err(e)));
+    pub(crate) fn deliver(&self, bytes: &[u8], expect: Option<u64>) -> Result<bool, McpError> {
+        let delivered = self.peer.deliver(bytes).map_err(|violation| {
+            McpError::Protocol(format!(
+                "the server sent a message that is not JSON-RPC ({}): {}",
+                violation.error.message,
+                protocol::snippet(bytes)
+            ))
+        })?;
+        match delivered {
+            Delivered::Answered(n) | Delivered::Late(n) => Ok(expect == Some(n)),
+            Delivered::Unknown(id) => Err(McpError::Protocol(format!(
+                "the server answered a request that was never sent (id {id})"
+            ))),
+            Delivered::Unaddressed(error) => Ok(match expect {
+                Some(n) => {
+                    self.peer.resolve(n, Err(error));
+                    true
                 }
-                Ok(true)
-            }
-            Incoming::Response { id, outcome } => {
-                let Some(n) = id.as_u64().filter(|&n| n >= 1 && n <= self.last_id()) else {
-                    return Err(McpError::Protocol(format!(
-                        "the server answered a request that was never sent (id {id})"
-                    )));
-                };
-                // A response to a request that gave up (aborted, timed out) finds no one.
-                if let Some(tx) = self.pending.lock().remove(&n) {
-                    let _ = tx.send(Event::Response(outcome));
-                }
-                Ok(expect == Some(n))
-            }
-            Incoming::Notification { method, params } => {
-                match method.as_str() {
-                    "notifications/progress" => self.progress(params),
-                    "notifications/tools/list_changed" => {
+                None => false,
+            }),
+            Delivered::Blank => Ok(false),
+            Delivered::Call(call) => {
+                match (&call.id, call.method.as_str()) {
+                    (None, "notifications/progress") => self.progress(call.params),
+                    (None, "notifications/tools/list_changed") => {
                         self.tools_changed.store(true, Ordering::SeqCst);
                     }
                     // Logging, resource updates, cancellations of our answers: nothing to do.
-                    _ => {}
+                    (None, _) => {}
+                    (Some(id), "ping") => self.peer.respond(id, &serde_json::json!({}))?,
+                    (Some(id), _) => self.peer.respond_error(
+                        id,
+                        &RpcError::new(
+                            jsonrpc::codes::METHOD_NOT_FOUND,
+                            "method not supported by the client",
+                        ),
+                    )?,
                 }
-                Ok(false)
-            }
-            Incoming::Request { id, method, .. } => {
-                let answer = match method.as_str() {
-                    "ping" => Ok(Value::Object(Default::default())),
-                    _ => Err((
-                        protocol::METHOD_NOT_FOUND,
-                        "method not supported by the client",
-                    )),
-                };
-                let message = protocol::response(&id, answer);
-                self.trace(super::Direction::Out, &message);
-                reply(message)?;
                 Ok(false)
             }
         }
     }
 
-    fn progress(&self, params: Value) {
-        let Some(token) = params.get("progressToken").and_then(Value::as_u64) else {
-            return;
-        };
-        let Ok(progress) = serde_json::from_value::<Progress>(params) else {
-            return;
-        };
-        if let Some(tx) = self.pending.lock().get(&token) {
-            let _ = tx.send(Event::Progress(progress));
+    /// Hands a progress notification to the request whose id is its token.
+    fn progress(&self, params: Option<Value>) {
+        let Some(params) = params else { return };
+        if let Some(token) = params.get("progressToken").and_then(Value::as_u64) {
+            self.peer.notice(token, params);
         }
     }
 
     /// Fails the request `id` with `e`, if it still waits.
     pub(crate) fn fail(&self, id: u64, e: McpError) {
-        if let Some(tx) = self.pending.lock().remove(&id) {
-            let _ = tx.send(Event::Failed(e));
-        }
-    }
-
-    fn last_id(&self) -> u64 {
-        self.last_id.load(Ordering::SeqCst)
+        self.peer.fail(id, e);
     }
 
     /// Ends the connection with `why`: every waiting request wakes with it (the first reason
     /// given wins).
     pub(crate) fn close(&self, why: McpError) {
-        self.closed.lock().get_or_insert(why);
-        self.pending.lock().clear();
+        self.peer.close(why);
     }
 
     pub(crate) fn closed(&self) -> Option<McpError> {
-        self.closed.lock().clone()
+        self.peer.closed()
     }
 
     /// True (and reset) when the server said its tools changed since the last call.
@@ -194,39 +212,27 @@ impl Router {
     pub(crate) fn tools_changed(&self) -> bool {
         self.tools_changed.load(Ordering::SeqCst)
     }
-
-    fn register(&self) -> Result<(u64, Receiver<Event>), McpError> {
-        let (tx, rx) = crossbeam_channel::unbounded();
-        let mut pending = self.pending.lock();
-        // Checked under the lock that `close` clears under: a request either sees the
-        // reason or is woken by the clearing.
-        if let Some(why) = self.closed() {
-            return Err(why);
-        }
-        let id = self.last_id.fetch_add(1, Ordering::SeqCst) + 1;
-        pending.insert(id, tx);
-        Ok((id, rx))
-    }
-
-    fn forget(&self, id: u64) {
-        self.pending.lock().remove(&id);
-    }
 }
 
 /// A connection: a transport and its router.
 pub(crate) struct Session {
     pub(crate) router: Arc<Router>,
-    pub(crate) transport: Box<dyn Transport>,
+    pub(crate) transport: Arc<dyn Transport>,
 }
 
 impl Session {
+    pub(crate) fn new(router: Arc<Router>, transport: Arc<dyn Transport>) -> Session {
+        router.attach(&transport);
+        Session { router, transport }
+    }
+
     /// Sends a request and waits for its answer, handing progress to `on_progress` (and
     /// asking the server for progress only when there is one).
     ///
     /// Blocks until the answer comes, `timeout` passes, `cancel` is cancelled or the
     /// connection ends. On a cancel or a timeout the server is sent `notifications/cancelled`
-    /// (unless `cancellable` is false: `initialize` must not be cancelled) and this returns
-    /// at once, without waiting for the server.
+    /// (unless the method is `initialize`, which must not be cancelled) and this returns at
+    /// once, without waiting for the server.
     ///
     /// # Errors
     /// [`McpError::Aborted`], [`McpError::Timeout`], [`McpError::Rpc`] for an error answer,
@@ -239,12 +245,6 @@ impl Session {
         timeout: Duration,
         mut on_progress: Option<&mut dyn FnMut(Progress)>,
     ) -> Result<Value, McpError> {
-        let (id, rx) = self.router.register()?;
-        let params = match on_progress {
-            Some(_) => Some(protocol::with_progress_token(params, id)),
-            None => params,
-        };
-        let message = protocol::request(id, method, params);
         let started = Instant::now();
         // One token for the transport: cancelled by the caller's token or at the deadline.
         // The caller's own deadline (a run timeout) bounds it too.
@@ -257,82 +257,66 @@ impl Session {
             let call = call.clone();
             cancel.on_cancel(move || call.cancel())
         };
-        let outcome = self.exchange(id, message, method, &call, &rx, &mut on_progress);
+        let progress = on_progress.is_some();
+        let mut id = None;
+        let outcome = self
+            .router
+            .peer
+            .request_with(
+                method,
+                |n| {
+                    id = Some(n);
+                    match progress {
+                        true => Some(protocol::with_progress_token(params, n)),
+                        false => params,
+                    }
+                },
+                &call,
+            )
+            .map_err(CallError::Failed)
+            .and_then(|ticket| {
+                ticket.wait(&call, None, &mut |notice| {
+                    if let (Some(f), Ok(p)) = (on_progress.as_mut(), serde_json::from_value(notice))
+                    {
+                        f(p);
+                    }
+                })
+            });
         if let Some(hook) = hook {
             cancel.remove_hook(hook);
         }
-        self.router.forget(id);
         match outcome {
-            Some(result) => result,
-            None => {
-                if method != "initialize" {
-                    let message = protocol::notification(
-                        "notifications/cancelled",
-                        Some(serde_json::json!({
-                            "requestId": id,
-                            "reason": if call.is_timed_out() { "timed out" } else { "aborted" },
-                        })),
-                    );
-                    self.router.trace(super::Direction::Out, &message);
-                    self.transport.send_detached(message);
-                }
-                if !cancel.is_cancelled() && call.is_timed_out() {
-                    Err(McpError::Timeout {
-                        method: method.to_owned(),
-                        after: timeout,
-                    })
-                } else {
-                    Err(McpError::Aborted)
-                }
+            Ok(result) => return Ok(result),
+            Err(CallError::Rpc(e)) => {
+                return Err(McpError::Rpc {
+                    method: method.to_owned(),
+                    code: e.code,
+                    message: e.message,
+                    data: e.data,
+                });
             }
+            // A send that failed because the call was given up is a give-up too.
+            Err(CallError::Failed(e)) if !call.is_cancelled() => return Err(e),
+            Err(_) => {}
         }
-    }
-
-    /// Sends and waits; `None` when `call` was cancelled (by the caller or the deadline).
-    fn exchange(
-        &self,
-        id: u64,
-        message: Vec<u8>,
-        method: &str,
-        call: &CancelToken,
-        rx: &Receiver<Event>,
-        on_progress: &mut Option<&mut dyn FnMut(Progress)>,
-    ) -> Option<Result<Value, McpError>> {
-        self.router.trace(super::Direction::Out, &message);
-        if let Err(e) = self.transport.send(message, Some(id), call) {
-            return match call.is_cancelled() {
-                true => None,
-                false => Some(Err(e)),
-            };
+        if let Some(id) = id.filter(|_| method != "initialize") {
+            let message = protocol::notification(
+                "notifications/cancelled",
+                Some(serde_json::json!({
+                    "requestId": id,
+                    "reason": if call.is_timed_out() { "timed out" } else { "aborted" },
+                })),
+            );
+            self.router.trace(super::Direction::Out, &message);
+            self.transport.send_detached(message);
         }
-        let timer = call.timer();
-        loop {
-            crossbeam_channel::select! {
-                recv(rx) -> event => match event {
-                    Ok(Event::Response(Ok(result))) => return Some(Ok(result)),
-                    Ok(Event::Response(Err(e))) => {
-                        return Some(Err(McpError::Rpc {
-                            method: method.to_owned(),
-                            code: e.code,
-                            message: e.message,
-                            data: e.data,
-                        }));
-                    }
-                    Ok(Event::Failed(e)) => return Some(Err(e)),
-                    Ok(Event::Progress(p)) => {
-                        if let Some(f) = on_progress.as_mut() {
-                            f(p);
-                        }
-                    }
-                    Err(_) => return Some(Err(self.ended())),
-                },
-                recv(call.receiver()) -> _ => return None,
-                recv(timer) -> _ => {
-                    if call.is_cancelled() {
-                        return None;
-                    }
-                }
-            }
+        if !cancel.is_cancelled() && call.is_timed_out() {
+            Err(McpError::Timeout {
+                method: method.to_owned(),
+                after: timeout,
+            })
+        } else {
+            Err(McpError::Aborted)
         }
     }
 

@@ -1,21 +1,20 @@
 //! The stdio transport: a child process that reads newline-delimited JSON-RPC on its stdin
 //! and writes it on its stdout.
 //!
-//! Three threads per child, none of which the caller ever waits on: a writer (so that a
-//! child that stops reading its stdin never blocks a caller past its timeout, and an
-//! abort's `notifications/cancelled` is queued and returns at once), a reader of stdout (it
-//! routes each message, answers the server's requests through the writer, and ends the
-//! session with the reason when stdout closes or breaks the protocol), and a reader of
-//! stderr that keeps its last bytes for error messages.
+//! Three threads per child, none of which the caller ever waits on: a writer (the crate's
+//! [`LineOut`]: callers queue their messages and go on, and an abort's
+//! `notifications/cancelled` is queued and returns at once), a reader of stdout (it hands
+//! each message to the router, which answers the server's requests through the writer, and
+//! ends the session with the reason when stdout closes or breaks the protocol), and a
+//! reader of stderr that keeps its last bytes for error messages.
 //!
-//! # Bounded queues
-//! The writer reads two bounded queues. The callers' requests and notifications wait for
-//! room in theirs ([`REQUEST_QUEUE`] messages) as long as their call may take, so their
-//! number is bounded by the callers'. What the server's own messages make us write (the
-//! answers to its requests) and the cancellations go to the other ([`REPLY_QUEUE`]), which
-//! never waits: a server that sends requests but does not read its stdin fills the pipe,
-//! then this queue, and the connection ends there with [`McpError::NotReading`] instead of
-//! growing the client's memory with every request it sends.
+//! # Bounded
+//! The writer's queue holds at most [`MAX_QUEUED_BYTES`]. A sender that finds it full
+//! waits for room, at most [`STALL`]: a server that sends requests but reads nothing fills
+//! its pipe, then the queue with our answers, and then the connection ends with
+//! [`McpError::NotReading`] instead of growing the client's memory with every request it
+//! sends. (The reader waits with its answer meanwhile, so the server's messages are not
+//! read either: nothing grows.)
 //!
 //! # Shutdown
 //! On unix the child starts in a process group of its own (`process_group(0)`), so that a
@@ -30,19 +29,20 @@
 //! killed by its own handle after the grace period, and its own children are left running.
 
 use std::collections::VecDeque;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
-use std::process::{ChildStdin, Command, Stdio as Pipe};
+use std::process::{Command, Stdio as Pipe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, TrySendError};
+use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
 use super::McpError;
 use super::process::Process;
 use super::session::{Router, Transport};
 use crate::cancel::CancelToken;
+use crate::jsonrpc::{Limits, LineOut};
 
 /// How to start a stdio server.
 #[derive(Clone, Debug)]
@@ -77,17 +77,17 @@ impl Tail {
     }
 }
 
-/// How many of the callers' messages may wait for the writer; a caller waits for room.
-pub(crate) const REQUEST_QUEUE: usize = 64;
+/// The most bytes waiting for the server to read them, besides what its pipe holds.
+pub(crate) const MAX_QUEUED_BYTES: usize = 1024 * 1024;
 
-/// How many answers to the server's requests (and cancellations) may wait for the writer,
-/// besides what the pipe holds; past it the server is not reading.
-pub(crate) const REPLY_QUEUE: usize = 256;
+/// How long a full queue waits for the server to read before the connection ends.
+pub(crate) const STALL: Duration = Duration::from_secs(10);
 
 pub(crate) struct StdioTransport {
     process: Arc<Process>,
-    /// Shared with the reader, which answers the server's requests through it.
-    writer: Writer,
+    /// The writer; taken on close, which closes the child's stdin once what is queued was
+    /// written.
+    out: Mutex<Option<Arc<LineOut>>>,
     stderr: Arc<Mutex<Tail>>,
     /// Disconnects when the stderr reader ends (the child closed its stderr).
     stderr_done: Receiver<()>,
@@ -129,14 +129,20 @@ impl StdioTransport {
             limit: spec.stderr_limit,
         }));
         let (done_tx, stderr_done) = crossbeam_channel::bounded::<()>(0);
-        let (requests, requests_rx) = crossbeam_channel::bounded(REQUEST_QUEUE);
-        let (replies, replies_rx) = crossbeam_channel::bounded(REPLY_QUEUE);
+        let limits = Limits {
+            max_bytes: MAX_QUEUED_BYTES,
+            stall: STALL,
+        };
+        let out = match LineOut::spawn("pagent-mcp-writer", stdin, limits) {
+            Ok(out) => Arc::new(out),
+            Err(e) => {
+                process.end(Duration::ZERO);
+                return Err(McpError::Spawn(format!("could not start a thread: {e}")));
+            }
+        };
         let transport = StdioTransport {
             process: process.clone(),
-            writer: Writer {
-                queues: Arc::new(Mutex::new(Some(Queues { requests, replies }))),
-                router: router.clone(),
-            },
+            out: Mutex::new(Some(out)),
             stderr: stderr.clone(),
             stderr_done: stderr_done.clone(),
             grace: spec.shutdown_grace,
@@ -146,9 +152,6 @@ impl StdioTransport {
                 let stderr = stderr.clone();
                 move || read_stderr(stderr_pipe, &stderr, done_tx)
             }),
-            spawn_thread("pagent-mcp-writer", move || {
-                write_all(stdin, &requests_rx, &replies_rx);
-            }),
             spawn_thread("pagent-mcp-reader", {
                 let router = router.clone();
                 let max = spec.max_message_bytes;
@@ -157,8 +160,7 @@ impl StdioTransport {
                     stderr,
                     stderr_done,
                 };
-                let writer = transport.writer.clone();
-                move || read_messages(stdout, &router, max, &writer, &ended)
+                move || read_messages(stdout, &router, max, &ended)
             }),
         ];
         if let Some(e) = threads.into_iter().find_map(Result::err) {
@@ -175,6 +177,13 @@ impl StdioTransport {
     pub(crate) fn stderr(&self) -> String {
         self.stderr.lock().text()
     }
+
+    /// Queues one message; blocks while the queue is full, at most [`STALL`] (see the
+    /// module docs). The handle is cloned out of the lock, so that `close` never waits.
+    fn send_line(&self, message: &[u8]) -> Result<(), McpError> {
+        let out = self.out.lock().clone().ok_or(McpError::Closed)?;
+        out.send(message).map_err(McpError::from)
+    }
 }
 
 fn spawn_thread(name: &str, f: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
@@ -182,92 +191,6 @@ fn spawn_thread(name: &str, f: impl FnOnce() + Send + 'static) -> std::io::Resul
         .name(name.to_owned())
         .spawn(f)
         .map(drop)
-}
-
-/// The writer thread's two queues (see the module docs).
-#[derive(Clone)]
-struct Queues {
-    requests: Sender<Vec<u8>>,
-    replies: Sender<Vec<u8>>,
-}
-
-/// The senders of the writer thread's queues, `None` once closed: taking them closes the
-/// child's stdin once the writer wrote what they held.
-#[derive(Clone)]
-struct Writer {
-    queues: Arc<Mutex<Option<Queues>>>,
-    router: Arc<Router>,
-}
-
-impl Writer {
-    /// The senders, cloned out of the lock: a caller waits for room without holding it.
-    fn queues(&self) -> Result<Queues, McpError> {
-        self.queues.lock().clone().ok_or(McpError::Closed)
-    }
-
-    /// Queues a caller's message, waiting for room until `cancel` is cancelled.
-    fn request(&self, message: Vec<u8>, cancel: &CancelToken) -> Result<(), McpError> {
-        let queues = self.queues()?;
-        let timer = cancel.timer();
-        crossbeam_channel::select! {
-            send(queues.requests, message) -> sent => sent.map_err(|_| McpError::Closed),
-            recv(cancel.receiver()) -> _ => Err(McpError::Aborted),
-            recv(timer) -> _ => Err(McpError::Aborted),
-        }
-    }
-
-    /// Queues an answer to the server or a cancellation, without waiting: when the queue is
-    /// full, the server has stopped reading, and the connection ends with
-    /// [`McpError::NotReading`].
-    fn reply(&self, message: Vec<u8>) -> Result<(), McpError> {
-        match self.queues()?.replies.try_send(message) {
-            Ok(()) => Ok(()),
-            Err(TrySendError::Disconnected(_)) => Err(McpError::Closed),
-            Err(TrySendError::Full(_)) => {
-                let e = McpError::NotReading {
-                    queued: REPLY_QUEUE,
-                };
-                self.router.close(e.clone());
-                Err(e)
-            }
-        }
-    }
-}
-
-/// Writes the messages of both queues as they come, until both are closed (and what they
-/// held is written) or the child stops reading for good.
-fn write_all(mut stdin: ChildStdin, requests: &Receiver<Vec<u8>>, replies: &Receiver<Vec<u8>>) {
-    let mut write = |mut message: Vec<u8>| {
-        message.push(b'\n');
-        // An error: the child closed its stdin or exited, and the reader reports why.
-        stdin
-            .write_all(&message)
-            .and_then(|()| stdin.flush())
-            .is_ok()
-    };
-    loop {
-        let next = crossbeam_channel::select! {
-            recv(replies) -> m => m,
-            recv(requests) -> m => m,
-        };
-        match next {
-            Ok(message) => {
-                if !write(message) {
-                    return;
-                }
-            }
-            // Both are closed at once: what the other one still holds goes out first.
-            Err(_) => {
-                for message in replies.try_iter().chain(requests.try_iter()) {
-                    if !write(message) {
-                        return;
-                    }
-                }
-                // Dropping `stdin` closes the child's stdin.
-                return;
-            }
-        }
-    }
 }
 
 fn read_stderr(mut pipe: impl Read, tail: &Mutex<Tail>, _done: Sender<()>) {
@@ -357,10 +280,9 @@ fn read_line(input: &mut impl BufRead, buf: &mut Vec<u8>, max: usize) -> std::io
     }
 }
 
-fn read_messages(stdout: impl Read, router: &Router, max: usize, writer: &Writer, ended: &Ended) {
+fn read_messages(stdout: impl Read, router: &Router, max: usize, ended: &Ended) {
     let mut input = BufReader::with_capacity(64 * 1024, stdout);
     let mut buf = Vec::new();
-    let reply = |message: Vec<u8>| writer.reply(message);
     let why = loop {
         match read_line(&mut input, &mut buf, max) {
             Ok(Line::End) => break ended.exited(),
@@ -372,7 +294,7 @@ fn read_messages(stdout: impl Read, router: &Router, max: usize, writer: &Writer
                 if buf.iter().all(u8::is_ascii_whitespace) {
                     continue;
                 }
-                if let Err(e) = router.deliver(&buf, None, &reply) {
+                if let Err(e) = router.deliver(&buf, None) {
                     break e;
                 }
             }
@@ -390,17 +312,24 @@ impl Transport for StdioTransport {
         _id: Option<u64>,
         cancel: &CancelToken,
     ) -> Result<(), McpError> {
-        self.writer.request(message, cancel)
+        let _ = cancel;
+        self.send_line(&message)
     }
 
     fn send_detached(&self, message: Vec<u8>) {
-        let _ = self.writer.reply(message);
+        let _ = self.send_line(&message);
+    }
+
+    /// Every error of the writer ends the connection: it stays failed.
+    fn ends_connection(&self, _error: &McpError) -> bool {
+        true
     }
 
     /// Closes the child's stdin (which asks the server to exit) and ends it; a second call
     /// does nothing (see [`Process::end`]).
     fn close(&self) {
-        self.writer.queues.lock().take();
+        // Dropping the last handle of the writer closes it once the queue is written.
+        self.out.lock().take();
         self.process.end(self.grace);
     }
 
