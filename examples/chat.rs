@@ -133,8 +133,8 @@ fn print_event(event: &AgentEvent) {
             }
             _ => Ok(()),
         },
-        AgentEvent::ToolStart { call } => writeln!(out, "  [{}] {}", call.name, call.arguments),
-        AgentEvent::ToolEnd { result } => {
+        AgentEvent::ToolStart { call, .. } => writeln!(out, "  [{}] {}", call.name, call.arguments),
+        AgentEvent::ToolEnd { result, .. } => {
             let mark = if result.is_error { "failed" } else { "=" };
             writeln!(out, "  [{}] {mark} {}", result.tool_name, result.content)
         }

@@ -62,9 +62,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let agent = agent.build()?;
     let _printer = agent.subscribe(|event: &AgentEvent| match event {
-        AgentEvent::ToolStart { call } => println!("-> {} {}", call.name, call.arguments),
+        AgentEvent::ToolStart { call, .. } => println!("-> {} {}", call.name, call.arguments),
         AgentEvent::ToolUpdate { partial, .. } => println!("   .. {}", partial.content),
-        AgentEvent::ToolEnd { result } => {
+        AgentEvent::ToolEnd { result, .. } => {
             let mark = if result.is_error { "error" } else { "ok" };
             println!("<- {mark}: {}", first_lines(&result.content, 6));
         }

@@ -149,9 +149,9 @@ fn print_event(event: &AgentEvent) {
                 println!("model: {}", reply.text());
             }
         }
-        AgentEvent::ToolStart { call } => println!("  call {} {}", call.name, call.arguments),
+        AgentEvent::ToolStart { call, .. } => println!("  call {} {}", call.name, call.arguments),
         AgentEvent::ToolUpdate { partial, .. } => println!("    progress: {}", partial.content),
-        AgentEvent::ToolEnd { result } => {
+        AgentEvent::ToolEnd { result, .. } => {
             // The schema that follows a validation error is for the model, not for people.
             let shown = result
                 .content

@@ -1,6 +1,7 @@
 //! The events of a run and why a run stops.
 
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
@@ -68,6 +69,10 @@ pub enum AgentEvent {
     ToolStart {
         /// The call, as the model made it.
         call: ToolCall,
+        /// When the call started, on the agent's clock (a UI shows how long it has been
+        /// running); `None` from a source that does not say (a wire line of a pagent
+        /// dialect).
+        at: Option<SystemTime>,
     },
     /// The tool of a call runs now, with these arguments: the call passed validation and
     /// `before_tool_call` allowed it (or rewrote its arguments, which were then validated
@@ -101,6 +106,9 @@ pub enum AgentEvent {
     ToolEnd {
         /// The result.
         result: Arc<ToolResultMessage>,
+        /// How long the call took, from its `ToolStart` to this event (measured on a
+        /// monotonic clock); `None` from a source that does not say.
+        duration: Option<Duration>,
     },
     /// A turn ended.
     TurnEnd {

@@ -48,9 +48,9 @@ mod types;
 pub mod wire;
 
 pub use agent::{
-    Agent, AgentBuilder, AgentHandle, ChannelPolicy, ClaimedRun, FinalTurn, Prompt, QueueMode,
-    Refused, RunMessages, RunResult, RunStream, SteeringPolicy, Subscription, TextChunks,
-    WireLines, run_loop,
+    Agent, AgentBuilder, AgentHandle, ClaimedRun, FinalTurn, Prompt, QueueMode, Refused,
+    RunMessages, RunResult, RunStream, SteeringPolicy, Subscription, TextChunks, Waker, WireLines,
+    run_loop,
 };
 pub use cancel::CancelToken;
 pub use error::{Error, RunError, TimeoutPhase};
@@ -63,7 +63,7 @@ pub use message::{
     UserMessage,
 };
 pub use partial::{PartialBlock, PartialMessage, Text};
-pub use state::{PendingToolCall, State};
+pub use state::{ChannelPolicy, ChannelStats, FinishedToolCall, PendingToolCall, State};
 pub use tool::{Tool, ToolContext, ToolError, ToolOutput};
 
 /// The `crossbeam-channel` crate (0.5), re-exported: [`Agent::subscribe_channel`],

@@ -1,6 +1,7 @@
 //! `State`: what an agent looks like at one instant, and the pure fold of events into it.
 
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use crate::event::{AgentEvent, RunStopReason};
 use crate::kind::ErrorKind;
@@ -21,6 +22,14 @@ use crate::types::{StreamEvent, ThinkingLevel, ToolDefinition, ToolOutput};
 /// `streaming_message` is `Some`, and `pending_tool_calls` lists exactly the calls that had a
 /// `ToolStart` and no `ToolEnd`). The state a listener reads while handling an event already
 /// includes that event.
+///
+/// # Polling
+/// A UI thread that draws the state once a frame compares [`State::generation`] with the
+/// one it drew to know whether anything changed, and a [`crate::Waker`] wakes it when the
+/// state changes, so an idle UI draws nothing. What a UI shows is here, computed once by the
+/// fold rather than by every UI: the retry being waited out with its start
+/// ([`StreamEvent::retry_ends_at`]), each tool call's start and duration, the results of the
+/// turn's tool calls beside their calls, each channel's dropped updates.
 ///
 /// # Performance
 /// Cloning is O(1) in the transcript: `messages`, the partial reply and the other
@@ -53,6 +62,10 @@ pub struct State {
     /// Results of the current turn's tool calls that already ended, in completion order.
     /// Readable as soon as a tool ends, before its result message is appended.
     pub tool_results: List<Arc<ToolResultMessage>>,
+    /// The current turn's tool calls that ended, in completion order, each with its call,
+    /// the arguments it ran with, its result and how long it took: `tool_results` with what
+    /// a UI shows beside each result. Emptied when a turn starts.
+    pub finished_tool_calls: List<FinishedToolCall>,
     /// What went wrong in the last run, if it failed; cleared when a run starts. Set as the
     /// failed reply ends, then to the message of the run's error by `AgentEnd`.
     pub error_message: Option<Arc<str>>,
@@ -67,7 +80,10 @@ pub struct State {
     pub run_usage: Usage,
     /// Usage summed over every run of this agent.
     pub usage: Usage,
-    /// The last retry of the current request, while it waits for a transient failure.
+    /// The last retry of the current request (a [`StreamEvent::Retry`]), from the moment it
+    /// is announced, while the agent waits, until the retried request's reply begins (its
+    /// first delta) or the reply ends. Its `at` is when the wait began, and
+    /// [`StreamEvent::retry_ends_at`] when it ends, for a countdown.
     pub retry: Option<StreamEvent>,
     /// Steering messages waiting for the next model call.
     pub steering_queue: List<Arc<Message>>,
@@ -78,11 +94,80 @@ pub struct State {
     /// The message of the last listener panic.
     pub last_listener_panic: Option<Arc<str>>,
     /// How many `MessageUpdate` and `ToolUpdate` events channel subscriptions under
-    /// [`crate::ChannelPolicy::DropUpdates`] did not receive because their channel was full.
+    /// [`crate::ChannelPolicy::DropUpdates`] did not receive because their channel was full,
+    /// all channels together (each channel's own count is in `channels`).
     pub updates_dropped: u64,
-    /// How many lossless channel subscriptions an abort closed because their channel was
-    /// full (see [`crate::Agent::subscribe_channel`]).
-    pub channels_closed: u64,
+    /// The agent's channel subscriptions, in subscription order, each with its own count of
+    /// dropped updates. A channel leaves the list when its listener is removed.
+    pub channels: List<ChannelStats>,
+    /// Changes with every published state: each event folded and each change outside
+    /// events (queues, settings, counters). A poller that drew the state of one generation
+    /// has nothing new to draw while it reads the same number.
+    pub generation: u64,
+}
+
+/// What a channel subscription does when its channel is full.
+///
+/// See [`crate::Agent::subscribe_channel_with`] for the exact guarantees.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ChannelPolicy {
+    /// Lossless: the run waits while the channel holds `capacity` events. An abort releases
+    /// the wait: the few events the aborted run still emits go in beyond `capacity` (see
+    /// [`crate::Agent::subscribe_channel`] for the bound), so the consumer receives every
+    /// event of every run, in order, and the channel serves the next runs.
+    #[default]
+    Block,
+    /// Never slows the run: while the channel holds `capacity` events or more, `MessageUpdate`
+    /// and `ToolUpdate` events are dropped (counted in the channel's
+    /// [`ChannelStats::updates_dropped`] and in `State::updates_dropped`); every other event
+    /// is always delivered, beyond `capacity` if need be.
+    DropUpdates,
+}
+
+/// One channel subscription of an agent, in [`State::channels`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ChannelStats {
+    /// The listener id ([`crate::Agent::subscribe_channel_with_id`] returns it).
+    pub id: u64,
+    /// The capacity it was made with.
+    pub capacity: usize,
+    /// Its policy.
+    pub policy: ChannelPolicy,
+    /// How many `MessageUpdate` and `ToolUpdate` events it did not receive because it was
+    /// full (always 0 under [`ChannelPolicy::Block`]).
+    pub updates_dropped: u64,
+}
+
+impl ChannelStats {
+    pub(crate) fn new(id: u64, capacity: usize, policy: ChannelPolicy) -> ChannelStats {
+        ChannelStats {
+            id,
+            capacity,
+            policy,
+            updates_dropped: 0,
+        }
+    }
+}
+
+/// A tool call of the current turn that ended, in [`State::finished_tool_calls`].
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct FinishedToolCall {
+    /// The call, as the model made it.
+    pub call: ToolCall,
+    /// The arguments the tool ran with (see [`PendingToolCall::arguments`]); `None` for a
+    /// call that did not run.
+    pub arguments: Option<serde_json::Value>,
+    /// True when `before_tool_call` rewrote `arguments`.
+    pub rewritten: bool,
+    /// The result the model sees.
+    pub result: Arc<ToolResultMessage>,
+    /// When the call started (its `ToolStart`).
+    pub started_at: Option<SystemTime>,
+    /// How long it took, from its `ToolStart` to its `ToolEnd`.
+    pub duration: Option<Duration>,
 }
 
 /// A tool call between its `ToolStart` and `ToolEnd`.
@@ -99,6 +184,10 @@ pub struct PendingToolCall {
     pub rewritten: bool,
     /// The latest progress the tool published.
     pub progress: Option<ToolOutput>,
+    /// When the call started, from its `ToolStart` (the agent's clock); `None` when the
+    /// event did not say (a wire line of another dialect). A UI shows how long it has been
+    /// running with `SystemTime::now().duration_since(started_at)`.
+    pub started_at: Option<SystemTime>,
 }
 
 impl State {
@@ -119,6 +208,7 @@ impl State {
     /// anywhere, which saves the clone of every field (and dropping them again).
     pub(crate) fn fold(&mut self, event: &AgentEvent) {
         let s = self;
+        s.generation += 1;
         match event {
             AgentEvent::AgentStart => {
                 s.is_streaming = true;
@@ -132,6 +222,7 @@ impl State {
             AgentEvent::TurnStart { turn } => {
                 s.turn = *turn;
                 s.tool_results = List::new();
+                s.finished_tool_calls = List::new();
             }
             AgentEvent::MessageStart { message } => {
                 if let Message::Assistant(m) = &**message {
@@ -146,6 +237,9 @@ impl State {
                 s.streaming_message = Some(message.clone());
                 if let StreamEvent::Retry { .. } = delta {
                     s.retry = Some(delta.clone());
+                } else if s.retry.is_some() {
+                    // The retried request answers: the wait is over.
+                    s.retry = None;
                 }
             }
             AgentEvent::MessageEnd { message } => {
@@ -161,12 +255,13 @@ impl State {
                     }
                 }
             }
-            AgentEvent::ToolStart { call } => {
+            AgentEvent::ToolStart { call, at } => {
                 s.pending_tool_calls.push_back(PendingToolCall {
                     call: call.clone(),
                     arguments: None,
                     rewritten: false,
                     progress: None,
+                    started_at: *at,
                 });
             }
             AgentEvent::ToolExecute {
@@ -191,11 +286,34 @@ impl State {
                     p.progress = Some(partial.clone());
                 }
             }
-            AgentEvent::ToolEnd { result } => {
-                if let Some(i) = s.pending_index(&result.tool_call_id) {
-                    s.pending_tool_calls.remove(i);
-                }
+            AgentEvent::ToolEnd { result, duration } => {
+                let pending = s
+                    .pending_index(&result.tool_call_id)
+                    .map(|i| s.pending_tool_calls.remove(i));
                 s.tool_results.push_back(result.clone());
+                // A call whose start was not seen (a mirror that joined mid-run) keeps what
+                // its result says of it.
+                let (call, arguments, rewritten, started_at) = match pending {
+                    Some(p) => (p.call, p.arguments, p.rewritten, p.started_at),
+                    None => (
+                        ToolCall {
+                            id: result.tool_call_id.clone(),
+                            name: result.tool_name.clone(),
+                            arguments: String::new(),
+                        },
+                        None,
+                        false,
+                        None,
+                    ),
+                };
+                s.finished_tool_calls.push_back(FinishedToolCall {
+                    call,
+                    arguments,
+                    rewritten,
+                    result: result.clone(),
+                    started_at,
+                    duration: *duration,
+                });
             }
             AgentEvent::TurnEnd { .. } => {}
             AgentEvent::MessagesReplaced { messages } => {
@@ -206,6 +324,7 @@ impl State {
                 s.turn = 0;
                 s.run_usage = Usage::default();
                 s.tool_results = List::new();
+                s.finished_tool_calls = List::new();
             }
             AgentEvent::AgentEnd {
                 stop_reason, error, ..
@@ -236,8 +355,9 @@ impl State {
     }
 
     /// The state with everything that does not come from events reset: the settings
-    /// (`system_prompt`, `model`, `thinking`, `tools`), the queues, the
-    /// listener-panic counters and the channel counters. This is what the events alone determine, and so what a wire
+    /// (`system_prompt`, `model`, `thinking`, `tools`), the queues, the listener-panic
+    /// counters, the channels and their counters, and `generation` (which also counts the
+    /// changes outside events). This is what the events alone determine, and so what a wire
     /// mirror can rebuild: compare `mirror.timeline() == agent_snapshot.timeline()`.
     #[must_use]
     pub fn timeline(&self) -> State {
@@ -251,7 +371,8 @@ impl State {
             listener_panics: 0,
             last_listener_panic: None,
             updates_dropped: 0,
-            channels_closed: 0,
+            channels: List::new(),
+            generation: 0,
             ..self.clone()
         }
     }
@@ -305,9 +426,16 @@ mod tests {
             name: "t".into(),
             arguments: "{}".into(),
         };
+        let at = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
         let s = State::default()
-            .apply(&AgentEvent::ToolStart { call: call("a") })
-            .apply(&AgentEvent::ToolStart { call: call("b") })
+            .apply(&AgentEvent::ToolStart {
+                call: call("a"),
+                at: None,
+            })
+            .apply(&AgentEvent::ToolStart {
+                call: call("b"),
+                at: Some(at),
+            })
             .apply(&AgentEvent::ToolExecute {
                 call_id: "b".into(),
                 tool_name: "t".into(),
@@ -333,14 +461,68 @@ mod tests {
         );
         assert!(s.pending_tool_calls[1].rewritten);
         assert_eq!(s.pending_tool_calls[0].arguments, None);
+        assert_eq!(s.pending_tool_calls[1].started_at, Some(at));
+        let result = Arc::new(ToolResultMessage {
+            tool_call_id: "b".into(),
+            ..Default::default()
+        });
         let s = s.apply(&AgentEvent::ToolEnd {
-            result: Arc::new(ToolResultMessage {
-                tool_call_id: "b".into(),
-                ..Default::default()
-            }),
+            result: result.clone(),
+            duration: Some(Duration::from_millis(1_500)),
         });
         assert_eq!(s.pending_tool_calls.len(), 1);
         assert_eq!(s.pending_tool_calls[0].call.id, "a");
         assert_eq!(s.tool_results.len(), 1);
+        // The result beside its call, with what the pending call knew and how long it took.
+        assert_eq!(
+            s.finished_tool_calls.to_vec(),
+            [FinishedToolCall {
+                call: call("b"),
+                arguments: Some(serde_json::json!({"x": 1})),
+                rewritten: true,
+                result,
+                started_at: Some(at),
+                duration: Some(Duration::from_millis(1_500)),
+            }]
+        );
+        let s = s.apply(&AgentEvent::TurnStart { turn: 2 });
+        assert!(s.finished_tool_calls.is_empty() && s.tool_results.is_empty());
+    }
+
+    #[test]
+    fn every_event_moves_the_generation_on() {
+        let s = State::default();
+        let s1 = s.apply(&AgentEvent::AgentStart);
+        let s2 = s1.apply(&AgentEvent::TurnStart { turn: 1 });
+        assert_eq!((s.generation, s1.generation, s2.generation), (0, 1, 2));
+        // Pure: the same events give the same generation.
+        assert_eq!(s.apply(&AgentEvent::AgentStart), s1);
+    }
+
+    #[test]
+    fn a_retry_lasts_until_the_retried_reply_begins() {
+        let at = SystemTime::UNIX_EPOCH + Duration::from_secs(50);
+        let retry = StreamEvent::Retry {
+            attempt: 1,
+            delay_ms: 2_000,
+            error: "http status 429".into(),
+            at: Some(at),
+        };
+        let partial = PartialMessage::new("m");
+        let s = State::default().apply(&AgentEvent::MessageUpdate {
+            message: partial.clone(),
+            delta: retry.clone(),
+        });
+        assert_eq!(s.retry, Some(retry));
+        assert_eq!(
+            s.retry.as_ref().and_then(StreamEvent::retry_ends_at),
+            Some(at + Duration::from_secs(2))
+        );
+        let delta = StreamEvent::text("hi");
+        let s = s.apply(&AgentEvent::MessageUpdate {
+            message: partial.apply(&delta),
+            delta,
+        });
+        assert_eq!(s.retry, None);
     }
 }

@@ -7,7 +7,7 @@
 //! behaviour. Each is re-exported from its public path (`pagent::llm::StreamEvent`,
 //! `pagent::llm::ThinkingLevel`, `pagent::llm::ToolDefinition`, `pagent::tool::ToolOutput`).
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
@@ -111,6 +111,17 @@ pub enum StreamEvent {
         delay_ms: u64,
         /// What failed.
         error: String,
+        /// When the wait began, on the provider's clock, in whole milliseconds: the retry
+        /// is sent at [`StreamEvent::retry_ends_at`]. `None` from a provider that does not
+        /// say. On the wire, milliseconds since the Unix epoch (`"at_ms"`), left out when
+        /// `None`.
+        #[serde(
+            default,
+            rename = "at_ms",
+            skip_serializing_if = "Option::is_none",
+            with = "unix_ms"
+        )]
+        at: Option<SystemTime>,
     },
 }
 
@@ -123,6 +134,29 @@ impl StreamEvent {
     /// A reasoning delta.
     pub fn thinking(text: impl Into<String>) -> StreamEvent {
         StreamEvent::ThinkingDelta { text: text.into() }
+    }
+
+    /// A [`StreamEvent::Retry`] announced now: the wait of `delay` begins at this instant.
+    pub fn retry(attempt: u32, delay: Duration, error: impl Into<String>) -> StreamEvent {
+        StreamEvent::Retry {
+            attempt,
+            delay_ms: u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+            error: error.into(),
+            at: Some(now_ms()),
+        }
+    }
+
+    /// When the wait of a [`StreamEvent::Retry`] ends and the request is sent again: its
+    /// `at` plus its delay. `None` for other events and for a retry without `at`.
+    pub fn retry_ends_at(&self) -> Option<SystemTime> {
+        match self {
+            StreamEvent::Retry {
+                delay_ms,
+                at: Some(at),
+                ..
+            } => at.checked_add(Duration::from_millis(*delay_ms)),
+            _ => None,
+        }
     }
 
     /// The retry delay as a `Duration`, for [`StreamEvent::Retry`].
@@ -171,5 +205,62 @@ impl From<String> for ToolOutput {
 impl From<&str> for ToolOutput {
     fn from(s: &str) -> ToolOutput {
         ToolOutput::text(s)
+    }
+}
+
+/// The time now, in whole milliseconds: what events carry, so that the wire (which writes
+/// milliseconds) gives a mirror the very same instant.
+pub(crate) fn now_ms() -> SystemTime {
+    let since = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(since.as_millis()).unwrap_or(0))
+}
+
+/// `duration` in whole microseconds: what events carry, for the same reason as [`now_ms`].
+pub(crate) fn whole_micros(duration: Duration) -> Duration {
+    Duration::from_micros(u64::try_from(duration.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// `Option<SystemTime>` as milliseconds since the Unix epoch, for the wire.
+pub(crate) mod unix_ms {
+    use std::time::{Duration, SystemTime};
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(crate) fn serialize<S: Serializer>(
+        at: &Option<SystemTime>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        // A time before 1970 is written as 0.
+        let ms = at
+            .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        s.serialize_u64(ms)
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<SystemTime>, D::Error> {
+        let ms = Option::<u64>::deserialize(d)?;
+        Ok(ms.and_then(|ms| SystemTime::UNIX_EPOCH.checked_add(Duration::from_millis(ms))))
+    }
+}
+
+/// `Option<Duration>` as whole microseconds, for the wire.
+pub(crate) mod micros {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(crate) fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        let us = d.map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+        s.serialize_u64(us)
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Duration>, D::Error> {
+        Ok(Option::<u64>::deserialize(d)?.map(Duration::from_micros))
     }
 }

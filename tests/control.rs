@@ -1601,7 +1601,7 @@ fn a_finished_tool_is_in_the_state_while_a_sibling_still_runs() {
     let (ended_tx, ended_rx) = crossbeam_channel::bounded(1);
     agent
         .subscribe(move |e: &AgentEvent| {
-            if let AgentEvent::ToolEnd { result } = e
+            if let AgentEvent::ToolEnd { result, .. } = e
                 && result.tool_call_id == "call_2"
             {
                 ended_tx.send(()).unwrap();
@@ -1910,7 +1910,7 @@ fn a_tool_that_finished_is_published_while_before_tool_call_waits_for_approval()
     let handle = agent.handle();
     agent
         .subscribe(move |e: &AgentEvent| {
-            if let AgentEvent::ToolEnd { result } = e
+            if let AgentEvent::ToolEnd { result, .. } = e
                 && result.tool_call_id == "call_1"
             {
                 // The state already has it, while call_2 still waits for its approval.

@@ -49,7 +49,7 @@ fn render(e: &AgentEvent) -> String {
             ),
             other => format!("MessageEnd({})", other.role()),
         },
-        AgentEvent::ToolStart { call } => {
+        AgentEvent::ToolStart { call, .. } => {
             format!("ToolStart({} {} {})", call.id, call.name, call.arguments)
         }
         AgentEvent::ToolExecute {
@@ -64,7 +64,7 @@ fn render(e: &AgentEvent) -> String {
         AgentEvent::ToolUpdate {
             call_id, partial, ..
         } => format!("ToolUpdate({call_id} {:?})", partial.content),
-        AgentEvent::ToolEnd { result } => format!(
+        AgentEvent::ToolEnd { result, .. } => format!(
             "ToolEnd({} {} {:?})",
             result.tool_call_id,
             if result.is_error { "err" } else { "ok" },

@@ -349,19 +349,80 @@ fn streaming(deltas: usize) -> Agent {
         .unwrap()
 }
 
-#[test]
-fn abort_releases_a_run_waiting_on_a_full_channel() {
-    let agent = Arc::new(streaming(10_000));
-    let rx = agent.subscribe_channel(8);
-    let a = agent.clone();
-    let run = std::thread::spawn(move || a.prompt("hi").unwrap());
-    // Wait until the run waits on the full channel.
+/// Every event the agent's listeners saw, in order (a callback listener, registered first).
+fn everything(agent: &Agent) -> Arc<Mutex<Vec<AgentEvent>>> {
+    let all = Arc::new(Mutex::new(Vec::new()));
+    let sink = all.clone();
+    agent
+        .subscribe(move |e| sink.lock().unwrap().push(e.clone()))
+        .keep();
+    all
+}
+
+/// Waits until `rx` holds `n` events and the run has stood still on it for a moment.
+fn wait_until_full(rx: &pagent::crossbeam_channel::Receiver<AgentEvent>, n: usize) {
     let deadline = Instant::now() + PATIENCE;
-    while rx.len() < 8 {
+    while rx.len() < n {
         assert!(Instant::now() < deadline, "the channel never filled");
         std::thread::sleep(Duration::from_millis(1));
     }
     std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(rx.len(), n, "the run went past the channel's capacity");
+}
+
+/// Runs `agent.prompt("hi")` on another thread with a lossless channel of `capacity`, read
+/// on this thread until `stop_at` picks an event; once the run filled the channel, aborts
+/// it. Returns what was read, and what the channel held after the run ended `Cancelled`.
+fn abort_once_full(
+    agent: &Arc<Agent>,
+    capacity: usize,
+    stop_at: impl Fn(&AgentEvent) -> bool,
+) -> (Vec<AgentEvent>, Vec<AgentEvent>) {
+    let rx = agent.subscribe_channel(capacity);
+    let a = agent.clone();
+    let run = std::thread::spawn(move || a.prompt("hi").unwrap());
+    let mut read = Vec::new();
+    loop {
+        let e = rx.recv_timeout(PATIENCE).expect("the run stalled");
+        let stop = stop_at(&e);
+        read.push(e);
+        if stop {
+            break;
+        }
+    }
+    wait_until_full(&rx, capacity);
+    assert!(agent.abort());
+    assert_eq!(
+        bounded(move || run.join().unwrap()).stop_reason,
+        RunStopReason::Cancelled
+    );
+    (read, rx.try_iter().collect())
+}
+
+/// Takes what `rx` holds up to the first `AgentEnd`, waiting for it at most `PATIENCE`.
+fn one_run(rx: &pagent::crossbeam_channel::Receiver<AgentEvent>) -> Vec<AgentEvent> {
+    let mut got = Vec::new();
+    while let Ok(e) = rx.recv_timeout(PATIENCE) {
+        let end = matches!(e, AgentEvent::AgentEnd { .. });
+        got.push(e);
+        if end {
+            return got;
+        }
+    }
+    panic!("no AgentEnd after {} events", got.len());
+}
+
+/// An abort used to close a lossless channel that was full: the consumer lost the rest of
+/// the run, its `AgentEnd` included, and every later run. Now the run is released, the few
+/// events it still emits go in beyond the capacity, and the channel serves the next run.
+#[test]
+fn an_abort_releases_a_full_lossless_channel_without_closing_it() {
+    let agent = Arc::new(streaming(10_000));
+    let all = everything(&agent);
+    let rx = agent.subscribe_channel(8);
+    let a = agent.clone();
+    let run = std::thread::spawn(move || a.prompt("hi").unwrap());
+    wait_until_full(&rx, 8);
     assert!(agent.is_running());
     assert!(agent.abort());
     let (tx, done) = std::sync::mpsc::channel();
@@ -372,22 +433,119 @@ fn abort_releases_a_run_waiting_on_a_full_channel() {
         .recv_timeout(PATIENCE)
         .expect("abort did not release the run");
     assert_eq!(result.stop_reason, RunStopReason::Cancelled);
-    // The consumer gets the queued events in order, then the channel ends: no gaps.
-    let got: Vec<AgentEvent> = rx.iter().collect();
-    assert_eq!(got.len(), 8);
-    assert_eq!(
-        render(&got)[..5],
-        [
-            "AgentStart",
-            "TurnStart(1)",
-            "MessageStart(user)",
-            "MessageEnd(user \"hi\")",
-            "MessageStart(assistant)",
-        ]
+    // Every event of the run, in order, up to its AgentEnd: the 8 that waited, the one the
+    // run was waiting to send, and what followed the abort (no more deltas: the reply's
+    // MessageEnd, TurnEnd, AgentEnd).
+    let got: Vec<AgentEvent> = rx.try_iter().collect();
+    assert_eq!(got, *all.lock().unwrap());
+    let after = render(&got[9..]);
+    assert_eq!(after.len(), 3, "{:?}", render(&got));
+    assert!(
+        after[0].starts_with("MessageEnd(assistant aborted "),
+        "{after:?}"
     );
-    let s = agent.snapshot();
-    assert_eq!(s.channels_closed, 1);
-    assert!(!s.is_streaming);
+    assert_eq!(after[1..], ["TurnEnd(1 cancelled)", "AgentEnd(cancelled)"]);
+    assert!(!agent.snapshot().is_streaming);
+    // The channel is still subscribed and lossless for the next run.
+    all.lock().unwrap().clear();
+    let a = agent.clone();
+    let second = std::thread::spawn(move || a.prompt("again").unwrap());
+    let got = one_run(&rx);
+    assert_eq!(second.join().unwrap().text(), "ok");
+    assert_eq!(got, *all.lock().unwrap());
+    assert_eq!(agent.snapshot().channels.len(), 1);
+}
+
+/// The bound the docs give for what an aborted run still emits, at the worst place: a full
+/// channel, aborted from another thread while a reply with tool calls streams. After the
+/// abort: the reply's `MessageEnd`, 4 events per tool call, `TurnEnd`, `AgentEnd`, beside
+/// the one event that was waiting to go in.
+#[test]
+fn an_aborted_run_queues_at_most_its_structure_beyond_the_capacity() {
+    let calls = 5;
+    let mut reply = FauxReply::text("x".repeat(200));
+    for i in 0..calls {
+        reply = reply.then_tool_call("echo", json!({ "i": i }));
+    }
+    let reply = reply.then_text("y".repeat(5_000));
+    let agent = Arc::new(
+        Agent::builder()
+            .provider(Faux::default().chunk_chars(1).reply(reply))
+            .tool(support::echo())
+            .model("m")
+            .build()
+            .unwrap(),
+    );
+    let all = everything(&agent);
+    let capacity = 16;
+    // The consumer reads until the reply's last tool call started streaming, then stops.
+    let (mut got, rest) = abort_once_full(&agent, capacity, |e| {
+        matches!(e, AgentEvent::MessageUpdate { message, .. }
+            if message.tool_calls().len() == calls)
+    });
+    let bound = capacity + 1 + 4 * calls + 4;
+    assert!(rest.len() <= bound, "{} > {bound}", rest.len());
+    got.extend(rest);
+    assert_eq!(got, *all.lock().unwrap(), "every event, in order");
+    let tail = render(&got[got.len() - (4 * calls + 3)..]);
+    assert!(
+        tail[0].starts_with("MessageEnd(assistant aborted "),
+        "{tail:?}"
+    );
+    assert_eq!(tail[tail.len() - 1], "AgentEnd(cancelled)");
+}
+
+/// A tool that keeps publishing progress after the abort (it ignores its token for a while)
+/// adds nothing beyond the run's structure: progress after an abort is not published.
+#[test]
+fn a_tool_busy_after_the_abort_publishes_no_more_progress() {
+    let chatty_tool = fn_tool("chatty", |_, ctx| {
+        for i in 0..2_000 {
+            ctx.update(format!("{i}"));
+            if ctx.cancel().is_cancelled() && i % 100 == 99 {
+                break;
+            }
+        }
+        Ok(pagent::ToolOutput::text("done"))
+    });
+    let agent = Arc::new(
+        Agent::builder()
+            .provider(
+                Faux::default()
+                    .reply(FauxReply::tool_call("chatty", json!({})))
+                    .otherwise(|_| FauxReply::text("ok")),
+            )
+            .tool(chatty_tool)
+            .model("m")
+            .build()
+            .unwrap(),
+    );
+    let all = everything(&agent);
+    let capacity = 4;
+    let (mut got, rest) = abort_once_full(&agent, capacity, |e| {
+        matches!(e, AgentEvent::ToolUpdate { .. })
+    });
+    // The waiting event, then: ToolEnd, the result's MessageStart / MessageEnd, TurnEnd,
+    // AgentEnd.
+    assert!(rest.len() <= capacity + 1 + 5, "{:?}", render(&rest));
+    got.extend(rest);
+    assert_eq!(got, *all.lock().unwrap());
+}
+
+#[test]
+fn a_receiver_dropped_while_the_run_waits_releases_the_run() {
+    let agent = Arc::new(streaming(5_000));
+    let rx = agent.subscribe_channel(8);
+    let a = agent.clone();
+    let run = std::thread::spawn(move || a.prompt("hi").unwrap());
+    wait_until_full(&rx, 8);
+    drop(rx);
+    let result = bounded(move || run.join().unwrap());
+    assert_eq!(result.stop_reason, RunStopReason::NoToolCalls);
+    assert!(
+        agent.snapshot().channels.is_empty(),
+        "the listener removed itself"
+    );
 }
 
 #[test]
@@ -409,7 +567,31 @@ fn the_design_sample_does_not_hang_when_aborted() {
     let result = bounded(move || a.prompt("hi").unwrap());
     assert!(aborter.join().unwrap());
     assert_eq!(result.stop_reason, RunStopReason::Cancelled);
-    assert_eq!(rx.iter().count(), 64);
+    let got: Vec<AgentEvent> = rx.try_iter().collect();
+    assert_eq!(got.len(), 64 + 1 + 3);
+    assert!(matches!(got.last(), Some(AgentEvent::AgentEnd { .. })));
+}
+
+#[test]
+fn a_rendezvous_channel_hands_over_one_event_at_a_time() {
+    let agent = Arc::new(streaming(50));
+    let all = everything(&agent);
+    let rx = agent.subscribe_channel(0);
+    let a = agent.clone();
+    let run = std::thread::spawn(move || a.prompt("hi").unwrap());
+    let mut got = Vec::new();
+    while let Ok(e) = rx.recv_timeout(PATIENCE) {
+        // The run waits for each event to be taken: never more than one waits.
+        std::thread::sleep(Duration::from_micros(300));
+        assert!(rx.len() <= 1);
+        let end = matches!(e, AgentEvent::AgentEnd { .. });
+        got.push(e);
+        if end {
+            break;
+        }
+    }
+    bounded(move || run.join().unwrap());
+    assert_eq!(got, *all.lock().unwrap());
 }
 
 #[test]
@@ -429,7 +611,8 @@ fn a_channel_with_room_gets_every_event_of_an_aborted_run() {
     assert_eq!(result.stop_reason, RunStopReason::Cancelled);
     let got: Vec<AgentEvent> = roomy.try_iter().collect();
     assert!(matches!(got.last(), Some(AgentEvent::AgentEnd { .. })));
-    assert_eq!(agent.snapshot().channels_closed, 0);
+    // No delta after the abort: the reply is what the 100 deltas said.
+    assert_eq!(result.messages[1].text(), "x".repeat(100));
 }
 
 #[test]

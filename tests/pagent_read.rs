@@ -353,12 +353,33 @@ fn every_capture_mirrors_to_the_conversation_it_holds() {
         let got = mirror_all(&mut detecting, &capture(name));
         let mut chosen = Mirror::new().decoder(Decoder::for_dialect(dialect));
         assert_eq!(mirror_all(&mut chosen, &capture(name)), got, "{name}");
+        let count = got.len() as u64;
         let got: Vec<String> = got.iter().map(short).collect();
         assert_eq!(
             got.join(" "),
             events.split_whitespace().collect::<Vec<_>>().join(" "),
             "{name}"
         );
+        // One generation per event; the finished calls are the results beside their calls,
+        // with no times (pagent's lines carry none).
+        let mut state = state;
+        state.generation = count;
+        let finished = detecting.state().finished_tool_calls.clone();
+        assert_eq!(
+            finished
+                .iter()
+                .map(|f| f.result.clone())
+                .collect::<Vec<_>>(),
+            state.tool_results.to_vec(),
+            "{name}"
+        );
+        assert!(
+            finished.iter().all(|f| f.call.id == f.result.tool_call_id
+                && f.started_at.is_none()
+                && f.duration.is_none()),
+            "{name}"
+        );
+        state.finished_tool_calls = finished;
         assert_eq!(**detecting.state(), state, "{name}");
         assert_eq!(**chosen.state(), state, "{name}");
     }

@@ -676,18 +676,43 @@ fn a_429_with_retry_after_is_retried_then_succeeds() {
     // While the agent waits, the state says why.
     let handle = agent.handle();
     let during = std::sync::Arc::new(std::sync::Mutex::new(None));
-    let seen = during.clone();
-    let _sub = agent.subscribe(move |e: &pagent::AgentEvent| {
-        if let pagent::AgentEvent::MessageUpdate {
+    let at_first_text = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let (seen, text_seen) = (during.clone(), at_first_text.clone());
+    let _sub = agent.subscribe(move |e: &pagent::AgentEvent| match e {
+        pagent::AgentEvent::MessageUpdate {
             delta: StreamEvent::Retry { .. },
             ..
-        } = e
-        {
-            *seen.lock().unwrap() = handle.snapshot().retry.clone();
+        } => *seen.lock().unwrap() = handle.snapshot().retry.clone(),
+        pagent::AgentEvent::MessageUpdate {
+            delta: StreamEvent::TextDelta { .. },
+            ..
+        } => {
+            let mut first = text_seen.lock().unwrap();
+            if first.is_none() {
+                *first = Some(handle.snapshot().retry.clone());
+            }
         }
+        _ => {}
     });
+    let before = std::time::SystemTime::now();
     let start = Instant::now();
     let result = agent.prompt("Hi").unwrap();
+    // When the wait began and when it ends: a UI's countdown needs nothing else.
+    let retry = during
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("a retry in the state");
+    let StreamEvent::Retry { at: Some(at), .. } = retry else {
+        panic!("a retry without its start: {retry:?}");
+    };
+    assert!(at + Duration::from_millis(1) >= before, "{at:?} {before:?}");
+    assert_eq!(retry.retry_ends_at(), Some(at + Duration::from_secs(1)));
+    assert_eq!(
+        *at_first_text.lock().unwrap(),
+        Some(None),
+        "the wait is over once the retried request answers"
+    );
     assert_eq!(
         during
             .lock()

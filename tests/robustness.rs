@@ -82,6 +82,16 @@ struct Sent {
     messages: Vec<Message>,
 }
 
+/// The agent's transcript, owned, for comparisons.
+fn transcript(agent: &Agent) -> Vec<Message> {
+    agent
+        .snapshot()
+        .messages
+        .iter()
+        .map(|m| (**m).clone())
+        .collect()
+}
+
 /// A Faux playing `replies`, and a log of the messages each call was sent.
 fn faux_with_log(replies: Vec<FauxReply>) -> (Faux, Arc<Mutex<Vec<Sent>>>) {
     let log = Arc::new(Mutex::new(Vec::new()));
@@ -389,12 +399,7 @@ fn a_session_cut_in_the_middle_of_a_batch_continues_with_a_result_for_every_call
         ]
     );
     // The transcript, and the session file, have it as a real message.
-    let transcript: Vec<Message> = agent
-        .snapshot()
-        .messages
-        .iter()
-        .map(|m| (**m).clone())
-        .collect();
+    let transcript = transcript(&agent);
     assert_eq!(transcript[..4], sent[..]);
     let reloaded = session::load(&path).unwrap();
     assert!(reloaded.warnings.is_empty(), "{:?}", reloaded.warnings);
@@ -555,12 +560,7 @@ fn messages_with_a_hole_in_the_middle_are_sent_repaired() {
         "{}",
         body["messages"][3]
     );
-    let transcript: Vec<Message> = agent
-        .snapshot()
-        .messages
-        .iter()
-        .map(|m| (**m).clone())
-        .collect();
+    let transcript = transcript(&agent);
     assert_eq!(
         transcript[..5],
         given[..],
@@ -636,4 +636,62 @@ fn repair_requests_off_sends_unanswered_calls_as_given() {
     agent.prompt(few_shot.clone()).unwrap();
     // Sent exactly as given: no synthesized result after the call.
     assert_eq!(log.lock().unwrap()[0].messages, few_shot);
+}
+
+/// The README's recipe for small local models: a few-shot history of questions and calls
+/// without results, handed to the builder, then `prompt`. The run-start repair used to
+/// append a synthesized result for the last example call (into the transcript and the
+/// request) whatever `repair_requests` said.
+#[test]
+fn repair_requests_off_leaves_the_last_unanswered_call_of_a_history_alone() {
+    let (faux, log) = faux_with_log(vec![FauxReply::text("ok")]);
+    let call = |id: &str| {
+        Message::Assistant(AssistantMessage::new(
+            vec![ContentBlock::ToolCall(ToolCall::new(id, "echo", "{}"))],
+            StopReason::ToolUse,
+        ))
+    };
+    let history = vec![
+        Message::user("a"),
+        call("call_1"),
+        Message::user("b"),
+        call("call_2"),
+    ];
+    let agent = Agent::builder()
+        .provider(faux)
+        .model("m")
+        .tool(echo())
+        .messages(history.clone())
+        .repair_requests(false)
+        .build()
+        .unwrap();
+    let rec = Recorder::attach(&agent);
+    agent.prompt("c").unwrap();
+    let mut sent = history.clone();
+    sent.push(Message::user("c"));
+    assert_eq!(log.lock().unwrap()[0].messages, sent);
+    assert_eq!(
+        rec.lines(),
+        [
+            lines(&["AgentStart", "TurnStart(1)"]),
+            user("c"),
+            text_reply("ok"),
+            lines(&["TurnEnd(1 no_tool_calls)", "AgentEnd(no_tool_calls)"]),
+        ]
+        .concat()
+    );
+    let transcript = transcript(&agent);
+    assert_eq!(transcript[..5], sent[..], "no synthesized result appended");
+    // With nothing queued, a transcript that ends with such a call has nothing to continue.
+    let agent = Agent::builder()
+        .provider(Faux::default())
+        .messages(history)
+        .repair_requests(false)
+        .build()
+        .unwrap();
+    let refused = agent.continue_run().unwrap_err();
+    assert!(
+        matches!(refused.error(), pagent::Error::NothingToContinue(_)),
+        "{refused}"
+    );
 }

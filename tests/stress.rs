@@ -311,7 +311,7 @@ fn check_run(run: usize, events: &[AgentEvent]) {
                 assert_eq!(message, Some(m.role()), "{}", ctx());
                 message = None;
             }
-            AgentEvent::ToolStart { call } => {
+            AgentEvent::ToolStart { call, .. } => {
                 assert!(turn.is_some() && message.is_none(), "{}", ctx());
                 assert!(tools.insert(call.id.clone(), false).is_none(), "{}", ctx());
             }
@@ -323,7 +323,7 @@ fn check_run(run: usize, events: &[AgentEvent]) {
                 assert_eq!(tools.get(call_id), Some(&false), "{}", ctx());
                 assert!(executed.insert(call_id.clone()), "{}", ctx());
             }
-            AgentEvent::ToolEnd { result } => {
+            AgentEvent::ToolEnd { result, .. } => {
                 assert_eq!(tools.get(&result.tool_call_id), Some(&false), "{}", ctx());
                 tools.insert(result.tool_call_id.clone(), true);
             }

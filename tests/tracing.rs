@@ -534,6 +534,7 @@ fn an_http_error_is_its_kind_and_a_retry_is_an_event_and_no_key_is_in_any_span()
             attempt: 1,
             delay_ms: 0,
             error: String::new(),
+            at: None,
         })
         .unwrap()
     else {

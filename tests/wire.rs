@@ -4,6 +4,7 @@
 mod common;
 
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use pagent::llm::{Faux, FauxReply};
 use pagent::wire::{self, Decoder, Mirror};
@@ -158,6 +159,13 @@ fn message() -> impl Strategy<Value = Message> {
     ]
 }
 
+/// An instant as events carry one: whole milliseconds since the Unix epoch, or none.
+fn instant() -> impl Strategy<Value = Option<SystemTime>> {
+    prop::option::of(
+        (0u64..5_000_000_000_000).prop_map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms)),
+    )
+}
+
 fn delta() -> impl Strategy<Value = StreamEvent> {
     prop_oneof![
         text().prop_map(|text| StreamEvent::TextDelta { text }),
@@ -167,13 +175,14 @@ fn delta() -> impl Strategy<Value = StreamEvent> {
         (0usize..3, text())
             .prop_map(|(index, arguments)| StreamEvent::ToolCallDelta { index, arguments }),
         usage().prop_map(|usage| StreamEvent::Usage { usage }),
-        (any::<u32>(), any::<u64>(), text()).prop_map(|(attempt, delay_ms, error)| {
-            StreamEvent::Retry {
+        (any::<u32>(), any::<u64>(), text(), instant()).prop_map(
+            |(attempt, delay_ms, error, at)| StreamEvent::Retry {
                 attempt,
                 delay_ms,
                 error,
+                at,
             }
-        }),
+        ),
     ]
 }
 
@@ -185,7 +194,7 @@ fn standalone_event() -> impl Strategy<Value = AgentEvent> {
         any::<u32>().prop_map(|turn| AgentEvent::TurnStart { turn }),
         arc().prop_map(|message| AgentEvent::MessageStart { message }),
         arc().prop_map(|message| AgentEvent::MessageEnd { message }),
-        call().prop_map(|call| AgentEvent::ToolStart { call }),
+        (call(), instant()).prop_map(|(call, at)| AgentEvent::ToolStart { call, at }),
         (text(), text(), json_value(), any::<bool>()).prop_map(
             |(call_id, tool_name, arguments, rewritten)| AgentEvent::ToolExecute {
                 call_id,
@@ -205,8 +214,9 @@ fn standalone_event() -> impl Strategy<Value = AgentEvent> {
                 },
             }
         }),
-        result().prop_map(|r| AgentEvent::ToolEnd {
-            result: Arc::new(r)
+        (result(), prop::option::of(any::<u32>())).prop_map(|(r, us)| AgentEvent::ToolEnd {
+            result: Arc::new(r),
+            duration: us.map(|us| Duration::from_micros(u64::from(us))),
         }),
         (
             any::<u32>(),
@@ -729,7 +739,7 @@ fn a_mirror_joining_at_any_line_keeps_the_state_invariants() {
                     "{context}"
                 );
                 match &event {
-                    AgentEvent::ToolStart { call } => {
+                    AgentEvent::ToolStart { call, .. } => {
                         heard.push(call.id.clone());
                         heard_arguments.push(call.id.clone());
                     }

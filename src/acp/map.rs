@@ -185,7 +185,7 @@ pub(crate) fn updates(event: &AgentEvent, kind_of: &dyn Fn(&str) -> ToolKind) ->
             // usage and retries have no update of their own.
             _ => Vec::new(),
         },
-        AgentEvent::ToolStart { call } => {
+        AgentEvent::ToolStart { call, .. } => {
             vec![tool_call(call, kind_of(&call.name), ToolStatus::Pending)]
         }
         AgentEvent::ToolExecute {
@@ -211,7 +211,7 @@ pub(crate) fn updates(event: &AgentEvent, kind_of: &dyn Fn(&str) -> ToolKind) ->
             out.extend(plan(details.as_ref()));
             out
         }
-        AgentEvent::ToolEnd { result } => {
+        AgentEvent::ToolEnd { result, .. } => {
             let mut out = vec![tool_result(result)];
             out.extend(plan(result.details.as_ref()));
             out
@@ -390,6 +390,7 @@ mod tests {
                     attempt: 1,
                     delay_ms: 5,
                     error: "busy".into(),
+                    at: None,
                 }),
                 vec![],
             ),
@@ -400,7 +401,10 @@ mod tests {
                 vec![],
             ),
             (
-                AgentEvent::ToolStart { call: call.clone() },
+                AgentEvent::ToolStart {
+                    call: call.clone(),
+                    at: None,
+                },
                 vec![
                     json!({"sessionUpdate": "tool_call", "toolCallId": "c1", "title": "edit",
                     "kind": "edit", "status": "pending", "rawInput": {"path": "a"}}),
@@ -409,6 +413,7 @@ mod tests {
             (
                 AgentEvent::ToolStart {
                     call: ToolCall::new("c2", "other", "not json"),
+                    at: None,
                 },
                 vec![
                     json!({"sessionUpdate": "tool_call", "toolCallId": "c2", "title": "other",
@@ -452,6 +457,7 @@ mod tests {
             (
                 AgentEvent::ToolEnd {
                     result: Arc::new(result.clone()),
+                    duration: None,
                 },
                 vec![
                     json!({"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "completed",
@@ -463,6 +469,7 @@ mod tests {
             (
                 AgentEvent::ToolEnd {
                     result: Arc::new(failed),
+                    duration: None,
                 },
                 vec![
                     json!({"sessionUpdate": "tool_call_update", "toolCallId": "c2", "status": "failed",
@@ -500,7 +507,8 @@ mod tests {
         );
         assert_eq!(
             json_of(&AgentEvent::ToolEnd {
-                result: Arc::new(result)
+                result: Arc::new(result),
+                duration: None,
             })
             .len(),
             1

@@ -243,14 +243,21 @@ impl AgentBuilder {
         self
     }
 
-    /// Whether each model request is repaired before it is sent: a tool call without a
+    /// Whether tool calls without a result are answered for the model: a call without a
     /// result (a session cut in the middle of a tool batch, messages handed to
     /// [`AgentBuilder::messages`] or to `prompt`, a result pruned by `transform_context`) gets
     /// a synthesized error result right after its message's results, since OpenAI and
-    /// Anthropic reject a request with an unanswered call. Turn it off only for a server that
-    /// accepts such requests and a history that means them: the few-shot prompts that make a
-    /// small local model (llama.cpp) call tools show calls without results on purpose. The
-    /// transcript itself is never changed by this repair. Defaults to true.
+    /// Anthropic reject a request with an unanswered call. Two repairs do it, and this
+    /// setting governs both: each model request is repaired before it is sent (the
+    /// transcript is not changed), and a run that starts on a transcript whose last
+    /// assistant message has unanswered calls first appends their results as messages.
+    ///
+    /// Turn it off only for a server that accepts such requests and a history that means
+    /// them: the few-shot prompts that make a small local model (llama.cpp) call tools show
+    /// calls without results on purpose. Off, the transcript and every request keep those
+    /// calls as they are (and [`crate::Agent::continue_run`] on a transcript that ends with
+    /// such a call has nothing to continue, as after any assistant message). The calls of the
+    /// agent's own runs always get their results either way. Defaults to true.
     pub fn repair_requests(mut self, repair: bool) -> AgentBuilder {
         self.repair_requests = repair;
         self
@@ -305,6 +312,8 @@ impl AgentBuilder {
     /// tool batch), the next run appends those results as real messages first
     /// (`MessageStart` / `MessageEnd` right after its first `TurnStart`, before its input),
     /// so the transcript is whole again; `continue_run` then lets the model answer them.
+    /// With [`AgentBuilder::repair_requests`] off, neither happens: the transcript and the
+    /// requests keep the calls without results, as given.
     pub fn messages(mut self, messages: impl IntoIterator<Item = Message>) -> AgentBuilder {
         self.messages = messages.into_iter().collect();
         self

@@ -32,60 +32,58 @@
 //! it as an *upgradable* read while they fold (so readers go on reading the previous state
 //! meanwhile, and two writers never fold at once), then upgrade for the pointer swap alone.
 //! The previous state is dropped after the lock is released.
+//!
+//! # Lossless channels
+//! A lossless channel ([`ChannelPolicy::Block`]) is an unbounded crossbeam channel whose
+//! bound is kept here: an event goes in once fewer than `capacity` wait (none, for a
+//! rendezvous channel, which then also waits until it was taken). The bound is ours, not the
+//! channel's, so that after an abort the few events the run still emits go in beyond it
+//! instead of closing the channel (see [`Shared::wait_for_room`] for the exact bound, and why
+//! the wait polls). crossbeam's own bounded channel would block the run on them, or lose
+//! them.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
 
-use crossbeam_channel::{Receiver, Sender, TrySendError};
+use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Mutex, RwLock, RwLockUpgradableReadGuard, RwLockWriteGuard};
 
 use crate::cancel::CancelToken;
 use crate::event::AgentEvent;
-use crate::state::State;
+use crate::state::{ChannelPolicy, ChannelStats, State};
 
 pub(crate) type Callback = dyn Fn(&AgentEvent) + Send + Sync;
 
-/// What a channel subscription does when its channel is full.
-///
-/// See [`crate::Agent::subscribe_channel_with`] for the exact guarantees.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ChannelPolicy {
-    /// Lossless: the run waits while the channel holds `capacity` events. An abort releases
-    /// the wait by closing the channel: the consumer receives every event queued before, in
-    /// order, then the channel disconnects. A lossless channel never has a gap.
-    #[default]
-    Block,
-    /// Never slows the run: while the channel holds `capacity` events or more, `MessageUpdate`
-    /// and `ToolUpdate` events are dropped (counted in `State::updates_dropped`); every other
-    /// event is always delivered, beyond `capacity` if need be.
-    DropUpdates,
-}
+/// What a [`Waker`](super::Waker) calls.
+pub(crate) type Wake = dyn Fn() + Send + Sync;
 
 pub(crate) enum Sink {
     Callback(Box<Callback>),
     Channel(Channel),
+    /// A waker: `wake` runs when the state changed and `armed` was set (by a look at the
+    /// state); it clears `armed`, so one look gets at most one wake.
+    Wake {
+        wake: Box<Wake>,
+        armed: Arc<AtomicBool>,
+    },
 }
 
-/// The sending side of a channel subscription. The sender sits in a slot, so that closing the
-/// channel (after an abort) disconnects the consumer at once, even while an older listener
-/// list still holds this listener.
+/// The sending side of a channel subscription.
 pub(crate) struct Channel {
-    tx: Mutex<Option<Sender<AgentEvent>>>,
+    tx: Sender<AgentEvent>,
     capacity: usize,
     policy: ChannelPolicy,
 }
 
 impl Channel {
     pub(crate) fn new(capacity: usize, policy: ChannelPolicy) -> (Channel, Receiver<AgentEvent>) {
-        let (tx, rx) = match policy {
-            ChannelPolicy::Block => crossbeam_channel::bounded(capacity),
-            // The bound is ours: updates stop going in at `capacity`; lifecycle events always
-            // do (how many the run's structure makes, not how many deltas streamed).
-            ChannelPolicy::DropUpdates => crossbeam_channel::unbounded(),
-        };
+        // Unbounded under both policies: the bound is ours (see the module docs). Under
+        // `DropUpdates` updates stop going in at `capacity` while lifecycle events always do
+        // (how many the run's structure makes, not how many deltas streamed).
+        let (tx, rx) = crossbeam_channel::unbounded();
         let channel = Channel {
-            tx: Mutex::new(Some(tx)),
+            tx,
             capacity,
             policy,
         };
@@ -97,9 +95,15 @@ impl Channel {
 enum Sent {
     Delivered,
     Dropped,
-    Closed,
     Gone,
 }
+
+/// The first and the longest pause of a run waiting for room in a lossless channel.
+const FIRST_PAUSE: Duration = Duration::from_micros(20);
+const LAST_PAUSE: Duration = Duration::from_millis(2);
+/// How many times the wait yields the CPU before it sleeps: a consumer that keeps up
+/// takes the event within a few of them.
+const YIELDS: u32 = 16;
 
 pub(crate) struct Listener {
     id: u64,
@@ -121,6 +125,9 @@ pub(crate) struct Shared {
     // a listener holding a handle never keeps the agent's listeners and channels alive.
     closed: AtomicBool,
     next_id: AtomicU64,
+    // How many wakers are subscribed: a change outside events (`update`) looks for them only
+    // when there is one.
+    wakers: AtomicUsize,
     // The token of the run whose events are being dispatched (from `AgentStart` to the end of
     // `AgentEnd`): a lossless channel that is full waits on it.
     run_token: Mutex<Option<CancelToken>>,
@@ -133,6 +140,7 @@ impl Shared {
             listeners: RwLock::new(Arc::new(Vec::new())),
             closed: AtomicBool::new(false),
             next_id: AtomicU64::new(1),
+            wakers: AtomicUsize::new(0),
             run_token: Mutex::new(None),
         }
     }
@@ -144,7 +152,25 @@ impl Shared {
     /// Publishes a state change that is not an event (queues, settings, counters).
     /// Returns what `f` returns.
     pub(crate) fn update<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
-        // In place when no snapshot of the current state is held, as in `fold`.
+        let r = self.publish(|state| {
+            let r = f(state);
+            state.generation += 1;
+            r
+        });
+        if self.wakers.load(Ordering::Acquire) > 0 {
+            let listeners = self.listeners.read().clone();
+            for l in listeners.iter() {
+                if l.active.load(Ordering::Acquire) {
+                    Self::wake(&l.sink);
+                }
+            }
+        }
+        r
+    }
+
+    /// Publishes the state `f` makes of the current one: in place when no snapshot of the
+    /// current state is held, as in `fold`.
+    fn publish<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
         let current = self.state.upgradable_read();
         let mut w = RwLockUpgradableReadGuard::upgrade(current);
         if let Some(state) = Arc::get_mut(&mut w) {
@@ -158,6 +184,17 @@ impl Shared {
         r
     }
 
+    /// Calls a waker whose state was looked at since its last wake; nothing for other sinks.
+    fn wake(sink: &Sink) {
+        if let Sink::Wake { wake, armed } = sink
+            && armed.swap(false, Ordering::AcqRel)
+        {
+            // A panicking waker is dropped silently: it has no event to report it against,
+            // and the next look arms it again.
+            let _ = super::guard::catch(wake);
+        }
+    }
+
     /// Publishes the state after `event`.
     ///
     /// When no snapshot of the current state is held anywhere (no reader kept the `Arc`, the
@@ -169,20 +206,11 @@ impl Shared {
     /// `before` changes the state first, in the same publication: what is not an event
     /// (the queues a reset empties) changes at the same instant as what the event says.
     fn fold<R>(&self, event: &AgentEvent, before: impl FnOnce(&mut State) -> R) -> R {
-        let current = self.state.upgradable_read();
-        let mut w = RwLockUpgradableReadGuard::upgrade(current);
-        if let Some(state) = Arc::get_mut(&mut w) {
+        self.publish(|state| {
             let r = before(state);
             state.fold(event);
-            return r;
-        }
-        let current = RwLockWriteGuard::downgrade_to_upgradable(w);
-        let mut next = State::clone(&current);
-        let r = before(&mut next);
-        next.fold(event);
-        let old = Self::swap(current, next);
-        drop(old);
-        r
+            r
+        })
     }
 
     /// Stores `next` and returns the previous state, to be dropped with no lock held.
@@ -211,7 +239,20 @@ impl Shared {
     }
 
     /// Folds `event` into the state, publishes it, then calls every listener.
+    ///
+    /// A tool's progress after an abort is not published: the run is ending, and what it
+    /// still emits must stay within the bound that lossless channels rely on (see
+    /// `wait_for_room`). The reply's deltas stop at the source (the loop refuses them).
     pub(crate) fn emit(&self, event: AgentEvent) {
+        if let AgentEvent::ToolUpdate { .. } = event
+            && self
+                .run_token
+                .lock()
+                .as_ref()
+                .is_some_and(|t| t.is_cancelled())
+        {
+            return;
+        }
         self.emit_with(event, |_| ());
     }
 
@@ -224,7 +265,9 @@ impl Shared {
     ) -> R {
         let r = self.fold(&event, before);
         let listeners = self.listeners.read().clone();
-        let (mut dropped, mut closed) = (0u64, 0u64);
+        // The channels that dropped this event (at most one event each): rare, so no
+        // allocation unless one did.
+        let mut dropped: Vec<u64> = Vec::new();
         for l in listeners.iter() {
             if !l.active.load(Ordering::Acquire) {
                 continue;
@@ -237,71 +280,100 @@ impl Shared {
                 }
                 Sink::Channel(c) => match self.send(c, &event) {
                     Sent::Delivered => {}
-                    Sent::Dropped => dropped += 1,
-                    Sent::Closed => {
-                        closed += 1;
-                        self.unsubscribe(l.id);
-                    }
+                    Sent::Dropped => dropped.push(l.id),
                     Sent::Gone => {
                         self.unsubscribe(l.id);
                     }
                 },
+                sink @ Sink::Wake { .. } => Self::wake(sink),
             }
         }
-        if dropped + closed > 0 {
+        if !dropped.is_empty() {
             self.update(|next| {
-                next.updates_dropped += dropped;
-                next.channels_closed += closed;
+                next.updates_dropped += dropped.len() as u64;
+                for i in 0..next.channels.len() {
+                    if let Some(stats) = next.channels.get_mut(i)
+                        && dropped.contains(&stats.id)
+                    {
+                        stats.updates_dropped += 1;
+                    }
+                }
             });
         }
         r
     }
 
     fn send(&self, channel: &Channel, event: &AgentEvent) -> Sent {
-        let mut slot = channel.tx.lock();
-        let Some(tx) = slot.as_ref() else {
-            return Sent::Gone;
-        };
-        if channel.policy == ChannelPolicy::DropUpdates {
-            let update = matches!(
-                event,
-                AgentEvent::MessageUpdate { .. } | AgentEvent::ToolUpdate { .. }
-            );
-            if update && tx.len() >= channel.capacity {
-                return Sent::Dropped;
+        let tx = &channel.tx;
+        match channel.policy {
+            ChannelPolicy::DropUpdates => {
+                let update = matches!(
+                    event,
+                    AgentEvent::MessageUpdate { .. } | AgentEvent::ToolUpdate { .. }
+                );
+                if update && tx.len() >= channel.capacity {
+                    return Sent::Dropped;
+                }
             }
-            // Unbounded: never blocks.
-            return match tx.send(event.clone()) {
-                Ok(()) => Sent::Delivered,
-                Err(_) => Sent::Gone,
-            };
+            // A rendezvous channel takes one event at a time.
+            ChannelPolicy::Block => self.wait_for_room(tx, channel.capacity.max(1)),
         }
-        let event = match tx.try_send(event.clone()) {
-            Ok(()) => return Sent::Delivered,
-            Err(TrySendError::Disconnected(_)) => return Sent::Gone,
-            Err(TrySendError::Full(e)) => e,
-        };
-        // Full: wait for the consumer, or for an abort of the run, whichever comes first.
-        let token = self.run_token.lock().clone();
-        let outcome = match &token {
-            // Only the bench emitter dispatches outside a run.
-            None => tx.send(event).map_err(|_| ()),
-            Some(t) if t.is_cancelled() => return Self::close_channel(&mut slot),
-            Some(t) => crossbeam_channel::select! {
-                send(tx, event) -> r => r.map_err(|_| ()),
-                recv(t.receiver()) -> _ => return Self::close_channel(&mut slot),
-            },
-        };
-        match outcome {
-            Ok(()) => Sent::Delivered,
-            Err(()) => Sent::Gone,
+        // Unbounded: never blocks.
+        if tx.send(event.clone()).is_err() {
+            return Sent::Gone;
         }
+        if channel.policy == ChannelPolicy::Block && channel.capacity == 0 {
+            // Rendezvous: the run goes on once the consumer took the event.
+            self.wait_for_room(tx, 1);
+        }
+        Sent::Delivered
     }
 
-    /// Drops the sender: the consumer receives what is queued, then the channel disconnects.
-    fn close_channel(slot: &mut Option<Sender<AgentEvent>>) -> Sent {
-        slot.take();
-        Sent::Closed
+    /// Waits until fewer than `limit` events wait in `tx`: until the consumer took enough of
+    /// them, or its receiver was dropped (the channel then drops what it held), or the run was
+    /// aborted, whichever comes first.
+    ///
+    /// # The bound after an abort
+    /// Once the run's token is cancelled (an abort, or the run deadline), no event waits
+    /// here: each goes in beyond the capacity. The loop emits no `MessageUpdate` once the
+    /// token is cancelled (the next delta is refused) and this module publishes no
+    /// `ToolUpdate`, so what follows the abort is the run's structure alone: the messages
+    /// of the turn's input not yet appended (2 events each), the reply's `MessageStart` (if it
+    /// had not started) and `MessageEnd`, for each tool call of that reply its `ToolStart`,
+    /// `ToolEnd` and the `MessageStart` / `MessageEnd` of its result (4 events), then
+    /// `TurnEnd` and `AgentEnd`; plus the one event that was waiting here when the abort
+    /// came. No new turn starts and no steering message is taken after an abort.
+    ///
+    /// # Why it polls
+    /// The consumer holds a plain crossbeam `Receiver`, whose `recv` tells nobody, and a
+    /// bounded crossbeam channel cannot hold the events above beyond its capacity. So the run
+    /// looks at the channel's length: it yields the CPU a few times (a consumer that keeps up
+    /// takes the event meanwhile), then sleeps on the run's token, 20 µs at first and doubling
+    /// up to 2 ms, so that an abort ends the wait at once. A run held by a slow consumer thus
+    /// wakes at most 500 times a second.
+    fn wait_for_room(&self, tx: &Sender<AgentEvent>, limit: usize) {
+        if tx.len() < limit {
+            return;
+        }
+        // Only the bench emitter dispatches outside a run (no token).
+        let token = self.run_token.lock().clone();
+        let mut pause = FIRST_PAUSE;
+        let mut yields = 0;
+        while tx.len() >= limit {
+            match &token {
+                Some(t) if t.is_cancelled() => return,
+                _ if yields < YIELDS => {
+                    yields += 1;
+                    std::thread::yield_now();
+                    continue;
+                }
+                Some(t) => {
+                    t.wait_timeout(pause);
+                }
+                None => std::thread::sleep(pause),
+            }
+            pause = (pause * 2).min(LAST_PAUSE);
+        }
     }
 
     fn record_panic(&self, id: u64, event: &AgentEvent, message: String) {
@@ -319,6 +391,11 @@ impl Shared {
     /// (a channel's receiver disconnects) and the id names no listener.
     pub(crate) fn subscribe(&self, sink: Sink) -> u64 {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let stats = match &sink {
+            Sink::Channel(c) => Some(ChannelStats::new(id, c.capacity, c.policy)),
+            _ => None,
+        };
+        let waker = matches!(sink, Sink::Wake { .. });
         let listener = Arc::new(Listener {
             id,
             active: AtomicBool::new(true),
@@ -332,8 +409,14 @@ impl Shared {
         }
         let mut next = Vec::clone(&current);
         next.push(listener);
+        if waker {
+            self.wakers.fetch_add(1, Ordering::AcqRel);
+        }
         let old = Self::replace(current, next);
         drop(old);
+        if let Some(stats) = stats {
+            self.update(|next| next.channels.push_back(stats));
+        }
         id
     }
 
@@ -350,12 +433,27 @@ impl Shared {
         // A dispatch already under way holds the old list; the flag keeps it from calling
         // this listener again.
         current[pos].active.store(false, Ordering::Release);
+        let (channel, waker) = match &current[pos].sink {
+            Sink::Channel(_) => (true, false),
+            Sink::Wake { .. } => (false, true),
+            Sink::Callback(_) => (false, false),
+        };
+        if waker {
+            self.wakers.fetch_sub(1, Ordering::AcqRel);
+        }
         let mut next = Vec::clone(&current);
         next.remove(pos);
         // The removed listener (a closure and what it captured) is dropped with no lock held:
         // its drop is user code, which may subscribe or unsubscribe.
         let old = Self::replace(current, next);
         drop(old);
+        if channel {
+            self.update(|next| {
+                if let Some(i) = next.channels.iter().position(|c| c.id == id) {
+                    next.channels.remove(i);
+                }
+            });
+        }
         true
     }
 
@@ -368,7 +466,10 @@ impl Shared {
         for l in current.iter() {
             l.active.store(false, Ordering::Release);
         }
+        self.wakers.store(0, Ordering::Release);
         let old = Self::replace(current, Vec::new());
         drop(old);
+        // The state stays as the agent left it (`State::channels` included): a handle reads
+        // its last snapshot.
     }
 }

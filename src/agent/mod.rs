@@ -12,7 +12,7 @@ use crate::cancel::CancelToken;
 use crate::event::{AgentEvent, RunStopReason};
 use crate::llm::ThinkingLevel;
 use crate::message::{AssistantMessage, Message, Usage};
-use crate::state::State;
+use crate::state::{ChannelPolicy, State};
 use crate::tool::Tool;
 use crate::{Error, RunError};
 
@@ -32,7 +32,6 @@ pub(crate) use tools::{CANCELLED, SKIPPED};
 pub use builder::AgentBuilder;
 use builder::Config;
 pub use claim::ClaimedRun;
-pub use dispatch::ChannelPolicy;
 use dispatch::{Channel, Shared, Sink};
 pub use stream::{RunMessages, RunStream, TextChunks, WireLines, run_loop};
 
@@ -440,20 +439,64 @@ impl Agent {
     ///
     /// # Guarantees
     /// - Lossless: while the channel is full the run waits until the consumer takes an
-    ///   event; the consumer receives every event, in order. At most `capacity` events wait
-    ///   in the channel; counting also the event the consumer is handling and the one the run
+    ///   event; the consumer receives every event of every run, in order, each run's
+    ///   `AgentEnd` included. At most `capacity` events wait in the channel (but after an
+    ///   abort, below); counting also the event the consumer is handling and the one the run
     ///   waits to send, the run is at most `capacity + 2` events ahead of what the consumer
-    ///   finished.
-    /// - `abort()` releases the wait at once. A run that was aborted never waits for a full
-    ///   channel again: a channel that is full when one of its events must go in is closed
-    ///   instead. Its consumer receives every event queued before, in order, then `recv`
-    ///   returns `Err` (the channel is disconnected): a lossless channel has no gaps, it ends.
-    ///   `State::channels_closed` counts these channels. A channel that had room receives
-    ///   every event of the aborted run, `AgentEnd` included.
-    /// - When the receiver is dropped, the listener removes itself at the next event. When
-    ///   the agent is dropped, the channel disconnects once the consumer took what is queued.
+    ///   finished. A rendezvous channel (`capacity` 0) holds one event at a time, and the
+    ///   run goes on once the consumer took it.
+    /// - `abort()` releases the wait at once, and the channel stays open: the run no longer
+    ///   waits for the consumer, and what it still emits goes in beyond `capacity`. That is
+    ///   bounded by the run's structure, not by what streamed: after the abort the run emits
+    ///   no `MessageUpdate` and no `ToolUpdate`, and at most the `MessageStart` /
+    ///   `MessageEnd` of each message of the turn's input not yet appended, the reply's
+    ///   `MessageStart` (when it had not started) and `MessageEnd`, four events for each tool
+    ///   call of that reply (`ToolStart`, `ToolEnd`, and its result's `MessageStart` and
+    ///   `MessageEnd`), `TurnEnd` and `AgentEnd`. So a full channel then holds at most
+    ///   `capacity + 1 + 2i + 4n + 4` events, `i` the input messages still to append (0
+    ///   once the reply started), `n` the reply's tool calls, the `1` the event the run was
+    ///   waiting to send when the abort came. The next run waits for room again.
+    /// - When the receiver is dropped, the listener removes itself at the next event (a run
+    ///   waiting for room goes on). When the agent is dropped, the channel disconnects once
+    ///   the consumer took what is queued.
+    ///
+    /// The run waits for room by looking at the channel's length, yielding and then sleeping
+    /// in pauses of up to 2 ms (the consumer's `recv` tells nobody): a run held by a slow
+    /// consumer wakes at most 500 times a second, and goes on within 2 ms of the consumer
+    /// making room.
     pub fn subscribe_channel(&self, capacity: usize) -> Receiver<AgentEvent> {
         self.handle().subscribe_channel(capacity)
+    }
+
+    /// Registers a channel listener with a policy, as [`Agent::subscribe_channel_with`], and
+    /// returns its listener id with the receiver: the id names the channel's entry in
+    /// [`State::channels`] (its own count of dropped updates) and removes it with
+    /// [`Agent::unsubscribe`].
+    ///
+    /// ```
+    /// use pagent::llm::{Faux, FauxReply};
+    /// use pagent::{Agent, ChannelPolicy};
+    ///
+    /// let agent = Agent::builder()
+    ///     .provider(Faux::default().chunk_chars(1).reply(FauxReply::text("x".repeat(50))))
+    ///     .build()?;
+    /// let (id, log) = agent.subscribe_channel_with_id(4, ChannelPolicy::DropUpdates);
+    /// // Nobody reads meanwhile: the five events before the reply fill the channel, so each
+    /// // of the reply's updates is dropped (its 50 text deltas and its usage report).
+    /// agent.prompt("hi")?;
+    /// let state = agent.snapshot();
+    /// let mine = state.channels.iter().find(|c| c.id == id).unwrap();
+    /// assert_eq!(mine.updates_dropped, 51);
+    /// assert_eq!(log.len(), 8); // the lifecycle events: those five, MessageEnd, TurnEnd, AgentEnd
+    /// assert!(agent.unsubscribe(id));
+    /// # Ok::<(), pagent::Error>(())
+    /// ```
+    pub fn subscribe_channel_with_id(
+        &self,
+        capacity: usize,
+        policy: ChannelPolicy,
+    ) -> (u64, Receiver<AgentEvent>) {
+        self.handle().subscribe_channel_with_id(capacity, policy)
     }
 
     /// Registers a channel listener with a policy for a full channel.
@@ -484,6 +527,38 @@ impl Agent {
     /// Removes the listener with this id. Returns false when there is none.
     pub fn unsubscribe(&self, id: u64) -> bool {
         self.inner.shared.unsubscribe(id)
+    }
+
+    /// A [`Waker`]: `wake` is called (on the thread that changed the state) when the state
+    /// changes after the waker's last [`Waker::snapshot`], once until the next one. Made for
+    /// a UI thread that draws the state: `wake` asks the toolkit for a frame, and the frame
+    /// draws `waker.snapshot()`.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use std::sync::Arc;
+    /// use pagent::llm::{Faux, FauxReply};
+    /// use pagent::Agent;
+    ///
+    /// let agent = Agent::builder()
+    ///     .provider(Faux::default().otherwise(|_| FauxReply::text("hi")))
+    ///     .build()?;
+    /// let frames_asked = Arc::new(AtomicUsize::new(0));
+    /// let asked = frames_asked.clone();
+    /// // With egui: `let ctx = ctx.clone(); agent.waker(move || ctx.request_repaint())`.
+    /// let waker = agent.waker(move || {
+    ///     asked.fetch_add(1, Ordering::SeqCst);
+    /// });
+    /// agent.prompt("hello")?; // the UI thread did not draw meanwhile: one wake in all
+    /// assert_eq!(frames_asked.load(Ordering::SeqCst), 1);
+    /// let state = waker.snapshot(); // a frame draws this, and arms the next wake
+    /// assert_eq!(state.messages.len(), 2);
+    /// agent.prompt("again")?;
+    /// assert_eq!(frames_asked.load(Ordering::SeqCst), 2);
+    /// # Ok::<(), pagent::Error>(())
+    /// ```
+    pub fn waker(&self, wake: impl Fn() + Send + Sync + 'static) -> Waker {
+        self.handle().waker(wake)
     }
 
     /// The latest state. Never blocks; callable from any thread at any time.
@@ -652,6 +727,17 @@ impl Inner {
     }
 
     pub(crate) fn publish_settings(&self, config: &Config) {
+        // Nothing changed (the common case at the end of each run): no new state, so that a
+        // poller comparing generations has nothing to draw.
+        let now = self.shared.snapshot();
+        if *now.system_prompt == *config.system_prompt
+            && *now.model == *config.model
+            && now.thinking == config.thinking
+            && Arc::ptr_eq(&now.tools, &config.tool_defs)
+        {
+            return;
+        }
+        drop(now);
         let defs = config.tool_defs.clone();
         self.shared.update(|next| {
             next.system_prompt = Arc::from(config.system_prompt.as_str());
@@ -791,14 +877,98 @@ impl AgentHandle {
         capacity: usize,
         policy: ChannelPolicy,
     ) -> Receiver<AgentEvent> {
+        self.subscribe_channel_with_id(capacity, policy).1
+    }
+
+    /// Registers a channel listener with a policy and returns its id; see
+    /// [`Agent::subscribe_channel_with_id`].
+    pub fn subscribe_channel_with_id(
+        &self,
+        capacity: usize,
+        policy: ChannelPolicy,
+    ) -> (u64, Receiver<AgentEvent>) {
         let (channel, rx) = Channel::new(capacity, policy);
-        self.shared.subscribe(Sink::Channel(channel));
-        rx
+        let id = self.shared.subscribe(Sink::Channel(channel));
+        (id, rx)
     }
 
     /// Removes the listener with this id. Returns false when there is none.
     pub fn unsubscribe(&self, id: u64) -> bool {
         self.shared.unsubscribe(id)
+    }
+
+    /// A [`Waker`]; see [`Agent::waker`]. Once the agent is gone it is never called.
+    pub fn waker(&self, wake: impl Fn() + Send + Sync + 'static) -> Waker {
+        let armed = Arc::new(AtomicBool::new(true));
+        let id = self.shared.subscribe(Sink::Wake {
+            wake: Box::new(wake),
+            armed: armed.clone(),
+        });
+        Waker {
+            id,
+            armed,
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// Wakes a thread that draws an agent's state (a UI thread) when that state changes: what
+/// [`Agent::waker`] returns. Works with any toolkit: `wake` is any `Fn() + Send + Sync`
+/// (egui's `Context::request_repaint`, a winit `EventLoopProxy::send_event`, a message to
+/// an iced or GTK main loop).
+///
+/// # Contract
+/// - `wake` is called after a change is published (an event folded, or a change outside
+///   events: a queue, a setting, a counter), on the thread that made it (the run thread
+///   for events, the caller's for `steer`, `follow_up`, `clear_*` and `set_*`), with no
+///   lock held, so it may call anything on the agent. It should be quick: it runs inside
+///   the run, as a listener does. A panic in it is caught and ignored.
+/// - It is called at most once between two [`Waker::snapshot`]s (and once before the
+///   first): a reply that streams a thousand deltas while the UI draws one frame asks for
+///   one more frame, not a thousand. The toolkit coalesces the rest.
+/// - No change is missed: a change published after a `snapshot` either shows in that
+///   snapshot or calls `wake`. In particular a run's `AgentStart`, on another thread,
+///   always wakes a UI whose last frame drew the idle agent: its first event is never lost,
+///   and an idle agent costs the UI nothing.
+///
+/// Dropping the `Waker` removes it. It holds the agent's state, not the agent: like an
+/// [`AgentHandle`], it does not keep the agent alive.
+pub struct Waker {
+    id: u64,
+    armed: Arc<AtomicBool>,
+    shared: Arc<Shared>,
+}
+
+impl Waker {
+    /// The latest state, as [`Agent::snapshot`]; the next change after it calls the wake
+    /// function again. Never blocks.
+    pub fn snapshot(&self) -> Arc<State> {
+        // Armed before the state is read. A swap (not a store) reads the flag's latest
+        // value: when the run's swap that disarmed it comes first, this synchronizes with
+        // it, so the state read below includes the change that run published; when it
+        // comes after, the run sees the flag set and wakes.
+        self.armed.swap(true, Ordering::AcqRel);
+        self.shared.snapshot()
+    }
+
+    /// The waker's listener id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+}
+
+impl Drop for Waker {
+    fn drop(&mut self) {
+        self.shared.unsubscribe(self.id);
+    }
+}
+
+impl fmt::Debug for Waker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Waker")
+            .field("id", &self.id)
+            .field("armed", &self.armed.load(Ordering::Relaxed))
+            .finish()
     }
 }
 

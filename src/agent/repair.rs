@@ -8,7 +8,8 @@
 //! [`crate::AgentBuilder::messages`], or a `transform_context` hook that pruned a result.
 //!
 //! Two repairs, both placing a synthesized error result ([`NO_RESULT`]) right after the
-//! assistant message's existing results, in call order:
+//! assistant message's existing results, in call order, and both off with
+//! `repair_requests(false)`:
 //! - [`repair`] runs on the messages of every model request, after `transform_context`, so
 //!   the request is always valid. It never changes the transcript.
 //! - At the start of a run, when the transcript ends with an assistant message whose calls
@@ -124,8 +125,12 @@ pub(crate) fn unanswered_tail<'t>(
 impl Run<'_> {
     /// At the start of a run: puts the results missing at the end of the transcript in front
     /// of the run's first input, so the first turn appends them (with their events) before
-    /// anything else.
+    /// anything else. Nothing when repairs are off (`repair_requests(false)`): the calls stay
+    /// unanswered, as the history means them.
     pub(crate) fn answer_unanswered(&self, input: &mut Vec<Message>) {
+        if !self.config.repair_requests {
+            return;
+        }
         let state = self.inner.shared.snapshot();
         let missing = unanswered_tail(state.messages.iter());
         if !missing.is_empty() {

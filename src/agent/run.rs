@@ -241,12 +241,14 @@ pub(crate) fn between_runs<R>(
 fn continue_input(inner: &Inner) -> Result<Vec<Message>, Error> {
     let state = inner.shared.snapshot();
     // A reply whose calls lack results is not the end: the run answers them first (see
-    // `repair`), and the model is then due to answer.
+    // `repair`), and the model is then due to answer; unless repairs are off, when the
+    // calls stay unanswered and the reply is the end, as any other.
     let last_is_assistant = match state.last_message() {
         None => true,
         Some(m) => {
             matches!(**m, Message::Assistant(_))
-                && repair::unanswered_tail(state.messages.iter()).is_empty()
+                && (!inner.config.lock().repair_requests
+                    || repair::unanswered_tail(state.messages.iter()).is_empty())
         }
     };
     if !last_is_assistant || !state.steering_queue.is_empty() {
@@ -359,9 +361,12 @@ impl Run<'_> {
             }
             // Steering goes in right before the model call, so it includes what arrived up to
             // this instant (queued before the prompt, or sent by a listener of this turn's
-            // first events or by the `before_turn` hook).
-            for m in take_queued(self.inner, Queue::Steering, self.config.steering_mode) {
-                self.append(m);
+            // first events or by the `before_turn` hook). An aborted turn makes no model call
+            // and takes none: it stays queued.
+            if !self.cancel.is_cancelled() {
+                for m in take_queued(self.inner, Queue::Steering, self.config.steering_mode) {
+                    self.append(m);
+                }
             }
             let (reply, error) = self.stream_reply();
             let usage = reply.usage;
@@ -615,6 +620,12 @@ impl Run<'_> {
                 let mut size = 0u64;
                 guard::catch(|| {
                     provider.stream(&request, &cancel, &mut |delta| {
+                        // Nothing of the reply is taken after an abort (or the run deadline):
+                        // what a run emits once aborted is bounded by its structure, which
+                        // lossless channels rely on (see `dispatch`).
+                        if cancel.is_cancelled() {
+                            return Err(Error::Aborted);
+                        }
                         size = size.saturating_add(content_bytes(&delta));
                         if *too_large || size > limit {
                             *too_large = true;

@@ -24,8 +24,7 @@ const CAPACITY: usize = 64;
 ///
 /// The run goes on on a thread of its own (named `pagent-run`) while the caller iterates; the
 /// iterator yields every event of that run, from `AgentStart` to `AgentEnd`, in order and
-/// live, and ends after `AgentEnd` (after an abort it may end sooner, see
-/// [`RunStream::abort`]). [`RunStream::text`] and [`RunStream::wire_lines`] turn it
+/// live, and ends after `AgentEnd` (after an abort too, see [`RunStream::abort`]). [`RunStream::text`] and [`RunStream::wire_lines`] turn it
 /// into an iterator over the reply's text chunks or over native wire lines. Once the iterator
 /// ended, [`RunStream::finish`] returns what [`Agent::prompt`] would have returned.
 ///
@@ -149,9 +148,9 @@ impl RunStream {
     }
 
     /// Aborts the run (if it is still going) without waiting: the iterator then yields the
-    /// rest of the run's events, up to its `AgentEnd`; or, when 64 events waited unread at
-    /// that moment, those events and no more (the channel is closed rather than waited on,
-    /// as for [`Agent::subscribe_channel`]). [`RunStream::finish`] still returns the result.
+    /// rest of the run's events, up to its `AgentEnd`, also when 64 events waited unread at
+    /// that moment (what the aborted run still emits goes in beyond them, as for
+    /// [`Agent::subscribe_channel`]). [`RunStream::finish`] still returns the result.
     pub fn abort(&self) {
         self.token.cancel();
     }
@@ -181,8 +180,7 @@ impl Iterator for RunStream {
     fn next(&mut self) -> Option<AgentEvent> {
         while !self.ended {
             let Ok(event) = self.events.recv() else {
-                // Closed: the run's thread is gone, or the channel was closed full after an
-                // abort. Either way nothing more comes.
+                // Closed: the run's thread is gone (the agent with it). Nothing more comes.
                 self.ended = true;
                 break;
             };

@@ -16,6 +16,7 @@
 //! call of the batch gets exactly one result.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use crossbeam_channel::Receiver;
 
@@ -78,6 +79,7 @@ impl Run<'_> {
             rx,
             calls,
             results: vec![None; calls.len()],
+            started: vec![None; calls.len()],
             running: 0,
         };
         std::thread::scope(|scope| {
@@ -86,7 +88,11 @@ impl Run<'_> {
                 while batch.running >= cap {
                     self.receive(&mut batch);
                 }
-                self.emit(AgentEvent::ToolStart { call: call.clone() });
+                batch.started[index] = Some(Instant::now());
+                self.emit(AgentEvent::ToolStart {
+                    call: call.clone(),
+                    at: Some(crate::types::now_ms()),
+                });
                 let settled = if let Some(text) = not_run {
                     Err(Run::tool_result(call, text, true))
                 } else if let Some(Err(text)) = &asked[index] {
@@ -412,6 +418,7 @@ impl Run<'_> {
         let result = Arc::new(result);
         self.emit(AgentEvent::ToolEnd {
             result: result.clone(),
+            duration: batch.started[index].map(|t| crate::types::whole_micros(t.elapsed())),
         });
         batch.results[index] = Some(result);
     }
@@ -464,6 +471,8 @@ struct Batch<'c> {
     rx: Receiver<ToolMsg>,
     calls: &'c [ToolCall],
     results: Vec<Option<Arc<ToolResultMessage>>>,
+    // When each call's `ToolStart` went out, for its `ToolEnd`'s duration.
+    started: Vec<Option<Instant>>,
     running: usize,
 }
 

@@ -282,10 +282,12 @@ pub(super) fn scrub_event(event: StreamEvent, secret: Option<&Secrets<'_>>) -> S
             attempt,
             delay_ms,
             error,
+            at,
         } => StreamEvent::Retry {
             attempt,
             delay_ms,
             error: scrub(error, secret),
+            at,
         },
         other => other,
     }

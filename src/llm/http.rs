@@ -416,11 +416,7 @@ impl HttpClient {
             let Some(delay) = self.retry.delay(attempt, &error) else {
                 return Err(gave_up(error, attempt));
             };
-            on_event(StreamEvent::Retry {
-                attempt,
-                delay_ms: u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
-                error: error.to_string(),
-            });
+            on_event(StreamEvent::retry(attempt, delay, error.to_string()));
             if cancel.wait_timeout(delay) {
                 return Err(cancelled(cancel));
             }

@@ -148,7 +148,7 @@ impl RunTrace {
                 Some(reply) => self.close_chat(reply),
                 None => Closing::Nothing,
             },
-            AgentEvent::ToolStart { call } => {
+            AgentEvent::ToolStart { call, .. } => {
                 self.open_tool(call, tools);
                 Closing::Nothing
             }
@@ -158,7 +158,7 @@ impl RunTrace {
                 self.executing(call_id, arguments);
                 Closing::Nothing
             }
-            AgentEvent::ToolEnd { result } => self.close_tool(result),
+            AgentEvent::ToolEnd { result, .. } => self.close_tool(result),
             AgentEvent::AgentEnd {
                 messages,
                 stop_reason,
@@ -302,6 +302,7 @@ impl RunTrace {
             attempt,
             delay_ms,
             error,
+            ..
         } = delta
         {
             if let Some(chat) = self.chat.borrow().as_ref() {

@@ -6,6 +6,7 @@
 //! the params of the named method are deserialized into the same structs.
 
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -69,6 +70,13 @@ struct UpdateParams<D> {
 #[derive(Serialize, Deserialize)]
 struct ToolStartParams<C> {
     call: C,
+    #[serde(
+        default,
+        rename = "at_ms",
+        skip_serializing_if = "Option::is_none",
+        with = "crate::types::unix_ms"
+    )]
+    at: Option<SystemTime>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -89,6 +97,13 @@ struct ToolUpdateParams<S, O> {
 #[derive(Serialize, Deserialize)]
 struct ToolEndParams<R> {
     result: R,
+    #[serde(
+        default,
+        rename = "duration_us",
+        skip_serializing_if = "Option::is_none",
+        with = "crate::types::micros"
+    )]
+    duration: Option<Duration>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -144,7 +159,9 @@ pub(crate) fn write_event(buf: &mut Vec<u8>, event: &AgentEvent) {
         AgentEvent::MessageUpdate { delta, .. } => {
             notification_to(buf, method, &UpdateParams { delta });
         }
-        AgentEvent::ToolStart { call } => notification_to(buf, method, &ToolStartParams { call }),
+        AgentEvent::ToolStart { call, at } => {
+            notification_to(buf, method, &ToolStartParams { call, at: *at });
+        }
         AgentEvent::ToolExecute {
             call_id,
             tool_name,
@@ -173,7 +190,14 @@ pub(crate) fn write_event(buf: &mut Vec<u8>, event: &AgentEvent) {
                 partial,
             },
         ),
-        AgentEvent::ToolEnd { result } => notification_to(buf, method, &ToolEndParams { result }),
+        AgentEvent::ToolEnd { result, duration } => notification_to(
+            buf,
+            method,
+            &ToolEndParams {
+                result,
+                duration: *duration,
+            },
+        ),
         AgentEvent::TurnEnd {
             turn,
             message,
@@ -476,7 +500,10 @@ impl Decoder {
             }
             "ToolStart" => {
                 let p: ToolStartParams<ToolCall> = params_of(method, params)?;
-                AgentEvent::ToolStart { call: p.call }
+                AgentEvent::ToolStart {
+                    call: p.call,
+                    at: p.at,
+                }
             }
             "ToolExecute" => {
                 let p: ToolExecuteParams<String, Value> = params_of(method, params)?;
@@ -497,7 +524,10 @@ impl Decoder {
             }
             "ToolEnd" => {
                 let p: ToolEndParams<Arc<ToolResultMessage>> = params_of(method, params)?;
-                AgentEvent::ToolEnd { result: p.result }
+                AgentEvent::ToolEnd {
+                    result: p.result,
+                    duration: p.duration,
+                }
             }
             "TurnEnd" => {
                 let p: TurnEndParams<Arc<Message>, Vec<Arc<ToolResultMessage>>> =

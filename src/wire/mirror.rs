@@ -139,7 +139,7 @@ impl Mirror {
     pub fn apply(&mut self, event: &AgentEvent) {
         let before = &self.state;
         // A call the mirror learnt of from its progress alone, now ending.
-        if let AgentEvent::ToolEnd { result } = event
+        if let AgentEvent::ToolEnd { result, .. } = event
             && let Some(i) = before
                 .pending_tool_calls
                 .iter()
@@ -218,6 +218,7 @@ impl Mirror {
                 arguments: None,
                 rewritten: false,
                 progress: None,
+                started_at: None,
             },
         );
         let at = self.joined_calls;

@@ -57,10 +57,10 @@
 //! | `MessageStart` | `message`: message | a message begins; an assistant reply starts empty, with its `model` |
 //! | `MessageUpdate` | `delta`: delta (below) | a piece of the assistant reply arrived |
 //! | `MessageEnd` | `message`: message | a message is complete and appended to the transcript |
-//! | `ToolStart` | `call`: tool call | a tool call starts, arguments final as the model wrote them (raw JSON text) |
+//! | `ToolStart` | `call`: tool call, `at_ms`: integer, when it started (milliseconds since the Unix epoch; optional) | a tool call starts, arguments final as the model wrote them (raw JSON text) |
 //! | `ToolExecute` | `call_id`: string, `tool_name`: string, `arguments`: the JSON value the tool runs with, `rewritten`: bool | the call passed validation and `before_tool_call`: its tool runs now, with the model's arguments parsed or (`rewritten: true`) those the hook put in their place |
 //! | `ToolUpdate` | `call_id`: string, `tool_name`: string, `partial`: `{"content":"..","details":{..} (optional)}` | a running tool published progress |
-//! | `ToolEnd` | `result`: tool result (as the `tool_result` message, without `role`) | a tool call ended |
+//! | `ToolEnd` | `result`: tool result (as the `tool_result` message, without `role`), `duration_us`: integer, how long the call took in microseconds since its `ToolStart` (optional) | a tool call ended |
 //! | `TurnEnd` | `turn`: integer, `message`: the turn's assistant message, `tool_results`: the list of tool results, `stop_reason`: run stop reason | a turn ended |
 //! | `AgentEnd` | `messages`: the list of messages the run appended, `stop_reason`, `usage`, `error`: error (present exactly when the run failed: `stop_reason` is `"error"`) | the run ended (exactly once per run) |
 //! | `MessagesReplaced` | `messages`: the whole new transcript | between runs: `Agent::reset` (empty) or `Agent::replace_messages` replaced the transcript |
@@ -75,7 +75,7 @@
 //! | `tool_call_start` | `id`, `name` |
 //! | `tool_call_delta` | `index` (which call of the reply, counting `tool_call_start`s from 0), `arguments` (the next piece of the raw JSON text) |
 //! | `usage` | `usage` (replaces the previous report) |
-//! | `retry` | `attempt`, `delay_ms`, `error`: the request failed and is sent again |
+//! | `retry` | `attempt`, `delay_ms`, `error`, `at_ms` (when the wait began, milliseconds since the Unix epoch; optional): the request failed and is sent again |
 //!
 //! One example line per method (a run that calls a tool, then answers):
 //!
@@ -89,10 +89,10 @@
 //! {"jsonrpc":"2.0","method":"MessageUpdate","params":{"delta":{"type":"tool_call_delta","index":0,"arguments":"{\"text\":\"hi\"}"}}}
 //! {"jsonrpc":"2.0","method":"MessageUpdate","params":{"delta":{"type":"usage","usage":{"input":12,"output":8,"cache_read":0,"cache_write":0,"reasoning":0,"total":20}}}}
 //! {"jsonrpc":"2.0","method":"MessageEnd","params":{"message":{"role":"assistant","content":[{"type":"thinking","thinking":"User wants"},{"type":"text","text":"Let me check."},{"type":"tool_call","id":"call_1","name":"echo","arguments":"{\"text\":\"hi\"}"}],"stop_reason":"tool_use","usage":{"input":12,"output":8,"cache_read":0,"cache_write":0,"reasoning":0,"total":20},"model":"faux-1"}}}
-//! {"jsonrpc":"2.0","method":"ToolStart","params":{"call":{"id":"call_1","name":"echo","arguments":"{\"text\":\"hi\"}"}}}
+//! {"jsonrpc":"2.0","method":"ToolStart","params":{"call":{"id":"call_1","name":"echo","arguments":"{\"text\":\"hi\"}"},"at_ms":1764583200000}}
 //! {"jsonrpc":"2.0","method":"ToolExecute","params":{"call_id":"call_1","tool_name":"echo","arguments":{"text":"hi"},"rewritten":false}}
 //! {"jsonrpc":"2.0","method":"ToolUpdate","params":{"call_id":"call_1","tool_name":"echo","partial":{"content":"half"}}}
-//! {"jsonrpc":"2.0","method":"ToolEnd","params":{"result":{"tool_call_id":"call_1","tool_name":"echo","content":"hi","is_error":false}}}
+//! {"jsonrpc":"2.0","method":"ToolEnd","params":{"result":{"tool_call_id":"call_1","tool_name":"echo","content":"hi","is_error":false},"duration_us":1250}}
 //! {"jsonrpc":"2.0","method":"TurnEnd","params":{"turn":1,"message":{"role":"assistant","content":[{"type":"text","text":"Let me check."}],"stop_reason":"tool_use","usage":{"input":12,"output":8,"cache_read":0,"cache_write":0,"reasoning":0,"total":20},"model":"faux-1"},"tool_results":[{"tool_call_id":"call_1","tool_name":"echo","content":"hi","is_error":false}],"stop_reason":"continuing"}}
 //! {"jsonrpc":"2.0","method":"AgentEnd","params":{"messages":[{"role":"user","content":"Say hi."}],"stop_reason":"no_tool_calls","usage":{"input":42,"output":12,"cache_read":0,"cache_write":0,"reasoning":0,"total":54}}}
 //! ```

@@ -143,12 +143,12 @@ impl Encoder {
                     }
                 }
             }
-            AgentEvent::ToolStart { call } if !self.aborted_reply => {
+            AgentEvent::ToolStart { call, .. } if !self.aborted_reply => {
                 self.tool_started = true;
                 self.started.push_back(call.clone());
                 self.pair_tools(out);
             }
-            AgentEvent::ToolEnd { result } if !self.aborted_reply => {
+            AgentEvent::ToolEnd { result, .. } if !self.aborted_reply => {
                 self.ended
                     .insert(result.tool_call_id.clone(), result.clone());
                 self.pair_tools(out);
@@ -623,6 +623,7 @@ mod tests {
                 tool_name: "echo".into(),
                 ..Default::default()
             }),
+            duration: None,
         }
     }
 
@@ -687,8 +688,14 @@ mod tests {
     #[test]
     fn parallel_tools_are_paired_in_call_order_as_they_end() {
         let events = [
-            AgentEvent::ToolStart { call: call("a") },
-            AgentEvent::ToolStart { call: call("b") },
+            AgentEvent::ToolStart {
+                call: call("a"),
+                at: None,
+            },
+            AgentEvent::ToolStart {
+                call: call("b"),
+                at: None,
+            },
             end("b"),
             end("a"),
         ];

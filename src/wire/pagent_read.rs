@@ -359,13 +359,14 @@ impl Reader {
             Line::ToolCallBegin(call) => {
                 self.first_turn(out);
                 self.end_streaming(StopReason::ToolUse, out);
-                out.push(AgentEvent::ToolStart { call });
+                out.push(AgentEvent::ToolStart { call, at: None });
             }
             Line::ToolResult(result) => {
                 self.first_turn(out);
                 self.end_streaming(StopReason::ToolUse, out);
                 out.push(AgentEvent::ToolEnd {
                     result: result.clone(),
+                    duration: None,
                 });
                 self.results.push((result, false));
                 // Once every call of the reply has its result, the result messages go into

@@ -90,7 +90,7 @@ fn render_one(e: &AgentEvent) -> String {
         AgentEvent::MessageStart { message } => format!("MessageStart({})", message.role()),
         AgentEvent::MessageUpdate { .. } => "MessageUpdate".into(),
         AgentEvent::MessageEnd { message } => format!("MessageEnd({})", describe(message)),
-        AgentEvent::ToolStart { call } => format!("ToolStart({})", call.id),
+        AgentEvent::ToolStart { call, .. } => format!("ToolStart({})", call.id),
         AgentEvent::ToolExecute {
             call_id, rewritten, ..
         } => {
@@ -100,7 +100,7 @@ fn render_one(e: &AgentEvent) -> String {
         AgentEvent::ToolUpdate {
             call_id, partial, ..
         } => format!("ToolUpdate({call_id} {:?})", partial.content),
-        AgentEvent::ToolEnd { result } => {
+        AgentEvent::ToolEnd { result, .. } => {
             let error = if result.is_error { " error" } else { "" };
             format!(
                 "ToolEnd({}{error} {:?})",

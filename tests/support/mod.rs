@@ -405,6 +405,7 @@ fn render_delta(delta: &pagent::llm::StreamEvent) -> String {
             attempt,
             delay_ms,
             error,
+            ..
         } => format!("retry {attempt} after {delay_ms} ms: {error}"),
         other => format!("{other:?}"),
     }
@@ -427,7 +428,7 @@ fn render(e: &AgentEvent) -> String {
             ),
             other => format!("MessageEnd {}", other.role()),
         },
-        AgentEvent::ToolStart { call } => {
+        AgentEvent::ToolStart { call, .. } => {
             format!("ToolStart {} {} {}", call.id, call.name, call.arguments)
         }
         AgentEvent::ToolExecute {
@@ -439,7 +440,7 @@ fn render(e: &AgentEvent) -> String {
             "ToolExecute {call_id} {arguments}{}",
             if *rewritten { " rewritten" } else { "" }
         ),
-        AgentEvent::ToolEnd { result } => format!(
+        AgentEvent::ToolEnd { result, .. } => format!(
             "ToolEnd {} {} {}",
             result.tool_call_id,
             if result.is_error { "err" } else { "ok" },
