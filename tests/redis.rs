@@ -895,7 +895,8 @@ fn a_worker_killed_mid_run_has_its_conversations_finished_by_the_others() {
                 .arg(format!("{prefix}:{{{n}}}:lease"))
                 .query(&mut conn)
                 .unwrap();
-            lease.is_some_and(|l| l.starts_with("w0:"))
+            // A token starts with its worker's name after the name's length.
+            lease.is_some_and(|l| l.starts_with("2:w0:"))
                 && described(&store, n)
                     .last()
                     .is_some_and(|m| m.starts_with("user"))

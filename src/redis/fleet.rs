@@ -64,6 +64,11 @@ struct Config {
 struct Shared {
     redis: Redis,
     name: String,
+    /// The start of every lease token of this worker (its clones included): its name (after
+    /// its length, so no name is the start of another's), the process and the instance, so
+    /// no other worker, even one named alike in this process, makes a token that starts
+    /// the same.
+    owner: String,
     stop: AtomicBool,
     tokens: AtomicU64,
     /// One step at a time.
@@ -131,10 +136,13 @@ impl Worker {
         name: &str,
         factory: impl Fn(&str, Vec<Message>) -> Result<Agent, Error> + Send + Sync + 'static,
     ) -> Result<Worker, Error> {
+        static INSTANCES: AtomicU64 = AtomicU64::new(0);
+        let instance = INSTANCES.fetch_add(1, Ordering::Relaxed);
         let worker = Worker {
             shared: Arc::new(Shared {
                 redis: redis.clone(),
                 name: name.into(),
+                owner: format!("{}:{name}:{}:{instance}:", name.len(), std::process::id()),
                 stop: AtomicBool::new(false),
                 tokens: AtomicU64::new(0),
                 busy: Mutex::new(()),
@@ -443,9 +451,8 @@ impl Worker {
         }
         let key = |what| redis.key(conversation, what);
         let token = format!(
-            "{}:{}:{}",
-            shared.name,
-            std::process::id(),
+            "{}{}",
+            shared.owner,
             shared.tokens.fetch_add(1, Ordering::Relaxed)
         );
         let Some(begun) = self.begin(conversation, &token)? else {
@@ -505,6 +512,7 @@ impl Worker {
                 .arg(token)
                 .arg(millis(self.config.lease))
                 .arg(PAGE)
+                .arg(&self.shared.owner)
                 .query(c)
         })?;
         let int = |v: Option<&::redis::Value>| {

@@ -89,9 +89,11 @@
 //!   carries a command (a server `timeout`, a NAT or a restart closes connections without
 //!   a sign), and a dead one is replaced before anything was sent on it. A write whose
 //!   connection broke mid-way is sent again on a new one: every write of a worker, and
-//!   every [`Queue`] request, applies once however often it is sent. A worker that failed
-//!   takes its own pending entries up again at its next step, never waiting
-//!   [`Worker::claim_after`] for itself.
+//!   every [`Queue`] request, applies once however often it is sent; writes that could not
+//!   be sent again are given up with their run, and never land later. A worker that failed
+//!   takes its own pending entries up again at its next step, and the lease its broken run
+//!   left (one it could not drop while Redis was away or full), never waiting
+//!   [`Worker::claim_after`] or [`Worker::lease`] for itself.
 //! - **Requests of one conversation in order.** The inbox is a stream: a worker takes its
 //!   entries in id order after `done`. Steering, follow-ups and aborts that arrive while a
 //!   run is active (once it has run for 5 ms: a request that comes within a shorter run

@@ -28,13 +28,16 @@ return id
 ";
 
 /// Takes the lease (or keeps it, when it is ours already: the call may be a retry) and reads
-/// what a run needs. KEYS: lease, meta, inbox, messages. ARGV: token, lease ms, page size.
-/// Returns `{0}` when another worker holds the lease, else
-/// `{1, done, started, failed, inbox entries after done (16), transcript length, the first
-/// page of the transcript}`.
+/// what a run needs. KEYS: lease, meta, inbox, messages. ARGV: token, lease ms, page size,
+/// the prefix of every token of this worker. A lease held under another token of this
+/// worker is taken over: the worker runs one conversation at a time, so that token is of a
+/// run that already broke off (Redis restarted or refused its writes, and the lease could
+/// not be dropped then), and its writes are refused from now on. Returns `{0}` when
+/// another worker holds the lease, else `{1, done, started, failed, inbox entries after
+/// done (16), transcript length, the first page of the transcript}`.
 pub(crate) const BEGIN: &str = r"#!lua
 local held = redis.call('GET', KEYS[1])
-if held and held ~= ARGV[1] then return {0} end
+if held and held ~= ARGV[1] and string.sub(held, 1, #ARGV[4]) ~= ARGV[4] then return {0} end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 local meta = redis.call('HMGET', KEYS[2], 'done', 'started', 'failed')
 local from = '-'

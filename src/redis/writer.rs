@@ -76,17 +76,25 @@ impl Link {
     }
 
     /// Sends the unread writes again on a new connection (their earlier sends may or may
-    /// not have been applied; a batch is applied once).
+    /// not have been applied; a batch is applied once). When that fails too, the unread
+    /// writes are given up with the connection: the run they belong to fails, and they
+    /// must not land later (sent again at the next command, once Redis is back, they
+    /// would append to the transcript of a run that was reported broken off).
     fn resend(&mut self) -> Result<(), Error> {
         self.sent.retain(|s| matches!(s, Sent::Write(_)));
-        let (conn, _) = self.conn.ready()?;
-        for s in &self.sent {
-            if let Sent::Write(packed) = s {
-                conn.send_packed_command(packed)
-                    .map_err(|e| super::map_err(&e, false))?;
-            }
+        let sent = self.conn.ready().and_then(|(conn, _)| {
+            self.sent.iter().try_for_each(|s| match s {
+                Sent::Write(packed) => conn
+                    .send_packed_command(packed)
+                    .map_err(|e| super::map_err(&e, false)),
+                Sent::Ignore => Ok(()),
+            })
+        });
+        if sent.is_err() {
+            self.sent.clear();
+            self.conn.reset();
         }
-        Ok(())
+        sent
     }
 
     /// Reads the replies of everything sent ahead. Returns the first failure among the

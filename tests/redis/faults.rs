@@ -199,6 +199,63 @@ fn a_redis_restart_between_runs_costs_no_phantom_run_and_no_claim_wait() {
 }
 
 #[test]
+fn a_run_broken_by_a_redis_restart_is_taken_up_again_without_waiting_for_its_own_lease() {
+    // Persistence on: the lease of the broken run (the default 10 s) survives the restart.
+    let mut server = RedisServer::start(true);
+    let redis = Redis::open(&server.url())
+        .unwrap()
+        .prefix("own-lease")
+        .timeout(Duration::from_secs(1));
+    // The default lease, and a claim wait far past the test's bound: a worker that waited
+    // for its own lease to expire or for the claim fails this.
+    let worker = Worker::new(&redis, "w", |_, messages| {
+        let faux = answering(Duration::from_millis(800)).chunk_chars(1);
+        Agent::builder().provider(faux).messages(messages).build()
+    })
+    .unwrap()
+    .claim_after(Duration::from_secs(60));
+    let store = Store::new(&redis);
+    let id = Queue::new(&redis).prompt("c", "Hello").unwrap();
+    let stepper = worker.clone();
+    let step = std::thread::spawn(move || stepper.step(Duration::from_millis(100)));
+    wait_within("the prompt stored", Duration::from_secs(10), || {
+        store.load("c").is_ok_and(|l| l.messages.len() == 1)
+    });
+    server.kill();
+    let failed = step.join().unwrap();
+    assert!(
+        matches!(failed, Err(Error::Connection(_) | Error::Timeout(_))),
+        "{failed:?}"
+    );
+    server.spawn();
+    let lease: Option<String> = redis::cmd("GET")
+        .arg("own-lease:{c}:lease")
+        .query(&mut raw(&server.url()))
+        .unwrap();
+    assert!(
+        lease.is_some(),
+        "the broken run's lease survived the restart"
+    );
+    step_until_done(&worker, &server.url(), "own-lease", &id);
+    // The broken run's writes that Redis never acknowledged stay unwritten: the stream
+    // holds what it had before the restart, then the resumed run, whole.
+    assert_eq!(
+        described(&store, "c"),
+        answered(&["Hello".into()], |p| format!("answer to {p}"))
+    );
+    assert_eq!(
+        runs_in_stream(&redis, "c"),
+        [
+            "AgentStart",
+            "user \"Hello\"",
+            "AgentStart",
+            "assistant stop \"answer to Hello\"",
+            "AgentEnd no_tool_calls",
+        ]
+    );
+}
+
+#[test]
 fn a_queue_call_cut_after_sending_is_sent_again_once_and_only_an_unknown_outcome_says_so() {
     let redis_url = shared_url();
     let upstream: u16 = redis_url
