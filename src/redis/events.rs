@@ -269,25 +269,34 @@ impl RemoteMirror {
     /// call goes on after it).
     pub fn next_event(&mut self, wait: Duration) -> Result<Option<AgentEvent>, Error> {
         self.name.clone()?;
-        if self.buffered.is_empty() {
-            self.read(wait)?;
-        }
-        let Some((id, line)) = self.buffered.pop_front() else {
-            return Ok(None);
-        };
-        self.last_id = id;
-        self.offset = self.offset.map(|n| n + 1);
-        if self.skip_deltas {
-            if line.contains(r#""method":"MessageUpdate""#) {
+        let deadline = Instant::now() + wait;
+        loop {
+            if self.buffered.is_empty() {
+                self.read(deadline.saturating_duration_since(Instant::now()))?;
+            }
+            let Some((id, line)) = self.buffered.pop_front() else {
                 return Ok(None);
+            };
+            self.last_id = id;
+            self.offset = self.offset.map(|n| n + 1);
+            if self.skip_deltas {
+                // A delta of the reply a resync came in the middle of: not folded, and not
+                // an answer either (`None` means nothing came in time): on to the next,
+                // within the wait.
+                if line.contains(r#""method":"MessageUpdate""#) {
+                    if Instant::now() >= deadline {
+                        return Ok(None);
+                    }
+                    continue;
+                }
+                if line.contains(r#""method":"MessageStart""#)
+                    || line.contains(r#""method":"AgentEnd""#)
+                {
+                    self.skip_deltas = false;
+                }
             }
-            if line.contains(r#""method":"MessageStart""#)
-                || line.contains(r#""method":"AgentEnd""#)
-            {
-                self.skip_deltas = false;
-            }
+            return Ok(self.mirror.apply_line(&line)?.pop());
         }
-        Ok(self.mirror.apply_line(&line)?.pop())
     }
 
     fn read(&mut self, wait: Duration) -> Result<(), Error> {

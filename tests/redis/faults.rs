@@ -507,6 +507,58 @@ fn a_slow_mirror_behind_a_small_cap_gets_a_typed_error_and_resyncs_from_the_stor
 }
 
 #[test]
+fn a_mirror_resynced_in_the_middle_of_a_reply_skips_its_deltas_without_reporting_a_quiet_stream() {
+    let redis = shared("resync-mid-reply");
+    let store = Store::new(&redis);
+    store.delete("c").unwrap();
+    // A reply of 150 one-character chunks at 100 a second: 1.5 s of deltas.
+    let worker = Worker::new(&redis, "w", |_, messages| {
+        let faux = answering(Duration::ZERO)
+            .chunk_chars(1)
+            .tokens_per_second(100.0);
+        Agent::builder().provider(faux).messages(messages).build()
+    })
+    .unwrap();
+    let w = worker.clone();
+    let queue = Queue::new(&redis);
+    queue.prompt("c", &"z".repeat(140)).unwrap();
+    let running = std::thread::spawn(move || w.step(Duration::from_secs(1)));
+    let mut peek = RemoteMirror::new(&redis, "c");
+    wait_within("the reply streaming", Duration::from_secs(10), || {
+        matches!(
+            peek.next_event(Duration::from_millis(50)),
+            Ok(Some(pagent::AgentEvent::MessageUpdate { .. }))
+        )
+    });
+    let mut mirror = RemoteMirror::new(&redis, "c");
+    let state = mirror.resync().unwrap();
+    assert_eq!(
+        state.messages.len(),
+        1,
+        "the prompt is stored, the reply is not yet"
+    );
+    // Deltas keep coming: each call folds the next event it can, never `None` within the
+    // wait while the stream goes on. The first one after the skipped deltas is the reply's
+    // end.
+    let next = mirror.next_event(Duration::from_secs(10)).unwrap();
+    assert!(
+        matches!(&next, Some(pagent::AgentEvent::MessageEnd { message }) if message.as_assistant().is_some()),
+        "{next:?}"
+    );
+    let state = mirror.follow_run(Duration::from_secs(10)).unwrap();
+    assert_eq!(running.join().unwrap(), Ok(1));
+    assert_eq!(
+        state
+            .messages
+            .iter()
+            .map(|m| (**m).clone())
+            .collect::<Vec<_>>(),
+        stored(&store, "c")
+    );
+    assert!(!state.is_streaming);
+}
+
+#[test]
 fn a_mirror_of_a_redis_that_lost_its_data_gets_a_typed_error() {
     let mut server = RedisServer::start(false);
     let redis = Redis::open(&server.url())
