@@ -348,12 +348,15 @@ impl Worker {
             match self.handle(&conversation, &entry.id, reclaimed) {
                 Ok(true) => handled += 1,
                 Ok(false) => {}
-                Err(e) => {
+                Err(Failure::Redis(e)) => {
                     if matches!(e, Error::Connection(_) | Error::Timeout(_)) {
                         self.shared.retry_own.store(true, Ordering::Release);
                     }
                     return Err(e);
                 }
+                // The entry's own failure (its factory's error, whatever it looks like):
+                // counted, and tried again after `claim_after`, not at once.
+                Err(Failure::Entry(e)) => return Err(e),
             }
         }
         Ok(handled)
@@ -441,7 +444,7 @@ impl Worker {
 
     /// Handles one queue entry: leases the conversation and drains its inbox, then
     /// acknowledges. Returns false when the entry was left pending.
-    fn handle(&self, conversation: &str, entry: &str, reclaimed: bool) -> Result<bool, Error> {
+    fn handle(&self, conversation: &str, entry: &str, reclaimed: bool) -> Result<bool, Failure> {
         let shared = &self.shared;
         let redis = &shared.redis;
         if check_name(conversation).is_err() {
@@ -481,7 +484,7 @@ impl Worker {
         }
         match drained {
             Ok(()) => Ok(true),
-            Err(Failure::Entry(e)) => Err(e),
+            Err(Failure::Entry(e)) => Err(Failure::Entry(e)),
             Err(Failure::Redis(e)) => {
                 if !matches!(e, Error::LeaseLost) {
                     // Free the conversation at once when the lease is still ours (a Redis
@@ -493,7 +496,7 @@ impl Worker {
                             .query::<i64>(c)
                     });
                 }
-                Err(e)
+                Err(Failure::Redis(e))
             }
         }
     }

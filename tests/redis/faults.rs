@@ -687,6 +687,44 @@ fn a_panicking_factory_is_caught_and_its_entry_dead_lettered_after_max_failures(
 }
 
 #[test]
+fn a_factory_failing_with_a_connection_error_is_tried_again_after_claim_after_not_at_once() {
+    let redis = shared("factory-connection");
+    let prefix = format!("t{}-factory-connection", std::process::id());
+    Store::new(&redis).delete("c").unwrap();
+    let built = Arc::new(AtomicUsize::new(0));
+    let b = built.clone();
+    // The factory's own error looks like Redis's (its model server is away, say): it is
+    // the entry's failure, counted and tried again after `claim_after`, not a failure of
+    // this worker's connection to take up again at once.
+    let worker = Worker::new(&redis, "w", move |_, _| {
+        b.fetch_add(1, Ordering::SeqCst);
+        Err(Error::Connection("the model server is away".into()))
+    })
+    .unwrap()
+    .claim_after(Duration::from_secs(60))
+    .max_failures(3);
+    let id = Queue::new(&redis).prompt("c", "Hello").unwrap();
+    assert_eq!(worker.run_for(Duration::from_millis(1500)), Ok(0));
+    assert_eq!(
+        built.load(Ordering::SeqCst),
+        1,
+        "tried again before claim_after"
+    );
+    let mut conn = raw(&shared_url());
+    let dead: usize = redis::cmd("XLEN")
+        .arg(format!("{prefix}:{{dead}}"))
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(dead, 0);
+    let failed: Option<String> = redis::cmd("HGET")
+        .arg(format!("{prefix}:{{c}}:meta"))
+        .arg("failed")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(failed, Some(format!("{id} 1")));
+}
+
+#[test]
 fn on_end_is_not_called_again_when_a_resume_finds_the_answer_stored() {
     let redis = shared("resume-end");
     let prefix = format!("t{}-resume-end", std::process::id());
