@@ -30,7 +30,8 @@ pub(crate) enum Again {
     Safe,
     /// It has effects but applies once however often it is sent (a script that recognises
     /// its own request): retried once like [`Again::Safe`]; when that try too broke after
-    /// it was sent, the error says it may have been applied (and may be sent again).
+    /// it was sent, the error says it may have been applied. (Calling again is a new
+    /// request, which is why the error does not invite it.)
     Idempotent,
     /// Running it twice would do it twice (an `XADD`): a failure after it was written says
     /// that it may have been applied.
@@ -125,8 +126,7 @@ impl Conn {
                         Again::Idempotent,
                         Error::Connection(why) | Error::Io { message: why, .. },
                     ) => Error::Connection(format!(
-                        "{why} (after the request was sent: it may have been applied; \
-                             sending it again applies it once)"
+                        "{why} (after the request was sent twice: it may have been applied)"
                     )),
                     (_, error) => error,
                 })

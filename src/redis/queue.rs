@@ -25,8 +25,10 @@ use crate::error::Error;
 /// connection turned out dead (the server closed it while idle, or restarted) is sent again
 /// on a new connection, whether or not the first send reached Redis. Only when the second
 /// send too broke after it was sent is the outcome unknown: its [`Error::Connection`] then
-/// says "it may have been applied". Calling again with the same arguments then queues a
-/// second request (the id is per call); a request that was applied runs.
+/// says "it may have been applied". An [`Error::Timeout`] of phase `FirstByte` (sent, no
+/// reply in time) leaves it unknown too; one of phase `Connect` sent nothing. Calling again
+/// with the same arguments then queues a second request (the id is per call); a request
+/// that was applied runs.
 #[derive(Clone)]
 pub struct Queue {
     redis: Redis,
