@@ -61,6 +61,14 @@ fn pairs(v: Vec<NameValue>) -> Vec<(String, String)> {
 }
 
 impl McpServer {
+    /// The name the client gave the server.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(crate) fn name(&self) -> &str {
+        match self {
+            McpServer::Stdio { name, .. } | McpServer::Http { name, .. } => name,
+        }
+    }
+
     pub(crate) fn parse(v: &Value) -> Result<McpServer, String> {
         let kind = v.get("type").and_then(Value::as_str);
         let shape = |e: serde_json::Error| format!("an MCP server entry is malformed: {e}");

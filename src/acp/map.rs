@@ -172,7 +172,14 @@ fn plan(details: Option<&Value>) -> Option<Update> {
 /// | `ToolUpdate` | `tool_call_update` with the progress as content; a `plan` when its details carry one |
 /// | `ToolEnd` | `tool_call_update`, status `completed` or `failed`, content and `rawOutput`; a `plan` when its details carry one |
 /// | everything else | nothing: the prompt's answer carries how the run ended |
-pub(crate) fn updates(event: &AgentEvent, kind_of: &dyn Fn(&str) -> ToolKind) -> Vec<Update> {
+///
+/// Only the tools `plans_from` names give a `plan` (the agent's own, not those of an MCP
+/// server, whose results are the server's).
+pub(crate) fn updates(
+    event: &AgentEvent,
+    kind_of: &dyn Fn(&str) -> ToolKind,
+    plans_from: &dyn Fn(&str) -> bool,
+) -> Vec<Update> {
     match event {
         AgentEvent::MessageUpdate { delta, .. } => match delta {
             StreamEvent::TextDelta { text: t } => vec![Update::AgentMessageChunk {
@@ -200,7 +207,9 @@ pub(crate) fn updates(event: &AgentEvent, kind_of: &dyn Fn(&str) -> ToolKind) ->
             ..ToolCallUpdate::default()
         })],
         AgentEvent::ToolUpdate {
-            call_id, partial, ..
+            call_id,
+            tool_name,
+            partial,
         } => {
             let ToolOutput { content, details } = partial;
             let mut out = vec![Update::ToolCallUpdate(ToolCallUpdate {
@@ -208,12 +217,16 @@ pub(crate) fn updates(event: &AgentEvent, kind_of: &dyn Fn(&str) -> ToolKind) ->
                 content: tool_content(content),
                 ..ToolCallUpdate::default()
             })];
-            out.extend(plan(details.as_ref()));
+            if plans_from(tool_name) {
+                out.extend(plan(details.as_ref()));
+            }
             out
         }
         AgentEvent::ToolEnd { result, .. } => {
             let mut out = vec![tool_result(result)];
-            out.extend(plan(result.details.as_ref()));
+            if plans_from(&result.tool_name) {
+                out.extend(plan(result.details.as_ref()));
+            }
             out
         }
         _ => Vec::new(),
@@ -311,7 +324,7 @@ mod tests {
     }
 
     fn json_of(event: &AgentEvent) -> Vec<Value> {
-        updates(event, &kind_of)
+        updates(event, &kind_of, &|_| true)
             .iter()
             .map(|u| serde_json::to_value(u).unwrap())
             .collect()
@@ -497,6 +510,29 @@ mod tests {
         ];
         for (event, expected) in cases {
             assert_eq!(json_of(&event), expected, "{event:?}");
+        }
+    }
+
+    #[test]
+    fn a_plan_in_the_result_of_a_tool_not_the_agents_is_no_plan() {
+        let plan = json!({"plan": [{"content": "step", "priority": "high", "status": "pending"}]});
+        let end = AgentEvent::ToolEnd {
+            result: Arc::new(
+                ToolResultMessage::new("c1", "remote_tool", "done").with_details(plan.clone()),
+            ),
+        };
+        let update = AgentEvent::ToolUpdate {
+            call_id: "c1".into(),
+            tool_name: "remote_tool".into(),
+            partial: ToolOutput::text("half").with_details(plan),
+        };
+        let not_remote = |tool: &str| tool != "remote_tool";
+        for event in [end, update] {
+            let kinds: Vec<Value> = updates(&event, &kind_of, &not_remote)
+                .iter()
+                .map(|u| serde_json::to_value(u).unwrap()["sessionUpdate"].clone())
+                .collect();
+            assert_eq!(kinds, [json!("tool_call_update")], "{event:?}");
         }
     }
 

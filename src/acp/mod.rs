@@ -119,6 +119,7 @@ use std::fmt;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::Serialize;
 
@@ -128,7 +129,10 @@ use crate::{AgentBuilder, Error};
 
 mod input;
 mod map;
+mod permission;
 mod server;
+mod servers;
+mod sessions;
 
 /// The ACP protocol version [`serve`] speaks.
 pub const PROTOCOL_VERSION: u16 = 1;
@@ -217,7 +221,48 @@ pub struct Options {
     kinds: HashMap<String, ToolKind>,
     max_line_len: usize,
     output: crate::jsonrpc::Limits,
+    max_sessions: usize,
+    mcp_timeout: Duration,
+    passed_env: Vec<String>,
+    mcp_prefixes: HashMap<String, String>,
 }
+
+/// The default of [`Options::max_sessions`].
+pub const MAX_SESSIONS: usize = 64;
+
+/// The default of [`Options::mcp_timeout`].
+pub const MCP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The variables of this process's environment that the stdio MCP servers a client lists
+/// get by default (see [`Options::pass_env`]): what programs need to run (`PATH`, the home
+/// and temporary directories, the user, the locale, the terminal, the time zone, and their
+/// Windows counterparts), never a key or a token.
+pub const PASSED_ENV: [&str; 24] = [
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LANGUAGE",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TERM",
+    "TZ",
+    "TMPDIR",
+    "TEMP",
+    "TMP",
+    "XDG_RUNTIME_DIR",
+    "XDG_CONFIG_HOME",
+    "XDG_CACHE_HOME",
+    "XDG_DATA_HOME",
+    "SYSTEMROOT",
+    "WINDIR",
+    "COMSPEC",
+    "PATHEXT",
+    "USERPROFILE",
+    "APPDATA",
+];
 
 impl Default for Options {
     fn default() -> Options {
@@ -230,6 +275,10 @@ impl Default for Options {
             kinds: HashMap::new(),
             max_line_len: MAX_LINE_LEN,
             output: crate::jsonrpc::Limits::default(),
+            max_sessions: MAX_SESSIONS,
+            mcp_timeout: MCP_TIMEOUT,
+            passed_env: PASSED_ENV.iter().map(|&s| s.to_owned()).collect(),
+            mcp_prefixes: HashMap::new(),
         }
     }
 }
@@ -245,6 +294,10 @@ impl fmt::Debug for Options {
             .field("max_line_len", &self.max_line_len)
             .field("max_unread_bytes", &self.output.max_bytes)
             .field("stall_timeout", &self.output.stall)
+            .field("max_sessions", &self.max_sessions)
+            .field("mcp_timeout", &self.mcp_timeout)
+            .field("passed_env", &self.passed_env)
+            .field("mcp_prefixes", &self.mcp_prefixes)
             .finish_non_exhaustive()
     }
 }
@@ -313,8 +366,44 @@ impl Options {
     /// client is taken to have stopped reading: the connection is then closed, every run
     /// aborted, and [`serve`] returns an [`Error::Io`] of kind `TimedOut` when the input
     /// ends. Defaults to 30 s ([`crate::wire::STALL_TIMEOUT`]).
-    pub fn stall_timeout(mut self, timeout: std::time::Duration) -> Options {
+    pub fn stall_timeout(mut self, timeout: Duration) -> Options {
         self.output.stall = timeout;
+        self
+    }
+
+    /// The most sessions live at once. A `session/new` or `session/load` that finds this
+    /// many drops the idle one (no prompt running) used longest ago: its agent and its MCP
+    /// servers end, and a later request for it gets -32002, as for an unknown session (with
+    /// [`Options::session_dir`] it can be loaded again). When all of them run a prompt, the
+    /// request is refused with -32603. Defaults to [`MAX_SESSIONS`] (64).
+    pub fn max_sessions(mut self, sessions: usize) -> Options {
+        self.max_sessions = sessions;
+        self
+    }
+
+    /// How long each MCP server a session lists has to start, initialize and list its
+    /// tools; past it the session is refused, naming the server. Defaults to
+    /// [`MCP_TIMEOUT`] (30 s).
+    pub fn mcp_timeout(mut self, timeout: Duration) -> Options {
+        self.mcp_timeout = timeout;
+        self
+    }
+
+    /// Lets the stdio MCP servers a client lists get this variable of this process's
+    /// environment, besides [`PASSED_ENV`] and the variables the client lists (which win).
+    /// No other variable of ours reaches them: API keys stay ours.
+    pub fn pass_env(mut self, name: impl Into<String>) -> Options {
+        self.passed_env.push(name.into());
+        self
+    }
+
+    /// The prefix the tools of the MCP server that clients list as `server` get (`fs_`
+    /// turns `read_file` into `fs_read_file`). Without one, a server's tools keep their
+    /// names unless they collide with another listed server's: each server of the collision
+    /// then gets its own name and `_` as the prefix of all its tools (see
+    /// [MCP servers](self#mcp-servers)). Defaults to none.
+    pub fn mcp_prefix(mut self, server: impl Into<String>, prefix: impl Into<String>) -> Options {
+        self.mcp_prefixes.insert(server.into(), prefix.into());
         self
     }
 

@@ -1,41 +1,36 @@
-//! The ACP server: reads requests, keeps the sessions, runs prompts on threads of a scope.
+//! The ACP server: reads requests on the peer, keeps the sessions, sets sessions up and runs
+//! prompts on bounded pools of threads, so that the reading thread never waits.
 
-use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, ErrorKind as IoKind, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
 
 use super::input::{self, McpServer};
-use super::map::{self, Refusal, ToolCallUpdate, ToolStatus, Update};
-use super::{Options, PROTOCOL_VERSION, SessionInfo, ToolKind, codes};
+use super::map::{self, Refusal, Update};
+use super::permission::permission_hook;
+use super::servers;
+use super::sessions::{Session, Sessions};
+use super::{Options, PROTOCOL_VERSION, SessionInfo, codes};
 use crate::cancel::CancelToken;
-use crate::hooks::{ToolCallRequest, ToolDecision};
-use crate::jsonrpc::{Call, LineOut, LinkError, Peer, Pool, Reply, RpcError};
-use crate::message::ToolCall;
-use crate::tool::Tool;
-use crate::{Agent, AgentBuilder, Error, session};
+use crate::jsonrpc::{Call, LineOut, LinkError, Peer, Pool, RpcError};
+use crate::{AgentBuilder, Error, Message, session};
 
-/// One ACP session: its agent, and whether a prompt of it is running.
-struct Session {
-    agent: Agent,
-    busy: AtomicBool,
-    /// The session's MCP servers, closed when the session ends (after its agent).
-    _mcp: McpConnections,
-}
-
-/// What a session's permission hook shares with the server.
-struct Shared {
-    peer: Arc<Peer>,
-    options: Options,
+/// What a session's listeners and permission hook share with the server.
+pub(super) struct Shared {
+    pub(super) peer: Arc<Peer>,
+    pub(super) options: Options,
 }
 
 /// The most prompts running at once, over all sessions; one more is refused.
 const MAX_RUNS: usize = 64;
+
+/// The most sessions being set up at once (their MCP servers connecting); one more is
+/// refused.
+const MAX_SETUPS: usize = 8;
 
 pub(super) fn serve<F>(
     factory: &F,
@@ -54,28 +49,28 @@ where
     let server = Server {
         factory,
         shared: &shared,
-        sessions: Mutex::new(HashMap::new()),
+        sessions: Sessions::new(options.max_sessions),
         next_session: AtomicU64::new(0),
     };
     let read = std::thread::scope(|scope| {
-        let runs = Pool::scoped(scope, "pagent-acp-run", MAX_RUNS);
+        let pools = Pools {
+            runs: Pool::scoped(scope, "pagent-acp-run", MAX_RUNS),
+            setups: Pool::scoped(scope, "pagent-acp-setup", MAX_SETUPS),
+        };
         let read = shared
             .peer
             .serve_lines(input, options.max_line_len, |call| {
-                server.handle(&runs, call);
+                server.handle(&pools, call);
             });
         // Nobody is left to read the runs' updates or answer their permission requests: end
-        // them all, so that the pool's threads end and no thread outlives `serve`. Each
-        // prompt claimed its agent when it was read, so one abort reaches every run, also
-        // one whose thread has not started yet.
+        // them all, and the setups under way, so that the pools' threads end and no thread
+        // outlives `serve`.
         shared.peer.close(LinkError::Closed);
-        for session in server.sessions.lock().values() {
-            session.agent.abort();
-        }
+        server.sessions.end_all();
         read
     });
     // Every run has ended: the sessions end, and with them their MCP servers.
-    server.sessions.lock().clear();
+    drop(server.sessions.take_all());
     let written = out.finish();
     read?;
     match written {
@@ -85,26 +80,40 @@ where
     }
 }
 
+struct Pools<'scope> {
+    runs: Pool<'scope>,
+    setups: Pool<'scope>,
+}
+
 struct Server<'a, F> {
     factory: &'a F,
     shared: &'a Arc<Shared>,
-    sessions: Mutex<HashMap<String, Arc<Session>>>,
+    sessions: Sessions,
     next_session: AtomicU64,
+}
+
+/// A `session/new` or `session/load` read and checked, to be set up on a worker.
+struct Opening {
+    id: String,
+    cwd: PathBuf,
+    servers: Vec<McpServer>,
+    /// The saved transcript of a `session/load`.
+    saved: Option<Vec<Message>>,
 }
 
 impl<'a, F> Server<'a, F>
 where
     F: Fn(&SessionInfo) -> Result<AgentBuilder, Error> + Sync,
 {
-    fn handle<'scope>(&'scope self, runs: &Pool<'scope>, call: Call) {
+    fn handle<'scope>(&'scope self, pools: &Pools<'scope>, call: Call) {
         let Call { id, method, params } = call;
         let params = &params.unwrap_or_else(|| Value::Object(Map::new()));
         let answer = match method.as_str() {
             "initialize" => self.initialize(params),
             "authenticate" => Ok(Some(json!({}))),
-            "session/new" => self.new_session(params, false),
-            "session/load" => self.new_session(params, true),
-            "session/prompt" => self.prompt(runs, params, id.clone()),
+            "session/new" => self.open_session(&pools.setups, params, false, id.clone()),
+            "session/load" => self.open_session(&pools.setups, params, true, id.clone()),
+            "session/prompt" => self.prompt(&pools.runs, params, id.clone()),
             "session/cancel" => self.cancel(params),
             other => Err((codes::METHOD_NOT_FOUND, format!("unknown method `{other}`"))),
         };
@@ -134,11 +143,63 @@ where
         })))
     }
 
-    fn new_session(&self, params: &Value, load: bool) -> Result<Option<Value>, Refusal> {
+    /// Checks a `session/new` or `session/load` and reserves its id on the reading thread,
+    /// then sets the session up on a worker, which answers: connecting its MCP servers may
+    /// take a while, and the other sessions' requests are read meanwhile.
+    fn open_session<'scope>(
+        &'scope self,
+        setups: &Pool<'scope>,
+        params: &Value,
+        load: bool,
+        request: Option<Value>,
+    ) -> Result<Option<Value>, Refusal> {
+        let opening = self.opening(params, load)?;
+        let setup = CancelToken::new();
+        let replaced = self.sessions.reserve(&opening.id, load, setup.clone())?;
+        let id = opening.id.clone();
+        let job = move || {
+            // The sessions taken out end here, off the reading thread (their MCP servers may
+            // take a moment), and before a loaded session opens its file again.
+            drop(replaced);
+            let made = self.set_up(&opening, &setup);
+            let peer = &self.shared.peer;
+            let answer = match made {
+                Ok(session) => {
+                    self.sessions.settle(&opening.id, Some(session));
+                    Ok(if load {
+                        json!({})
+                    } else {
+                        json!({ "sessionId": opening.id })
+                    })
+                }
+                Err(refusal) => {
+                    self.sessions.settle(&opening.id, None);
+                    Err(RpcError::from(refusal))
+                }
+            };
+            peer.answer(request.as_ref(), answer.map(Some));
+        };
+        if setups.submit(job).is_err() {
+            self.sessions.settle(&id, None);
+            return Err((
+                codes::INTERNAL_ERROR,
+                format!("{MAX_SETUPS} sessions are being set up already; try again later"),
+            ));
+        }
+        Ok(None)
+    }
+
+    /// The checked params of a `session/new` or `session/load`.
+    fn opening(&self, params: &Value, load: bool) -> Result<Opening, Refusal> {
         let method = if load { "session/load" } else { "session/new" };
         let Some(cwd) = params.get("cwd").and_then(Value::as_str) else {
             return Err(bad_params(&format!("{method} needs `cwd`, a string")));
         };
+        if !Path::new(cwd).is_absolute() {
+            return Err(bad_params(&format!(
+                "{method} needs `cwd`, an absolute path, not `{cwd}`"
+            )));
+        }
         let servers = match params.get("mcpServers") {
             None => Vec::new(),
             Some(Value::Array(list)) => list
@@ -156,11 +217,29 @@ where
         } else {
             (self.new_id(), None)
         };
-        let (tools, mcp) = connect_mcp_servers(&servers, Path::new(cwd))?;
+        Ok(Opening {
+            id,
+            cwd: PathBuf::from(cwd),
+            servers,
+            saved,
+        })
+    }
+
+    /// Connects the session's MCP servers, builds its agent and opens its file; for a load,
+    /// replays the saved transcript. On a worker thread.
+    fn set_up(&self, opening: &Opening, setup: &CancelToken) -> Result<Arc<Session>, Refusal> {
+        let Opening {
+            id,
+            cwd,
+            servers,
+            saved,
+        } = opening;
+        let shared = self.shared;
+        let connected = servers::connect(servers, cwd, &shared.options, setup)?;
         let info = SessionInfo {
             id: id.clone(),
-            cwd: PathBuf::from(cwd),
-            loaded: load,
+            cwd: cwd.clone(),
+            loaded: saved.is_some(),
         };
         let failed = |e: Error| {
             (
@@ -169,57 +248,44 @@ where
             )
         };
         let mut builder = (self.factory)(&info).map_err(failed)?;
-        for tool in tools {
+        for tool in connected.tools {
             builder = builder.tool_arc(tool);
         }
-        if let Some(saved) = &saved {
+        if let Some(saved) = saved {
             builder = builder.messages(saved.iter().cloned());
         }
-        let builder = permission_hook(builder, self.shared, &id);
-        let agent = builder.build().map_err(failed)?;
-        if let Some(dir) = &self.shared.options.session_dir {
-            let path = dir.join(format!("{id}.jsonl"));
-            let writer = if load {
-                session::Writer::append(&path)
-            } else {
-                session::Writer::create(&path)
-            };
+        let agent = permission_hook(builder, shared, id)
+            .build()
+            .map_err(failed)?;
+        if let Some(dir) = &shared.options.session_dir {
+            // One writer per file (the session's id is live once only), appending: every
+            // write goes to the end of the file, whoever else has it open.
+            let writer = session::Writer::append(dir.join(format!("{id}.jsonl")));
             agent.subscribe(writer.map_err(failed)?.listener()).keep();
         }
-        let shared = self.shared.clone();
-        let session_id = id.clone();
+        let mcp_tools = connected.names;
+        let (listening, session_id) = (shared.clone(), id.clone());
         agent
             .subscribe(move |event| {
-                let kind_of = |name: &str| shared.options.kind_of(name);
-                for update in map::updates(event, &kind_of) {
-                    send_update(&shared.peer, &session_id, &update);
+                let kind_of = |name: &str| listening.options.kind_of(name);
+                // A plan is the agent's own: what an MCP server's tool returns is not one.
+                let plans_from = |tool: &str| !mcp_tools.contains(tool);
+                for update in map::updates(event, &kind_of, &plans_from) {
+                    send_update(&listening.peer, &session_id, &update);
                 }
             })
             .keep();
-        if let Some(saved) = &saved {
-            let kind_of = |name: &str| self.shared.options.kind_of(name);
+        if let Some(saved) = saved {
+            let kind_of = |name: &str| shared.options.kind_of(name);
             for update in map::replay(saved, &kind_of) {
-                send_update(&self.shared.peer, &id, &update);
+                send_update(&shared.peer, id, &update);
             }
         }
-        let session = Arc::new(Session {
-            agent,
-            busy: AtomicBool::new(false),
-            _mcp: mcp,
-        });
-        // A loaded session replaces one of the same id in this process, and ends its run.
-        if let Some(old) = self.sessions.lock().insert(id.clone(), session) {
-            old.agent.abort();
-        }
-        Ok(Some(if load {
-            json!({})
-        } else {
-            json!({ "sessionId": id })
-        }))
+        Ok(Arc::new(Session::new(agent, connected.connections)))
     }
 
     /// The transcript saved for session `id`.
-    fn saved(&self, id: &str) -> Result<Vec<crate::Message>, Refusal> {
+    fn saved(&self, id: &str) -> Result<Vec<Message>, Refusal> {
         let Some(dir) = &self.shared.options.session_dir else {
             return Err((
                 codes::METHOD_NOT_FOUND,
@@ -257,11 +323,7 @@ where
         let Some(id) = params.get("sessionId").and_then(Value::as_str) else {
             return Err(bad_params("`sessionId` must be a string"));
         };
-        self.sessions
-            .lock()
-            .get(id)
-            .cloned()
-            .ok_or_else(|| (codes::RESOURCE_NOT_FOUND, format!("no session `{id}`")))
+        self.sessions.get(id)
     }
 
     /// Claims the session's agent now, on the reading thread, and runs the prompt on a
@@ -288,11 +350,13 @@ where
             session.busy.store(false, Ordering::Release);
             return Err(still_running());
         };
+        session.touch();
         let peer = &self.shared.peer;
         let job_session = session.clone();
         let run = move || {
             let session = job_session;
             let outcome = claimed.prompt(text);
+            session.touch();
             // Free before answering, so a client that prompts again on the answer is served.
             session.busy.store(false, Ordering::Release);
             let Some(id) = id else { return };
@@ -325,218 +389,4 @@ fn send_update(peer: &Peer, session_id: &str, update: &Update) {
     let params = json!({ "sessionId": session_id, "update": update });
     // A client that stopped reading closed the connection: nobody to tell.
     let _ = peer.notify("session/update", &params);
-}
-
-/// The MCP connections of one session. Dropping it (when the session ends: replaced by a
-/// `session/load` of the same id, or at the end of `serve`) closes them, which ends the
-/// servers' processes.
-#[derive(Default)]
-struct McpConnections {
-    #[cfg(feature = "mcp")]
-    clients: Vec<crate::mcp::Client>,
-}
-
-impl Drop for McpConnections {
-    fn drop(&mut self) {
-        #[cfg(feature = "mcp")]
-        for client in &self.clients {
-            client.close();
-        }
-    }
-}
-
-/// THE place where the MCP servers a client lists for a session become tools of its agent.
-///
-/// Without the `mcp` feature there is no MCP client, so a list with any server is refused,
-/// as the protocol lets an agent do; an empty list gives no tools.
-#[cfg(not(feature = "mcp"))]
-fn connect_mcp_servers(
-    servers: &[McpServer],
-    _cwd: &std::path::Path,
-) -> Result<(Vec<Arc<dyn Tool>>, McpConnections), Refusal> {
-    if servers.is_empty() {
-        return Ok((Vec::new(), McpConnections::default()));
-    }
-    Err((
-        codes::INVALID_PARAMS,
-        format!(
-            "MCP servers are not supported by this agent ({} listed): it was built without an MCP client",
-            servers.len()
-        ),
-    ))
-}
-
-/// THE place where the MCP servers a client lists for a session become tools of its agent.
-///
-/// Each server is connected through [`crate::mcp`] in list order (a stdio server started in
-/// the session's working directory when that is a directory) and its tools listed, under the
-/// names the server gives them. A server over SSE only is refused before anything starts;
-/// a server that fails to start, initialize or list its tools refuses the session, naming
-/// the server and the [`crate::mcp::McpError`], and the servers already connected are closed.
-#[cfg(feature = "mcp")]
-fn connect_mcp_servers(
-    servers: &[McpServer],
-    cwd: &std::path::Path,
-) -> Result<(Vec<Arc<dyn Tool>>, McpConnections), Refusal> {
-    use crate::mcp::Client;
-
-    if let Some(McpServer::Http { name, .. }) = servers
-        .iter()
-        .find(|s| matches!(s, McpServer::Http { sse: true, .. }))
-    {
-        return Err((
-            codes::INVALID_PARAMS,
-            format!(
-                "MCP server `{name}`: the SSE transport is not supported by this agent (stdio and http are)"
-            ),
-        ));
-    }
-    let mut tools = Vec::new();
-    // Closes those connected so far when a later server fails.
-    let mut connections = McpConnections::default();
-    for server in servers {
-        let (name, builder) = match server {
-            McpServer::Stdio {
-                name,
-                command,
-                args,
-                env,
-            } => {
-                let mut builder =
-                    Client::stdio(command.to_string_lossy()).args(args.iter().cloned());
-                for (key, value) in env {
-                    builder = builder.env(key.clone(), value.clone());
-                }
-                if cwd.is_dir() {
-                    builder = builder.current_dir(cwd);
-                }
-                (name, builder)
-            }
-            McpServer::Http {
-                name, url, headers, ..
-            } => {
-                let mut builder = Client::http(url.clone());
-                for (key, value) in headers {
-                    builder = builder.header(key.clone(), value.clone());
-                }
-                (name, builder)
-            }
-        };
-        let failed = |e: crate::mcp::McpError| {
-            (
-                codes::INTERNAL_ERROR,
-                format!("MCP server `{name}` could not be connected: {e}"),
-            )
-        };
-        let client = builder.connect().map_err(failed)?;
-        connections.clients.push(client.clone());
-        tools.extend(client.tools().map_err(failed)?);
-    }
-    Ok((tools, connections))
-}
-
-/// The permission options offered for every call.
-fn permission_options() -> Value {
-    json!([
-        {"optionId": "allow_once", "name": "Allow once", "kind": "allow_once"},
-        {"optionId": "allow_always", "name": "Always allow", "kind": "allow_always"},
-        {"optionId": "reject_once", "name": "Reject", "kind": "reject_once"},
-    ])
-}
-
-/// Puts the permission hook of session `id` around the factory's own `before_tool_call`.
-fn permission_hook(builder: AgentBuilder, shared: &Arc<Shared>, id: &str) -> AgentBuilder {
-    let shared = shared.clone();
-    let id = id.to_owned();
-    let always: Mutex<HashSet<String>> = Mutex::new(HashSet::new());
-    // The client is asked about the arguments the call would run with.
-    builder.ask_before_tool_call(move |request, call| {
-        let kind = shared.options.kind_of(&call.name);
-        let ask = (shared.options.ask)(call) && !always.lock().contains(&call.name);
-        if ask {
-            match ask_client(&shared, &id, request, call, kind) {
-                Permission::Once => {}
-                Permission::Always => {
-                    always.lock().insert(call.name.clone());
-                }
-                Permission::Refused(why) => return Some(ToolDecision::Block(why)),
-                // The client cancelled the prompt turn: end the run as `session/cancel`
-                // does (the call gets a "cancelled" result, the prompt answers `cancelled`).
-                Permission::Cancelled => {
-                    request.cancel().cancel();
-                    return Some(ToolDecision::Block("cancelled by the client".into()));
-                }
-            }
-        }
-        // The call runs now: its `ToolExecute` shows it running (see `map::updates`).
-        None
-    })
-}
-
-enum Permission {
-    Once,
-    Always,
-    Refused(String),
-    /// The `cancelled` outcome: the client cancelled the prompt turn.
-    Cancelled,
-}
-
-/// Sends `session/request_permission` for `call` and waits for the answer, or for an abort.
-fn ask_client(
-    shared: &Shared,
-    session_id: &str,
-    request: &ToolCallRequest<'_>,
-    call: &ToolCall,
-    kind: ToolKind,
-) -> Permission {
-    let params = json!({
-        "sessionId": session_id,
-        "toolCall": ToolCallUpdate {
-            tool_call_id: call.id.clone(),
-            status: Some(ToolStatus::Pending),
-            title: Some(call.name.clone()),
-            kind: Some(kind),
-            raw_input: Some(map::raw_input(call)),
-            ..ToolCallUpdate::default()
-        },
-        "options": permission_options(),
-    });
-    // The wait below is the run's own (cancel, run timeout); sending never blocks for long.
-    let Ok(ticket) = shared.peer.request(
-        "session/request_permission",
-        Some(&params),
-        &CancelToken::new(),
-    ) else {
-        return Permission::Refused("the client is gone; nobody can permit the call".into());
-    };
-    match request.wait_for(ticket.replies()) {
-        Some(reply) => permission(reply),
-        None => Permission::Refused("cancelled: the prompt was cancelled".into()),
-    }
-}
-
-/// Reads the client's answer to `session/request_permission`.
-fn permission(reply: Reply<LinkError>) -> Permission {
-    let response = match reply {
-        Reply::Response(Ok(result)) => result,
-        Reply::Response(Err(e)) => {
-            return Permission::Refused(format!(
-                "the client answered with an error: {}",
-                e.message
-            ));
-        }
-        Reply::Notice(_) | Reply::Failed(_) => {
-            return Permission::Refused("the client's answer never came".into());
-        }
-    };
-    let outcome = &response["outcome"];
-    match (outcome["outcome"].as_str(), outcome["optionId"].as_str()) {
-        (Some("selected"), Some("allow_once")) => Permission::Once,
-        (Some("selected"), Some("allow_always")) => Permission::Always,
-        (Some("selected"), Some(_)) => Permission::Refused("the user rejected this call".into()),
-        (Some("cancelled"), _) => Permission::Cancelled,
-        _ => Permission::Refused(format!(
-            "the client's answer {response} is not a permission outcome"
-        )),
-    }
 }

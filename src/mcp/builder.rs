@@ -102,6 +102,17 @@ impl ClientBuilder {
         self
     }
 
+    /// Starts the program with no variable of this process's environment: only those given
+    /// with [`ClientBuilder::env`] (stdio only). Defaults to off: the program inherits this
+    /// process's environment, API keys included.
+    #[must_use]
+    pub fn env_clear(mut self) -> ClientBuilder {
+        if let Some(s) = self.spawn_mut() {
+            s.env_clear = true;
+        }
+        self
+    }
+
     /// The program's working directory (stdio only). Defaults to this process's.
     #[must_use]
     pub fn current_dir(mut self, dir: impl Into<PathBuf>) -> ClientBuilder {

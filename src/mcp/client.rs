@@ -72,6 +72,7 @@ impl Client {
             program: program.into(),
             args: Vec::new(),
             env: Vec::new(),
+            env_clear: false,
             cwd: None,
             max_message_bytes: 0,
             stderr_limit: 8 * 1024,
@@ -136,13 +137,23 @@ impl Client {
     /// Any error of a request, a malformed page ([`McpError::Protocol`]), or a list over the
     /// limits ([`McpError::ListTooLarge`]).
     pub fn list_tools(&self) -> Result<Vec<ToolInfo>, McpError> {
+        self.list_tools_with(&CancelToken::new())
+    }
+
+    /// [`Client::list_tools`], given up when `cancel` is cancelled or its deadline passes
+    /// ([`CancelToken::with_deadline`]): a bound on the whole list, however many pages.
+    ///
+    /// # Errors
+    /// As [`Client::list_tools`]; [`McpError::Aborted`] once `cancel` is cancelled (its
+    /// deadline included: [`CancelToken::is_timed_out`] tells).
+    pub fn list_tools_with(&self, cancel: &CancelToken) -> Result<Vec<ToolInfo>, McpError> {
         let mut tools = Vec::new();
         let mut cursor: Option<String> = None;
         let mut bytes = 0;
         // Bounded: a server that hands out cursors forever is broken.
         for pages in 1..=MAX_PAGES {
             let params = cursor.as_ref().map(|c| serde_json::json!({"cursor": c}));
-            let page = self.request("tools/list", params, &CancelToken::new(), None)?;
+            let page = self.request("tools/list", params, cancel, None)?;
             bytes += protocol::json_size(&page);
             if bytes > self.inner.max_list_bytes {
                 return Err(McpError::ListTooLarge {
@@ -207,10 +218,19 @@ impl Client {
     /// # Errors
     /// Any error of [`Client::list_tools`].
     pub fn tools(&self) -> Result<Vec<Arc<dyn Tool>>, McpError> {
+        self.tools_with(&CancelToken::new())
+    }
+
+    /// [`Client::tools`], given up when `cancel` is cancelled or its deadline passes (see
+    /// [`Client::list_tools_with`]).
+    ///
+    /// # Errors
+    /// Any error of [`Client::list_tools_with`].
+    pub fn tools_with(&self, cancel: &CancelToken) -> Result<Vec<Arc<dyn Tool>>, McpError> {
         // Reset before listing: a change announced while the list is made is seen next time.
         self.inner.session.router.take_tools_changed();
         let tools: Vec<Arc<dyn Tool>> = self
-            .list_tools()?
+            .list_tools_with(cancel)?
             .into_iter()
             .map(|info| Arc::new(McpTool::new(self.clone(), info)) as Arc<dyn Tool>)
             .collect();

@@ -50,6 +50,8 @@ pub(crate) struct Spawn {
     pub(crate) program: String,
     pub(crate) args: Vec<String>,
     pub(crate) env: Vec<(String, String)>,
+    /// Whether the program starts with no variable of this process's environment.
+    pub(crate) env_clear: bool,
     pub(crate) cwd: Option<PathBuf>,
     pub(crate) max_message_bytes: usize,
     pub(crate) stderr_limit: usize,
@@ -101,6 +103,9 @@ impl StdioTransport {
     /// [`McpError::Spawn`] when the program cannot be started.
     pub(crate) fn spawn(spec: &Spawn, router: &Arc<Router>) -> Result<StdioTransport, McpError> {
         let mut command = Command::new(&spec.program);
+        if spec.env_clear {
+            command.env_clear();
+        }
         command
             .args(&spec.args)
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
