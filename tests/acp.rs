@@ -561,6 +561,193 @@ fn a_second_prompt_while_the_first_runs_is_refused() {
     client.close().expect("a clean end");
 }
 
+/// A factory of agents whose model streams "thinking", then waits (abortably) a minute.
+fn stalling(_: &SessionInfo) -> Result<AgentBuilder, pagent::Error> {
+    Ok(Agent::builder().provider(
+        Faux::default()
+            .otherwise(|_| FauxReply::text("thinking").then_stall(Duration::from_secs(60))),
+    ))
+}
+
+fn prompt_of(session: &str, text: &str) -> Value {
+    json!({"sessionId": session, "prompt": [{"type": "text", "text": text}]})
+}
+
+fn cancel(client: &mut Client, session: &str) {
+    client.send(
+        json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": session}}),
+    );
+}
+
+#[test]
+fn a_relative_cwd_is_refused() {
+    let mut client = Client::start(hello, acp::Options::new());
+    for (id, cwd) in [(1, "work/project"), (2, "."), (3, "")] {
+        client.request(id, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+        let answer = client.recv();
+        assert_eq!(
+            error_code(&answer),
+            acp::codes::INVALID_PARAMS,
+            "{cwd:?}: {answer}"
+        );
+    }
+    client.new_session(4);
+    client.close().expect("a clean end");
+}
+
+#[test]
+fn loading_a_session_whose_prompt_runs_is_refused_and_its_file_stays_whole() {
+    // A load of a running session used to put a second writer on its file (the first one
+    // without O_APPEND, writing over the second's lines) and abort the run.
+    let dir = std::env::temp_dir().join(format!("pagent-acp-load-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a temp dir");
+    let mut client = Client::start(stalling, acp::Options::new().session_dir(&dir));
+    let session = client.new_session(1);
+    client.request(2, "session/prompt", prompt_of(&session, "first"));
+    assert_eq!(
+        client.recv()["params"]["update"]["sessionUpdate"],
+        "agent_message_chunk"
+    );
+    let load = json!({"sessionId": session, "cwd": "/tmp", "mcpServers": []});
+    client.request(3, "session/load", load.clone());
+    let refused = client.until_response(3).pop().unwrap();
+    assert_eq!(
+        (refused["id"].clone(), error_code(&refused)),
+        (json!(3), acp::codes::INVALID_REQUEST),
+        "{refused}"
+    );
+    // The running prompt was left alone: it ends on its cancel, as usual.
+    cancel(&mut client, &session);
+    let seen = client.until_response(2);
+    assert_eq!(seen.last().unwrap()["result"]["stopReason"], "cancelled");
+    // Idle now: the load replaces the session and replays its one turn.
+    client.request(4, "session/load", load);
+    let replay = client.until_response(4);
+    assert_eq!(
+        replay.last().unwrap(),
+        &json!({"jsonrpc": "2.0", "id": 4, "result": {}})
+    );
+    assert_eq!(
+        replay[0]["params"]["update"],
+        json!({"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": "first"}})
+    );
+    client.request(5, "session/prompt", prompt_of(&session, "second"));
+    assert_eq!(
+        client.recv()["params"]["update"]["sessionUpdate"],
+        "agent_message_chunk"
+    );
+    cancel(&mut client, &session);
+    client.until_response(5);
+    client.close().expect("a clean end");
+    // Every line is a whole message, in order: both turns, nothing torn or lost.
+    let file = dir.join(format!("{session}.jsonl"));
+    let text = std::fs::read_to_string(&file).expect("the session file");
+    let roles: Vec<String> = text
+        .lines()
+        .map(|line| {
+            let message: Value =
+                serde_json::from_str(line).unwrap_or_else(|e| panic!("a torn line {line:?}: {e}"));
+            message["role"].as_str().unwrap_or_default().to_owned()
+        })
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "user", "assistant"], "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn past_the_cap_the_idle_session_used_longest_ago_is_dropped() {
+    let mut client = Client::start(hello, acp::Options::new().max_sessions(2));
+    let first = client.new_session(1);
+    let second = client.new_session(2);
+    // The first is used again, so the second is the one used longest ago.
+    client.request(3, "session/prompt", prompt_of(&first, "hello"));
+    client.until_response(3);
+    let third = client.new_session(4);
+    client.request(5, "session/prompt", prompt_of(&second, "hello"));
+    let gone = client.recv();
+    assert_eq!(error_code(&gone), acp::codes::RESOURCE_NOT_FOUND, "{gone}");
+    for (id, session) in [(6, &first), (7, &third)] {
+        client.request(id, "session/prompt", prompt_of(session, "hello"));
+        let seen = client.until_response(id);
+        assert_eq!(seen.last().unwrap()["result"]["stopReason"], "end_turn");
+    }
+    client.close().expect("a clean end");
+}
+
+#[test]
+fn past_the_cap_with_every_session_running_a_new_one_is_refused() {
+    let mut client = Client::start(stalling, acp::Options::new().max_sessions(1));
+    let only = client.new_session(1);
+    client.request(2, "session/prompt", prompt_of(&only, "go"));
+    client.recv();
+    client.request(3, "session/new", json!({"cwd": "/tmp", "mcpServers": []}));
+    let refused = client.until_response(3).pop().unwrap();
+    assert_eq!(
+        error_code(&refused),
+        acp::codes::INTERNAL_ERROR,
+        "{refused}"
+    );
+    cancel(&mut client, &only);
+    client.until_response(2);
+    // Idle now: it makes room for the next.
+    client.new_session(4);
+    client.close().expect("a clean end");
+}
+
+#[test]
+fn a_client_that_reads_nothing_has_its_connection_closed_and_serve_returns_timed_out() {
+    // The model streams without end; the client never reads its output. The run used to
+    // block in a write for good, and `serve` with it.
+    let endless = |_: &SessionInfo| {
+        Ok(Agent::builder().provider(
+            Faux::default()
+                .otherwise(|_| FauxReply::text("x".repeat(1 << 20)))
+                .chunk_chars(16),
+        ))
+    };
+    let (input_reader, mut input) = std::io::pipe().expect("a pipe");
+    let (output_reader, output) = std::io::pipe().expect("a pipe");
+    let options = acp::Options::new()
+        .max_unread_bytes(64 * 1024)
+        .stall_timeout(Duration::from_millis(300));
+    let served =
+        thread::spawn(move || acp::serve(endless, BufReader::new(input_reader), output, options));
+    writeln!(input, r#"{{"jsonrpc":"2.0","id":1,"method":"session/new","params":{{"cwd":"/tmp","mcpServers":[]}}}}"#).unwrap();
+    // Read the answer (only it), to know the session id.
+    let mut reader = BufReader::new(output_reader);
+    let mut line = String::new();
+    reader.read_line(&mut line).expect("the answer");
+    let answer: Value = serde_json::from_str(&line).expect("JSON");
+    let session = answer["result"]["sessionId"]
+        .as_str()
+        .expect("an id")
+        .to_owned();
+    let prompt = json!({"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": prompt_of(&session, "go")});
+    writeln!(input, "{prompt}").unwrap();
+    // Nothing more is read: the pipe, then the queue, fill; the connection is closed.
+    let deadline = Instant::now() + PATIENCE;
+    thread::sleep(Duration::from_secs(2));
+    drop(input);
+    while !served.is_finished() {
+        assert!(
+            Instant::now() < deadline,
+            "serve did not return: a run blocked in a write"
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+    let error = served
+        .join()
+        .expect("no panic")
+        .expect_err("the client stopped reading");
+    assert_eq!(
+        error.io_kind(),
+        Some(std::io::ErrorKind::TimedOut),
+        "{error}"
+    );
+    drop(reader);
+}
+
 /// The example's binary, built with the feature (a no-op when it is up to date).
 fn acp_agent() -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -682,6 +869,223 @@ mod mcp_servers {
     fn update(session: &str, update: Value) -> Value {
         json!({"jsonrpc": "2.0", "method": "session/update",
             "params": {"sessionId": session, "update": update}})
+    }
+
+    /// A stdio entry of `mcpServers` for tests/acp/mcp_server.py in `mode`, listing `tools`.
+    fn test_server(name: &str, mode: &str, tools: &[&str]) -> Value {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/acp/mcp_server.py");
+        let mut args = vec![script.display().to_string(), mode.to_owned()];
+        args.extend(tools.iter().map(|t| (*t).to_owned()));
+        json!({"name": name, "command": "python3", "args": args, "env": []})
+    }
+
+    /// Agents on a model that calls `tool` with `{}`, then answers "ok".
+    fn calling(
+        tool: &'static str,
+    ) -> impl Fn(&SessionInfo) -> Result<AgentBuilder, pagent::Error> + Clone {
+        move |_: &SessionInfo| {
+            Ok(Agent::builder().provider(
+                Faux::default()
+                    .reply(FauxReply::tool_call(tool, json!({})))
+                    .otherwise(|_| FauxReply::text("ok")),
+            ))
+        }
+    }
+
+    /// The session id of a `session/new` answer.
+    fn session_of(answer: &Value) -> String {
+        answer["result"]["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("a session id in {answer}"))
+            .to_owned()
+    }
+
+    #[test]
+    fn a_server_that_never_lists_its_tools_holds_up_no_other_session() {
+        // `session/new` used to connect its servers on the reading thread: nothing else was
+        // read until `tools/list` timed out (120 s, where the docs said 30).
+        let options = acp::Options::new().mcp_timeout(Duration::from_secs(2));
+        let mut client = Client::start(stalling, options);
+        let other = client.new_session(1);
+        let started = Instant::now();
+        client.request(
+            2,
+            "session/new",
+            json!({"cwd": "/tmp", "mcpServers": [test_server("mute", "stall-list", &["echo"])]}),
+        );
+        // Served meanwhile: another session's prompt and its cancel.
+        client.request(3, "session/prompt", prompt_of(&other, "go"));
+        cancel(&mut client, &other);
+        let mut seen = Vec::new();
+        let mut refused = None;
+        while refused.is_none() || !seen.iter().any(|m: &Value| m["id"] == 3) {
+            let m = client.recv();
+            if m["id"] == 2 {
+                assert!(
+                    seen.iter().any(|m: &Value| m["id"] == 3),
+                    "the cancel was read only once the setup ended"
+                );
+                refused = Some(m);
+            } else {
+                seen.push(m);
+            }
+        }
+        assert_eq!(
+            seen.last().unwrap()["result"]["stopReason"],
+            "cancelled",
+            "{seen:?}"
+        );
+        let refused = refused.unwrap();
+        assert_eq!(error_code(&refused), acp::codes::INTERNAL_ERROR);
+        assert_eq!(
+            refused["error"]["message"],
+            "MCP server `mute` could not be connected: it did not list its tools within 2s"
+        );
+        assert!(started.elapsed() < Duration::from_secs(15));
+        client.close().expect("a clean end");
+    }
+
+    #[test]
+    fn two_servers_with_a_tool_of_one_name_get_their_names_as_prefixes() {
+        // Two servers that both have `echo` used to make the session impossible ("two tools
+        // are named echo").
+        let options = acp::Options::new().ask_permission(|_| false);
+        let mut client = Client::start(calling("second_echo"), options);
+        let servers = [
+            test_server("first", "ok", &["echo", "only_first"]),
+            test_server("second", "ok", &["echo"]),
+            test_server("third", "ok", &["unique"]),
+        ];
+        client.request(
+            1,
+            "session/new",
+            json!({"cwd": "/tmp", "mcpServers": servers}),
+        );
+        let session = session_of(&client.recv());
+        client.request(2, "session/prompt", prompt_of(&session, "echo it"));
+        let seen = client.until_response(2);
+        assert_eq!(
+            seen[0]["params"]["update"]["title"], "second_echo",
+            "{seen:?}"
+        );
+        assert_eq!(
+            seen[2]["params"]["update"]["status"], "completed",
+            "{seen:?}"
+        );
+        assert_eq!(seen.last().unwrap()["result"]["stopReason"], "end_turn");
+        client.close().expect("a clean end");
+        // A prefix the program gives a server is kept, and clears the clash.
+        let options = acp::Options::new()
+            .ask_permission(|_| false)
+            .mcp_prefix("first", "f_");
+        let mut client = Client::start(calling("echo"), options);
+        let servers = [
+            test_server("first", "ok", &["echo"]),
+            test_server("second", "ok", &["echo"]),
+        ];
+        client.request(
+            1,
+            "session/new",
+            json!({"cwd": "/tmp", "mcpServers": servers}),
+        );
+        let session = session_of(&client.recv());
+        client.request(2, "session/prompt", prompt_of(&session, "echo it"));
+        let seen = client.until_response(2);
+        assert_eq!(
+            seen[2]["params"]["update"]["status"], "completed",
+            "{seen:?}"
+        );
+        client.close().expect("a clean end");
+    }
+
+    /// The environment the `env` tool of a listed server reports.
+    fn environment_seen(options: acp::Options, entry: Value) -> serde_json::Map<String, Value> {
+        let mut client = Client::start(calling("env"), options.ask_permission(|_| false));
+        client.request(
+            1,
+            "session/new",
+            json!({"cwd": "/tmp", "mcpServers": [entry]}),
+        );
+        let session = session_of(&client.recv());
+        client.request(2, "session/prompt", prompt_of(&session, "env"));
+        let seen = client.until_response(2);
+        client.close().expect("a clean end");
+        let text = seen[2]["params"]["update"]["content"][0]["content"]["text"]
+            .as_str()
+            .unwrap_or_else(|| panic!("the tool's text in {seen:?}"));
+        serde_json::from_str(text).expect("the environment as JSON")
+    }
+
+    #[test]
+    fn a_listed_stdio_server_gets_the_clients_env_and_the_allowed_few_never_ours() {
+        // A listed server used to inherit this process's whole environment, API keys too.
+        // Cargo sets `CARGO_MANIFEST_DIR` for this test: it stands for such a variable.
+        assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
+        let mut entry = test_server("env", "ok", &["env"]);
+        entry["env"] = json!([{"name": "FROM_CLIENT", "value": "yes"}, {"name": "HOME", "value": "/client/home"}]);
+        let env = environment_seen(acp::Options::new(), entry.clone());
+        assert_eq!(env.get("FROM_CLIENT"), Some(&json!("yes")));
+        // The client's value wins over ours.
+        assert_eq!(env.get("HOME"), Some(&json!("/client/home")));
+        assert!(env.contains_key("PATH"), "{env:?}");
+        // None of ours but the allowed few (a launcher such as pyenv's python3 shim, a bash
+        // script, adds `PYENV_*` and bash's own `PWD`, `SHLVL`, `_` on the way).
+        let launchers = ["PWD", "OLDPWD", "SHLVL", "_"];
+        for (name, _) in std::env::vars() {
+            let allowed = acp::PASSED_ENV.contains(&name.as_str())
+                || name.starts_with("PYENV")
+                || launchers.contains(&name.as_str());
+            assert!(
+                allowed || !env.contains_key(&name),
+                "the server got our `{name}`"
+            );
+        }
+        assert!(!env.contains_key("CARGO_MANIFEST_DIR"));
+        // A program lets one more through.
+        let env = environment_seen(acp::Options::new().pass_env("CARGO_MANIFEST_DIR"), entry);
+        assert_eq!(
+            env.get("CARGO_MANIFEST_DIR"),
+            Some(&json!(env!("CARGO_MANIFEST_DIR")))
+        );
+    }
+
+    #[test]
+    fn a_plan_in_an_mcp_tool_result_is_no_plan_update() {
+        // An MCP result with a `plan` member used to become an ACP plan update, as if the
+        // agent planned it.
+        let mut client = Client::start(
+            calling("plan"),
+            acp::Options::new().ask_permission(|_| false),
+        );
+        let entry = test_server("planner", "ok", &["plan"]);
+        client.request(
+            1,
+            "session/new",
+            json!({"cwd": "/tmp", "mcpServers": [entry]}),
+        );
+        let session = session_of(&client.recv());
+        client.request(2, "session/prompt", prompt_of(&session, "plan"));
+        let seen = client.until_response(2);
+        let kinds: Vec<&str> = seen
+            .iter()
+            .filter_map(|m| m["params"]["update"]["sessionUpdate"].as_str())
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "tool_call",
+                "tool_call_update",
+                "tool_call_update",
+                "agent_message_chunk"
+            ],
+            "{seen:?}"
+        );
+        // The result is still shown whole, `plan` member and all.
+        assert_eq!(
+            seen[2]["params"]["update"]["rawOutput"]["plan"][0]["content"],
+            "step one"
+        );
+        client.close().expect("a clean end");
     }
 
     #[test]

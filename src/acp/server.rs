@@ -264,21 +264,26 @@ where
             agent.subscribe(writer.map_err(failed)?.listener()).keep();
         }
         let mcp_tools = connected.names;
-        let (listening, session_id) = (shared.clone(), id.clone());
+        let (listening, session_id, handle) = (shared.clone(), id.clone(), agent.handle());
         agent
             .subscribe(move |event| {
                 let kind_of = |name: &str| listening.options.kind_of(name);
                 // A plan is the agent's own: what an MCP server's tool returns is not one.
                 let plans_from = |tool: &str| !mcp_tools.contains(tool);
                 for update in map::updates(event, &kind_of, &plans_from) {
-                    send_update(&listening.peer, &session_id, &update);
+                    if send_update(&listening.peer, &session_id, &update).is_err() {
+                        // The client stopped reading: the connection is closed, and the run
+                        // has nobody to tell.
+                        handle.abort();
+                        return;
+                    }
                 }
             })
             .keep();
         if let Some(saved) = saved {
             let kind_of = |name: &str| shared.options.kind_of(name);
             for update in map::replay(saved, &kind_of) {
-                send_update(&shared.peer, id, &update);
+                let _ = send_update(&shared.peer, id, &update);
             }
         }
         Ok(Arc::new(Session::new(agent, connected.connections)))
@@ -385,8 +390,7 @@ fn bad_params(why: &str) -> Refusal {
     (codes::INVALID_PARAMS, why.to_owned())
 }
 
-fn send_update(peer: &Peer, session_id: &str, update: &Update) {
+fn send_update(peer: &Peer, session_id: &str, update: &Update) -> Result<(), LinkError> {
     let params = json!({ "sessionId": session_id, "update": update });
-    // A client that stopped reading closed the connection: nobody to tell.
-    let _ = peer.notify("session/update", &params);
+    peer.notify("session/update", &params)
 }
