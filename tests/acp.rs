@@ -1088,6 +1088,126 @@ mod mcp_servers {
         client.close().expect("a clean end");
     }
 
+    /// Set in the environment of the run under strace.
+    const TRACED: &str = "PAGENT_ACP_UNDER_STRACE";
+
+    fn can_run(program: &str, args: &[&str]) -> bool {
+        Command::new(program)
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    #[test]
+    fn every_session_end_signals_its_lingering_server_once() {
+        // Every session end used to run the MCP shutdown twice (an explicit close, then the
+        // client's drop): two `kill(-pgid, SIGTERM)`, the second to a group that might be
+        // someone else's by then. The inner test runs in a pid namespace of its own under
+        // strace, which logs every signal sent.
+        let namespaces = can_run("unshare", &["--pid", "--fork", "--mount-proc", "true"]);
+        let tracing = can_run("strace", &["-qq", "-e", "trace=none", "true"]);
+        if !(namespaces && tracing) {
+            let why = "needs `unshare --pid --fork --mount-proc` and `strace` (root)";
+            assert!(std::env::var_os("CI").is_none(), "{why}");
+            eprintln!("skipped: {why}");
+            return;
+        }
+        let log = std::env::temp_dir().join(format!("pagent-acp-kills-{}", std::process::id()));
+        let output = Command::new("unshare")
+            .args(["--pid", "--fork", "--mount-proc", "strace", "-f", "-qq"])
+            .args(["-e", "trace=kill", "-e", "signal=none", "-o"])
+            .arg(&log)
+            .arg(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "mcp_servers::inner_session_ends",
+                "--include-ignored",
+            ])
+            .args(["--nocapture", "--test-threads", "1"])
+            .env(TRACED, "1")
+            .output()
+            .expect("unshare runs");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success() && stdout.contains("1 passed"),
+            "the inner test: {}\n{stdout}\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let pid = |name: &str| -> u32 {
+            let prefix = format!("pagent-test: {name} ");
+            stdout
+                .lines()
+                .find_map(|l| {
+                    l.find(&prefix)
+                        .map(|i| l[i + prefix.len()..].trim().to_owned())
+                })
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("no {name} in {stdout}"))
+        };
+        let (dropped, ended) = (pid("dropped"), pid("ended"));
+        let kills = std::fs::read_to_string(&log).expect("the strace log");
+        let signals: Vec<&str> = kills
+            .lines()
+            .filter_map(|line| {
+                let call = &line[line.find("kill(")?..];
+                let call = &call[..=call.find(')')?];
+                call.contains(", SIG").then_some(call)
+            })
+            .collect();
+        assert_eq!(
+            signals,
+            [
+                format!("kill(-{dropped}, SIGTERM)"),
+                format!("kill(-{ended}, SIGTERM)")
+            ],
+            "{kills}"
+        );
+        let _ = std::fs::remove_file(&log);
+    }
+
+    #[test]
+    #[ignore = "run under strace by every_session_end_signals_its_lingering_server_once"]
+    fn inner_session_ends() {
+        assert!(
+            std::env::var_os(TRACED).is_some(),
+            "run by the outer test only"
+        );
+        let dir = std::env::temp_dir();
+        let lingering = |name: &str| {
+            let pidfile = dir.join(format!("pagent-acp-linger-{name}-{}", std::process::id()));
+            let mut entry = test_server(name, "linger", &["echo"]);
+            entry["env"] = json!([{"name": "PIDFILE", "value": pidfile.display().to_string()}]);
+            (entry, pidfile)
+        };
+        let mut client = Client::start(echoing, acp::Options::new().max_sessions(1));
+        // One session, dropped for the cap when the next one comes; the next one ends with
+        // `serve`. Both servers stay up after their stdin closes: each needs its SIGTERM.
+        let (entry, first) = lingering("dropped");
+        client.request(
+            1,
+            "session/new",
+            json!({"cwd": "/tmp", "mcpServers": [entry]}),
+        );
+        session_of(&client.recv());
+        let (entry, second) = lingering("ended");
+        client.request(
+            2,
+            "session/new",
+            json!({"cwd": "/tmp", "mcpServers": [entry]}),
+        );
+        session_of(&client.recv());
+        client.close().expect("a clean end");
+        for (name, pidfile) in [("dropped", first), ("ended", second)] {
+            let pid = pid_in(&pidfile);
+            assert!(gone(pid), "the server {pid} outlived its session");
+            println!("pagent-test: {name} {pid}");
+            let _ = std::fs::remove_file(&pidfile);
+        }
+    }
+
     #[test]
     fn initialize_offers_http_mcp_servers_but_not_sse() {
         let mut client = Client::start(echoing, acp::Options::new());

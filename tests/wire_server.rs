@@ -494,6 +494,50 @@ fn an_abort_right_behind_its_prompt_always_cancels_that_run() {
 }
 
 #[test]
+fn a_client_that_reads_nothing_has_its_connection_closed_and_serve_returns_timed_out() {
+    // The model streams without end and the client never reads: the run used to block in
+    // a write for good, and `serve` with it, even once the client closed its input.
+    let faux = Faux::default()
+        .chunk_chars(16)
+        .otherwise(|_| FauxReply::text("x".repeat(1 << 20)));
+    let (output_reader, output) = std::io::pipe().unwrap();
+    let (in_tx, in_rx) = crossbeam_channel::unbounded();
+    let options = ServeOptions::new()
+        .max_unread_bytes(64 * 1024)
+        .stall_timeout(Duration::from_millis(300));
+    let server = std::thread::spawn(move || {
+        let input = BufReader::new(PipeIn {
+            rx: in_rx,
+            buf: Vec::new(),
+            pos: 0,
+        });
+        wire::serve(agent(faux), input, output, options)
+    });
+    let prompt = json!({"jsonrpc": "2.0", "id": 1, "method": "prompt", "params": {"text": "go"}});
+    in_tx.send(format!("{prompt}\n").into_bytes()).unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    drop(in_tx);
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while !server.is_finished() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "serve did not return: the run blocked in a write"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let error = server
+        .join()
+        .unwrap()
+        .expect_err("the client stopped reading");
+    assert_eq!(
+        error.io_kind(),
+        Some(std::io::ErrorKind::TimedOut),
+        "{error}"
+    );
+    drop(output_reader);
+}
+
+#[test]
 fn abort_releases_a_pending_approval() {
     let c = Client::start(
         agent(echo_then_answer()),

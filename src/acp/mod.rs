@@ -26,34 +26,66 @@
 //! | method | what it does |
 //! |---|---|
 //! | `initialize` | answers protocol version 1 (the only one), the agent's info and capabilities: prompts of text, resource links and embedded text resources; `loadSession` when [`Options::session_dir`] is set; MCP over stdio, and over HTTP with the `mcp` feature (see below) |
-//! | `session/new` | connects the MCP servers it lists (see below), builds a session's agent with the factory: `{"sessionId": ".."}` |
-//! | `session/load` | with [`Options::session_dir`]: rebuilds the agent on the saved transcript, replays it as `session/update`s, then answers `{}` |
+//! | `session/new` | connects the MCP servers it lists (see below), builds a session's agent with the factory: `{"sessionId": ".."}`; `cwd` must be an absolute path |
+//! | `session/load` | with [`Options::session_dir`]: rebuilds the agent on the saved transcript, replays it as `session/update`s, then answers `{}`; refused while a prompt of that session runs (see [Sessions](#sessions)) |
 //! | `session/prompt` | runs the agent on the prompt's text; answers `{"stopReason": ..}` when the run ends, after every update of the run |
 //! | `session/cancel` | (a notification) aborts the session's run: its prompt answers `cancelled`, a permission request waiting for an answer is released |
 //! | `authenticate` | answers `{}` (no authentication methods are offered) |
+//!
+//! # Sessions
+//!
+//! A `session/new` or `session/load` is checked on the reading thread (its params, a free
+//! id, room under the cap) and then set up on a worker thread: its MCP servers connect, the
+//! factory builds its agent, and the worker answers. The reading thread never waits for a
+//! session to be set up, so the other sessions' prompts and cancels are read meanwhile. At
+//! most 8 sessions are set up at once (one more is refused with -32603), and at most 64
+//! prompts run at once over all sessions; no request gets a thread of its own.
+//!
+//! - **One writer per session file.** With [`Options::session_dir`] each live session
+//!   appends its messages to `<id>.jsonl` (opened to append: every write goes to the end of
+//!   the file). An id is live once at most: a `session/load` of a session whose prompt runs
+//!   is refused with [`codes::INVALID_REQUEST`] (cancel the prompt and wait for its answer,
+//!   then load); a load of an idle live session replaces it: the old one is taken out at
+//!   once (a prompt for it then gets -32002 until the load answers) and ends before the new
+//!   one opens the file.
+//! - **A cap on live sessions** ([`Options::max_sessions`], 64): a `session/new` or
+//!   `session/load` that finds that many drops the idle session used longest ago (its agent
+//!   and MCP servers end; a later request for it gets -32002, and with a session directory
+//!   it can be loaded again). When every one runs a prompt, the request is refused with
+//!   -32603.
+//! - **Cancels are never lost.** A `session/prompt` claims its agent as it is read
+//!   ([`crate::Agent::claim_run`]), before its worker starts the run: a `session/cancel`
+//!   read after it always cancels that prompt, which answers `cancelled`.
 //!
 //! # MCP servers
 //!
 //! With the `mcp` feature, the MCP servers a client lists in `session/new` or `session/load`
 //! are connected through `pagent::mcp` before the session's agent is built, in list order,
-//! and the tools of each (under the names the server gives them) are added to the builder the
-//! factory returned. `initialize` says so: `mcpCapabilities` is `{"http": true, "sse": false}`.
+//! and the tools of each are added to the builder the factory returned. `initialize` says
+//! so: `mcpCapabilities` is `{"http": true, "sse": false}`.
 //!
 //! | entry | connection |
 //! |---|---|
-//! | stdio (`command`, `args`, `env`) | `pagent::mcp::Client::stdio`, started in the session's `cwd` when that is a directory |
+//! | stdio (`command`, `args`, `env`) | `pagent::mcp::Client::stdio`, started in the session's `cwd` when that is a directory, with the `env` the client lists and, of this process's environment, only [`PASSED_ENV`] and what [`Options::pass_env`] adds (never our API keys; the client's values win) |
 //! | `"type": "http"` (`url`, `headers`) | `pagent::mcp::Client::http`, Streamable HTTP |
 //! | `"type": "sse"` | refused with [`codes::INVALID_PARAMS`]: the old SSE transport is not spoken |
 //!
-//! A server that fails to start, initialize or list its tools refuses the session with
+//! Each server has [`Options::mcp_timeout`] (30 s) to start, initialize and list its tools.
+//! A server that fails to, in time or at all, refuses the session with
 //! [`codes::INTERNAL_ERROR`] and a message that names it and gives the text of the
 //! `pagent::mcp::McpError` ("MCP server \`files\` could not be connected: .."); the
 //! servers already started for that session are ended, and the agent serves on. The servers
-//! of a session end with it: when a `session/load` of the same id replaces it, and when
-//! [`serve`] returns (no child process is left behind). `session/new` answers once its servers
-//! are connected (each within the MCP client's initialize timeout, 30 s); no other request
-//! is read meanwhile. The session keeps the tools listed when it started (a server's
-//! `notifications/tools/list_changed` is not followed).
+//! of a session end with it (once: its last handles to them are dropped): when a
+//! `session/load` of the same id replaces it, when the cap drops it, and when [`serve`]
+//! returns (no child process is left behind). The session keeps the tools listed when it
+//! started (a server's `notifications/tools/list_changed` is not followed).
+//!
+//! Tool names: the tools of a server keep the names the server gives them, unless the
+//! program set a prefix for that server ([`Options::mcp_prefix`]), or one of its names is a
+//! name of another listed server's tool: then every tool of each server of the collision is
+//! named `<server name>_<tool name>` (the characters of the server's name other than
+//! letters, digits, `_` and `-` become `_`). Names that still collide refuse the session
+//! with [`codes::INVALID_PARAMS`].
 //!
 //! Without the `mcp` feature a list with any server is refused with
 //! [`codes::INVALID_PARAMS`] ("MCP servers are not supported"), and `mcpCapabilities` is
@@ -71,7 +103,7 @@
 //! | `ToolExecute` (the call runs: allowed, or permitted by the client) | `tool_call_update`, `status: "in_progress"`, and `rawInput` with the arguments it runs with when a `before_tool_call` hook rewrote them |
 //! | `ToolUpdate` | `tool_call_update` with the progress text as content |
 //! | `ToolEnd` | `tool_call_update`, `status` `completed` or `failed`, the result text as content, `rawOutput` (the result's details) |
-//! | a `ToolUpdate` or `ToolEnd` whose details hold `{"plan": [{"content","priority","status"}..]}` | a `plan` update with those entries, after the tool's own |
+//! | a `ToolUpdate` or `ToolEnd` of one of the agent's own tools (not an MCP server's: its results are the server's) whose details hold `{"plan": [{"content","priority","status"}..]}` | a `plan` update with those entries, after the tool's own |
 //!
 //! Other events (turns, message starts and ends, usage, retries) have no update; the prompt's
 //! answer says how the run ended:
@@ -416,8 +448,9 @@ impl Options {
 /// `input`, responses, `session/update` notifications and permission requests are written to
 /// `output`, one JSON-RPC message a line, each line flushed.
 ///
-/// `factory` is called once per `session/new` (and `session/load`), on the thread that calls
-/// `serve`, with the session it builds for; it returns the builder of the session's agent
+/// `factory` is called once per `session/new` (and `session/load`), on a worker thread of
+/// `serve` (never the reading one, see [Sessions](self#sessions)), with the session it
+/// builds for; it returns the builder of the session's agent
 /// (provider, model, tools, hooks). `serve` adds to it the permission hook around the
 /// factory's own `before_tool_call`, and for `session/load` the saved transcript, then builds.
 /// With the `mcp` feature it first connects the MCP servers the session lists and adds their
@@ -426,13 +459,21 @@ impl Options {
 /// [`codes::INTERNAL_ERROR`].
 ///
 /// Blocks the current thread until `input` ends (the client closed it or went away). Each
-/// prompt runs on a thread of its own, so cancels and other sessions are served meanwhile.
-/// At the end of input every run still active is aborted and every permission request
-/// released, and `serve` returns once all of them have ended: no thread is left behind.
+/// prompt runs on a worker thread, so cancels and other sessions are served meanwhile. At
+/// the end of input every run still active is aborted, every permission request released
+/// and every setup given up (a server still initializing is waited for, at most its
+/// [`Options::mcp_timeout`]), and `serve` returns once all of them have ended: no thread is
+/// left behind.
+///
+/// The output is written by one writer thread: a client that reads slowly holds the runs
+/// back once [`Options::max_unread_bytes`] wait unread, and a client that reads nothing for
+/// [`Options::stall_timeout`] has its connection closed (every run is aborted), never our
+/// memory grown.
 ///
 /// # Errors
-/// [`Error::Io`] when reading `input` fails, or when writing `output` failed for another
-/// reason than the client having gone (a broken pipe ends the session quietly).
+/// [`Error::Io`] when reading `input` fails, when writing `output` failed for another reason
+/// than the client having gone (a broken pipe ends the session quietly), or, of kind
+/// `TimedOut`, when the client stopped reading.
 pub fn serve<F>(
     factory: F,
     input: impl BufRead,

@@ -1,7 +1,9 @@
 """A small stdio MCP server (python3 standard library only) for the ACP tests (tests/acp.rs).
 
 `python3 mcp_server.py MODE [TOOL...]`: lists the named tools (default `echo`). MODE `ok`
-answers everything; `stall-list` never answers `tools/list`. The tools: `echo` answers its
+answers everything; `stall-list` never answers `tools/list`; `linger` does not exit when its
+stdin closes (it waits for a signal, a minute at most). With `PIDFILE` in its environment it
+writes its pid there. The tools: `echo` answers its
 `text`; `env` answers with its whole environment, as JSON; `plan` answers with a result that
 has a `plan` member beside its content; any other name answers its own name.
 """
@@ -9,10 +11,14 @@ has a `plan` member beside its content; any other name answers its own name.
 import json
 import os
 import sys
+import time
 
 MODE = sys.argv[1]
 NAMES = sys.argv[2:] or ["echo"]
 out = sys.stdout.buffer
+if os.environ.get("PIDFILE"):
+    with open(os.environ["PIDFILE"], "w") as f:
+        f.write(str(os.getpid()))
 
 
 def send(message):
@@ -54,3 +60,6 @@ for line in sys.stdin:
             answer(id, result)
         else:
             answer(id, text(name))
+
+if MODE == "linger":
+    time.sleep(60)
