@@ -520,6 +520,7 @@ mod tests {
             result: Arc::new(
                 ToolResultMessage::new("c1", "remote_tool", "done").with_details(plan.clone()),
             ),
+            duration: None,
         };
         let update = AgentEvent::ToolUpdate {
             call_id: "c1".into(),
