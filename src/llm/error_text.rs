@@ -116,6 +116,12 @@ impl<'a> Secrets<'a> {
         }
     }
 
+    /// These secrets and `more` (the credentials a base URL holds, say).
+    pub(crate) fn and(mut self, more: impl IntoIterator<Item = &'a str>) -> Secrets<'a> {
+        self.keys.extend(more.into_iter().filter(|k| !k.is_empty()));
+        self
+    }
+
     /// Only this key.
     #[cfg(test)]
     pub(crate) fn key(key: &'a str) -> Secrets<'a> {

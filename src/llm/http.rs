@@ -136,9 +136,16 @@ impl Endpoint {
             .push((name.trim().to_owned(), value.trim().to_owned()));
     }
 
-    /// What no text may show: the key and the credential headers' values.
+    /// What no text may show: the key, the credential headers' values and the credentials
+    /// of the base URL (see [`BaseUrl::credentials`]).
     fn secrets(&self) -> Secrets<'_> {
-        Secrets::new(self.api_key.as_deref(), &self.headers)
+        let url = self
+            .base
+            .as_ref()
+            .ok()
+            .into_iter()
+            .flat_map(BaseUrl::credentials);
+        Secrets::new(self.api_key.as_deref(), &self.headers).and(url)
     }
 
     /// The endpoint the environment names: the base URL from `base_var` (else `default`),

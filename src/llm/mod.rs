@@ -59,8 +59,11 @@
 //! - **Secrets**: API keys never appear in `Debug`, errors or events, not even in part: no
 //!   8 consecutive characters of the key reach any text of an error or a retry notice
 //!   (hence `AgentEnd`, the state and the wire), wherever a limit cut the server's text; a
-//!   body read that stopped inside the key loses its start too. `Debug` shows the base URL
-//!   without user info and query string.
+//!   body read that stopped inside the key loses its start too. The same holds for the
+//!   values of credential headers and for the credentials of the base URL (its user info's
+//!   password, and the values of query parameters named like a credential, such as
+//!   `?api-key=`), which a server that echoes the request's URL would show. `Debug` shows
+//!   the base URL without user info and query string.
 //! - **Configuration** from the environment: see [`from_env`].
 
 use crate::Error;

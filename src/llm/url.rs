@@ -11,7 +11,7 @@
 use std::fmt;
 use std::rc::Rc;
 
-use super::error_text::{Secrets, clip};
+use super::error_text::{Secrets, clip, is_credential_header};
 use crate::Error;
 
 /// A parsed `http` or `https` URL: the base URL of a provider.
@@ -131,6 +131,31 @@ impl BaseUrl {
             url.push_str(query);
         }
         url
+    }
+
+    /// What of this URL is a credential, for the texts to scrub it from (see
+    /// [`Secrets`]): the password of the user info, the user too when it is long enough to
+    /// be a token (`https://<token>@host`), and the values of the query's parameters named
+    /// like a credential (`api-key`, `token`, `sig`...). A server that echoes the request's
+    /// URL in its error echoes them.
+    pub(crate) fn credentials(&self) -> impl Iterator<Item = &str> {
+        let (user, password) = match &self.userinfo {
+            Some(info) => match info.split_once(':') {
+                Some((user, password)) => (Some(user), Some(password)),
+                None => (Some(info.as_str()), None),
+            },
+            None => (None, None),
+        };
+        let user = user.filter(|u| u.len() >= super::error_text::KEY_RUN);
+        let query = self
+            .query
+            .iter()
+            .flat_map(|q| q.split('&'))
+            .filter_map(|pair| {
+                let (name, value) = pair.split_once('=')?;
+                (is_credential_header(name) || name.eq_ignore_ascii_case("sig")).then_some(value)
+            });
+        user.into_iter().chain(password).chain(query)
     }
 
     /// Scheme, host and port (always written), as errors name a server.

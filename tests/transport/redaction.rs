@@ -132,6 +132,50 @@ fn no_part_of_a_key_shows_when_it_sits_at_the_message_cut() {
     }
 }
 
+/// A key in the base URL (Azure's `?api-key=`, a password in its user info) is a key all
+/// the same: a server that echoes the request's URL in its error shows none of it.
+#[test]
+fn a_key_in_the_base_urls_query_or_user_info_shows_nowhere_when_a_server_echoes_it() {
+    let query_key = "azq-M1N3B5V7C9X1Z3L5K7";
+    let password = "pw-H4J6K8L0Z2X4C6V8";
+    for anthropic_api in [false, true] {
+        let path = if anthropic_api {
+            "/v1/messages"
+        } else {
+            "/v1/chat/completions"
+        };
+        let echo = format!(
+            "Cannot POST {path}?api-version=2024-10-21&api-key={query_key} \
+             (user me:{password}): no such deployment"
+        );
+        let server = Server::start_exact(vec![Reply::json(404, echo)]);
+        let base = format!(
+            "{}{}?api-version=2024-10-21&api-key={query_key}",
+            server
+                .url
+                .replace("http://", &format!("http://me:{password}@")),
+            if anthropic_api { "" } else { "/v1" }
+        );
+        let provider: Arc<dyn Provider> = if anthropic_api {
+            Arc::new(pagent::llm::Anthropic::new(base).api_key(KEY))
+        } else {
+            Arc::new(pagent::llm::OpenAiCompat::new(base).api_key(KEY))
+        };
+        let (agent, rec) = support::agent(provider, "m");
+        let failed = agent.prompt("Hi").unwrap_err();
+        let texts = visible(&agent, &rec, &failed);
+        assert_eq!(failed.error().status(), Some(404), "{failed}");
+        // The server's words around them stay.
+        assert!(texts[0].contains("no such deployment"), "{}", texts[0]);
+        assert!(texts[0].contains("api-version=2024-10-21"), "{}", texts[0]);
+        for secret in [query_key, password] {
+            for text in &texts {
+                assert_eq!(leaked(text, secret, 8), None, "{text}");
+            }
+        }
+    }
+}
+
 mod property {
     use super::*;
     use proptest::prelude::*;
