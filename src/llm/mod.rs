@@ -167,6 +167,7 @@ macro_rules! http_setters {
 pub(crate) use http_setters;
 
 mod anthropic;
+mod body;
 mod env;
 mod error_text;
 mod faux;
