@@ -14,7 +14,7 @@
 //!   [`Violation`], which a server answers ([`Peer::refuse`]) and a client may take as the
 //!   end of the connection. [`Peer::serve_lines`] is the reading loop of a server on a
 //!   line-delimited stream.
-//! - Our requests ([`Peer::request`], [`Peer::call`]): an id (1, 2, 3...), a channel the
+//! - Our requests ([`Peer::request`], [`Peer::request_with`]): an id (1, 2, 3...), a channel the
 //!   reply comes on, and a wait on that channel, the caller's [`CancelToken`] and a timeout
 //!   at once ([`Ticket::wait`]); a request given up (cancelled, timed out, its [`Ticket`]
 //!   dropped) is forgotten, and its late answer is reported ([`Delivered::Late`]), never
@@ -40,13 +40,15 @@
 //! fatal. A request's own id may be any number or string (and `null` where the layer
 //! accepts it, [`Peer::accept_null_id`]); it is given back unchanged in the answer.
 
-// The client's side of the peer (notices, failed requests, blocking calls, plain pools)
-// serves the MCP client, which moves onto it next; until then parts of it are unused.
-#![allow(dead_code)]
+// The client's side of the peer (notices, failed requests, waits) serves the MCP client,
+// which is behind its feature.
+#![cfg_attr(not(feature = "mcp"), allow(dead_code))]
 
 use std::io::BufRead;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+#[cfg(test)]
+use std::time::Duration;
+use std::time::Instant;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -124,7 +126,7 @@ pub(crate) enum Delivered {
     Unaddressed(RpcError),
 }
 
-/// Why [`Ticket::wait`] (or [`Peer::call`]) got no result.
+/// Why [`Ticket::wait`] got no result.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum CallError<E> {
     /// The other side answered with an error.
@@ -368,6 +370,7 @@ where
     }
 
     /// Sends a request and waits for its result (see [`Ticket::wait`]).
+    #[cfg(test)]
     ///
     /// Blocks until the answer comes, `cancel` is cancelled, `timeout` passes or the
     /// connection ends.
@@ -411,12 +414,8 @@ where
         self.pending.closed()
     }
 
-    /// The last id handed out to a request of ours (0 before the first).
-    pub(crate) fn last_id(&self) -> u64 {
-        self.pending.last_id()
-    }
-
     /// How many of our requests wait for their answer.
+    #[cfg(test)]
     pub(crate) fn waiting(&self) -> usize {
         self.pending.len()
     }
@@ -434,10 +433,6 @@ impl<E> Ticket<'_, E>
 where
     E: Clone + From<LinkError>,
 {
-    pub(crate) fn id(&self) -> u64 {
-        self.id
-    }
-
     /// The channel the reply comes on, to wait on it in a `select!` of one's own (a hook's
     /// `wait_for`). It disconnects when the connection ends.
     pub(crate) fn replies(&self) -> &crossbeam_channel::Receiver<Reply<E>> {

@@ -193,6 +193,7 @@ impl LineOut {
     }
 
     /// The first reason lines stopped going out, if they did.
+    #[cfg(test)]
     pub(crate) fn error(&self) -> Option<LinkError> {
         self.shared.state.lock().failed.clone()
     }

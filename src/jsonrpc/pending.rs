@@ -130,6 +130,7 @@ impl<E: Clone> Pending<E> {
     }
 
     /// How many requests wait.
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.map.lock().waiting.len()
     }

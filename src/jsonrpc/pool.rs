@@ -7,14 +7,15 @@
 //! request with an error instead of queueing work a peer could pile up without bound. A
 //! panicking job is caught; its thread goes on.
 //!
-//! A pool's threads are either plain threads ([`Pool::new`]) or threads of a
-//! `std::thread::scope` ([`Pool::scoped`]), whose jobs may borrow what the scope borrows and
-//! which the scope joins at its end.
+//! A pool's threads are threads of a `std::thread::scope` ([`Pool::scoped`]): its jobs may
+//! borrow what the scope borrows, and the scope joins them at its end.
 
 use std::io;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+#[cfg(test)]
+use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
@@ -55,6 +56,8 @@ pub(crate) struct Pool<'a> {
     inner: Arc<Inner<'a>>,
 }
 
+// Plain (not scoped) threads: a pool that outlives any scope. Only the tests use one now.
+#[cfg(test)]
 impl Pool<'static> {
     /// A pool of at most `max` plain threads named `name`.
     pub(crate) fn new(name: &str, max: usize) -> Pool<'static> {
@@ -147,6 +150,7 @@ impl<'a> Pool<'a> {
     }
 
     /// Threads started and not yet ended.
+    #[cfg(test)]
     pub(crate) fn threads(&self) -> usize {
         self.inner.state.lock().threads
     }
@@ -159,6 +163,7 @@ impl<'a> Pool<'a> {
 
     /// Closes the pool and waits until its threads ended, at most `timeout`. Returns false
     /// when some are still running then.
+    #[cfg(test)]
     pub(crate) fn join(&self, timeout: Duration) -> bool {
         self.close();
         let until = Instant::now() + timeout;
