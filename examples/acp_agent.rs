@@ -20,7 +20,8 @@ use std::time::Duration;
 use pagent::acp::{self, SessionInfo, ToolKind};
 use pagent::llm::{Faux, FauxReply, Provider, Request};
 use pagent::{Agent, AgentBuilder, Message, ToolOutput, tool};
-use schemars::JsonSchema;
+// `schemars` in scope for the derive: pagent's own, so no version to match by hand.
+use pagent::schemars::{self, JsonSchema};
 use serde::Deserialize;
 use serde_json::json;
 

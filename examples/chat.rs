@@ -25,7 +25,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use pagent::llm::{Faux, FauxReply, Provider, Request, StreamEvent};
 use pagent::{Agent, AgentEvent, Message, PartialBlock, ToolOutput, tool};
-use schemars::JsonSchema;
+// `schemars` in scope for the derive: pagent's own, so no version to match by hand.
+use pagent::schemars::{self, JsonSchema};
 use serde::Deserialize;
 use serde_json::json;
 

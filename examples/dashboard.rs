@@ -35,7 +35,8 @@ use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, LineGauge, Paragraph};
 use ratatui::{Frame, Terminal};
-use schemars::JsonSchema;
+// `schemars` in scope for the derive: pagent's own, so no version to match by hand.
+use pagent::schemars::{self, JsonSchema};
 use serde::Deserialize;
 use serde_json::json;
 

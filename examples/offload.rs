@@ -22,7 +22,8 @@ use std::time::{Duration, Instant};
 
 use pagent::llm::{Faux, FauxReply, FromEnv};
 use pagent::{Agent, AgentEvent, State, ToolOutput, tool, wire};
-use schemars::JsonSchema;
+// `schemars` in scope for the derive: pagent's own, so no version to match by hand.
+use pagent::schemars::{self, JsonSchema};
 use serde::Deserialize;
 use serde_json::json;
 

@@ -19,8 +19,9 @@ use std::time::Duration;
 
 use pagent::hooks::{ToolCallRequest, ToolDecision};
 use pagent::llm::{Faux, FauxReply, FromEnv, Request};
-use pagent::{Agent, AgentEvent, ToolError, ToolOutput, tool};
-use schemars::JsonSchema;
+use pagent::{Agent, AgentEvent, ToolError, ToolOutput, crossbeam_channel, tool};
+// `schemars` in scope for the derive: pagent's own, so no version to match by hand.
+use pagent::schemars::{self, JsonSchema};
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer};
 use serde_json::json;

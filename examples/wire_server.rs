@@ -18,7 +18,8 @@ use pagent::wire::{ServeOptions, serve};
 use pagent::{Agent, Error, Message, ToolOutput, tool};
 use serde_json::json;
 
-#[derive(serde::Deserialize, schemars::JsonSchema)]
+#[derive(serde::Deserialize, pagent::schemars::JsonSchema)]
+#[schemars(crate = "pagent::schemars")]
 struct Add {
     /// The first term.
     a: f64,

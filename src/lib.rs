@@ -73,12 +73,14 @@ pub use tool::{Tool, ToolContext, ToolError, ToolOutput};
 pub use crossbeam_channel;
 
 /// The `schemars` crate (1.x), re-exported for [`tool::typed`]: derive the argument struct's
-/// schema with `pagent::schemars::JsonSchema` and `#[schemars(crate = "pagent::schemars")]`,
-/// and it always matches the version pagent uses, without a dependency of your own.
+/// schema with it, and it always matches the version pagent uses, without a dependency of
+/// your own. `use pagent::schemars::{self, JsonSchema};` puts `schemars` in scope for the
+/// derive; with the full path, add `#[schemars(crate = "pagent::schemars")]`.
 ///
 /// ```
-/// #[derive(serde::Deserialize, pagent::schemars::JsonSchema)]
-/// #[schemars(crate = "pagent::schemars")]
+/// use pagent::schemars::{self, JsonSchema};
+///
+/// #[derive(serde::Deserialize, JsonSchema)]
 /// struct Add {
 ///     a: f64,
 ///     b: f64,

@@ -80,7 +80,9 @@ impl<'a> ToolCallRequest<'a> {
     /// use pagent::hooks::ToolDecision;
     /// use pagent::llm::{Faux, FauxReply};
     /// use pagent::{Agent, RunStopReason, ToolOutput, tool};
-    /// # #[derive(serde::Deserialize, schemars::JsonSchema)] struct Path { path: String }
+    /// use pagent::crossbeam_channel;
+    /// # use pagent::schemars::{self, JsonSchema};
+    /// # #[derive(serde::Deserialize, JsonSchema)] struct Path { path: String }
     ///
     /// // The approval UI (another thread) answers through this channel.
     /// let (approve, answers) = crossbeam_channel::bounded::<bool>(1);

@@ -8,8 +8,8 @@ use serde::de::DeserializeOwned;
 use super::{Tool, ToolContext, ToolError, ToolOutput};
 
 /// A tool whose arguments are the struct `A` (deriving `serde::Deserialize` and
-/// `schemars::JsonSchema`; pagent re-exports the schemars it uses as [`crate::schemars`]), run
-/// by the closure `F`.
+/// `schemars::JsonSchema`; pagent re-exports the schemars it uses as [`crate::schemars`], see
+/// [`typed`]), run by the closure `F`.
 ///
 /// The schema sent to the model comes from `A`. Arguments that do not deserialize into `A`
 /// never reach `F`: they become an error result naming what was wrong (a missing field, a
@@ -25,9 +25,17 @@ pub struct TypedTool<A, F> {
 
 /// A tool from an argument struct and a closure.
 ///
+/// The struct derives `serde::Deserialize` and `schemars::JsonSchema`. The schemars is
+/// pagent's own ([`crate::schemars`], 1.x), so the derive needs no dependency of yours and
+/// always matches pagent's version: `use pagent::schemars::{self, JsonSchema};` puts
+/// `schemars` in scope for the derive (which names its items `schemars::..`). With a full path
+/// instead, tell the derive where it is: `#[derive(pagent::schemars::JsonSchema)]
+/// #[schemars(crate = "pagent::schemars")]`. A crate that depends on `schemars = "1"` itself
+/// may use its own: it is the same crate.
+///
 /// ```
+/// use pagent::schemars::{self, JsonSchema};
 /// use pagent::tool::{self, ToolOutput};
-/// use schemars::JsonSchema;
 /// use serde::Deserialize;
 ///
 /// #[derive(Deserialize, JsonSchema)]

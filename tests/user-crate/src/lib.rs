@@ -1,0 +1,1 @@
+//! Nothing of its own: see `Cargo.toml`, `build.rs` and `tests/`.
