@@ -2,6 +2,9 @@
 //! started by `../shared/llm-server/start.sh`). Ignored by a plain `cargo test`; run them with
 //! `PAGENT_LIVE_BASE_URL=http://127.0.0.1:8091/v1 cargo test --test live -- --ignored`, the
 //! variable naming the server's OpenAI-compatible base URL. `.ci/run` does that.
+//!
+//! The tool loop also runs over Anthropic Messages (llama-server's `/v1/messages`) with the
+//! prompt cache breakpoints `Anthropic` writes by default.
 
 mod support;
 
@@ -9,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use pagent::llm::OpenAiCompat;
+use pagent::llm::{Anthropic, OpenAiCompat, Provider};
 use pagent::{
     Agent, AgentEvent, AssistantMessage, ContentBlock, ErrorKind, Message, RunStopReason,
     StopReason, ToolCall, ToolOutput, tool,
@@ -19,19 +22,22 @@ use serde::Deserialize;
 use serde_json::json;
 use support::Recorder;
 
-fn live() -> OpenAiCompat {
+fn base() -> String {
     // OK to panic: these tests run only on request (`--ignored`), and then need the server.
-    let base = std::env::var("PAGENT_LIVE_BASE_URL")
-        .expect("set PAGENT_LIVE_BASE_URL (e.g. http://127.0.0.1:8091/v1) to run the live tests");
+    std::env::var("PAGENT_LIVE_BASE_URL")
+        .expect("set PAGENT_LIVE_BASE_URL (e.g. http://127.0.0.1:8091/v1) to run the live tests")
+}
+
+fn live() -> OpenAiCompat {
     // The tiny model is deterministic at temperature 0; the timeouts leave room for a busy
     // machine.
-    OpenAiCompat::new(base)
+    OpenAiCompat::new(base())
         .temperature(0.0)
         .first_byte_timeout(Duration::from_secs(120))
         .idle_timeout(Duration::from_secs(60))
 }
 
-fn agent(provider: OpenAiCompat) -> (Agent, Recorder) {
+fn agent(provider: impl Provider + 'static) -> (Agent, Recorder) {
     let agent = Agent::builder()
         .provider(provider)
         .model("smollm2")
@@ -127,8 +133,25 @@ fn few_shot() -> Vec<Message> {
 #[test]
 #[ignore = "needs a model server: PAGENT_LIVE_BASE_URL, see the module docs"]
 fn live_tool_call_round_trip() {
-    let provider = live();
-    let (agent, rec) = agent(provider.max_tokens(64));
+    tool_call_round_trip(live().max_tokens(64));
+}
+
+/// The server takes the `cache_control` breakpoints (tools, transcript) that `Anthropic`
+/// sends by default.
+#[test]
+#[ignore = "needs a model server: PAGENT_LIVE_BASE_URL, see the module docs"]
+fn live_anthropic_tool_call_round_trip_with_cache_breakpoints() {
+    let base = base();
+    let provider = Anthropic::new(base.trim_end_matches("/v1"))
+        .temperature(0.0)
+        .max_tokens(64)
+        .first_byte_timeout(Duration::from_secs(120))
+        .idle_timeout(Duration::from_secs(60));
+    tool_call_round_trip(provider);
+}
+
+fn tool_call_round_trip(provider: impl Provider + 'static) {
+    let (agent, rec) = agent(provider);
     let result = agent.prompt(few_shot()).unwrap();
     let events = rec.events();
     // The tool ran with the model's arguments...

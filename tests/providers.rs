@@ -415,7 +415,10 @@ fn anthropic_thinking_and_tool_use_round_trip() {
     assert_eq!(
         second["messages"],
         json!([
-            {"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"}]},
+            // Prompt caching (on by default): the end of the previous request and the
+            // newest block end cached prefixes.
+            {"role": "user", "content": [{"type": "text", "text": "Weather in Paris?",
+                                          "cache_control": {"type": "ephemeral"}}]},
             {"role": "assistant", "content": [
                 {"type": "thinking", "thinking": "The user wants the weather in Paris.",
                  "signature": "EqQBCgIYAhIM1gbcDa9GJwZA2b3h"},
@@ -425,7 +428,8 @@ fn anthropic_thinking_and_tool_use_round_trip() {
             ]},
             {"role": "user", "content": [
                 {"type": "tool_result", "tool_use_id": "toolu_01A09q90qw90lq917835lq9",
-                 "content": "Paris: 21 C, sunny", "is_error": false},
+                 "content": "Paris: 21 C, sunny", "is_error": false,
+                 "cache_control": {"type": "ephemeral"}},
             ]},
         ])
     );

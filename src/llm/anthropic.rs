@@ -3,7 +3,7 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use serde::ser::Serializer;
+use serde::ser::{SerializeSeq, Serializer};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -38,7 +38,12 @@ pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 /// `ToolUse`, `refusal` fails the reply with an [`Error::Api`] of kind `refusal`.
 ///
 /// Usage: `input` counts all prompt tokens, cached ones included (`input_tokens` plus
-/// `cache_read_input_tokens` plus `cache_creation_input_tokens`), like OpenAI's.
+/// `cache_read_input_tokens` plus `cache_creation_input_tokens`), like OpenAI's;
+/// `cache_read` and `cache_write` say what of it came from the prompt cache and went into it.
+///
+/// Prompt caching is on by default: `cache_control` breakpoints after the tools, the system
+/// prompt (then sent as a text block) and in the transcript, at most four; see
+/// [`PromptCache`] and [`Anthropic::prompt_cache`].
 ///
 /// Failures, retries and timeouts behave as for [`OpenAiCompat`](super::OpenAiCompat).
 /// `Debug` never shows the API key, and errors never contain it.
@@ -47,6 +52,7 @@ pub struct Anthropic {
     endpoint: Endpoint,
     max_tokens: u32,
     temperature: Option<f32>,
+    cache: PromptCache,
 }
 
 impl Anthropic {
@@ -61,6 +67,7 @@ impl Anthropic {
             endpoint,
             max_tokens: 8192,
             temperature: None,
+            cache: PromptCache::default(),
         }
     }
 
@@ -99,6 +106,16 @@ impl Anthropic {
         self
     }
 
+    /// Where the prompt cache breakpoints (`cache_control`) go. Defaults to
+    /// [`PromptCache::auto`]: the tools, the system prompt and the transcript, so that each
+    /// turn of an agent reads the prompt the turn before wrote. [`PromptCache::off`] sends
+    /// none.
+    #[must_use]
+    pub fn prompt_cache(mut self, cache: PromptCache) -> Anthropic {
+        self.cache = cache;
+        self
+    }
+
     /// The request body for `request`, as sent (parsed back from the bytes it writes).
     pub fn request_body(&self, request: &Request) -> Value {
         // OK because the bytes were written by serde_json from JSON values.
@@ -120,10 +137,19 @@ impl Anthropic {
                 Some(b) => self.max_tokens.max(b + 4096),
                 None => self.max_tokens,
             },
-            messages: Turns(&request.messages),
+            messages: Turns {
+                messages: &request.messages,
+                cache: self.cache.transcript.then_some(self.cache.control()),
+            },
             stream: true,
-            system: (!request.system_prompt.is_empty()).then_some(&*request.system_prompt),
-            tools: (!request.tools.is_empty()).then_some(Tools(&request.tools)),
+            system: (!request.system_prompt.is_empty()).then_some(System {
+                text: &request.system_prompt,
+                cache: self.cache.system.then_some(self.cache.control()),
+            }),
+            tools: (!request.tools.is_empty()).then_some(Tools {
+                tools: &request.tools,
+                cache: self.cache.tools.then_some(self.cache.control()),
+            }),
             thinking: budget.map(|budget_tokens| Thinking {
                 kind: "enabled",
                 budget_tokens,
@@ -148,7 +174,7 @@ struct Body<'a> {
     messages: Turns<'a>,
     stream: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
-    system: Option<&'a str>,
+    system: Option<System<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tools: Option<Tools<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -164,14 +190,141 @@ struct Thinking {
     budget_tokens: u32,
 }
 
-struct Tools<'a>(&'a [ToolDefinition]);
+/// Where [`Anthropic`] puts its prompt cache breakpoints (`cache_control`), at most the
+/// API's four: after the tools, after the system prompt, and in the transcript at the newest
+/// stable point (the end of the last message sent) and at the end of what the previous
+/// request sent (the user turn before the last reply), so that a turn that added more than
+/// the API looks back over (20 blocks, as many tool results do) still reads the prompt the
+/// turn before wrote.
+///
+/// On by default ([`PromptCache::auto`]): an agent loop sends the same system prompt, tools
+/// and transcript every turn, and without breakpoints pays for all of it every turn.
+/// A prompt shorter than the model's minimum (1024 to 4096 tokens) is not cached, whatever
+/// the breakpoints; the usage of each reply says what was read (`cache_read`) and written
+/// (`cache_write`).
+///
+/// ```
+/// use pagent::llm::{Anthropic, PromptCache};
+///
+/// let cached = Anthropic::new("https://api.anthropic.com"); // PromptCache::auto()
+/// let off = Anthropic::new("https://api.anthropic.com").prompt_cache(PromptCache::off());
+/// let long = Anthropic::new("https://api.anthropic.com")
+///     .prompt_cache(PromptCache::auto().transcript(false).one_hour(true));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PromptCache {
+    tools: bool,
+    system: bool,
+    transcript: bool,
+    one_hour: bool,
+}
+
+impl Default for PromptCache {
+    fn default() -> PromptCache {
+        PromptCache::auto()
+    }
+}
+
+impl PromptCache {
+    /// Breakpoints after the tools, the system prompt and the transcript, cached for the
+    /// API's default 5 minutes.
+    pub const fn auto() -> PromptCache {
+        PromptCache {
+            tools: true,
+            system: true,
+            transcript: true,
+            one_hour: false,
+        }
+    }
+
+    /// No breakpoints: nothing is cached.
+    pub const fn off() -> PromptCache {
+        PromptCache {
+            tools: false,
+            system: false,
+            transcript: false,
+            one_hour: false,
+        }
+    }
+
+    /// Whether a breakpoint follows the tools. Defaults to `true`.
+    #[must_use]
+    pub const fn tools(mut self, on: bool) -> PromptCache {
+        self.tools = on;
+        self
+    }
+
+    /// Whether a breakpoint follows the system prompt. Defaults to `true`.
+    #[must_use]
+    pub const fn system(mut self, on: bool) -> PromptCache {
+        self.system = on;
+        self
+    }
+
+    /// Whether the transcript gets its two breakpoints (the newest message, and the end of
+    /// the previous request). Defaults to `true`.
+    #[must_use]
+    pub const fn transcript(mut self, on: bool) -> PromptCache {
+        self.transcript = on;
+        self
+    }
+
+    /// Whether what is cached lives an hour (`"ttl": "1h"`, written at a higher price)
+    /// instead of 5 minutes, for agents whose turns come further apart. Defaults to `false`.
+    #[must_use]
+    pub const fn one_hour(mut self, on: bool) -> PromptCache {
+        self.one_hour = on;
+        self
+    }
+
+    fn control(self) -> CacheControl {
+        CacheControl {
+            kind: "ephemeral",
+            ttl: self.one_hour.then_some("1h"),
+        }
+    }
+}
+
+/// `{"type":"ephemeral"}`, with a `ttl` when it is not the default.
+#[derive(Clone, Copy, Serialize)]
+struct CacheControl {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ttl: Option<&'static str>,
+}
+
+/// The system prompt: a string, or a text block that ends with a breakpoint.
+struct System<'a> {
+    text: &'a str,
+    cache: Option<CacheControl>,
+}
+
+impl Serialize for System<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.cache {
+            None => s.serialize_str(self.text),
+            Some(cache) => s.collect_seq([Marked {
+                block: WireBlock::Text { text: self.text },
+                cache_control: cache,
+            }]),
+        }
+    }
+}
+
+struct Tools<'a> {
+    tools: &'a [ToolDefinition],
+    cache: Option<CacheControl>,
+}
 
 impl Serialize for Tools<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(self.0.iter().map(|t| WireTool {
+        let last = self.tools.len().saturating_sub(1);
+        s.collect_seq(self.tools.iter().enumerate().map(|(i, t)| WireTool {
             name: &t.name,
             description: &t.description,
             input_schema: &t.parameters,
+            cache_control: self.cache.filter(|_| i == last),
         }))
     }
 }
@@ -181,17 +334,32 @@ struct WireTool<'a> {
     name: &'a str,
     description: &'a str,
     input_schema: &'a Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_control: Option<CacheControl>,
+}
+
+/// A block that ends a cached prefix.
+#[derive(Serialize)]
+struct Marked<'a> {
+    #[serde(flatten)]
+    block: WireBlock<'a>,
+    cache_control: CacheControl,
 }
 
 /// The transcript as Anthropic messages: user turns and assistant turns alternate, so
 /// consecutive user-side messages (user text, tool results) share one turn. Messages with
 /// nothing to send (an empty reply) are left out before turns are joined.
-struct Turns<'a>(&'a [Arc<Message>]);
+struct Turns<'a> {
+    messages: &'a [Arc<Message>],
+    /// The breakpoint of the transcript, when it gets them.
+    cache: Option<CacheControl>,
+}
 
-impl Serialize for Turns<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut rest = self.0;
-        let turns = std::iter::from_fn(|| {
+impl Turns<'_> {
+    /// The turns of the transcript: each one's role and messages.
+    fn turns(&self) -> impl Iterator<Item = (&'static str, &[Arc<Message>])> {
+        let mut rest = self.messages;
+        std::iter::from_fn(move || {
             let start = rest.iter().position(|m| sends(m))?;
             let role = role(&rest[start]);
             // A turn runs on over messages of its role, and over those that send nothing.
@@ -201,10 +369,31 @@ impl Serialize for Turns<'_> {
                 .unwrap_or(rest.len() - start);
             let turn = &rest[start..start + len];
             rest = &rest[start + len..];
-            Some(Turn {
-                role,
-                content: TurnBlocks(turn),
-            })
+            Some((role, turn))
+        })
+    }
+}
+
+impl Serialize for Turns<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        // The user turns that end a cached prefix: the last one (the newest stable point),
+        // and the one before the last reply (where the previous request ended).
+        let mut marks = [None, None];
+        if self.cache.is_some() {
+            let users: Vec<usize> = self
+                .turns()
+                .enumerate()
+                .filter(|(_, (role, _))| *role == "user")
+                .map(|(i, _)| i)
+                .collect();
+            marks = [users.last().copied(), users.iter().rev().nth(1).copied()];
+        }
+        let turns = self.turns().enumerate().map(|(i, (role, turn))| Turn {
+            role,
+            content: TurnBlocks {
+                messages: turn,
+                cache: self.cache.filter(|_| marks.contains(&Some(i))),
+            },
         });
         s.collect_seq(turns)
     }
@@ -228,12 +417,32 @@ struct Turn<'a> {
     content: TurnBlocks<'a>,
 }
 
-/// The content blocks of one turn: every block of its messages, in order.
-struct TurnBlocks<'a>(&'a [Arc<Message>]);
+/// The content blocks of one turn: every block of its messages, in order; the last one
+/// ends a cached prefix when the turn has a breakpoint.
+struct TurnBlocks<'a> {
+    messages: &'a [Arc<Message>],
+    cache: Option<CacheControl>,
+}
 
 impl Serialize for TurnBlocks<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(self.0.iter().flat_map(|m| blocks(m)))
+        let all = || self.messages.iter().flat_map(|m| blocks(m));
+        let Some(cache) = self.cache else {
+            return s.collect_seq(all());
+        };
+        let count = all().count();
+        let mut seq = s.serialize_seq(Some(count))?;
+        for (i, block) in all().enumerate() {
+            if i + 1 == count {
+                seq.serialize_element(&Marked {
+                    block,
+                    cache_control: cache,
+                })?;
+            } else {
+                seq.serialize_element(&block)?;
+            }
+        }
+        seq.end()
     }
 }
 
@@ -627,6 +836,7 @@ mod tests {
         };
         let body = Anthropic::new("http://x")
             .temperature(0.5)
+            .prompt_cache(PromptCache::off())
             .request_body(&request);
         assert_eq!(
             body,
@@ -668,5 +878,81 @@ mod tests {
         );
         assert_eq!(body["max_tokens"], json!(36096));
         assert!(body.get("temperature").is_none());
+    }
+
+    /// The breakpoints go after the tools, after the system prompt, on the last block of
+    /// the newest turn and of the user turn before the last reply: four, the API's most.
+    #[test]
+    fn prompt_cache_breakpoints_follow_tools_system_and_the_transcript() {
+        let call = |id: &str| {
+            Message::Assistant(AssistantMessage {
+                content: vec![ContentBlock::ToolCall(ToolCall::new(id, "f", "{}"))],
+                ..AssistantMessage::default()
+            })
+        };
+        let result = |id: &str| Message::ToolResult(ToolResultMessage::new(id, "f", "done"));
+        let request = Request::new(
+            "claude",
+            [
+                Message::user("one"),
+                call("t1"),
+                result("t1"),
+                call("t2"),
+                result("t2"),
+                Message::user("and now?"),
+            ]
+            .into_iter()
+            .map(Arc::new)
+            .collect(),
+        )
+        .with_system_prompt("Be terse.")
+        .with_tools(vec![
+            ToolDefinition::new("f", "does f", json!({"type": "object"})),
+            ToolDefinition::new("g", "does g", json!({"type": "object"})),
+        ]);
+        let mark = json!({"type": "ephemeral"});
+        let body = Anthropic::new("http://x").request_body(&request);
+        assert_eq!(
+            body["system"],
+            json!([{"type": "text", "text": "Be terse.", "cache_control": mark}])
+        );
+        assert_eq!(body["tools"][0].get("cache_control"), None);
+        assert_eq!(body["tools"][1]["cache_control"], mark);
+        let marked: Vec<(usize, usize)> = body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .enumerate()
+            .flat_map(|(t, turn)| {
+                let blocks = turn["content"].as_array().unwrap().clone();
+                blocks
+                    .into_iter()
+                    .enumerate()
+                    .filter(|(_, b)| b.get("cache_control").is_some())
+                    .map(move |(b, _)| (t, b))
+            })
+            .collect();
+        // Turns: user, assistant, user (t1), assistant, user (t2 + "and now?").
+        assert_eq!(marked, [(2, 0), (4, 1)]);
+        assert_eq!(body["messages"][4]["content"][1]["cache_control"], mark);
+        let hour = Anthropic::new("http://x")
+            .prompt_cache(
+                PromptCache::auto()
+                    .tools(false)
+                    .transcript(false)
+                    .one_hour(true),
+            )
+            .request_body(&request);
+        assert_eq!(
+            hour["system"][0]["cache_control"],
+            json!({"type": "ephemeral", "ttl": "1h"})
+        );
+        assert_eq!(hour["tools"][1].get("cache_control"), None);
+        assert!(!hour["messages"].to_string().contains("cache_control"));
+        let off = Anthropic::new("http://x")
+            .prompt_cache(PromptCache::off())
+            .request_body(&request);
+        assert_eq!(off["system"], json!("Be terse."));
+        assert!(!off.to_string().contains("cache_control"));
     }
 }

@@ -178,7 +178,7 @@ pub mod sse;
 mod transport;
 mod url;
 
-pub use anthropic::{ANTHROPIC_BASE_URL, ANTHROPIC_VERSION, Anthropic};
+pub use anthropic::{ANTHROPIC_BASE_URL, ANTHROPIC_VERSION, Anthropic, PromptCache};
 pub use env::{
     ANTHROPIC_HEADERS_VAR, FromEnv, MAX_TOKENS_VAR, OPENAI_HEADERS_VAR, from_env, from_env_or,
 };

@@ -27,7 +27,8 @@ pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
 /// with their text and `tool_calls`, tool results as `tool` messages, the tools as
 /// `function` tools, the model, `reasoning_effort` for a thinking level other than `Off`,
 /// `stream: true` with `stream_options.include_usage`, plus [`OpenAiCompat::temperature`],
-/// [`OpenAiCompat::max_tokens`] and [`OpenAiCompat::extra_body`] when set. Reasoning text
+/// [`OpenAiCompat::max_tokens`], [`OpenAiCompat::prompt_cache_key`],
+/// [`OpenAiCompat::prompt_cache_retention`] and [`OpenAiCompat::extra_body`] when set. Reasoning text
 /// of earlier replies is not sent back (Chat Completions has no field for it).
 ///
 /// What it reads: text deltas, reasoning deltas (`reasoning_content`, or `reasoning`), tool
@@ -60,6 +61,8 @@ pub struct OpenAiCompat {
     endpoint: Endpoint,
     temperature: Option<f32>,
     max_tokens: Option<u32>,
+    cache_key: Option<String>,
+    cache_retention: Option<String>,
     extra_body: serde_json::Map<String, Value>,
 }
 
@@ -75,6 +78,8 @@ impl OpenAiCompat {
             endpoint,
             temperature: None,
             max_tokens: None,
+            cache_key: None,
+            cache_retention: None,
             extra_body: serde_json::Map::new(),
         }
     }
@@ -112,6 +117,24 @@ impl OpenAiCompat {
     #[must_use]
     pub fn max_tokens(mut self, tokens: u32) -> OpenAiCompat {
         self.max_tokens = Some(tokens);
+        self
+    }
+
+    /// The key OpenAI groups requests by for its prompt cache (`prompt_cache_key`):
+    /// requests with the same key and the same prompt start are routed to the same cache,
+    /// so use one per agent (or per user) and prompt. Defaults to none (not sent). OpenAI
+    /// caches prompts of 1024 tokens or more by itself; the key raises the share of hits.
+    #[must_use]
+    pub fn prompt_cache_key(mut self, key: impl Into<String>) -> OpenAiCompat {
+        self.cache_key = Some(key.into());
+        self
+    }
+
+    /// How long OpenAI keeps a cached prompt (`prompt_cache_retention`: `in_memory` or
+    /// `24h`, where the model offers it). Defaults to the server's default (not sent).
+    #[must_use]
+    pub fn prompt_cache_retention(mut self, retention: impl Into<String>) -> OpenAiCompat {
+        self.cache_retention = Some(retention.into());
         self
     }
 
@@ -199,6 +222,12 @@ impl Serialize for Body<'_> {
         }
         if let Some(n) = p.max_tokens {
             field!("max_tokens", &n);
+        }
+        if let Some(key) = &p.cache_key {
+            field!("prompt_cache_key", key);
+        }
+        if let Some(retention) = &p.cache_retention {
+            field!("prompt_cache_retention", retention);
         }
         for (key, value) in extra {
             map.serialize_entry(key, value)?;
