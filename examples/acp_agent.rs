@@ -83,11 +83,11 @@ fn provider() -> Result<(Arc<dyn Provider>, String), pagent::Error> {
 fn demo_reply(request: &Request) -> FauxReply {
     match request.messages.last().map(|m| &**m) {
         Some(Message::ToolResult(result)) if result.is_error => {
-            FauxReply::text(format!("I did not write the file: {}.", result.content))
+            FauxReply::text(format!("I did not write the file: {}.", result.text()))
         }
-        Some(Message::ToolResult(result)) => FauxReply::text(format!("Done: {}.", result.content)),
+        Some(Message::ToolResult(result)) => FauxReply::text(format!("Done: {}.", result.text())),
         Some(Message::User(user)) => {
-            let said = user.content.to_lowercase();
+            let said = user.text().to_lowercase();
             if said.contains("write") {
                 FauxReply::default()
                     .then_thinking("I will write the file.")

@@ -137,7 +137,7 @@ fn print_event(event: &AgentEvent) {
         AgentEvent::ToolStart { call, .. } => writeln!(out, "  [{}] {}", call.name, call.arguments),
         AgentEvent::ToolEnd { result, .. } => {
             let mark = if result.is_error { "failed" } else { "=" };
-            writeln!(out, "  [{}] {mark} {}", result.tool_name, result.content)
+            writeln!(out, "  [{}] {mark} {}", result.tool_name, result.text())
         }
         _ => Ok(()),
     };
@@ -188,14 +188,15 @@ fn demo_reply(request: &Request) -> FauxReply {
     match request.messages.last().map(|m| &**m) {
         Some(Message::ToolResult(result)) if result.is_error => FauxReply::text(format!(
             "The {} could not do that: {}.",
-            result.tool_name, result.content
+            result.tool_name,
+            result.text()
         )),
         Some(Message::ToolResult(result)) => match result.tool_name.as_str() {
-            "clock" => FauxReply::text(format!("It is {}.", result.content)),
-            _ => FauxReply::text(format!("The answer is {}.", result.content)),
+            "clock" => FauxReply::text(format!("It is {}.", result.text())),
+            _ => FauxReply::text(format!("The answer is {}.", result.text())),
         },
         Some(Message::User(user)) => {
-            let said = user.content.as_str();
+            let said = &user.text();
             let lower = said.to_lowercase();
             if let Some(expression) = find_arithmetic(said) {
                 FauxReply::default()

@@ -142,7 +142,7 @@ fn demo_reply(request: &Request) -> FauxReply {
         .iter()
         .rev()
         .find_map(|m| match &**m {
-            Message::User(u) => Some(u.content.clone()),
+            Message::User(u) => Some(u.text()),
             _ => None,
         })
         .unwrap_or_default();
@@ -151,7 +151,7 @@ fn demo_reply(request: &Request) -> FauxReply {
         (Some(Message::User(steer)), Some(Message::ToolResult(_))) => FauxReply::text(format!(
             "You steered me: \"{}\". Taking that into account, here is the short version: \
              the sources agree, and the letters are counted.",
-            steer.content
+            steer.text()
         )),
         (Some(Message::User(_)), _) => FauxReply::default()
             .then_thinking(format!(
@@ -166,7 +166,7 @@ fn demo_reply(request: &Request) -> FauxReply {
                 .messages
                 .iter()
                 .rev()
-                .map_while(|m| m.as_tool_result().map(|r| r.content.clone()))
+                .map_while(|m| m.as_tool_result().map(|r| r.text()))
                 .collect();
             results.reverse();
             FauxReply::text(format!(
@@ -523,7 +523,7 @@ fn draw_transcript(frame: &mut Frame<'_>, area: Rect, state: &State) {
             Message::User(u) => push_front(
                 &mut lines,
                 "you: ",
-                &u.content,
+                &u.text(),
                 Style::default().fg(Color::Cyan),
                 width,
             ),
@@ -548,7 +548,7 @@ fn draw_transcript(frame: &mut Frame<'_>, area: Rect, state: &State) {
                 push_front(
                     &mut lines,
                     &label,
-                    &r.content,
+                    &r.text(),
                     Style::default().fg(color),
                     width,
                 );
@@ -615,7 +615,7 @@ fn draw_tools(frame: &mut Frame<'_>, area: Rect, state: &State) {
         let label = format!(
             "⟳ {} {}",
             pending.call.name,
-            progress.map_or("starting", |p| p.content.as_str())
+            progress.map_or_else(|| "starting".to_owned(), |p| p.to_text())
         );
         let gauge = LineGauge::default()
             .ratio(ratio.clamp(0.0, 1.0))
@@ -635,7 +635,7 @@ fn draw_tools(frame: &mut Frame<'_>, area: Rect, state: &State) {
                 format!("{mark} {} ", result.tool_name),
                 Style::default().fg(color),
             ),
-            Span::raw(result.content.clone()),
+            Span::raw(result.text()),
         ]);
         frame.render_widget(Paragraph::new(line), *row);
     }

@@ -63,10 +63,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let agent = agent.build()?;
     let _printer = agent.subscribe(|event: &AgentEvent| match event {
         AgentEvent::ToolStart { call, .. } => println!("-> {} {}", call.name, call.arguments),
-        AgentEvent::ToolUpdate { partial, .. } => println!("   .. {}", partial.content),
+        AgentEvent::ToolUpdate { partial, .. } => println!("   .. {}", partial.to_text()),
         AgentEvent::ToolEnd { result, .. } => {
             let mark = if result.is_error { "error" } else { "ok" };
-            println!("<- {mark}: {}", first_lines(&result.content, 6));
+            println!("<- {mark}: {}", first_lines(&result.text(), 6));
         }
         AgentEvent::MessageEnd { message } => {
             if let Message::Assistant(reply) = &**message
@@ -166,7 +166,7 @@ fn last_result(request: &Request) -> String {
         .iter()
         .rev()
         .find_map(|m| match &**m {
-            Message::ToolResult(r) => Some(r.content.clone()),
+            Message::ToolResult(r) => Some(r.text()),
             _ => None,
         })
         .unwrap_or_default()

@@ -45,7 +45,7 @@ fn run(url: &str) -> Result<(), McpError> {
     for tool in client.list_tools()? {
         let arguments = arguments_for(&tool.input_schema);
         let result = client.call_tool(&tool.name, arguments, &CancelToken::new(), &mut |p| {
-            println!("progress: {}", p.to_output().content);
+            println!("progress: {}", p.to_output().to_text());
         })?;
         println!("{}: {}", tool.name, result.text());
     }

@@ -151,14 +151,11 @@ fn print_event(event: &AgentEvent) {
             }
         }
         AgentEvent::ToolStart { call, .. } => println!("  call {} {}", call.name, call.arguments),
-        AgentEvent::ToolUpdate { partial, .. } => println!("    progress: {}", partial.content),
+        AgentEvent::ToolUpdate { partial, .. } => println!("    progress: {}", partial.to_text()),
         AgentEvent::ToolEnd { result, .. } => {
             // The schema that follows a validation error is for the model, not for people.
-            let shown = result
-                .content
-                .split(". Expected arguments")
-                .next()
-                .unwrap_or("");
+            let text = result.text();
+            let shown = text.split(". Expected arguments").next().unwrap_or("");
             let kind = if result.is_error { "error" } else { "result" };
             println!("  {kind}: {shown}");
         }
@@ -213,7 +210,7 @@ fn script() -> Faux {
                 .messages
                 .iter()
                 .filter_map(|m| m.as_tool_result())
-                .map(|r| r.content.clone())
+                .map(|r| r.text())
                 .collect();
             let n = results.len();
             let nth_last = |k: usize| n.checked_sub(k).map_or("-", |i| results[i].as_str());

@@ -31,9 +31,9 @@ struct Add {
 fn demo_reply(request: &Request) -> FauxReply {
     match request.messages.last().map(|m| &**m) {
         Some(Message::ToolResult(r)) if r.is_error => {
-            FauxReply::text(format!("I could not add them: {}", r.content))
+            FauxReply::text(format!("I could not add them: {}", r.text()))
         }
-        Some(Message::ToolResult(r)) => FauxReply::text(format!("The sum is {}.", r.content)),
+        Some(Message::ToolResult(r)) => FauxReply::text(format!("The sum is {}.", r.text())),
         Some(m) => {
             let text = m.text();
             let numbers: Vec<f64> = text

@@ -120,6 +120,12 @@ pub enum Error {
     },
     /// A wire line could not be decoded; the text names the problem.
     Wire(String),
+    /// Content the provider (or the model behind it, as the provider was configured) cannot
+    /// take: an image for a text-only model, a document by URL where only inline documents
+    /// go, a media type the API refuses. Found before the request is sent; the text names
+    /// the message and the part. Also a file that is not the kind of content asked for
+    /// ([`Image::load`](crate::Image::load)).
+    UnsupportedContent(String),
     /// Reading or writing a file or stream failed.
     Io {
         /// The kind of the underlying [`std::io::Error`] (`NotFound`, `BrokenPipe`...), kept so
@@ -262,6 +268,7 @@ impl fmt::Display for Error {
                 write!(f, "the reply grew past the limit of {limit} bytes")
             }
             Error::Wire(why) => write!(f, "wire: {why}"),
+            Error::UnsupportedContent(why) => write!(f, "unsupported content: {why}"),
             Error::Io { message, .. } => write!(f, "io: {message}"),
             Error::Panic { source, message } => write!(f, "{source} panicked: {message}"),
         }

@@ -55,8 +55,8 @@ pub enum ErrorKind {
     /// transcript rather than retry as is.
     ContextOverflow,
     /// The request or the configuration is wrong: an HTTP 4xx not named above or a redirect
-    /// (3xx), with its status (400, 404, 422, 302...), or a configuration error / nothing to
-    /// continue (`None`).
+    /// (3xx), with its status (400, 404, 422, 302...), or a configuration error, nothing to
+    /// continue or content the provider cannot take (`None`).
     InvalidRequest(Option<u16>),
     /// The reply broke the provider's protocol: malformed JSON, a cut stream, a body that is
     /// not an event stream.
@@ -143,9 +143,10 @@ impl Error {
         }
         match self {
             Error::Busy | Error::LeaseLost => ErrorKind::Busy,
-            Error::NothingToContinue(_) | Error::Config(_) | Error::NotConfigured(_) => {
-                ErrorKind::InvalidRequest(None)
-            }
+            Error::NothingToContinue(_)
+            | Error::Config(_)
+            | Error::NotConfigured(_)
+            | Error::UnsupportedContent(_) => ErrorKind::InvalidRequest(None),
             Error::Aborted => ErrorKind::Aborted,
             Error::Http { status, .. } => ErrorKind::of_http(*status),
             Error::Timeout(phase) => ErrorKind::Timeout(*phase),

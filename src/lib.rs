@@ -23,6 +23,7 @@
 pub mod acp;
 mod agent;
 mod cancel;
+mod content;
 mod error;
 mod event;
 mod jsonrpc;
@@ -53,6 +54,7 @@ pub use agent::{
     run_loop,
 };
 pub use cancel::CancelToken;
+pub use content::{Blob, Document, Image, Part, Source};
 pub use error::{Error, RunError, TimeoutPhase};
 pub use event::{AgentEvent, RunStopReason};
 pub use kind::{ErrorInfo, ErrorKind};

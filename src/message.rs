@@ -5,6 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::content::{self, Part};
+
 /// One message of the transcript.
 ///
 /// Serialized with a `role` tag: `{"role":"user",..}`, `{"role":"assistant",..}`,
@@ -52,14 +54,30 @@ impl Message {
         }
     }
 
-    /// The plain text of the message: the user's text, the assistant's text blocks joined, or
-    /// the tool result's content.
+    /// The plain text of the message: the text parts of a user message or a tool result
+    /// joined (its images and documents left out), or the assistant's text blocks joined.
     pub fn text(&self) -> String {
         match self {
-            Message::User(m) => m.content.clone(),
+            Message::User(m) => m.text(),
             Message::Assistant(m) => m.text(),
-            Message::ToolResult(m) => m.content.clone(),
+            Message::ToolResult(m) => m.text(),
         }
+    }
+
+    /// The parts of a user message or a tool result (text, images, documents); empty for an
+    /// assistant reply, whose content is [`AssistantMessage::content`].
+    pub fn parts(&self) -> &[Part] {
+        match self {
+            Message::User(m) => &m.content,
+            Message::ToolResult(m) => &m.content,
+            Message::Assistant(_) => &[],
+        }
+    }
+}
+
+impl From<UserMessage> for Message {
+    fn from(message: UserMessage) -> Message {
+        Message::User(message)
     }
 }
 
@@ -75,20 +93,58 @@ impl From<String> for Message {
     }
 }
 
-/// A user message. Build one with [`Message::user`] or [`UserMessage::new`].
+/// A user message (also what steering and follow-ups send): text, images and documents.
+/// Build one with [`Message::user`] or [`UserMessage::new`], and add images and documents with
+/// [`UserMessage::with_part`].
+///
+/// Serialized as `{"content":"the text"}` when it is one text part, else with the list of
+/// parts (see [`Part`]).
+///
+/// ```
+/// use pagent::{Document, Image, Message, Part, UserMessage};
+///
+/// let message = UserMessage::new("Compare the chart with the report.")
+///     .with_part(Image::url("https://example.com/chart.png"))
+///     .with_part(Document::pdf(b"%PDF-1.7 ...".to_vec()).with_name("report.pdf"));
+/// assert_eq!(message.content.len(), 3);
+/// assert_eq!(message.text(), "Compare the chart with the report.");
+/// let message = Message::from(message);
+/// assert!(matches!(message.parts()[1], Part::Image(_)));
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct UserMessage {
-    /// The text.
-    pub content: String,
+    /// The parts, in order: text, images, documents.
+    #[serde(with = "content::parts")]
+    pub content: Vec<Part>,
 }
 
 impl UserMessage {
-    /// A user message with this text.
+    /// A user message with this text: one text part.
     pub fn new(text: impl Into<String>) -> UserMessage {
         UserMessage {
-            content: text.into(),
+            content: vec![Part::text(text)],
         }
+    }
+
+    /// A user message of these parts.
+    pub fn from_parts(parts: impl IntoIterator<Item = Part>) -> UserMessage {
+        UserMessage {
+            content: parts.into_iter().collect(),
+        }
+    }
+
+    /// The same message with `part` (an [`Image`](crate::Image), a
+    /// [`Document`](crate::Document), text) added at the end.
+    #[must_use]
+    pub fn with_part(mut self, part: impl Into<Part>) -> UserMessage {
+        self.content.push(part.into());
+        self
+    }
+
+    /// The text parts joined; images and documents left out.
+    pub fn text(&self) -> String {
+        content::joined_text(&self.content)
     }
 }
 
@@ -288,8 +344,10 @@ pub struct ToolResultMessage {
     pub tool_call_id: String,
     /// The tool's name.
     pub tool_name: String,
-    /// The text the model sees.
-    pub content: String,
+    /// What the model sees: text, images, documents. Serialized as a string when it is one
+    /// text part, as [`UserMessage::content`] is.
+    #[serde(with = "content::parts")]
+    pub content: Vec<Part>,
     /// True when the call failed (unknown tool, invalid arguments, tool error or panic, blocked,
     /// skipped, cancelled).
     #[serde(default)]
@@ -313,7 +371,7 @@ impl ToolResultMessage {
         ToolResultMessage {
             tool_call_id: tool_call_id.into(),
             tool_name: tool_name.into(),
-            content: content.into(),
+            content: vec![Part::text(content)],
             is_error: false,
             details: None,
         }
@@ -328,11 +386,24 @@ impl ToolResultMessage {
         ToolResultMessage::new(tool_call_id, tool_name, content).with_is_error(true)
     }
 
-    /// The same result with this text for the model.
+    /// The same result with this text for the model, in place of its content (images and
+    /// documents included).
     #[must_use]
     pub fn with_content(mut self, content: impl Into<String>) -> ToolResultMessage {
-        self.content = content.into();
+        self.content = vec![Part::text(content)];
         self
+    }
+
+    /// The same result with these parts for the model, in place of its content.
+    #[must_use]
+    pub fn with_parts(mut self, parts: impl IntoIterator<Item = Part>) -> ToolResultMessage {
+        self.content = parts.into_iter().collect();
+        self
+    }
+
+    /// The text parts joined; images and documents left out.
+    pub fn text(&self) -> String {
+        content::joined_text(&self.content)
     }
 
     /// The same result, marked failed (`true`) or not.
@@ -513,10 +584,22 @@ mod tests {
         round_trip(&Message::ToolResult(ToolResultMessage {
             tool_call_id: "c1".into(),
             tool_name: "calc".into(),
-            content: "2".into(),
+            content: vec![Part::text("2")],
             is_error: true,
             details: Some(serde_json::json!({"k": [1, 2]})),
         }));
+        round_trip(&Message::from(
+            UserMessage::new("look")
+                .with_part(crate::Image::new("image/png", vec![1u8, 2, 3]))
+                .with_part(crate::Document::url("https://example.com/a.pdf")),
+        ));
+        round_trip(&Message::ToolResult(
+            ToolResultMessage::new("c2", "shot", "the screen").with_parts([
+                Part::text("the screen"),
+                crate::Image::new("image/jpeg", vec![0xFFu8, 0xD8, 0xFF]).into(),
+            ]),
+        ));
+        round_trip(&Message::from(UserMessage::from_parts([])));
         for reason in [
             StopReason::Stop,
             StopReason::Length,
@@ -533,6 +616,22 @@ mod tests {
     fn message_json_is_tagged_by_role() {
         let json = serde_json::to_value(Message::user("hi")).unwrap();
         assert_eq!(json, serde_json::json!({"role": "user", "content": "hi"}));
+    }
+
+    #[test]
+    fn text_leaves_images_out_and_joins_the_text_parts() {
+        let m = Message::from(
+            UserMessage::new("a")
+                .with_part(crate::Image::url("https://example.com/x.png"))
+                .with_part("b"),
+        );
+        assert_eq!(m.text(), "ab");
+        assert_eq!(m.parts().len(), 3);
+        let json = serde_json::to_value(&m).unwrap();
+        assert_eq!(
+            json["content"][1]["source"]["url"],
+            "https://example.com/x.png"
+        );
     }
 
     #[test]

@@ -7,6 +7,10 @@
 //! operating system at once, so a crash loses at most the message in flight; [`load`] skips a
 //! torn last line with a warning and returns everything before it.
 //!
+//! Images and documents are saved with their message: inline bytes as base64 (a 3 MB
+//! screenshot takes a 4 MB line, well under [`MAX_MESSAGE_LINE_LEN`]), a URL as the URL. A
+//! loaded message holds its bytes once, shared by every snapshot and request after it.
+//!
 //! The transcript is not the wire log: the wire log ([`crate::wire::Writer`]) records every
 //! event for a UI or a replay, the session records what the model will be sent next time.
 //! Keep them in separate files.

@@ -449,7 +449,7 @@ mod tests {
             });
         assert_eq!(s.pending_tool_calls.len(), 2);
         assert_eq!(
-            s.pending_tool_calls[1].progress.as_ref().unwrap().content,
+            s.pending_tool_calls[1].progress.as_ref().unwrap().to_text(),
             "50%"
         );
         // The raw text stays as the model wrote it; the arguments the tool runs with sit

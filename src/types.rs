@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
+use crate::content::{self, Part};
 use crate::message::Usage;
 
 /// A tool as the model sees it.
@@ -168,12 +169,24 @@ impl StreamEvent {
     }
 }
 
-/// What a tool returns: text for the model and optional structured details for programs.
+/// What a tool returns: what the model sees (text, images, documents) and optional structured
+/// details for programs.
+///
+/// ```
+/// use pagent::{Image, ToolOutput};
+///
+/// let screenshot: Vec<u8> = b"\x89PNG\r\n\x1a\n...".to_vec();
+/// let output = ToolOutput::text("The screen now:").with_part(Image::new("image/png", screenshot));
+/// assert_eq!(output.to_text(), "The screen now:");
+/// assert_eq!(output.content.len(), 2);
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct ToolOutput {
-    /// The text the model sees.
-    pub content: String,
+    /// What the model sees: text, images, documents. Serialized as a string when it is one
+    /// text part (`{"content":".."}`), else as the list of parts.
+    #[serde(with = "content::parts")]
+    pub content: Vec<Part>,
     /// Data for programs and UIs (not sent to the model).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub details: Option<serde_json::Value>,
@@ -182,10 +195,28 @@ pub struct ToolOutput {
 impl ToolOutput {
     /// Output with this text.
     pub fn text(content: impl Into<String>) -> ToolOutput {
+        ToolOutput::from_parts([Part::text(content)])
+    }
+
+    /// Output of these parts.
+    pub fn from_parts(parts: impl IntoIterator<Item = Part>) -> ToolOutput {
         ToolOutput {
-            content: content.into(),
+            content: parts.into_iter().collect(),
             details: None,
         }
+    }
+
+    /// Output of one image (a screenshot, a chart).
+    pub fn image(image: crate::content::Image) -> ToolOutput {
+        ToolOutput::from_parts([Part::Image(image)])
+    }
+
+    /// The same output with `part` (an [`Image`](crate::Image), a
+    /// [`Document`](crate::Document), text) added at the end.
+    #[must_use]
+    pub fn with_part(mut self, part: impl Into<Part>) -> ToolOutput {
+        self.content.push(part.into());
+        self
     }
 
     /// Adds structured details.
@@ -193,6 +224,11 @@ impl ToolOutput {
     pub fn with_details(mut self, details: serde_json::Value) -> ToolOutput {
         self.details = Some(details);
         self
+    }
+
+    /// The text parts joined; images and documents left out.
+    pub fn to_text(&self) -> String {
+        content::joined_text(&self.content)
     }
 }
 

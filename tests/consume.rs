@@ -183,9 +183,9 @@ fn messages_iterator_yields_each_message_as_it_is_appended() {
         .by_ref()
         .map(|m| {
             let text = match &*m {
-                Message::User(u) => u.content.clone(),
+                Message::User(u) => u.text(),
                 Message::Assistant(a) => a.text(),
-                Message::ToolResult(r) => r.content.clone(),
+                Message::ToolResult(r) => r.text(),
                 _ => String::new(),
             };
             (m.role(), text)

@@ -255,7 +255,7 @@ fn steering_during_streaming_at_tool_boundary_skips_the_calls_not_started() {
         .filter_map(|m| m.as_tool_result())
         .collect();
     assert_eq!(results.len(), 2);
-    assert!(results.iter().all(|r| r.is_error && r.content == SKIPPED));
+    assert!(results.iter().all(|r| r.is_error && r.text() == SKIPPED));
 }
 
 #[test]
@@ -999,10 +999,7 @@ fn before_tool_call_blocks_with_a_reason_the_model_sees() {
         .iter()
         .filter_map(|m| m.as_tool_result().cloned())
         .collect();
-    assert_eq!(
-        results[0].content,
-        r#"blocked: deleting "/" is not allowed"#
-    );
+    assert_eq!(results[0].text(), r#"blocked: deleting "/" is not allowed"#);
     assert!(results[0].is_error);
 }
 
@@ -1063,7 +1060,7 @@ fn after_tool_call_replaces_the_result_of_calls_that_ran() {
         .max_parallel_tools(1)
         .after_tool_call(move |call, result| {
             sink.lock().unwrap().push(call.id.clone());
-            let content = result.content.replace("secret", "[redacted]");
+            let content = result.text().replace("secret", "[redacted]");
             result.with_content(content)
         })
         .build()
@@ -1095,7 +1092,7 @@ fn after_tool_call_replaces_the_result_of_calls_that_ran() {
         .iter()
         .find_map(|m| m.as_tool_result().cloned())
         .unwrap();
-    assert_eq!(sent_result.content, r#""[redacted]""#);
+    assert_eq!(sent_result.text(), r#""[redacted]""#);
 }
 
 #[test]
@@ -1624,15 +1621,16 @@ fn a_finished_tool_is_in_the_state_while_a_sibling_still_runs() {
             state.pending_tool_calls[0]
                 .progress
                 .as_ref()
-                .map(|p| p.content.as_str()),
+                .map(|p| p.to_text())
+                .as_deref(),
             Some("waiting for the test")
         );
         let done: Vec<_> = state
             .tool_results
             .iter()
-            .map(|r| (r.tool_call_id.as_str(), r.content.as_str()))
+            .map(|r| (r.tool_call_id.as_str(), r.text()))
             .collect();
-        assert_eq!(done, [("call_2", "5")]);
+        assert_eq!(done, [("call_2", "5".to_owned())]);
         // A second prompt while the run is active is refused, not queued.
         assert_eq!(agent.prompt("again").unwrap_err().error(), &Error::Busy);
         assert_eq!(agent.continue_run().unwrap_err().error(), &Error::Busy);
@@ -1699,7 +1697,8 @@ fn a_lone_call_runs_on_the_run_thread_and_its_progress_is_in_the_state_while_it_
             state.pending_tool_calls[0]
                 .progress
                 .as_ref()
-                .map(|p| p.content.as_str()),
+                .map(|p| p.to_text())
+                .as_deref(),
             Some("half way")
         );
         release_tx.send(()).unwrap();

@@ -34,7 +34,7 @@ fn render(e: &AgentEvent) -> String {
             )
         }
         AgentEvent::MessageEnd { message } => match &**message {
-            Message::User(m) => format!("MessageEnd(user {:?})", m.content),
+            Message::User(m) => format!("MessageEnd(user {:?})", m.text()),
             Message::Assistant(m) => format!(
                 "MessageEnd(assistant {:?} {:?} calls={})",
                 m.stop_reason,
@@ -45,7 +45,7 @@ fn render(e: &AgentEvent) -> String {
                 "MessageEnd(tool_result {} {} {:?})",
                 m.tool_call_id,
                 if m.is_error { "err" } else { "ok" },
-                m.content
+                m.text()
             ),
             other => format!("MessageEnd({})", other.role()),
         },
@@ -63,12 +63,12 @@ fn render(e: &AgentEvent) -> String {
         ),
         AgentEvent::ToolUpdate {
             call_id, partial, ..
-        } => format!("ToolUpdate({call_id} {:?})", partial.content),
+        } => format!("ToolUpdate({call_id} {:?})", partial.to_text()),
         AgentEvent::ToolEnd { result, .. } => format!(
             "ToolEnd({} {} {:?})",
             result.tool_call_id,
             if result.is_error { "err" } else { "ok" },
-            result.content
+            result.text()
         ),
         AgentEvent::TurnEnd {
             turn,
@@ -1220,7 +1220,7 @@ fn tool_updates_become_events_and_progress_in_the_state() {
         if let AgentEvent::ToolUpdate { .. } = e {
             let s = handle.snapshot();
             let p = s.pending_tool_calls[0].progress.clone().unwrap();
-            sink.lock().unwrap().push(p.content);
+            sink.lock().unwrap().push(p.to_text());
         }
     });
     let rec = Recorder::attach(&agent);

@@ -52,7 +52,7 @@ fn before_tool_call_is_not_asked_about_invalid_arguments() {
         .map(|r| {
             (
                 r.is_error,
-                r.content.split(':').next().unwrap_or("").to_owned(),
+                r.text().split(':').next().unwrap_or("").to_owned(),
             )
         })
         .collect();

@@ -164,7 +164,7 @@ fn tool_call_round_trip(provider: impl Provider + 'static) {
         .collect();
     assert!(!ends.is_empty(), "{:#?}", rec.lines());
     assert!(!ends[0].is_error, "{:?}", ends[0]);
-    assert!(ends[0].content.contains("Paris"), "{:?}", ends[0]);
+    assert!(ends[0].text().contains("Paris"), "{:?}", ends[0]);
     // ...its result went back in the next request, and a final reply arrived.
     let snapshot = agent.snapshot();
     let tool_result_at = snapshot
@@ -229,7 +229,7 @@ fn live_readme_recipe_makes_a_real_tool_call() {
     let result = transcript[history.len() + 2]
         .as_tool_result()
         .expect("the tool's result");
-    assert_eq!(result.content, "Paris: 21 C, sunny");
+    assert_eq!(result.text(), "Paris: 21 C, sunny");
     assert!(
         !transcript
             .iter()

@@ -272,9 +272,9 @@ fn everything_lists_its_tools_and_calls_echo_and_get_sum() {
         assert_eq!(tool.description(), info.description);
     }
     let echo = call(find(&tools, "ev_echo"), json!({"message": "hi"})).unwrap();
-    assert_eq!(echo.content, "Echo: hi");
+    assert_eq!(echo.to_text(), "Echo: hi");
     let sum = call(find(&tools, "ev_get-sum"), json!({"a": 2, "b": 3})).unwrap();
-    assert_eq!(sum.content, "The sum of 2 and 3 is 5.");
+    assert_eq!(sum.to_text(), "The sum of 2 and 3 is 5.");
     // Arguments the server refuses: an error result the model sees, not a broken client.
     assert!(call(find(&tools, "ev_get-sum"), json!({"a": "x"})).is_err());
     client.ping().unwrap();
@@ -451,7 +451,7 @@ fn everything_started_through_npx_leaves_no_process_behind() {
         .unwrap();
     let tools = client.tools().unwrap();
     let echo = call(find(&tools, "echo"), json!({"message": "via npx"})).unwrap();
-    assert_eq!(echo.content, "Echo: via npx");
+    assert_eq!(echo.to_text(), "Echo: via npx");
     let group = client.pid().unwrap();
     let started = Instant::now();
     client.close();
@@ -479,7 +479,7 @@ fn filesystem_agent_reads_and_writes_files_through_the_server() {
         .reply_with(move |request| {
             // What the model read decides what it writes.
             let read = match request.messages.last().map(|m| &**m) {
-                Some(Message::ToolResult(r)) => r.content.clone(),
+                Some(Message::ToolResult(r)) => r.text(),
                 other => panic!("expected a tool result, got {other:?}"),
             };
             FauxReply::tool_call("fs_create_directory", json!({"path": out_dir})).then_tool_call(
@@ -508,7 +508,7 @@ fn filesystem_agent_reads_and_writes_files_through_the_server() {
         .messages
         .iter()
         .filter_map(|m| match &**m {
-            Message::ToolResult(r) => Some(r.content.clone()),
+            Message::ToolResult(r) => Some(r.text()),
             _ => None,
         })
         .next_back()
@@ -587,7 +587,7 @@ fn python_sdk_server_over_http_lists_calls_and_reports_errors() {
             ["py_add", "py_fail", "py_slow", "py_grow", "py_gets"]
         );
         let sum = call(find(&tools, "py_add"), json!({"a": 2, "b": 3})).unwrap();
-        assert_eq!(sum.content, "5");
+        assert_eq!(sum.to_text(), "5");
         assert_eq!(
             sum.details.unwrap()["structuredContent"],
             json!({"result": 5})
@@ -698,9 +698,9 @@ fn python_sdk_server_killed_mid_call_is_a_typed_error_and_the_transcript_stays_v
     };
     assert!(failed.is_error);
     assert!(
-        failed.content.starts_with("mcp over http: "),
+        failed.text().starts_with("mcp over http: "),
         "{}",
-        failed.content
+        failed.text()
     );
 }
 
@@ -864,7 +864,7 @@ fn dropping_every_handle_ends_the_child() {
     assert_eq!(
         call(&tools[0], json!({"text": "still here"}))
             .unwrap()
-            .content,
+            .to_text(),
         "still here"
     );
     drop(tools);
@@ -896,7 +896,7 @@ fn a_server_started_through_a_wrapper_ends_with_its_whole_process_group() {
         let client = builder.connect().unwrap();
         let tools = client.tools().unwrap();
         assert_eq!(
-            call(&tools[0], json!({"text": "hi"})).unwrap().content,
+            call(&tools[0], json!({"text": "hi"})).unwrap().to_text(),
             "hi"
         );
         let (group, server, sleep) = (client.pid().unwrap(), pid_in(&pidfile), pid_in(&sleepfile));

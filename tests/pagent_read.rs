@@ -451,7 +451,7 @@ fn mirrored_state_follows_each_capture_line_as_it_streams() {
                     );
                     let last = s.tool_results.last().unwrap();
                     assert_eq!(last.tool_call_id, id, "{at}");
-                    assert_eq!(last.content, p["content"].as_str().unwrap(), "{at}");
+                    assert_eq!(last.text(), p["content"].as_str().unwrap(), "{at}");
                     assert_eq!(last.is_error, !p["ok"].as_bool().unwrap(), "{at}");
                 }
                 "TurnEnd" => assert!(s.is_streaming && !s.is_streaming_reply, "{at}"),
@@ -512,7 +512,7 @@ fn carried(m: &Arc<Message>) -> Arc<Message> {
             reply(blocks, a.usage)
         }
         Message::ToolResult(t) => Arc::new(Message::ToolResult(
-            ToolResultMessage::new(&t.tool_call_id, &t.tool_name, &t.content)
+            ToolResultMessage::new(&t.tool_call_id, &t.tool_name, t.text())
                 .with_is_error(t.is_error),
         )),
         _ => m.clone(),
@@ -555,7 +555,7 @@ fn the_transcript_reads_back_from_our_pagent_lines() {
             let mut native = native.clone();
             if dialect == Dialect::PagentV4 {
                 native.retain(|m| {
-                    !matches!(&**m, Message::ToolResult(r) if r.content.starts_with("not run: the run reached its max_turns"))
+                    !matches!(&**m, Message::ToolResult(r) if r.text().starts_with("not run: the run reached its max_turns"))
                 });
             }
             assert_eq!(read, native, "{dialect:?} {name}");

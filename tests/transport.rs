@@ -393,7 +393,7 @@ fn run_timeout_wakes_a_lone_tool_waiting_on_its_cancel_receiver() {
         .messages
         .iter()
         .find_map(|m| match &**m {
-            pagent::Message::ToolResult(r) => Some(r.content.clone()),
+            pagent::Message::ToolResult(r) => Some(r.text()),
             _ => None,
         })
         .unwrap();

@@ -197,7 +197,7 @@ fn tool_calls_carry_their_start_and_duration_and_results_sit_beside_their_calls(
     let done = &state.finished_tool_calls[0];
     assert_eq!(done.call.id, "call_2");
     assert_eq!(done.result.tool_call_id, "call_2");
-    assert_eq!(done.result.content, "done 2");
+    assert_eq!(done.result.text(), "done 2");
     assert_eq!(done.arguments, Some(json!({"n": 2})));
     assert!(done.started_at.is_some() && done.duration.is_some());
     std::thread::sleep(Duration::from_millis(30));
@@ -238,7 +238,7 @@ fn a_tool_calls_duration_is_measured_from_its_start() {
     assert!(duration >= Duration::from_millis(40), "{duration:?}");
     assert_eq!(finished.len(), 1);
     assert_eq!(finished[0].duration, Some(duration));
-    assert_eq!(finished[0].result.content, "zzz");
+    assert_eq!(finished[0].result.text(), "zzz");
 }
 
 /// `updates_dropped` was one counter for all of an agent's channels: a consumer could not

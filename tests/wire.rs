@@ -9,9 +9,9 @@ use std::time::{Duration, SystemTime};
 use pagent::llm::{Faux, FauxReply};
 use pagent::wire::{self, Decoder, Mirror};
 use pagent::{
-    Agent, AgentEvent, AssistantMessage, ContentBlock, Error, ErrorInfo, ErrorKind, Message,
-    PartialMessage, RunStopReason, State, StopReason, TimeoutPhase, ToolCall, ToolOutput,
-    ToolResultMessage, Usage, llm::StreamEvent,
+    Agent, AgentEvent, AssistantMessage, Blob, ContentBlock, Document, Error, ErrorInfo, ErrorKind,
+    Image, Message, Part, PartialMessage, RunStopReason, State, StopReason, TimeoutPhase, ToolCall,
+    ToolOutput, ToolResultMessage, Usage, UserMessage, llm::StreamEvent,
 };
 use proptest::prelude::*;
 
@@ -60,10 +60,32 @@ fn call() -> impl Strategy<Value = ToolCall> {
         .prop_map(|(id, name, arguments)| ToolCall::new(id, name, arguments))
 }
 
+/// Text, images and documents, inline (any bytes) or by URL.
+fn part() -> impl Strategy<Value = Part> {
+    let bytes = || prop::collection::vec(any::<u8>(), 0..40);
+    prop_oneof![
+        text().prop_map(Part::text),
+        ("image/[a-z]{1,5}", bytes()).prop_map(|(t, b)| Image::new(t, b).into()),
+        text().prop_map(|url| Image::url(url).into()),
+        (bytes(), prop::option::of(text())).prop_map(|(b, name)| {
+            let d = Document::pdf(b);
+            match name {
+                Some(name) => d.with_name(name).into(),
+                None => d.into(),
+            }
+        }),
+        text().prop_map(|url| Document::url(url).into()),
+    ]
+}
+
+fn parts() -> impl Strategy<Value = Vec<Part>> {
+    prop::collection::vec(part(), 0..4)
+}
+
 fn result() -> impl Strategy<Value = ToolResultMessage> {
-    (text(), text(), text(), any::<bool>(), details()).prop_map(
+    (text(), text(), parts(), any::<bool>(), details()).prop_map(
         |(tool_call_id, tool_name, content, is_error, details)| {
-            let mut r = ToolResultMessage::new(tool_call_id, tool_name, content);
+            let mut r = ToolResultMessage::new(tool_call_id, tool_name, "").with_parts(content);
             r.is_error = is_error;
             r.details = details;
             r
@@ -137,6 +159,7 @@ fn block() -> impl Strategy<Value = ContentBlock> {
 fn message() -> impl Strategy<Value = Message> {
     prop_oneof![
         text().prop_map(Message::user),
+        parts().prop_map(|p| Message::from(UserMessage::from_parts(p))),
         (
             prop::collection::vec(block(), 0..4),
             stop_reason(),
@@ -549,6 +572,64 @@ fn mirror_replay_equals_published_snapshots() {
             r.name
         );
     }
+}
+
+/// Images and documents in a prompt, a tool's progress and its result come back from the
+/// native lines whole, and the agent holds each image's bytes once however many snapshots
+/// and messages carry it.
+#[test]
+fn images_and_documents_ride_the_wire_whole_and_stay_shared_in_the_agent() {
+    let all = scenarios();
+    let r = all.iter().find(|r| r.name == "images").unwrap();
+    let state = r.agent.snapshot();
+    let prompt = &state.messages[0];
+    assert_eq!(prompt.parts().len(), 4);
+    let image = prompt.parts()[1].data().unwrap();
+    assert_eq!(image.as_bytes(), common::PNG);
+    // Every event and snapshot that held the prompt shares its one copy of the bytes.
+    let mut holders = 0;
+    for (event, snapshot) in &r.events {
+        if let Some(first) = snapshot.messages.first() {
+            assert!(Blob::ptr_eq(first.parts()[1].data().unwrap(), image));
+            holders += 1;
+        }
+        if let AgentEvent::MessageStart { message } | AgentEvent::MessageEnd { message } = event
+            && message.role() == "user"
+        {
+            assert!(Blob::ptr_eq(message.parts()[1].data().unwrap(), image));
+        }
+    }
+    assert!(holders > 10, "{holders}");
+    let result = state.messages[2].as_tool_result().unwrap();
+    assert_eq!(result.text(), "the screen:");
+    assert!(
+        matches!(&result.content[1], Part::Image(i) if i.source.media_type() == Some("image/png"))
+    );
+    // On the wire: base64, inline.
+    assert!(
+        r.native
+            .contains(r#""data":"iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAY=""#),
+        "{}",
+        r.native
+    );
+    assert!(
+        r.native
+            .contains(r#"{"type":"url","url":"https://example.com/spec.pdf"}"#)
+    );
+    assert!(
+        r.native
+            .contains(r#""partial":{"content":[{"type":"image""#)
+    );
+    let mut mirror = Mirror::from_state(r.initial.clone());
+    mirror.read_lines(r.native.as_bytes(), |_, _| {}).unwrap();
+    assert_eq!(mirror.state().messages[0], state.messages[0]);
+    assert_eq!(mirror.state().messages[2], state.messages[2]);
+    // Debug never shows the bytes.
+    let debug = format!("{:?}", state.messages[0]);
+    assert!(
+        debug.contains("Blob(26 bytes)") && !debug.contains("137, 80"),
+        "{debug}"
+    );
 }
 
 #[test]

@@ -7,7 +7,7 @@ use serde_json::Value;
 use super::{ToolKind, codes};
 use crate::event::{AgentEvent, RunStopReason};
 use crate::message::{ContentBlock, Message, StopReason as ReplyStop, ToolCall, ToolResultMessage};
-use crate::types::{StreamEvent, ToolOutput};
+use crate::types::StreamEvent;
 use crate::{Error, RunError, RunResult};
 
 /// A request that cannot be served: its error code and message.
@@ -149,7 +149,7 @@ pub(crate) fn tool_result(result: &ToolResultMessage) -> Update {
         } else {
             ToolStatus::Completed
         }),
-        content: tool_content(&result.content),
+        content: tool_content(&result.text()),
         raw_output: result.details.clone(),
         ..ToolCallUpdate::default()
     })
@@ -211,14 +211,13 @@ pub(crate) fn updates(
             tool_name,
             partial,
         } => {
-            let ToolOutput { content, details } = partial;
             let mut out = vec![Update::ToolCallUpdate(ToolCallUpdate {
                 tool_call_id: call_id.clone(),
-                content: tool_content(content),
+                content: tool_content(&partial.to_text()),
                 ..ToolCallUpdate::default()
             })];
             if plans_from(tool_name) {
-                out.extend(plan(details.as_ref()));
+                out.extend(plan(partial.details.as_ref()));
             }
             out
         }
@@ -314,6 +313,7 @@ mod tests {
     use crate::kind::ErrorInfo;
     use crate::message::{AssistantMessage, Usage};
     use crate::partial::PartialMessage;
+    use crate::types::ToolOutput;
 
     fn kind_of(name: &str) -> ToolKind {
         if name == "edit" {

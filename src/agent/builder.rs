@@ -380,7 +380,7 @@ impl AgentBuilder {
     /// let agent = Agent::builder()
     ///     .provider(Faux::default())
     ///     .after_tool_call(|_call, result| {
-    ///         let redacted = result.content.replace("secret", "[redacted]");
+    ///         let redacted = result.text().replace("secret", "[redacted]");
     ///         result.with_content(redacted)
     ///     })
     ///     .build()?;

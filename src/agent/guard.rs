@@ -172,7 +172,7 @@ mod tests {
         drop(worker);
         assert!(matches!(
             rx.try_recv(),
-            Ok(ToolMsg::Done { index: 1, outcome: Ok(o) }) if o.content == "ok"
+            Ok(ToolMsg::Done { index: 1, outcome: Ok(o) }) if o.to_text() == "ok"
         ));
     }
 }

@@ -177,7 +177,8 @@ impl fmt::Display for Refused {
 impl std::error::Error for Refused {}
 
 /// What `prompt` or `continue_run` sends: one message or several. Built from a `&str`, a
-/// `String`, a [`Message`] or a `Vec<Message>`.
+/// `String`, a [`UserMessage`](crate::UserMessage) (text with images and documents), a
+/// [`Message`] or a `Vec<Message>`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Prompt(pub Vec<Message>);
 
@@ -196,6 +197,12 @@ impl From<String> for Prompt {
 impl From<Message> for Prompt {
     fn from(m: Message) -> Prompt {
         Prompt(vec![m])
+    }
+}
+
+impl From<crate::message::UserMessage> for Prompt {
+    fn from(m: crate::message::UserMessage) -> Prompt {
+        Prompt(vec![Message::User(m)])
     }
 }
 

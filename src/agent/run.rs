@@ -698,13 +698,7 @@ impl Run<'_> {
         content: impl Into<String>,
         is_error: bool,
     ) -> ToolResultMessage {
-        ToolResultMessage {
-            tool_call_id: call.id.clone(),
-            tool_name: call.name.clone(),
-            content: content.into(),
-            is_error,
-            details: None,
-        }
+        ToolResultMessage::new(call.id.clone(), call.name.clone(), content).with_is_error(is_error)
     }
 }
 

@@ -388,8 +388,9 @@ impl Run<'_> {
         let call = &batch.calls[index];
         let result = match outcome {
             Ok(out) => ToolResultMessage {
+                content: out.content,
                 details: out.details,
-                ..Run::tool_result(call, out.content, false)
+                ..Run::tool_result(call, String::new(), false)
             },
             Err(e) => Run::tool_result(call, e.0, true),
         };

@@ -10,7 +10,8 @@ use serde_json::value::RawValue;
 
 use super::http::{self, Call, Decode, Emitter, Endpoint};
 use super::{
-    CancelToken, OnEvent, Provider, ReplyEnd, Request, StreamEvent, ThinkingLevel, ToolDefinition,
+    CancelToken, OnEvent, Provider, ReplyEnd, Request, StreamEvent, TextParts, ThinkingLevel,
+    ToolDefinition,
 };
 use crate::Error;
 use crate::message::{ContentBlock, Message, StopReason, Usage};
@@ -452,6 +453,11 @@ enum WireBlock<'a> {
     Text {
         text: &'a str,
     },
+    #[serde(rename = "text")]
+    UserText {
+        #[serde(rename = "text")]
+        parts: TextParts<'a>,
+    },
     Thinking {
         thinking: &'a str,
         signature: &'a str,
@@ -463,7 +469,7 @@ enum WireBlock<'a> {
     },
     ToolResult {
         tool_use_id: &'a str,
-        content: &'a str,
+        content: TextParts<'a>,
         is_error: bool,
     },
 }
@@ -471,11 +477,16 @@ enum WireBlock<'a> {
 /// The blocks a message sends.
 fn blocks(message: &Message) -> impl Iterator<Item = WireBlock<'_>> {
     let (one, reply) = match message {
-        Message::User(m) => (Some(WireBlock::Text { text: &m.content }), None),
+        Message::User(m) => (
+            Some(WireBlock::UserText {
+                parts: TextParts(&m.content),
+            }),
+            None,
+        ),
         Message::ToolResult(r) => (
             Some(WireBlock::ToolResult {
                 tool_use_id: &r.tool_call_id,
-                content: &r.content,
+                content: TextParts(&r.content),
                 is_error: r.is_error,
             }),
             None,
@@ -531,6 +542,7 @@ impl Provider for Anthropic {
         if let Some(key) = &self.endpoint.api_key {
             headers.push(("x-api-key", key.clone()));
         }
+        super::refuse_non_text(request, "Anthropic")?;
         let call = Call {
             path: "/v1/messages",
             headers,
@@ -823,7 +835,7 @@ mod tests {
                 Message::ToolResult(ToolResultMessage {
                     tool_call_id: "t1".into(),
                     tool_name: "f".into(),
-                    content: "bad arguments".into(),
+                    content: vec![crate::Part::text("bad arguments")],
                     is_error: true,
                     details: None,
                 }),

@@ -263,6 +263,7 @@ pub(super) fn scrub_error(mut e: Error, secret: Option<&Secrets<'_>>) -> Error {
         | Error::Stream(message)
         | Error::Provider(message)
         | Error::Wire(message)
+        | Error::UnsupportedContent(message)
         | Error::Io { message, .. }
         | Error::Behind { message, .. }
         | Error::Panic { message, .. } => vec![message],

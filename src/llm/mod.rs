@@ -279,6 +279,39 @@ impl ReplyEnd {
     }
 }
 
+/// The text parts of a message joined, written as one JSON string without joining them first.
+pub(crate) struct TextParts<'a>(pub(crate) &'a [crate::content::Part]);
+
+impl serde::Serialize for TextParts<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            [crate::content::Part::Text { text }] => s.serialize_str(text),
+            parts => s.collect_str(&crate::content::joined_text(parts)),
+        }
+    }
+}
+
+/// Refuses a request with an image or a document: the providers write text only so far.
+pub(crate) fn refuse_non_text(request: &Request, api: &str) -> Result<(), Error> {
+    for (i, m) in request.messages.iter().enumerate() {
+        if let Some(part) = m
+            .parts()
+            .iter()
+            .find(|p| !matches!(p, crate::content::Part::Text { .. }))
+        {
+            let kind = match part {
+                crate::content::Part::Image(_) => "an image",
+                _ => "a document",
+            };
+            return Err(Error::UnsupportedContent(format!(
+                "message {i} ({}) holds {kind}, which this {api} provider does not send yet",
+                m.role()
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Where a provider hands each [`StreamEvent`]: returns `Err` when the reply must stop (the
 /// agent's reply size limit was reached, for instance); the provider then returns that error
 /// at once.

@@ -12,7 +12,8 @@ use serde_json::value::RawValue;
 
 use super::http::{self, Call, Decode, Emitter, Endpoint};
 use super::{
-    CancelToken, OnEvent, Provider, ReplyEnd, Request, StreamEvent, ThinkingLevel, ToolDefinition,
+    CancelToken, OnEvent, Provider, ReplyEnd, Request, StreamEvent, TextParts, ThinkingLevel,
+    ToolDefinition,
 };
 use crate::Error;
 use crate::message::{AssistantMessage, ContentBlock, Message, StopReason, Usage};
@@ -265,7 +266,7 @@ enum Wire<'a> {
         content: &'a str,
     },
     User {
-        content: &'a str,
+        content: TextParts<'a>,
     },
     Assistant {
         content: JoinedText<'a>,
@@ -274,18 +275,18 @@ enum Wire<'a> {
     },
     Tool {
         tool_call_id: &'a str,
-        content: &'a str,
+        content: TextParts<'a>,
     },
 }
 
 fn wire(message: &Message) -> Option<Wire<'_>> {
     match message {
         Message::User(m) => Some(Wire::User {
-            content: &m.content,
+            content: TextParts(&m.content),
         }),
         Message::ToolResult(r) => Some(Wire::Tool {
             tool_call_id: &r.tool_call_id,
-            content: &r.content,
+            content: TextParts(&r.content),
         }),
         Message::Assistant(m) => {
             let has_text = m
@@ -399,6 +400,7 @@ impl Provider for OpenAiCompat {
         if let Some(key) = &self.endpoint.api_key {
             headers.push(("authorization", format!("Bearer {key}")));
         }
+        super::refuse_non_text(request, "Chat Completions")?;
         let call = Call {
             path: "/chat/completions",
             headers,

@@ -182,7 +182,7 @@ mod tests {
         assert!(err.contains("missing field `x`"), "{err}");
         let ctx = ToolContext::detached(CancelToken::new());
         assert_eq!(
-            tool().execute(json!({"x": 21}), &ctx).unwrap().content,
+            tool().execute(json!({"x": 21}), &ctx).unwrap().to_text(),
             "42"
         );
     }

@@ -440,11 +440,12 @@ impl RunTrace {
         let tool = tools.remove(i);
         if self.settings.content {
             tool.span
-                .record("gen_ai.tool.call.result", result.content.as_str());
+                .record("gen_ai.tool.call.result", result.text().as_str());
         }
         if result.is_error {
             let kind = tool_error_type(result, tool.executed);
-            let message = self.settings.content.then_some(result.content.as_str());
+            let text = result.text();
+            let message = self.settings.content.then_some(text.as_str());
             record_error(&tool.span, kind, message);
         }
         Closing::Open(tool.span)
@@ -457,7 +458,7 @@ fn tool_error_type(result: &ToolResultMessage, executed: bool) -> &'static str {
     if executed {
         return "tool_error";
     }
-    match result.content.as_str() {
+    match result.text().as_str() {
         CANCELLED => "cancelled",
         SKIPPED => "skipped",
         text if text.starts_with("blocked: ") => "blocked",

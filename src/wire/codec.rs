@@ -24,11 +24,14 @@ pub(crate) use crate::jsonrpc::{check_jsonrpc, notification_to, parse_object, wr
 use super::pagent_read::{PAGENT_METHODS, Reader};
 use super::writer::Dialect;
 
-/// The longest line [`Decoder`] accepts by default, in bytes (8 MiB), line break excluded.
+/// The longest line [`Decoder`] accepts by default, in bytes (64 MiB), line break excluded.
 ///
-/// A line is one event; only a `MessageEnd`, `TurnEnd` or `AgentEnd` holding a huge message
-/// comes near it. Raise it with [`Decoder::max_line_len`] if your messages are bigger.
-pub const MAX_LINE_LEN: usize = 8 * 1024 * 1024;
+/// A line is one event. Text alone rarely comes near it; inline images and documents do, as
+/// their bytes ride in every line that carries their message (see the [size
+/// policy](super#images-and-documents-the-size-policy)): an `AgentEnd` carries every message
+/// of its run, so a run of 10 screenshots of 3 MB writes an `AgentEnd` of 40 MB. Raise it
+/// with [`Decoder::max_line_len`] if your runs carry more.
+pub const MAX_LINE_LEN: usize = 64 * 1024 * 1024;
 
 /// Every method of the native dialect, in lifecycle order.
 pub const METHODS: [&str; 12] = [

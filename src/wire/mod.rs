@@ -26,11 +26,17 @@
 //! `params` (an object). No `id`: events are notifications. Messages, tool calls, results,
 //! usage and deltas inside `params` use the crate's serde shapes:
 //!
-//! - a message is tagged by `role`: `{"role":"user","content":".."}`,
+//! - a message is tagged by `role`: `{"role":"user","content":<parts>}`,
 //!   `{"role":"assistant","content":[block..],"stop_reason":"stop|length|tool_use|error|aborted",
 //!   "usage":{..},"model":"..","error_message":".." (optional)}`,
-//!   `{"role":"tool_result","tool_call_id":"..","tool_name":"..","content":"..",
+//!   `{"role":"tool_result","tool_call_id":"..","tool_name":"..","content":<parts>,
 //!   "is_error":false,"details":{..} (optional)}`;
+//! - `<parts>`, what a user message or a tool result carries, is a string when it is one text
+//!   part (`"content":"Say hi."`), else a list of parts tagged by `type`:
+//!   `{"type":"text","text":".."}`, `{"type":"image","source":<source>}`,
+//!   `{"type":"document","source":<source>,"name":"report.pdf" (optional)}`, where a source is
+//!   `{"type":"url","url":".."}` or `{"type":"inline","media_type":"image/png","data":"<base64>"}`
+//!   (standard base64; see [the size policy](#images-and-documents-the-size-policy));
 //! - an assistant content block is tagged by `type`: `{"type":"text","text":".."}`,
 //!   `{"type":"thinking","thinking":"..","signature":".." (optional)}`,
 //!   `{"type":"tool_call","id":"..","name":"..","arguments":"<raw JSON text>"}`;
@@ -59,7 +65,7 @@
 //! | `MessageEnd` | `message`: message | a message is complete and appended to the transcript |
 //! | `ToolStart` | `call`: tool call, `at_ms`: integer, when it started (milliseconds since the Unix epoch; optional) | a tool call starts, arguments final as the model wrote them (raw JSON text) |
 //! | `ToolExecute` | `call_id`: string, `tool_name`: string, `arguments`: the JSON value the tool runs with, `rewritten`: bool | the call passed validation and `before_tool_call`: its tool runs now, with the model's arguments parsed or (`rewritten: true`) those the hook put in their place |
-//! | `ToolUpdate` | `call_id`: string, `tool_name`: string, `partial`: `{"content":"..","details":{..} (optional)}` | a running tool published progress |
+//! | `ToolUpdate` | `call_id`: string, `tool_name`: string, `partial`: `{"content":<parts>,"details":{..} (optional)}` | a running tool published progress |
 //! | `ToolEnd` | `result`: tool result (as the `tool_result` message, without `role`), `duration_us`: integer, how long the call took in microseconds since its `ToolStart` (optional) | a tool call ended |
 //! | `TurnEnd` | `turn`: integer, `message`: the turn's assistant message, `tool_results`: the list of tool results, `stop_reason`: run stop reason | a turn ended |
 //! | `AgentEnd` | `messages`: the list of messages the run appended, `stop_reason`, `usage`, `error`: error (present exactly when the run failed: `stop_reason` is `"error"`) | the run ended (exactly once per run) |
@@ -118,13 +124,31 @@
 //! trailing garbage after the object, a line that is not an object, `jsonrpc` missing or not
 //! the string `"2.0"`, an `id` member, any other unexpected member, a missing or unknown
 //! `method`, `params` that is not an object, a missing required field or a field of the wrong
-//! type, a line break inside the line, and a line over [`MAX_LINE_LEN`] bytes (8 MiB; see [`Decoder::max_line_len`]).
+//! type, a line break inside the line, and a line over [`MAX_LINE_LEN`] bytes (64 MiB; see [`Decoder::max_line_len`]).
 //! Inside an error: a missing `kind` or `message`, an unknown kind or timeout phase, a
 //! timeout without its `phase`, a `phase` on another kind, a `status` on a kind other than
 //! `server` and `invalid_request` or outside 100..=599.
 //! Unknown fields *inside* `params` are ignored, so a newer writer can add fields without
 //! breaking older readers. Fields marked optional above may be left out; a tool result's
 //! `"details": null` reads back as no details.
+//!
+//! ## Images and documents: the size policy
+//!
+//! Inline bytes are written inline, as base64, in every line that carries their message:
+//! each line stands alone, so [`decode_event_line`] decodes any line by itself, a
+//! [`Mirror`] may join a stream at any line (a Redis event log read from the middle, a
+//! client attaching to a running agent), and the mirror rebuilds the very state the agent
+//! published. The cost is the bytes times 4/3 times the lines that carry the message: a
+//! user message with an image rides in its `MessageStart`, its `MessageEnd` and the run's
+//! `AgentEnd` (three times); a tool result in its `ToolEnd`, `MessageStart`, `MessageEnd`,
+//! the turn's `TurnEnd` and the `AgentEnd` (five times). A URL source is written as its URL.
+//! Lines over [`MAX_LINE_LEN`] (64 MiB) are refused by a default [`Decoder`]: raise
+//! [`Decoder::max_line_len`] for runs that carry more. To keep a wire log small, give the
+//! model URLs, or strip the bytes from what you log in a listener of your own.
+//!
+//! In the agent, the bytes of a message exist once, however many snapshots, events and
+//! requests hold it ([`Blob`](crate::Blob)); a mirror decodes each line's copy, and its state
+//! keeps the one of the `MessageEnd`.
 //!
 //! ## What the wire does not carry
 //!
@@ -146,17 +170,21 @@
 //!
 //! | ours | pagent |
 //! |---|---|
-//! | `AgentStart` and the prompt's `MessageStart` | `RunBegin` `{user_input}`: the text of the first user message of the run (`""` when it has none) |
+//! | `AgentStart` and the prompt's `MessageStart` | `RunBegin` `{user_input}`: the text parts of the first user message of the run (`""` when it has none) |
 //! | `TurnStart { turn }` | `TurnBegin` `{turn}`, counted from 0 |
 //! | `MessageUpdate` text / thinking delta | `TextDelta` / `ReasoningDelta` `{text}`; other deltas are not written |
 //! | assistant `MessageEnd` | v1 `StepEnd`, v4 `TurnResult`: `{content, tool_calls, reasoning_content, usage}`; v1 tool calls are `{"id","type":"function","function":{"name","arguments"}}`, v4 `{"type":"function","id","name","arguments"}`; usage is the OpenAI SDK's `CompletionUsage` as pagent dumps it: `{"completion_tokens","prompt_tokens","total_tokens","completion_tokens_details","prompt_tokens_details"}`, the reasoning count in `completion_tokens_details.reasoning_tokens` and the cache counts in `prompt_tokens_details.cached_tokens` / `cache_write_tokens` (each details object `null` when it has no count), and `usage` itself `null` when the reply has no counts (the provider reported none) |
-//! | `ToolStart` + `ToolEnd` | `ToolCallBegin` `{tool_call_id, name, arguments}` then `ToolResult` `{tool_call_id, name, content, ok}`, `ok` = not `is_error` |
+//! | `ToolStart` + `ToolEnd` | `ToolCallBegin` `{tool_call_id, name, arguments}` then `ToolResult` `{tool_call_id, name, content, ok}`, `content` the text parts of the result, `ok` = not `is_error` |
 //! | `TurnEnd` | `TurnEnd` `{turn, stopped}` (+ v4 `stop_reason`) |
 //! | `AgentEnd` | `RunEnd`: v1 the fields of the last `StepEnd`; v4 `{turn, stop_reason}` of the last `TurnEnd` |
 //!
 //! Our streams are regular where pagent's own are not: every `TurnBegin` has one `TurnEnd`,
 //! every `ToolCallBegin` is followed by its `ToolResult`. Where the two models differ:
 //!
+//! - pagent's `user_input` and `ToolResult.content` are strings: the dialects write the text
+//!   parts of a message, and its images and documents are not written (pagent has no field
+//!   for them; a pagent consumer never sees them, and a mirror of the lines has the text
+//!   only). A steering or follow-up message is not written at all, as before.
 //! - pagent runs a turn's tools one after the other, each `ToolCallBegin` followed by its
 //!   `ToolResult`; ours run in parallel and end in completion order. The dialect writes the
 //!   pairs in call order: a call's `ToolCallBegin` when it starts (or, while an earlier call
@@ -277,8 +305,8 @@
 //! `{"kind":"provider","message":"the pagent run ended without its RunEnd: .."}`. So does a
 //! live stream whose producer died mid-run.
 //!
-//! What does not come back, because pagent does not carry it: a reply's model and response
-//! id, thinking signatures, tool progress (`ToolUpdate`) and result details, retries,
+//! What does not come back, because pagent does not carry it: images and documents, a
+//! reply's model and response id, thinking signatures, tool progress (`ToolUpdate`) and result details, retries,
 //! tool-call and usage deltas (a reply's calls and usage come with its `StepEnd` /
 //! `TurnResult`), the `length` stop reason, and messages pagent adds without a line (a v4
 //! `steer()`, and the "not run" results of a v4 final answer turn at `max_turns`, whose

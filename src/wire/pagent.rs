@@ -103,7 +103,7 @@ impl Encoder {
             }
             AgentEvent::MessageStart { message } if matches!(self.phase, Phase::Pending(_)) => {
                 if let Message::User(m) = &**message {
-                    self.begin_run(&m.content, out);
+                    self.begin_run(&m.text(), out);
                     return;
                 }
             }
@@ -365,7 +365,7 @@ fn write_result(out: &mut Vec<u8>, call: &ToolCall, result: &ToolResultMessage) 
         &ToolResultParams {
             tool_call_id: &call.id,
             name: &call.name,
-            content: &result.content,
+            content: &result.text(),
             ok: !result.is_error,
         },
     );

@@ -12,8 +12,8 @@ use pagent::hooks::ToolDecision;
 use pagent::llm::{Faux, FauxReply};
 use pagent::wire::{Dialect, Writer};
 use pagent::{
-    Agent, AgentBuilder, AgentEvent, ErrorKind, FinalTurn, State, SteeringPolicy, ToolError,
-    ToolOutput, tool,
+    Agent, AgentBuilder, AgentEvent, Document, ErrorKind, FinalTurn, Image, State, SteeringPolicy,
+    ToolError, ToolOutput, UserMessage, tool,
 };
 use parking_lot::Mutex;
 use serde_json::json;
@@ -24,8 +24,11 @@ pub struct EchoArgs {
     pub text: String,
 }
 
+/// The bytes of a tiny PNG image (a header and some bytes: nothing decodes it here).
+pub const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06";
+
 /// `echo`: returns its text. `fail` fails, `boom` panics, `slow` waits (abortably), `progress`
-/// publishes two updates.
+/// publishes two updates, `screenshot` returns an image (and publishes one as progress).
 pub fn echo() -> impl pagent::Tool {
     tool::typed("echo", "Echoes the text.", |a: EchoArgs, ctx| {
         match a.text.as_str() {
@@ -39,6 +42,10 @@ pub fn echo() -> impl pagent::Tool {
                 ctx.update("half");
                 ctx.update("almost");
                 Ok(ToolOutput::text("progress done").with_details(json!({"steps": 2})))
+            }
+            "screenshot" => {
+                ctx.update(ToolOutput::image(Image::new("image/png", PNG)));
+                Ok(ToolOutput::text("the screen:").with_part(Image::new("image/png", PNG)))
             }
             t => Ok(ToolOutput::text(t)),
         }
@@ -65,6 +72,15 @@ fn prompt(agent: &Agent) {
     if let Err(failed) = agent.prompt("Say hello.") {
         assert_ne!(failed.kind(), ErrorKind::Busy, "the run starts");
     }
+}
+
+/// A prompt with an image, a document by URL and an inline text document.
+fn prompt_with_parts(agent: &Agent) {
+    let message = UserMessage::new("What is on the screen?")
+        .with_part(Image::new("image/png", PNG))
+        .with_part(Document::url("https://example.com/spec.pdf"))
+        .with_part(Document::text("notes.txt", "a \"note\"\n"));
+    agent.prompt(message).unwrap();
 }
 
 fn faux_echo(text: &str) -> FauxReply {
@@ -124,6 +140,15 @@ pub fn scenarios() -> Vec<(&'static str, AgentBuilder, Action)> {
                     .reply(FauxReply::text("both done")),
             ),
             prompt,
+        ),
+        (
+            "images",
+            b().provider(
+                Faux::default()
+                    .reply(faux_echo("screenshot"))
+                    .reply(FauxReply::text("a tiny picture")),
+            ),
+            prompt_with_parts,
         ),
         (
             "tool_error",

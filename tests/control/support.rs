@@ -99,12 +99,13 @@ fn render_one(e: &AgentEvent) -> String {
         }
         AgentEvent::ToolUpdate {
             call_id, partial, ..
-        } => format!("ToolUpdate({call_id} {:?})", partial.content),
+        } => format!("ToolUpdate({call_id} {:?})", partial.to_text()),
         AgentEvent::ToolEnd { result, .. } => {
             let error = if result.is_error { " error" } else { "" };
             format!(
                 "ToolEnd({}{error} {:?})",
-                result.tool_call_id, result.content
+                result.tool_call_id,
+                result.text()
             )
         }
         AgentEvent::TurnEnd {
@@ -122,7 +123,7 @@ fn render_one(e: &AgentEvent) -> String {
 /// `user "hi"`, `assistant tool_use "text" [call_1 call_2]`, `tool_result call_1`.
 pub fn describe(m: &Message) -> String {
     match m {
-        Message::User(u) => format!("user {:?}", u.content),
+        Message::User(u) => format!("user {:?}", u.text()),
         Message::Assistant(a) => {
             let stop = serde_json::to_value(a.stop_reason).unwrap();
             let mut s = format!("assistant {} {:?}", stop.as_str().unwrap(), a.text());

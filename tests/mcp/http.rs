@@ -138,7 +138,7 @@ fn python_sdk_server_at_a_url_with_a_trailing_slash_is_reached_through_its_307()
     let client = Client::http(format!("{}/", server.url)).connect().unwrap();
     let tools = client.tools().unwrap();
     let sum = call(find(&tools, "add"), json!({"a": 2, "b": 3})).unwrap();
-    assert_eq!(sum.content, "5");
+    assert_eq!(sum.to_text(), "5");
     client.close();
 }
 

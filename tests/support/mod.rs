@@ -444,7 +444,7 @@ fn render(e: &AgentEvent) -> String {
             "ToolEnd {} {} {}",
             result.tool_call_id,
             if result.is_error { "err" } else { "ok" },
-            result.content
+            result.text()
         ),
         AgentEvent::TurnEnd {
             turn, stop_reason, ..
