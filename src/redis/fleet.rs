@@ -7,22 +7,18 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use super::Redis;
 use super::conn::Again;
-use super::side::{Follow, Side, millis};
-use super::writer::{self, RunWrites, Writer};
-use super::{Redis, check_name, scripts};
-use crate::agent::{Agent, guard};
+use super::conversation::Failure;
+use super::side::{Side, millis};
+use super::writer::Writer;
+use crate::agent::Agent;
 use crate::error::Error;
-use crate::event::RunStopReason;
 use crate::message::Message;
 use crate::state::State;
 
 /// The consumer group of the queue stream.
-const GROUP: &str = "workers";
-
-/// How many transcript elements the script that starts a conversation returns; a longer
-/// transcript is read on in pages of this size.
-const PAGE: usize = 500;
+pub(super) const GROUP: &str = "workers";
 
 /// Builds the agent of a conversation from its stored transcript.
 type Factory = dyn Fn(&str, Vec<Message>) -> Result<Agent, Error> + Send + Sync;
@@ -46,42 +42,42 @@ type OnEnd = dyn Fn(&str, &str, &State) + Send + Sync;
 /// conversation's inbox, handing steering, follow-ups and aborts to the running agent.
 #[derive(Clone)]
 pub struct Worker {
-    shared: Arc<Shared>,
-    config: Arc<Config>,
+    pub(super) shared: Arc<Shared>,
+    pub(super) config: Arc<Config>,
 }
 
 #[derive(Clone)]
-struct Config {
-    factory: Arc<Factory>,
-    on_end: Option<Arc<OnEnd>>,
-    lease: Duration,
-    claim_after: Duration,
-    events: Option<usize>,
-    max_failures: u32,
-    allow_eviction: bool,
+pub(super) struct Config {
+    pub(super) factory: Arc<Factory>,
+    pub(super) on_end: Option<Arc<OnEnd>>,
+    pub(super) lease: Duration,
+    pub(super) claim_after: Duration,
+    pub(super) events: Option<usize>,
+    pub(super) max_failures: u32,
+    pub(super) allow_eviction: bool,
 }
 
-struct Shared {
-    redis: Redis,
-    name: String,
+pub(super) struct Shared {
+    pub(super) redis: Redis,
+    pub(super) name: String,
     /// The start of every lease token of this worker (its clones included): its name (after
     /// its length, so no name is the start of another's), the process and the instance, so
     /// no other worker, even one named alike in this process, makes a token that starts
     /// the same.
-    owner: String,
-    stop: AtomicBool,
-    tokens: AtomicU64,
+    pub(super) owner: String,
+    pub(super) stop: AtomicBool,
+    pub(super) tokens: AtomicU64,
     /// One step at a time.
-    busy: Mutex<()>,
+    pub(super) busy: Mutex<()>,
     /// The worker thread's connection and its runs' writes.
-    writer: Arc<Writer>,
+    pub(super) writer: Arc<Writer>,
     /// Renews the lease and follows the inbox.
-    side: Side,
+    pub(super) side: Side,
     /// Whether Redis's eviction policy was checked.
-    checked: AtomicBool,
+    pub(super) checked: AtomicBool,
     /// A failure left this worker's own entries pending: read them again at once.
-    retry_own: AtomicBool,
-    last_claim: Mutex<Option<Instant>>,
+    pub(super) retry_own: AtomicBool,
+    pub(super) last_claim: Mutex<Option<Instant>>,
 }
 
 impl fmt::Debug for Worker {
@@ -92,27 +88,6 @@ impl fmt::Debug for Worker {
             .field("claim_after", &self.config.claim_after)
             .finish_non_exhaustive()
     }
-}
-
-/// How a conversation's handling ended, short of success.
-enum Failure {
-    /// The inbox entry could not run (the factory failed or panicked): counted against it.
-    Entry(Error),
-    /// Redis failed, or the lease was lost: the entry is tried again, as it is.
-    Redis(Error),
-}
-
-impl From<Error> for Failure {
-    fn from(e: Error) -> Failure {
-        Failure::Redis(e)
-    }
-}
-
-/// What the script that starts a conversation read.
-struct Begun {
-    started: String,
-    inbox: Vec<::redis::streams::StreamId>,
-    messages: Vec<Message>,
 }
 
 impl Worker {
@@ -442,380 +417,7 @@ impl Worker {
         Ok((ids(read), false))
     }
 
-    /// Handles one queue entry: leases the conversation and drains its inbox, then
-    /// acknowledges. Returns false when the entry was left pending.
-    fn handle(&self, conversation: &str, entry: &str, reclaimed: bool) -> Result<bool, Failure> {
-        let shared = &self.shared;
-        let redis = &shared.redis;
-        if check_name(conversation).is_err() {
-            // Not one a `Queue` sends: nothing to run.
-            self.ack(entry)?;
-            return Ok(true);
-        }
-        let key = |what| redis.key(conversation, what);
-        let token = format!(
-            "{}{}",
-            shared.owner,
-            shared.tokens.fetch_add(1, Ordering::Relaxed)
-        );
-        let Some(begun) = self.begin(conversation, &token)? else {
-            // Another worker holds the conversation. It holds an entry of its own that it
-            // acknowledges only after draining the inbox, which this request is already in:
-            // a new entry can go. A reclaimed one stays pending: its holder may be the dead
-            // worker whose lease has not expired yet, and it comes back after `claim_after`.
-            if reclaimed {
-                return Ok(false);
-            }
-            self.ack(entry)?;
-            return Ok(true);
-        };
-        shared.side.begin(Follow {
-            inbox: key("inbox"),
-            lease: key("lease"),
-            token: token.clone(),
-            entry: entry.into(),
-            lease_for: self.config.lease,
-        });
-        let drained = self.drain(conversation, &token, entry, begun);
-        let client = shared.side.end();
-        let mut writer = shared.writer.lock();
-        if let Some(id) = client {
-            writer.link.unblock(id);
-        }
-        match drained {
-            Ok(()) => Ok(true),
-            Err(Failure::Entry(e)) => Err(Failure::Entry(e)),
-            Err(Failure::Redis(e)) => {
-                if !matches!(e, Error::LeaseLost) {
-                    // Free the conversation at once when the lease is still ours (a Redis
-                    // failure: it may not be reachable; the entry is tried again).
-                    let lease = key("lease");
-                    let _ = writer.link.call(Again::Safe, |c| {
-                        scripts::eval(scripts::DROP_LEASE, &[&lease])
-                            .arg(&token)
-                            .query::<i64>(c)
-                    });
-                }
-                Err(Failure::Redis(e))
-            }
-        }
-    }
-
-    /// Takes the lease and reads `meta`, the inbox after `done` and the transcript, in one
-    /// round trip (more for a transcript longer than a page). `None` when another worker
-    /// holds the lease.
-    fn begin(&self, conversation: &str, token: &str) -> Result<Option<Begun>, Error> {
-        let redis = &self.shared.redis;
-        let keys = ["lease", "meta", "inbox", "messages"].map(|w| redis.key(conversation, w));
-        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-        let mut writer = self.shared.writer.lock();
-        let link = &mut writer.link;
-        let reply: Vec<::redis::Value> = link.call(Again::Safe, |c| {
-            scripts::eval(scripts::BEGIN, &keys)
-                .arg(token)
-                .arg(millis(self.config.lease))
-                .arg(PAGE)
-                .arg(&self.shared.owner)
-                .query(c)
-        })?;
-        let int = |v: Option<&::redis::Value>| {
-            v.and_then(|v| ::redis::from_redis_value_ref::<i64>(v).ok())
-                .unwrap_or(0)
-        };
-        let text = |v: Option<&::redis::Value>| {
-            v.and_then(|v| ::redis::from_redis_value_ref::<String>(v).ok())
-                .unwrap_or_default()
-        };
-        if int(reply.first()) != 1 {
-            return Ok(None);
-        }
-        let inbox: ::redis::streams::StreamRangeReply = reply
-            .get(4)
-            .and_then(|v| ::redis::from_redis_value_ref(v).ok())
-            .unwrap_or_default();
-        let total = usize::try_from(int(reply.get(5))).unwrap_or(0);
-        let mut elements: Vec<Vec<u8>> = reply
-            .get(6)
-            .and_then(|v| ::redis::from_redis_value_ref(v).ok())
-            .unwrap_or_default();
-        while !inbox.ids.is_empty() && elements.len() < total {
-            let start = elements.len();
-            let page: Vec<Vec<u8>> = link.call(Again::Safe, |c| {
-                ::redis::cmd("LRANGE")
-                    .arg(keys[3])
-                    .arg(start)
-                    .arg(start + PAGE - 1)
-                    .query(c)
-            })?;
-            if page.is_empty() {
-                break;
-            }
-            elements.extend(page);
-        }
-        // Elements that are not a message are skipped, as `Store::load` skips them.
-        let messages = elements
-            .iter()
-            .filter_map(|e| serde_json::from_slice::<Message>(e).ok())
-            .collect();
-        Ok(Some(Begun {
-            started: text(reply.get(2)),
-            inbox: inbox.ids,
-            messages,
-        }))
-    }
-
-    /// Runs the conversation's inbox entries after `done`, in order, until none is left and
-    /// the lease is released (with the queue entry acknowledged).
-    fn drain(
-        &self,
-        conversation: &str,
-        token: &str,
-        entry: &str,
-        begun: Begun,
-    ) -> Result<(), Failure> {
-        let Begun {
-            started,
-            mut inbox,
-            mut messages,
-        } = begun;
-        let mut batches = 0;
-        let mut expected = String::new();
-        // Bounded: a conversation that keeps getting requests is handed back to the queue
-        // after this many, so one worker never holds it forever.
-        for _ in 0..64 {
-            let mut skipped = None;
-            let mut job = None;
-            for e in inbox.drain(..) {
-                let kind: String = e.get("kind").unwrap_or_default();
-                if kind == "abort" {
-                    // Nothing runs: an abort that came when no run was active.
-                    skipped = Some(e.id);
-                    continue;
-                }
-                let text: String = e.get("text").unwrap_or_default();
-                job = Some((e.id, kind, text));
-                break;
-            }
-            let done_now = match job {
-                Some((id, kind, text)) => {
-                    let resume = started == id;
-                    let ran = self.run(
-                        conversation,
-                        token,
-                        (&id, &text),
-                        resume,
-                        &mut messages,
-                        &mut batches,
-                    );
-                    match ran {
-                        Ok((last, wrote)) => {
-                            expected = wrote;
-                            Some(last)
-                        }
-                        Err(Failure::Entry(e)) => {
-                            if self.fail(conversation, token, (&id, &kind, &text), &e)? {
-                                // Dead-lettered: the conversation goes on.
-                                Some(id)
-                            } else {
-                                return Err(Failure::Entry(e));
-                            }
-                        }
-                        Err(e) => return Err(e),
-                    }
-                }
-                None => skipped,
-            };
-            match self.end(conversation, token, &expected, done_now.as_deref(), entry)? {
-                None => return Ok(()),
-                Some(more) => inbox = more,
-            }
-        }
-        // Hand the conversation back: announce it again, then free the lease.
-        let queue = self.shared.redis.queue_key();
-        let _ = self.shared.writer.lock().link.call(Again::Unsafe, |c| {
-            ::redis::cmd("XADD")
-                .arg(&queue)
-                .arg("*")
-                .arg("conversation")
-                .arg(conversation)
-                .query::<String>(c)
-        });
-        Err(Failure::Redis(Error::Connection(
-            "redis: the conversation was handed back after 64 runs".into(),
-        )))
-    }
-
-    /// Records `done` (when given) and either releases the lease and acknowledges `entry`
-    /// (`None`) or returns the inbox entries left to do.
-    fn end(
-        &self,
-        conversation: &str,
-        token: &str,
-        expected: &str,
-        done: Option<&str>,
-        entry: &str,
-    ) -> Result<Option<Vec<::redis::streams::StreamId>>, Error> {
-        let redis = &self.shared.redis;
-        let keys = ["lease", "meta", "inbox"].map(|w| redis.key(conversation, w));
-        let queue = redis.queue_key();
-        let reply: Vec<::redis::Value> = self.shared.writer.lock().link.call(Again::Safe, |c| {
-            scripts::eval(scripts::END, &[&keys[0], &keys[1], &keys[2], &queue])
-                .arg(token)
-                .arg(expected)
-                .arg(done.unwrap_or(""))
-                .arg(entry)
-                .arg(GROUP)
-                .arg(millis(self.config.lease))
-                .query(c)
-        })?;
-        let status = reply
-            .first()
-            .and_then(|v| ::redis::from_redis_value_ref::<i64>(v).ok());
-        match status {
-            Some(1) => Ok(None),
-            Some(0) => {
-                let more: ::redis::streams::StreamRangeReply = reply
-                    .get(1)
-                    .and_then(|v| ::redis::from_redis_value_ref(v).ok())
-                    .unwrap_or_default();
-                Ok(Some(more.ids))
-            }
-            Some(-1) => Err(Error::LeaseLost),
-            _ => Err(Error::Io {
-                kind: std::io::ErrorKind::Other,
-                message: "redis: a write of the run did not land".into(),
-            }),
-        }
-    }
-
-    /// Counts a failure of the inbox entry `job`; returns true when it was moved to the
-    /// dead-letter stream (the lease is kept), false when it is to be tried again (the lease
-    /// was freed).
-    fn fail(
-        &self,
-        conversation: &str,
-        token: &str,
-        (id, kind, text): (&str, &str, &str),
-        error: &Error,
-    ) -> Result<bool, Error> {
-        let redis = &self.shared.redis;
-        let keys = ["lease", "meta", "inbox"].map(|w| redis.key(conversation, w));
-        let dead = redis.dead_key();
-        let reply: Vec<i64> = self.shared.writer.lock().link.call(Again::Unsafe, |c| {
-            scripts::eval(scripts::FAIL, &[&keys[0], &keys[1], &keys[2], &dead])
-                .arg(token)
-                .arg(id)
-                .arg(error.to_string())
-                .arg(self.config.max_failures)
-                .arg(conversation)
-                .arg(kind)
-                .arg(text)
-                .query(c)
-        })?;
-        match reply.first() {
-            Some(2) => Ok(true),
-            Some(1) => Ok(false),
-            _ => Err(Error::LeaseLost),
-        }
-    }
-
-    /// One run of the inbox entry `job`: the agent from the transcript, the prompt (or
-    /// `continue_run` when the prompt is already stored), the inbox followed for control
-    /// requests. Returns the last inbox entry the run took and what `meta.wrote` must hold.
-    fn run(
-        &self,
-        conversation: &str,
-        token: &str,
-        (id, text): (&str, &str),
-        resume: bool,
-        messages: &mut Vec<Message>,
-        batches: &mut u64,
-    ) -> Result<(String, String), Failure> {
-        let shared = &self.shared;
-        let factory = &self.config.factory;
-        let built = guard::must("the agent factory", || {
-            factory(conversation, messages.clone())
-        });
-        let agent = match built.and_then(|built| built) {
-            Ok(agent) => agent,
-            Err(e) => return Err(Failure::Entry(e)),
-        };
-        shared.writer.lock().run = Some(RunWrites::new(
-            &shared.redis,
-            conversation,
-            token,
-            *batches,
-            (!resume).then(|| id.to_owned()),
-            self.config.events,
-            agent.handle(),
-        ));
-        let sub = agent.subscribe(shared.writer.listener());
-        shared.side.run_started(agent.handle(), id);
-        let first = if resume {
-            agent.continue_run()
-        } else {
-            agent.prompt(text)
-        };
-        let handed = shared.side.run_ended();
-        // A resume that finds the answer stored runs nothing.
-        let ran = !matches!(&first, Err(e) if matches!(e.error(), Error::NothingToContinue(_)));
-        // Steering and follow-ups handed over as the run ended are still queued: they run
-        // now, in this run's agent, so none is marked done without being taken.
-        let mut stopped = match &first {
-            Ok(r) => r.stop_reason,
-            Err(e) => e.result().stop_reason,
-        };
-        for _ in 0..8 {
-            let snapshot = agent.snapshot();
-            let queued =
-                !snapshot.steering_queue.is_empty() || !snapshot.follow_up_queue.is_empty();
-            if !queued || stopped == RunStopReason::Cancelled || shared.side.lost() {
-                break;
-            }
-            stopped = match agent.continue_run() {
-                Ok(r) => r.stop_reason,
-                Err(e) => e.result().stop_reason,
-            };
-        }
-        let writes = writer::finish(&mut shared.writer.lock());
-        drop(sub);
-        let writes = writes.expect("OK because this run put them in place");
-        if let Some(e) = writes.error() {
-            return Err(Failure::Redis(e.clone()));
-        }
-        if shared.side.lost() {
-            return Err(Failure::Redis(Error::LeaseLost));
-        }
-        let snapshot = agent.snapshot();
-        // What the run did not take (aborted with messages queued) is not done: those
-        // requests run again, as prompts.
-        let untaken = snapshot.steering_queue.len() + snapshot.follow_up_queue.len();
-        let taken = handed
-            .iter()
-            .filter(|(_, k)| k == "steer" || k == "follow_up")
-            .count()
-            .saturating_sub(untaken);
-        let mut last = id.to_owned();
-        let mut controls = 0;
-        for (entry, k) in &handed {
-            if k == "steer" || k == "follow_up" {
-                if controls == taken {
-                    break;
-                }
-                controls += 1;
-            }
-            last.clone_from(entry);
-        }
-        if ran && let Some(f) = &self.config.on_end {
-            shared.writer.lock().link.settle()?;
-            let _ = guard::catch(|| f(conversation, id, &snapshot));
-        }
-        *messages = snapshot.messages.iter().map(|m| (**m).clone()).collect();
-        *batches = writes.batches();
-        Ok((last, writes.expected()))
-    }
-
-    fn ack(&self, entry: &str) -> Result<(), Error> {
+    pub(super) fn ack(&self, entry: &str) -> Result<(), Error> {
         let queue = self.shared.redis.queue_key();
         self.shared.writer.lock().link.call(Again::Safe, |c| {
             ::redis::pipe()

@@ -164,6 +164,7 @@
 //! million of them fit in 8 GB.
 
 mod conn;
+mod conversation;
 mod events;
 mod fleet;
 mod queue;
