@@ -1,22 +1,10 @@
 //! The fleet under faults: a worker paused past its lease, connections the server closed,
-//! a restart, a full Redis with either eviction policy, a slow mirror behind a small cap,
-//! poison entries. Each test is named after what broke.
+//! a restart, a full Redis with either eviction policy, poison entries (mirrors under
+//! faults: `mirrors.rs`). Each test is named after what broke.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use super::*;
-
-/// Waits (bounded by `within`) until `done` holds.
-fn wait_within(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while !done() {
-        assert!(
-            Instant::now() < deadline,
-            "{what} did not happen within {within:?}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
 
 fn signal(pid: u32, sig: &str) {
     let ok = Command::new("kill")
@@ -25,24 +13,6 @@ fn signal(pid: u32, sig: &str) {
         .unwrap()
         .success();
     assert!(ok, "kill {sig} {pid}");
-}
-
-/// Each AgentStart/AgentEnd and every message of the conversation's whole event stream,
-/// described.
-fn runs_in_stream(redis: &Redis, conversation: &str) -> Vec<String> {
-    let mut mirror = RemoteMirror::new(redis, conversation);
-    let mut seen = Vec::new();
-    while let Some(event) = mirror.next_event(Duration::from_millis(1)).unwrap() {
-        match event {
-            pagent::AgentEvent::AgentStart => seen.push("AgentStart".to_string()),
-            pagent::AgentEvent::AgentEnd { stop_reason, .. } => {
-                seen.push(format!("AgentEnd {stop_reason}"));
-            }
-            pagent::AgentEvent::MessageEnd { message } => seen.push(describe(&message)),
-            _ => {}
-        }
-    }
-    seen
 }
 
 #[test]
@@ -461,162 +431,6 @@ fn an_evicting_redis_is_refused_and_a_queue_deleted_under_a_blocked_read_is_wait
     });
     worker.stop();
     assert!(running.join().unwrap().is_ok());
-}
-
-#[test]
-fn a_slow_mirror_behind_a_small_cap_gets_a_typed_error_and_resyncs_from_the_store() {
-    let redis = shared("behind");
-    let store = Store::new(&redis);
-    store.delete("c").unwrap();
-    // A long streamed reply: hundreds of events into a stream capped at 10.
-    let worker = Worker::new(&redis, "w", |_, messages| {
-        let faux = answering(Duration::ZERO).chunk_chars(1);
-        Agent::builder().provider(faux).messages(messages).build()
-    })
-    .unwrap()
-    .events(Some(10));
-    let queue = Queue::new(&redis);
-    let mut mirror = RemoteMirror::new(&redis, "c");
-    let long = "y".repeat(400);
-    queue.prompt("c", &long).unwrap();
-    assert_eq!(worker.step(Duration::from_secs(1)), Ok(1));
-    // The mirror comes late: the stream's start is gone.
-    match mirror.next_event(Duration::from_millis(10)) {
-        Err(Error::Behind {
-            missed: Some(n), ..
-        }) => assert!(n > 100, "{n}"),
-        other => panic!("{other:?}"),
-    }
-    // Nothing was folded, and it stays so until resynced.
-    assert!(mirror.state().messages.is_empty());
-    assert!(matches!(
-        mirror.next_event(Duration::from_millis(10)),
-        Err(Error::Behind { .. })
-    ));
-    let state = mirror.resync().unwrap();
-    let messages = |s: &pagent::State| s.messages.iter().map(|m| (**m).clone()).collect::<Vec<_>>();
-    assert_eq!(messages(&state), stored(&store, "c"));
-    // From there it follows the next run to the store's state (its events fit the cap
-    // of this handle of the worker: a setter on a clone).
-    queue.prompt("c", "Again.").unwrap();
-    let roomy = worker.clone().events(Some(1000));
-    assert_eq!(roomy.step(Duration::from_secs(1)), Ok(1));
-    let state = mirror.follow_run(Duration::from_secs(10)).unwrap();
-    assert_eq!(messages(&state), stored(&store, "c"));
-    assert_eq!(state.messages.len(), 4);
-}
-
-#[test]
-fn a_mirror_resynced_in_the_middle_of_a_reply_skips_its_deltas_without_reporting_a_quiet_stream() {
-    let redis = shared("resync-mid-reply");
-    let store = Store::new(&redis);
-    store.delete("c").unwrap();
-    // A reply of 150 one-character chunks at 100 a second: 1.5 s of deltas.
-    let worker = Worker::new(&redis, "w", |_, messages| {
-        let faux = answering(Duration::ZERO)
-            .chunk_chars(1)
-            .tokens_per_second(100.0);
-        Agent::builder().provider(faux).messages(messages).build()
-    })
-    .unwrap();
-    let w = worker.clone();
-    let queue = Queue::new(&redis);
-    queue.prompt("c", &"z".repeat(140)).unwrap();
-    let running = std::thread::spawn(move || w.step(Duration::from_secs(1)));
-    let mut peek = RemoteMirror::new(&redis, "c");
-    wait_within("the reply streaming", Duration::from_secs(10), || {
-        matches!(
-            peek.next_event(Duration::from_millis(50)),
-            Ok(Some(pagent::AgentEvent::MessageUpdate { .. }))
-        )
-    });
-    let mut mirror = RemoteMirror::new(&redis, "c");
-    let state = mirror.resync().unwrap();
-    assert_eq!(
-        state.messages.len(),
-        1,
-        "the prompt is stored, the reply is not yet"
-    );
-    // Deltas keep coming: each call folds the next event it can, never `None` within the
-    // wait while the stream goes on. The first one after the skipped deltas is the reply's
-    // end.
-    let next = mirror.next_event(Duration::from_secs(10)).unwrap();
-    assert!(
-        matches!(&next, Some(pagent::AgentEvent::MessageEnd { message }) if message.as_assistant().is_some()),
-        "{next:?}"
-    );
-    let state = mirror.follow_run(Duration::from_secs(10)).unwrap();
-    assert_eq!(running.join().unwrap(), Ok(1));
-    assert_eq!(
-        state
-            .messages
-            .iter()
-            .map(|m| (**m).clone())
-            .collect::<Vec<_>>(),
-        stored(&store, "c")
-    );
-    assert!(!state.is_streaming);
-}
-
-#[test]
-fn a_mirror_of_a_redis_that_lost_its_data_gets_a_typed_error() {
-    let mut server = RedisServer::start(false);
-    let redis = Redis::open(&server.url())
-        .unwrap()
-        .prefix("lost")
-        .timeout(Duration::from_secs(1));
-    let run = |text: &str| {
-        let agent = Agent::builder()
-            .provider(Faux::new([FauxReply::text(text)]))
-            .build()
-            .unwrap();
-        let log = EventLog::new(&redis, "c");
-        let _sub = agent.subscribe(log.listener());
-        agent.prompt("Hi").unwrap();
-        assert_eq!(log.error(), None);
-    };
-    run("First.");
-    let mut mirror = RemoteMirror::new(&redis, "c");
-    assert!(mirror.follow_run(Duration::from_secs(5)).is_ok());
-    // Redis restarts without persistence: the stream it had is gone, a new one starts.
-    server.restart();
-    run("Second.");
-    match mirror.next_event(Duration::from_millis(10)) {
-        Err(Error::Behind {
-            missed: None,
-            message,
-        }) => {
-            assert!(message.contains("lost"), "{message}");
-        }
-        other => panic!("{other:?}"),
-    }
-    // The store has nothing (only an event log was written): the state says so.
-    let state = mirror.resync().unwrap();
-    assert!(state.messages.is_empty());
-    assert_eq!(mirror.next_event(Duration::from_millis(10)), Ok(None));
-}
-
-#[test]
-fn after_dollar_resolves_once_so_events_appended_between_reads_are_not_missed() {
-    let redis = shared("dollar");
-    Store::new(&redis).delete("c").unwrap();
-    let log = EventLog::new(&redis, "c");
-    log.write_event(&pagent::AgentEvent::AgentStart).unwrap();
-    let mut mirror = RemoteMirror::new(&redis, "c").after("$");
-    assert_eq!(mirror.next_event(Duration::from_millis(10)), Ok(None));
-    // Appended while the mirror is not reading.
-    log.write_event(&pagent::AgentEvent::TurnStart { turn: 1 })
-        .unwrap();
-    log.write_event(&pagent::AgentEvent::TurnStart { turn: 2 })
-        .unwrap();
-    assert_eq!(
-        mirror.next_event(Duration::from_millis(10)),
-        Ok(Some(pagent::AgentEvent::TurnStart { turn: 1 }))
-    );
-    assert_eq!(
-        mirror.next_event(Duration::from_millis(10)),
-        Ok(Some(pagent::AgentEvent::TurnStart { turn: 2 }))
-    );
 }
 
 #[test]
