@@ -13,6 +13,7 @@
 //!
 //! ```sh
 //! OPENAI_API_KEY=sk-... cargo run --example chat                                  # OpenAI
+//! OPENAI_API=responses OPENAI_API_KEY=sk-... cargo run --example chat             # OpenAI, Responses API
 //! ANTHROPIC_API_KEY=sk-ant-... cargo run --example chat                           # Anthropic
 //! OPENAI_BASE_URL=http://localhost:11434/v1 PAGENT_MODEL=llama3.2 cargo run --example chat  # Ollama
 //! ```
@@ -73,8 +74,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// The model server and model: the one the environment names (`OPENAI_*`, `ANTHROPIC_*`,
-/// `PAGENT_MODEL`), else the offline demo. Everything else works the same with any `Provider`.
+/// The model server and model: the one the environment names (`OPENAI_*`, `OPENAI_API=responses`
+/// for the Responses API, `ANTHROPIC_*`, `PAGENT_MODEL`), else the offline demo. Everything else works the same with any `Provider`.
 fn provider() -> Result<(Arc<dyn Provider>, String), pagent::Error> {
     match pagent::llm::from_env() {
         Ok(configured) => {
@@ -92,7 +93,8 @@ fn provider() -> Result<(Arc<dyn Provider>, String), pagent::Error> {
     eprintln!(
         "pagent chat: offline demo on the scripted provider. To use a real server set \
          OPENAI_API_KEY (and OPENAI_BASE_URL for Ollama, llama.cpp or another compatible \
-         server) or ANTHROPIC_API_KEY (and ANTHROPIC_BASE_URL), and PAGENT_MODEL."
+         server; OPENAI_API=responses for the Responses API) or ANTHROPIC_API_KEY (and \
+         ANTHROPIC_BASE_URL), and PAGENT_MODEL."
     );
     let demo = Faux::default().chunk_chars(3).otherwise(demo_reply);
     // Stream visibly when a person watches; as fast as possible when piped.

@@ -237,29 +237,29 @@ impl PartialMessage {
                 Some(PartialBlock::Text(t)) => t.push_str(text),
                 _ => self.push_block(PartialBlock::Text(Text::from(text.as_str()))),
             },
+            // A signature closes its thinking block: reasoning after it is a new block, with
+            // a signature of its own (Anthropic's interleaved thinking, the items of the
+            // Responses API).
             StreamEvent::ThinkingDelta { text } => match &mut self.last {
-                Some(PartialBlock::Thinking { text: t, .. }) => t.push_str(text),
+                Some(PartialBlock::Thinking {
+                    text: t,
+                    signature: None,
+                }) => t.push_str(text),
                 _ => self.push_block(PartialBlock::Thinking {
                     text: Text::from(text.as_str()),
                     signature: None,
                 }),
             },
-            StreamEvent::ThinkingSignature { signature } => {
-                let thinking = |b: &PartialBlock| matches!(b, PartialBlock::Thinking { .. });
-                let idx = match &self.last {
-                    Some(last) if thinking(last) => Some(self.settled.done.len()),
-                    _ => self.settled.done.iter().rposition(thinking),
-                };
-                match idx.and_then(|i| self.block_mut(i)) {
-                    Some(PartialBlock::Thinking { signature: s, .. }) => {
-                        *s = Some(Arc::from(signature.as_str()))
-                    }
-                    _ => self.push_block(PartialBlock::Thinking {
-                        text: Text::new(),
-                        signature: Some(Arc::from(signature.as_str())),
-                    }),
+            StreamEvent::ThinkingSignature { signature } => match &mut self.last {
+                Some(PartialBlock::Thinking { signature: s, .. }) if s.is_none() => {
+                    *s = Some(Arc::from(signature.as_str()))
                 }
-            }
+                // A reasoning block with no text to show, only its signature.
+                _ => self.push_block(PartialBlock::Thinking {
+                    text: Text::new(),
+                    signature: Some(Arc::from(signature.as_str())),
+                }),
+            },
             StreamEvent::ToolCallStart { id, name } => self.push_call(PartialBlock::ToolCall {
                 id: Arc::from(id.as_str()),
                 name: Arc::from(name.as_str()),
@@ -522,5 +522,43 @@ mod tests {
         a.push_str("c");
         assert_eq!(a, Text::from("abc"));
         assert_ne!(a, Text::from("abd"));
+    }
+
+    /// Two reasoning items in one reply (or two signed thinking blocks) stayed apart: a
+    /// signature closes its block, so the next reasoning starts another, and a signature
+    /// with no reasoning text before it is a block of its own.
+    #[test]
+    fn a_signature_closes_its_thinking_block() {
+        let mut p = PartialMessage::new("m");
+        for e in [
+            StreamEvent::thinking("one"),
+            StreamEvent::ThinkingSignature {
+                signature: "s1".into(),
+            },
+            StreamEvent::thinking("two"),
+            StreamEvent::ThinkingSignature {
+                signature: "s2".into(),
+            },
+            StreamEvent::ThinkingSignature {
+                signature: "s3".into(),
+            },
+            text("answer"),
+        ] {
+            p.push(&e);
+        }
+        let m = p.to_message(StopReason::Stop);
+        let thinking = |t: &str, s: &str| ContentBlock::Thinking {
+            thinking: t.into(),
+            signature: Some(s.into()),
+        };
+        assert_eq!(
+            m.content,
+            [
+                thinking("one", "s1"),
+                thinking("two", "s2"),
+                thinking("", "s3"),
+                ContentBlock::text("answer"),
+            ]
+        );
     }
 }

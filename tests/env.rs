@@ -4,11 +4,12 @@
 mod support;
 
 use pagent::llm::{
-    ANTHROPIC_HEADERS_VAR, Anthropic, Faux, FromEnv, MAX_TOKENS_VAR, OPENAI_HEADERS_VAR,
-    OpenAiCompat, from_env, from_env_or,
+    ANTHROPIC_HEADERS_VAR, Anthropic, Faux, FromEnv, MAX_TOKENS_VAR, OPENAI_API_VAR,
+    OPENAI_HEADERS_VAR, OpenAiCompat, from_env, from_env_or,
 };
 
-const VARS: [&str; 8] = [
+const VARS: [&str; 9] = [
+    OPENAI_API_VAR,
     "OPENAI_API_KEY",
     "OPENAI_BASE_URL",
     "ANTHROPIC_API_KEY",
@@ -267,5 +268,48 @@ fn custom_headers_come_from_the_environment() {
             "{error}"
         );
     }
+    set(&[]);
+}
+
+/// `OPENAI_API=responses` picks the Responses API of the same server (with its key, custom
+/// headers and `PAGENT_MAX_TOKENS` as `max_output_tokens`); `chat` or nothing picks Chat
+/// Completions; anything else is an error naming the variable.
+#[test]
+fn openai_api_picks_the_responses_api() {
+    let _env = env_lock();
+    let sse = support::data("written/responses_text.sse");
+    let server = support::Server::start_exact(vec![support::Reply::sse(sse)]);
+    set(&[
+        ("OPENAI_BASE_URL", &format!("{}/v1", server.url)),
+        ("OPENAI_API_KEY", "sk-env-key"),
+        (OPENAI_API_VAR, " Responses "),
+        (MAX_TOKENS_VAR, "64"),
+        (OPENAI_HEADERS_VAR, "X-Title: env"),
+    ]);
+    let chosen = from_env().unwrap();
+    assert_eq!(chosen.provider.name(), "openai-responses");
+    let agent = pagent::Agent::builder()
+        .provider(chosen.provider)
+        .model(chosen.model)
+        .build()
+        .unwrap();
+    assert_eq!(
+        agent.prompt("Hi").unwrap().text(),
+        "Paris is 21 C and sunny."
+    );
+    let request = &server.requests()[0];
+    assert_eq!(request.path, "/v1/responses");
+    assert_eq!(request.header("authorization"), Some("Bearer sk-env-key"));
+    assert_eq!(request.header("x-title"), Some("env"));
+    assert_eq!(request.json()["max_output_tokens"], serde_json::json!(64));
+    for chat in ["chat", "chat_completions", ""] {
+        set(&[("OPENAI_API_KEY", "sk-1"), (OPENAI_API_VAR, chat)]);
+        assert_eq!(chosen_or_faux().0, "openai", "{chat:?}");
+    }
+    set(&[("OPENAI_API_KEY", "sk-1"), (OPENAI_API_VAR, "assistants")]);
+    assert_eq!(
+        from_env().unwrap_err().to_string(),
+        "configuration: OPENAI_API must be `responses` or `chat`, not `assistants`"
+    );
     set(&[]);
 }

@@ -3,8 +3,10 @@
 //! `PAGENT_LIVE_BASE_URL=http://127.0.0.1:8091/v1 cargo test --test live -- --ignored`, the
 //! variable naming the server's OpenAI-compatible base URL. `.ci/run` does that.
 //!
-//! The tool loop also runs over Anthropic Messages (llama-server's `/v1/messages`) with the
-//! prompt cache breakpoints `Anthropic` writes by default.
+//! The streamed reply and the tool loop run twice: over Chat Completions (`OpenAiCompat`) and
+//! over the Responses API (`OpenAiResponses`, llama-server's `/v1/responses`); the tool loop
+//! also over Anthropic Messages (llama-server's `/v1/messages`) with the prompt cache
+//! breakpoints `Anthropic` writes by default.
 
 mod support;
 
@@ -12,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use pagent::llm::{Anthropic, OpenAiCompat, Provider};
+use pagent::llm::{Anthropic, OpenAiCompat, OpenAiResponses, Provider};
 use pagent::{
     Agent, AgentEvent, AssistantMessage, ContentBlock, ErrorKind, Message, RunStopReason,
     StopReason, ToolCall, ToolOutput, tool,
@@ -33,6 +35,15 @@ fn live() -> OpenAiCompat {
     // machine.
     OpenAiCompat::new(base())
         .temperature(0.0)
+        .first_byte_timeout(Duration::from_secs(120))
+        .idle_timeout(Duration::from_secs(60))
+}
+
+/// The same server through its Responses API, replies capped at `max` tokens.
+fn live_responses(max: u32) -> OpenAiResponses {
+    OpenAiResponses::new(base())
+        .temperature(0.0)
+        .max_output_tokens(max)
         .first_byte_timeout(Duration::from_secs(120))
         .idle_timeout(Duration::from_secs(60))
 }
@@ -70,8 +81,17 @@ struct City {
 #[test]
 #[ignore = "needs a model server: PAGENT_LIVE_BASE_URL, see the module docs"]
 fn live_streamed_text_reply_with_usage() {
-    let provider = live();
-    let (agent, rec) = agent(provider.max_tokens(24));
+    streamed_text_reply_with_usage(live().max_tokens(24));
+}
+
+#[test]
+#[ignore = "needs a model server: PAGENT_LIVE_BASE_URL, see the module docs"]
+fn live_responses_streamed_text_reply_with_usage() {
+    streamed_text_reply_with_usage(live_responses(24));
+}
+
+fn streamed_text_reply_with_usage(provider: impl Provider + 'static) {
+    let (agent, rec) = agent(provider);
     let result = agent.prompt("Say hello to Oslo.").unwrap();
     assert_eq!(result.stop_reason, RunStopReason::NoToolCalls);
     let reply = result.messages[1].as_assistant().unwrap();
@@ -136,8 +156,14 @@ fn live_tool_call_round_trip() {
     tool_call_round_trip(live().max_tokens(64));
 }
 
-/// The server takes the `cache_control` breakpoints (tools, transcript) that `Anthropic`
-/// sends by default.
+#[test]
+#[ignore = "needs a model server: PAGENT_LIVE_BASE_URL, see the module docs"]
+fn live_responses_tool_call_round_trip() {
+    tool_call_round_trip(live_responses(64));
+}
+
+/// The server takes the `cache_control` breakpoints (system, tools, transcript) that
+/// `Anthropic` sends by default.
 #[test]
 #[ignore = "needs a model server: PAGENT_LIVE_BASE_URL, see the module docs"]
 fn live_anthropic_tool_call_round_trip_with_cache_breakpoints() {
@@ -158,7 +184,7 @@ fn tool_call_round_trip(provider: impl Provider + 'static) {
     let ends: Vec<_> = events
         .iter()
         .filter_map(|e| match e {
-            AgentEvent::ToolEnd { result, .. } => Some(result.clone()),
+            AgentEvent::ToolEnd { result } => Some(result.clone()),
             _ => None,
         })
         .collect();
@@ -183,59 +209,6 @@ fn tool_call_round_trip(provider: impl Provider + 'static) {
     ));
     let last = snapshot.messages.last().unwrap();
     assert!(last.as_assistant().is_some_and(|m| !m.is_empty()));
-}
-
-/// The README's recipe for small local models, as a user writes it: the few-shot history
-/// handed to the builder (its last example call unanswered), `repair_requests(false)`, then
-/// `prompt` with the question. The run used to append a synthesized "never answered" result
-/// for that last example call, which the model then parroted instead of calling the tool.
-#[test]
-#[ignore = "needs a model server: PAGENT_LIVE_BASE_URL, see the module docs"]
-fn live_readme_recipe_makes_a_real_tool_call() {
-    let mut history = few_shot();
-    let question = history.pop().expect("the question comes last");
-    let agent = Agent::builder()
-        .provider(live().max_tokens(64))
-        .model("smollm2")
-        .tool(tool::typed(
-            "get_weather",
-            "Get the current weather for a city",
-            |args: City, _| Ok(ToolOutput::text(format!("{}: 21 C, sunny", args.city))),
-        ))
-        .messages(history.clone())
-        .repair_requests(false)
-        .max_turns(2)
-        .build()
-        .unwrap();
-    agent.prompt(question.text()).unwrap();
-    let transcript = agent.snapshot().messages.to_vec();
-    // The history is kept as given: no result after the last example call.
-    assert_eq!(
-        transcript[..history.len()]
-            .iter()
-            .map(|m| (**m).clone())
-            .collect::<Vec<_>>(),
-        history
-    );
-    assert_eq!(transcript[history.len()].text(), "Weather in Paris?");
-    let reply = transcript[history.len() + 1]
-        .as_assistant()
-        .expect("the model's reply follows the question");
-    let call = reply.tool_calls().next().unwrap_or_else(|| {
-        panic!("no tool call: {:?}", reply.text());
-    });
-    assert_eq!(call.name, "get_weather");
-    assert_eq!(call.parse_arguments().unwrap(), json!({"city": "Paris"}));
-    let result = transcript[history.len() + 2]
-        .as_tool_result()
-        .expect("the tool's result");
-    assert_eq!(result.text(), "Paris: 21 C, sunny");
-    assert!(
-        !transcript
-            .iter()
-            .any(|m| m.text().contains("never answered")),
-        "a synthesized result in {transcript:#?}"
-    );
 }
 
 #[test]

@@ -501,10 +501,11 @@ fn assistant_block(block: &ContentBlock) -> Option<WireBlock<'_>> {
         // The API rejects empty text and unsigned thinking.
         ContentBlock::Text { text } if text.is_empty() => None,
         ContentBlock::Text { text } => Some(WireBlock::Text { text }),
+        // A reasoning item of the Responses API is no Anthropic signature.
         ContentBlock::Thinking {
             thinking,
             signature: Some(signature),
-        } => Some(WireBlock::Thinking {
+        } if !super::responses::is_reasoning_item(signature) => Some(WireBlock::Thinking {
             thinking,
             signature,
         }),

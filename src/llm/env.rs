@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use super::{Anthropic, OpenAiCompat, Provider};
+use super::{Anthropic, OpenAiCompat, OpenAiResponses, Provider};
 use crate::Error;
 
 /// The model used with Anthropic when `PAGENT_MODEL` is not set.
@@ -48,6 +48,10 @@ const NOTHING_SET: &str = "no provider in the environment: set OPENAI_API_KEY (o
 /// The variable that caps the tokens of each reply (`max_tokens`), read by [`from_env`].
 pub const MAX_TOKENS_VAR: &str = "PAGENT_MAX_TOKENS";
 
+/// The variable that picks the OpenAI API [`from_env`] speaks: `responses` for the Responses
+/// API ([`OpenAiResponses`]), `chat` (or unset) for Chat Completions ([`OpenAiCompat`]).
+pub const OPENAI_API_VAR: &str = "OPENAI_API";
+
 /// The variable of the custom headers of an OpenAI provider from the environment
 /// ([`OpenAiCompat::from_env`] and `OpenAiResponses::from_env`): one `Name: Value` per line,
 /// as in `OPENAI_CUSTOM_HEADERS=$'api-key: ...\nX-Title: my app'`. See the `header` setter of
@@ -64,14 +68,15 @@ pub const ANTHROPIC_HEADERS_VAR: &str = "ANTHROPIC_CUSTOM_HEADERS";
 ///   `PAGENT_MODEL` or `claude-haiku-4-5`.
 /// - else `OPENAI_API_KEY` or `OPENAI_BASE_URL` set: [`OpenAiCompat::from_env`] (OpenAI, or
 ///   a local server such as Ollama or llama.cpp at `OPENAI_BASE_URL`), model
-///   `PAGENT_MODEL` or `gpt-4o-mini`.
+///   `PAGENT_MODEL` or `gpt-4o-mini`; with `OPENAI_API=responses` ([`OPENAI_API_VAR`]),
+///   [`OpenAiResponses::from_env`] instead, the Responses API of the same server.
 /// - else [`Error::NotConfigured`]: use [`from_env_or`] to fall back to something offline,
 ///   such as the scripted [`Faux`](super::Faux) provider.
 ///
 /// `PAGENT_MAX_TOKENS` ([`MAX_TOKENS_VAR`]), when set, caps the tokens of each reply: the
 /// provider's `max_tokens` (a small local model may otherwise stream thousands of tokens
-/// for "a short story"). Unset, OpenAI-compatible servers use their own limit and
-/// Anthropic 8192.
+/// for "a short story"; `max_output_tokens` for the Responses API). Unset, OpenAI-compatible
+/// servers use their own limit and Anthropic 8192.
 ///
 /// `OPENAI_CUSTOM_HEADERS` ([`OPENAI_HEADERS_VAR`]) and `ANTHROPIC_CUSTOM_HEADERS`
 /// ([`ANTHROPIC_HEADERS_VAR`]) add headers to every request of the provider chosen: one
@@ -99,8 +104,8 @@ pub const ANTHROPIC_HEADERS_VAR: &str = "ANTHROPIC_CUSTOM_HEADERS";
 /// [`Error::NotConfigured`] when none of the variables is set ([`Error::is_not_configured`]);
 /// [`Error::Config`] when the chosen provider cannot be set up (a base URL that does not
 /// parse: no scheme, no host, a port outside 1-65535...), its custom headers cannot be sent
-/// (a line without `:`, a name that is not an HTTP token) or `PAGENT_MAX_TOKENS` is not a
-/// whole number above 0.
+/// (a line without `:`, a name that is not an HTTP token), `OPENAI_API` names another API
+/// than `responses` or `chat`, or `PAGENT_MAX_TOKENS` is not a whole number above 0.
 pub fn from_env() -> Result<FromEnv, Error> {
     let model = |default: &str| env_var("PAGENT_MODEL").unwrap_or_else(|| default.to_owned());
     let max_tokens = max_tokens()?;
@@ -112,6 +117,21 @@ pub fn from_env() -> Result<FromEnv, Error> {
         return Ok(FromEnv::new(provider, model(DEFAULT_ANTHROPIC_MODEL)));
     }
     if env_var("OPENAI_API_KEY").is_some() || env_var("OPENAI_BASE_URL").is_some() {
+        let api = env_var(OPENAI_API_VAR).map(|api| api.trim().to_ascii_lowercase());
+        if api.as_deref() == Some("responses") {
+            let mut provider = OpenAiResponses::from_env()?;
+            if let Some(tokens) = max_tokens {
+                provider = provider.max_output_tokens(tokens);
+            }
+            return Ok(FromEnv::new(provider, model(DEFAULT_OPENAI_MODEL)));
+        }
+        if let Some(other) = api.filter(|api| !matches!(api.as_str(), "chat" | "chat_completions"))
+        {
+            return Err(Error::Config(format!(
+                "{OPENAI_API_VAR} must be `responses` or `chat`, not `{}`",
+                super::error_text::clip(other, None, 40)
+            )));
+        }
         let mut provider = OpenAiCompat::from_env()?;
         if let Some(tokens) = max_tokens {
             provider = provider.max_tokens(tokens);

@@ -173,6 +173,7 @@ mod error_text;
 mod faux;
 pub(crate) mod http;
 mod openai;
+mod responses;
 mod retry;
 pub mod sse;
 mod transport;
@@ -180,10 +181,12 @@ mod url;
 
 pub use anthropic::{ANTHROPIC_BASE_URL, ANTHROPIC_VERSION, Anthropic, PromptCache};
 pub use env::{
-    ANTHROPIC_HEADERS_VAR, FromEnv, MAX_TOKENS_VAR, OPENAI_HEADERS_VAR, from_env, from_env_or,
+    ANTHROPIC_HEADERS_VAR, FromEnv, MAX_TOKENS_VAR, OPENAI_API_VAR, OPENAI_HEADERS_VAR, from_env,
+    from_env_or,
 };
 pub use faux::{Faux, FauxReply};
 pub use openai::{OPENAI_BASE_URL, OpenAiCompat};
+pub use responses::OpenAiResponses;
 pub use retry::RetryPolicy;
 
 /// What one model call gets.

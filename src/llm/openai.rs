@@ -308,7 +308,7 @@ fn wire(message: &Message) -> Option<Wire<'_>> {
 }
 
 /// The text blocks of a reply joined into one string, written without joining them first.
-struct JoinedText<'a>(&'a [ContentBlock]);
+pub(super) struct JoinedText<'a>(pub(super) &'a [ContentBlock]);
 
 impl Serialize for JoinedText<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
