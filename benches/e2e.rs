@@ -5,7 +5,13 @@
 //!   parser, chunk decoding, the fold into the state, one listener), one `prompt` per
 //!   iteration on a fresh agent;
 //! - `e2e/minimal_reader`: a minimal reader of the same bytes from the same server: a raw
-//!   TCP request, splitting the body into SSE events, parsing each JSON chunk into a struct.
+//!   TCP request, splitting the body into SSE events, parsing each JSON chunk into a struct;
+//! - `e2e/agent_responses`: the full agent on `OpenAiResponses`, the same reply (the same
+//!   tokens) as the Responses API streams it: one `response.output_text.delta` event per
+//!   token in OpenAI's shape (with its `event:` line, `sequence_number`, `item_id`,
+//!   `output_index`, `content_index`, `logprobs`), then the done events and
+//!   `response.completed` with the usage. Before the groups run, `responses/chat` prints the
+//!   median of 15 alternating runs of each agent per delta and their ratio.
 //!
 //! What is measured is CPU time, not wall time: the process's user + system time
 //! (`getrusage`, which counts the threads that ended too, such as the provider's reader
@@ -37,7 +43,7 @@ use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use pagent::CancelToken;
-use pagent::llm::{OpenAiCompat, Provider, Request};
+use pagent::llm::{OpenAiCompat, OpenAiResponses, Provider, Request};
 use pagent::{Agent, AgentEvent, AssistantMessage, ContentBlock, Message, ToolCall};
 use pagent::{StopReason, ToolResultMessage};
 use serde::Deserialize;
@@ -89,11 +95,59 @@ fn events() -> Vec<Vec<u8>> {
     out
 }
 
-/// Serves the reply to every request, close-delimited, until the process ends.
+/// The same reply as the Responses API streams it, in OpenAI's shape.
+fn responses_events() -> Vec<Vec<u8>> {
+    let id = "msg_68c1e0a9f3b48190a2b0c6d4e8f1a2b3";
+    let event = |seq: usize, kind: &str, rest: &str| {
+        format!("event: {kind}\ndata: {{\"type\":\"{kind}\",\"sequence_number\":{seq},{rest}}}\n\n")
+            .into_bytes()
+    };
+    let response = |status: &str, usage: &str| {
+        format!(
+            r#""response":{{"id":"resp_68c1e0a9","object":"response","created_at":1795993459,"status":"{status}","model":"gpt-5-mini","output":[],"parallel_tool_calls":true,"tool_choice":"auto","tools":[]{usage}}}"#
+        )
+    };
+    let mut out = vec![
+        event(0, "response.created", &response("in_progress", "")),
+        event(
+            1,
+            "response.output_item.added",
+            &format!(
+                r#""output_index":0,"item":{{"id":"{id}","type":"message","status":"in_progress","content":[],"role":"assistant"}}"#
+            ),
+        ),
+    ];
+    for i in 0..DELTAS {
+        let token = serde_json::to_string(&format!(" tok{}", i % 100)).unwrap();
+        out.push(event(
+            i + 2,
+            "response.output_text.delta",
+            &format!(r#""item_id":"{id}","output_index":0,"content_index":0,"delta":{token},"logprobs":[]"#),
+        ));
+    }
+    let n = DELTAS + 2;
+    out.push(event(
+        n,
+        "response.output_item.done",
+        &format!(r#""output_index":0,"item":{{"id":"{id}","type":"message","status":"completed","content":[],"role":"assistant"}}"#),
+    ));
+    out.push(event(
+        n + 1,
+        "response.completed",
+        &response(
+            "completed",
+            r#","usage":{"input_tokens":39,"input_tokens_details":{"cached_tokens":0},"output_tokens":2000,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":2039}"#,
+        ),
+    ));
+    out
+}
+
+/// Serves the reply to every request, close-delimited, until the process ends: the Chat
+/// Completions stream, or the Responses one to a request for `/responses`.
 fn serve() -> String {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    let events = Arc::new(events());
+    let events = Arc::new((events(), responses_events()));
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let events = events.clone();
@@ -103,14 +157,15 @@ fn serve() -> String {
     url
 }
 
-fn reply(stream: TcpStream, events: &[Vec<u8>]) {
+fn reply(stream: TcpStream, events: &(Vec<Vec<u8>>, Vec<Vec<u8>>)) {
     let start = cpu_ns(libc::RUSAGE_THREAD);
     write_reply(&stream, events);
     // Recorded before the stream closes, so the client's EOF comes after it.
     SERVER_CPU_NS.fetch_add(cpu_ns(libc::RUSAGE_THREAD) - start, Ordering::SeqCst);
 }
 
-fn write_reply(stream: &TcpStream, events: &[Vec<u8>]) {
+fn write_reply(stream: &TcpStream, both: &(Vec<Vec<u8>>, Vec<Vec<u8>>)) {
+    let mut events = &both.0[..];
     stream.set_nodelay(true).unwrap();
     let mut reader = BufReader::new(stream);
     let mut len = 0;
@@ -127,6 +182,9 @@ fn write_reply(stream: &TcpStream, events: &[Vec<u8>]) {
         }
         bulk |= line.starts_with("POST /bulk/");
         short |= line.starts_with("POST /short/");
+        if line.starts_with("POST ") && line.contains("/responses ") {
+            events = &both.1[..];
+        }
         if let Some((name, value)) = line.split_once(':')
             && name.eq_ignore_ascii_case("content-length")
         {
@@ -158,8 +216,16 @@ fn write_reply(stream: &TcpStream, events: &[Vec<u8>]) {
 }
 
 fn agent_run(url: &str) {
+    run_on(OpenAiCompat::new(format!("{url}/v1")));
+}
+
+fn agent_run_responses(url: &str) {
+    run_on(OpenAiResponses::new(format!("{url}/v1")));
+}
+
+fn run_on(provider: impl Provider + 'static) {
     let agent = Agent::builder()
-        .provider(OpenAiCompat::new(format!("{url}/v1")))
+        .provider(provider)
         .model("smollm2")
         .build()
         .unwrap();
@@ -309,9 +375,33 @@ fn request_bench(c: &mut Criterion, server: &str) {
     group.finish();
 }
 
+/// The two agents' CPU per delta, median of alternating runs, and their ratio: the
+/// Responses path against the Chat Completions path of the same reply.
+fn responses_against_chat(url: &str, name: &str) {
+    let per_delta = |run: &dyn Fn()| client_cpu(1, run).as_nanos() as f64 / DELTAS as f64;
+    let (mut chat, mut responses) = (Vec::new(), Vec::new());
+    for _ in 0..15 {
+        chat.push(per_delta(&|| agent_run(url)));
+        responses.push(per_delta(&|| agent_run_responses(url)));
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (c, r) = (median(&mut chat), median(&mut responses));
+    println!(
+        "responses/chat {name}: chat {c:.0} ns, responses {r:.0} ns per delta (CPU, median \
+         of 15 alternating runs): ratio {:.2}x",
+        r / c
+    );
+}
+
 fn bench(c: &mut Criterion) {
     let server = serve();
     let addr = server.trim_start_matches("http://").to_owned();
+    for (name, prefix) in [("per_token", ""), ("bulk", "/bulk")] {
+        responses_against_chat(&format!("{server}{prefix}"), name);
+    }
     for (name, prefix) in [("per_token", ""), ("bulk", "/bulk")] {
         assert_eq!(minimal_reader(&addr, prefix), DELTAS);
         let url = format!("{server}{prefix}");
@@ -321,6 +411,9 @@ fn bench(c: &mut Criterion) {
         // size; building one takes microseconds next to the 2000 deltas.
         group.bench_function("agent", |b| {
             b.iter_custom(|iters| client_cpu(iters, || agent_run(&url)))
+        });
+        group.bench_function("agent_responses", |b| {
+            b.iter_custom(|iters| client_cpu(iters, || agent_run_responses(&url)))
         });
         group.bench_function("minimal_reader", |b| {
             b.iter_custom(|iters| {

@@ -9,6 +9,8 @@
 //!   through the full agent on `OpenAiCompat`;
 //! - `turns/minimal_{1,20}`: a minimal blocking client doing the same requests with ureq
 //!   directly (one pooled connection, each body read to its end);
+//! - `turns/agent_responses_{1,20}_cpu`: the full agent on `OpenAiResponses`, the same
+//!   turns as the Responses API streams them (a `function_call` item, then a text message);
 //! - `abort/to_return_*`, `abort/to_server_close_*`: from `abort()` on another thread to
 //!   `prompt` returning, and to the server seeing the connection close, while the run waits
 //!   for the headers (`headers`) and mid-stream (`stream`).
@@ -27,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use crossbeam_channel::Sender;
-use pagent::llm::{OpenAiCompat, Provider, RetryPolicy};
+use pagent::llm::{OpenAiCompat, OpenAiResponses, Provider, RetryPolicy};
 use pagent::tool::{self, ToolOutput};
 use pagent::{Agent, RunStopReason};
 use serde::Deserialize;
@@ -76,6 +78,24 @@ const TEXT: &str = "data: {\"choices\":[{\"delta\":{\"content\":\"done\"}}]}\n\n
                     data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n\
                     data: [DONE]\n\n";
 
+/// The Responses API's tool call turn, in OpenAI's shape.
+fn responses_tool_call(n: usize) -> String {
+    let item = format!(
+        r#"{{"id":"fc_{n}","type":"function_call","status":"completed","arguments":"{{}}","call_id":"call_{n}","name":"echo"}}"#
+    );
+    format!(
+        "event: response.created\ndata: {{\"type\":\"response.created\",\"sequence_number\":0,\"response\":{{\"id\":\"resp_{n}\",\"status\":\"in_progress\"}}}}\n\n\
+         event: response.output_item.added\ndata: {{\"type\":\"response.output_item.added\",\"sequence_number\":1,\"output_index\":0,\"item\":{item}}}\n\n\
+         event: response.output_item.done\ndata: {{\"type\":\"response.output_item.done\",\"sequence_number\":2,\"output_index\":0,\"item\":{item}}}\n\n\
+         event: response.completed\ndata: {{\"type\":\"response.completed\",\"sequence_number\":3,\"response\":{{\"id\":\"resp_{n}\",\"status\":\"completed\"}}}}\n\n"
+    )
+}
+
+const RESPONSES_TEXT: &str = "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_t\",\"status\":\"in_progress\"}}\n\n\
+     event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"sequence_number\":1,\"output_index\":0,\"item\":{\"id\":\"msg_t\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[]}}\n\n\
+     event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":2,\"item_id\":\"msg_t\",\"output_index\":0,\"content_index\":0,\"delta\":\"done\",\"logprobs\":[]}\n\n\
+     event: response.completed\ndata: {\"type\":\"response.completed\",\"sequence_number\":3,\"response\":{\"id\":\"resp_t\",\"status\":\"completed\"}}\n\n";
+
 fn connection(stream: TcpStream, mode: Mode, closed: Option<Sender<Instant>>) {
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut out = stream;
@@ -84,6 +104,7 @@ fn connection(stream: TcpStream, mode: Mode, closed: Option<Sender<Instant>>) {
     loop {
         let mut len = 0;
         head.clear();
+        let mut responses = false;
         loop {
             let start = head.len();
             match reader.read_line(&mut head) {
@@ -94,6 +115,7 @@ fn connection(stream: TcpStream, mode: Mode, closed: Option<Sender<Instant>>) {
             if line.is_empty() {
                 break;
             }
+            responses |= line.starts_with("POST ") && line.contains("/responses ");
             if let Some((n, v)) = line.split_once(':')
                 && n.eq_ignore_ascii_case("content-length")
             {
@@ -106,15 +128,18 @@ fn connection(stream: TcpStream, mode: Mode, closed: Option<Sender<Instant>>) {
         }
         match mode {
             Mode::Turns => {
-                let results = body
-                    .windows(13)
-                    .filter(|w| w == b"\"role\":\"tool\"")
-                    .count();
-                let one = body.windows(8).any(|w| w == b"one turn");
-                let reply = if results + 1 < TURNS && !one {
-                    tool_call(results)
+                let marker: &[u8] = if responses {
+                    b"\"type\":\"function_call_output\""
                 } else {
-                    TEXT.to_owned()
+                    b"\"role\":\"tool\""
+                };
+                let results = body.windows(marker.len()).filter(|w| *w == marker).count();
+                let one = body.windows(8).any(|w| w == b"one turn");
+                let reply = match (results + 1 < TURNS && !one, responses) {
+                    (true, false) => tool_call(results),
+                    (true, true) => responses_tool_call(results),
+                    (false, false) => TEXT.to_owned(),
+                    (false, true) => RESPONSES_TEXT.to_owned(),
                 };
                 let msg = format!(
                     "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\
@@ -155,6 +180,11 @@ struct Nothing {}
 /// One provider per server, shared by the agents of every run (and so its connection pool).
 fn provider(url: &str) -> Arc<dyn Provider> {
     Arc::new(OpenAiCompat::new(format!("{url}/v1")).retry(RetryPolicy::none()))
+}
+
+/// The same, over the Responses API.
+fn responses_provider(url: &str) -> Arc<dyn Provider> {
+    Arc::new(OpenAiResponses::new(format!("{url}/v1")).retry(RetryPolicy::none()))
 }
 
 fn agent(provider: &Arc<dyn Provider>) -> Agent {
@@ -249,25 +279,36 @@ impl Runs {
 fn summary() {
     let url = server(Mode::Turns, None);
     let agent = provider(&url);
+    let responses = responses_provider(&url);
     let client: ureq::Agent = ureq::Agent::config_builder().build().into();
-    // Warm up both (connections, allocations).
+    // Warm up all three (connections, allocations).
     for _ in 0..3 {
         agent_run(&agent, TURNS);
+        agent_run(&responses, TURNS);
         minimal_run(&client, &url, TURNS);
     }
-    // The two clients' samples alternate, so that both see the same machine load.
+    // The clients' samples alternate, so that all see the same machine load.
     let samples = 30;
-    let (mut a, mut m) = (Runs::default(), Runs::default());
+    let (mut a, mut r, mut m) = (Runs::default(), Runs::default(), Runs::default());
     for _ in 0..samples {
         a.sample(|t| agent_run(&agent, t));
+        r.sample(|t| agent_run(&responses, t));
         m.sample(|t| minimal_run(&client, &url, t));
     }
-    let ((aw, ac), (mw, mc)) = (a.per_extra_turn(), m.per_extra_turn());
+    let ((aw, ac), (rw, rc), (mw, mc)) =
+        (a.per_extra_turn(), r.per_extra_turn(), m.per_extra_turn());
+    let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64().max(1e-9);
     println!(
         "per extra turn (median of {samples}): agent wall {aw:?} cpu {ac:?}; minimal client \
          wall {mw:?} cpu {mc:?}; wall ratio {:.2}x, cpu ratio {:.2}x",
-        aw.as_secs_f64() / mw.as_secs_f64().max(1e-9),
-        ac.as_secs_f64() / mc.as_secs_f64().max(1e-9)
+        ratio(aw, mw),
+        ratio(ac, mc)
+    );
+    println!(
+        "per extra turn (median of {samples}): agent on the Responses API wall {rw:?} cpu \
+         {rc:?}; against the agent on Chat Completions: wall {:.2}x, cpu {:.2}x",
+        ratio(rw, aw),
+        ratio(rc, ac)
     );
     for (name, mode) in [("headers", Mode::Silent), ("stream", Mode::OneEvent)] {
         let (back, close): (Vec<_>, Vec<_>) = (0..samples).map(|_| abort_once(mode)).unzip();
@@ -314,6 +355,7 @@ fn turns(c: &mut Criterion) {
     summary();
     let url = server(Mode::Turns, None);
     let agent = provider(&url);
+    let responses = responses_provider(&url);
     let client: ureq::Agent = ureq::Agent::config_builder().build().into();
     let mut g = c.benchmark_group("turns");
     for n in [1, TURNS] {
@@ -323,6 +365,13 @@ fn turns(c: &mut Criterion) {
         });
         g.bench_function(format!("agent_{n}_cpu"), |b| {
             b.iter_custom(|iters| (0..iters).map(|_| measure(|| agent_run(&agent, n)).1).sum())
+        });
+        g.bench_function(format!("agent_responses_{n}_cpu"), |b| {
+            b.iter_custom(|iters| {
+                (0..iters)
+                    .map(|_| measure(|| agent_run(&responses, n)).1)
+                    .sum()
+            })
         });
         g.bench_function(format!("minimal_{n}_cpu"), |b| {
             b.iter_custom(|iters| {
