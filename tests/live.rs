@@ -162,8 +162,8 @@ fn live_responses_tool_call_round_trip() {
     tool_call_round_trip(live_responses(64));
 }
 
-/// The server takes the `cache_control` breakpoints (system, tools, transcript) that
-/// `Anthropic` sends by default.
+/// The server takes the `cache_control` breakpoints (tools, transcript) that `Anthropic`
+/// sends by default.
 #[test]
 #[ignore = "needs a model server: PAGENT_LIVE_BASE_URL, see the module docs"]
 fn live_anthropic_tool_call_round_trip_with_cache_breakpoints() {
@@ -184,7 +184,7 @@ fn tool_call_round_trip(provider: impl Provider + 'static) {
     let ends: Vec<_> = events
         .iter()
         .filter_map(|e| match e {
-            AgentEvent::ToolEnd { result } => Some(result.clone()),
+            AgentEvent::ToolEnd { result, .. } => Some(result.clone()),
             _ => None,
         })
         .collect();
@@ -209,6 +209,59 @@ fn tool_call_round_trip(provider: impl Provider + 'static) {
     ));
     let last = snapshot.messages.last().unwrap();
     assert!(last.as_assistant().is_some_and(|m| !m.is_empty()));
+}
+
+/// The README's recipe for small local models, as a user writes it: the few-shot history
+/// handed to the builder (its last example call unanswered), `repair_requests(false)`, then
+/// `prompt` with the question. The run used to append a synthesized "never answered" result
+/// for that last example call, which the model then parroted instead of calling the tool.
+#[test]
+#[ignore = "needs a model server: PAGENT_LIVE_BASE_URL, see the module docs"]
+fn live_readme_recipe_makes_a_real_tool_call() {
+    let mut history = few_shot();
+    let question = history.pop().expect("the question comes last");
+    let agent = Agent::builder()
+        .provider(live().max_tokens(64))
+        .model("smollm2")
+        .tool(tool::typed(
+            "get_weather",
+            "Get the current weather for a city",
+            |args: City, _| Ok(ToolOutput::text(format!("{}: 21 C, sunny", args.city))),
+        ))
+        .messages(history.clone())
+        .repair_requests(false)
+        .max_turns(2)
+        .build()
+        .unwrap();
+    agent.prompt(question.text()).unwrap();
+    let transcript = agent.snapshot().messages.to_vec();
+    // The history is kept as given: no result after the last example call.
+    assert_eq!(
+        transcript[..history.len()]
+            .iter()
+            .map(|m| (**m).clone())
+            .collect::<Vec<_>>(),
+        history
+    );
+    assert_eq!(transcript[history.len()].text(), "Weather in Paris?");
+    let reply = transcript[history.len() + 1]
+        .as_assistant()
+        .expect("the model's reply follows the question");
+    let call = reply.tool_calls().next().unwrap_or_else(|| {
+        panic!("no tool call: {:?}", reply.text());
+    });
+    assert_eq!(call.name, "get_weather");
+    assert_eq!(call.parse_arguments().unwrap(), json!({"city": "Paris"}));
+    let result = transcript[history.len() + 2]
+        .as_tool_result()
+        .expect("the tool's result");
+    assert_eq!(result.text(), "Paris: 21 C, sunny");
+    assert!(
+        !transcript
+            .iter()
+            .any(|m| m.text().contains("never answered")),
+        "a synthesized result in {transcript:#?}"
+    );
 }
 
 #[test]

@@ -10,8 +10,10 @@
 //! # Real model servers
 //!
 //! [`OpenAiCompat`] speaks OpenAI's Chat Completions (OpenAI, Ollama, vLLM, llama.cpp,
-//! LM Studio, OpenRouter, DeepSeek...), [`Anthropic`] the Anthropic Messages API. Both stream
-//! over blocking HTTP (ureq, no async runtime), and share these behaviours:
+//! LM Studio, OpenRouter, DeepSeek...), [`OpenAiResponses`] OpenAI's Responses API (OpenAI,
+//! Azure, xAI, and the Open Responses servers: Ollama, vLLM, LM Studio, llama.cpp),
+//! [`Anthropic`] the Anthropic Messages API. All stream over blocking HTTP (ureq, no async
+//! runtime), and share these behaviours:
 //!
 //! - **Errors** are typed: [`Error::Http`] with the status and the server's own message,
 //!   [`Error::Timeout`] naming the phase, [`Error::Connection`], [`Error::Stream`] for a
@@ -56,6 +58,12 @@
 //!   ([`ErrorKind::InvalidRequest`](crate::ErrorKind::InvalidRequest)). A redirect would
 //!   send the request, and the key in its headers, to a host the base URL does not name;
 //!   point the base URL at the server itself instead.
+//! - **Custom headers** (`header(name, value)` on each provider, `OPENAI_CUSTOM_HEADERS` /
+//!   `ANTHROPIC_CUSTOM_HEADERS` from the environment) go with every request, each replacing
+//!   a provider header of its name; one named like a credential is a secret as the key is.
+//! - **Prompt caching**: [`Anthropic`] places `cache_control` breakpoints by default
+//!   ([`PromptCache`]); the OpenAI providers take a `prompt_cache_key`. Each reply's
+//!   [`Usage`](crate::Usage) has the cache reads and writes the server reported.
 //! - **Secrets**: API keys never appear in `Debug`, errors or events, not even in part: no
 //!   8 consecutive characters of the key reach any text of an error or a retry notice
 //!   (hence `AgentEnd`, the state and the wire), wherever a limit cut the server's text; a
