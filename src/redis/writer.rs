@@ -362,11 +362,16 @@ impl Writer {
             if run.error.is_some() {
                 return;
             }
+            let due = run.due;
             let when = run.push(event);
             let tools = matches!(event, AgentEvent::MessageEnd { message }
                 if message.as_assistant().is_some_and(|m| m.tool_calls().next().is_some()));
             match when {
                 When::Later => {}
+                // The lingering thread sleeps until the batch is due: woken only when it
+                // became due sooner (a wake per streaming delta would cost a thread switch
+                // each, on the run thread's path).
+                When::Soon if run.due == due => {}
                 When::Soon => {
                     this.wake.notify_one();
                 }
