@@ -145,9 +145,10 @@
 //! 2000 [nolog]` (one prompt per queue entry, Faux, Redis 7 on the same 2-core machine, busy
 //! with other builds; medians of seven rounds): one worker thread about 5,900 prompts/s with
 //! the event log off and 3,100 with it on; two workers 6,500 and 3,600. Each round trip is a
-//! script of several commands (about 16 µs of Redis CPU each, by `INFO commandstats`), so a
-//! prompt costs about half of what four bare round trips (`redis-benchmark -c 1` `XADD`)
-//! would: the rest is that Redis work and the run itself.
+//! script of several commands (about 16 µs of Redis CPU each, by `INFO commandstats`), more
+//! than a bare round trip costs. How far from the floor of four bare round trips
+//! (`redis-benchmark -c 1` `XADD`) that is, the busy machine did not tell: measured right
+//! before each run, the ratio ranged from a third to more than the floor between rounds.
 //!
 //! Memory per conversation (`MEMORY USAGE`, Redis 7, measured with `fleet memory`):
 //! - the transcript: the messages' JSON plus a few bytes each (about 3.2 KB for 10 short
