@@ -45,7 +45,12 @@ struct Recorded {
 }
 
 #[derive(Clone, Default)]
-struct Recording(Arc<Mutex<Recorded>>);
+struct Recording(Arc<Mutex<Recorded>>, SlowToolExit);
+
+/// When set, a tool worker leaving its `execute_tool` span waits a while first, so that the
+/// run thread lets go of the span before the worker does.
+#[derive(Clone, Copy, Default)]
+struct SlowToolExit(bool);
 
 /// Writes each field as the text a reader would compare: strings bare, numbers and booleans
 /// as written, seconds (the only floats) as `<secs>`.
@@ -133,6 +138,13 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Recording {
         }
     }
 
+    fn on_exit(&self, id: &Id, ctx: Context<'_, S>) {
+        let tool = ctx.span(id).is_some_and(|s| s.name() == "execute_tool");
+        if self.1.0 && tool && thread_label() == "pagent-tool" {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
     fn on_enter(&self, id: &Id, _ctx: Context<'_, S>) {
         let mut rec = self.0.lock().unwrap();
         let i = rec.by_id[&id.into_u64()];
@@ -185,6 +197,16 @@ impl Recording {
         self.0.lock().unwrap().spans.iter().all(|s| s.closed)
     }
 
+    /// The names of the spans not closed.
+    fn open(&self) -> Vec<String> {
+        let rec = self.0.lock().unwrap();
+        rec.spans
+            .iter()
+            .filter(|s| !s.closed)
+            .map(|s| s.name.to_owned())
+            .collect()
+    }
+
     /// The threads the spans named `name` were entered on.
     fn threads_of(&self, name: &str) -> BTreeSet<String> {
         let rec = self.0.lock().unwrap();
@@ -205,6 +227,14 @@ impl Recording {
 /// and the recording.
 fn traced<R>(f: impl FnOnce() -> R) -> (R, Recording) {
     let recording = Recording::default();
+    let subscriber = tracing_subscriber::registry().with(recording.clone());
+    let r = tracing::subscriber::with_default(subscriber, f);
+    (r, recording)
+}
+
+/// As [`traced`], with tool workers that leave their span late (see [`SlowToolExit`]).
+fn traced_slow_tool_exit<R>(f: impl FnOnce() -> R) -> (R, Recording) {
+    let recording = Recording(Arc::default(), SlowToolExit(true));
     let subscriber = tracing_subscriber::registry().with(recording.clone());
     let r = tracing::subscriber::with_default(subscriber, f);
     (r, recording)
@@ -350,6 +380,32 @@ fn a_run_with_parallel_tools_is_one_tree_in_the_conventions_names() {
         BTreeSet::from(["pagent-tool".to_owned()])
     );
     assert_eq!(rec.threads_of("chat"), BTreeSet::from(["test".to_owned()]));
+}
+
+/// A tool worker that lets go of its call's span after the run thread did closes it, and
+/// the run's span above it closes too. The registry lets go of a parent through the
+/// thread's default subscriber: a worker that dropped the span after leaving the run's
+/// subscriber left the run's span open for ever, so it was never exported.
+#[test]
+fn a_tool_span_let_go_of_last_by_its_worker_closes_and_so_does_the_run() {
+    let agent = Agent::builder()
+        .provider(
+            Faux::default()
+                .reply(two_calls())
+                .reply(FauxReply::text("Sunny, at noon.")),
+        )
+        .model("faux-1")
+        .tool(weather())
+        .tool(clock())
+        .build()
+        .unwrap();
+    let (result, rec) = traced_slow_tool_exit(|| agent.prompt("Weather and time?").unwrap());
+    assert_eq!(result.stop_reason, RunStopReason::NoToolCalls);
+    assert_eq!(
+        rec.threads_of("execute_tool"),
+        BTreeSet::from(["pagent-tool".to_owned()])
+    );
+    assert_eq!(rec.open(), Vec::<String>::new());
 }
 
 #[test]
@@ -514,6 +570,11 @@ fn an_http_error_is_its_kind_and_a_retry_is_an_event_and_no_key_is_in_any_span()
         "otel.name=invoke_agent",
         "pagent.run.turns=1",
     ];
+    // Where the requests went: the base URL's host and port.
+    let port = format!(
+        "server.port={}",
+        server.url.rsplit(':').next().unwrap_or_default()
+    );
     let chat = &[
         "gen_ai.operation.name=chat",
         "gen_ai.provider.name=openai",
@@ -522,6 +583,8 @@ fn an_http_error_is_its_kind_and_a_retry_is_an_event_and_no_key_is_in_any_span()
         "otel.kind=client",
         "otel.name=chat gpt-test",
         "pagent.turn=1",
+        "server.address=127.0.0.1",
+        &port,
     ];
     let failed = format!("otel.status_description={error}");
     // The 429's text, as the retry event carries it: the key is gone from it.

@@ -277,10 +277,9 @@ impl Run<'_> {
         let cancel = self.cancel.clone();
         let request = ToolCallRequest::new(call, args, &cancel);
         // Inside the call's span, on whichever thread asks.
-        let scope = self.trace.tool(&call.id);
-        let ask = || {
-            scope
-                .in_scope(|| guard::catch(|| hook(&request)))
+        let span = self.trace.tool(&call.id);
+        let ask = move || {
+            span.in_scope(|| guard::catch(|| hook(&request)))
                 .map_err(|panic| format!("the before_tool_call hook panicked: {panic}"))
         };
         if batch.running == 0 {

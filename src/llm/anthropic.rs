@@ -561,6 +561,11 @@ impl Provider for Anthropic {
     fn check(&self) -> Result<(), Error> {
         self.endpoint.check()
     }
+
+    /// The base URL's host and port.
+    fn server_address(&self) -> Option<super::ServerAddress> {
+        self.endpoint.server_address()
+    }
 }
 
 #[derive(Default)]

@@ -101,6 +101,11 @@ impl Endpoint {
         }
     }
 
+    /// The host and port of the base URL (none for one that did not parse).
+    pub(crate) fn server_address(&self) -> Option<super::ServerAddress> {
+        self.base.as_ref().ok().map(BaseUrl::server_address)
+    }
+
     /// The configuration error of the base URL, if it has one, with the key scrubbed.
     ///
     /// # Errors

@@ -404,6 +404,37 @@ pub trait Provider: Send + Sync {
     fn check(&self) -> Result<(), Error> {
         Ok(())
     }
+
+    /// The host and port the provider's requests go to, for traces: the `server.address`
+    /// and `server.port` of a model call's span (feature `tracing`). The HTTP providers
+    /// give their base URL's; defaults to `None` (a provider without a server, such as
+    /// [`Faux`]).
+    fn server_address(&self) -> Option<ServerAddress> {
+        None
+    }
+}
+
+/// Where a provider's requests go: a host (a domain name, or an IP address without
+/// brackets) and a port. See [`Provider::server_address`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ServerAddress {
+    /// The host, as the URL names it.
+    pub host: String,
+    /// The port, the scheme's default when the URL writes none.
+    pub port: u16,
+}
+
+impl ServerAddress {
+    /// The address `host`:`port` (brackets around an IPv6 host are removed).
+    pub fn new(host: impl Into<String>, port: u16) -> ServerAddress {
+        let host = host.into();
+        let host = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+            Some(inner) => inner.to_owned(),
+            None => host,
+        };
+        ServerAddress { host, port }
+    }
 }
 
 impl<P: Provider + ?Sized> Provider for std::sync::Arc<P> {
@@ -422,5 +453,9 @@ impl<P: Provider + ?Sized> Provider for std::sync::Arc<P> {
 
     fn check(&self) -> Result<(), Error> {
         (**self).check()
+    }
+
+    fn server_address(&self) -> Option<ServerAddress> {
+        (**self).server_address()
     }
 }

@@ -418,6 +418,11 @@ impl Provider for OpenAiCompat {
     fn check(&self) -> Result<(), Error> {
         self.endpoint.check()
     }
+
+    /// The base URL's host and port.
+    fn server_address(&self) -> Option<super::ServerAddress> {
+        self.endpoint.server_address()
+    }
 }
 
 #[derive(Default)]

@@ -158,6 +158,11 @@ impl BaseUrl {
         user.into_iter().chain(password).chain(query)
     }
 
+    /// The host and port requests go to (for traces).
+    pub(crate) fn server_address(&self) -> super::ServerAddress {
+        super::ServerAddress::new(self.host.as_str(), self.port)
+    }
+
     /// Scheme, host and port (always written), as errors name a server.
     pub(crate) fn origin(&self) -> String {
         format!("{}://{}:{}", self.scheme, self.host, self.port)
@@ -334,6 +339,27 @@ mod tests {
         assert!(matches!(shown("host:80/v1"), Err(Error::Config(_))));
         let m = config("sk-KEY-12345678://h/?k=sk-KEY-12345678");
         assert!(!m.contains("k=sk"), "{m}");
+    }
+
+    #[test]
+    fn the_server_address_is_the_host_without_brackets_and_the_port_in_effect() {
+        let address = |url: &str| BaseUrl::parse(url).unwrap().server_address();
+        assert_eq!(
+            host_port(address("https://api.openai.com/v1")),
+            ("api.openai.com".to_owned(), 443)
+        );
+        assert_eq!(
+            host_port(address("http://user:pw@[::1]:8080/v1?k=v")),
+            ("::1".to_owned(), 8080)
+        );
+        assert_eq!(
+            host_port(address("http://127.0.0.1")),
+            ("127.0.0.1".to_owned(), 80)
+        );
+    }
+
+    fn host_port(a: crate::llm::ServerAddress) -> (String, u16) {
+        (a.host, a.port)
     }
 
     #[test]

@@ -17,7 +17,7 @@
 //! | span (`otel.name`) | kind | from, to | attributes |
 //! |---|---|---|---|
 //! | `invoke_agent` (`invoke_agent {name}` with [`AgentBuilder::name`](crate::AgentBuilder::name)) | internal | `AgentStart`, after the `AgentEnd` listeners | `gen_ai.operation.name` = `invoke_agent`, `gen_ai.provider.name`, `gen_ai.agent.name`, `gen_ai.request.model`; at the end the run's `gen_ai.usage.*` (summed over its replies), `pagent.run.stop_reason`, `pagent.run.turns`, `error.type` |
-//! | `chat` (`chat {model}`) | client | the reply's `MessageStart`, after its `MessageEnd` listeners | `gen_ai.operation.name` = `chat`, `gen_ai.provider.name`, `gen_ai.request.model`, `gen_ai.request.stream` = true, `pagent.turn`; `gen_ai.response.time_to_first_chunk` (seconds, to the first delta of the reply); at the end `gen_ai.response.model`, `gen_ai.response.id`, `gen_ai.response.finish_reasons`, `gen_ai.usage.input_tokens`, `gen_ai.usage.output_tokens`, `gen_ai.usage.cache_read.input_tokens`, `gen_ai.usage.cache_creation.input_tokens`, `gen_ai.usage.reasoning.output_tokens`, `error.type` |
+//! | `chat` (`chat {model}`) | client | the reply's `MessageStart`, after its `MessageEnd` listeners | `gen_ai.operation.name` = `chat`, `gen_ai.provider.name`, `gen_ai.request.model`, `gen_ai.request.stream` = true, `pagent.turn`, `server.address` and `server.port` (where the requests go: [`Provider::server_address`](crate::llm::Provider::server_address), the base URL of the HTTP providers); `gen_ai.response.time_to_first_chunk` (seconds, to the first delta of the reply); at the end `gen_ai.response.model`, `gen_ai.response.id`, `gen_ai.response.finish_reasons`, `gen_ai.usage.input_tokens`, `gen_ai.usage.output_tokens`, `gen_ai.usage.cache_read.input_tokens`, `gen_ai.usage.cache_creation.input_tokens`, `gen_ai.usage.reasoning.output_tokens`, `error.type` |
 //! | `execute_tool` (`execute_tool {tool}`) | internal | `ToolStart`, after the `ToolEnd` listeners | `gen_ai.operation.name` = `execute_tool`, `gen_ai.tool.name`, `gen_ai.tool.call.id`, `gen_ai.tool.type` = `function`, `gen_ai.tool.description`; at the end `error.type` |
 //!
 //! `chat` and `execute_tool` spans are children of their run's `invoke_agent` span, which is
@@ -165,7 +165,7 @@ mod off {
             Scope
         }
         #[inline(always)]
-        pub(crate) fn in_scope<R>(&self, f: impl FnOnce() -> R) -> R {
+        pub(crate) fn in_scope<R>(self, f: impl FnOnce() -> R) -> R {
             f()
         }
     }

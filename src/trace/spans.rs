@@ -22,7 +22,7 @@ use tracing::{Dispatch, Id, Level, Span};
 
 use super::{Settings, content};
 use crate::event::AgentEvent;
-use crate::llm::{Provider, Request, StreamEvent, ToolDefinition};
+use crate::llm::{Provider, Request, ServerAddress, StreamEvent, ToolDefinition};
 use crate::message::{AssistantMessage, StopReason, ToolCall, ToolResultMessage, Usage};
 use crate::{Error, ErrorInfo};
 
@@ -35,6 +35,8 @@ pub(crate) struct RunTrace {
     tools: RefCell<Vec<ToolSpan>>,
     run: RefCell<Option<EnteredSpan>>,
     provider: String,
+    // Where the provider's requests go (`server.address`, `server.port` of `chat`).
+    server: Option<ServerAddress>,
     model: String,
     settings: Settings,
     // The system prompt, kept only when contents are recorded.
@@ -85,8 +87,18 @@ impl Scope {
     }
 
     /// Runs `f` inside the span, with the subscriber as this thread's default.
-    pub(crate) fn in_scope<R>(&self, f: impl FnOnce() -> R) -> R {
-        tracing::dispatcher::with_default(&self.dispatch, || self.span.in_scope(f))
+    ///
+    /// The span is let go of in there too. When this was its last handle, the span closes
+    /// here, and a registry then lets go of its parent through the thread's *default*
+    /// subscriber: outside, that would be another one (the global no-op), the parent would
+    /// never close, and neither would the run's span above it.
+    pub(crate) fn in_scope<R>(self, f: impl FnOnce() -> R) -> R {
+        let Scope { span, dispatch } = self;
+        tracing::dispatcher::with_default(&dispatch, move || {
+            let r = span.in_scope(f);
+            drop(span);
+            r
+        })
     }
 }
 
@@ -112,13 +124,15 @@ impl RunTrace {
         system_prompt: &str,
     ) -> RunTrace {
         // `name` is the provider's own code: a panic there costs the attribute, not the run.
-        let provider = crate::agent::guard::catch(|| provider.name().to_owned())
-            .unwrap_or_else(|_| "provider".to_owned());
+        let (provider, server) =
+            crate::agent::guard::catch(|| (provider.name().to_owned(), provider.server_address()))
+                .unwrap_or_else(|_| ("provider".to_owned(), None));
         RunTrace {
             chat: RefCell::new(None),
             tools: RefCell::new(Vec::new()),
             run: RefCell::new(None),
             provider,
+            server,
             model: model.to_owned(),
             settings: settings.clone(),
             system_prompt: (settings.content && !system_prompt.is_empty())
@@ -243,6 +257,8 @@ impl RunTrace {
             gen_ai.provider.name = self.provider.as_str(),
             gen_ai.request.model = model,
             gen_ai.request.stream = true,
+            server.address = self.server.as_ref().map(|s| s.host.as_str()),
+            server.port = self.server.as_ref().map(|s| int(s.port)),
             pagent.turn = int(turn),
             gen_ai.response.time_to_first_chunk = Empty,
             gen_ai.response.model = Empty,
