@@ -692,6 +692,11 @@ impl Provider for OpenAiResponses {
     fn check(&self) -> Result<(), Error> {
         self.endpoint.check()
     }
+
+    /// The base URL's host and port.
+    fn server_address(&self) -> Option<super::ServerAddress> {
+        self.endpoint.server_address()
+    }
 }
 
 /// One output item of the reply, as far as the decoder follows it.
