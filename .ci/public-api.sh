@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 VERSION=0.52.0
 SNAPSHOT=tests/public-api.txt
 
-rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
+. .ci/nightly.sh
 cargo public-api --version 2>/dev/null | grep -qx "cargo-public-api $VERSION" \
   || cargo install cargo-public-api --version "$VERSION" --locked
 
@@ -27,7 +27,7 @@ cargo public-api --version 2>/dev/null | grep -qx "cargo-public-api $VERSION" \
 # ...), which follow from the items listed and only make the list noisy; derived impls
 # (Clone, Debug, PartialEq...) stay: removing one breaks users.
 list() {
-  CARGO_TARGET_DIR=target/public-api cargo public-api --all-features -ss --color never
+  CARGO_TARGET_DIR=target/public-api cargo "+$NIGHTLY" public-api --all-features -ss --color never
 }
 
 case "${1:-}" in

@@ -11,11 +11,12 @@ shift || true
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(sse openai_stream anthropic_stream wire_decode lines session_load serve)
 
+. ../.ci/nightly.sh
 ./seeds.sh >/dev/null
 # Built outside the checkout, so that the dependencies (a sanitizer build of each) are
 # compiled once per machine rather than once per clone.
 target_dir="${PAGENT_FUZZ_TARGET_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/pagent-fuzz-target}"
-cargo +nightly fuzz build --target-dir "$target_dir"
+cargo "+$NIGHTLY" fuzz build --target-dir "$target_dir"
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 for t in "${targets[@]}"; do
@@ -28,7 +29,7 @@ for t in "${targets[@]}"; do
     leaks=1
     case "$t" in openai_stream | anthropic_stream | serve) leaks=0 ;; esac
     # -rss_limit_mb: a target that holds more than this for one input is a bug too.
-    if ! ASAN_OPTIONS="detect_leaks=$leaks" cargo +nightly fuzz run --target-dir "$target_dir" "$t" -- -max_total_time="$seconds" -rss_limit_mb=1024 -detect_leaks="$leaks" \
+    if ! ASAN_OPTIONS="detect_leaks=$leaks" cargo "+$NIGHTLY" fuzz run --target-dir "$target_dir" "$t" -- -max_total_time="$seconds" -rss_limit_mb=1024 -detect_leaks="$leaks" \
         -print_final_stats=1 >"$log" 2>&1; then
         tail -n 60 "$log"
         echo "fuzz $t failed: the input is in fuzz/artifacts/$t/"

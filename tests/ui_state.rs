@@ -77,7 +77,11 @@ fn a_waker_never_misses_the_first_event_of_a_run_started_elsewhere() {
         run.join().unwrap();
         let last = agent.snapshot().generation;
         assert_eq!(drawn.last(), Some(&last), "round {round}: {drawn:?}");
-        assert!(drawn.windows(2).all(|w| w[0] < w[1]), "{drawn:?}");
+        // Never an older state after a newer one. The same state may be drawn twice: a run
+        // that published just before the UI armed the waker still sees it armed and wakes
+        // (at most one wake per snapshot taken, as documented), and that frame reads the state
+        // the previous one already drew.
+        assert!(drawn.windows(2).all(|w| w[0] <= w[1]), "{drawn:?}");
     }
 }
 

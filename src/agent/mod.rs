@@ -932,7 +932,9 @@ impl AgentHandle {
 ///   the run, as a listener does. A panic in it is caught and ignored.
 /// - It is called at most once between two [`Waker::snapshot`]s (and once before the
 ///   first): a reply that streams a thousand deltas while the UI draws one frame asks for
-///   one more frame, not a thousand. The toolkit coalesces the rest.
+///   one more frame, not a thousand. The toolkit coalesces the rest. A wake may ask for a
+///   frame that then finds the state it already drew (a change that was published while
+///   the snapshot was taken shows in it and also wakes); it never asks for more than one.
 /// - No change is missed: a change published after a `snapshot` either shows in that
 ///   snapshot or calls `wake`. In particular a run's `AgentStart`, on another thread,
 ///   always wakes a UI whose last frame drew the idle agent: its first event is never lost,

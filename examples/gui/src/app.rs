@@ -272,7 +272,7 @@ fn message_view(ui: &mut egui::Ui, message: &Message) {
         }
         Message::ToolResult(result) => {
             ui.strong(format!("{} result", result.tool_name));
-            ui.label(result.content.as_str());
+            ui.label(result.text());
         }
         other => {
             ui.strong(other.role());

@@ -54,7 +54,7 @@ pub fn pending(call: &PendingToolCall, now: SystemTime) -> String {
         line.push_str(&format!(" for {}", seconds(running)));
     }
     if let Some(progress) = &call.progress {
-        line.push_str(&format!(": {}", progress.content));
+        line.push_str(&format!(": {}", progress.to_text()));
     }
     line
 }
@@ -72,7 +72,9 @@ pub fn finished(done: &FinishedToolCall) -> String {
         .unwrap_or_default();
     format!(
         "{} {} {outcome}{took}: {}",
-        done.call.name, done.call.arguments, done.result.content
+        done.call.name,
+        done.call.arguments,
+        done.result.text()
     )
 }
 
