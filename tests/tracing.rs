@@ -7,6 +7,9 @@
 //! because pagent carries the subscriber there, which these tests prove as well.
 
 mod support;
+// Trace context to and from other processes (`params._meta`).
+#[path = "tracing/propagation.rs"]
+mod propagation;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -318,6 +321,37 @@ const CHAT: &[&str] = &[
     "gen_ai.response.model=faux-1",
 ];
 
+/// The `invoke_agent` and `chat` lines of a run on `faux-1` that answers "hi" with 3 input
+/// tokens and 1 output token, under a span at `depth`.
+pub(crate) fn hello_run(depth: usize) -> [String; 2] {
+    [
+        span(
+            depth + 1,
+            "invoke_agent",
+            RUN,
+            &[
+                "gen_ai.usage.input_tokens=3",
+                "gen_ai.usage.output_tokens=1",
+                "otel.name=invoke_agent",
+                "pagent.run.stop_reason=no_tool_calls",
+                "pagent.run.turns=1",
+            ],
+        ),
+        span(
+            depth + 2,
+            "chat",
+            CHAT,
+            &[
+                "gen_ai.response.finish_reasons=[\"stop\"]",
+                "gen_ai.response.time_to_first_chunk=<secs>",
+                "gen_ai.usage.input_tokens=3",
+                "gen_ai.usage.output_tokens=1",
+                "pagent.turn=1",
+            ],
+        ),
+    ]
+}
+
 // ---- the span tree ----
 
 #[test]
@@ -429,35 +463,14 @@ fn the_run_span_is_a_child_of_the_callers_and_listeners_run_inside_it() {
         let _caller = tracing::info_span!("request_handler").entered();
         agent.prompt("hello").unwrap();
     });
+    let [run, chat] = hello_run(0);
     assert_eq!(
         rec.tree(),
         lines(&[
             "request_handler",
-            &span(
-                1,
-                "invoke_agent",
-                RUN,
-                &[
-                    "gen_ai.usage.input_tokens=3",
-                    "gen_ai.usage.output_tokens=1",
-                    "otel.name=invoke_agent",
-                    "pagent.run.stop_reason=no_tool_calls",
-                    "pagent.run.turns=1",
-                ]
-            ),
+            &run,
             "    ! listener.saw_end [test] seen=true",
-            &span(
-                2,
-                "chat",
-                CHAT,
-                &[
-                    "gen_ai.response.finish_reasons=[\"stop\"]",
-                    "gen_ai.response.time_to_first_chunk=<secs>",
-                    "gen_ai.usage.input_tokens=3",
-                    "gen_ai.usage.output_tokens=1",
-                    "pagent.turn=1",
-                ]
-            ),
+            &chat,
             "      ! listener.saw_reply [test] seen=true",
         ])
     );

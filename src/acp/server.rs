@@ -17,6 +17,7 @@ use super::sessions::{Session, Sessions};
 use super::{Options, PROTOCOL_VERSION, SessionInfo, codes};
 use crate::cancel::CancelToken;
 use crate::jsonrpc::{Call, LineOut, LinkError, Peer, Pool, RpcError};
+use crate::trace::Served;
 use crate::{AgentBuilder, Error, Message, session};
 
 /// What a session's listeners and permission hook share with the server.
@@ -358,7 +359,10 @@ where
         session.touch();
         let peer = &self.shared.peer;
         let job_session = session.clone();
-        let run = move || {
+        // The run's spans (feature `tracing`) go under the request's, whose parent is the
+        // trace context the client sent in `params._meta`.
+        let served = Served::open("session/prompt", id.as_ref(), Some(params));
+        let run = move |served: &Served| {
             let session = job_session;
             let outcome = claimed.prompt(text);
             session.touch();
@@ -367,10 +371,13 @@ where
             let Some(id) = id else { return };
             let _ = match map::prompt_answer(&outcome) {
                 Ok(stop) => peer.respond(&id, &json!({ "stopReason": stop })),
-                Err(refusal) => peer.respond_error(&id, &RpcError::from(refusal)),
+                Err(refusal) => {
+                    served.failed(refusal.0, &refusal.1);
+                    peer.respond_error(&id, &RpcError::from(refusal))
+                }
             };
         };
-        if runs.submit(run).is_err() {
+        if runs.submit(move || served.run(run)).is_err() {
             session.busy.store(false, Ordering::Release);
             return Err((
                 codes::INTERNAL_ERROR,

@@ -75,6 +75,42 @@
 //! attribute holds a header or a setting, and error messages have the key removed, as
 //! everywhere in pagent.
 //!
+//! # Propagation
+//!
+//! A trace goes on in the processes pagent talks to, as the conventions say it does, in
+//! `params._meta` of each JSON-RPC request (the keys of W3C Trace Context, `traceparent`
+//! and `tracestate`, unprefixed, and `baggage` with a baggage propagator):
+//!
+//! - In: the wire server's `prompt` and the ACP server's `session/prompt` are served in a
+//!   span of their own (`serve`, kind server, named by the method, with
+//!   `rpc.system.name` = `jsonrpc`, `rpc.method`, `jsonrpc.request.id`; a request answered
+//!   with an error has `rpc.response.status_code` and `error.type` = the code). Its parent
+//!   is the context the client sent in `params._meta`, else the span current on the thread
+//!   that reads the requests; the run's `invoke_agent` span is its child.
+//!
+//! `tracing` knows nothing of trace ids: the context of a span lives in the program's
+//! subscriber. So the program says how to read and write it, once, with
+//! [`set_propagator`]; without a propagator nothing is sent and what clients send is
+//! ignored. With `tracing-opentelemetry`, a propagator is a few lines over OpenTelemetry's
+//! own (`examples/otlp` has one):
+//!
+//! ```ignore
+//! use opentelemetry::propagation::TextMapPropagator;
+//! use opentelemetry_sdk::propagation::TraceContextPropagator;
+//! use tracing_opentelemetry::OpenTelemetrySpanExt;
+//!
+//! struct W3c(TraceContextPropagator);
+//!
+//! impl pagent::trace::Propagator for W3c {
+//!     fn inject(&self, span: &tracing::Span, carrier: &mut pagent::trace::Carrier) {
+//!         self.0.inject_context(&span.context(), &mut Fields(carrier));
+//!     }
+//!     fn extract(&self, carrier: &pagent::trace::Carrier, span: &tracing::Span) {
+//!         let _ = span.set_parent(self.0.extract(&Fields(carrier)));
+//!     }
+//! }
+//! ```
+//!
 //! ```
 //! # // The module is private without the feature, and its doctests run all the same.
 //! # #[cfg(feature = "tracing")] {
@@ -96,8 +132,16 @@
 #[cfg(feature = "tracing")]
 mod content;
 #[cfg(feature = "tracing")]
+mod propagate;
+#[cfg(feature = "tracing")]
+mod serve;
+#[cfg(feature = "tracing")]
 mod spans;
 
+#[cfg(feature = "tracing")]
+pub use propagate::{Carrier, Propagator, set_propagator};
+#[cfg(feature = "tracing")]
+pub(crate) use serve::Served;
 #[cfg(feature = "tracing")]
 pub(crate) use spans::{RunTrace, Scope};
 
@@ -126,6 +170,8 @@ impl Default for Settings {
 /// The same calls with the feature off: empty types, so the loop's calls compile to nothing.
 #[cfg(not(feature = "tracing"))]
 mod off {
+    use serde_json::Value;
+
     use crate::event::AgentEvent;
     use crate::llm::{Provider, Request, ToolDefinition};
 
@@ -137,6 +183,22 @@ mod off {
     pub(crate) struct RunTrace;
     pub(crate) struct Closing;
     pub(crate) struct Scope;
+    pub(crate) struct Served;
+
+    impl Served {
+        #[inline(always)]
+        pub(crate) fn open(_: &str, _: Option<&Value>, _: Option<&Value>) -> Served {
+            Served
+        }
+        #[inline(always)]
+        pub(crate) fn run<R>(self, f: impl FnOnce(&Served) -> R) -> R {
+            f(&self)
+        }
+        // Only the ACP server answers a prompt with an error.
+        #[cfg_attr(not(feature = "acp"), allow(dead_code))]
+        #[inline(always)]
+        pub(crate) fn failed(&self, _code: i64, _message: &str) {}
+    }
 
     impl RunTrace {
         #[inline(always)]
@@ -172,4 +234,4 @@ mod off {
 }
 
 #[cfg(not(feature = "tracing"))]
-pub(crate) use off::{RunTrace, Scope, Settings};
+pub(crate) use off::{RunTrace, Scope, Served, Settings};

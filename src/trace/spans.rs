@@ -27,7 +27,7 @@ use crate::message::{AssistantMessage, StopReason, ToolCall, ToolResultMessage, 
 use crate::{Error, ErrorInfo};
 
 /// The target of every span and event, for filters (`pagent=info`).
-const TARGET: &str = "pagent";
+pub(super) const TARGET: &str = "pagent";
 
 pub(crate) struct RunTrace {
     // Fields drop in order: a chat span is entered inside the run's, so it is left first.
@@ -513,7 +513,7 @@ fn int(n: impl TryInto<i64>) -> i64 {
 }
 
 /// Marks the operation of `span` failed: `error.type`, the status, its message.
-fn record_error(span: &Span, kind: &str, message: Option<&str>) {
+pub(super) fn record_error(span: &Span, kind: &str, message: Option<&str>) {
     span.record("error.type", kind);
     // The code first: `tracing-opentelemetry` takes a later code without a message.
     span.record("otel.status_code", "error");

@@ -15,6 +15,7 @@ use crate::hooks::{ToolCallRequest, ToolDecision};
 use crate::jsonrpc::{self, Call, LineOut, LinkError, Peer, Pool, Reply, RpcError, out};
 use crate::message::{Message, ToolCall};
 use crate::state::State;
+use crate::trace::Served;
 use crate::{Agent, AgentBuilder, Error, ErrorInfo, List, RunResult};
 
 /// The protocol version `initialize` reports.
@@ -437,7 +438,10 @@ impl<'a> Server<'a> {
                 return Err(refusal(e));
             }
         };
-        let run = move || {
+        // The run's spans (feature `tracing`) go under the request's, whose parent is the
+        // trace context the client sent in `params._meta`.
+        let served = Served::open("prompt", id.as_ref(), params);
+        let run = move |_: &Served| {
             let outcome = claimed.prompt(text);
             // Free before answering, so a client that prompts again on the answer is served.
             self.busy.store(false, Ordering::Release);
@@ -457,7 +461,7 @@ impl<'a> Server<'a> {
                     .respond(&id, &answer(e.result(), Some(ErrorInfo::from(e.error())))),
             };
         };
-        if runs.submit(run).is_err() {
+        if runs.submit(move || served.run(run)).is_err() {
             // Not taken: the claim went with the job.
             self.busy.store(false, Ordering::Release);
             return Err(refused(
