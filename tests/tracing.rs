@@ -16,7 +16,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use pagent::hooks::ToolDecision;
 use pagent::llm::{Faux, FauxReply, OpenAiCompat};
-use pagent::{Agent, AgentEvent, AgentHandle, RunStopReason, StreamEvent, ToolOutput, Usage, tool};
+use pagent::{
+    Agent, AgentEvent, AgentHandle, Document, Image, RunStopReason, StreamEvent, ToolOutput, Usage,
+    UserMessage, tool,
+};
 use serde_json::json;
 use support::{Reply, Server, fast_retries};
 use tracing::field::{Field, Visit};
@@ -927,7 +930,7 @@ fn contents_opted_in_follow_the_conventions_message_format() {
     // The second call sent the whole conversation.
     assert!(tree[4].starts_with("  chat "));
     let result = json!({"role": "tool", "parts": [
-        {"type": "tool_call_response", "id": "c1", "result": "Oslo: 21 C, sunny"}
+        {"type": "tool_call_response", "id": "c1", "response": "Oslo: 21 C, sunny"}
     ]});
     assert_eq!(
         field_of(&tree, 4, "gen_ai.input.messages"),
@@ -937,6 +940,44 @@ fn contents_opted_in_follow_the_conventions_message_format() {
         field_of(&tree, 4, "gen_ai.output.messages"),
         with_finish(&answer, "stop")
     );
+}
+
+#[test]
+fn contents_carry_images_and_documents_as_blob_and_uri_parts() {
+    let png = b"\x89PNG\r\n\x1a\nIHDR".to_vec();
+    let chart = tool::typed("get_chart", "", |_: City, _| {
+        Ok(ToolOutput::text("the chart").with_part(Image::url("https://example.com/c.png")))
+    });
+    let agent = Agent::builder()
+        .provider(
+            Faux::default()
+                .reply(FauxReply::tool_call("get_chart", json!({"city": "Oslo"})).with_id("c1"))
+                .reply(FauxReply::text("A sunny chart.")),
+        )
+        .model("faux-1")
+        .tool(chart)
+        .trace_content(true)
+        .build()
+        .unwrap();
+    let prompt = UserMessage::new("What are these?")
+        .with_part(Image::new("image/png", png))
+        .with_part(Document::url("https://example.com/report.pdf"))
+        .with_part(Document::text("notes.txt", "hi"));
+    let (_, rec) = traced(|| agent.prompt(prompt).unwrap());
+    let tree = rec.tree();
+    let user = json!({"role": "user", "parts": [
+        {"type": "text", "content": "What are these?"},
+        {"type": "blob", "modality": "image", "mime_type": "image/png", "content": "iVBORw0KGgpJSERS"},
+        {"type": "uri", "modality": "document", "uri": "https://example.com/report.pdf"},
+        {"type": "blob", "modality": "document", "mime_type": "text/plain", "content": "aGk="},
+    ]});
+    let result = json!({"role": "tool", "parts": [{"type": "tool_call_response", "id": "c1", "response": [
+        {"type": "text", "content": "the chart"},
+        {"type": "uri", "modality": "image", "uri": "https://example.com/c.png"},
+    ]}]});
+    assert!(tree[3].starts_with("  chat "), "{tree:#?}");
+    let sent = field_of(&tree, 3, "gen_ai.input.messages");
+    assert_eq!((&sent[0], &sent[2]), (&user, &result));
 }
 
 #[test]

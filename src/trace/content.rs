@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use crate::content::{Part, Source};
 use crate::message::{AssistantMessage, ContentBlock, Message, StopReason};
 
 /// `gen_ai.input.messages` of a model call: the messages it sent.
@@ -53,17 +54,46 @@ pub(super) fn system(prompt: &str) -> String {
 fn message(m: &Message) -> Value {
     match m {
         Message::Assistant(reply) => json!({"role": "assistant", "parts": assistant_parts(reply)}),
+        // The conventions' `response` is any value: the text, or the parts when the
+        // result holds more than text.
         Message::ToolResult(result) => json!({
             "role": "tool",
             "parts": [{
                 "type": "tool_call_response",
                 "id": result.tool_call_id,
-                "result": m.text(),
+                "response": if result.content.iter().all(|p| p.as_text().is_some()) {
+                    Value::String(m.text())
+                } else {
+                    Value::Array(parts(&result.content))
+                },
             }],
         }),
-        // A user message, and any kind added later, as its text.
-        _ => json!({"role": "user", "parts": [{"type": "text", "content": m.text()}]}),
+        Message::User(user) => json!({"role": "user", "parts": parts(&user.content)}),
     }
+}
+
+/// Parts of a user message or a tool result: text as `text`, inline bytes as a `blob`
+/// (base64, whole), a URL as a `uri`, with the conventions' modality and the media type.
+fn parts(parts: &[Part]) -> Vec<Value> {
+    parts
+        .iter()
+        .map(|part| {
+            let (modality, source) = match part {
+                Part::Text { text } => return json!({"type": "text", "content": text}),
+                Part::Image(image) => ("image", &image.source),
+                Part::Document(document) => ("document", &document.source),
+            };
+            match source {
+                Source::Inline { media_type, data } => json!({
+                    "type": "blob",
+                    "modality": modality,
+                    "mime_type": media_type,
+                    "content": data.base64().to_string(),
+                }),
+                Source::Url { url } => json!({"type": "uri", "modality": modality, "uri": url}),
+            }
+        })
+        .collect()
 }
 
 fn assistant_parts(reply: &AssistantMessage) -> Vec<Value> {

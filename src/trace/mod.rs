@@ -71,7 +71,11 @@
 //! (what the model was sent, as `transform_context` left it) and `gen_ai.output.messages`
 //! (the reply) on `chat`; the run's input and last reply on `invoke_agent`;
 //! `gen_ai.tool.call.arguments` (as validated and as a hook rewrote them) and
-//! `gen_ai.tool.call.result` on `execute_tool`. API keys are never in any span: no
+//! `gen_ai.tool.call.result` on `execute_tool` (its text). Images and documents in user
+//! messages and tool results are `blob` parts (`modality` `image` or `document`,
+//! `mime_type`, the bytes whole in base64) or, when given by URL, `uri` parts; a tool
+//! result is a `tool_call_response` whose `response` is its text, or its parts when it
+//! holds more than text. API keys are never in any span: no
 //! attribute holds a header or a setting, and error messages have the key removed, as
 //! everywhere in pagent.
 //!
