@@ -29,8 +29,32 @@
 //! | `session/new` | connects the MCP servers it lists (see below), builds a session's agent with the factory: `{"sessionId": ".."}`; `cwd` must be an absolute path |
 //! | `session/load` | with [`Options::session_dir`]: rebuilds the agent on the saved transcript, replays it as `session/update`s, then answers `{}`; refused while a prompt of that session runs (see [Sessions](#sessions)) |
 //! | `session/prompt` | runs the agent on the prompt's text; answers `{"stopReason": ..}` when the run ends, after every update of the run |
-//! | `session/cancel` | (a notification) aborts the session's run: its prompt answers `cancelled`, a permission request waiting for an answer is released |
+//! | `session/cancel` | (a notification) aborts the session's run: its prompt (and every prompt queued into it) answers `cancelled`, a permission request waiting for an answer is released and given up with `$/cancel_request` |
+//! | `_session/steering` | (the steering convention of other ACP agents, advertised as `_meta.steering.supported` in `initialize`'s answer) puts `prompt` into the running turn as steering: `{"outcome": "injected"}`; on an idle session starts a turn (`startedNewTurn`), or with `_meta.steering.idleBehavior` `"promptRequired"` does nothing (`promptRequired`) |
+//! | `$/cancel_request` | (a notification, both ways) for a running prompt: ends its run as `session/cancel` does; for a prompt still queued into a run: takes it out, it answers `cancelled`; for a `session/new` or `session/load` being set up: gives the setup up, answered [`codes::REQUEST_CANCELLED`]. The agent sends it for a permission request it gave up |
 //! | `authenticate` | answers `{}` (no authentication methods are offered) |
+//!
+//! # Prompts while a turn runs
+//!
+//! A `session/prompt` for a session whose prompt runs is not refused: its content goes into
+//! the running agent, as steering by default ([`crate::Agent::steer`]: before the next model
+//! call, after the tool calls running) or as a follow-up ([`crate::Agent::follow_up`]: when
+//! the agent would otherwise stop), as [`Options::prompt_while_running`] says
+//! ([`WhileRunning::Refuse`] keeps the plain lifecycle: -32600). Each prompt is answered when
+//! its content was answered:
+//!
+//! - steering joins the prompt it steers: both are answered together, when the run ends;
+//! - a follow-up starts when the reply before it was the last of its prompts: those prompts
+//!   are answered `end_turn` right then, before the follow-up's first update, and the
+//!   follow-up is answered when the run ends (or the next follow-up starts);
+//! - a `session/cancel` answers all of them `cancelled`, and what was still queued never
+//!   runs; a run that fails answers them all with its error;
+//! - steering that comes as the run ends (too late for its last model call) is not lost:
+//!   the run goes on with it.
+//!
+//! A session's steering and follow-up queues are filled only by these prompts: the factory's
+//! agent should not queue its own (the answers are matched to the queue's messages by
+//! order).
 //!
 //! # Sessions
 //!
@@ -53,7 +77,7 @@
 //!   and MCP servers end; a later request for it gets -32002, and with a session directory
 //!   it can be loaded again). When every one runs a prompt, the request is refused with
 //!   -32603.
-//! - **Cancels are never lost.** A `session/prompt` claims its agent as it is read
+//! - **Cancels are never lost.** A `session/prompt` on an idle session claims its agent as it is read
 //!   ([`crate::Agent::claim_run`]), before its worker starts the run: a `session/cancel`
 //!   read after it always cancels that prompt, which answers `cancelled`.
 //!
@@ -165,6 +189,7 @@ mod permission;
 mod server;
 mod servers;
 mod sessions;
+mod turns;
 
 /// The ACP protocol version [`serve`] speaks.
 pub const PROTOCOL_VERSION: u16 = 1;
@@ -184,6 +209,8 @@ pub mod codes {
     pub const INTERNAL_ERROR: i64 = -32603;
     /// No session (or saved session) has this id (ACP's `resource_not_found`).
     pub const RESOURCE_NOT_FOUND: i64 = -32002;
+    /// The request was cancelled by a `$/cancel_request` before it was done.
+    pub const REQUEST_CANCELLED: i64 = -32800;
 }
 
 /// What a tool does, for the client's icon and grouping (ACP's `ToolKind`).
@@ -210,6 +237,22 @@ pub enum ToolKind {
     /// Anything else.
     #[default]
     Other,
+}
+
+/// What a `session/prompt` read while a prompt of the same session runs becomes (see
+/// [`Options::prompt_while_running`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum WhileRunning {
+    /// Steering of the running turn ([`crate::Agent::steer`]): delivered before the next
+    /// model call, after the tool calls running.
+    #[default]
+    Steer,
+    /// A follow-up ([`crate::Agent::follow_up`]): delivered when the agent would otherwise
+    /// have stopped.
+    FollowUp,
+    /// Refused with [`codes::INVALID_REQUEST`], as ACP's plain prompt lifecycle has it.
+    Refuse,
 }
 
 /// The session a factory builds an agent for.
@@ -257,6 +300,7 @@ pub struct Options {
     mcp_timeout: Duration,
     passed_env: Vec<String>,
     mcp_prefixes: HashMap<String, String>,
+    while_running: WhileRunning,
 }
 
 /// The default of [`Options::max_sessions`].
@@ -311,6 +355,7 @@ impl Default for Options {
             mcp_timeout: MCP_TIMEOUT,
             passed_env: PASSED_ENV.iter().map(|&s| s.to_owned()).collect(),
             mcp_prefixes: HashMap::new(),
+            while_running: WhileRunning::default(),
         }
     }
 }
@@ -330,6 +375,7 @@ impl fmt::Debug for Options {
             .field("mcp_timeout", &self.mcp_timeout)
             .field("passed_env", &self.passed_env)
             .field("mcp_prefixes", &self.mcp_prefixes)
+            .field("while_running", &self.while_running)
             .finish_non_exhaustive()
     }
 }
@@ -400,6 +446,15 @@ impl Options {
     /// ends. Defaults to 30 s ([`crate::wire::STALL_TIMEOUT`]).
     pub fn stall_timeout(mut self, timeout: Duration) -> Options {
         self.output.stall = timeout;
+        self
+    }
+
+    /// What a `session/prompt` becomes when it comes while a prompt of the same session
+    /// runs: steering of that run, a follow-up, or a refusal. Defaults to
+    /// [`WhileRunning::Steer`]. Either way it is answered when its content was answered
+    /// (see [Prompts while a turn runs](self#prompts-while-a-turn-runs)).
+    pub fn prompt_while_running(mut self, what: WhileRunning) -> Options {
+        self.while_running = what;
         self
     }
 

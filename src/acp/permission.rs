@@ -96,7 +96,13 @@ fn ask_client(
     };
     match request.wait_for(ticket.replies()) {
         Some(reply) => permission(reply),
-        None => Permission::Refused("cancelled: the prompt was cancelled".into()),
+        None => {
+            // Given up: the client learns it, and may close its dialog (a late answer is
+            // ignored).
+            let cancel = json!({ "requestId": ticket.id() });
+            let _ = shared.peer.notify("$/cancel_request", &cancel);
+            Permission::Refused("cancelled: the prompt was cancelled".into())
+        }
     }
 }
 

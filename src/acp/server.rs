@@ -1,12 +1,14 @@
 //! The ACP server: reads requests on the peer, keeps the sessions, sets sessions up and runs
 //! prompts on bounded pools of threads, so that the reading thread never waits.
 
+use std::collections::HashMap;
 use std::io::{BufRead, ErrorKind as IoKind, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
 
 use super::input::{self, McpServer};
@@ -14,11 +16,13 @@ use super::map::{self, Refusal, Update};
 use super::permission::permission_hook;
 use super::servers;
 use super::sessions::{Session, Sessions};
-use super::{Options, PROTOCOL_VERSION, SessionInfo, codes};
+use super::turns::{Asker, Found, Prompts, Queued};
+use super::{Options, PROTOCOL_VERSION, SessionInfo, WhileRunning, codes};
 use crate::cancel::CancelToken;
+use crate::event::{AgentEvent, RunStopReason};
 use crate::jsonrpc::{Call, LineOut, LinkError, Peer, Pool, RpcError};
 use crate::trace::Served;
-use crate::{AgentBuilder, Error, Message, session};
+use crate::{Agent, AgentBuilder, ClaimedRun, Error, Message, RunError, RunResult, session};
 
 /// What a session's listeners and permission hook share with the server.
 pub(super) struct Shared {
@@ -52,6 +56,7 @@ where
         shared: &shared,
         sessions: Sessions::new(options.max_sessions),
         next_session: AtomicU64::new(0),
+        setups: Mutex::new(HashMap::new()),
     };
     let read = std::thread::scope(|scope| {
         let pools = Pools {
@@ -91,6 +96,8 @@ struct Server<'a, F> {
     shared: &'a Arc<Shared>,
     sessions: Sessions,
     next_session: AtomicU64,
+    /// The setups under way by the id of their request, for `$/cancel_request`.
+    setups: Mutex<HashMap<String, CancelToken>>,
 }
 
 /// A `session/new` or `session/load` read and checked, to be set up on a worker.
@@ -116,6 +123,8 @@ where
             "session/load" => self.open_session(&pools.setups, params, true, id.clone()),
             "session/prompt" => self.prompt(&pools.runs, params, id.clone()),
             "session/cancel" => self.cancel(params),
+            STEERING => self.steering(&pools.runs, params),
+            "$/cancel_request" => self.cancel_request(params),
             other => Err((codes::METHOD_NOT_FOUND, format!("unknown method `{other}`"))),
         };
         self.shared
@@ -141,6 +150,9 @@ where
             },
             "agentInfo": {"name": options.name, "title": options.title, "version": options.version},
             "authMethods": [],
+            // The convention of other ACP agents for steering a running turn: the
+            // `_session/steering` method (see `steering`).
+            "_meta": {"steering": {"supported": true}},
         })))
     }
 
@@ -158,11 +170,20 @@ where
         let setup = CancelToken::new();
         let replaced = self.sessions.reserve(&opening.id, load, setup.clone())?;
         let id = opening.id.clone();
+        let key = request.as_ref().map(Value::to_string);
+        if let Some(key) = &key {
+            self.setups.lock().insert(key.clone(), setup.clone());
+        }
+        let job_key = key.clone();
         let job = move || {
+            let key = job_key;
             // The sessions taken out end here, off the reading thread (their MCP servers may
             // take a moment), and before a loaded session opens its file again.
             drop(replaced);
             let made = self.set_up(&opening, &setup);
+            if let Some(key) = &key {
+                self.setups.lock().remove(key);
+            }
             let peer = &self.shared.peer;
             let answer = match made {
                 Ok(session) => {
@@ -173,6 +194,10 @@ where
                         json!({ "sessionId": opening.id })
                     })
                 }
+                Err(_) if setup.is_cancelled() => {
+                    self.sessions.settle(&opening.id, None);
+                    Err(RpcError::new(codes::REQUEST_CANCELLED, "request cancelled"))
+                }
                 Err(refusal) => {
                     self.sessions.settle(&opening.id, None);
                     Err(RpcError::from(refusal))
@@ -182,6 +207,9 @@ where
         };
         if setups.submit(job).is_err() {
             self.sessions.settle(&id, None);
+            if let Some(key) = &key {
+                self.setups.lock().remove(key);
+            }
             return Err((
                 codes::INTERNAL_ERROR,
                 format!("{MAX_SETUPS} sessions are being set up already; try again later"),
@@ -265,9 +293,25 @@ where
             agent.subscribe(writer.map_err(failed)?.listener()).keep();
         }
         let mcp_tools = connected.names;
+        let prompts = Arc::new(Mutex::new(Prompts::default()));
         let (listening, session_id, handle) = (shared.clone(), id.clone(), agent.handle());
+        let answering = prompts.clone();
         agent
             .subscribe(move |event| {
+                if let AgentEvent::MessageStart { message } = event
+                    && matches!(**message, Message::User(_))
+                {
+                    // A follow-up starts: the prompts before it were answered.
+                    let state = handle.snapshot();
+                    let answered = answering
+                        .lock()
+                        .user_message(state.steering_queue.len(), state.follow_up_queue.len());
+                    for asker in answered.into_iter().flatten() {
+                        let _ = listening
+                            .peer
+                            .respond(&asker, &json!({ "stopReason": "end_turn" }));
+                    }
+                }
                 let kind_of = |name: &str| listening.options.kind_of(name);
                 // A plan is the agent's own: what an MCP server's tool returns is not one.
                 let plans_from = |tool: &str| !mcp_tools.contains(tool);
@@ -287,7 +331,11 @@ where
                 let _ = send_update(&shared.peer, id, &update);
             }
         }
-        Ok(Arc::new(Session::new(agent, connected.connections)))
+        Ok(Arc::new(Session::new(
+            agent,
+            prompts,
+            connected.connections,
+        )))
     }
 
     /// The transcript saved for session `id`.
@@ -332,9 +380,12 @@ where
         self.sessions.get(id)
     }
 
-    /// Claims the session's agent now, on the reading thread, and runs the prompt on a
-    /// thread of the pool; it answers when the run ends. The claim taken here is what a
-    /// `session/cancel` read next cancels.
+    /// A `session/prompt`. On an idle session: claims its agent now, on the reading
+    /// thread, and runs the prompt on a thread of the pool, which answers when the run ends
+    /// (the claim taken here is what a `session/cancel` read next cancels). While a prompt
+    /// of the session runs: its content goes into that run as steering or as a follow-up
+    /// ([`Options::prompt_while_running`]), and it is answered when its content was (see
+    /// `turns`).
     fn prompt<'scope>(
         &'scope self,
         runs: &Pool<'scope>,
@@ -343,46 +394,144 @@ where
     ) -> Result<Option<Value>, Refusal> {
         let session = self.session(params)?;
         let text = input::prompt_text(params.get("prompt").unwrap_or(&Value::Null))?;
-        let still_running = || {
-            (
-                codes::INVALID_REQUEST,
-                "a prompt of this session is still running".to_owned(),
-            )
-        };
-        if session.busy.swap(true, Ordering::AcqRel) {
-            return Err(still_running());
+        let mut prompts = session.prompts.lock();
+        if prompts.running {
+            let how = match self.shared.options.while_running {
+                WhileRunning::Refuse => return Err(still_running()),
+                WhileRunning::Steer => Queued::Steering,
+                WhileRunning::FollowUp => Queued::FollowUp,
+            };
+            queue_into(&session.agent, &mut prompts, text, id, how);
+            return Ok(None);
         }
+        self.start_run(
+            runs,
+            &session,
+            &mut prompts,
+            text,
+            id,
+            ("session/prompt", params),
+        )?;
+        Ok(None)
+    }
+
+    /// `_session/steering`, the convention of other ACP agents (advertised in `initialize`
+    /// as `_meta.steering.supported`): `{sessionId, prompt}` goes into the running turn as
+    /// steering and answers `{"outcome": "injected"}` at once (its content is answered
+    /// through the running prompt's answer). On an idle session it starts a turn of its own
+    /// (`startedNewTurn`, whose updates come as a prompt's do, and no answer), unless
+    /// `_meta.steering.idleBehavior` is `promptRequired`: then nothing runs and it answers
+    /// `{"outcome": "promptRequired"}`.
+    fn steering<'scope>(
+        &'scope self,
+        runs: &Pool<'scope>,
+        params: &Value,
+    ) -> Result<Option<Value>, Refusal> {
+        let session = self.session(params)?;
+        let text = input::prompt_text(params.get("prompt").unwrap_or(&Value::Null))?;
+        let mut prompts = session.prompts.lock();
+        if prompts.running {
+            queue_into(&session.agent, &mut prompts, text, None, Queued::Steering);
+            return Ok(Some(json!({ "outcome": "injected" })));
+        }
+        let idle = params.pointer("/_meta/steering/idleBehavior");
+        if idle.and_then(Value::as_str) == Some("promptRequired") {
+            return Ok(Some(json!({
+                "outcome": "promptRequired",
+                "reason": "no turn of this session is running: send it as session/prompt",
+            })));
+        }
+        self.start_run(runs, &session, &mut prompts, text, None, (STEERING, params))?;
+        Ok(Some(json!({ "outcome": "startedNewTurn" })))
+    }
+
+    /// Claims the idle session's agent and runs `text` on a thread of the pool.
+    fn start_run<'scope>(
+        &'scope self,
+        runs: &Pool<'scope>,
+        session: &Arc<Session>,
+        prompts: &mut Prompts,
+        text: String,
+        asker: Asker,
+        (method, params): (&'static str, &Value),
+    ) -> Result<(), Refusal> {
         let Ok(claimed) = session.agent.claim_run() else {
-            session.busy.store(false, Ordering::Release);
             return Err(still_running());
         };
+        // The run's spans (feature `tracing`) go under the request's, whose parent is the
+        // trace context the client sent in `params._meta`.
+        let served = Served::open(method, asker.as_ref(), Some(params));
+        prompts.start(asker);
         session.touch();
         let peer = &self.shared.peer;
         let job_session = session.clone();
-        // The run's spans (feature `tracing`) go under the request's, whose parent is the
-        // trace context the client sent in `params._meta`.
-        let served = Served::open("session/prompt", id.as_ref(), Some(params));
         let run = move |served: &Served| {
             let session = job_session;
-            let outcome = claimed.prompt(text);
-            session.touch();
-            // Free before answering, so a client that prompts again on the answer is served.
-            session.busy.store(false, Ordering::Release);
-            let Some(id) = id else { return };
-            let _ = match map::prompt_answer(&outcome) {
-                Ok(stop) => peer.respond(&id, &json!({ "stopReason": stop })),
-                Err(refusal) => {
-                    served.failed(refusal.0, &refusal.1);
-                    peer.respond_error(&id, &RpcError::from(refusal))
-                }
-            };
+            let (answered, outcome) = run_session(&session, claimed, text);
+            for asker in answered.into_iter().flatten() {
+                let _ = match map::prompt_answer(&outcome) {
+                    Ok(stop) => peer.respond(&asker, &json!({ "stopReason": stop })),
+                    Err(refusal) => {
+                        served.failed(refusal.0, &refusal.1);
+                        peer.respond_error(&asker, &RpcError::from(refusal))
+                    }
+                };
+            }
         };
         if runs.submit(move || served.run(run)).is_err() {
-            session.busy.store(false, Ordering::Release);
+            // Nothing was queued meanwhile: this is the reading thread.
+            prompts.finish();
             return Err((
                 codes::INTERNAL_ERROR,
                 format!("{MAX_RUNS} prompts are running already; send this one again later"),
             ));
+        }
+        Ok(())
+    }
+
+    /// `$/cancel_request`: a prompt of ours whose content is in the transcript ends its
+    /// run as `session/cancel` does; one still queued is taken out of the queue and
+    /// answered `cancelled`; a session being set up gives its setup up (answered -32800).
+    /// Any other id is ignored, as the protocol says.
+    fn cancel_request(&self, params: &Value) -> Result<Option<Value>, Refusal> {
+        let Some(id) = params.get("requestId") else {
+            return Err(bad_params("$/cancel_request needs `requestId`"));
+        };
+        if let Some(setup) = self.setups.lock().get(&id.to_string()) {
+            setup.cancel();
+            return Ok(None);
+        }
+        for session in self.sessions.live() {
+            let mut prompts = session.prompts.lock();
+            let state = session.agent.snapshot();
+            let (steering, follow_ups) = (state.steering_queue.len(), state.follow_up_queue.len());
+            match prompts.cancel(id, steering, follow_ups) {
+                Found::Nothing => continue,
+                Found::Delivered => {
+                    session.agent.abort();
+                }
+                Found::Queued(how, index) => {
+                    let agent = &session.agent;
+                    let mut queue = match how {
+                        Queued::Steering => agent.clear_steering_queue(),
+                        Queued::FollowUp => agent.clear_follow_up_queue(),
+                    };
+                    if index < queue.len() {
+                        queue.remove(index);
+                    }
+                    for message in queue {
+                        let _ = match how {
+                            Queued::Steering => agent.steer(message),
+                            Queued::FollowUp => agent.follow_up(message),
+                        };
+                    }
+                    let _ = self
+                        .shared
+                        .peer
+                        .respond(id, &json!({ "stopReason": "cancelled" }));
+                }
+            }
+            return Ok(None);
         }
         Ok(None)
     }
@@ -390,6 +539,59 @@ where
     fn cancel(&self, params: &Value) -> Result<Option<Value>, Refusal> {
         self.session(params)?.agent.abort();
         Ok(Some(json!({})))
+    }
+}
+
+/// The method of other ACP agents' steering convention (see `Server::steering`).
+const STEERING: &str = "_session/steering";
+
+fn still_running() -> Refusal {
+    (
+        codes::INVALID_REQUEST,
+        "a prompt of this session is still running".to_owned(),
+    )
+}
+
+/// Queues `text` into the running agent of `prompts`, for `asker`.
+fn queue_into(agent: &Agent, prompts: &mut Prompts, text: String, asker: Asker, how: Queued) {
+    // The agent lives (the session holds it): neither refuses.
+    let _ = match how {
+        Queued::Steering => agent.steer(Message::user(text)),
+        Queued::FollowUp => agent.follow_up(Message::user(text)),
+    };
+    prompts.queue(asker, how);
+}
+
+/// Runs the claimed prompt, then, while what was queued into it is left over (steering
+/// that came as the run ended, or past `max_turns`), goes on with it. Returns the prompts
+/// to answer and the last run's outcome. On a run's thread.
+fn run_session(
+    session: &Session,
+    claimed: ClaimedRun,
+    text: String,
+) -> (Vec<Asker>, Result<RunResult, RunError>) {
+    let agent = &session.agent;
+    let mut outcome = claimed.prompt(text);
+    loop {
+        session.touch();
+        let mut prompts = session.prompts.lock();
+        let as_asked = matches!(&outcome, Ok(r) if r.stop_reason != RunStopReason::Cancelled);
+        let state = agent.snapshot();
+        let left = !state.steering_queue.is_empty() || !state.follow_up_queue.is_empty();
+        if as_asked
+            && left
+            && let Ok(next) = agent.claim_run()
+        {
+            drop(prompts);
+            outcome = next.continue_run();
+            continue;
+        }
+        if !as_asked {
+            // Cancelled or failed: what was queued is answered with it, and never runs.
+            agent.clear_queues();
+        }
+        // Free before answering, so a client that prompts again on the answer is served.
+        return (prompts.finish(), outcome);
     }
 }
 

@@ -10,7 +10,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use parking_lot::Mutex;
@@ -18,14 +17,15 @@ use parking_lot::Mutex;
 use super::codes;
 use super::map::Refusal;
 use super::servers::McpConnections;
+use super::turns::Prompts;
 use crate::Agent;
 use crate::cancel::CancelToken;
 
 /// One ACP session: its agent, whether a prompt of it is running, and when it was last used.
 pub(super) struct Session {
     pub(super) agent: Agent,
-    /// From a `session/prompt` accepted to its answer.
-    pub(super) busy: AtomicBool,
+    /// Its prompts: whether one runs, and those queued into it (see `turns`).
+    pub(super) prompts: Arc<Mutex<Prompts>>,
     last_used: Mutex<Instant>,
     /// The session's MCP servers; the agent (and its tools, which share the connections)
     /// goes first, then these, which ends the servers, once.
@@ -33,10 +33,10 @@ pub(super) struct Session {
 }
 
 impl Session {
-    pub(super) fn new(agent: Agent, mcp: McpConnections) -> Session {
+    pub(super) fn new(agent: Agent, prompts: Arc<Mutex<Prompts>>, mcp: McpConnections) -> Session {
         Session {
             agent,
-            busy: AtomicBool::new(false),
+            prompts,
             last_used: Mutex::new(Instant::now()),
             _mcp: mcp,
         }
@@ -48,7 +48,7 @@ impl Session {
     }
 
     fn is_busy(&self) -> bool {
-        self.busy.load(Ordering::Acquire)
+        self.prompts.lock().running
     }
 }
 
@@ -162,6 +162,11 @@ impl Sessions {
         for setup in table.setting_up.values() {
             setup.cancel();
         }
+    }
+
+    /// Every live session, still live.
+    pub(super) fn live(&self) -> Vec<Arc<Session>> {
+        self.table.lock().live.values().cloned().collect()
     }
 
     /// Every live session, taken out (to be dropped once every run has ended).

@@ -433,6 +433,11 @@ impl<E> Ticket<'_, E>
 where
     E: Clone + From<LinkError>,
 {
+    /// The request's id (for the protocol's cancellation notice once it is given up).
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
     /// The channel the reply comes on, to wait on it in a `select!` of one's own (a hook's
     /// `wait_for`). It disconnects when the connection ends.
     pub(crate) fn replies(&self) -> &crossbeam_channel::Receiver<Reply<E>> {

@@ -1,7 +1,9 @@
 // An ACP client written with the official TypeScript SDK (@agentclientprotocol/sdk, the
 // version .ci/acp.sh pins). It starts the agent given as its argument, drives it through the
 // protocol, and prints on stdout every update, permission request and answer it received, in
-// a stable form; tests/acp.rs compares that output line for line. Timings go to stderr.
+// a stable form; tests/acp.rs compares that output line for line. Every line the agent
+// writes is also checked against the SDK's published JSON schema (schema/v1/schema.json):
+// a line that does not validate is printed, which fails the comparison. Timings go to stderr.
 //
 //   node tests/acp/client.mjs target/debug/examples/acp_agent
 //
@@ -12,7 +14,7 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Readable, Writable } from "node:stream";
+import { PassThrough, Readable, Writable } from "node:stream";
 import { pathToFileURL } from "node:url";
 
 const nodeModules = process.env.PAGENT_ACP_NODE_PATH;
@@ -24,6 +26,86 @@ const sdkVersion = JSON.parse(
   readFileSync(join(nodeModules, "@agentclientprotocol/sdk/package.json"), "utf8"),
 ).version;
 console.error(`sdk ${sdkVersion}, protocol version ${acp.PROTOCOL_VERSION}`);
+
+// The schema check: each request of the client is remembered by id, so that each answer is
+// checked against the response type of its method.
+const Ajv2020 = require("ajv/dist/2020").default;
+const schema = JSON.parse(
+  readFileSync(join(nodeModules, "@agentclientprotocol/sdk/schema/v1/schema.json"), "utf8"),
+);
+const ajv = new Ajv2020({ strict: false, validateFormats: false, allErrors: false });
+ajv.addSchema(schema, "acp");
+const defs = Object.entries(schema.$defs);
+const defOf = (method, side, suffix) =>
+  defs.find(([name, d]) => d["x-method"] === method && d["x-side"] === side && name.endsWith(suffix))?.[0];
+const validator = (name) => ajv.getSchema(`acp#/$defs/${name}`);
+const envelope = ajv.compile({ $ref: "acp" });
+const sent = new Map();
+let checked = 0;
+const invalid = [];
+function check(line) {
+  if (!line.trim()) return;
+  checked += 1;
+  const m = JSON.parse(line);
+  const fail = (why) => invalid.push(`schema: ${why}: ${line}`);
+  if (!envelope(m)) return fail(`not an ACP message (${ajv.errorsText(envelope.errors)})`);
+  let name;
+  let value;
+  if (m.method !== undefined) {
+    const side = m.method.startsWith("$/") ? "protocol" : "client";
+    name = defOf(m.method, side, m.id !== undefined ? "Request" : "Notification");
+    value = m.params;
+  } else {
+    const method = sent.get(m.id);
+    if (m.error !== undefined) {
+      name = "Error";
+      value = m.error;
+    } else if (method !== undefined) {
+      name = defOf(method, "agent", "Response");
+      value = m.result;
+    }
+  }
+  if (name === undefined) {
+    // Extension methods (`_session/steering`) have no schema of their own beyond the envelope.
+    if ((m.method ?? sent.get(m.id) ?? "").startsWith("_")) return;
+    return fail(`no schema for ${m.method ?? `the answer to ${sent.get(m.id)}`}`);
+  }
+  const v = validator(name);
+  if (!v(value)) fail(`not a ${name} (${ajv.errorsText(v.errors)})`);
+}
+function tap(readable) {
+  const out = new PassThrough();
+  let rest = "";
+  readable.on("data", (chunk) => {
+    rest += chunk.toString("utf8");
+    let i;
+    while ((i = rest.indexOf("\n")) >= 0) {
+      check(rest.slice(0, i));
+      rest = rest.slice(i + 1);
+    }
+    out.write(chunk);
+  });
+  readable.on("end", () => out.end());
+  return out;
+}
+function remembering(writable) {
+  return new Writable({
+    write(chunk, encoding, done) {
+      for (const line of chunk.toString("utf8").split("\n")) {
+        if (!line.trim()) continue;
+        try {
+          const m = JSON.parse(line);
+          if (m.method !== undefined && m.id !== undefined) sent.set(m.id, m.method);
+        } catch {}
+      }
+      writable.write(chunk, encoding, done);
+    },
+    final(done) {
+      writable.end();
+      done();
+    },
+  });
+}
 
 // Nothing may hang: the whole conversation has this long.
 const deadline = setTimeout(() => {
@@ -108,8 +190,13 @@ const app = acp
     if (params.update.toolCallId) toolCallIds.set(params.update.toolCallId, params.sessionId);
     record(params.sessionId, describe(params.update));
   })
-  .onRequest("session/request_permission", ({ params }) => {
-    const answer = permissionAnswers.shift() ?? "reject_once";
+  .onRequest("session/request_permission", async ({ params, signal }) => {
+    let answer = permissionAnswers.shift() ?? "reject_once";
+    if (typeof answer === "function") answer = await answer(params, signal);
+    if (answer === "cancelled") {
+      record(params.sessionId, `request_permission ${params.toolCall.title} -> cancelled by the agent ($/cancel_request)`);
+      return { outcome: { outcome: "cancelled" } };
+    }
     const t = params.toolCall;
     const known = toolCallIds.get(t.toolCallId) === params.sessionId;
     record(
@@ -121,7 +208,10 @@ const app = acp
     return { outcome: { outcome: "selected", optionId: answer } };
   });
 
-const stream = acp.ndJsonStream(Writable.toWeb(agentProcess.stdin), Readable.toWeb(agentProcess.stdout));
+const stream = acp.ndJsonStream(
+  Writable.toWeb(remembering(agentProcess.stdin)),
+  Readable.toWeb(tap(agentProcess.stdout)),
+);
 const connection = app.connect(stream);
 const agent = connection.agent;
 const text = (t) => [{ type: "text", text: t }];
@@ -184,11 +274,14 @@ say(`file notes.txt exists=${exists}`);
 say(`A prompt "tell me a story"`);
 const story = agent.request("session/prompt", { sessionId: a, prompt: text("tell me a story") });
 // Wait until the reply's first part has streamed (the demo model then stalls for a minute).
-for (let i = 0; i < 500; i++) {
-  const got = (pending.get("A") ?? []).map((x) => x.text ?? "").join("");
-  if (got === "Once upon a time, ") break;
-  await new Promise((r) => setTimeout(r, 10));
+async function storyStarted() {
+  for (let i = 0; i < 500; i++) {
+    const got = (pending.get("A") ?? []).map((x) => x.text ?? "").join("");
+    if (got === "Once upon a time, ") break;
+    await new Promise((r) => setTimeout(r, 10));
+  }
 }
+await storyStarted();
 const cancelAt = performance.now();
 await agent.notify("session/cancel", { sessionId: a });
 const cancelled = await story;
@@ -236,11 +329,55 @@ say(`B' loaded`);
 flush("B'");
 labels.set(b, "B");
 
-// 8. the client goes: the agent ends
+// 8. a prompt while the turn runs steers it: sent while the agent waits for the permission
+// of the first prompt's tool call; both prompts end when the reply to both came
+let steered;
+permissionAnswers.push(() => {
+  say(`A prompt "and say hello" (while the turn runs)`);
+  steered = agent.request("session/prompt", { sessionId: a, prompt: text("and say hello") });
+  return "allow_once";
+});
+say(`A prompt "write the notes"`);
+const first = await agent.request("session/prompt", { sessionId: a, prompt: text("write the notes") });
+const second = await steered;
+flush("A");
+say(`A stop ${first.stopReason} and ${second.stopReason}`);
+rmSync(join(work, "notes.txt"));
+
+// 9. _session/steering (the steering convention of other agents, advertised in _meta)
+say(`initialize _meta=${JSON.stringify(init._meta)}`);
+const idle = await agent.request("_session/steering", {
+  sessionId: a,
+  prompt: text("hello"),
+  _meta: { steering: { idleBehavior: "promptRequired" } },
+});
+say(`_session/steering on an idle session: ${idle.outcome}`);
+
+// 10. $/cancel_request both ways: the client gives up its prompt (the SDK sends
+// $/cancel_request), and the agent gives up a permission request it no longer needs
+say(`A prompt "tell me a story" (then cancelled by $/cancel_request)`);
+const giveUp = new AbortController();
+const story2 = agent.request("session/prompt", { sessionId: a, prompt: text("tell me a story") }, { cancellationSignal: giveUp.signal });
+await storyStarted();
+giveUp.abort();
+const gaveUp = await story2;
+flush("A");
+say(`A stop ${gaveUp.stopReason}`);
+permissionAnswers.push(async (params, signal) => {
+  await agent.notify("session/cancel", { sessionId: params.sessionId });
+  await new Promise((resolve) => signal.addEventListener("abort", resolve, { once: true }));
+  return "cancelled";
+});
+await prompt("A", a, "write the notes");
+
+// 11. the client goes: the agent ends
 connection.close();
 agentProcess.stdin.end();
 const code = await exited;
 say(`agent exited ${code}`);
 clearTimeout(deadline);
 rmSync(work, { recursive: true, force: true });
+console.error(`schema: ${checked} lines of the agent checked`);
+say(`every line the agent wrote is valid: ${invalid.length === 0}`);
+for (const line of invalid) say(line);
 console.log(out.join("\n"));
