@@ -23,6 +23,8 @@ use pagent::llm::{Faux, FauxReply};
 use pagent::{Agent, AgentBuilder, ToolOutput, tool};
 use serde_json::{Value, json};
 
+#[path = "acp/lifecycle.rs"]
+mod lifecycle;
 #[path = "acp/steering.rs"]
 mod steering;
 
@@ -218,6 +220,7 @@ fn initialize_answers_version_1_with_the_agents_capabilities_and_info() {
                 "protocolVersion": 1,
                 "agentCapabilities": {
                     "loadSession": true,
+                    "sessionCapabilities": {"list": {}, "resume": {}, "close": {}, "delete": {}},
                     "promptCapabilities": {"image": false, "audio": false, "embeddedContext": true},
                     "mcpCapabilities": {"http": cfg!(feature = "mcp"), "sse": false},
                 },

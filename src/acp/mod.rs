@@ -28,6 +28,10 @@
 //! | `initialize` | answers protocol version 1 (the only one), the agent's info and capabilities: prompts of text, resource links and embedded text resources; `loadSession` when [`Options::session_dir`] is set; MCP over stdio, and over HTTP with the `mcp` feature (see below) |
 //! | `session/new` | connects the MCP servers it lists (see below), builds a session's agent with the factory: `{"sessionId": ".."}`; `cwd` must be an absolute path |
 //! | `session/load` | with [`Options::session_dir`]: rebuilds the agent on the saved transcript, replays it as `session/update`s, then answers `{}`; refused while a prompt of that session runs (see [Sessions](#sessions)) |
+//! | `session/resume` | as `session/load`, without the replay: a live session (idle) goes on from its own transcript, with the MCP servers now listed; another one from its saved transcript (with [`Options::session_dir`]); answers `{}` |
+//! | `session/list` | the live sessions and, with [`Options::session_dir`], the saved ones: `sessionId`, `cwd`, `title` (the first line of the session's first prompt), `updatedAt` (RFC 3339, UTC), most recently used first; `cwd` filters; one page (a `cursor` is refused) |
+//! | `session/close` | ends a live session: its running prompt answers `cancelled`, its agent and MCP servers end; a saved one stays saved (resumable); `{}` |
+//! | `session/delete` | with [`Options::session_dir`]: closes the session if it is live and removes its saved files; `{}` |
 //! | `session/prompt` | runs the agent on the prompt's text; answers `{"stopReason": ..}` when the run ends, after every update of the run |
 //! | `session/cancel` | (a notification) aborts the session's run: its prompt (and every prompt queued into it) answers `cancelled`, a permission request waiting for an answer is released and given up with `$/cancel_request` |
 //! | `_session/steering` | (the steering convention of other ACP agents, advertised as `_meta.steering.supported` in `initialize`'s answer) puts `prompt` into the running turn as steering: `{"outcome": "injected"}`; on an idle session starts a turn (`startedNewTurn`), or with `_meta.steering.idleBehavior` `"promptRequired"` does nothing (`promptRequired`) |
@@ -72,11 +76,17 @@
 //!   then load); a load of an idle live session replaces it: the old one is taken out at
 //!   once (a prompt for it then gets -32002 until the load answers) and ends before the new
 //!   one opens the file.
-//! - **A cap on live sessions** ([`Options::max_sessions`], 64): a `session/new` or
-//!   `session/load` that finds that many drops the idle session used longest ago (its agent
-//!   and MCP servers end; a later request for it gets -32002, and with a session directory
-//!   it can be loaded again). When every one runs a prompt, the request is refused with
-//!   -32603.
+//! - **A cap on live sessions** ([`Options::max_sessions`], 64): a `session/new`,
+//!   `session/load` or `session/resume` that finds that many closes the idle session used
+//!   longest ago, as `session/close` does (its agent and MCP servers end; a later request
+//!   for it gets -32002; with a session directory it stays in `session/list` and can be
+//!   resumed or loaded). When every one runs a prompt, the request is refused with -32603.
+//! - **Idle expiry** ([`Options::idle_timeout`], off by default): a session unused that long
+//!   is closed the same way, as the next request is read.
+//! - **What `session/list` lists.** Each saved session has, beside `<id>.jsonl`,
+//!   `<id>.meta.json` (its `cwd` and title); its time is the transcript's. A transcript
+//!   without one (saved before it existed) is not listed (the protocol needs its `cwd`) but
+//!   loads by id.
 //! - **Cancels are never lost.** A `session/prompt` on an idle session claims its agent as it is read
 //!   ([`crate::Agent::claim_run`]), before its worker starts the run: a `session/cancel`
 //!   read after it always cancels that prompt, which answers `cancelled`.
@@ -184,6 +194,7 @@ use crate::wire::MAX_LINE_LEN;
 use crate::{AgentBuilder, Error};
 
 mod input;
+mod listing;
 mod map;
 mod permission;
 mod server;
@@ -275,8 +286,9 @@ impl SessionInfo {
         &self.cwd
     }
 
-    /// True for `session/load`: [`serve`] puts the saved transcript into the builder after
-    /// the factory returns, so the factory builds as for a new session.
+    /// True for `session/load` and `session/resume`: [`serve`] puts the saved transcript
+    /// into the builder after the factory returns, so the factory builds as for a new
+    /// session.
     pub fn is_loaded(&self) -> bool {
         self.loaded
     }
@@ -301,6 +313,7 @@ pub struct Options {
     passed_env: Vec<String>,
     mcp_prefixes: HashMap<String, String>,
     while_running: WhileRunning,
+    idle_timeout: Option<Duration>,
 }
 
 /// The default of [`Options::max_sessions`].
@@ -356,6 +369,7 @@ impl Default for Options {
             passed_env: PASSED_ENV.iter().map(|&s| s.to_owned()).collect(),
             mcp_prefixes: HashMap::new(),
             while_running: WhileRunning::default(),
+            idle_timeout: None,
         }
     }
 }
@@ -376,6 +390,7 @@ impl fmt::Debug for Options {
             .field("passed_env", &self.passed_env)
             .field("mcp_prefixes", &self.mcp_prefixes)
             .field("while_running", &self.while_running)
+            .field("idle_timeout", &self.idle_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -455,6 +470,16 @@ impl Options {
     /// (see [Prompts while a turn runs](self#prompts-while-a-turn-runs)).
     pub fn prompt_while_running(mut self, what: WhileRunning) -> Options {
         self.while_running = what;
+        self
+    }
+
+    /// How long a live session may stay unused (no prompt running, none sent) before it
+    /// ends as a `session/close` ends it: its agent and MCP servers end, a later request for
+    /// it gets -32002, and with [`Options::session_dir`] it stays listed and can be resumed
+    /// or loaded. Checked as each request is read (no thread waits for it). Defaults to none:
+    /// sessions end only when closed, dropped for the cap, or when [`serve`] returns.
+    pub fn idle_timeout(mut self, timeout: Duration) -> Options {
+        self.idle_timeout = Some(timeout);
         self
     }
 

@@ -12,6 +12,7 @@ use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
 
 use super::input::{self, McpServer};
+use super::listing::{self, Meta};
 use super::map::{self, Refusal, Update};
 use super::permission::permission_hook;
 use super::servers;
@@ -100,14 +101,42 @@ struct Server<'a, F> {
     setups: Mutex<HashMap<String, CancelToken>>,
 }
 
-/// A `session/new` or `session/load` read and checked, to be set up on a worker.
+/// The requests that open a session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Open {
+    New,
+    /// `session/load`: the saved transcript, replayed as updates.
+    Load,
+    /// `session/resume`: the transcript (a live session's or a saved one), not replayed.
+    Resume,
+}
+
+impl Open {
+    fn method(self) -> &'static str {
+        match self {
+            Open::New => "session/new",
+            Open::Load => "session/load",
+            Open::Resume => "session/resume",
+        }
+    }
+}
+
+/// A `session/new`, `session/load` or `session/resume` read and checked, to be set up on a
+/// worker.
 struct Opening {
     id: String,
     cwd: PathBuf,
     servers: Vec<McpServer>,
-    /// The saved transcript of a `session/load`.
+    /// The transcript of a `session/load` or `session/resume`.
     saved: Option<Vec<Message>>,
+    /// Replay `saved` as updates (`session/load`).
+    replay: bool,
+    /// The title it had.
+    title: Option<String>,
 }
+
+#[path = "lifecycle.rs"]
+mod lifecycle;
 
 impl<'a, F> Server<'a, F>
 where
@@ -116,11 +145,16 @@ where
     fn handle<'scope>(&'scope self, pools: &Pools<'scope>, call: Call) {
         let Call { id, method, params } = call;
         let params = &params.unwrap_or_else(|| Value::Object(Map::new()));
+        self.expire(&pools.setups);
         let answer = match method.as_str() {
             "initialize" => self.initialize(params),
             "authenticate" => Ok(Some(json!({}))),
-            "session/new" => self.open_session(&pools.setups, params, false, id.clone()),
-            "session/load" => self.open_session(&pools.setups, params, true, id.clone()),
+            "session/new" => self.open_session(&pools.setups, params, Open::New, id.clone()),
+            "session/load" => self.open_session(&pools.setups, params, Open::Load, id.clone()),
+            "session/resume" => self.open_session(&pools.setups, params, Open::Resume, id.clone()),
+            "session/list" => self.list(params),
+            "session/close" => self.close(&pools.setups, params),
+            "session/delete" => self.delete(&pools.setups, params),
             "session/prompt" => self.prompt(&pools.runs, params, id.clone()),
             "session/cancel" => self.cancel(params),
             STEERING => self.steering(&pools.runs, params),
@@ -144,6 +178,7 @@ where
             "protocolVersion": PROTOCOL_VERSION,
             "agentCapabilities": {
                 "loadSession": options.session_dir.is_some(),
+                "sessionCapabilities": lifecycle::capabilities(options),
                 "promptCapabilities": {"image": false, "audio": false, "embeddedContext": true},
                 // Stdio servers need no capability; HTTP ones the MCP client (feature `mcp`).
                 "mcpCapabilities": {"http": cfg!(feature = "mcp"), "sse": false},
@@ -156,19 +191,20 @@ where
         })))
     }
 
-    /// Checks a `session/new` or `session/load` and reserves its id on the reading thread,
-    /// then sets the session up on a worker, which answers: connecting its MCP servers may
-    /// take a while, and the other sessions' requests are read meanwhile.
+    /// Checks a `session/new`, `session/load` or `session/resume` and reserves its id on the
+    /// reading thread, then sets the session up on a worker, which answers: connecting its
+    /// MCP servers may take a while, and the other sessions' requests are read meanwhile.
     fn open_session<'scope>(
         &'scope self,
         setups: &Pool<'scope>,
         params: &Value,
-        load: bool,
+        open: Open,
         request: Option<Value>,
     ) -> Result<Option<Value>, Refusal> {
-        let opening = self.opening(params, load)?;
+        let opening = self.opening(params, open)?;
         let setup = CancelToken::new();
-        let replaced = self.sessions.reserve(&opening.id, load, setup.clone())?;
+        let replace = open != Open::New;
+        let replaced = self.sessions.reserve(&opening.id, replace, setup.clone())?;
         let id = opening.id.clone();
         let key = request.as_ref().map(Value::to_string);
         if let Some(key) = &key {
@@ -188,10 +224,10 @@ where
             let answer = match made {
                 Ok(session) => {
                     self.sessions.settle(&opening.id, Some(session));
-                    Ok(if load {
-                        json!({})
-                    } else {
+                    Ok(if open == Open::New {
                         json!({ "sessionId": opening.id })
+                    } else {
+                        json!({})
                     })
                 }
                 Err(_) if setup.is_cancelled() => {
@@ -218,9 +254,9 @@ where
         Ok(None)
     }
 
-    /// The checked params of a `session/new` or `session/load`.
-    fn opening(&self, params: &Value, load: bool) -> Result<Opening, Refusal> {
-        let method = if load { "session/load" } else { "session/new" };
+    /// The checked params of a `session/new`, `session/load` or `session/resume`.
+    fn opening(&self, params: &Value, open: Open) -> Result<Opening, Refusal> {
+        let method = open.method();
         let Some(cwd) = params.get("cwd").and_then(Value::as_str) else {
             return Err(bad_params(&format!("{method} needs `cwd`, a string")));
         };
@@ -238,19 +274,40 @@ where
                 .map_err(|why| bad_params(&why))?,
             Some(_) => return Err(bad_params("`mcpServers` must be a list")),
         };
-        let (id, saved) = if load {
-            let Some(id) = params.get("sessionId").and_then(Value::as_str) else {
-                return Err(bad_params("session/load needs `sessionId`, a string"));
-            };
-            (id.to_owned(), Some(self.saved(id)?))
-        } else {
-            (self.new_id(), None)
+        if open == Open::New {
+            return Ok(Opening {
+                id: self.new_id(),
+                cwd: PathBuf::from(cwd),
+                servers,
+                saved: None,
+                replay: false,
+                title: None,
+            });
+        }
+        let Some(id) = params.get("sessionId").and_then(Value::as_str) else {
+            return Err(bad_params(&format!("{method} needs `sessionId`, a string")));
+        };
+        let (saved, title) = match self.sessions.get(id) {
+            // A live session resumes from its own transcript.
+            Ok(live) if open == Open::Resume => {
+                let state = live.agent.snapshot();
+                let messages = state.messages.iter().map(|m| Message::clone(m)).collect();
+                (messages, live.meta.lock().title.clone())
+            }
+            _ => {
+                let saved = self.saved(id, method)?;
+                let dir = self.shared.options.session_dir.as_deref();
+                let meta = dir.and_then(|dir| listing::load_meta(dir, id));
+                (saved, meta.and_then(|m| m.title))
+            }
         };
         Ok(Opening {
-            id,
+            id: id.to_owned(),
             cwd: PathBuf::from(cwd),
             servers,
-            saved,
+            saved: Some(saved),
+            replay: open == Open::Load,
+            title,
         })
     }
 
@@ -262,6 +319,8 @@ where
             cwd,
             servers,
             saved,
+            replay,
+            title,
         } = opening;
         let shared = self.shared;
         let connected = servers::connect(servers, cwd, &shared.options, setup)?;
@@ -286,11 +345,16 @@ where
         let agent = permission_hook(builder, shared, id)
             .build()
             .map_err(failed)?;
+        let meta = Meta {
+            cwd: cwd.clone(),
+            title: title.clone(),
+        };
         if let Some(dir) = &shared.options.session_dir {
             // One writer per file (the session's id is live once only), appending: every
             // write goes to the end of the file, whoever else has it open.
             let writer = session::Writer::append(dir.join(format!("{id}.jsonl")));
             agent.subscribe(writer.map_err(failed)?.listener()).keep();
+            listing::save_meta(dir, id, &meta);
         }
         let mcp_tools = connected.names;
         let prompts = Arc::new(Mutex::new(Prompts::default()));
@@ -325,7 +389,7 @@ where
                 }
             })
             .keep();
-        if let Some(saved) = saved {
+        if let Some(saved) = saved.as_ref().filter(|_| *replay) {
             let kind_of = |name: &str| shared.options.kind_of(name);
             for update in map::replay(saved, &kind_of) {
                 let _ = send_update(&shared.peer, id, &update);
@@ -335,24 +399,28 @@ where
             agent,
             prompts,
             connected.connections,
+            meta,
         )))
     }
 
-    /// The transcript saved for session `id`.
-    fn saved(&self, id: &str) -> Result<Vec<Message>, Refusal> {
+    /// The transcript saved for session `id`, for `method`.
+    fn saved(&self, id: &str, method: &str) -> Result<Vec<Message>, Refusal> {
         let Some(dir) = &self.shared.options.session_dir else {
-            return Err((
-                codes::METHOD_NOT_FOUND,
-                "session/load is not offered: this agent saves no sessions".into(),
-            ));
+            return Err(if method == "session/load" {
+                (
+                    codes::METHOD_NOT_FOUND,
+                    "session/load is not offered: this agent saves no sessions".into(),
+                )
+            } else {
+                (
+                    codes::RESOURCE_NOT_FOUND,
+                    format!("no session `{id}` (this agent saves no sessions)"),
+                )
+            });
         };
         // The id names a file: nothing but the characters our ids have.
-        let plain = !id.is_empty()
-            && id
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
         let path = dir.join(format!("{id}.jsonl"));
-        if !plain || !path.is_file() {
+        if !listing::plain_id(id) || !path.is_file() {
             return Err((
                 codes::RESOURCE_NOT_FOUND,
                 format!("no saved session `{id}`"),
@@ -462,11 +530,16 @@ where
         // trace context the client sent in `params._meta`.
         let served = Served::open(method, asker.as_ref(), Some(params));
         prompts.start(asker);
+        let id = params["sessionId"].as_str().unwrap_or_default().to_owned();
+        let titled = title_from(session, &text);
         session.touch();
         let peer = &self.shared.peer;
         let job_session = session.clone();
         let run = move |served: &Served| {
             let session = job_session;
+            if titled && let Some(dir) = &self.shared.options.session_dir {
+                listing::save_meta(dir, &id, &session.meta.lock());
+            }
             let (answered, outcome) = run_session(&session, claimed, text);
             for asker in answered.into_iter().flatten() {
                 let _ = match map::prompt_answer(&outcome) {
@@ -540,6 +613,17 @@ where
         self.session(params)?.agent.abort();
         Ok(Some(json!({})))
     }
+}
+
+/// Gives the session its title from its first prompt, unless it has one: true when it got
+/// one now.
+fn title_from(session: &Session, text: &str) -> bool {
+    let mut meta = session.meta.lock();
+    if meta.title.is_some() {
+        return false;
+    }
+    meta.title = listing::title_of(text);
+    meta.title.is_some()
 }
 
 /// The method of other ACP agents' steering convention (see `Server::steering`).

@@ -10,11 +10,12 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant, SystemTime};
 
 use parking_lot::Mutex;
 
 use super::codes;
+use super::listing::{Listed, Meta};
 use super::map::Refusal;
 use super::servers::McpConnections;
 use super::turns::Prompts;
@@ -26,25 +27,47 @@ pub(super) struct Session {
     pub(super) agent: Agent,
     /// Its prompts: whether one runs, and those queued into it (see `turns`).
     pub(super) prompts: Arc<Mutex<Prompts>>,
-    last_used: Mutex<Instant>,
+    last_used: Mutex<(Instant, SystemTime)>,
+    /// Its working directory and title, as `session/list` shows them.
+    pub(super) meta: Mutex<Meta>,
     /// The session's MCP servers; the agent (and its tools, which share the connections)
     /// goes first, then these, which ends the servers, once.
     _mcp: McpConnections,
 }
 
 impl Session {
-    pub(super) fn new(agent: Agent, prompts: Arc<Mutex<Prompts>>, mcp: McpConnections) -> Session {
+    pub(super) fn new(
+        agent: Agent,
+        prompts: Arc<Mutex<Prompts>>,
+        mcp: McpConnections,
+        meta: Meta,
+    ) -> Session {
         Session {
             agent,
             prompts,
-            last_used: Mutex::new(Instant::now()),
+            last_used: Mutex::new((Instant::now(), SystemTime::now())),
+            meta: Mutex::new(meta),
             _mcp: mcp,
         }
     }
 
-    /// Marks the session used now (for the choice of the oldest idle one).
+    /// Marks the session used now (for the choice of the oldest idle one, idle expiry and
+    /// `session/list`).
     pub(super) fn touch(&self) {
-        *self.last_used.lock() = Instant::now();
+        *self.last_used.lock() = (Instant::now(), SystemTime::now());
+    }
+
+    fn used(&self) -> Instant {
+        self.last_used.lock().0
+    }
+
+    /// The session as `session/list` shows it.
+    pub(super) fn listed(&self, id: &str) -> Listed {
+        Listed {
+            id: id.to_owned(),
+            meta: self.meta.lock().clone(),
+            updated: self.last_used.lock().1,
+        }
     }
 
     fn is_busy(&self) -> bool {
@@ -125,7 +148,7 @@ impl Sessions {
         while table.live.len() + table.setting_up.len() >= self.max {
             let oldest = (table.live.iter())
                 .filter(|(_, s)| !s.is_busy())
-                .min_by_key(|(_, s)| *s.last_used.lock())
+                .min_by_key(|(_, s)| s.used())
                 .map(|(id, _)| id.clone());
             let Some(oldest) = oldest else {
                 // Nothing taken out is put back: a replaced session stays replaced.
@@ -164,9 +187,41 @@ impl Sessions {
         }
     }
 
+    /// Takes the live session `id` out (`session/close`, `session/delete`): the caller
+    /// ends it. `None` when no session of that id is live.
+    pub(super) fn remove(&self, id: &str) -> Option<Arc<Session>> {
+        self.table.lock().live.remove(id)
+    }
+
+    /// Takes out the idle sessions unused for `timeout` (idle expiry), for the caller to end.
+    pub(super) fn expire(&self, timeout: Duration) -> Vec<Arc<Session>> {
+        let mut table = self.table.lock();
+        let Some(before) = Instant::now().checked_sub(timeout) else {
+            return Vec::new();
+        };
+        let expired: Vec<String> = (table.live.iter())
+            .filter(|(_, s)| !s.is_busy() && s.used() < before)
+            .map(|(id, _)| id.clone())
+            .collect();
+        expired
+            .iter()
+            .filter_map(|id| table.live.remove(id))
+            .collect()
+    }
+
     /// Every live session, still live.
     pub(super) fn live(&self) -> Vec<Arc<Session>> {
         self.table.lock().live.values().cloned().collect()
+    }
+
+    /// Every live session with its id.
+    pub(super) fn live_by_id(&self) -> Vec<(String, Arc<Session>)> {
+        let table = self.table.lock();
+        table
+            .live
+            .iter()
+            .map(|(id, s)| (id.clone(), s.clone()))
+            .collect()
     }
 
     /// Every live session, taken out (to be dropped once every run has ended).

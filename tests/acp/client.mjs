@@ -370,7 +370,23 @@ permissionAnswers.push(async (params, signal) => {
 });
 await prompt("A", a, "write the notes");
 
-// 11. the client goes: the agent ends
+// 11. the session lifecycle: list (titles and times), close, resume without replay, delete
+const listed = await agent.request("session/list", { cwd: work });
+const when = (s) => (/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/.test(s.updatedAt) ? "a time" : s.updatedAt);
+for (const s of listed.sessions) say(`listed ${labels.get(s.sessionId)} title=${JSON.stringify(s.title)} updatedAt=${when(s)}`);
+say(`sessionCapabilities=${JSON.stringify(init.agentCapabilities.sessionCapabilities)}`);
+await agent.request("session/close", { sessionId: c });
+say(`C closed`);
+await refused("prompt of the closed session", () => agent.request("session/prompt", { sessionId: c, prompt: text("hello") }));
+await agent.request("session/resume", { sessionId: c, cwd: work, mcpServers: [] });
+say(`C resumed`);
+flush("C");
+await prompt("C", c, "hello");
+await agent.request("session/delete", { sessionId: c });
+const afterDelete = await agent.request("session/list", {});
+say(`C deleted: listed=${afterDelete.sessions.some((s) => s.sessionId === c)}`);
+
+// 12. the client goes: the agent ends
 connection.close();
 agentProcess.stdin.end();
 const code = await exited;
