@@ -372,7 +372,9 @@ fn wait_until_full(rx: &pagent::crossbeam_channel::Receiver<AgentEvent>, n: usiz
 
 /// Runs `agent.prompt("hi")` on another thread with a lossless channel of `capacity`, read
 /// on this thread until `stop_at` picks an event; once the run filled the channel, aborts
-/// it. Returns what was read, and what the channel held after the run ended `Cancelled`.
+/// it. Returns what was read, and what the consumer received after the run ended
+/// `Cancelled`, up to its `AgentEnd` (the channel itself never holding more than
+/// `capacity`).
 fn abort_once_full(
     agent: &Arc<Agent>,
     capacity: usize,
@@ -396,7 +398,8 @@ fn abort_once_full(
         bounded(move || run.join().unwrap()).stop_reason,
         RunStopReason::Cancelled
     );
-    (read, rx.try_iter().collect())
+    assert_eq!(rx.len(), capacity, "the channel went past its capacity");
+    (read, one_run(&rx))
 }
 
 /// Takes what `rx` holds up to the first `AgentEnd`, waiting for it at most `PATIENCE`.
@@ -414,7 +417,8 @@ fn one_run(rx: &pagent::crossbeam_channel::Receiver<AgentEvent>) -> Vec<AgentEve
 
 /// An abort used to close a lossless channel that was full: the consumer lost the rest of
 /// the run, its `AgentEnd` included, and every later run. Now the run is released, the few
-/// events it still emits go in beyond the capacity, and the channel serves the next run.
+/// events it still emits wait beside the full channel and are handed over in order, and the
+/// channel serves the next run.
 #[test]
 fn an_abort_releases_a_full_lossless_channel_without_closing_it() {
     let agent = Arc::new(streaming(10_000));
@@ -435,8 +439,10 @@ fn an_abort_releases_a_full_lossless_channel_without_closing_it() {
     assert_eq!(result.stop_reason, RunStopReason::Cancelled);
     // Every event of the run, in order, up to its AgentEnd: the 8 that waited, the one the
     // run was waiting to send, and what followed the abort (no more deltas: the reply's
-    // MessageEnd, TurnEnd, AgentEnd).
-    let got: Vec<AgentEvent> = rx.try_iter().collect();
+    // MessageEnd, TurnEnd, AgentEnd); the 4 beyond the capacity handed over as the
+    // consumer takes the 8.
+    assert_eq!(rx.len(), 8);
+    let got = one_run(&rx);
     assert_eq!(got, *all.lock().unwrap());
     let after = render(&got[9..]);
     assert_eq!(after.len(), 3, "{:?}", render(&got));
@@ -532,6 +538,185 @@ fn a_tool_busy_after_the_abort_publishes_no_more_progress() {
     assert_eq!(got, *all.lock().unwrap());
 }
 
+/// The events an aborted run emits into a full channel wait behind it, in order; a run
+/// started before the consumer took them waits behind them in turn, and the consumer gets
+/// both runs whole, one after the other.
+#[test]
+fn a_run_started_before_the_aborted_runs_rest_was_taken_waits_behind_it() {
+    let agent = Arc::new(streaming(10_000));
+    let all = everything(&agent);
+    let rx = agent.subscribe_channel(8);
+    let a = agent.clone();
+    let first = std::thread::spawn(move || a.prompt("hi").unwrap());
+    wait_until_full(&rx, 8);
+    assert!(agent.abort());
+    assert_eq!(
+        bounded(move || first.join().unwrap()).stop_reason,
+        RunStopReason::Cancelled
+    );
+    let a = agent.clone();
+    let second = std::thread::spawn(move || a.prompt("again").unwrap());
+    // The second run waits: nothing of it went past the first run's rest.
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(agent.is_running());
+    assert_eq!(rx.len(), 8);
+    let mut got = one_run(&rx);
+    assert!(matches!(
+        got.last(),
+        Some(AgentEvent::AgentEnd {
+            stop_reason: RunStopReason::Cancelled,
+            ..
+        })
+    ));
+    got.extend(one_run(&rx));
+    assert_eq!(bounded(move || second.join().unwrap()).text(), "ok");
+    assert_eq!(got, *all.lock().unwrap());
+}
+
+/// A rendezvous channel aborted while its consumer is away: the run ends at once, and the
+/// consumer then takes the rest of the run, one event at a time.
+#[test]
+fn an_aborted_rendezvous_channel_hands_over_the_rest_of_the_run() {
+    let agent = Arc::new(streaming(10_000));
+    let all = everything(&agent);
+    let (mut got, rest) =
+        abort_once_full(&agent, 0, |e| matches!(e, AgentEvent::MessageUpdate { .. }));
+    assert_eq!(rest.len(), 4, "{:?}", render(&rest));
+    got.extend(rest);
+    assert_eq!(got, *all.lock().unwrap());
+}
+
+/// A run whose deadline passes while it waits for room in a full channel ends (its
+/// `AgentEnd` reaches the consumer): the deadline releases the wait as an abort does.
+#[test]
+fn a_run_timeout_releases_a_full_lossless_channel() {
+    let agent = Agent::builder()
+        .provider(
+            Faux::default()
+                .chunk_chars(1)
+                .reply(FauxReply::text("x".repeat(10_000))),
+        )
+        .model("m")
+        .run_timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let all = everything(&agent);
+    let rx = agent.subscribe_channel(4);
+    let (result, _agent) = bounded(move || {
+        let result = agent.prompt("hi");
+        (result, agent)
+    });
+    assert!(result.is_err(), "{result:?}");
+    assert_eq!(rx.len(), 4, "the channel went past its capacity");
+    let got = one_run(&rx);
+    assert_eq!(got, *all.lock().unwrap());
+    // The 4 that waited, the one the run was waiting to send, then the reply's end,
+    // TurnEnd and AgentEnd.
+    let rendered = render(&got);
+    assert_eq!(rendered.len(), 4 + 1 + 3, "{rendered:?}");
+    assert!(
+        matches!(
+            got.last(),
+            Some(AgentEvent::AgentEnd {
+                stop_reason: RunStopReason::Error,
+                ..
+            })
+        ),
+        "{rendered:?}"
+    );
+}
+
+/// A receiver dropped while the rest of an aborted run waits for it: the thread handing it
+/// over ends, and the next run goes on and removes the listener.
+#[test]
+fn a_receiver_dropped_while_an_aborted_runs_rest_waits_frees_the_next_run() {
+    let agent = Arc::new(streaming(10_000));
+    let rx = agent.subscribe_channel(2);
+    let a = agent.clone();
+    let first = std::thread::spawn(move || a.prompt("hi").unwrap());
+    wait_until_full(&rx, 2);
+    assert!(agent.abort());
+    assert_eq!(
+        bounded(move || first.join().unwrap()).stop_reason,
+        RunStopReason::Cancelled
+    );
+    drop(rx);
+    let a = agent.clone();
+    let second = bounded(move || a.prompt("again").unwrap());
+    assert_eq!(second.stop_reason, RunStopReason::NoToolCalls);
+    assert!(
+        agent.snapshot().channels.is_empty(),
+        "the listener removed itself"
+    );
+}
+
+/// An agent dropped while the rest of an aborted run waits beside its full channel: the
+/// consumer still gets every event, then the disconnect.
+#[test]
+fn an_agent_dropped_while_an_aborted_runs_rest_waits_still_delivers_it() {
+    let agent = Arc::new(streaming(10_000));
+    let all = everything(&agent);
+    let rx = agent.subscribe_channel(3);
+    let a = agent.clone();
+    let run = std::thread::spawn(move || a.prompt("hi").unwrap());
+    wait_until_full(&rx, 3);
+    assert!(agent.abort());
+    bounded(move || run.join().unwrap());
+    let expected = all.lock().unwrap().clone();
+    drop(agent);
+    let got: Vec<AgentEvent> = bounded(move || rx.iter().collect());
+    assert_eq!(got, expected);
+}
+
+/// Aborts at every moment of a run read by a slow consumer, on channels of 0 to 3: each
+/// time the consumer gets exactly the events the listeners saw, in order, the aborted run's
+/// `AgentEnd` included, and then a whole second run.
+#[test]
+fn an_abort_at_any_moment_loses_no_event_of_a_slow_lossless_channel() {
+    let deadline = Instant::now() + RACE_TIME;
+    let mut rounds = 0;
+    while rounds < 200 && Instant::now() < deadline {
+        let agent = Arc::new(streaming(300));
+        let all = everything(&agent);
+        let rx = agent.subscribe_channel(rounds % 4);
+        let consumer = std::thread::spawn(move || {
+            let (mut first, mut second) = (one_run(&rx), Vec::new());
+            for (i, _) in first.iter().enumerate() {
+                if i % 3 == 0 {
+                    std::thread::yield_now();
+                }
+            }
+            second.append(&mut one_run(&rx));
+            first.append(&mut second);
+            first
+        });
+        let a = agent.clone();
+        let aborter = std::thread::spawn(move || {
+            for _ in 0..rounds % 17 {
+                std::thread::yield_now();
+            }
+            std::thread::sleep(Duration::from_micros((rounds % 7) as u64 * 50));
+            a.abort();
+        });
+        let first = agent.prompt("hi").unwrap();
+        aborter.join().unwrap();
+        // Whole: the reply of 300 deltas when the abort came before the first run asked
+        // for it, else "ok".
+        let second = agent.prompt("again").unwrap();
+        assert_eq!(second.stop_reason, RunStopReason::NoToolCalls);
+        let got = bounded(move || consumer.join().unwrap());
+        assert_eq!(
+            render(&got),
+            render(&all.lock().unwrap()),
+            "round {rounds}, first run {:?}",
+            first.stop_reason
+        );
+        assert_eq!(got, *all.lock().unwrap());
+        rounds += 1;
+    }
+    assert!(rounds >= 20, "only {rounds} rounds in {RACE_TIME:?}");
+}
+
 #[test]
 fn a_receiver_dropped_while_the_run_waits_releases_the_run() {
     let agent = Arc::new(streaming(5_000));
@@ -567,7 +752,7 @@ fn the_design_sample_does_not_hang_when_aborted() {
     let result = bounded(move || a.prompt("hi").unwrap());
     assert!(aborter.join().unwrap());
     assert_eq!(result.stop_reason, RunStopReason::Cancelled);
-    let got: Vec<AgentEvent> = rx.try_iter().collect();
+    let got = one_run(&rx);
     assert_eq!(got.len(), 64 + 1 + 3);
     assert!(matches!(got.last(), Some(AgentEvent::AgentEnd { .. })));
 }

@@ -33,25 +33,20 @@
 //! meanwhile, and two writers never fold at once), then upgrade for the pointer swap alone.
 //! The previous state is dropped after the lock is released.
 //!
-//! # Lossless channels
-//! A lossless channel ([`ChannelPolicy::Block`]) is an unbounded crossbeam channel whose
-//! bound is kept here: an event goes in once fewer than `capacity` wait (none, for a
-//! rendezvous channel, which then also waits until it was taken). The bound is ours, not the
-//! channel's, so that after an abort the few events the run still emits go in beyond it
-//! instead of closing the channel (see [`Shared::wait_for_room`] for the exact bound, and why
-//! the wait polls). crossbeam's own bounded channel would block the run on them, or lose
-//! them.
+//! # Channels
+//! A channel subscription's sending side, and how a lossless one waits for room without
+//! losing the end of an aborted run, is `super::channel`; this module only hands it each
+//! event with the token of the run being dispatched.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::time::Duration;
 
-use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Mutex, RwLock, RwLockUpgradableReadGuard, RwLockWriteGuard};
 
+use super::channel::{Channel, Sent};
 use crate::cancel::CancelToken;
 use crate::event::AgentEvent;
-use crate::state::{ChannelPolicy, ChannelStats, State};
+use crate::state::{ChannelStats, State};
 
 pub(crate) type Callback = dyn Fn(&AgentEvent) + Send + Sync;
 
@@ -68,42 +63,6 @@ pub(crate) enum Sink {
         armed: Arc<AtomicBool>,
     },
 }
-
-/// The sending side of a channel subscription.
-pub(crate) struct Channel {
-    tx: Sender<AgentEvent>,
-    capacity: usize,
-    policy: ChannelPolicy,
-}
-
-impl Channel {
-    pub(crate) fn new(capacity: usize, policy: ChannelPolicy) -> (Channel, Receiver<AgentEvent>) {
-        // Unbounded under both policies: the bound is ours (see the module docs). Under
-        // `DropUpdates` updates stop going in at `capacity` while lifecycle events always do
-        // (how many the run's structure makes, not how many deltas streamed).
-        let (tx, rx) = crossbeam_channel::unbounded();
-        let channel = Channel {
-            tx,
-            capacity,
-            policy,
-        };
-        (channel, rx)
-    }
-}
-
-/// What happened to one event sent into a channel.
-enum Sent {
-    Delivered,
-    Dropped,
-    Gone,
-}
-
-/// The first and the longest pause of a run waiting for room in a lossless channel.
-const FIRST_PAUSE: Duration = Duration::from_micros(20);
-const LAST_PAUSE: Duration = Duration::from_millis(2);
-/// How many times the wait yields the CPU before it sleeps: a consumer that keeps up
-/// takes the event within a few of them.
-const YIELDS: u32 = 16;
 
 pub(crate) struct Listener {
     id: u64,
@@ -242,7 +201,7 @@ impl Shared {
     ///
     /// A tool's progress after an abort is not published: the run is ending, and what it
     /// still emits must stay within the bound that lossless channels rely on (see
-    /// `wait_for_room`). The reply's deltas stop at the source (the loop refuses them).
+    /// `Agent::subscribe_channel`). The reply's deltas stop at the source (the loop refuses them).
     pub(crate) fn emit(&self, event: AgentEvent) {
         if let AgentEvent::ToolUpdate { .. } = event
             && self
@@ -278,7 +237,7 @@ impl Shared {
                         self.record_panic(l.id, &event, message);
                     }
                 }
-                Sink::Channel(c) => match self.send(c, &event) {
+                Sink::Channel(c) => match c.send(&event, || self.run_token.lock().clone()) {
                     Sent::Delivered => {}
                     Sent::Dropped => dropped.push(l.id),
                     Sent::Gone => {
@@ -301,79 +260,6 @@ impl Shared {
             });
         }
         r
-    }
-
-    fn send(&self, channel: &Channel, event: &AgentEvent) -> Sent {
-        let tx = &channel.tx;
-        match channel.policy {
-            ChannelPolicy::DropUpdates => {
-                let update = matches!(
-                    event,
-                    AgentEvent::MessageUpdate { .. } | AgentEvent::ToolUpdate { .. }
-                );
-                if update && tx.len() >= channel.capacity {
-                    return Sent::Dropped;
-                }
-            }
-            // A rendezvous channel takes one event at a time.
-            ChannelPolicy::Block => self.wait_for_room(tx, channel.capacity.max(1)),
-        }
-        // Unbounded: never blocks.
-        if tx.send(event.clone()).is_err() {
-            return Sent::Gone;
-        }
-        if channel.policy == ChannelPolicy::Block && channel.capacity == 0 {
-            // Rendezvous: the run goes on once the consumer took the event.
-            self.wait_for_room(tx, 1);
-        }
-        Sent::Delivered
-    }
-
-    /// Waits until fewer than `limit` events wait in `tx`: until the consumer took enough of
-    /// them, or its receiver was dropped (the channel then drops what it held), or the run was
-    /// aborted, whichever comes first.
-    ///
-    /// # The bound after an abort
-    /// Once the run's token is cancelled (an abort, or the run deadline), no event waits
-    /// here: each goes in beyond the capacity. The loop emits no `MessageUpdate` once the
-    /// token is cancelled (the next delta is refused) and this module publishes no
-    /// `ToolUpdate`, so what follows the abort is the run's structure alone: the messages
-    /// of the turn's input not yet appended (2 events each), the reply's `MessageStart` (if it
-    /// had not started) and `MessageEnd`, for each tool call of that reply its `ToolStart`,
-    /// `ToolEnd` and the `MessageStart` / `MessageEnd` of its result (4 events), then
-    /// `TurnEnd` and `AgentEnd`; plus the one event that was waiting here when the abort
-    /// came. No new turn starts and no steering message is taken after an abort.
-    ///
-    /// # Why it polls
-    /// The consumer holds a plain crossbeam `Receiver`, whose `recv` tells nobody, and a
-    /// bounded crossbeam channel cannot hold the events above beyond its capacity. So the run
-    /// looks at the channel's length: it yields the CPU a few times (a consumer that keeps up
-    /// takes the event meanwhile), then sleeps on the run's token, 20 µs at first and doubling
-    /// up to 2 ms, so that an abort ends the wait at once. A run held by a slow consumer thus
-    /// wakes at most 500 times a second.
-    fn wait_for_room(&self, tx: &Sender<AgentEvent>, limit: usize) {
-        if tx.len() < limit {
-            return;
-        }
-        // Only the bench emitter dispatches outside a run (no token).
-        let token = self.run_token.lock().clone();
-        let mut pause = FIRST_PAUSE;
-        let mut yields = 0;
-        while tx.len() >= limit {
-            match &token {
-                Some(t) if t.is_cancelled() => return,
-                _ if yields < YIELDS => {
-                    yields += 1;
-                    std::thread::yield_now();
-                    continue;
-                }
-                Some(t) => {
-                    t.wait_timeout(pause);
-                }
-                None => std::thread::sleep(pause),
-            }
-            pause = (pause * 2).min(LAST_PAUSE);
-        }
     }
 
     fn record_panic(&self, id: u64, event: &AgentEvent, message: String) {

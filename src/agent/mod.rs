@@ -17,6 +17,7 @@ use crate::tool::Tool;
 use crate::{Error, RunError};
 
 mod builder;
+mod channel;
 mod claim;
 pub(crate) mod dispatch;
 pub(crate) mod guard;
@@ -31,8 +32,9 @@ pub(crate) use tools::{CANCELLED, SKIPPED};
 
 pub use builder::AgentBuilder;
 use builder::Config;
+use channel::Channel;
 pub use claim::ClaimedRun;
-use dispatch::{Channel, Shared, Sink};
+use dispatch::{Shared, Sink};
 pub use stream::{RunMessages, RunStream, TextChunks, WireLines, run_loop};
 
 /// An LLM agent driven from ordinary blocking code.
@@ -447,30 +449,33 @@ impl Agent {
     /// # Guarantees
     /// - Lossless: while the channel is full the run waits until the consumer takes an
     ///   event; the consumer receives every event of every run, in order, each run's
-    ///   `AgentEnd` included. At most `capacity` events wait in the channel (but after an
-    ///   abort, below); counting also the event the consumer is handling and the one the run
+    ///   `AgentEnd` included. At most `capacity` events wait in the channel; counting also the event the consumer is handling and the one the run
     ///   waits to send, the run is at most `capacity + 2` events ahead of what the consumer
     ///   finished. A rendezvous channel (`capacity` 0) holds one event at a time, and the
     ///   run goes on once the consumer took it.
     /// - `abort()` releases the wait at once, and the channel stays open: the run no longer
-    ///   waits for the consumer, and what it still emits goes in beyond `capacity`. That is
-    ///   bounded by the run's structure, not by what streamed: after the abort the run emits
-    ///   no `MessageUpdate` and no `ToolUpdate`, and at most the `MessageStart` /
-    ///   `MessageEnd` of each message of the turn's input not yet appended, the reply's
-    ///   `MessageStart` (when it had not started) and `MessageEnd`, four events for each tool
-    ///   call of that reply (`ToolStart`, `ToolEnd`, and its result's `MessageStart` and
-    ///   `MessageEnd`), `TurnEnd` and `AgentEnd`. So a full channel then holds at most
-    ///   `capacity + 1 + 2i + 4n + 4` events, `i` the input messages still to append (0
-    ///   once the reply started), `n` the reply's tool calls, the `1` the event the run was
-    ///   waiting to send when the abort came. The next run waits for room again.
+    ///   waits for the consumer, and what it still emits waits beside the full channel, in
+    ///   order, while a thread of the subscription hands it over as the consumer makes room
+    ///   (the channel itself never holds more than `capacity`). That is bounded by the run's
+    ///   structure, not by what streamed: after the abort the run emits no `MessageUpdate`
+    ///   and no `ToolUpdate`, and at most the `MessageStart` / `MessageEnd` of each message
+    ///   of the turn's input not yet appended, the reply's `MessageStart` (when it had not
+    ///   started) and `MessageEnd`, four events for each tool call of that reply
+    ///   (`ToolStart`, `ToolEnd`, and its result's `MessageStart` and `MessageEnd`),
+    ///   `TurnEnd` and `AgentEnd`. So at most `capacity + 1 + 2i + 4n + 4` events wait for
+    ///   the consumer, `i` the input messages still to append (0 once the reply started),
+    ///   `n` the reply's tool calls, the `1` the event the run was waiting to send when the
+    ///   abort came. `prompt` may return before they all reached the channel: read the end
+    ///   of an aborted run with `recv`, not `try_recv`. The next run waits until they were
+    ///   handed over, then for room as before.
     /// - When the receiver is dropped, the listener removes itself at the next event (a run
     ///   waiting for room goes on). When the agent is dropped, the channel disconnects once
     ///   the consumer took what is queued.
     ///
-    /// The run waits for room by looking at the channel's length, yielding and then sleeping
-    /// in pauses of up to 2 ms (the consumer's `recv` tells nobody): a run held by a slow
-    /// consumer wakes at most 500 times a second, and goes on within 2 ms of the consumer
-    /// making room.
+    /// # Performance
+    /// The run waits in crossbeam's blocking `send` (beside the run's cancel token in a
+    /// `select!`): it takes no CPU while it waits, and the consumer's `recv` wakes it at
+    /// once. An abort while the channel is full starts one short-lived thread per channel.
     pub fn subscribe_channel(&self, capacity: usize) -> Receiver<AgentEvent> {
         self.handle().subscribe_channel(capacity)
     }

@@ -149,7 +149,7 @@ impl RunStream {
 
     /// Aborts the run (if it is still going) without waiting: the iterator then yields the
     /// rest of the run's events, up to its `AgentEnd`, also when 64 events waited unread at
-    /// that moment (what the aborted run still emits goes in beyond them, as for
+    /// that moment (what the aborted run still emits waits behind them, as for
     /// [`Agent::subscribe_channel`]). [`RunStream::finish`] still returns the result.
     pub fn abort(&self) {
         self.token.cancel();
