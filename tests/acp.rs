@@ -530,8 +530,10 @@ fn a_cancel_right_behind_its_prompt_always_ends_that_prompt_cancelled() {
     let session = client.new_session(1);
     let started = Instant::now();
     let mut rounds = 0;
+    // Thousands of rounds (the cancel was lost in most tries); the time only bounds a slow
+    // machine.
     for round in 0..2_000u64 {
-        if started.elapsed() > Duration::from_secs(5) {
+        if started.elapsed() > Duration::from_secs(20) {
             break;
         }
         let id = round + 2;
@@ -548,7 +550,7 @@ fn a_cancel_right_behind_its_prompt_always_ends_that_prompt_cancelled() {
         );
         rounds += 1;
     }
-    assert!(rounds >= 100, "only {rounds} rounds in the time allowed");
+    assert!(rounds >= 1_000, "only {rounds} rounds in the time allowed");
     client.close().expect("a clean end");
 }
 
