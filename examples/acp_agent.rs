@@ -36,7 +36,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .tool_kind("write_file", ToolKind::Edit)
         .tool_kind("read_file", ToolKind::Read)
         // Reading is harmless; writing asks the editor first.
-        .ask_permission(|call| call.name == "write_file");
+        .ask_permission(|call| call.name == "write_file")
+        // `usage_update` after each reply needs the window; the demo's is made up.
+        .context_window(8_192)
+        .command(acp::Command::new("greet", "Says hello", |rest: &str| {
+            format!("hello {rest}")
+        }));
     if let Some(dir) = std::env::var_os("PAGENT_ACP_SESSIONS").filter(|d| !d.is_empty()) {
         std::fs::create_dir_all(&dir)?;
         options = options.session_dir(dir);

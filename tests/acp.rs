@@ -27,6 +27,8 @@ use serde_json::{Value, json};
 mod lifecycle;
 #[path = "acp/steering.rs"]
 mod steering;
+#[path = "acp/updates.rs"]
+mod updates;
 
 /// No answer of the server may take longer than this, however loaded the machine.
 const PATIENCE: Duration = Duration::from_secs(20);
@@ -36,6 +38,9 @@ struct Client {
     input: Option<PipeWriter>,
     lines: Receiver<Value>,
     served: JoinHandle<Result<(), pagent::Error>>,
+    /// Whether `recv` returns `session_info_update`s (a session's title, sent with its first
+    /// prompt): only the tests of updates (tests/acp/updates.rs) want them.
+    titles: bool,
 }
 
 impl Client {
@@ -52,6 +57,7 @@ impl Client {
             input: Some(input),
             lines: read_lines(output_reader),
             served,
+            titles: false,
         }
     }
 
@@ -70,16 +76,23 @@ impl Client {
     }
 
     fn recv(&self) -> Value {
-        self.lines
-            .recv_timeout(PATIENCE)
-            .expect("the server answers in time")
+        loop {
+            let m = self
+                .lines
+                .recv_timeout(PATIENCE)
+                .expect("the server answers in time");
+            if self.titles || m["params"]["update"]["sessionUpdate"] != "session_info_update" {
+                return m;
+            }
+        }
     }
 
-    /// Messages up to and including the response with `id`.
+    /// Messages up to and including the response with `id`, chunks without their
+    /// `messageId` (see [`without_message_id`]).
     fn until_response(&self, id: u64) -> Vec<Value> {
         let mut seen = Vec::new();
         loop {
-            let m = self.recv();
+            let m = without_message_id(self.recv());
             let done = m.get("method").is_none() && m["id"] == json!(id);
             seen.push(m);
             if done {
@@ -107,6 +120,25 @@ impl Client {
         }
         self.served.join().expect("serve does not panic")
     }
+}
+
+/// `m` without the `messageId` of its chunk, which must have one (`m<index>`): the tests of
+/// updates (tests/acp/updates.rs) check the ids themselves.
+fn without_message_id(mut m: Value) -> Value {
+    let Some(update) = m.pointer_mut("/params/update") else {
+        return m;
+    };
+    if update["sessionUpdate"]
+        .as_str()
+        .is_some_and(|u| u.ends_with("_chunk"))
+    {
+        let id = update
+            .as_object_mut()
+            .and_then(|u| u.remove("messageId"))
+            .unwrap_or_else(|| panic!("a messageId in {update}"));
+        assert!(id.as_str().is_some_and(|id| id.starts_with('m')), "{id}");
+    }
+    m
 }
 
 fn read_lines(output: PipeReader) -> Receiver<Value> {

@@ -16,13 +16,71 @@ pub(crate) type Refusal = (i64, String);
 /// One `session/update`'s `update` object, tagged by `sessionUpdate`.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "sessionUpdate", rename_all = "snake_case")]
+// The variants are named as the protocol names the updates (`usage_update`, ...).
+#[allow(clippy::enum_variant_names)]
 pub(crate) enum Update {
-    UserMessageChunk { content: Content },
-    AgentMessageChunk { content: Content },
-    AgentThoughtChunk { content: Content },
+    UserMessageChunk {
+        content: Content,
+        #[serde(rename = "messageId", skip_serializing_if = "Option::is_none")]
+        message_id: Option<String>,
+    },
+    AgentMessageChunk {
+        content: Content,
+        #[serde(rename = "messageId", skip_serializing_if = "Option::is_none")]
+        message_id: Option<String>,
+    },
+    AgentThoughtChunk {
+        content: Content,
+        #[serde(rename = "messageId", skip_serializing_if = "Option::is_none")]
+        message_id: Option<String>,
+    },
     ToolCall(ToolCallStart),
     ToolCallUpdate(ToolCallUpdate),
-    Plan { entries: Vec<PlanEntry> },
+    Plan {
+        entries: Vec<PlanEntry>,
+    },
+    /// The context's use after a reply, and the session's cost so far.
+    UsageUpdate {
+        used: u64,
+        size: u64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cost: Option<Cost>,
+    },
+    SessionInfoUpdate {
+        title: Option<String>,
+        #[serde(rename = "updatedAt")]
+        updated_at: String,
+    },
+    AvailableCommandsUpdate {
+        #[serde(rename = "availableCommands")]
+        available_commands: Vec<Value>,
+    },
+}
+
+/// A session's cost (`usage_update`'s `cost`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub(crate) struct Cost {
+    pub(crate) amount: f64,
+    pub(crate) currency: String,
+}
+
+impl Update {
+    /// The update with `id` as the `messageId` of a chunk (other updates have none).
+    pub(crate) fn in_message(mut self, id: &str) -> Update {
+        if let Update::UserMessageChunk { message_id, .. }
+        | Update::AgentMessageChunk { message_id, .. }
+        | Update::AgentThoughtChunk { message_id, .. } = &mut self
+        {
+            *message_id = Some(id.to_owned());
+        }
+        self
+    }
+}
+
+/// A chunk's `messageId`: the message's place in the transcript (`m0` the first message),
+/// unique in the session however often it is resumed.
+pub(crate) fn message_id(index: usize) -> String {
+    format!("m{index}")
 }
 
 /// A content block the agent sends: text is all pagent produces.
@@ -184,9 +242,11 @@ pub(crate) fn updates(
         AgentEvent::MessageUpdate { delta, .. } => match delta {
             StreamEvent::TextDelta { text: t } => vec![Update::AgentMessageChunk {
                 content: text(t.as_str()),
+                message_id: None,
             }],
             StreamEvent::ThinkingDelta { text: t } => vec![Update::AgentThoughtChunk {
                 content: text(t.as_str()),
+                message_id: None,
             }],
             // Tool calls are shown once their arguments are whole (`ToolStart`); signatures,
             // usage and retries have no update of their own.
@@ -235,19 +295,24 @@ pub(crate) fn updates(
 /// The updates that replay a saved transcript for `session/load`, in transcript order.
 pub(crate) fn replay(messages: &[Message], kind_of: &dyn Fn(&str) -> ToolKind) -> Vec<Update> {
     let mut out = Vec::new();
-    for message in messages {
+    for (index, message) in messages.iter().enumerate() {
+        let message_id = Some(message_id(index));
         match message {
             Message::User(_) => out.push(Update::UserMessageChunk {
                 content: text(message.text()),
+                message_id,
             }),
             Message::Assistant(a) => {
                 for block in &a.content {
+                    let message_id = message_id.clone();
                     out.push(match block {
                         ContentBlock::Text { text: t } => Update::AgentMessageChunk {
                             content: text(t.as_str()),
+                            message_id,
                         },
                         ContentBlock::Thinking { thinking, .. } => Update::AgentThoughtChunk {
                             content: text(thinking.as_str()),
+                            message_id,
                         },
                         ContentBlock::ToolCall(call) => {
                             tool_call(call, kind_of(&call.name), ToolStatus::Pending)
@@ -667,9 +732,9 @@ mod tests {
         assert_eq!(
             got,
             [
-                json!({"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": "do it"}}),
-                json!({"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "plan"}}),
-                json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "ok"}}),
+                json!({"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": "do it"}, "messageId": "m0"}),
+                json!({"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "plan"}, "messageId": "m1"}),
+                json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "ok"}, "messageId": "m1"}),
                 json!({"sessionUpdate": "tool_call", "toolCallId": "c1", "title": "edit", "kind": "edit",
                     "status": "pending", "rawInput": {"path": "a"}}),
                 json!({"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "completed",

@@ -139,7 +139,17 @@
 //! | `ToolEnd` | `tool_call_update`, `status` `completed` or `failed`, the result text as content, `rawOutput` (the result's details) |
 //! | a `ToolUpdate` or `ToolEnd` of one of the agent's own tools (not an MCP server's: its results are the server's) whose details hold `{"plan": [{"content","priority","status"}..]}` | a `plan` update with those entries, after the tool's own |
 //!
-//! Other events (turns, message starts and ends, usage, retries) have no update; the prompt's
+//! | the end of a reply (`MessageEnd`), with [`Options::context_window`] | `usage_update`: `used` (the reply's prompt and generated tokens), `size` (the window), `cost` (the session's so far, with [`Options::prices`]) |
+//!
+//! Each chunk carries a `messageId`: `m<index>`, the message's place in the transcript
+//! (the same in a `session/load` replay). Beside the run's own updates: a
+//! `session_info_update` with the session's title (the program's through
+//! [`Options::session_title`], else the first prompt's first line) when its first prompt
+//! comes, and an `available_commands_update` listing the program's [`Command`]s after each
+//! session is set up; a prompt starting with `/<name>` runs what the command's handler makes
+//! of it.
+//!
+//! Other events (turns, message starts, retries) have no update; the prompt's
 //! answer says how the run ended:
 //!
 //! | the run | `stopReason` |
@@ -193,6 +203,7 @@ use crate::message::ToolCall;
 use crate::wire::MAX_LINE_LEN;
 use crate::{AgentBuilder, Error};
 
+mod commands;
 mod input;
 mod listing;
 mod map;
@@ -201,6 +212,8 @@ mod server;
 mod servers;
 mod sessions;
 mod turns;
+
+pub use commands::Command;
 
 /// The ACP protocol version [`serve`] speaks.
 pub const PROTOCOL_VERSION: u16 = 1;
@@ -314,6 +327,23 @@ pub struct Options {
     mcp_prefixes: HashMap<String, String>,
     while_running: WhileRunning,
     idle_timeout: Option<Duration>,
+    context_window: Option<u64>,
+    prices: Option<Prices>,
+    session_title: Option<Arc<TitleFn>>,
+    commands: Vec<Command>,
+}
+
+type TitleFn = dyn Fn(&str) -> Option<String> + Send + Sync;
+
+/// What a million tokens cost, for the `cost` of `usage_update` (see [`Options::prices`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Prices {
+    /// The ISO 4217 currency code (`USD`).
+    pub currency: String,
+    /// A million prompt tokens.
+    pub input: f64,
+    /// A million generated tokens.
+    pub output: f64,
 }
 
 /// The default of [`Options::max_sessions`].
@@ -370,6 +400,10 @@ impl Default for Options {
             mcp_prefixes: HashMap::new(),
             while_running: WhileRunning::default(),
             idle_timeout: None,
+            context_window: None,
+            prices: None,
+            session_title: None,
+            commands: Vec::new(),
         }
     }
 }
@@ -391,6 +425,9 @@ impl fmt::Debug for Options {
             .field("mcp_prefixes", &self.mcp_prefixes)
             .field("while_running", &self.while_running)
             .field("idle_timeout", &self.idle_timeout)
+            .field("context_window", &self.context_window)
+            .field("prices", &self.prices)
+            .field("commands", &self.commands)
             .finish_non_exhaustive()
     }
 }
@@ -480,6 +517,43 @@ impl Options {
     /// sessions end only when closed, dropped for the cap, or when [`serve`] returns.
     pub fn idle_timeout(mut self, timeout: Duration) -> Options {
         self.idle_timeout = Some(timeout);
+        self
+    }
+
+    /// The context window of the sessions' model, in tokens: each reply is then followed by
+    /// a `usage_update` (`used`: the reply's prompt and generated tokens, what the context
+    /// holds now; `size`: this; `cost` with [`Options::prices`]). Defaults to none, and no
+    /// `usage_update` is sent: the protocol needs the window's size.
+    pub fn context_window(mut self, tokens: u64) -> Options {
+        self.context_window = Some(tokens);
+        self
+    }
+
+    /// Prices of the sessions' model: `usage_update` then carries the session's cost so far
+    /// (its agent's summed usage: prompt tokens at `input`, generated ones at `output`, per
+    /// million; cached tokens are not priced apart). Defaults to none: no cost.
+    pub fn prices(mut self, prices: Prices) -> Options {
+        self.prices = Some(prices);
+        self
+    }
+
+    /// The title of a session, from its first prompt's text; `None` keeps the default, the
+    /// prompt's first line with text (at most 80 characters). Sent as a
+    /// `session_info_update` when the first prompt comes, and listed by `session/list`.
+    /// Called on a run's thread. Defaults to none.
+    pub fn session_title(
+        mut self,
+        title: impl Fn(&str) -> Option<String> + Send + Sync + 'static,
+    ) -> Options {
+        self.session_title = Some(Arc::new(title));
+        self
+    }
+
+    /// Adds a slash command: listed to the client in an `available_commands_update` after
+    /// each session is set up; a prompt starting with `/<name>` runs what its handler makes
+    /// of it. Defaults to none.
+    pub fn command(mut self, command: Command) -> Options {
+        self.commands.push(command);
         self
     }
 

@@ -5,12 +5,13 @@ use std::collections::HashMap;
 use std::io::{BufRead, ErrorKind as IoKind, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
 
+use super::commands;
 use super::input::{self, McpServer};
 use super::listing::{self, Meta};
 use super::map::{self, Refusal, Update};
@@ -23,7 +24,9 @@ use crate::cancel::CancelToken;
 use crate::event::{AgentEvent, RunStopReason};
 use crate::jsonrpc::{Call, LineOut, LinkError, Peer, Pool, RpcError};
 use crate::trace::Served;
-use crate::{Agent, AgentBuilder, ClaimedRun, Error, Message, RunError, RunResult, session};
+use crate::{
+    Agent, AgentBuilder, AgentHandle, ClaimedRun, Error, Message, RunError, RunResult, session,
+};
 
 /// What a session's listeners and permission hook share with the server.
 pub(super) struct Shared {
@@ -239,7 +242,15 @@ where
                     Err(RpcError::from(refusal))
                 }
             };
+            let ready = answer.is_ok();
             peer.answer(request.as_ref(), answer.map(Some));
+            let commands = &self.shared.options.commands;
+            if ready && !commands.is_empty() {
+                let update = Update::AvailableCommandsUpdate {
+                    available_commands: commands::listed(commands),
+                };
+                let _ = send_update(peer, &opening.id, &update);
+            }
         };
         if setups.submit(job).is_err() {
             self.sessions.settle(&id, None);
@@ -360,8 +371,15 @@ where
         let prompts = Arc::new(Mutex::new(Prompts::default()));
         let (listening, session_id, handle) = (shared.clone(), id.clone(), agent.handle());
         let answering = prompts.clone();
+        // The transcript index of the reply streaming: its chunks' `messageId`.
+        let reply = AtomicUsize::new(0);
         agent
             .subscribe(move |event| {
+                if let AgentEvent::MessageStart { message } = event
+                    && matches!(**message, Message::Assistant(_))
+                {
+                    reply.store(handle.snapshot().messages.len(), Ordering::Relaxed);
+                }
                 if let AgentEvent::MessageStart { message } = event
                     && matches!(**message, Message::User(_))
                 {
@@ -379,7 +397,10 @@ where
                 let kind_of = |name: &str| listening.options.kind_of(name);
                 // A plan is the agent's own: what an MCP server's tool returns is not one.
                 let plans_from = |tool: &str| !mcp_tools.contains(tool);
-                for update in map::updates(event, &kind_of, &plans_from) {
+                let in_reply = map::message_id(reply.load(Ordering::Relaxed));
+                let usage = usage_update(&listening.options, event, &handle);
+                let updates = map::updates(event, &kind_of, &plans_from).into_iter();
+                for update in updates.map(|u| u.in_message(&in_reply)).chain(usage) {
                     if send_update(&listening.peer, &session_id, &update).is_err() {
                         // The client stopped reading: the connection is closed, and the run
                         // has nobody to tell.
@@ -461,7 +482,7 @@ where
         id: Option<Value>,
     ) -> Result<Option<Value>, Refusal> {
         let session = self.session(params)?;
-        let text = input::prompt_text(params.get("prompt").unwrap_or(&Value::Null))?;
+        let text = self.prompt_text(params)?;
         let mut prompts = session.prompts.lock();
         if prompts.running {
             let how = match self.shared.options.while_running {
@@ -496,7 +517,7 @@ where
         params: &Value,
     ) -> Result<Option<Value>, Refusal> {
         let session = self.session(params)?;
-        let text = input::prompt_text(params.get("prompt").unwrap_or(&Value::Null))?;
+        let text = self.prompt_text(params)?;
         let mut prompts = session.prompts.lock();
         if prompts.running {
             queue_into(&session.agent, &mut prompts, text, None, Queued::Steering);
@@ -511,6 +532,13 @@ where
         }
         self.start_run(runs, &session, &mut prompts, text, None, (STEERING, params))?;
         Ok(Some(json!({ "outcome": "startedNewTurn" })))
+    }
+
+    /// The text of a prompt's content, rewritten by the slash command it invokes.
+    fn prompt_text(&self, params: &Value) -> Result<String, Refusal> {
+        let text = input::prompt_text(params.get("prompt").unwrap_or(&Value::Null))?;
+        commands::rewrite(&self.shared.options.commands, text)
+            .map_err(|why| (codes::INTERNAL_ERROR, why))
     }
 
     /// Claims the idle session's agent and runs `text` on a thread of the pool.
@@ -531,14 +559,22 @@ where
         let served = Served::open(method, asker.as_ref(), Some(params));
         prompts.start(asker);
         let id = params["sessionId"].as_str().unwrap_or_default().to_owned();
-        let titled = title_from(session, &text);
+        let titled = title_from(&self.shared.options, session, &text);
         session.touch();
         let peer = &self.shared.peer;
         let job_session = session.clone();
         let run = move |served: &Served| {
             let session = job_session;
-            if titled && let Some(dir) = &self.shared.options.session_dir {
-                listing::save_meta(dir, &id, &session.meta.lock());
+            if titled {
+                let meta = session.meta.lock().clone();
+                if let Some(dir) = &self.shared.options.session_dir {
+                    listing::save_meta(dir, &id, &meta);
+                }
+                let info = Update::SessionInfoUpdate {
+                    title: meta.title,
+                    updated_at: listing::rfc3339(SystemTime::now()),
+                };
+                let _ = send_update(peer, &id, &info);
             }
             let (answered, outcome) = run_session(&session, claimed, text);
             for asker in answered.into_iter().flatten() {
@@ -615,15 +651,42 @@ where
     }
 }
 
-/// Gives the session its title from its first prompt, unless it has one: true when it got
-/// one now.
-fn title_from(session: &Session, text: &str) -> bool {
+/// Gives the session its title from its first prompt (the program's, else the prompt's
+/// first line), unless it has one: true when it got one now.
+fn title_from(options: &Options, session: &Session, text: &str) -> bool {
     let mut meta = session.meta.lock();
     if meta.title.is_some() {
         return false;
     }
-    meta.title = listing::title_of(text);
+    let program = options.session_title.as_ref().and_then(|title| title(text));
+    meta.title = program.or_else(|| listing::title_of(text));
     meta.title.is_some()
+}
+
+/// The `usage_update` after a reply, when the context window is known
+/// ([`Options::context_window`]).
+fn usage_update(options: &Options, event: &AgentEvent, handle: &AgentHandle) -> Option<Update> {
+    let size = options.context_window?;
+    let AgentEvent::MessageEnd { message } = event else {
+        return None;
+    };
+    let usage = message.as_assistant()?.usage;
+    if usage.input + usage.output == 0 {
+        // A reply cut before the provider counted it (aborted): nothing known to report.
+        return None;
+    }
+    let cost = options.prices.as_ref().map(|prices| {
+        let total = handle.snapshot().usage;
+        map::Cost {
+            amount: (total.input as f64 * prices.input + total.output as f64 * prices.output) / 1e6,
+            currency: prices.currency.clone(),
+        }
+    });
+    Some(Update::UsageUpdate {
+        used: usage.input + usage.output,
+        size,
+        cost,
+    })
 }
 
 /// The method of other ACP agents' steering convention (see `Server::steering`).

@@ -164,6 +164,7 @@ function describe(update) {
     case "agent_message_chunk":
     case "agent_thought_chunk":
     case "user_message_chunk":
+      if (!/^m\d+$/.test(u.messageId ?? "")) return `${u.sessionUpdate} without a messageId`;
       return { kind: u.sessionUpdate, text: u.content.type === "text" ? u.content.text : `<${u.content.type}>` };
     case "tool_call":
       return `tool_call ${u.title} kind=${u.kind} status=${u.status} rawInput=${JSON.stringify(u.rawInput)}`;
@@ -175,6 +176,10 @@ function describe(update) {
       if (u.rawOutput !== undefined) parts.push(`rawOutput=${JSON.stringify(u.rawOutput)}`);
       return parts.join(" ");
     }
+    case "session_info_update":
+      return `session_info_update title=${JSON.stringify(u.title)} updatedAt=${/Z$/.test(u.updatedAt) ? "a time" : u.updatedAt}`;
+    case "usage_update":
+      return `usage_update used>0=${u.used > 0} size=${u.size} cost=${u.cost ? `${u.cost.currency}>0:${u.cost.amount > 0}` : "none"}`;
     default:
       return `${u.sessionUpdate} ${JSON.stringify(u)}`;
   }
@@ -386,7 +391,10 @@ await agent.request("session/delete", { sessionId: c });
 const afterDelete = await agent.request("session/list", {});
 say(`C deleted: listed=${afterDelete.sessions.some((s) => s.sessionId === c)}`);
 
-// 12. the client goes: the agent ends
+// 12. a slash command the program registered (listed in available_commands_update)
+await prompt("A", a, "/greet world");
+
+// 13. the client goes: the agent ends
 connection.close();
 agentProcess.stdin.end();
 const code = await exited;

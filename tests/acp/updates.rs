@@ -1,0 +1,157 @@
+//! The updates beside a run's own: `usage_update` after each reply, `session_info_update`
+//! with the session's title, `available_commands_update` and the commands' rewrites, and the
+//! `messageId` of chunks.
+
+use pagent::acp::{self, Command, Prices, SessionInfo};
+use pagent::llm::{Faux, FauxReply};
+use pagent::{Agent, AgentBuilder, Message, Usage};
+use serde_json::{Value, json};
+
+use super::{Client, prompt_of};
+
+/// A model that echoes the last user text, with a usage of 100 prompt and 20 generated
+/// tokens.
+fn echo(_: &SessionInfo) -> Result<AgentBuilder, pagent::Error> {
+    Ok(
+        Agent::builder().provider(Faux::default().chunk_chars(1000).otherwise(|r| {
+            let last = r
+                .messages
+                .iter()
+                .rev()
+                .find(|m| matches!(***m, Message::User(_)));
+            FauxReply::text(format!(
+                "echo: {}",
+                last.map(|m| m.text()).unwrap_or_default()
+            ))
+            .usage(Usage::new(100, 20))
+        })),
+    )
+}
+
+fn update(session: &str, update: Value) -> Value {
+    json!({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": session, "update": update}})
+}
+
+#[test]
+fn each_reply_gets_its_usage_the_first_prompt_its_title_and_chunks_their_message() {
+    let options = acp::Options::new()
+        .context_window(8_000)
+        .prices(Prices {
+            currency: "USD".into(),
+            input: 3.0,
+            output: 15.0,
+        })
+        .session_title(|prompt: &str| {
+            prompt
+                .contains("title")
+                .then(|| "Program's title".to_owned())
+        })
+        .command(
+            Command::new("shout", "Says it loudly", |rest: &str| rest.to_uppercase()).hint("words"),
+        );
+    let mut client = Client::start(echo, options);
+    client.titles = true;
+    client.request(1, "session/new", json!({"cwd": "/tmp", "mcpServers": []}));
+    let session = client.recv()["result"]["sessionId"]
+        .as_str()
+        .expect("an id")
+        .to_owned();
+    assert_eq!(
+        client.recv(),
+        update(
+            &session,
+            json!({"sessionUpdate": "available_commands_update", "availableCommands": [
+            {"name": "shout", "description": "Says it loudly", "input": {"hint": "words"}}]})
+        )
+    );
+    client.request(
+        2,
+        "session/prompt",
+        prompt_of(&session, "/shout hello there"),
+    );
+    let mut seen = Vec::new();
+    loop {
+        let mut m = client.recv();
+        if let Some(at) = m.pointer_mut("/params/update/updatedAt") {
+            assert!(at.as_str().is_some_and(|at| at.ends_with('Z')), "{at}");
+            *at = json!("<time>");
+        }
+        let done = m.get("id").is_some();
+        seen.push(m);
+        if done {
+            break;
+        }
+    }
+    assert_eq!(
+        seen,
+        [
+            update(
+                &session,
+                json!({"sessionUpdate": "session_info_update", "title": "HELLO THERE", "updatedAt": "<time>"})
+            ),
+            update(
+                &session,
+                json!({"sessionUpdate": "agent_message_chunk", "messageId": "m1",
+                "content": {"type": "text", "text": "echo: HELLO THERE"}})
+            ),
+            update(
+                &session,
+                json!({"sessionUpdate": "usage_update", "used": 120, "size": 8000,
+                "cost": {"amount": 0.0006, "currency": "USD"}})
+            ),
+            json!({"jsonrpc": "2.0", "id": 2, "result": {"stopReason": "end_turn"}}),
+        ]
+    );
+    // The second reply: its own message id, the cost summed over the session, no new title.
+    client.request(3, "session/prompt", prompt_of(&session, "a title?"));
+    let seen = client.until_response(3);
+    assert_eq!(
+        seen[1],
+        update(
+            &session,
+            json!({"sessionUpdate": "usage_update", "used": 120, "size": 8000,
+            "cost": {"amount": 0.0012, "currency": "USD"}})
+        )
+    );
+    client.close().expect("a clean end");
+    // The program's title wins over the first line.
+    let mut client = Client::start(
+        echo,
+        acp::Options::new().session_title(|_: &str| Some("Mine".into())),
+    );
+    client.titles = true;
+    let session = client.new_session(1);
+    client.request(2, "session/prompt", prompt_of(&session, "hello"));
+    assert_eq!(client.recv()["params"]["update"]["title"], "Mine");
+    client.close().expect("a clean end");
+}
+
+#[test]
+fn a_replayed_transcript_names_each_message() {
+    let dir = std::env::temp_dir().join(format!("pagent-acp-ids-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a directory");
+    let mut client = Client::start(echo, acp::Options::new().session_dir(&dir));
+    let session = client.new_session(1);
+    client.request(2, "session/prompt", prompt_of(&session, "one"));
+    client.until_response(2);
+    client.request(
+        3,
+        "session/load",
+        json!({"sessionId": session, "cwd": "/tmp", "mcpServers": []}),
+    );
+    let ids: Vec<(Value, Value)> = (0..2)
+        .map(|_| {
+            let u = client.recv()["params"]["update"].clone();
+            (u["sessionUpdate"].clone(), u["messageId"].clone())
+        })
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            (json!("user_message_chunk"), json!("m0")),
+            (json!("agent_message_chunk"), json!("m1"))
+        ]
+    );
+    client.close().expect("a clean end");
+    std::fs::remove_dir_all(&dir).ok();
+}
