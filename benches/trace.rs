@@ -21,6 +21,10 @@
 //! With `PAGENT_TRACE_BENCH_ONCE=delta/off` (or `turn/on_filtered`, ...) the binary runs that
 //! case 20 times and exits, without criterion: what `valgrind --tool=callgrind` counts, the
 //! same instructions run after run, so builds with and without the feature compare exactly.
+//!
+//! Instructions counted so (`valgrind --tool=callgrind`, 20 runs of each case, December
+//! 2026): per delta, off 1,414; on_none 1,443 (+2.1%); on_filtered 1,443; on_registry 1,440.
+//! Per turn, off 62,000; on_none 64,700 (+4.4%); on_filtered 64,400; on_registry 68,700.
 
 mod cpu;
 use cpu::cpu_ns;

@@ -135,7 +135,7 @@ pub mod bench_support {
         }
         /// Folds, stores, dispatches, exactly as a run does.
         pub fn emit(&self, event: AgentEvent) {
-            self.0.emit(event)
+            self.0.emit(&event)
         }
         /// Adds a listener.
         pub fn subscribe(&self, f: impl Fn(&AgentEvent) + Send + Sync + 'static) {

@@ -202,7 +202,7 @@ impl Shared {
     /// A tool's progress after an abort is not published: the run is ending, and what it
     /// still emits must stay within the bound that lossless channels rely on (see
     /// `Agent::subscribe_channel`). The reply's deltas stop at the source (the loop refuses them).
-    pub(crate) fn emit(&self, event: AgentEvent) {
+    pub(crate) fn emit(&self, event: &AgentEvent) {
         if let AgentEvent::ToolUpdate { .. } = event
             && self
                 .run_token
@@ -219,10 +219,10 @@ impl Shared {
     /// what `before` returns.
     pub(crate) fn emit_with<R>(
         &self,
-        event: AgentEvent,
+        event: &AgentEvent,
         before: impl FnOnce(&mut State) -> R,
     ) -> R {
-        let r = self.fold(&event, before);
+        let r = self.fold(event, before);
         let listeners = self.listeners.read().clone();
         // The channels that dropped this event (at most one event each): rare, so no
         // allocation unless one did.
@@ -233,11 +233,11 @@ impl Shared {
             }
             match &l.sink {
                 Sink::Callback(f) => {
-                    if let Err(message) = super::guard::catch(|| f(&event)) {
-                        self.record_panic(l.id, &event, message);
+                    if let Err(message) = super::guard::catch(|| f(event)) {
+                        self.record_panic(l.id, event, message);
                     }
                 }
-                Sink::Channel(c) => match c.send(&event, || self.run_token.lock().clone()) {
+                Sink::Channel(c) => match c.send(event, || self.run_token.lock().clone()) {
                     Sent::Delivered => {}
                     Sent::Dropped => dropped.push(l.id),
                     Sent::Gone => {

@@ -232,7 +232,7 @@ pub(crate) fn between_runs<R>(
     let token = CancelToken::new();
     let mut claim = Claim::take(inner, &token)?;
     claim.enter(&token);
-    Ok(inner.shared.emit_with(event, before))
+    Ok(inner.shared.emit_with(&event, before))
 }
 
 /// What `continue_run` sends: nothing when the model is due to answer (a user or tool-result
@@ -310,10 +310,13 @@ pub(crate) struct Run<'a> {
 }
 
 impl Run<'_> {
+    // Inlined: a streamed delta is built where it is handed to the dispatch (no copy of the
+    // event on its way), and with the `tracing` feature costs two checks more.
+    #[inline(always)]
     pub(crate) fn emit(&self, event: AgentEvent) {
         // A span the event ends closes once its listeners returned.
         let _closing = self.trace.observe(&event, &self.config.tool_defs);
-        self.inner.shared.emit(event);
+        self.inner.shared.emit(&event);
     }
 
     pub(crate) fn steering_queued(&self) -> bool {

@@ -362,7 +362,7 @@ impl Run<'_> {
         let shared = self.inner.shared.clone();
         let (call_id, tool_name) = (call.id.clone(), batch.tool_name(&call.id));
         let updates = Updates::direct(move |output| {
-            shared.emit(AgentEvent::ToolUpdate {
+            shared.emit(&AgentEvent::ToolUpdate {
                 call_id: call_id.clone(),
                 tool_name: tool_name.clone(),
                 partial: output,

@@ -12,6 +12,17 @@
 //! print them. With no subscriber, or one not interested in the target `pagent` at level
 //! `INFO`, a span costs one check of an atomic per call; nothing is done per streamed delta.
 //!
+//! # Performance
+//!
+//! Spans are per call, never per delta: a streamed delta costs two checks more than without
+//! the feature (is it the reply's first piece, is it a retry). Counted with callgrind on
+//! `benches/trace.rs` (20 replies of 2,000 one-character deltas on the scripted provider),
+//! a delta costs about 1,414 instructions without the feature and 30 more with it (+2.1%),
+//! whether no subscriber is installed, one filters pagent's spans out, or a registry
+//! records every span; a turn (a tool call, its tool, the answer) costs about 62,000
+//! instructions without it, 2,700 more with no subscriber (+4.4%) and 6,700 more when
+//! every span is recorded (+11%).
+//!
 //! # Spans
 //!
 //! | span (`otel.name`) | kind | from, to | attributes |
