@@ -107,7 +107,8 @@
 //! subscriber. So the program says how to read and write it, once, with
 //! [`set_propagator`]; without a propagator nothing is sent and what clients send is
 //! ignored. With `tracing-opentelemetry`, a propagator is a few lines over OpenTelemetry's
-//! own (`examples/otlp` has one):
+//! own (`Fields` is the program's adapter of a [`Carrier`] to OpenTelemetry's `Injector`
+//! and `Extractor`: `set` and `get` of the carrier):
 //!
 //! ```ignore
 //! use opentelemetry::propagation::TextMapPropagator;
