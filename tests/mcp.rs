@@ -6,6 +6,8 @@
 //! set; in CI (`CI` set) they fail instead. Every wait is bounded, and every test checks that
 //! no child process is left behind.
 
+#[path = "mcp/eras.rs"]
+mod eras;
 #[path = "mcp/http.rs"]
 mod http;
 #[path = "support/mod.rs"]
@@ -28,7 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use pagent::llm::{Faux, FauxReply};
-use pagent::mcp::{Client, ClientBuilder, Content, Direction, McpError};
+use pagent::mcp::{Client, ClientBuilder, Content, Direction, Era, McpError};
 use pagent::{
     Agent, AgentBuilder, AgentEvent, CancelToken, Message, RunStopReason, Tool, ToolContext,
 };
@@ -258,7 +260,7 @@ fn everything_lists_its_tools_and_calls_echo_and_get_sum() {
     let Some(dir) = installed() else { return };
     let client = everything(&dir).prefix("ev_").connect().unwrap();
     assert_eq!(client.server_info().name, "mcp-servers/everything");
-    assert_eq!(client.server_info().protocol_version, "2025-06-18");
+    assert_eq!(client.server_info().protocol_version, "2025-11-25");
     client.ping().unwrap();
     let listed = client.list_tools().unwrap();
     let tools = client.tools().unwrap();
@@ -529,14 +531,26 @@ struct PyServer {
 impl PyServer {
     /// `flags`: `--json` (JSON replies), `--no-get` (no stream of the server's own).
     fn start(dir: &Path, flags: &[&str]) -> PyServer {
+        let mut args = vec!["{port}"];
+        args.extend_from_slice(flags);
+        PyServer::launch(&dir.join("venv/bin/python"), "http_server.py", &args)
+    }
+
+    /// `python tests/mcp/<script> args...` on a free loopback port (`{port}` in `args`),
+    /// its MCP endpoint at `/mcp`, once it accepts connections.
+    fn launch(python: &Path, script: &str, args: &[&str]) -> PyServer {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/http_server.py");
-        let mut command = Command::new(dir.join("venv/bin/python"));
-        command.arg(script).arg(port.to_string()).args(flags);
+        let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/mcp")
+            .join(script);
+        let mut command = Command::new(python);
+        command
+            .arg(script)
+            .args(args.iter().map(|a| a.replace("{port}", &port.to_string())));
         let child = command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -1236,7 +1250,7 @@ fn a_response_with_an_unknown_id_is_a_protocol_error() {
     let err = connect_fails("unknown-id", |b| b);
     assert_eq!(
         err,
-        McpError::Protocol("the server answered a request that was never sent (id 1001)".into())
+        McpError::Protocol("the server answered a request that was never sent (id 1002)".into())
     );
 }
 
@@ -1368,6 +1382,7 @@ fn the_servers_stream_is_reopened_with_last_event_id_and_shut_down_on_close_or_d
             loopback::Reply::json(202, ""),
         ]);
         let client = Client::http(format!("{}/mcp", server.url))
+            .era(Era::Session)
             .connect()
             .unwrap();
         let requests = wait_requests(&server, 4);
@@ -1439,6 +1454,7 @@ fn a_stream_that_drops_again_without_a_message_is_not_reopened() {
         loopback::Reply::json(202, ""),
     ]);
     let client = Client::http(format!("{}/mcp", server.url))
+        .era(Era::Session)
         .connect()
         .unwrap();
     assert_eq!(wait_requests(&server, 4).len(), 4);

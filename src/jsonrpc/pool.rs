@@ -56,8 +56,9 @@ pub(crate) struct Pool<'a> {
     inner: Arc<Inner<'a>>,
 }
 
-// Plain (not scoped) threads: a pool that outlives any scope. Only the tests use one now.
-#[cfg(test)]
+// Plain (not scoped) threads: a pool that outlives any scope (the MCP client's answers to
+// its server's questions; the tests).
+#[cfg(any(test, feature = "mcp"))]
 impl Pool<'static> {
     /// A pool of at most `max` plain threads named `name`.
     pub(crate) fn new(name: &str, max: usize) -> Pool<'static> {

@@ -7,9 +7,13 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
+use serde_json::Value;
+
 use super::client::{Handle, Inner};
-use super::session::{Router, Session, Trace, Transport};
-use super::{Client, Direction, McpError, ServerInfo, http, protocol, stdio};
+use super::elicit::{Answers, Elicitation, ElicitationAnswer, Root};
+use super::era::{self, Choice};
+use super::session::{NotificationHook, Router, Session, Trace, Transport};
+use super::{Client, Direction, Era, McpError, http, stdio};
 use crate::cancel::CancelToken;
 
 pub(super) enum Kind {
@@ -29,6 +33,9 @@ pub struct ClientBuilder {
     max_message_bytes: usize,
     max_list_bytes: usize,
     trace: Option<Trace>,
+    era: Choice,
+    answers: Answers,
+    notifications: Option<NotificationHook>,
 }
 
 impl fmt::Debug for ClientBuilder {
@@ -60,6 +67,9 @@ impl ClientBuilder {
             max_message_bytes: 16 * 1024 * 1024,
             max_list_bytes: 16 * 1024 * 1024,
             trace: None,
+            era: Choice::Auto,
+            answers: Answers::default(),
+            notifications: None,
         }
     }
 
@@ -202,16 +212,87 @@ impl ClientBuilder {
         self
     }
 
-    /// Starts the server and initializes the connection.
+    /// Speaks only this era of the protocol with the server. Defaults to choosing per
+    /// server, as the 2026-07-28 revision's compatibility section says: a stateless probe
+    /// (`server/discover`) first, and `initialize` when the answer shows a session-era
+    /// server (see the [module docs](super#eras)). [`Era::Session`] skips the probe (a
+    /// server known to be of that era is greeted at once); [`Era::Stateless`] fails with the
+    /// probe's error instead of falling back.
+    #[must_use]
+    pub fn era(mut self, era: Era) -> ClientBuilder {
+        self.era = Choice::Only(era);
+        self
+    }
+
+    /// Answers the server's questions for the user (elicitation, form and URL mode) with
+    /// `hook`, and declares the capability. Defaults to none: the capability is not
+    /// declared, and a server that asks anyway is told the method is not supported.
     ///
-    /// Blocks until the server answered `initialize`, at most [`ClientBuilder::init_timeout`].
+    /// # Contract
+    /// Called once per question, on a thread of the client's (the thread of the request
+    /// the question came with, or one of a small pool for a question that came alone),
+    /// never on a thread that reads the server's messages: it may block while a person
+    /// answers. Return [`ElicitationAnswer::Accept`] with the form's values (an object),
+    /// [`ElicitationAnswer::Decline`] or [`ElicitationAnswer::Cancel`]. Accepted values are
+    /// completed with the schema's defaults and checked against it; values that do not fit
+    /// are never sent: the server is answered `cancel`. The token is cancelled when the
+    /// request the question belongs to is given up. For a URL, ask the user before opening
+    /// it. A panic in the hook is caught and answered as `cancel`.
+    #[must_use]
+    pub fn on_elicitation(
+        mut self,
+        hook: impl Fn(&Elicitation, &CancelToken) -> ElicitationAnswer + Send + Sync + 'static,
+    ) -> ClientBuilder {
+        self.answers.elicitation = Some(Arc::new(
+            move |question: &Elicitation, cancel: &CancelToken| {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook(question, cancel)))
+                    .unwrap_or(ElicitationAnswer::Cancel)
+            },
+        ));
+        self
+    }
+
+    /// Adds a root, a directory or file the server may work in (`file:///home/me/project`),
+    /// listed to the server when it asks (`roots/list`), and declares the capability.
+    /// Defaults to none. (Roots are deprecated in the 2026-07-28 revision; servers of that
+    /// era ask for them in their `input_required` results.)
+    #[must_use]
+    pub fn root(mut self, uri: impl Into<String>, name: Option<&str>) -> ClientBuilder {
+        self.answers.roots.get_or_insert_with(Vec::new).push(Root {
+            uri: uri.into(),
+            name: name.map(str::to_owned),
+        });
+        self
+    }
+
+    /// Hands every notification of the server the client does not use itself to `hook`:
+    /// `notifications/resources/updated` for a subscribed resource, the list changes of
+    /// resources and prompts, log messages... with its method and params. Called on the
+    /// thread that read it: it must return quickly. Defaults to none.
+    #[must_use]
+    pub fn on_notification(
+        mut self,
+        hook: impl Fn(&str, &Value) + Send + Sync + 'static,
+    ) -> ClientBuilder {
+        self.notifications = Some(Arc::new(hook));
+        self
+    }
+
+    /// Starts the server and agrees on the protocol with it.
+    ///
+    /// Blocks until the server answered the probe or `initialize`, at most
+    /// [`ClientBuilder::init_timeout`].
     ///
     /// # Errors
     /// [`McpError::Spawn`] when the program cannot start, [`McpError::Exited`] when it exits
     /// before answering, [`McpError::Timeout`], [`McpError::UnsupportedVersion`], and any
     /// error of the transport or the protocol. The child process is ended in every case.
     pub fn connect(self) -> Result<Client, McpError> {
-        let router = Arc::new(Router::new(self.trace.clone()));
+        let router = Arc::new(Router::new(
+            self.trace.clone(),
+            self.answers.clone(),
+            self.notifications.clone(),
+        ));
         let (transport, pid, http): (Arc<dyn Transport>, _, _) = match &self.kind {
             Kind::Stdio(spawn) => {
                 let mut spawn = spawn.clone();
@@ -232,8 +313,9 @@ impl ClientBuilder {
                 (t.clone(), None, Handle::Http(t))
             }
         };
-        let session = Session::new(router, transport);
-        let info = match initialize(&session, &http, self.init_timeout) {
+        let proposal = era::proposal(&router.capabilities());
+        let session = Arc::new(Session::new(router, transport, proposal));
+        let info = match era::agree(&session, &http, self.era, self.init_timeout) {
             Ok(info) => info,
             Err(e) => {
                 session.router.close(McpError::Closed);
@@ -241,7 +323,8 @@ impl ClientBuilder {
                 return Err(e);
             }
         };
-        Ok(Client {
+        session.router.set_server(&info.name);
+        let client = Client {
             inner: Arc::new(Inner {
                 session,
                 handle: http,
@@ -251,40 +334,11 @@ impl ClientBuilder {
                 call_timeout: self.call_timeout,
                 max_list_bytes: self.max_list_bytes,
                 given: Mutex::new(Vec::new()),
+                schemas: Mutex::new(Default::default()),
+                listening: super::client::Listening::default(),
             }),
-        })
+        };
+        client.listen();
+        Ok(client)
     }
-}
-
-/// `initialize`, then `notifications/initialized`.
-fn initialize(
-    session: &Session,
-    handle: &Handle,
-    timeout: Duration,
-) -> Result<ServerInfo, McpError> {
-    let never = CancelToken::new();
-    let result = session
-        .request(
-            "initialize",
-            Some(protocol::initialize_params(protocol::PROTOCOL_VERSIONS[0])),
-            &never,
-            timeout,
-            None,
-        )
-        .map_err(|e| match e {
-            // The child's exit says more than the closed pipe.
-            McpError::Closed => session.ended(),
-            e => e,
-        })?;
-    let info = protocol::server_info(result)?;
-    if let Handle::Http(http) = handle {
-        http.set_protocol_version(&info.protocol_version);
-    }
-    let until = std::time::Instant::now() + timeout;
-    let deadline = CancelToken::with_deadline(until);
-    session.notify("notifications/initialized", None, &deadline)?;
-    if let Handle::Http(http) = handle {
-        http.listen(until);
-    }
-    Ok(info)
 }

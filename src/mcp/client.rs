@@ -1,17 +1,18 @@
 //! A connection to one server: its requests, its tools, its end.
 
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::builder::Kind;
-use super::session::Session;
+use super::session::{Request, Session};
 use super::{
-    CallResult, ClientBuilder, McpError, McpTool, Progress, ServerInfo, ToolInfo, http, protocol,
-    stdio,
+    CallResult, ClientBuilder, Era, McpError, McpTool, Progress, ServerInfo, ToolInfo, http,
+    protocol, schema, stdio,
 };
 use crate::Tool;
 use crate::cancel::CancelToken;
@@ -36,7 +37,7 @@ pub struct Client {
 }
 
 pub(super) struct Inner {
-    pub(super) session: Session,
+    pub(super) session: Arc<Session>,
     pub(super) handle: Handle,
     pub(super) pid: Option<u32>,
     pub(super) info: ServerInfo,
@@ -46,12 +47,43 @@ pub(super) struct Inner {
     pub(super) max_list_bytes: usize,
     /// The names of the tools last handed out, for `sync_tools`.
     pub(super) given: Mutex<Vec<String>>,
+    /// The output schema of each tool that declared one, from the last list of the tools.
+    pub(super) schemas: Mutex<HashMap<String, Value>>,
+    /// The stateless era's `subscriptions/listen` stream.
+    pub(super) listening: Listening,
+}
+
+/// The stateless era's stream of change notifications: what it listens for, and the token
+/// that ends the one open now.
+#[derive(Default)]
+pub(super) struct Listening {
+    state: Mutex<ListenState>,
+}
+
+#[derive(Default)]
+struct ListenState {
+    /// The resources subscribed to (`resourceSubscriptions`).
+    resources: BTreeSet<String>,
+    /// Cancels the stream open now (a new one replaces it when the filter changes).
+    stop: Option<CancelToken>,
+    closed: bool,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        self.stop_listening();
         self.session.router.close(McpError::Closed);
         self.session.transport.close();
+    }
+}
+
+impl Inner {
+    fn stop_listening(&self) {
+        let mut state = self.listening.state.lock();
+        state.closed = true;
+        if let Some(stop) = state.stop.take() {
+            stop.cancel();
+        }
     }
 }
 
@@ -116,14 +148,19 @@ impl Client {
         }
     }
 
-    /// Sends `ping` and waits for the answer.
+    /// Checks that the server answers: `ping`, or in the stateless era (which has no
+    /// `ping`) `server/discover`.
     ///
     /// Blocks until the server answers, at most [`ClientBuilder::call_timeout`].
     ///
     /// # Errors
     /// Any error of the request (see [`McpError`]).
     pub fn ping(&self) -> Result<(), McpError> {
-        self.request("ping", None, &CancelToken::new(), None)
+        let method = match self.inner.info.era {
+            Era::Stateless => "server/discover",
+            _ => "ping",
+        };
+        self.request(method, None, &CancelToken::new(), None)
             .map(drop)
     }
 
@@ -132,6 +169,9 @@ impl Client {
     /// Blocks until the last page comes; each page may take [`ClientBuilder::call_timeout`].
     /// The pages together may hold at most [`ClientBuilder::max_list_bytes`], in at most
     /// 1000 pages.
+    ///
+    /// A tool whose `x-mcp-header` annotations are invalid (the 2026-07-28 revision says
+    /// a client must not call it) is left out.
     ///
     /// # Errors
     /// Any error of a request, a malformed page ([`McpError::Protocol`]), or a list over the
@@ -148,33 +188,72 @@ impl Client {
     /// deadline included: [`CancelToken::is_timed_out`] tells).
     pub fn list_tools_with(&self, cancel: &CancelToken) -> Result<Vec<ToolInfo>, McpError> {
         let mut tools = Vec::new();
+        let mut headers = HashMap::new();
+        let mut schemas = HashMap::new();
+        for item in self.list("tools/list", "tools", cancel)? {
+            let tool: ToolInfo = serde_json::from_value(item)
+                .map_err(|e| McpError::Protocol(format!("a malformed tool in tools/list ({e})")))?;
+            match tool.header_params() {
+                Ok(params) if !params.is_empty() => {
+                    headers.insert(tool.name.clone(), params);
+                }
+                Ok(_) => {}
+                Err(_) => continue,
+            }
+            if let Some(schema) = &tool.output_schema {
+                schemas.insert(tool.name.clone(), schema.clone());
+            }
+            tools.push(tool);
+        }
+        if let Handle::Http(http) = &self.inner.handle {
+            http.set_tool_headers(headers);
+        }
+        *self.inner.schemas.lock() = schemas;
+        Ok(tools)
+    }
+
+    /// Every item of the paginated list `method` (the items under `key` of each page).
+    pub(super) fn list(
+        &self,
+        method: &str,
+        key: &str,
+        cancel: &CancelToken,
+    ) -> Result<Vec<Value>, McpError> {
+        let mut items = Vec::new();
         let mut cursor: Option<String> = None;
         let mut bytes = 0;
+        let too_large = |pages| McpError::ListTooLarge {
+            method: method.to_owned(),
+            limit: self.inner.max_list_bytes,
+            pages,
+        };
         // Bounded: a server that hands out cursors forever is broken.
         for pages in 1..=MAX_PAGES {
-            let params = cursor.as_ref().map(|c| serde_json::json!({"cursor": c}));
-            let page = self.request("tools/list", params, cancel, None)?;
+            let params = cursor.as_ref().map(|c| json!({"cursor": c}));
+            let page = self.request(method, params, cancel, None)?;
             bytes += protocol::json_size(&page);
             if bytes > self.inner.max_list_bytes {
-                return Err(McpError::ListTooLarge {
-                    method: "tools/list".into(),
-                    limit: self.inner.max_list_bytes,
-                    pages,
-                });
+                return Err(too_large(pages));
             }
-            let page: protocol::ToolsPage = serde_json::from_value(page)
-                .map_err(|e| McpError::Protocol(format!("a malformed tools/list page ({e})")))?;
-            tools.extend(page.tools);
-            match page.next_cursor {
-                Some(next) if !next.is_empty() => cursor = Some(next),
-                _ => return Ok(tools),
+            let Value::Object(mut page) = page else {
+                return Err(McpError::Protocol(format!(
+                    "a {method} page is not an object"
+                )));
+            };
+            match page.remove(key) {
+                Some(Value::Array(list)) => items.extend(list),
+                _ => {
+                    return Err(McpError::Protocol(format!(
+                        "a malformed {method} page (no list {key:?})"
+                    )));
+                }
+            }
+            match page.get("nextCursor").and_then(Value::as_str) {
+                Some(next) if !next.is_empty() => cursor = Some(next.to_owned()),
+                _ => return Ok(items),
             }
         }
-        Err(McpError::ListTooLarge {
-            method: "tools/list".into(),
-            limit: self.inner.max_list_bytes,
-            pages: MAX_PAGES,
-        })
+        Err(too_large(MAX_PAGES))
     }
 
     /// Calls a tool by its name on the server (without the prefix) and waits for its result.
@@ -194,23 +273,95 @@ impl Client {
         cancel: &CancelToken,
         on_progress: &mut dyn FnMut(Progress),
     ) -> Result<CallResult, McpError> {
-        let params = serde_json::json!({"name": name, "arguments": arguments});
+        let params = json!({"name": name, "arguments": arguments});
         let result = self.request("tools/call", Some(params), cancel, Some(on_progress))?;
-        CallResult::from_value(result).map_err(McpError::Protocol)
+        let result = CallResult::from_value(result).map_err(McpError::Protocol)?;
+        let schema = self.inner.schemas.lock().get(name).cloned();
+        if let (Some(schema), false) = (schema, result.is_error) {
+            let checked = match &result.structured {
+                Some(value) => schema::check(&schema, value),
+                None => {
+                    Err("no structuredContent, though the tool declares an outputSchema".into())
+                }
+            };
+            if let Err(reason) = checked {
+                return Err(McpError::BadResult {
+                    tool: name.to_owned(),
+                    reason,
+                });
+            }
+        }
+        Ok(result)
     }
 
-    fn request(
+    /// A request, sent again with the input its server asks for when it answers
+    /// `input_required` (a tool call, a prompt, a resource; see the module docs).
+    pub(super) fn request(
         &self,
         method: &str,
         params: Option<Value>,
         cancel: &CancelToken,
         on_progress: Option<&mut dyn FnMut(Progress)>,
     ) -> Result<Value, McpError> {
-        self.inner
-            .session
-            .request(method, params, cancel, self.inner.call_timeout, on_progress)
+        self.inner.session.call(
+            Request {
+                method,
+                params,
+                cancel,
+                timeout: self.inner.call_timeout,
+            },
+            on_progress,
+        )
     }
 
+    /// Opens the stateless era's stream of change notifications (`subscriptions/listen`)
+    /// on a thread of its own, for what the server can announce: its tools, prompts and
+    /// resources changing, and updates of the resources subscribed to. A stream already
+    /// open is closed first. The session era's server speaks on its own stream (HTTP) or
+    /// the connection (stdio) without being asked: nothing to do then.
+    pub(super) fn listen(&self) {
+        if self.inner.info.era != Era::Stateless {
+            return;
+        }
+        let caps = &self.inner.info.capabilities;
+        let changes = |what: &str| caps[what]["listChanged"].as_bool().unwrap_or(false);
+        let mut state = self.inner.listening.state.lock();
+        if state.closed {
+            return;
+        }
+        if let Some(old) = state.stop.take() {
+            old.cancel();
+        }
+        let mut filter = serde_json::Map::new();
+        for (what, key) in [
+            ("tools", "toolsListChanged"),
+            ("prompts", "promptsListChanged"),
+            ("resources", "resourcesListChanged"),
+        ] {
+            if changes(what) {
+                filter.insert(key.into(), true.into());
+            }
+        }
+        if !state.resources.is_empty() {
+            filter.insert(
+                "resourceSubscriptions".into(),
+                state.resources.iter().cloned().collect::<Vec<_>>().into(),
+            );
+        }
+        if filter.is_empty() {
+            return;
+        }
+        let stop = CancelToken::new();
+        state.stop = Some(stop.clone());
+        drop(state);
+        // The thread holds the session, not the client: dropping the last handle of the
+        // client still ends the connection (and cancels `stop`).
+        let session = self.inner.session.clone();
+        let params = json!({"notifications": filter});
+        let _ = std::thread::Builder::new()
+            .name("pagent-mcp-listen".into())
+            .spawn(move || listen_until(&session, &params, &stop));
+    }
     /// The server's tools as pagent tools, named with the prefix.
     ///
     /// Blocks while the tools are listed (see [`Client::list_tools`]).
@@ -276,7 +427,94 @@ impl Client {
     /// Blocks for at most [`ClientBuilder::shutdown_grace`] and a kill (stdio), or a DELETE
     /// of at most 5 s (HTTP).
     pub fn close(&self) {
+        self.inner.stop_listening();
         self.inner.session.router.close(McpError::Closed);
         self.inner.session.transport.close();
+    }
+
+    /// Subscribes to updates of the resource `uri`: the server sends
+    /// `notifications/resources/updated` when it changes, which reaches the hook of
+    /// [`ClientBuilder::on_notification`]. In the session era this is `resources/subscribe`;
+    /// in the stateless era the `subscriptions/listen` stream is opened again with the URI
+    /// in its filter.
+    ///
+    /// Blocks until the server answered (session era), at most
+    /// [`ClientBuilder::call_timeout`].
+    ///
+    /// # Errors
+    /// Any error of the request.
+    pub fn subscribe_resource(&self, uri: &str) -> Result<(), McpError> {
+        if self.inner.info.era == Era::Stateless {
+            self.inner
+                .listening
+                .state
+                .lock()
+                .resources
+                .insert(uri.to_owned());
+            self.listen();
+            return Ok(());
+        }
+        self.request(
+            "resources/subscribe",
+            Some(json!({"uri": uri})),
+            &CancelToken::new(),
+            None,
+        )
+        .map(drop)
+    }
+
+    /// Ends a subscription of [`Client::subscribe_resource`].
+    ///
+    /// Blocks as [`Client::subscribe_resource`] does.
+    ///
+    /// # Errors
+    /// Any error of the request.
+    pub fn unsubscribe_resource(&self, uri: &str) -> Result<(), McpError> {
+        if self.inner.info.era == Era::Stateless {
+            self.inner.listening.state.lock().resources.remove(uri);
+            self.listen();
+            return Ok(());
+        }
+        self.request(
+            "resources/unsubscribe",
+            Some(json!({"uri": uri})),
+            &CancelToken::new(),
+            None,
+        )
+        .map(drop)
+    }
+}
+
+/// How long a listen stream that ended waits before it is opened again.
+const LISTEN_PAUSE: Duration = Duration::from_secs(1);
+
+/// How long one listen request may stay open: as long as the client does.
+const LISTEN_OPEN: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+
+/// The listen stream's thread: the request stays open, its notifications routed as any
+/// other, until `stop` is cancelled or the connection ends. A stream the server ended is
+/// opened again after [`LISTEN_PAUSE`], as long as the last one lasted longer than that (a
+/// server that ends each at once is not asked forever).
+fn listen_until(session: &Session, params: &Value, stop: &CancelToken) {
+    loop {
+        if session.router.closed().is_some() || stop.is_cancelled() {
+            return;
+        }
+        let started = std::time::Instant::now();
+        let outcome = session.request(
+            Request {
+                method: "subscriptions/listen",
+                params: Some(params.clone()),
+                cancel: stop,
+                timeout: LISTEN_OPEN,
+            },
+            None,
+        );
+        if stop.is_cancelled() || matches!(outcome, Err(McpError::Closed)) {
+            return;
+        }
+        if started.elapsed() < LISTEN_PAUSE || stop.wait_timeout(LISTEN_PAUSE) {
+            return;
+        }
     }
 }

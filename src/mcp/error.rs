@@ -66,6 +66,14 @@ pub enum McpError {
         /// The error's data, if any.
         data: Option<Value>,
     },
+    /// A tool's result does not fit the tool's `outputSchema` (or lacks the
+    /// `structuredContent` the schema promises). The connection goes on.
+    BadResult {
+        /// The tool's name on the server.
+        tool: String,
+        /// What does not fit.
+        reason: String,
+    },
     /// The server speaks none of the protocol revisions this client does.
     UnsupportedVersion(String),
     /// No answer within the timeout; the server was sent `notifications/cancelled`.
@@ -135,6 +143,10 @@ impl fmt::Display for McpError {
             } => write!(
                 f,
                 "the mcp server answered {method} with error {code}: {message}"
+            ),
+            McpError::BadResult { tool, reason } => write!(
+                f,
+                "the result of the mcp tool {tool} does not fit its output schema: {reason}"
             ),
             McpError::UnsupportedVersion(v) => write!(
                 f,

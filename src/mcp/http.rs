@@ -47,11 +47,15 @@
 //! of [`SIDE_QUEUE`]; one that finds it full is dropped (the call has returned already, and
 //! the server sees its socket closed).
 
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use base64::Engine as _;
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
+use serde_json::Value;
 
 use super::McpError;
 use super::session::{Router, Transport};
@@ -101,6 +105,12 @@ struct Inner {
     router: Arc<Router>,
     session: Mutex<Option<String>>,
     protocol_version: Mutex<Option<String>>,
+    /// The server speaks the stateless era: no session, no stream of its own, no
+    /// resumption, and cancellation by closing a request's stream.
+    stateless: AtomicBool,
+    /// For each tool (by its name on the server), the arguments it mirrors into headers
+    /// (`x-mcp-header`): the header's name part and the argument's name.
+    tool_headers: Mutex<HashMap<String, Vec<(String, String)>>>,
 }
 
 /// What a request's event stream said about resuming it.
@@ -150,6 +160,8 @@ impl HttpTransport {
             router: router.clone(),
             session: Mutex::new(None),
             protocol_version: Mutex::new(None),
+            stateless: AtomicBool::new(false),
+            tool_headers: Mutex::new(HashMap::new()),
         });
         let (side, queue) = crossbeam_channel::bounded::<Vec<u8>>(SIDE_QUEUE);
         let worker = inner.clone();
@@ -185,9 +197,20 @@ impl HttpTransport {
         }
     }
 
-    /// The protocol version to send in `MCP-Protocol-Version` from now on.
-    pub(crate) fn set_protocol_version(&self, version: &str) {
+    /// The protocol version to send in `MCP-Protocol-Version` from now on, and whether it
+    /// is of the stateless era.
+    pub(crate) fn set_protocol_version(&self, version: &str, stateless: bool) {
         *self.inner.protocol_version.lock() = Some(version.to_owned());
+        self.inner.stateless.store(stateless, Ordering::SeqCst);
+        if stateless {
+            // A session id a server handed out is not echoed in this era.
+            self.inner.session.lock().take();
+        }
+    }
+
+    /// The arguments each tool mirrors into headers, from the last list of the tools.
+    pub(crate) fn set_tool_headers(&self, headers: HashMap<String, Vec<(String, String)>>) {
+        *self.inner.tool_headers.lock() = headers;
     }
 
     pub(crate) fn session_id(&self) -> Option<String> {
@@ -205,6 +228,68 @@ impl Inner {
             headers.push(("mcp-protocol-version".into(), version.clone()));
         }
         headers
+    }
+
+    /// The headers of the POST of `message`. A message with the stateless era's `_meta`
+    /// gets that era's headers, mirrored from its body: `MCP-Protocol-Version` as its
+    /// `_meta` says, `Mcp-Method`, `Mcp-Name` (the tool's or prompt's name, the resource's
+    /// URI) and an `Mcp-Param-{Name}` for each argument its tool marks with `x-mcp-header`;
+    /// a value that is not plain visible ASCII goes as `=?base64?...?=`.
+    fn headers_for(&self, message: &[u8]) -> (Vec<(String, String)>, bool) {
+        let mut headers = self.headers.clone();
+        let parsed: Option<Value> = serde_json::from_slice(message).ok();
+        let initialize = parsed
+            .as_ref()
+            .is_some_and(|m| m.get("method").and_then(Value::as_str) == Some("initialize"));
+        let modern = parsed.as_ref().and_then(|m| {
+            m.pointer("/params/_meta")
+                .and_then(|meta| meta.get(super::protocol::META_VERSION))
+                .and_then(Value::as_str)
+                .map(|v| (m, v.to_owned()))
+        });
+        let Some((message, version)) = modern else {
+            // The session era's: the session and the agreed version.
+            if let Some(session) = &*self.session.lock() {
+                headers.push(("mcp-session-id".into(), session.clone()));
+            }
+            if let Some(version) = &*self.protocol_version.lock() {
+                headers.push(("mcp-protocol-version".into(), version.clone()));
+            }
+            return (headers, initialize);
+        };
+        headers.push(("mcp-protocol-version".into(), version));
+        let method = message.get("method").and_then(Value::as_str).unwrap_or("");
+        if !method.is_empty() {
+            headers.push(("mcp-method".into(), header_value(method)));
+        }
+        let params = message.get("params");
+        let name = match method {
+            "tools/call" | "prompts/get" => params.and_then(|p| p.get("name")),
+            "resources/read" => params.and_then(|p| p.get("uri")),
+            _ => None,
+        };
+        if let Some(name) = name.and_then(Value::as_str) {
+            headers.push(("mcp-name".into(), header_value(name)));
+        }
+        if method == "tools/call" {
+            let arguments = params.and_then(|p| p.get("arguments"));
+            let tools = self.tool_headers.lock();
+            let marked = name
+                .and_then(Value::as_str)
+                .and_then(|n| tools.get(n))
+                .map_or(&[][..], Vec::as_slice);
+            for (header, argument) in marked {
+                let text = match arguments.and_then(|a| a.get(argument)) {
+                    Some(Value::String(s)) => s.clone(),
+                    Some(Value::Bool(b)) => b.to_string(),
+                    Some(Value::Number(n)) => n.to_string(),
+                    // Null or absent: no header.
+                    _ => continue,
+                };
+                headers.push((format!("mcp-param-{header}"), header_value(&text)));
+            }
+        }
+        (headers, false)
     }
 
     fn url(&self) -> String {
@@ -278,28 +363,43 @@ impl Inner {
         id: Option<u64>,
         cancel: &CancelToken,
     ) -> Result<(), McpError> {
+        let (extra, initialize) = self.headers_for(&message);
         let Reply {
             status,
             headers,
             mut body,
-        } = self.exchange(&self.http, Method::Post, &message, &self.headers(), cancel)?;
+        } = self.exchange(&self.http, Method::Post, &message, &extra, cancel)?;
+        let stateless = self.stateless.load(Ordering::SeqCst);
         let header = |name: &str| {
             headers
                 .get(name)
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned)
         };
-        if let Some(session) = header("mcp-session-id") {
+        // Only the answer to `initialize` opens a session (a stateless probe's answer may
+        // carry an id a session-era server made for nothing).
+        if let Some(session) = header("mcp-session-id").filter(|_| initialize && !stateless) {
             self.session.lock().get_or_insert(session);
         }
         if status == 404 && self.session.lock().is_some() {
             return Err(McpError::SessionExpired);
         }
-        if status >= 400 {
-            return Err(self.status_error(status, &mut body));
-        }
         let content_type = header("content-type").unwrap_or_default();
         let media = content_type.split(';').next().unwrap_or("").trim();
+        if status >= 400 {
+            // A stateless server answers with a JSON-RPC error in a 4xx (an unsupported
+            // version, a header mismatch): it is the request's answer.
+            if id.is_some() && media.eq_ignore_ascii_case("application/json") {
+                let bytes = body
+                    .read_some(64 * 1024)
+                    .map_err(|e| transport_error(e, cancel))?;
+                if let Ok(true) = self.router.deliver(&bytes, id) {
+                    return Ok(());
+                }
+                return Err(self.status_text_error(status, &bytes));
+            }
+            return Err(self.status_error(status, &mut body));
+        }
         let answered = if status == 202 || id.is_none() {
             // A notification's answer has no body worth reading.
             false
@@ -308,7 +408,9 @@ impl Inner {
             match self.read_stream(&mut body, id, cancel, &mut resume) {
                 Ok(true) => true,
                 // Ended or broken before the response: resumable when its events had ids.
-                Ok(false) | Err(McpError::Transport(_)) if resume.last_event_id.is_some() => {
+                Ok(false) | Err(McpError::Transport(_))
+                    if resume.last_event_id.is_some() && !stateless =>
+                {
                     self.resume(id, cancel, resume)?
                 }
                 Ok(false) => false,
@@ -343,6 +445,12 @@ impl Inner {
     /// An error status of the server, with the start of its body.
     fn status_error(&self, status: u16, body: &mut Body) -> McpError {
         let text = body.read_text(2000, None).unwrap_or_default();
+        self.status_text_error(status, text.as_bytes())
+    }
+
+    /// An error status of the server, with `text`, the start of its body.
+    fn status_text_error(&self, status: u16, text: &[u8]) -> McpError {
+        let text = String::from_utf8_lossy(&text[..text.len().min(2000)]);
         let target =
             Target::parse(&self.url(), None).map_or_else(|_| String::new(), |t| t.to_string());
         McpError::Transport(crate::Error::Http {
@@ -571,6 +679,26 @@ impl Inner {
     }
 }
 
+/// `text` as a header value: as it is when it is plain visible ASCII (inner spaces and tabs
+/// allowed), else `=?base64?<its UTF-8 in base64>?=`, as is a text that looks like that.
+fn header_value(text: &str) -> String {
+    let plain = text
+        .bytes()
+        .all(|b| (0x21..=0x7e).contains(&b) || b == b' ' || b == b'\t');
+    let edges = text.starts_with([' ', '\t']) || text.ends_with([' ', '\t']);
+    let sentinel = text.starts_with("=?base64?") && text.ends_with("?=");
+    if plain && !edges && !sentinel && !text.is_empty() {
+        return text.to_owned();
+    }
+    if text.is_empty() {
+        return String::new();
+    }
+    format!(
+        "=?base64?{}?=",
+        base64::engine::general_purpose::STANDARD.encode(text)
+    )
+}
+
 /// A transport error, or the abort or deadline that caused it.
 fn transport_error(e: crate::Error, cancel: &CancelToken) -> McpError {
     if cancel.is_cancelled() {
@@ -669,11 +797,34 @@ impl Transport for HttpTransport {
     fn ends_connection(&self, _error: &McpError) -> bool {
         false
     }
+
+    /// Over stateless HTTP a request is cancelled by closing its stream (its socket is shut
+    /// down at once); the session era still sends `notifications/cancelled`.
+    fn cancels_with_notice(&self) -> bool {
+        !self.inner.stateless.load(Ordering::SeqCst)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn header_values_are_plain_ascii_or_base64() {
+        assert_eq!(header_value("us-west1"), "us-west1");
+        assert_eq!(header_value("us west 1"), "us west 1");
+        assert_eq!(
+            header_value("Hello, 世界"),
+            "=?base64?SGVsbG8sIOS4lueVjA==?="
+        );
+        assert_eq!(header_value(" padded "), "=?base64?IHBhZGRlZCA=?=");
+        assert_eq!(header_value("line1\nline2"), "=?base64?bGluZTEKbGluZTI=?=");
+        assert_eq!(
+            header_value("=?base64?literal?="),
+            "=?base64?PT9iYXNlNjQ/bGl0ZXJhbD89?="
+        );
+        assert_eq!(header_value(""), "");
+    }
 
     #[test]
     fn redirects_are_followed_to_the_same_origin_only() {

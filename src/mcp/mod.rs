@@ -26,8 +26,9 @@
 //!   stderr is kept, the last [`ClientBuilder::stderr_limit`] bytes of it, for the error
 //!   that says why it exited ([`Client::stderr`]).
 //! - **Streamable HTTP** ([`Client::http`]): each message is a POST to the endpoint over
-//!   `ureq`, answered with JSON or an event stream; the session id and the protocol version
-//!   go with every request after `initialize`, and shutdown ends the session with a DELETE.
+//!   `ureq`, answered with JSON or an event stream. In the stateless era that is all (see
+//!   [Eras](#eras)). In the session era the session id and the protocol version go with
+//!   every request after `initialize`, and shutdown ends the session with a DELETE.
 //!   After `initialize` a thread of the client's own opens the server's optional GET stream
 //!   (`Accept: text/event-stream`), on which the server sends what it says unasked (a
 //!   changed tool list, its own requests, which are answered); `connect` returns once the
@@ -43,18 +44,63 @@
 //!   host is sent nothing. An error response with a `null` id in the reply to a request is
 //!   that request's error ([`McpError::Rpc`]); the connection goes on.
 //!
+//! # Eras
+//! MCP has two eras, and the client speaks both, choosing per server as the 2026-07-28
+//! revision's compatibility section says ([`ClientBuilder::era`] forces one):
+//!
+//! - **Stateless** ([`Era::Stateless`], revision 2026-07-28): no handshake and no session.
+//!   [`ClientBuilder::connect`] sends `server/discover` with the revision, the client's
+//!   identity and capabilities in its `_meta`, as every later request carries them (over
+//!   HTTP also in the `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` headers, and the
+//!   `Mcp-Param-*` headers of the arguments a tool marks with `x-mcp-header`). A server
+//!   that needs something of the client answers `input_required` (MRTR): its questions are
+//!   answered ([`ClientBuilder::on_elicitation`], [`ClientBuilder::root`]) and the request
+//!   sent again with a new id, the answers and the server's `requestState` exactly as it
+//!   came. Change notifications come on a `subscriptions/listen` request the client keeps
+//!   open on a thread of its own, for what the server's capabilities announce and the
+//!   resources subscribed to. Over HTTP a request is cancelled by closing its stream.
+//! - **Session** ([`Era::Session`], revisions 2024-11-05 to 2025-11-25): `initialize` asks
+//!   for 2025-11-25 and accepts any of the four in the answer; then
+//!   `notifications/initialized`; over HTTP a session id and the server's GET stream. The
+//!   server sends its questions as requests of its own, answered by the same hooks.
+//!
+//! The choice: a `server/discover` result, or an error only a stateless server gives (an
+//! unsupported version with the ones it speaks: the client asks again with one of them),
+//! makes the server stateless; any other answer (an error, an HTTP 4xx without such an
+//! error, a result that is not a discover result, silence for up to 10 s or half the init
+//! timeout) makes it a session-era server, greeted with `initialize`. Whichever it is, the
+//! client's API is the same: [`ServerInfo::era`] and [`ServerInfo::protocol_version`] say
+//! what was agreed.
+//!
 //! # Conformance
 //! `.ci/conformance.sh` runs every client scenario of the official conformance suite
-//! (`@modelcontextprotocol/conformance` 0.1.16) against this client, through
-//! `examples/mcp_conformance.rs`: `initialize`, `tools_call` and `sse-retry` pass (and
-//! `auth/resource-mismatch`, which only asks that the client go no further); the
-//! elicitation scenario and the OAuth (`auth/*`) ones fail, as the client implements
-//! neither. `tests/mcp/conformance/scenarios.txt` lists each scenario with why.
+//! (`@modelcontextprotocol/conformance`), both its stable release 0.1.16 and 0.2.0-alpha.12,
+//! the newest with the 2026-07-28 scenarios, against this client through
+//! `examples/mcp_conformance.rs`. `tests/mcp/conformance/scenarios.txt` and
+//! `tests/mcp/conformance/next/scenarios.txt` list each scenario, and why for each one that
+//! fails.
+//!
+//! # Features by revision
+//! | Feature | Revisions | Here |
+//! |---|---|---|
+//! | tools: list (paginated), call, progress, cancellation, `list_changed` | 2024-11-05 on | [`Client::tools`], [`Client::call_tool`], [`Client::sync_tools`] |
+//! | tool `title`, `outputSchema`, `structuredContent` (checked against the schema) | 2025-06-18 on | [`ToolInfo`], [`CallResult::structured`], [`McpError::BadResult`] |
+//! | tool `icons`, annotations, `_meta` kept | 2025-11-25 on (annotations 2025-03-26) | [`ToolInfo::icons`], [`ToolInfo::annotations`] |
+//! | resources: list, templates, read, subscribe | 2024-11-05 on | [`Client::list_resources`], [`Client::read_resource`], [`Client::subscribe_resource`] |
+//! | prompts: list, get, into an agent's messages | 2024-11-05 on | [`Client::get_prompt`], [`PromptResult::to_messages`] |
+//! | elicitation, form mode (defaults filled in) | 2025-06-18 on (defaults 2025-11-25) | [`ClientBuilder::on_elicitation`] |
+//! | elicitation, URL mode | 2025-11-25 on | [`ElicitationMode::Url`] |
+//! | roots | 2024-11-05 on (deprecated in 2026-07-28) | [`ClientBuilder::root`] |
+//! | sampling | 2024-11-05 on (deprecated in 2026-07-28) | not declared, not implemented |
+//! | logging, completion, tasks | | not implemented (log messages reach [`ClientBuilder::on_notification`]) |
+//! | Streamable HTTP: session, GET stream, resumption | 2025-03-26 to 2025-11-25 | see [Transports](#transports) |
+//! | stateless requests: `server/discover`, `_meta`, `resultType`, MRTR, `subscriptions/listen`, standard and `x-mcp-header` headers | 2026-07-28 | see [Eras](#eras) |
+//! | HTTP+SSE (the 2024-11-05 transport) | 2024-11-05 (deprecated) | not implemented |
 //!
 //! # Lifecycle
-//! [`ClientBuilder::connect`] starts the server, sends `initialize` (asking for protocol
-//! revision 2025-06-18 and accepting 2025-03-26 and 2024-11-05 in the answer), then
-//! `notifications/initialized`. [`Client::ping`] checks that the server answers.
+//! [`ClientBuilder::connect`] starts the server and agrees on the protocol with it (see
+//! [Eras](#eras)). [`Client::ping`] checks that the server answers (`ping`, or in the
+//! stateless era, which has none, `server/discover`).
 //! [`Client::close`], or dropping the last handle (the client and every tool it made),
 //! ends the connection: for stdio it closes the child's stdin, waits up to
 //! [`ClientBuilder::shutdown_grace`] for it to exit, then ends its process group and reaps
@@ -86,9 +132,11 @@
 //! that writes something that is not a JSON-RPC message, answers a request never sent, or
 //! sends a message over [`ClientBuilder::max_message_bytes`] ends the connection with
 //! [`McpError::Protocol`] or [`McpError::TooLarge`]; a server that stays silent runs into
-//! the timeout ([`McpError::Timeout`]). The server's own requests are answered (`ping`; an
-//! error for the others), its notifications of progress and tool-list changes are used,
-//! and the rest are ignored.
+//! the timeout ([`McpError::Timeout`]). The server's own requests are answered (`ping`;
+//! elicitation and roots by their hooks, on the thread of the request they came with or a
+//! pool of four, never on a reading thread; an error for the others), its notifications of
+//! progress and tool-list changes are used, and the rest go to
+//! [`ClientBuilder::on_notification`].
 //!
 //! # Bounded
 //! Nothing a server sends makes the client hold more than a bound. Each message is at most
@@ -145,16 +193,25 @@
 
 mod builder;
 mod client;
+mod elicit;
+mod era;
 mod error;
 mod http;
 mod process;
 mod protocol;
+mod resources;
+mod schema;
 mod session;
 mod stdio;
 mod tool;
 
 pub use builder::ClientBuilder;
 pub use client::Client;
+pub use elicit::{Elicitation, ElicitationAnswer, ElicitationMode};
 pub use error::{Direction, McpError};
-pub use protocol::{CallResult, Content, Progress, ServerInfo, ToolInfo};
+pub use protocol::{CallResult, Content, Era, Icon, Progress, ServerInfo, ToolInfo};
+pub use resources::{
+    PromptArgument, PromptInfo, PromptMessage, PromptResult, ResourceContents, ResourceInfo,
+    ResourceTemplate,
+};
 pub use tool::McpTool;

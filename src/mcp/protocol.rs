@@ -15,9 +15,38 @@ use serde_json::{Map, Value, json};
 use super::McpError;
 use crate::ToolOutput;
 
-/// The protocol revisions this client speaks, the newest first: it asks for the first one and
-/// accepts any of them in the server's answer.
-pub(crate) const PROTOCOL_VERSIONS: [&str; 3] = ["2025-06-18", "2025-03-26", "2024-11-05"];
+/// The session-era revisions this client speaks (an `initialize` handshake), the newest
+/// first: it asks for the first one and accepts any of them in the server's answer.
+pub(crate) const LEGACY_VERSIONS: [&str; 4] =
+    ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+
+/// The stateless revisions this client speaks (the version in every request's `_meta`), the
+/// newest first.
+pub(crate) const MODERN_VERSIONS: [&str; 1] = ["2026-07-28"];
+
+/// The `_meta` keys of a stateless request.
+pub(crate) const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+pub(crate) const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+pub(crate) const META_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+pub(crate) const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+
+/// The error codes of the stateless revision that mark a server of that era (its errors
+/// say so, where any other error of a probe marks a session-era server).
+pub(crate) mod codes {
+    /// The HTTP headers do not match the body.
+    pub(crate) const HEADER_MISMATCH: i64 = -32020;
+    /// A capability the request needs was not declared.
+    pub(crate) const MISSING_CAPABILITY: i64 = -32021;
+    /// The version asked for is not one the server speaks; `data.supported` lists them.
+    pub(crate) const UNSUPPORTED_VERSION: i64 = -32022;
+    /// The session-era code a 2025 server used for the same (`-32602` with `supported`).
+    pub(crate) const INVALID_PARAMS: i64 = -32602;
+}
+
+/// The client's name and version, as MCP's `Implementation`.
+pub(crate) fn client_info() -> Value {
+    json!({"name": "pagent", "version": env!("CARGO_PKG_VERSION")})
+}
 
 /// The start of a bad message, for an error text.
 pub(crate) fn snippet(bytes: &[u8]) -> String {
@@ -54,12 +83,142 @@ pub(crate) fn notification(method: &str, params: Option<Value>) -> Vec<u8> {
 }
 
 /// The `initialize` request's parameters.
-pub(crate) fn initialize_params(version: &str) -> Value {
+pub(crate) fn initialize_params(version: &str, capabilities: &Value) -> Value {
     json!({
         "protocolVersion": version,
-        "capabilities": {},
-        "clientInfo": {"name": "pagent", "version": env!("CARGO_PKG_VERSION")},
+        "capabilities": capabilities,
+        "clientInfo": client_info(),
     })
+}
+
+/// Which era of the protocol a server speaks, as [`ServerInfo::era`] tells.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Era {
+    /// Revision 2026-07-28 and later: stateless. No handshake: the version, the client's
+    /// identity and its capabilities go in every request's `_meta`; the server asks its
+    /// questions in its results (`input_required`), and change notifications come on a
+    /// `subscriptions/listen` stream.
+    Stateless,
+    /// Revisions up to 2025-11-25: an `initialize` handshake opens a session (over HTTP an
+    /// `Mcp-Session-Id`), and the server sends its own requests on the connection.
+    Session,
+}
+
+/// The protocol as agreed with one server: its era and revision, and what the client
+/// declares of itself in every request (stateless) or in `initialize` (session).
+#[derive(Clone, Debug)]
+pub(crate) struct Agreed {
+    pub(crate) era: Era,
+    pub(crate) version: String,
+    pub(crate) capabilities: Value,
+}
+
+impl Agreed {
+    /// `params` as sent to the server: for the stateless era with the version, the client's
+    /// identity and capabilities in `_meta`; with `progressToken` when `progress` is set;
+    /// and with the trace context where the `tracing` feature puts it. Every request goes
+    /// through here, so this is the one place `_meta` is written.
+    pub(crate) fn stamp(&self, params: Option<Value>, progress: Option<u64>) -> Option<Value> {
+        let stateless = self.era == Era::Stateless;
+        if !stateless && progress.is_none() {
+            return params;
+        }
+        let mut map = match params {
+            Some(Value::Object(map)) => map,
+            _ => Map::new(),
+        };
+        let meta = map
+            .entry("_meta")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if !meta.is_object() {
+            *meta = Value::Object(Map::new());
+        }
+        if let Value::Object(meta) = meta {
+            if let Some(token) = progress {
+                meta.insert("progressToken".into(), token.into());
+            }
+            if stateless {
+                meta.insert(META_VERSION.into(), self.version.clone().into());
+                meta.insert(META_CLIENT_INFO.into(), client_info());
+                meta.insert(META_CAPABILITIES.into(), self.capabilities.clone());
+            }
+        }
+        Some(Value::Object(map))
+    }
+}
+
+/// What a `server/discover` answer says: the revisions the server speaks, and about itself.
+pub(crate) struct Discovered {
+    pub(crate) supported: Vec<String>,
+    pub(crate) info: ServerInfo,
+}
+
+/// Reads an answer to `server/discover`; `None` when it is not one (a session-era server
+/// that answers any request with an empty result).
+pub(crate) fn discovered(result: &Value) -> Option<Discovered> {
+    let supported: Vec<String> = result
+        .get("supportedVersions")?
+        .as_array()?
+        .iter()
+        .filter_map(Value::as_str)
+        .map(str::to_owned)
+        .collect();
+    let identity = result
+        .get("_meta")
+        .and_then(|m| m.get(META_SERVER_INFO))
+        .or_else(|| result.get("serverInfo"));
+    let text = |key: &str| {
+        identity
+            .and_then(|i| i.get(key))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    Some(Discovered {
+        info: ServerInfo {
+            name: text("name"),
+            version: text("version"),
+            protocol_version: String::new(),
+            era: Era::Stateless,
+            capabilities: result.get("capabilities").cloned().unwrap_or(json!({})),
+            instructions: result
+                .get("instructions")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+        },
+        supported,
+    })
+}
+
+/// The revisions an error says the server speaks (`data.supported` of
+/// `UnsupportedProtocolVersionError`), if it is one.
+pub(crate) fn supported_versions(code: i64, data: Option<&Value>) -> Option<Vec<String>> {
+    if code != codes::UNSUPPORTED_VERSION && code != codes::INVALID_PARAMS {
+        return None;
+    }
+    let list = data?.get("supported")?.as_array()?;
+    Some(
+        list.iter()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect(),
+    )
+}
+
+/// Whether the result is an interim one that asks for input (`resultType: input_required`).
+/// A result without `resultType` is complete (a session-era server's).
+///
+/// # Errors
+/// [`McpError::Protocol`] for a `resultType` this client does not know.
+pub(crate) fn needs_input(method: &str, result: &Value) -> Result<bool, McpError> {
+    match result.get("resultType").and_then(Value::as_str) {
+        None | Some("complete") => Ok(false),
+        Some("input_required") => Ok(true),
+        Some(other) => Err(McpError::Protocol(format!(
+            "the server answered {method} with the result type {other:?}, which this client does not know"
+        ))),
+    }
 }
 
 /// What the server said about itself in its answer to `initialize`.
@@ -70,8 +229,10 @@ pub struct ServerInfo {
     pub name: String,
     /// The server's version (`serverInfo.version`).
     pub version: String,
-    /// The protocol revision both sides agreed on, such as `2025-06-18`.
+    /// The protocol revision both sides agreed on, such as `2026-07-28` or `2025-11-25`.
     pub protocol_version: String,
+    /// The era of that revision: stateless, or with a session.
+    pub era: Era,
     /// The server's capabilities, as it sent them.
     pub capabilities: Value,
     /// The server's instructions for the model, if it gave any.
@@ -109,7 +270,7 @@ pub(crate) fn server_info(result: Value) -> Result<ServerInfo, McpError> {
             "the server's answer to initialize is malformed ({e})"
         ))
     })?;
-    if !PROTOCOL_VERSIONS.contains(&result.protocol_version.as_str()) {
+    if !LEGACY_VERSIONS.contains(&result.protocol_version.as_str()) {
         return Err(McpError::UnsupportedVersion(result.protocol_version));
     }
     let (name, version) = result
@@ -120,6 +281,7 @@ pub(crate) fn server_info(result: Value) -> Result<ServerInfo, McpError> {
         name,
         version,
         protocol_version: result.protocol_version,
+        era: Era::Session,
         capabilities: result.capabilities,
         instructions: result.instructions,
     })
@@ -141,22 +303,90 @@ pub struct ToolInfo {
     /// The JSON Schema of its arguments, as the server sent it.
     #[serde(default = "empty_object_schema")]
     pub input_schema: Value,
-    /// The JSON Schema of its structured result, if it declares one.
+    /// The JSON Schema of its structured result, if it declares one. A result's
+    /// `structuredContent` is checked against it ([`CallResult::structured`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_schema: Option<Value>,
+    /// Icons for a user interface, as the server lists them (2025-11-25 on).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub icons: Vec<Icon>,
+    /// Hints about the tool's behaviour (`readOnlyHint`, `destructiveHint`, ...), as the
+    /// server sent them. Hints only: a server is not trusted by them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<Value>,
+    /// The tool's `_meta`, as the server sent it.
+    #[serde(default, rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Value>,
+}
+
+/// An icon of a tool, resource, prompt or server (`Icon`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct Icon {
+    /// Where the image is: an `https:` URL or a `data:` URI.
+    pub src: String,
+    /// Its MIME type, if the server gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mime_type: Option<String>,
+    /// Its sizes (`48x48`, `any`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sizes: Vec<String>,
+    /// The theme it is drawn for (`light`, `dark`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub theme: Option<String>,
+}
+
+impl ToolInfo {
+    /// The arguments the tool mirrors into HTTP headers (`x-mcp-header` on a property of its
+    /// input schema, 2026-07-28): each header's name part and the property's name.
+    ///
+    /// # Errors
+    /// The reason the annotations are invalid (an empty or non-token name, a name given
+    /// twice, one on a property that is not a string, integer or boolean): such a tool must
+    /// not be called, so the client leaves it out of the list.
+    pub(crate) fn header_params(&self) -> Result<Vec<(String, String)>, String> {
+        let mut found: Vec<(String, String)> = Vec::new();
+        let Some(properties) = self
+            .input_schema
+            .get("properties")
+            .and_then(Value::as_object)
+        else {
+            return Ok(found);
+        };
+        for (property, schema) in properties {
+            let Some(header) = schema.get("x-mcp-header") else {
+                continue;
+            };
+            let Some(header) = header.as_str() else {
+                return Err(format!("x-mcp-header of {property:?} is not a string"));
+            };
+            let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+            if header.is_empty() || !header.bytes().all(token) {
+                return Err(format!(
+                    "x-mcp-header {header:?} of {property:?} is not a header name"
+                ));
+            }
+            let primitive = match schema.get("type") {
+                Some(Value::String(t)) => matches!(t.as_str(), "string" | "integer" | "boolean"),
+                _ => false,
+            };
+            if !primitive {
+                return Err(format!(
+                    "x-mcp-header {header:?} is on {property:?}, which is not a string, integer or boolean"
+                ));
+            }
+            if found.iter().any(|(h, _)| h.eq_ignore_ascii_case(header)) {
+                return Err(format!("x-mcp-header {header:?} is given twice"));
+            }
+            found.push((header.to_owned(), property.clone()));
+        }
+        Ok(found)
+    }
 }
 
 fn empty_object_schema() -> Value {
     json!({"type": "object"})
-}
-
-/// One page of `tools/list`.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct ToolsPage {
-    pub(crate) tools: Vec<ToolInfo>,
-    #[serde(default)]
-    pub(crate) next_cursor: Option<String>,
 }
 
 /// A progress notification of a running request (`notifications/progress`).
@@ -232,8 +462,13 @@ pub enum Content {
     Other(Value),
 }
 
+/// How the model reads one piece of content (see [`Content`]).
+pub(crate) fn describe(content: &Content) -> String {
+    content.describe()
+}
+
 impl Content {
-    fn from_value(value: Value) -> Content {
+    pub(crate) fn from_value(value: Value) -> Content {
         let s = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).map(str::to_owned);
         let kind = value.get("type").and_then(Value::as_str).unwrap_or("");
         let known = match kind {
@@ -343,21 +578,6 @@ impl CallResult {
     }
 }
 
-/// `params` with `_meta.progressToken` set to `token`.
-pub(crate) fn with_progress_token(params: Option<Value>, token: u64) -> Value {
-    let mut map = match params {
-        Some(Value::Object(map)) => map,
-        _ => Map::new(),
-    };
-    let meta = map
-        .entry("_meta")
-        .or_insert_with(|| Value::Object(Map::new()));
-    if let Value::Object(meta) = meta {
-        meta.insert("progressToken".into(), token.into());
-    }
-    Value::Object(map)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -384,16 +604,59 @@ mod tests {
     }
 
     #[test]
-    fn a_progress_token_joins_the_params() {
-        let params = with_progress_token(Some(json!({"name": "x", "_meta": {"k": 1}})), 7);
+    fn meta_is_stamped_on_every_stateless_request_and_progress_on_either_era() {
+        let stateless = Agreed {
+            era: Era::Stateless,
+            version: "2026-07-28".into(),
+            capabilities: json!({"elicitation": {}}),
+        };
+        let params = stateless
+            .stamp(Some(json!({"name": "x", "_meta": {"k": 1}})), Some(7))
+            .unwrap();
         assert_eq!(
             params,
-            json!({"name": "x", "_meta": {"k": 1, "progressToken": 7}})
+            json!({"name": "x", "_meta": {
+                "k": 1,
+                "progressToken": 7,
+                META_VERSION: "2026-07-28",
+                META_CLIENT_INFO: client_info(),
+                META_CAPABILITIES: {"elicitation": {}},
+            }})
         );
+        let session = Agreed {
+            era: Era::Session,
+            version: "2025-11-25".into(),
+            capabilities: json!({}),
+        };
+        assert_eq!(session.stamp(None, None), None);
         assert_eq!(
-            with_progress_token(None, 1),
-            json!({"_meta": {"progressToken": 1}})
+            session.stamp(None, Some(1)),
+            Some(json!({"_meta": {"progressToken": 1}}))
         );
+    }
+
+    #[test]
+    fn result_types_and_discover_answers_are_read() {
+        assert!(!needs_input("tools/call", &json!({"content": []})).unwrap());
+        assert!(needs_input("tools/call", &json!({"resultType": "input_required"})).unwrap());
+        assert!(needs_input("tools/call", &json!({"resultType": "later"})).is_err());
+        let found = discovered(&json!({
+            "supportedVersions": ["2026-07-28"],
+            "capabilities": {"tools": {}},
+            "_meta": {META_SERVER_INFO: {"name": "s", "version": "2"}},
+        }))
+        .unwrap();
+        assert_eq!(found.supported, ["2026-07-28"]);
+        assert_eq!(
+            (found.info.name.as_str(), found.info.version.as_str()),
+            ("s", "2")
+        );
+        assert!(discovered(&json!({})).is_none());
+        assert_eq!(
+            supported_versions(-32022, Some(&json!({"supported": ["2026-07-28"]}))),
+            Some(vec!["2026-07-28".to_owned()])
+        );
+        assert_eq!(supported_versions(-32601, None), None);
     }
 
     #[test]

@@ -15,12 +15,27 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use parking_lot::{Mutex, RwLock};
+use serde_json::{Map, Value, json};
 
 use super::McpError;
-use super::protocol::{self, Progress};
+use super::elicit::Answers;
+use super::protocol::{self, Agreed, Progress};
 use crate::cancel::CancelToken;
-use crate::jsonrpc::{self, CallError, Delivered, Link, LinkError, Peer, RpcError};
+use crate::jsonrpc::{self, CallError, Delivered, Link, LinkError, Peer, Pool, RpcError};
+
+/// Sees every notification of the server that the client does not use itself (resource
+/// updates, list changes of prompts and resources, log messages): its method and params.
+pub(crate) type NotificationHook = Arc<dyn Fn(&str, &Value) + Send + Sync>;
+
+/// The key of a notice that hands a server's question to the request it belongs to.
+const ASK: &str = "pagent/ask";
+
+/// How many questions of the server, not tied to a request of ours, are answered at once.
+const ANSWERING: usize = 4;
+
+/// How many times one request is sent again with the input its server asked for.
+pub(crate) const MAX_ROUNDS: usize = 16;
 
 /// Sees every message that goes out or comes in, as a line of JSON (for logs and tests).
 pub(crate) type Trace = Arc<dyn Fn(super::Direction, &str) + Send + Sync>;
@@ -47,6 +62,13 @@ pub(crate) trait Transport: Send + Sync {
 
     /// Whether an error of [`Transport::send`] ends the connection.
     fn ends_connection(&self, error: &McpError) -> bool;
+
+    /// Whether a request given up is told to the server with `notifications/cancelled`
+    /// (stdio, and HTTP in the session era); over stateless HTTP closing the request's
+    /// stream is the cancellation.
+    fn cancels_with_notice(&self) -> bool {
+        true
+    }
 }
 
 impl From<LinkError> for McpError {
@@ -93,10 +115,23 @@ pub(crate) struct Router {
     link: Late,
     tools_changed: AtomicBool,
     trace: Option<Trace>,
+    answers: Answers,
+    notifications: Option<NotificationHook>,
+    /// The server's name, for the questions it asks.
+    server: OnceLock<String>,
+    /// Our requests in flight whose waiting threads answer the server's questions
+    /// themselves, the latest last.
+    asking: Mutex<Vec<u64>>,
+    /// The threads that answer the questions no request of ours waits for.
+    pool: Pool<'static>,
 }
 
 impl Router {
-    pub(crate) fn new(trace: Option<Trace>) -> Router {
+    pub(crate) fn new(
+        trace: Option<Trace>,
+        answers: Answers,
+        notifications: Option<NotificationHook>,
+    ) -> Router {
         let link = Late::default();
         let peer_trace = trace.clone().map(|trace| -> jsonrpc::Trace {
             Arc::new(move |direction, message| {
@@ -112,7 +147,26 @@ impl Router {
             link,
             tools_changed: AtomicBool::new(false),
             trace,
+            answers,
+            notifications,
+            server: OnceLock::new(),
+            asking: Mutex::new(Vec::new()),
+            pool: Pool::new("pagent-mcp-answer", ANSWERING),
         }
+    }
+
+    /// The capabilities the client declares.
+    pub(crate) fn capabilities(&self) -> Value {
+        self.answers.capabilities()
+    }
+
+    /// Names the server, once known.
+    pub(crate) fn set_server(&self, name: &str) {
+        let _ = self.server.set(name.to_owned());
+    }
+
+    fn server(&self) -> &str {
+        self.server.get().map_or("", String::as_str)
     }
 
     /// Gives the peer its way out, once the transport exists.
@@ -160,16 +214,27 @@ impl Router {
             }),
             Delivered::Blank => Ok(false),
             Delivered::Call(call) => {
-                match (&call.id, call.method.as_str()) {
+                match (call.id, call.method.as_str()) {
                     (None, "notifications/progress") => self.progress(call.params),
                     (None, "notifications/tools/list_changed") => {
                         self.tools_changed.store(true, Ordering::SeqCst);
                     }
-                    // Logging, resource updates, cancellations of our answers: nothing to do.
-                    (None, _) => {}
-                    (Some(id), "ping") => self.peer.respond(id, &serde_json::json!({}))?,
+                    // Acknowledgments, cancellations of our answers: nothing to do.
+                    (
+                        None,
+                        "notifications/subscriptions/acknowledged" | "notifications/cancelled",
+                    ) => {}
+                    (None, method) => {
+                        if let Some(hook) = &self.notifications {
+                            hook(method, call.params.as_ref().unwrap_or(&Value::Null));
+                        }
+                    }
+                    (Some(id), "ping") => self.peer.respond(&id, &json!({}))?,
+                    (Some(id), method) if self.answers.answers(method) => {
+                        self.question(id, method, call.params, expect);
+                    }
                     (Some(id), _) => self.peer.respond_error(
-                        id,
+                        &id,
                         &RpcError::new(
                             jsonrpc::codes::METHOD_NOT_FOUND,
                             "method not supported by the client",
@@ -179,6 +244,68 @@ impl Router {
                 Ok(false)
             }
         }
+    }
+
+    /// A question of the server (`elicitation/create`, `roots/list`): handed to the request
+    /// of ours it came with (over HTTP, the one whose reply carried it; over stdio, the
+    /// latest one in flight), whose thread answers it; else answered on a thread of the
+    /// pool, or refused when every one is busy. Never on the reading thread: a user may
+    /// take minutes to answer.
+    fn question(&self, id: Value, method: &str, params: Option<Value>, expect: Option<u64>) {
+        let target = {
+            let asking = self.asking.lock();
+            match expect {
+                Some(n) if asking.contains(&n) => Some(n),
+                Some(_) => None,
+                None => asking.last().copied(),
+            }
+        };
+        let notice = json!({ASK: {"id": id, "method": method, "params": params}});
+        if let Some(n) = target
+            && self.peer.notice(n, notice.clone())
+        {
+            return;
+        }
+        let answer = {
+            let answers = self.answers.clone();
+            let server = self.server().to_owned();
+            let peer = self.link.clone();
+            let trace = self.trace.clone();
+            let method = method.to_owned();
+            let id = id.clone();
+            move || {
+                let outcome =
+                    answers.answer(&server, &method, params.as_ref(), &CancelToken::new());
+                let mut message = Vec::new();
+                match &outcome {
+                    Ok(result) => jsonrpc::result_to(&mut message, &id, result),
+                    Err(e) => jsonrpc::error_to(&mut message, &id, e),
+                }
+                if let Some(trace) = &trace {
+                    trace(super::Direction::Out, &String::from_utf8_lossy(&message));
+                }
+                let _ = peer.send(message, None, &CancelToken::new());
+            }
+        };
+        if self.pool.submit(answer).is_err() {
+            let _ = self.peer.respond_error(
+                &id,
+                &RpcError::new(
+                    jsonrpc::codes::INTERNAL_ERROR,
+                    "the client is answering too many questions at once",
+                ),
+            );
+        }
+    }
+
+    /// Answers a question handed to a waiting request, on its thread.
+    fn answer_notice(&self, ask: &Value, cancel: &CancelToken) {
+        let id = ask.get("id").cloned().unwrap_or(Value::Null);
+        let method = ask.get("method").and_then(Value::as_str).unwrap_or("");
+        let outcome = self
+            .answers
+            .answer(self.server(), method, ask.get("params"), cancel);
+        self.peer.answer(Some(&id), outcome.map(Some));
     }
 
     /// Hands a progress notification to the request whose id is its token.
@@ -214,74 +341,215 @@ impl Router {
     }
 }
 
-/// A connection: a transport and its router.
+/// A connection: a transport and its router, and the protocol agreed with the server.
 pub(crate) struct Session {
     pub(crate) router: Arc<Router>,
     pub(crate) transport: Arc<dyn Transport>,
+    agreed: RwLock<Agreed>,
+}
+
+/// A request to send: its method and params, as the caller made them.
+pub(crate) struct Request<'a> {
+    pub(crate) method: &'a str,
+    pub(crate) params: Option<Value>,
+    pub(crate) cancel: &'a CancelToken,
+    pub(crate) timeout: Duration,
 }
 
 impl Session {
-    pub(crate) fn new(router: Arc<Router>, transport: Arc<dyn Transport>) -> Session {
+    pub(crate) fn new(
+        router: Arc<Router>,
+        transport: Arc<dyn Transport>,
+        agreed: Agreed,
+    ) -> Session {
         router.attach(&transport);
-        Session { router, transport }
+        Session {
+            router,
+            transport,
+            agreed: RwLock::new(agreed),
+        }
+    }
+
+    /// The protocol as agreed (or, before it is, as the client proposes it).
+    pub(crate) fn agreed(&self) -> Agreed {
+        self.agreed.read().clone()
+    }
+
+    pub(crate) fn set_agreed(&self, agreed: Agreed) {
+        *self.agreed.write() = agreed;
+    }
+
+    /// Sends a request and waits for its final result: when the server answers with an
+    /// `input_required` result (the stateless era's way to ask the client something), its
+    /// questions are answered ([`Answers`]) and the request sent again, with a new id, the
+    /// answers (`inputResponses`) and the server's `requestState` exactly as it came, at
+    /// most [`MAX_ROUNDS`] times. Each round has the whole `timeout`: the time a user takes
+    /// to answer is not the server's.
+    ///
+    /// Blocks as [`Session::request`] does, and while the questions are answered.
+    ///
+    /// # Errors
+    /// As [`Session::request`]; [`McpError::Protocol`] for a server that still asks after
+    /// [`MAX_ROUNDS`] rounds, or for a malformed `input_required` result.
+    pub(crate) fn call(
+        &self,
+        request: Request<'_>,
+        mut on_progress: Option<&mut dyn FnMut(Progress)>,
+    ) -> Result<Value, McpError> {
+        let Request {
+            method,
+            params,
+            cancel,
+            timeout,
+        } = request;
+        let mut retry = params.clone();
+        for _ in 0..MAX_ROUNDS {
+            let result = self.request(
+                Request {
+                    method,
+                    params: retry.take(),
+                    cancel,
+                    timeout,
+                },
+                match on_progress {
+                    Some(ref mut f) => Some(&mut **f as &mut dyn FnMut(Progress)),
+                    None => None,
+                },
+            )?;
+            if !protocol::needs_input(method, &result)? {
+                return Ok(result);
+            }
+            if !matches!(method, "tools/call" | "prompts/get" | "resources/read") {
+                return Err(McpError::Protocol(format!(
+                    "the server answered {method} with input_required, which only a tool call, a prompt or a resource may get"
+                )));
+            }
+            retry = Some(self.retry_with_input(method, params.clone(), &result, cancel)?);
+        }
+        Err(McpError::Protocol(format!(
+            "the server still asked for input after {MAX_ROUNDS} rounds of {method}"
+        )))
+    }
+
+    /// The params of the retry of `method` after the `input_required` result `interim`.
+    fn retry_with_input(
+        &self,
+        method: &str,
+        params: Option<Value>,
+        interim: &Value,
+        cancel: &CancelToken,
+    ) -> Result<Value, McpError> {
+        let malformed = |why: &str| {
+            McpError::Protocol(format!(
+                "the server's input_required answer to {method} {why}"
+            ))
+        };
+        let mut responses = Map::new();
+        if let Some(requests) = interim.get("inputRequests") {
+            let requests = requests
+                .as_object()
+                .ok_or_else(|| malformed("has inputRequests that are not a map"))?;
+            for (key, question) in requests {
+                let asked = question
+                    .get("method")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| malformed("has an input request without a method"))?;
+                let answer = self
+                    .router
+                    .answers
+                    .answer(self.router.server(), asked, question.get("params"), cancel)
+                    .map_err(|e| {
+                        McpError::Protocol(format!(
+                            "the server asked for {asked} in its answer to {method}, which the client cannot give: {}",
+                            e.message
+                        ))
+                    })?;
+                responses.insert(key.clone(), answer);
+            }
+        }
+        let mut map = match params {
+            Some(Value::Object(map)) => map,
+            _ => Map::new(),
+        };
+        map.insert("inputResponses".into(), Value::Object(responses));
+        // Echoed exactly, or left out when the server gave none.
+        match interim.get("requestState") {
+            Some(state) => map.insert("requestState".into(), state.clone()),
+            None => map.remove("requestState"),
+        };
+        Ok(Value::Object(map))
     }
 
     /// Sends a request and waits for its answer, handing progress to `on_progress` (and
-    /// asking the server for progress only when there is one).
+    /// asking the server for progress only when there is one). The params get the `_meta`
+    /// of the agreed protocol ([`Agreed::stamp`]). Questions of the server that come with
+    /// the request are answered on this thread.
     ///
     /// Blocks until the answer comes, `timeout` passes, `cancel` is cancelled or the
-    /// connection ends. On a cancel or a timeout the server is sent `notifications/cancelled`
-    /// (unless the method is `initialize`, which must not be cancelled) and this returns at
-    /// once, without waiting for the server.
+    /// connection ends. On a cancel or a timeout the server is told (`notifications/cancelled`,
+    /// unless the method is `initialize`, which must not be cancelled, or the transport
+    /// cancels by closing the request's stream) and this returns at once, without waiting
+    /// for the server.
     ///
     /// # Errors
     /// [`McpError::Aborted`], [`McpError::Timeout`], [`McpError::Rpc`] for an error answer,
     /// and whatever ended the connection.
     pub(crate) fn request(
         &self,
-        method: &str,
-        params: Option<Value>,
-        cancel: &CancelToken,
-        timeout: Duration,
+        request: Request<'_>,
         mut on_progress: Option<&mut dyn FnMut(Progress)>,
     ) -> Result<Value, McpError> {
+        let Request {
+            method,
+            params,
+            cancel,
+            timeout,
+        } = request;
         let started = Instant::now();
         // One token for the transport: cancelled by the caller's token or at the deadline.
         // The caller's own deadline (a run timeout) bounds it too.
-        let deadline = match cancel.deadline() {
-            Some(d) => d.min(started + timeout),
-            None => started + timeout,
+        let deadline = started.checked_add(timeout).map_or(cancel.deadline(), |d| {
+            Some(cancel.deadline().map_or(d, |c| c.min(d)))
+        });
+        let call = match deadline {
+            Some(d) => CancelToken::with_deadline(d),
+            None => CancelToken::new(),
         };
-        let call = CancelToken::with_deadline(deadline);
         let hook = {
             let call = call.clone();
             cancel.on_cancel(move || call.cancel())
         };
+        let agreed = self.agreed();
         let progress = on_progress.is_some();
         let mut id = None;
-        let outcome = self
-            .router
+        let router = &self.router;
+        let outcome = router
             .peer
             .request_with(
                 method,
                 |n| {
                     id = Some(n);
-                    match progress {
-                        true => Some(protocol::with_progress_token(params, n)),
-                        false => params,
-                    }
+                    router.asking.lock().push(n);
+                    agreed.stamp(params, progress.then_some(n))
                 },
                 &call,
             )
             .map_err(CallError::Failed)
             .and_then(|ticket| {
                 ticket.wait(&call, None, &mut |notice| {
+                    if let Some(ask) = notice.get(ASK) {
+                        router.answer_notice(ask, &call);
+                        return;
+                    }
                     if let (Some(f), Ok(p)) = (on_progress.as_mut(), serde_json::from_value(notice))
                     {
                         f(p);
                     }
                 })
             });
+        if let Some(n) = id {
+            router.asking.lock().retain(|&a| a != n);
+        }
         if let Some(hook) = hook {
             cancel.remove_hook(hook);
         }
@@ -299,10 +567,14 @@ impl Session {
             Err(CallError::Failed(e)) if !call.is_cancelled() => return Err(e),
             Err(_) => {}
         }
-        if let Some(id) = id.filter(|_| method != "initialize") {
+        // Neither greeting is cancelled: a session-era server would read the notification
+        // of a request it never knew before its `initialize`.
+        let notify = !matches!(method, "initialize" | "server/discover")
+            && self.transport.cancels_with_notice();
+        if let Some(id) = id.filter(|_| notify) {
             let message = protocol::notification(
                 "notifications/cancelled",
-                Some(serde_json::json!({
+                Some(json!({
                     "requestId": id,
                     "reason": if call.is_timed_out() { "timed out" } else { "aborted" },
                 })),
@@ -327,7 +599,7 @@ impl Session {
         params: Option<Value>,
         cancel: &CancelToken,
     ) -> Result<(), McpError> {
-        let message = protocol::notification(method, params);
+        let message = protocol::notification(method, self.agreed().stamp(params, None));
         self.router.trace(super::Direction::Out, &message);
         self.transport.send(message, None, cancel)
     }

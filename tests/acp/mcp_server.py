@@ -38,7 +38,10 @@ for line in sys.stdin:
     message = json.loads(line)
     id, method = message.get("id"), message.get("method")
     params = message.get("params") or {}
-    if method == "initialize":
+    if method == "server/discover":
+        # As session-era SDK servers answer a request they do not know before `initialize`.
+        send({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "Method not found"}})
+    elif method == "initialize":
         answer(id, {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
                     "serverInfo": {"name": "acp-test", "version": "1.0"}})
     elif method == "ping":

@@ -87,6 +87,9 @@ for line in sys.stdin:
     params = message.get("params") or {}
     if method == "notifications/cancelled":
         CANCELLED.append(params)
+    elif method == "server/discover" and MODE != "hang":
+        # As session-era servers answer a request they do not know before `initialize`.
+        send({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "Method not found"}})
     elif method == "initialize":
         initialize(id)
     elif method == "ping":

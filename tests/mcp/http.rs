@@ -29,6 +29,7 @@ fn a_307_to_the_same_origin_is_followed_with_the_method_body_and_headers() {
         _ => plain(seen),
     });
     let client = Client::http(format!("{}/mcp/", server.url))
+        .era(Era::Session)
         .header("authorization", "Bearer t0ken")
         .connect()
         .unwrap();
@@ -68,6 +69,7 @@ fn a_308_moves_every_later_request_to_its_target() {
         _ => plain(seen),
     });
     let client = Client::http(format!("{}/old", server.url))
+        .era(Era::Session)
         .connect()
         .unwrap();
     client.ping().unwrap();
@@ -82,6 +84,7 @@ fn a_redirect_to_another_origin_is_an_error_and_the_other_host_receives_nothing(
     let to = format!("{}/mcp?token=secret", other.url);
     let first = Scripted::start(move |_| vec![Step::Head(307, vec![("location", to.clone())])]);
     let err = Client::http(format!("{}/mcp", first.url))
+        .era(Era::Session)
         .header("authorization", "Bearer t0ken")
         .connect()
         .unwrap_err();
@@ -116,6 +119,7 @@ fn a_redirect_that_is_not_307_or_308_is_not_followed_even_to_the_same_origin() {
         _ => plain(seen),
     });
     let err = Client::http(format!("{}/mcp", server.url))
+        .era(Era::Session)
         .connect()
         .unwrap_err();
     assert_eq!(
@@ -157,6 +161,7 @@ fn connect_returns_once_the_servers_stream_is_open_so_its_first_message_is_not_l
         _ => plain(seen),
     });
     let client = Client::http(format!("{}/mcp", server.url))
+        .era(Era::Session)
         .connect()
         .unwrap();
     let changed = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
@@ -210,6 +215,7 @@ fn resumable() -> Scripted {
 fn a_requests_stream_closed_after_its_priming_event_is_resumed_with_last_event_id_after_retry() {
     let server = resumable();
     let client = Client::http(format!("{}/mcp", server.url))
+        .era(Era::Session)
         .connect()
         .unwrap();
     let result = client
@@ -252,6 +258,7 @@ fn an_error_with_a_null_id_fails_its_request_and_the_connection_lives_on() {
         _ => plain(seen),
     });
     let client = Client::http(format!("{}/mcp", server.url))
+        .era(Era::Session)
         .connect()
         .unwrap();
     for reply in ["json", "stream"] {
@@ -305,6 +312,7 @@ fn the_servers_requests_are_answered_in_turn_never_a_thread_each() {
         }
     });
     let client = Client::http(format!("{}/mcp", server.url))
+        .era(Era::Session)
         .connect()
         .unwrap();
     let result = bounded({
