@@ -1170,6 +1170,70 @@ fn an_abort_mid_call_is_written_to_the_server_and_the_call_returns_at_once() {
 }
 
 #[test]
+fn an_abort_while_the_server_reads_nothing_returns_at_once_instead_of_waiting_for_room() {
+    let (builder, pidfile) = fake("ok");
+    // Tells when a large message goes out (the trace sees it just before it is queued).
+    let (sending, sent) = crossbeam_channel::unbounded();
+    let client = builder
+        .trace(move |direction, message| {
+            if direction == Direction::Out && message.len() > 1 << 20 {
+                let _ = sending.send(message.len());
+            }
+        })
+        .connect()
+        .unwrap();
+    let cancel = CancelToken::new();
+    let latency = bounded({
+        let client = client.clone();
+        let cancel = cancel.clone();
+        move || {
+            std::thread::scope(|s| {
+                let (deaf_now, told) = crossbeam_channel::bounded(1);
+                let call = s.spawn(|| {
+                    let deaf_now = deaf_now;
+                    client.call_tool("deaf", json!({}), &cancel, &mut |_| {
+                        let _ = deaf_now.try_send(());
+                    })
+                });
+                told.recv_timeout(Duration::from_secs(10)).unwrap();
+                // The server reads nothing from now on. A call of 3 MiB fills its pipe (the
+                // writer blocks in it); one of 1.5 MiB then waits in the 1 MiB queue, so
+                // nothing more fits. (Each call waits for an answer that never comes: they
+                // end with the connection.)
+                for size in [3 << 20, 3 << 19] {
+                    let client = client.clone();
+                    s.spawn(move || {
+                        let text = "x".repeat(size);
+                        let _ = client.call_tool(
+                            "echo",
+                            json!({ "text": text }),
+                            &CancelToken::new(),
+                            &mut |_| {},
+                        );
+                    });
+                    sent.recv_timeout(Duration::from_secs(10)).unwrap();
+                    // Lets the message reach the queue (and the writer take the first one
+                    // before the second comes, else the second would wait for room itself);
+                    // not a timing assertion.
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                let aborted = Instant::now();
+                cancel.cancel();
+                let result = call.join().unwrap();
+                let latency = aborted.elapsed();
+                assert_eq!(result.unwrap_err(), McpError::Aborted);
+                client.close();
+                latency
+            })
+        }
+    });
+    eprintln!("abort to the return of the call, the server reading nothing: {latency:?}");
+    // Before, the cancellation waited for room in the full queue for 10 s (the stall bound).
+    assert!(latency < Duration::from_secs(3), "abort took {latency:?}");
+    assert!(gone(pid_in(&pidfile)));
+}
+
+#[test]
 fn input_schemas_reach_the_model_exactly_as_the_server_sent_them() {
     let traffic = Traffic::default();
     let (builder, _) = fake("ok");

@@ -192,6 +192,39 @@ impl LineOut {
         Ok(())
     }
 
+    /// Queues `line` when it fits now, never waiting for room: for a message that is only a
+    /// courtesy to the other side (a cancellation), sent by a thread that must not block.
+    /// A line that does not fit is dropped and the output goes on as it was (a full queue
+    /// means the other side is not reading, so it would not see the line soon anyway).
+    ///
+    /// Returns whether the line was queued.
+    ///
+    /// # Errors
+    /// The reason the output failed or closed.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(crate) fn try_send(&self, line: &[u8]) -> Result<bool, LinkError> {
+        let shared = &*self.shared;
+        let size = line.len() + usize::from(!line.ends_with(b"\n"));
+        let mut state = shared.state.lock();
+        if let Some(e) = &state.failed {
+            return Err(e.clone());
+        }
+        if state.closing {
+            return Err(LinkError::Closed);
+        }
+        let fits = state.queued.is_empty()
+            || state.queued.len().saturating_add(size) <= shared.limits.max_bytes;
+        if !fits {
+            return Ok(false);
+        }
+        state.queued.extend_from_slice(line);
+        if !line.ends_with(b"\n") {
+            state.queued.push(b'\n');
+        }
+        shared.work.notify_one();
+        Ok(true)
+    }
+
     /// The first reason lines stopped going out, if they did.
     #[cfg(test)]
     pub(crate) fn error(&self) -> Option<LinkError> {
@@ -367,6 +400,36 @@ mod tests {
         ));
         assert!(chunks.try_recv().is_err(), "nothing was read");
         assert!(matches!(out.finish(), Err(LinkError::Stalled { .. })));
+    }
+
+    #[test]
+    fn try_send_drops_a_line_that_does_not_fit_at_once_and_the_output_goes_on() {
+        let limits = Limits {
+            max_bytes: 64,
+            // Far longer than the test: a try_send that waited would show.
+            stall: Duration::from_secs(600),
+        };
+        let (out, chunks, open) = gated(limits);
+        out.send(&[b'a'; 40]).unwrap();
+        // Queued once the writer took the first line and blocked in its write.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !out.shared.state.lock().queued.is_empty() {
+            assert!(Instant::now() < deadline, "the writer never took the line");
+            std::thread::yield_now();
+        }
+        out.send(&[b'b'; 40]).unwrap();
+        assert_eq!(out.try_send(&[b'c'; 40]), Ok(false));
+        assert_eq!(out.error(), None, "a dropped line does not fail the output");
+        assert_eq!(out.try_send(b"d"), Ok(true), "a line that fits is queued");
+        drop(open);
+        out.finish().unwrap();
+        let all: Vec<u8> = chunks.try_iter().flatten().collect();
+        let mut want = [b'a'; 40].to_vec();
+        want.push(b'\n');
+        want.extend_from_slice(&[b'b'; 40]);
+        want.extend_from_slice(b"\nd\n");
+        assert_eq!(all, want);
+        assert_eq!(out.try_send(b"late"), Err(LinkError::Closed));
     }
 
     #[test]

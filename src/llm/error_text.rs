@@ -248,7 +248,7 @@ pub(crate) fn scrub_read(bytes: &[u8], cut: bool, secret: Option<&Secrets<'_>>) 
 
 /// `e` with the key scrubbed from every text it holds, then each text cut to
 /// [`FINAL_MESSAGE_LIMIT`] (texts built here are shorter already; in-stream errors are not).
-pub(super) fn scrub_error(mut e: Error, secret: Option<&Secrets<'_>>) -> Error {
+pub(crate) fn scrub_error(mut e: Error, secret: Option<&Secrets<'_>>) -> Error {
     let texts = match &mut e {
         Error::Api { kind, message } => vec![kind, message],
         Error::ContentType {

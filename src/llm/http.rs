@@ -14,9 +14,10 @@ use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
 
 use super::error_text::{
-    ERROR_MESSAGE_LIMIT, Secrets, clip, error_message, gave_up, is_credential_header, scrub,
-    scrub_error, scrub_event,
+    ERROR_MESSAGE_LIMIT, clip, error_message, gave_up, is_credential_header, scrub_event,
 };
+// The MCP client's HTTP transport scrubs its errors as the providers do.
+pub(crate) use super::error_text::{Secrets, scrub, scrub_error};
 use super::retry::{RetryPolicy, parse_retry_after};
 use super::sse;
 // In-stream errors are decoded by the providers as `http::api_error`.
@@ -26,6 +27,15 @@ use super::transport::{Ctx, Ready, Stage, Tcp};
 pub(crate) use super::url::BaseUrl;
 pub(crate) use super::url::Target;
 use super::url::debug_unparsed;
+
+/// `url` as `Debug` shows a base URL: without user info or query (the MCP client's).
+#[cfg(feature = "mcp")]
+pub(crate) fn debug_url(url: &str) -> String {
+    match BaseUrl::parse(url) {
+        Ok(base) => format!("{base:?}"),
+        Err(_) => debug_unparsed(url),
+    }
+}
 use super::{CancelToken, OnEvent, ReplyEnd, StreamEvent};
 use crate::{Error, TimeoutPhase};
 use ureq::unversioned::transport::{ConnectProxyConnector, Connector, RustlsConnector};

@@ -45,8 +45,9 @@ impl fmt::Debug for ClientBuilder {
             Kind::Stdio(spawn) => d
                 .field("program", &spawn.program)
                 .field("args", &spawn.args),
-            // Header values may be credentials.
-            Kind::Http { url, headers } => d.field("url", url).field(
+            // Header values may be credentials, and so may the URL's user info and query
+            // (shown as the providers show their base URL).
+            Kind::Http { url, headers } => d.field("url", &crate::llm::http::debug_url(url)).field(
                 "headers",
                 &headers.iter().map(|(k, _)| k).collect::<Vec<_>>(),
             ),

@@ -170,6 +170,55 @@ impl fmt::Display for McpError {
 
 impl std::error::Error for McpError {}
 
+impl McpError {
+    /// This error without `secrets` in any of its texts (the server's messages and error
+    /// data, which may echo a request's headers or URL), as the providers scrub theirs.
+    pub(crate) fn scrubbed(self, secrets: &crate::llm::http::Secrets<'_>) -> McpError {
+        use crate::llm::http::{scrub, scrub_error};
+        let s = |text: String| scrub(text, Some(secrets));
+        match self {
+            McpError::Spawn(m) => McpError::Spawn(s(m)),
+            McpError::Exited { status, stderr } => McpError::Exited {
+                status,
+                stderr: s(stderr),
+            },
+            McpError::Protocol(m) => McpError::Protocol(s(m)),
+            McpError::Rpc {
+                method,
+                code,
+                message,
+                data,
+            } => McpError::Rpc {
+                method,
+                code,
+                message: s(message),
+                data: data.map(|d| scrub_value(d, &s)),
+            },
+            McpError::BadResult { tool, reason } => McpError::BadResult {
+                tool,
+                reason: s(reason),
+            },
+            McpError::UnsupportedVersion(v) => McpError::UnsupportedVersion(s(v)),
+            McpError::Transport(e) => McpError::Transport(scrub_error(e, Some(secrets))),
+            other => other,
+        }
+    }
+}
+
+/// `value` with every string in it scrubbed by `s`.
+fn scrub_value(value: Value, s: &impl Fn(String) -> String) -> Value {
+    match value {
+        Value::String(text) => Value::String(s(text)),
+        Value::Array(items) => Value::Array(items.into_iter().map(|v| scrub_value(v, s)).collect()),
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| (k, scrub_value(v, s)))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
 /// Which way a traced message went ([`ClientBuilder::trace`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Direction {

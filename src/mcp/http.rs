@@ -61,7 +61,8 @@ use super::McpError;
 use super::session::{Router, Transport};
 use crate::cancel::CancelToken;
 use crate::llm::http::{
-    BaseUrl, Body, HttpClient, Method, Post, Reply, Target, cancelled, for_each_event,
+    BaseUrl, Body, HttpClient, Method, Post, Reply, Secrets, Target, cancelled, for_each_event,
+    scrub,
 };
 use crate::llm::sse;
 
@@ -296,6 +297,17 @@ impl Inner {
         self.url.lock().clone()
     }
 
+    /// Calls `f` with what no text of an error may show: the credentials among the headers
+    /// given (`authorization`, `x-api-key`...), those of the URL (its user info, the keys
+    /// of its query), as the providers scrub theirs.
+    fn with_secrets<T>(&self, f: impl FnOnce(&Secrets<'_>) -> T) -> T {
+        let url = self.url();
+        let base = BaseUrl::parse(&url).ok();
+        let secrets =
+            Secrets::new(None, &self.headers).and(base.iter().flat_map(BaseUrl::credentials));
+        f(&secrets)
+    }
+
     /// Sends one request and waits for the headers of its reply, following `307` and `308`
     /// to the same origin (see the module docs).
     ///
@@ -327,10 +339,11 @@ impl Inner {
                 headers,
                 body: body.to_vec(),
             };
-            let target = Target::parse(&url, None).map_err(McpError::Transport)?;
-            let reply = http
-                .exchange(method, &post, extra, &target, None, cancel)
-                .map_err(|e| transport_error(e, cancel))?;
+            let reply = self.with_secrets(|secrets| {
+                let target = Target::parse(&url, Some(secrets)).map_err(McpError::Transport)?;
+                http.exchange(method, &post, extra, &target, Some(secrets), cancel)
+                    .map_err(|e| transport_error(e, cancel))
+            })?;
             if !(300..400).contains(&reply.status) {
                 return Ok(reply);
             }
@@ -444,19 +457,23 @@ impl Inner {
 
     /// An error status of the server, with the start of its body.
     fn status_error(&self, status: u16, body: &mut Body) -> McpError {
-        let text = body.read_text(2000, None).unwrap_or_default();
+        let text = self
+            .with_secrets(|secrets| body.read_text(2000, Some(secrets)))
+            .unwrap_or_default();
         self.status_text_error(status, text.as_bytes())
     }
 
     /// An error status of the server, with `text`, the start of its body.
     fn status_text_error(&self, status: u16, text: &[u8]) -> McpError {
         let text = String::from_utf8_lossy(&text[..text.len().min(2000)]);
-        let target =
-            Target::parse(&self.url(), None).map_or_else(|_| String::new(), |t| t.to_string());
-        McpError::Transport(crate::Error::Http {
-            status,
-            message: format!("{} ({target})", text.trim()),
-            retry_after: None,
+        self.with_secrets(|secrets| {
+            let target = Target::parse(&self.url(), Some(secrets))
+                .map_or_else(|_| String::new(), |t| t.to_string());
+            McpError::Transport(crate::Error::Http {
+                status,
+                message: scrub(format!("{} ({target})", text.trim()), Some(secrets)),
+                retry_after: None,
+            })
         })
     }
 
@@ -802,6 +819,10 @@ impl Transport for HttpTransport {
     /// down at once); the session era still sends `notifications/cancelled`.
     fn cancels_with_notice(&self) -> bool {
         !self.inner.stateless.load(Ordering::SeqCst)
+    }
+
+    fn scrub(&self, error: McpError) -> McpError {
+        self.inner.with_secrets(|secrets| error.scrubbed(secrets))
     }
 }
 

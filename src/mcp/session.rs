@@ -69,6 +69,12 @@ pub(crate) trait Transport: Send + Sync {
     fn cancels_with_notice(&self) -> bool {
         true
     }
+
+    /// `error` without the secrets of the connection in its texts (HTTP: the credential
+    /// headers, the URL's, the OAuth tokens).
+    fn scrub(&self, error: McpError) -> McpError {
+        error
+    }
 }
 
 impl From<LinkError> for McpError {
@@ -497,6 +503,15 @@ impl Session {
     pub(crate) fn request(
         &self,
         request: Request<'_>,
+        on_progress: Option<&mut dyn FnMut(Progress)>,
+    ) -> Result<Value, McpError> {
+        self.request_unscrubbed(request, on_progress)
+            .map_err(|e| self.transport.scrub(e))
+    }
+
+    fn request_unscrubbed(
+        &self,
+        request: Request<'_>,
         mut on_progress: Option<&mut dyn FnMut(Progress)>,
     ) -> Result<Value, McpError> {
         let Request {
@@ -601,7 +616,9 @@ impl Session {
     ) -> Result<(), McpError> {
         let message = protocol::notification(method, self.agreed().stamp(params, None));
         self.router.trace(super::Direction::Out, &message);
-        self.transport.send(message, None, cancel)
+        self.transport
+            .send(message, None, cancel)
+            .map_err(|e| self.transport.scrub(e))
     }
 
     /// The reason the connection ended (asks the transport when the router has none yet).

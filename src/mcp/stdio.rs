@@ -14,7 +14,9 @@
 //! its pipe, then the queue with our answers, and then the connection ends with
 //! [`McpError::NotReading`] instead of growing the client's memory with every request it
 //! sends. (The reader waits with its answer meanwhile, so the server's messages are not
-//! read either: nothing grows.)
+//! read either: nothing grows.) An abort's `notifications/cancelled` never waits: queued
+//! when it fits at once, else dropped, so the run that gave its call up ends at once
+//! even when the server stopped reading.
 //!
 //! # Shutdown
 //! On unix the child starts in a process group of its own (`process_group(0)`), so that a
@@ -321,8 +323,13 @@ impl Transport for StdioTransport {
         self.send_line(&message)
     }
 
+    /// Never waits: a cancellation that does not fit the queue at once is dropped (the
+    /// server is not reading, so it would not see it soon anyway), and the run that gave
+    /// its call up goes on at once. The connection is not failed by it.
     fn send_detached(&self, message: Vec<u8>) {
-        let _ = self.send_line(&message);
+        if let Some(out) = self.out.lock().clone() {
+            let _ = out.try_send(&message);
+        }
     }
 
     /// Every error of the writer ends the connection: it stays failed.

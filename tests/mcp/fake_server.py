@@ -4,7 +4,7 @@
 mode misbehaves at `initialize` in one way, but `endless-pages`, whose `tools/list` never
 ends. Calls of the tools `die` and `babble` (not
 listed) exit and write garbage mid-call; `ask` sends the client two requests of its own;
-`hang` is never answered; `flood` stops reading and sends pings; `unaddressed` sends an error with a `null` id
+`hang` is never answered; `flood` stops reading and sends pings; `deaf` stops reading and stays silent; `unaddressed` sends an error with a `null` id
 before its answer; `where` answers with its working directory and the variable
 `PAGENT_MCP_TEST` of its environment, as JSON; `cancelled` answers with the params of every
 `notifications/cancelled` the server received so far, as JSON. The pid is written to
@@ -151,6 +151,13 @@ for line in sys.stdin:
                     send({"jsonrpc": "2.0", "id": f"p{n}", "method": "ping"})
             except (BrokenPipeError, OSError):
                 pass
+            sys.exit(0)
+        elif name == "deaf":
+            # Says so in a progress notification, then stops reading its stdin and never
+            # answers (the client ends it).
+            send({"jsonrpc": "2.0", "method": "notifications/progress",
+                  "params": {"progressToken": token, "progress": 1, "message": "deaf now"}})
+            time.sleep(60)
             sys.exit(0)
         elif name == "babble":
             out.write(b"\x00\xff not a message\n")

@@ -337,3 +337,89 @@ fn the_servers_requests_are_answered_in_turn_never_a_thread_each() {
     assert_eq!(most.load(Ordering::SeqCst), 1);
     client.close();
 }
+
+#[test]
+fn error_texts_never_show_the_authorization_header_or_the_urls_secrets() {
+    const TOKEN: &str = "tok-HEADER-SECRET-5678";
+    const URL_KEY: &str = "sk-URL-SECRET-1234";
+    // A server that echoes what it was sent in its errors: the headers in a 500's body,
+    // and the token in a JSON-RPC error of a call (message and data).
+    let server = Scripted::start(|seen| match (seen.method.as_str(), seen.rpc()) {
+        ("POST", "tools/call") if seen.body["params"]["name"] == "fail" => json_reply(
+            200,
+            &json!({"jsonrpc": "2.0", "id": seen.body["id"], "error": {
+                "code": -32000,
+                "message": format!("refused {}", seen.header("authorization").unwrap_or("")),
+                "data": {"echo": [seen.header("authorization").unwrap_or("")]},
+            }}),
+        ),
+        ("POST", "tools/call") => vec![
+            Step::Head(500, vec![("content-type", "text/plain".into())]),
+            Step::Data(format!(
+                "cannot serve {} with authorization: {}",
+                seen.path,
+                seen.header("authorization").unwrap_or("")
+            )),
+        ],
+        _ => plain(seen),
+    });
+    let client = Client::http(format!("{}/mcp?api_key={URL_KEY}", server.url))
+        .era(Era::Session)
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .connect()
+        .unwrap();
+    let call = |name: &str| {
+        client
+            .call_tool(name, json!({}), &CancelToken::new(), &mut |_| {})
+            .unwrap_err()
+    };
+    let status = call("echo");
+    let rpc = call("fail");
+    for err in [&status, &rpc] {
+        let text = format!("{err} {err:?}");
+        assert!(
+            !text.contains(TOKEN) && !text.contains("HEADER-SECRET"),
+            "{text}"
+        );
+        assert!(
+            !text.contains(URL_KEY) && !text.contains("URL-SECRET"),
+            "{text}"
+        );
+        assert!(text.contains("<redacted>"), "{text}");
+    }
+    assert!(
+        matches!(
+            &status,
+            McpError::Transport(pagent::Error::Http { status: 500, .. })
+        ),
+        "{status:?}"
+    );
+    let McpError::Rpc { message, data, .. } = &rpc else {
+        panic!("{rpc:?}")
+    };
+    assert_eq!(message, "refused Bearer <redacted>");
+    assert_eq!(data, &Some(json!({"echo": ["Bearer <redacted>"]})));
+    // The server did get them: only the texts of the errors lose them.
+    let seen = server.seen();
+    let last = seen.last().unwrap();
+    assert_eq!(
+        last.header("authorization"),
+        Some(format!("Bearer {TOKEN}").as_str())
+    );
+    assert!(
+        last.path.ends_with(&format!("?api_key={URL_KEY}")),
+        "{}",
+        last.path
+    );
+    client.close();
+}
+
+#[test]
+fn a_builders_debug_shows_neither_header_values_nor_the_urls_secrets() {
+    let builder =
+        Client::http("http://user:pa55-SECRET-word@127.0.0.1:9/mcp?api_key=sk-URL-SECRET-1234")
+            .header("authorization", "Bearer tok-HEADER-SECRET-5678");
+    let shown = format!("{builder:?}");
+    assert!(!shown.contains("SECRET"), "{shown}");
+    assert!(shown.contains("authorization"), "{shown}");
+}
