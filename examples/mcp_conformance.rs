@@ -20,7 +20,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use pagent::CancelToken;
-use pagent::mcp::{Client, ElicitationAnswer, McpError};
+use pagent::mcp::{Client, ElicitationAnswer, McpError, OAuth};
 use serde_json::{Map, Value, json};
 
 fn main() -> ExitCode {
@@ -42,9 +42,51 @@ fn main() -> ExitCode {
     }
 }
 
+/// OAuth as a program sets it up: the client credentials of the context for the
+/// machine-to-machine scenarios, else the authorization code flow whose browser step is
+/// automated (the suite's authorization server redirects at once: the hook reads where),
+/// with the context's preregistered client when it names one, and a Client ID Metadata
+/// Document for servers that take one.
+fn oauth(scenario: &str, context: &Value) -> OAuth {
+    let id = context["client_id"].as_str();
+    if scenario.starts_with("auth/client-credentials") {
+        return match (
+            id,
+            context["private_key_pem"].as_str(),
+            context["client_secret"].as_str(),
+        ) {
+            (Some(id), Some(pem), _) => OAuth::new().client_credentials_jwt(id, pem),
+            (Some(id), None, Some(secret)) => OAuth::new().client_credentials(id, secret),
+            _ => OAuth::new(),
+        };
+    }
+    let mut oauth = OAuth::new()
+        .client_name("pagent-conformance")
+        .client_metadata_url("https://conformance-test.local/client-metadata.json")
+        .authorize("http://127.0.0.1:3000/callback", |request, _| {
+            let agent: ureq::Agent = ureq::Agent::config_builder()
+                .max_redirects(0)
+                .http_status_as_error(false)
+                .build()
+                .into();
+            let reply = agent.get(&request.url).call().map_err(|e| e.to_string())?;
+            reply
+                .headers()
+                .get("location")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+                .ok_or_else(|| format!("the authorization server answered {}", reply.status()))
+        });
+    if let Some(id) = id {
+        oauth = oauth.client(id, context["client_secret"].as_str());
+    }
+    oauth
+}
+
 fn run(url: &str, scenario: &str, context: &Value) -> Result<(), McpError> {
     let client = Client::http(url)
         .call_timeout(Duration::from_secs(20))
+        .oauth(oauth(scenario, context))
         .on_elicitation(|question, _| {
             println!("asked: {}", question.message);
             ElicitationAnswer::Accept(json!({}))

@@ -36,6 +36,7 @@ pub struct ClientBuilder {
     era: Choice,
     answers: Answers,
     notifications: Option<NotificationHook>,
+    oauth: Option<super::OAuth>,
 }
 
 impl fmt::Debug for ClientBuilder {
@@ -52,7 +53,8 @@ impl fmt::Debug for ClientBuilder {
                 &headers.iter().map(|(k, _)| k).collect::<Vec<_>>(),
             ),
         };
-        d.field("prefix", &self.prefix)
+        d.field("oauth", &self.oauth)
+            .field("prefix", &self.prefix)
             .field("call_timeout", &self.call_timeout)
             .finish_non_exhaustive()
     }
@@ -71,6 +73,7 @@ impl ClientBuilder {
             era: Choice::Auto,
             answers: Answers::default(),
             notifications: None,
+            oauth: None,
         }
     }
 
@@ -158,6 +161,20 @@ impl ClientBuilder {
     pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> ClientBuilder {
         if let Kind::Http { headers, .. } = &mut self.kind {
             headers.push((name.into(), value.into()));
+        }
+        self
+    }
+
+    /// Authorizes with the server through OAuth 2.1 when it refuses a request (`401`, or
+    /// `403` with `insufficient_scope`): discovery, the client's registration, the grant
+    /// (the user's authorization through the program's hook, or client credentials), and
+    /// the token on every request from then on, refreshed when it expires (HTTP only; see
+    /// [`super::OAuth`]). Defaults to none: a refusal is [`McpError::Unauthorized`] with
+    /// the server's challenge.
+    #[must_use]
+    pub fn oauth(mut self, oauth: super::OAuth) -> ClientBuilder {
+        if let Kind::Http { .. } = self.kind {
+            self.oauth = Some(oauth);
         }
         self
     }
@@ -309,6 +326,7 @@ impl ClientBuilder {
                     headers.clone(),
                     self.max_message_bytes,
                     &router,
+                    self.oauth.clone(),
                 )?;
                 let t = Arc::new(t);
                 (t.clone(), None, Handle::Http(t))

@@ -86,7 +86,20 @@ pub(crate) fn agree(
             Probed::Session => {}
         }
     }
-    initialize(session, handle, LEGACY_VERSIONS[0], until).map_err(|e| match e {
+    match initialize(session, handle, LEGACY_VERSIONS[0], until) {
+        // A stateless server that answered the probe too late (a slow start): it refuses
+        // `initialize` naming the revisions it speaks. Asked again, statelessly.
+        Err(McpError::Rpc { code, data, .. })
+            if choice == Choice::Auto
+                && protocol::supported_versions(code, data.as_ref())
+                    .is_some_and(|v| newest(&MODERN_VERSIONS, &v).is_some()) =>
+        {
+            let left = until.saturating_duration_since(Instant::now());
+            return agree(session, handle, Choice::Only(Era::Stateless), left);
+        }
+        other => other,
+    }
+    .map_err(|e| match e {
         // The time of the whole greeting, probe included.
         McpError::Timeout { method, .. } => McpError::Timeout {
             method,
@@ -170,7 +183,8 @@ fn probe(session: &Session, until: Instant, only: bool) -> Result<Probed, McpErr
         }
         // The server is gone, or the caller gave up: no point in a second greeting.
         Err(e @ (McpError::Exited { .. } | McpError::Closed | McpError::Spawn(_))) => Err(e),
-        Err(e @ McpError::Redirected { .. }) => Err(e),
+        // Not where the client may go, or not authorized: the same again for `initialize`.
+        Err(e @ (McpError::Redirected { .. } | McpError::Auth(_))) => Err(e),
         Err(e) => session_era(e),
     }
 }

@@ -98,6 +98,21 @@ pub enum McpError {
         /// Where it pointed: its origin and path, without user info or query string.
         location: String,
     },
+    /// The HTTP server refused the request for want of authorization (`401`, or `403`
+    /// with `insufficient_scope`), and no OAuth is configured ([`ClientBuilder::oauth`]) or
+    /// the authorizations it got were still refused: its `WWW-Authenticate` challenge,
+    /// parsed, for a program that runs a flow of its own.
+    Unauthorized {
+        /// `401` or `403`.
+        status: u16,
+        /// The challenge (its `resource_metadata`, `scope`, `error`...).
+        challenge: super::Challenge,
+    },
+    /// The OAuth flow could not get a token: discovery, the client's registration, the
+    /// user's authorization or the token endpoint failed, or a check of the flow did not
+    /// pass (a resource that is not this server, an issuer that is not the one named, a
+    /// `state` that does not match).
+    Auth(String),
     /// The HTTP server no longer knows the session (404): connect again.
     SessionExpired,
     /// The client was closed.
@@ -162,6 +177,11 @@ impl fmt::Display for McpError {
                 "the mcp server redirected (status {status}) to {location}, which is not followed: \
                  only up to five 307 or 308 redirects to the same origin are"
             ),
+            McpError::Unauthorized { status, challenge } => write!(
+                f,
+                "the mcp server refused the request for want of authorization (status {status}): {challenge}"
+            ),
+            McpError::Auth(m) => write!(f, "mcp authorization failed: {m}"),
             McpError::SessionExpired => f.write_str("the mcp server no longer knows the session"),
             McpError::Closed => f.write_str("the mcp client is closed"),
         }
@@ -200,6 +220,14 @@ impl McpError {
             },
             McpError::UnsupportedVersion(v) => McpError::UnsupportedVersion(s(v)),
             McpError::Transport(e) => McpError::Transport(scrub_error(e, Some(secrets))),
+            McpError::Unauthorized {
+                status,
+                mut challenge,
+            } => {
+                challenge.scrub(&s);
+                McpError::Unauthorized { status, challenge }
+            }
+            McpError::Auth(m) => McpError::Auth(s(m)),
             other => other,
         }
     }

@@ -58,6 +58,8 @@ use parking_lot::Mutex;
 use serde_json::Value;
 
 use super::McpError;
+use super::oauth::OAuth;
+use super::oauth_flow::Auth;
 use super::session::{Router, Transport};
 use crate::cancel::CancelToken;
 use crate::llm::http::{
@@ -86,6 +88,10 @@ pub(crate) const MAX_REDIRECTS: usize = 5;
 /// How many times in a row a request's stream is resumed without a new event.
 pub(crate) const MAX_IDLE_RESUMES: usize = 3;
 
+/// How many times one request is authorized again after a refusal (a step-up that never
+/// satisfies the server ends there).
+pub(crate) const MAX_AUTHORIZATIONS: usize = 3;
+
 /// How many detached messages (cancellations) may wait for their thread.
 pub(crate) const SIDE_QUEUE: usize = 64;
 
@@ -112,6 +118,8 @@ struct Inner {
     /// For each tool (by its name on the server), the arguments it mirrors into headers
     /// (`x-mcp-header`): the header's name part and the argument's name.
     tool_headers: Mutex<HashMap<String, Vec<(String, String)>>>,
+    /// OAuth, when configured: the token of every request, and the flow a refusal starts.
+    auth: Option<Auth>,
 }
 
 /// What a request's event stream said about resuming it.
@@ -148,11 +156,13 @@ impl HttpTransport {
         headers: Vec<(String, String)>,
         max_message_bytes: usize,
         router: &Arc<Router>,
+        oauth: Option<OAuth>,
     ) -> Result<HttpTransport, McpError> {
         // Checked once here; `Target` itself is per request (it is not `Send`).
         BaseUrl::parse(&url).map_err(McpError::Transport)?;
         let mut http = HttpClient::default();
         http.max_event_bytes = max_message_bytes;
+        let auth = oauth.map(|o| Auth::new(o, &url, HttpClient::default().changed()));
         let inner = Arc::new(Inner {
             url: Mutex::new(url),
             headers,
@@ -163,6 +173,7 @@ impl HttpTransport {
             protocol_version: Mutex::new(None),
             stateless: AtomicBool::new(false),
             tool_headers: Mutex::new(HashMap::new()),
+            auth,
         });
         let (side, queue) = crossbeam_channel::bounded::<Vec<u8>>(SIDE_QUEUE);
         let worker = inner.clone();
@@ -303,9 +314,69 @@ impl Inner {
     fn with_secrets<T>(&self, f: impl FnOnce(&Secrets<'_>) -> T) -> T {
         let url = self.url();
         let base = BaseUrl::parse(&url).ok();
-        let secrets =
-            Secrets::new(None, &self.headers).and(base.iter().flat_map(BaseUrl::credentials));
+        let oauth = self.auth.as_ref().map(Auth::secrets).unwrap_or_default();
+        let secrets = Secrets::new(None, &self.headers)
+            .and(base.iter().flat_map(BaseUrl::credentials))
+            .and(oauth.iter().map(String::as_str));
         f(&secrets)
+    }
+
+    /// Sends one request and waits for the headers of its reply, with the OAuth token when
+    /// there is one: a refusal (`401`, or `403` with `insufficient_scope`) runs the flow and
+    /// sends the request again, at most [`MAX_AUTHORIZATIONS`] times.
+    ///
+    /// # Errors
+    /// [`McpError::Unauthorized`] for a refusal without OAuth (or still refused), the flow's
+    /// [`McpError::Auth`], and those of [`Inner::exchange_once`].
+    fn exchange(
+        &self,
+        http: &HttpClient,
+        method: Method,
+        body: &[u8],
+        extra: &[(String, String)],
+        cancel: &CancelToken,
+    ) -> Result<Reply, McpError> {
+        let mut authorizations = 0;
+        if let Some(auth) = &self.auth {
+            auth.refresh_if_expired(cancel);
+        }
+        loop {
+            let bearer = self.auth.as_ref().and_then(Auth::bearer);
+            let reply = match &bearer {
+                Some(token) => {
+                    let mut with = extra.to_vec();
+                    with.push(("authorization".into(), format!("Bearer {token}")));
+                    self.exchange_once(http, method, body, &with, cancel)?
+                }
+                None => self.exchange_once(http, method, body, extra, cancel)?,
+            };
+            let challenge = || {
+                super::Challenge::parse(
+                    reply
+                        .headers
+                        .get("www-authenticate")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or(""),
+                )
+            };
+            let refused = match reply.status {
+                401 => Some(challenge()),
+                403 => Some(challenge()).filter(|c| c.error() == Some("insufficient_scope")),
+                _ => None,
+            };
+            let Some(challenge) = refused else {
+                return Ok(reply);
+            };
+            let status = reply.status;
+            match &self.auth {
+                Some(auth) if authorizations < MAX_AUTHORIZATIONS => {
+                    drop(reply);
+                    authorizations += 1;
+                    auth.refused(status, &challenge, bearer.as_deref(), cancel)?;
+                }
+                _ => return Err(McpError::Unauthorized { status, challenge }),
+            }
+        }
     }
 
     /// Sends one request and waits for the headers of its reply, following `307` and `308`
@@ -314,7 +385,7 @@ impl Inner {
     /// # Errors
     /// [`McpError::Redirected`] for a redirect not followed, [`McpError::Transport`] for a
     /// request that failed, [`McpError::Aborted`] when `cancel` is cancelled.
-    fn exchange(
+    fn exchange_once(
         &self,
         http: &HttpClient,
         method: Method,

@@ -95,6 +95,8 @@
 //! | logging, completion, tasks | | not implemented (log messages reach [`ClientBuilder::on_notification`]) |
 //! | Streamable HTTP: session, GET stream, resumption | 2025-03-26 to 2025-11-25 | see [Transports](#transports) |
 //! | stateless requests: `server/discover`, `_meta`, `resultType`, MRTR, `subscriptions/listen`, standard and `x-mcp-header` headers | 2026-07-28 | see [Eras](#eras) |
+//! | OAuth 2.1: protected resource and authorization server metadata, PKCE, resource indicators, dynamic registration, Client ID Metadata Documents, refresh, step-up on `insufficient_scope`, `iss` checks, client credentials (secret or `private_key_jwt`) | 2025-03-26 on (metadata discovery 2025-06-18, CIMD and step-up 2025-11-25) | [`ClientBuilder::oauth`], [`OAuth`]; without it a refusal is [`McpError::Unauthorized`] with its [`Challenge`] |
+//! | OAuth extensions: enterprise-managed (SEP-990), DPoP, workload identity | drafts | not implemented |
 //! | HTTP+SSE (the 2024-11-05 transport) | 2024-11-05 (deprecated) | not implemented |
 //!
 //! # Lifecycle
@@ -197,6 +199,8 @@ mod elicit;
 mod era;
 mod error;
 mod http;
+mod oauth;
+mod oauth_flow;
 mod process;
 mod protocol;
 mod resources;
@@ -209,6 +213,9 @@ pub use builder::ClientBuilder;
 pub use client::Client;
 pub use elicit::{Elicitation, ElicitationAnswer, ElicitationMode};
 pub use error::{Direction, McpError};
+pub use oauth::{
+    AuthorizationRequest, Challenge, FileStore, MemoryStore, OAuth, TokenStore, Tokens,
+};
 pub use protocol::{CallResult, Content, Era, Icon, Progress, ServerInfo, ToolInfo};
 pub use resources::{
     PromptArgument, PromptInfo, PromptMessage, PromptResult, ResourceContents, ResourceInfo,

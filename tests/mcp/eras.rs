@@ -270,3 +270,20 @@ fn python_sdk_2_over_http_in_the_session_era_gets_the_same_answers() {
     exercise(&client, &seen, Era::Session);
     client.close();
 }
+
+#[test]
+fn a_stateless_server_that_answers_the_probe_too_late_is_still_spoken_to_statelessly() {
+    // Before, the client fell back to `initialize`, which such a server refuses, and the
+    // connection failed (seen with the Python SDK 2 starting on a loaded machine).
+    let (builder, pidfile) = super::fake("late-stateless");
+    let client = builder
+        .init_timeout(Duration::from_secs(4))
+        .connect()
+        .unwrap();
+    assert_eq!(client.server_info().era, Era::Stateless);
+    assert_eq!(client.server_info().protocol_version, "2026-07-28");
+    assert_eq!(client.server_info().name, "late");
+    client.ping().unwrap();
+    client.close();
+    assert!(super::gone(super::pid_in(&pidfile)));
+}

@@ -4,7 +4,7 @@
 mode misbehaves at `initialize` in one way, but `endless-pages`, whose `tools/list` never
 ends. Calls of the tools `die` and `babble` (not
 listed) exit and write garbage mid-call; `ask` sends the client two requests of its own;
-`hang` is never answered; `flood` stops reading and sends pings; `deaf` stops reading and stays silent; `unaddressed` sends an error with a `null` id
+`late-stateless` answers its first `server/discover` late and refuses `initialize`; `hang` is never answered; `flood` stops reading and sends pings; `deaf` stops reading and stays silent; `unaddressed` sends an error with a `null` id
 before its answer; `where` answers with its working directory and the variable
 `PAGENT_MCP_TEST` of its environment, as JSON; `cancelled` answers with the params of every
 `notifications/cancelled` the server received so far, as JSON. The pid is written to
@@ -80,6 +80,7 @@ def initialize(id):
 
 
 CANCELLED = []
+DISCOVERED = []
 
 for line in sys.stdin:
     message = json.loads(line)
@@ -87,6 +88,18 @@ for line in sys.stdin:
     params = message.get("params") or {}
     if method == "notifications/cancelled":
         CANCELLED.append(params)
+    elif method == "server/discover" and MODE == "late-stateless":
+        # A stateless server slow to start: its first answer comes after the client's
+        # probe gave up; `initialize` it refuses, naming the revision it speaks.
+        if not DISCOVERED:
+            time.sleep(2.5)
+        DISCOVERED.append(id)
+        answer(id, {"supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "late", "version": "1"}})
+    elif method == "initialize" and MODE == "late-stateless":
+        send({"jsonrpc": "2.0", "id": id, "error": {
+            "code": -32022, "message": "this server speaks only 2026-07-28",
+            "data": {"supported": ["2026-07-28"], "requested": params.get("protocolVersion")}}})
     elif method == "server/discover" and MODE != "hang":
         # As session-era servers answer a request they do not know before `initialize`.
         send({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "Method not found"}})

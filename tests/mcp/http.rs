@@ -423,3 +423,40 @@ fn a_builders_debug_shows_neither_header_values_nor_the_urls_secrets() {
     assert!(!shown.contains("SECRET"), "{shown}");
     assert!(shown.contains("authorization"), "{shown}");
 }
+
+#[test]
+fn a_401_without_oauth_is_unauthorized_with_the_servers_challenge_parsed() {
+    let server = Scripted::start(|seen| {
+        match seen.method.as_str() {
+        "POST" => vec![
+            Step::Head(
+                401,
+                vec![(
+                    "www-authenticate",
+                    r#"Bearer error="invalid_token", scope="mcp:read mcp:write", resource_metadata="http://127.0.0.1:9/.well-known/oauth-protected-resource/mcp""#.into(),
+                )],
+            ),
+            Step::Data("{}".into()),
+        ],
+        _ => plain(seen),
+    }
+    });
+    let err = Client::http(format!("{}/mcp", server.url))
+        .connect()
+        .unwrap_err();
+    let McpError::Unauthorized { status, challenge } = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(*status, 401);
+    assert_eq!(challenge.scheme(), "Bearer");
+    assert_eq!(challenge.error(), Some("invalid_token"));
+    assert_eq!(challenge.scope(), Some("mcp:read mcp:write"));
+    assert_eq!(
+        challenge.resource_metadata(),
+        Some("http://127.0.0.1:9/.well-known/oauth-protected-resource/mcp")
+    );
+    assert_eq!(
+        err.to_string(),
+        r#"the mcp server refused the request for want of authorization (status 401): Bearer error="invalid_token", scope="mcp:read mcp:write", resource_metadata="http://127.0.0.1:9/.well-known/oauth-protected-resource/mcp""#
+    );
+}
