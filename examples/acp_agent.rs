@@ -39,6 +39,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .ask_permission(|call| call.name == "write_file")
         // `usage_update` after each reply needs the window; the demo's is made up.
         .context_window(8_192)
+        // Two modes: the first holds in each new session.
+        .mode(acp::Mode::new("code", "Code").description("Reads and writes files"))
+        .mode(
+            acp::Mode::new("ask", "Ask")
+                .description("Reads files, changes nothing")
+                .tools(["read_file"]),
+        )
         .command(acp::Command::new("greet", "Says hello", |rest: &str| {
             format!("hello {rest}")
         }));

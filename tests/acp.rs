@@ -23,6 +23,8 @@ use pagent::llm::{Faux, FauxReply};
 use pagent::{Agent, AgentBuilder, ToolOutput, tool};
 use serde_json::{Value, json};
 
+#[path = "acp/config.rs"]
+mod config;
 #[path = "acp/lifecycle.rs"]
 mod lifecycle;
 #[path = "acp/steering.rs"]
@@ -161,6 +163,21 @@ fn hello(_: &SessionInfo) -> Result<AgentBuilder, pagent::Error> {
     Ok(Agent::builder().provider(Faux::default().otherwise(|_| FauxReply::text("hi"))))
 }
 
+/// What `session/load` and `session/resume` answer for a session with no models or modes:
+/// the thinking level picker.
+fn opened() -> Value {
+    let levels: Vec<Value> = ["off", "minimal", "low", "medium", "high"]
+        .iter()
+        .map(|v| {
+            let mut name = v.to_string();
+            name[..1].make_ascii_uppercase();
+            json!({"value": v, "name": name})
+        })
+        .collect();
+    json!({"configOptions": [{"id": "thinking", "name": "Thinking", "category": "thought_level",
+        "type": "select", "currentValue": "off", "options": levels}]})
+}
+
 fn error_code(m: &Value) -> i64 {
     m["error"]["code"]
         .as_i64()
@@ -252,6 +269,7 @@ fn initialize_answers_version_1_with_the_agents_capabilities_and_info() {
                 "protocolVersion": 1,
                 "agentCapabilities": {
                     "loadSession": true,
+                    "auth": {"logout": {}},
                     "sessionCapabilities": {"list": {}, "resume": {}, "close": {}, "delete": {}},
                     "promptCapabilities": {"image": false, "audio": false, "embeddedContext": true},
                     "mcpCapabilities": {"http": cfg!(feature = "mcp"), "sse": false},
@@ -651,7 +669,7 @@ fn loading_a_session_whose_prompt_runs_is_refused_and_its_file_stays_whole() {
     let replay = client.until_response(4);
     assert_eq!(
         replay.last().unwrap(),
-        &json!({"jsonrpc": "2.0", "id": 4, "result": {}})
+        &json!({"jsonrpc": "2.0", "id": 4, "result": opened()})
     );
     assert_eq!(
         replay[0]["params"]["update"],

@@ -55,6 +55,14 @@ pub(crate) enum Update {
         #[serde(rename = "availableCommands")]
         available_commands: Vec<Value>,
     },
+    CurrentModeUpdate {
+        #[serde(rename = "currentModeId")]
+        current_mode_id: Value,
+    },
+    ConfigOptionUpdate {
+        #[serde(rename = "configOptions")]
+        config_options: Vec<Value>,
+    },
 }
 
 /// A session's cost (`usage_update`'s `cost`).

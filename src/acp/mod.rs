@@ -37,6 +37,15 @@
 //! | `_session/steering` | (the steering convention of other ACP agents, advertised as `_meta.steering.supported` in `initialize`'s answer) puts `prompt` into the running turn as steering: `{"outcome": "injected"}`; on an idle session starts a turn (`startedNewTurn`), or with `_meta.steering.idleBehavior` `"promptRequired"` does nothing (`promptRequired`) |
 //! | `$/cancel_request` | (a notification, both ways) for a running prompt: ends its run as `session/cancel` does; for a prompt still queued into a run: takes it out, it answers `cancelled`; for a `session/new` or `session/load` being set up: gives the setup up, answered [`codes::REQUEST_CANCELLED`]. The agent sends it for a permission request it gave up |
 //! | `authenticate` | answers `{}` (no authentication methods are offered) |
+//! | `logout` | answers `{}` (nothing to log out of; `agentCapabilities.auth.logout` says it is served) |
+//! | `session/set_config_option` | sets a config option (below) for the session's next run and answers every option as it now is; a mode set this way is also sent as `current_mode_update` |
+//! | `session/set_mode` | switches the session to a [`Mode`] (its system prompt and tools from the next run, its approval policy at once); sends `current_mode_update` and `config_option_update`, answers `{}` |
+//!
+//! `session/new`, `session/load` and `session/resume` answer the session's `configOptions`
+//! (and `modes` when the program defines any): `mode` (the [`Mode`]s of
+//! [`Options::mode`], the first to begin with), `model` (the models of [`Options::model`];
+//! a provider's own list is not asked for) and `thinking` (the [`crate::llm::ThinkingLevel`]s,
+//! category `thought_level`).
 //!
 //! # Prompts while a turn runs
 //!
@@ -204,6 +213,7 @@ use crate::wire::MAX_LINE_LEN;
 use crate::{AgentBuilder, Error};
 
 mod commands;
+mod config;
 mod input;
 mod listing;
 mod map;
@@ -214,6 +224,7 @@ mod sessions;
 mod turns;
 
 pub use commands::Command;
+pub use config::Mode;
 
 /// The ACP protocol version [`serve`] speaks.
 pub const PROTOCOL_VERSION: u16 = 1;
@@ -331,6 +342,8 @@ pub struct Options {
     prices: Option<Prices>,
     session_title: Option<Arc<TitleFn>>,
     commands: Vec<Command>,
+    models: Vec<(String, String)>,
+    modes: Vec<Mode>,
 }
 
 type TitleFn = dyn Fn(&str) -> Option<String> + Send + Sync;
@@ -404,6 +417,8 @@ impl Default for Options {
             prices: None,
             session_title: None,
             commands: Vec::new(),
+            models: Vec::new(),
+            modes: Vec::new(),
         }
     }
 }
@@ -428,6 +443,8 @@ impl fmt::Debug for Options {
             .field("context_window", &self.context_window)
             .field("prices", &self.prices)
             .field("commands", &self.commands)
+            .field("models", &self.models)
+            .field("modes", &self.modes)
             .finish_non_exhaustive()
     }
 }
@@ -554,6 +571,23 @@ impl Options {
     /// of it. Defaults to none.
     pub fn command(mut self, command: Command) -> Options {
         self.commands.push(command);
+        self
+    }
+
+    /// Adds a model the client may pick (the `model` config option): its id, as the
+    /// provider names it, and a name to show. The session's agent starts on the model its
+    /// factory gave (listed first when it is not one of these). Defaults to none: no model
+    /// picker (a provider's own list is not asked for).
+    pub fn model(mut self, id: impl Into<String>, name: impl Into<String>) -> Options {
+        self.models.push((id.into(), name.into()));
+        self
+    }
+
+    /// Adds a mode (see [`Mode`]): the client picks one with `session/set_mode` or the
+    /// `mode` config option, and each session starts in the first. Defaults to none: no
+    /// modes.
+    pub fn mode(mut self, mode: Mode) -> Options {
+        self.modes.push(mode);
         self
     }
 

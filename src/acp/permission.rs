@@ -7,9 +7,9 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
-use super::ToolKind;
 use super::map::{self, ToolCallUpdate, ToolStatus};
 use super::server::Shared;
+use super::{AskFn, ToolKind};
 use crate::AgentBuilder;
 use crate::cancel::CancelToken;
 use crate::hooks::{ToolCallRequest, ToolDecision};
@@ -30,6 +30,7 @@ pub(super) fn permission_hook(
     builder: AgentBuilder,
     shared: &Arc<Shared>,
     id: &str,
+    mode_ask: Arc<Mutex<Option<Arc<AskFn>>>>,
 ) -> AgentBuilder {
     let shared = shared.clone();
     let id = id.to_owned();
@@ -37,7 +38,13 @@ pub(super) fn permission_hook(
     // The client is asked about the arguments the call would run with.
     builder.ask_before_tool_call(move |request, call| {
         let kind = shared.options.kind_of(&call.name);
-        let ask = (shared.options.ask)(call) && !always.lock().contains(&call.name);
+        // The mode's policy, else the options'; called without the lock held.
+        let policy = mode_ask.lock().clone();
+        let asked = match policy {
+            Some(ask) => ask(call),
+            None => (shared.options.ask)(call),
+        };
+        let ask = asked && !always.lock().contains(&call.name);
         if ask {
             match ask_client(&shared, &id, request, call, kind) {
                 Permission::Once => {}

@@ -12,6 +12,7 @@ use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
 
 use super::commands;
+use super::config::Settings;
 use super::input::{self, McpServer};
 use super::listing::{self, Meta};
 use super::map::{self, Refusal, Update};
@@ -156,6 +157,10 @@ where
             "session/load" => self.open_session(&pools.setups, params, Open::Load, id.clone()),
             "session/resume" => self.open_session(&pools.setups, params, Open::Resume, id.clone()),
             "session/list" => self.list(params),
+            "session/set_mode" => self.set_mode(params),
+            "session/set_config_option" => self.set_config_option(params),
+            // No authentication is offered, so none is left: answered as `authenticate` is.
+            "logout" => Ok(Some(json!({}))),
             "session/close" => self.close(&pools.setups, params),
             "session/delete" => self.delete(&pools.setups, params),
             "session/prompt" => self.prompt(&pools.runs, params, id.clone()),
@@ -182,6 +187,7 @@ where
             "agentCapabilities": {
                 "loadSession": options.session_dir.is_some(),
                 "sessionCapabilities": lifecycle::capabilities(options),
+                "auth": {"logout": {}},
                 "promptCapabilities": {"image": false, "audio": false, "embeddedContext": true},
                 // Stdio servers need no capability; HTTP ones the MCP client (feature `mcp`).
                 "mcpCapabilities": {"http": cfg!(feature = "mcp"), "sse": false},
@@ -226,12 +232,12 @@ where
             let peer = &self.shared.peer;
             let answer = match made {
                 Ok(session) => {
+                    let mut answer = config_of(&self.shared.options, &session);
+                    if open == Open::New {
+                        answer["sessionId"] = json!(opening.id);
+                    }
                     self.sessions.settle(&opening.id, Some(session));
-                    Ok(if open == Open::New {
-                        json!({ "sessionId": opening.id })
-                    } else {
-                        json!({})
-                    })
+                    Ok(answer)
                 }
                 Err(_) if setup.is_cancelled() => {
                     self.sessions.settle(&opening.id, None);
@@ -353,9 +359,11 @@ where
         if let Some(saved) = saved {
             builder = builder.messages(saved.iter().cloned());
         }
-        let agent = permission_hook(builder, shared, id)
+        let mode_ask = Arc::new(Mutex::new(None));
+        let agent = permission_hook(builder, shared, id, mode_ask.clone())
             .build()
             .map_err(failed)?;
+        let settings = Settings::new(&shared.options, &agent, mode_ask);
         let meta = Meta {
             cwd: cwd.clone(),
             title: title.clone(),
@@ -421,6 +429,7 @@ where
             prompts,
             connected.connections,
             meta,
+            settings,
         )))
     }
 
@@ -532,6 +541,72 @@ where
         }
         self.start_run(runs, &session, &mut prompts, text, None, (STEERING, params))?;
         Ok(Some(json!({ "outcome": "startedNewTurn" })))
+    }
+
+    /// `session/set_mode`: the session switches to the mode (its system prompt and tools
+    /// from the next run, its approval policy at once), then
+    /// `current_mode_update` and `config_option_update` tell the client.
+    fn set_mode(&self, params: &Value) -> Result<Option<Value>, Refusal> {
+        let session = self.session(params)?;
+        let Some(mode) = params.get("modeId").and_then(Value::as_str) else {
+            return Err(bad_params("session/set_mode needs `modeId`, a string"));
+        };
+        let options = &self.shared.options;
+        session
+            .settings
+            .lock()
+            .set_mode(options, &session.agent, mode)?;
+        self.mode_changed(params, &session, true);
+        Ok(Some(json!({})))
+    }
+
+    /// `session/set_config_option`: answers every config option as it now is; a mode
+    /// changed this way is also sent as `current_mode_update`.
+    fn set_config_option(&self, params: &Value) -> Result<Option<Value>, Refusal> {
+        let session = self.session(params)?;
+        let Some(config) = params.get("configId").and_then(Value::as_str) else {
+            return Err(bad_params(
+                "session/set_config_option needs `configId`, a string",
+            ));
+        };
+        let value = params.get("value").unwrap_or(&Value::Null);
+        let options = &self.shared.options;
+        let mode_changed = session
+            .settings
+            .lock()
+            .set(options, &session.agent, config, value)?;
+        if mode_changed {
+            self.mode_changed(params, &session, false);
+        }
+        let config = session.settings.lock().options(options);
+        Ok(Some(json!({ "configOptions": config })))
+    }
+
+    /// Tells the client a session's mode changed (and its config options, unless they are
+    /// in the answer).
+    fn mode_changed(&self, params: &Value, session: &Session, with_options: bool) {
+        let id = params["sessionId"].as_str().unwrap_or_default();
+        let (mode, config) = {
+            let settings = session.settings.lock();
+            (
+                settings.modes(&self.shared.options),
+                settings.options(&self.shared.options),
+            )
+        };
+        let current = mode.map(|m| m["currentModeId"].clone()).unwrap_or_default();
+        let _ = send_update(
+            &self.shared.peer,
+            id,
+            &Update::CurrentModeUpdate {
+                current_mode_id: current,
+            },
+        );
+        if with_options {
+            let update = Update::ConfigOptionUpdate {
+                config_options: config,
+            };
+            let _ = send_update(&self.shared.peer, id, &update);
+        }
     }
 
     /// The text of a prompt's content, rewritten by the slash command it invokes.
@@ -649,6 +724,16 @@ where
         self.session(params)?.agent.abort();
         Ok(Some(json!({})))
     }
+}
+
+/// A session's `modes` and `configOptions`, for the answer that opens it.
+fn config_of(options: &Options, session: &Session) -> Value {
+    let settings = session.settings.lock();
+    let mut answer = json!({ "configOptions": settings.options(options) });
+    if let Some(modes) = settings.modes(options) {
+        answer["modes"] = modes;
+    }
+    answer
 }
 
 /// Gives the session its title from its first prompt (the program's, else the prompt's

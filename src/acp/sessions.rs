@@ -15,6 +15,7 @@ use std::time::{Duration, Instant, SystemTime};
 use parking_lot::Mutex;
 
 use super::codes;
+use super::config::Settings;
 use super::listing::{Listed, Meta};
 use super::map::Refusal;
 use super::servers::McpConnections;
@@ -30,6 +31,8 @@ pub(super) struct Session {
     last_used: Mutex<(Instant, SystemTime)>,
     /// Its working directory and title, as `session/list` shows them.
     pub(super) meta: Mutex<Meta>,
+    /// Its model, thinking level and mode (the config options).
+    pub(super) settings: Mutex<Settings>,
     /// The session's MCP servers; the agent (and its tools, which share the connections)
     /// goes first, then these, which ends the servers, once.
     _mcp: McpConnections,
@@ -41,12 +44,14 @@ impl Session {
         prompts: Arc<Mutex<Prompts>>,
         mcp: McpConnections,
         meta: Meta,
+        settings: Settings,
     ) -> Session {
         Session {
             agent,
             prompts,
             last_used: Mutex::new((Instant::now(), SystemTime::now())),
             meta: Mutex::new(meta),
+            settings: Mutex::new(settings),
             _mcp: mcp,
         }
     }

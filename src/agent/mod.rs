@@ -715,6 +715,11 @@ impl Agent {
         self.inner.configure(|c| c.system_prompt = prompt.into());
     }
 
+    /// The tools the next run offers: the builder's, or the last [`Agent::set_tools`]'s.
+    pub fn tools(&self) -> Vec<Arc<dyn Tool>> {
+        self.inner.config.lock().tools.clone()
+    }
+
     /// Replaces the tools for the next run (shown in the state as for [`Agent::set_model`]).
     pub fn set_tools(&self, tools: Vec<Arc<dyn Tool>>) {
         // Worked out before the lock is taken: `definition()` is the tools' own code.

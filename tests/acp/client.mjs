@@ -178,6 +178,8 @@ function describe(update) {
     }
     case "session_info_update":
       return `session_info_update title=${JSON.stringify(u.title)} updatedAt=${/Z$/.test(u.updatedAt) ? "a time" : u.updatedAt}`;
+    case "config_option_update":
+      return `config_option_update ${u.configOptions.map((o) => `${o.id}=${o.currentValue}`).join(" ")}`;
     case "usage_update":
       return `usage_update used>0=${u.used > 0} size=${u.size} cost=${u.cost ? `${u.cost.currency}>0:${u.cost.amount > 0}` : "none"}`;
     default:
@@ -394,7 +396,21 @@ say(`C deleted: listed=${afterDelete.sessions.some((s) => s.sessionId === c)}`);
 // 12. a slash command the program registered (listed in available_commands_update)
 await prompt("A", a, "/greet world");
 
-// 13. the client goes: the agent ends
+// 13. the pickers: config options (mode, thinking), session/set_mode with its updates, logout
+const d = await agent.request("session/new", { cwd: work, mcpServers: [] });
+labels.set(d.sessionId, "D");
+say(`D new session modes=${JSON.stringify(d.modes)}`);
+const pickers = (list) => list.map((o) => `${o.id}=${o.currentValue}`).join(" ");
+say(`D configOptions ${pickers(d.configOptions)}`);
+const set = await agent.request("session/set_config_option", { sessionId: d.sessionId, configId: "thinking", value: "high" });
+say(`D set thinking: ${pickers(set.configOptions)}`);
+await agent.request("session/set_mode", { sessionId: d.sessionId, modeId: "ask" });
+flush("D");
+say(`D set mode ask`);
+await agent.request("logout", {});
+say(`logout answered`);
+
+// 14. the client goes: the agent ends
 connection.close();
 agentProcess.stdin.end();
 const code = await exited;

@@ -105,7 +105,7 @@ fn sessions_are_listed_closed_resumed_without_replay_and_deleted() {
         "session/resume",
         json!({"sessionId": a, "cwd": "/tmp", "mcpServers": []}),
     );
-    assert_eq!(client.recv(), ok(9, json!({})));
+    assert_eq!(client.recv(), ok(9, super::opened()));
     assert_eq!(
         prompt(&mut client, 10, &a, "again"),
         [
@@ -115,7 +115,7 @@ fn sessions_are_listed_closed_resumed_without_replay_and_deleted() {
     );
     // A live session resumes from its own transcript, without a session directory too.
     client.request(11, "session/resume", json!({"sessionId": a, "cwd": "/tmp"}));
-    assert_eq!(client.recv(), ok(11, json!({})));
+    assert_eq!(client.recv(), ok(11, super::opened()));
     assert_eq!(
         prompt(&mut client, 12, &a, "more")[0],
         reply(&a, "3 prompts")
@@ -210,7 +210,7 @@ fn an_idle_session_expires_and_stays_resumable() {
         "session/resume",
         json!({"sessionId": session, "cwd": "/tmp"}),
     );
-    assert_eq!(client.recv(), ok(5, json!({})));
+    assert_eq!(client.recv(), ok(5, super::opened()));
     assert_eq!(
         prompt(&mut client, 6, &session, "back")[0],
         reply(&session, "2 prompts")
