@@ -5,6 +5,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
+use crate::context::{CompactionReason, ContextUsage};
 use crate::kind::ErrorInfo;
 use crate::message::{Message, ToolCall, ToolResultMessage, Usage};
 use crate::partial::PartialMessage;
@@ -16,10 +17,11 @@ use crate::types::{StreamEvent, ToolOutput};
 /// AgentStart
 ///   TurnStart { turn }
 ///     MessageStart / MessageEnd                     the prompt (and steering messages)
+///     CompactionStart / (MessageStart / MessageEnd)? / CompactionEnd   when the context is compacted
 ///     MessageStart / MessageUpdate* / MessageEnd    the assistant reply, streamed
 ///     ToolStart / ToolExecute? / ToolUpdate* / ToolEnd   each tool call of that reply
 ///     MessageStart / MessageEnd                     each tool result message, in call order
-///   TurnEnd { turn, message, tool_results, stop_reason }
+///   TurnEnd { turn, message, tool_results, stop_reason, context }
 ///   ... the next TurnStart while the model keeps calling tools ...
 /// AgentEnd { messages, stop_reason, usage, error }
 /// ```
@@ -61,6 +63,33 @@ pub enum AgentEvent {
     MessageEnd {
         /// The finished message.
         message: Arc<Message>,
+    },
+    /// Before this turn's model call, the context is compacted ([`crate::context::Compaction`],
+    /// or an overflow): the model is asked for a summary of the oldest part of what is sent.
+    /// Follows the turn's input messages; the summary message (a user message marked with a
+    /// [`Summary`](crate::context::Summary)) then comes as a `MessageStart` / `MessageEnd`,
+    /// unless the compaction fails, and `CompactionEnd` closes it.
+    CompactionStart {
+        /// Why it runs.
+        reason: CompactionReason,
+        /// How many messages of the transcript the summary is written from (an earlier
+        /// summary counts as one).
+        messages: u64,
+        /// The context before the compaction.
+        context: ContextUsage,
+    },
+    /// A compaction ended: its summary message was appended (just before this event), or
+    /// it failed and nothing changed.
+    CompactionEnd {
+        /// Why it ran.
+        reason: CompactionReason,
+        /// The context after it: what the next request sends.
+        context: ContextUsage,
+        /// The usage of the summary's model calls (counted in the run's and the agent's
+        /// usage).
+        usage: Usage,
+        /// What went wrong, when it failed: the run goes on without it.
+        error: Option<ErrorInfo>,
     },
     /// A tool call starts: the model's call, its arguments final as the model wrote them
     /// (raw JSON text). Emitted before the call is checked: the tool is looked up, the
@@ -120,6 +149,9 @@ pub enum AgentEvent {
         tool_results: Vec<Arc<ToolResultMessage>>,
         /// `Continuing` when another turn follows; otherwise why the run stops.
         stop_reason: RunStopReason,
+        /// How full the context is now: what the next request would send, this turn's
+        /// reply and tool results included (see [`ContextUsage`]).
+        context: ContextUsage,
     },
     /// Between runs, the transcript was replaced ([`crate::Agent::replace_messages`]) or
     /// emptied ([`crate::Agent::reset`]). The state then holds these messages, and forgets
@@ -153,6 +185,8 @@ impl AgentEvent {
             AgentEvent::MessageStart { .. } => "MessageStart",
             AgentEvent::MessageUpdate { .. } => "MessageUpdate",
             AgentEvent::MessageEnd { .. } => "MessageEnd",
+            AgentEvent::CompactionStart { .. } => "CompactionStart",
+            AgentEvent::CompactionEnd { .. } => "CompactionEnd",
             AgentEvent::ToolStart { .. } => "ToolStart",
             AgentEvent::ToolExecute { .. } => "ToolExecute",
             AgentEvent::ToolUpdate { .. } => "ToolUpdate",

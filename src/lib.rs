@@ -24,6 +24,7 @@ pub mod acp;
 mod agent;
 mod cancel;
 mod content;
+pub mod context;
 mod error;
 mod event;
 mod jsonrpc;
@@ -144,6 +145,75 @@ pub mod bench_support {
         /// The latest state.
         pub fn snapshot(&self) -> Arc<State> {
             self.0.snapshot()
+        }
+    }
+}
+
+/// The context ledger's work for one turn, for the benches only; not part of the API.
+#[doc(hidden)]
+pub mod context_bench {
+    use std::sync::Arc;
+
+    use crate::context::ledger::Ledger;
+    use crate::list::List;
+    use crate::{Message, context::ContextUsage, llm::ToolDefinition};
+
+    /// A transcript and its ledger.
+    #[derive(Clone, Debug)]
+    pub struct Turns {
+        ledger: Ledger,
+        messages: List<Arc<Message>>,
+        tools: Arc<[ToolDefinition]>,
+    }
+
+    impl Turns {
+        /// A ledger that counted `messages`.
+        pub fn new(messages: Vec<Message>) -> Turns {
+            let messages: List<Arc<Message>> = messages.into_iter().map(Arc::new).collect();
+            let mut ledger = Ledger::default();
+            ledger.sync(&messages, None);
+            Turns {
+                ledger,
+                messages,
+                tools: Arc::from([]),
+            }
+        }
+
+        /// One turn, as the run does it: the messages appended, counted; the policy's
+        /// decision (a slide to `budget`, or the check of `threshold`); the view built; the
+        /// server's count noted; the figures for `TurnEnd`. Returns the view's length and
+        /// the figures.
+        pub fn turn(
+            &mut self,
+            appended: &[Arc<Message>],
+            budget: Option<u64>,
+            threshold: Option<u64>,
+        ) -> (usize, ContextUsage) {
+            for m in appended {
+                self.messages.push_back(m.clone());
+            }
+            let l = &mut self.ledger;
+            l.sync(&self.messages, None);
+            l.set_fixed("Be brief.", &self.tools, None);
+            if let Some(b) = budget {
+                l.slide(b);
+            }
+            if let Some(t) = threshold {
+                std::hint::black_box(l.used() >= t);
+            }
+            let estimate = l.estimate();
+            let view = l.view(&self.messages);
+            l.counted(estimate, estimate, 10, 10);
+            (view.len(), l.usage(Some(128_000)))
+        }
+
+        /// Counting alone: the messages appended, counted, and the figures.
+        pub fn count(&mut self, appended: &[Arc<Message>]) -> ContextUsage {
+            for m in appended {
+                self.messages.push_back(m.clone());
+            }
+            self.ledger.sync(&self.messages, None);
+            self.ledger.usage(Some(128_000))
         }
     }
 }

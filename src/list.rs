@@ -90,6 +90,11 @@ impl<T: Clone> List<T> {
         self.0.remove(index)
     }
 
+    /// The elements from `start` on, as a list of their own: O(log n), nothing copied.
+    pub(crate) fn skip(&self, start: usize) -> List<T> {
+        List(self.0.skip(start.min(self.0.len())))
+    }
+
     /// Takes the first `n` elements out, leaving the rest.
     pub(crate) fn take_front(&mut self, n: usize) -> List<T> {
         let rest = self.0.split_off(n);

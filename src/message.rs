@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::content::{self, Part};
+use crate::context::Summary;
 
 /// One message of the transcript.
 ///
@@ -117,6 +118,11 @@ pub struct UserMessage {
     /// The parts, in order: text, images, documents.
     #[serde(with = "content::parts")]
     pub content: Vec<Part>,
+    /// Set on the summary a compaction wrote: the message then stands for the first messages
+    /// of the transcript in what is sent to the model (see [`Summary`]). `None` for
+    /// everything else.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<Summary>,
 }
 
 impl UserMessage {
@@ -124,6 +130,7 @@ impl UserMessage {
     pub fn new(text: impl Into<String>) -> UserMessage {
         UserMessage {
             content: vec![Part::text(text)],
+            summary: None,
         }
     }
 
@@ -131,6 +138,7 @@ impl UserMessage {
     pub fn from_parts(parts: impl IntoIterator<Item = Part>) -> UserMessage {
         UserMessage {
             content: parts.into_iter().collect(),
+            summary: None,
         }
     }
 

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use crate::context::ContextUsage;
 use crate::event::{AgentEvent, RunStopReason};
 use crate::kind::ErrorKind;
 use crate::list::List;
@@ -80,6 +81,13 @@ pub struct State {
     pub run_usage: Usage,
     /// Usage summed over every run of this agent.
     pub usage: Usage,
+    /// How full the model's context is: the tokens of what the next request sends, the
+    /// window and the share (see [`ContextUsage`]). Set by each `TurnEnd` and
+    /// `CompactionEnd`; after `MessagesReplaced`, the built-in estimate of the new transcript
+    /// until the next turn ends.
+    pub context: ContextUsage,
+    /// True while a compaction runs: from its `CompactionStart` to its `CompactionEnd`.
+    pub compacting: bool,
     /// The last retry of the current request (a [`StreamEvent::Retry`]), from the moment it
     /// is announced, while the agent waits, until the retried request's reply begins (its
     /// first delta) or the reply ends. Its `at` is when the wait began, and
@@ -223,6 +231,9 @@ impl State {
                 s.turn = *turn;
                 s.tool_results = List::new();
                 s.finished_tool_calls = List::new();
+                // A turn after a failed reply: the run recovers from it (an overflow,
+                // compacted and sent again), so the failure no longer describes the run.
+                s.error_message = None;
             }
             AgentEvent::MessageStart { message } => {
                 if let Message::Assistant(m) = &**message {
@@ -315,9 +326,17 @@ impl State {
                     duration: *duration,
                 });
             }
-            AgentEvent::TurnEnd { .. } => {}
+            AgentEvent::TurnEnd { context, .. } => s.context = *context,
+            AgentEvent::CompactionStart { .. } => s.compacting = true,
+            AgentEvent::CompactionEnd { context, usage, .. } => {
+                s.compacting = false;
+                s.context = *context;
+                s.run_usage += *usage;
+                s.usage += *usage;
+            }
             AgentEvent::MessagesReplaced { messages } => {
                 s.messages = messages.iter().cloned().collect();
+                s.context = crate::context::ledger::estimate_of(&s.messages, s.context.window);
                 s.error_message = None;
                 s.error_kind = None;
                 s.stop_reason = None;
@@ -331,6 +350,7 @@ impl State {
             } => {
                 s.is_streaming = false;
                 s.is_streaming_reply = false;
+                s.compacting = false;
                 s.streaming_message = None;
                 s.pending_tool_calls = List::new();
                 s.retry = None;

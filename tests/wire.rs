@@ -6,6 +6,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use pagent::context::{CompactionReason, ContextUsage};
 use pagent::llm::{Faux, FauxReply};
 use pagent::wire::{self, Decoder, Mirror};
 use pagent::{
@@ -53,6 +54,30 @@ fn usage() -> impl Strategy<Value = Usage> {
             .with_reasoning(3)
             .with_total(t)
     })
+}
+
+fn context() -> impl Strategy<Value = ContextUsage> {
+    (
+        any::<u32>(),
+        prop::option::of(1u32..),
+        any::<u32>(),
+        any::<u16>(),
+    )
+        .prop_map(|(used, window, estimated, omitted)| {
+            ContextUsage::new(
+                used.into(),
+                window.map(u64::from),
+                estimated.into(),
+                omitted.into(),
+            )
+        })
+}
+
+fn compaction_reason() -> impl Strategy<Value = CompactionReason> {
+    prop_oneof![
+        Just(CompactionReason::Threshold),
+        Just(CompactionReason::Overflow)
+    ]
 }
 
 fn call() -> impl Strategy<Value = ToolCall> {
@@ -245,14 +270,37 @@ fn standalone_event() -> impl Strategy<Value = AgentEvent> {
             any::<u32>(),
             arc(),
             prop::collection::vec(result().prop_map(Arc::new), 0..3),
-            run_stop()
+            run_stop(),
+            context()
         )
-            .prop_map(
-                |(turn, message, tool_results, stop_reason)| AgentEvent::TurnEnd {
+            .prop_map(|(turn, message, tool_results, stop_reason, context)| {
+                AgentEvent::TurnEnd {
                     turn,
                     message,
                     tool_results,
-                    stop_reason
+                    stop_reason,
+                    context,
+                }
+            }),
+        (compaction_reason(), any::<u16>(), context()).prop_map(|(reason, messages, context)| {
+            AgentEvent::CompactionStart {
+                reason,
+                messages: messages.into(),
+                context,
+            }
+        }),
+        (
+            compaction_reason(),
+            context(),
+            usage(),
+            prop::option::of(error_info())
+        )
+            .prop_map(
+                |(reason, context, usage, error)| AgentEvent::CompactionEnd {
+                    reason,
+                    context,
+                    usage,
+                    error
                 }
             ),
         (

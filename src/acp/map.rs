@@ -237,6 +237,7 @@ fn plan(details: Option<&Value>) -> Option<Update> {
 /// | `ToolExecute` (the call runs: allowed, or permitted by the client) | `tool_call_update`, status `in_progress`; with `rawInput` (the arguments it runs with) when a `before_tool_call` hook rewrote them |
 /// | `ToolUpdate` | `tool_call_update` with the progress as content; a `plan` when its details carry one |
 /// | `ToolEnd` | `tool_call_update`, status `completed` or `failed`, content and `rawOutput`; a `plan` when its details carry one |
+/// | `CompactionStart` / `CompactionEnd` | an `agent_thought_chunk` each, saying the context is being compacted and how it ended (ACP has no update of its own for it) |
 /// | everything else | nothing: the prompt's answer carries how the run ended |
 ///
 /// Only the tools `plans_from` names give a `plan` (the agent's own, not those of an MCP
@@ -295,6 +296,25 @@ pub(crate) fn updates(
                 out.extend(plan(result.details.as_ref()));
             }
             out
+        }
+        AgentEvent::CompactionStart {
+            messages, context, ..
+        } => vec![Update::AgentThoughtChunk {
+            content: text(format!(
+                "Compacting the context ({} tokens): summarizing {messages} earlier messages.\n",
+                context.used
+            )),
+            message_id: None,
+        }],
+        AgentEvent::CompactionEnd { context, error, .. } => {
+            let said = match error {
+                None => format!("Context compacted to {} tokens.\n", context.used),
+                Some(e) => format!("The compaction failed: {}\n", e.message),
+            };
+            vec![Update::AgentThoughtChunk {
+                content: text(said),
+                message_id: None,
+            }]
         }
         _ => Vec::new(),
     }
@@ -568,8 +588,32 @@ mod tests {
                     message: reply(ReplyStop::Stop),
                     tool_results: vec![],
                     stop_reason: RunStopReason::NoToolCalls,
+                    context: Default::default(),
                 },
                 vec![],
+            ),
+            (
+                AgentEvent::CompactionStart {
+                    reason: crate::context::CompactionReason::Threshold,
+                    messages: 12,
+                    context: crate::context::ContextUsage::new(1700, Some(2048), 0, 0),
+                },
+                vec![
+                    json!({"sessionUpdate": "agent_thought_chunk", "content": {"type": "text",
+                    "text": "Compacting the context (1700 tokens): summarizing 12 earlier messages.\n"}}),
+                ],
+            ),
+            (
+                AgentEvent::CompactionEnd {
+                    reason: crate::context::CompactionReason::Threshold,
+                    context: crate::context::ContextUsage::new(600, Some(2048), 0, 12),
+                    usage: Usage::default(),
+                    error: None,
+                },
+                vec![
+                    json!({"sessionUpdate": "agent_thought_chunk", "content": {"type": "text",
+                    "text": "Context compacted to 600 tokens.\n"}}),
+                ],
             ),
             (
                 AgentEvent::AgentEnd {

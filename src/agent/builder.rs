@@ -7,7 +7,8 @@ use super::guard;
 use super::hooks::{BeforeToolCall, Hooks, ToolCallRequest, ToolDecision, TurnSetup};
 use super::{Agent, FinalTurn, QueueMode, SteeringPolicy};
 use crate::Error;
-use crate::llm::{Provider, ThinkingLevel, ToolDefinition};
+use crate::context::ContextPolicy;
+use crate::llm::{Provider, ThinkingLevel, TokenCounter, ToolDefinition};
 use crate::message::{Message, ToolCall, ToolResultMessage};
 use crate::tool::Tool;
 
@@ -35,6 +36,11 @@ pub(crate) struct Config {
     pub(crate) follow_up_mode: QueueMode,
     pub(crate) hooks: Hooks,
     pub(crate) trace: crate::trace::Settings,
+    pub(crate) context_policy: ContextPolicy,
+    pub(crate) context_window: Option<u64>,
+    /// The counter set on the builder, else the provider's (`Provider::token_counter`).
+    pub(crate) token_counter: Option<Arc<dyn TokenCounter>>,
+    pub(crate) overflow_recovery: bool,
 }
 
 /// The names of a run's tools, in tool order, asked once (`Tool::name` is user code, and the
@@ -88,6 +94,16 @@ impl fmt::Debug for Config {
             .field("steering_mode", &self.steering_mode)
             .field("follow_up_mode", &self.follow_up_mode)
             .field("hooks", &self.hooks)
+            .field("context_policy", &self.context_policy)
+            .field("context_window", &self.context_window)
+            .field(
+                "token_counter",
+                &self
+                    .token_counter
+                    .as_ref()
+                    .map(|c| guard::catch(|| c.name().to_owned()).unwrap_or_default()),
+            )
+            .field("overflow_recovery", &self.overflow_recovery)
             .finish()
     }
 }
@@ -112,6 +128,10 @@ pub struct AgentBuilder {
     hooks: Hooks,
     messages: Vec<Message>,
     trace: crate::trace::Settings,
+    context_policy: ContextPolicy,
+    context_window: Option<u64>,
+    token_counter: Option<Arc<dyn TokenCounter>>,
+    overflow_recovery: bool,
 }
 
 impl Default for AgentBuilder {
@@ -134,6 +154,10 @@ impl Default for AgentBuilder {
             hooks: Hooks::default(),
             messages: Vec::new(),
             trace: crate::trace::Settings::default(),
+            context_policy: ContextPolicy::default(),
+            context_window: None,
+            token_counter: None,
+            overflow_recovery: true,
         }
     }
 }
@@ -462,6 +486,56 @@ impl AgentBuilder {
         self
     }
 
+    /// How the agent keeps what it sends within the model's context window: the whole
+    /// transcript ([`ContextPolicy::Unbounded`]), a sliding window by tokens
+    /// ([`SlidingWindow`](crate::context::SlidingWindow)), or compaction into a summary
+    /// ([`Compaction`](crate::context::Compaction)). Defaults to
+    /// [`ContextPolicy::Unbounded`].
+    ///
+    /// The policy decides before each model call, after the turn's input and steering
+    /// messages; [`AgentBuilder::transform_context`] then gets what the policy sends (see
+    /// the [context docs](crate::context) for the order). The transcript is never
+    /// shortened: a slide only changes what is sent, a compaction appends its summary.
+    pub fn context_policy(mut self, policy: impl Into<ContextPolicy>) -> AgentBuilder {
+        self.context_policy = policy.into();
+        self
+    }
+
+    /// The model's context window in tokens. Defaults to what the server reports (asked once
+    /// per model, only when the context policy needs the window: see
+    /// [`Provider::context_window`]), else the window of a well-known model
+    /// ([`context::known_window`](crate::context::known_window)), else unknown until an
+    /// overflow error names it. A window set here wins over all of these, except a smaller
+    /// one an overflow error names.
+    pub fn context_window(mut self, tokens: u64) -> AgentBuilder {
+        self.context_window = Some(tokens);
+        self
+    }
+
+    /// What counts tokens for the context figures and the policy: a tokenizer of the model
+    /// (its [`TokenCounter::text_tokens`]) or a server's exact count
+    /// ([`TokenCounter::request_tokens`]). Defaults to the provider's counter
+    /// ([`Provider::token_counter`]: llama.cpp's `/tokenize`, Anthropic's `count_tokens`),
+    /// asked only when a decision of the policy is near, and the built-in estimate for
+    /// every message.
+    pub fn token_counter(mut self, counter: impl TokenCounter + 'static) -> AgentBuilder {
+        self.token_counter = Some(Arc::new(counter));
+        self
+    }
+
+    /// Whether a request the server refuses as larger than the context window
+    /// ([`ErrorKind::ContextOverflow`](crate::ErrorKind::ContextOverflow), before any of the
+    /// reply arrived) is compacted (or slid, with a [`SlidingWindow`](crate::context::SlidingWindow)
+    /// policy) and sent again, once, whatever the policy. The refused reply stays in the
+    /// transcript (an empty reply with `StopReason::Error`, which requests leave out), its
+    /// turn ends `Continuing`, and the next turn compacts and calls the model again; that
+    /// turn does not count against [`AgentBuilder::max_turns`]. A second overflow ends the
+    /// run with the error. Defaults to true.
+    pub fn overflow_recovery(mut self, recover: bool) -> AgentBuilder {
+        self.overflow_recovery = recover;
+        self
+    }
+
     /// Builds the agent.
     ///
     /// # Errors
@@ -490,7 +564,19 @@ impl AgentBuilder {
                 "the `definition()` of tool `{name}` panicked: {panic}"
             ))
         })?;
+        let token_counter = match self.token_counter {
+            Some(counter) => Some(counter),
+            None => guard::catch(|| provider.token_counter()).map_err(|panic| {
+                Error::Config(format!(
+                    "the provider's `token_counter()` panicked: {panic}"
+                ))
+            })?,
+        };
         let config = Config {
+            context_policy: self.context_policy,
+            context_window: self.context_window,
+            token_counter,
+            overflow_recovery: self.overflow_recovery,
             provider,
             model: self.model,
             system_prompt: self.system_prompt,

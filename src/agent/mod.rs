@@ -19,6 +19,7 @@ use crate::{Error, RunError};
 mod builder;
 mod channel;
 mod claim;
+mod context;
 pub(crate) mod dispatch;
 pub(crate) mod guard;
 pub(crate) mod hooks;
@@ -83,6 +84,9 @@ pub(crate) struct Inner {
     // The thread holding `gate`: a `prompt` from that thread (an `AgentEnd` listener) would
     // wait for itself, and returns `Busy` instead.
     gate_owner: Mutex<Option<ThreadId>>,
+    // What the agent knows of its context between runs (the ledger of the transcript, the
+    // window): a run takes it and puts it back.
+    context: Mutex<context::Memory>,
 }
 
 impl Drop for Inner {
@@ -336,12 +340,17 @@ impl Agent {
     }
 
     pub(crate) fn from_config(config: Config, messages: Vec<Message>) -> Agent {
+        let messages = messages.into_iter().map(Arc::new).collect();
+        let window = config
+            .context_window
+            .or_else(|| crate::context::known_window(&config.model));
         let state = State {
             system_prompt: Arc::from(config.system_prompt.as_str()),
             model: Arc::from(config.model.as_str()),
             thinking: config.thinking,
             tools: config.tool_defs.clone(),
-            messages: messages.into_iter().map(Arc::new).collect(),
+            context: crate::context::ledger::estimate_of(&messages, window),
+            messages,
             ..State::default()
         };
         Agent {
@@ -352,6 +361,7 @@ impl Agent {
                 cancel: Mutex::new(None),
                 gate: Mutex::new(()),
                 gate_owner: Mutex::new(None),
+                context: Mutex::new(context::Memory::default()),
             }),
         }
     }

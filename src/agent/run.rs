@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::builder::{Config, ToolNames};
+use super::context::RunContext;
 use super::guard;
 use super::hooks::TurnSetup;
 use super::repair;
@@ -172,6 +173,7 @@ pub(crate) fn run_claimed(mut claimed: Claimed, start: Start) -> Result<RunResul
         &config.model,
         &config.system_prompt,
     );
+    let memory = std::mem::take(&mut *inner.context.lock());
     let mut run = Run {
         inner,
         trace,
@@ -181,12 +183,15 @@ pub(crate) fn run_claimed(mut claimed: Claimed, start: Start) -> Result<RunResul
         usage: Usage::default(),
         turn: 0,
         final_turn: false,
+        retried: 0,
+        context: RunContext::new(memory),
     };
     run.emit(AgentEvent::AgentStart);
     let (mut stop_reason, error) = match guard::must("the agent loop", || run.turns(input)) {
         Ok(r) => r,
         Err(e) => (RunStopReason::Error, Some(e)),
     };
+    *inner.context.lock() = std::mem::take(&mut run.context).into_memory();
     // The outcome is decided here, as the claim goes: an abort that landed after the loop's
     // last check (in a `TurnEnd` listener, say) still makes the run `Cancelled`, so an
     // `abort()` that returned true is never lost.
@@ -307,6 +312,11 @@ pub(crate) struct Run<'a> {
     /// Whether this turn is the final answer turn after `max_turns` (see [`FinalTurn`]):
     /// its tool calls are not run.
     final_turn: bool,
+    /// How many turns sent an overflowed request again: they do not count against
+    /// `max_turns`.
+    pub(crate) retried: u32,
+    /// The context ledger and what the current model call needs of it.
+    pub(crate) context: RunContext,
 }
 
 impl Run<'_> {
@@ -317,6 +327,11 @@ impl Run<'_> {
         // A span the event ends closes once its listeners returned.
         let _closing = self.trace.observe(&event, &self.config.tool_defs);
         self.inner.shared.emit(&event);
+    }
+
+    /// Counts `usage` (of a model call outside the replies: a compaction's) in the run's.
+    pub(crate) fn add_usage(&mut self, usage: Usage) {
+        self.usage += usage;
     }
 
     pub(crate) fn steering_queued(&self) -> bool {
@@ -347,7 +362,7 @@ impl Run<'_> {
             }
             self.turn += 1;
             // Only a turn at the limit that ran tools goes on past it (see `decide`).
-            self.final_turn = self.turn > self.config.max_turns;
+            self.final_turn = self.turn - self.retried > self.config.max_turns;
             if std::mem::take(&mut follow_up_due) {
                 input.extend(take_queued(
                     self.inner,
@@ -371,6 +386,7 @@ impl Run<'_> {
                     self.append(m);
                 }
             }
+            self.prepare_context();
             let (reply, error) = self.stream_reply();
             let usage = reply.usage;
             let calls: Vec<_> = reply.tool_calls().cloned().collect();
@@ -389,11 +405,14 @@ impl Run<'_> {
             };
 
             let stop = self.decide(reply, !calls.is_empty(), &mut follow_up_due);
+            let (stop, error) = self.after_reply(reply, stop, error);
+            let context = self.context_usage();
             self.emit(AgentEvent::TurnEnd {
                 turn: self.turn,
                 message: reply_msg,
                 tool_results: results,
                 stop_reason: stop,
+                context,
             });
             if stop != RunStopReason::Continuing {
                 // A deadline that passed after the reply came still ends the run with its error.
@@ -422,7 +441,7 @@ impl Run<'_> {
         if reply.stop_reason == StopReason::Error {
             return RunStopReason::Error;
         }
-        let out_of_turns = self.turn >= self.config.max_turns;
+        let out_of_turns = self.turn - self.retried >= self.config.max_turns;
         if had_calls {
             // The final turn's calls did not run; at the limit, the tools ran and the final
             // answer turn follows, unless there is none.
@@ -546,26 +565,21 @@ impl Run<'_> {
             message: msg.clone(),
         });
         self.appended.push(msg.clone());
+        let context = self.context_usage();
         self.emit(AgentEvent::TurnEnd {
             turn: self.turn,
             message: msg,
             tool_results: Vec::new(),
             stop_reason: RunStopReason::Error,
+            context,
         });
         (RunStopReason::Error, Some(error))
     }
 
-    /// The request of this turn: the transcript's own messages (shared, never copied), as
-    /// `transform_context` leaves them.
-    fn request(&self) -> Result<Request, Error> {
-        let mut messages: Vec<Arc<Message>> = self
-            .inner
-            .shared
-            .snapshot()
-            .messages
-            .iter()
-            .cloned()
-            .collect();
+    /// The request of this turn: the transcript's own messages (shared, never copied) as
+    /// the context policy sends them, then as `transform_context` leaves them.
+    fn request(&mut self) -> Result<Request, Error> {
+        let mut messages = self.context_view();
         if let Some(hook) = &self.config.hooks.transform_context {
             messages = guard::must("the transform_context hook", || hook(messages))?;
         }

@@ -566,6 +566,15 @@ impl Provider for Anthropic {
     fn server_address(&self) -> Option<super::ServerAddress> {
         self.endpoint.server_address()
     }
+
+    /// Counts a request with `POST /v1/messages/count_tokens`.
+    fn token_counter(&self) -> Option<std::sync::Arc<dyn super::TokenCounter>> {
+        Some(std::sync::Arc::new(super::count::AnthropicCounter::new(
+            self.clone(),
+            self.endpoint.clone(),
+            ANTHROPIC_VERSION,
+        )))
+    }
 }
 
 #[derive(Default)]

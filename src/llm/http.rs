@@ -266,6 +266,81 @@ impl Endpoint {
     }
 }
 
+/// The most of a reply to [`Endpoint::json`] read: a `/tokenize` of a long prompt is a big
+/// array.
+const JSON_REPLY_LIMIT: u64 = 32 * 1024 * 1024;
+
+impl Endpoint {
+    /// One JSON exchange beside the model calls (a token count, the server's properties): a
+    /// POST of `body` to `path`, or a GET when `body` is `None`, below the base URL or, with
+    /// `root`, below the server's root (the base URL without a last `/v1`); once, without
+    /// retries, the connect and first-byte timeouts and `cancel` bounding it. `Ok(None)`
+    /// when the server has no such endpoint (404, 405, 501). The key is scrubbed from errors.
+    ///
+    /// # Errors
+    /// [`Error::Http`] for another status of 300 and above, [`Error::Stream`] for a body
+    /// that is not JSON, and the errors of [`HttpClient::exchange`].
+    pub(crate) fn json(
+        &self,
+        path: &str,
+        root: bool,
+        mut headers: Vec<(&'static str, String)>,
+        body: Option<Vec<u8>>,
+        cancel: &CancelToken,
+    ) -> Result<Option<serde_json::Value>, Error> {
+        let secrets = self.secrets();
+        let secret = Some(&secrets);
+        let exchange = || {
+            self.check()?;
+            let base = self.base.as_ref().map_err(Clone::clone)?;
+            let base = if root { base.root() } else { base.clone() };
+            let method = if body.is_some() {
+                headers.push(("content-type", "application/json".to_owned()));
+                Method::Post
+            } else {
+                Method::Get
+            };
+            // A custom header replaces the provider's own of the same name, as on a model
+            // call.
+            headers.retain(|(name, _)| {
+                !self
+                    .headers
+                    .iter()
+                    .any(|(custom, _)| custom.eq_ignore_ascii_case(name))
+            });
+            let post = Post {
+                url: base.request_url(path),
+                headers,
+                body: body.unwrap_or_default(),
+            };
+            let target = base.target(path, secret);
+            let Reply {
+                status, mut body, ..
+            } = self
+                .http
+                .exchange(method, &post, &self.headers, &target, secret, cancel)?;
+            if matches!(status, 404 | 405 | 501) {
+                return Ok(None);
+            }
+            if status >= 300 {
+                let text = body.read_text(ERROR_BODY_LIMIT, secret)?;
+                let message = clip(error_message(status, &text), secret, ERROR_MESSAGE_LIMIT);
+                return Err(Error::Http {
+                    status,
+                    message: format!("{message} ({target})"),
+                    retry_after: None,
+                });
+            }
+            // Data, not a message: read as it is (the errors made of it are scrubbed below).
+            let text = body.read_text(JSON_REPLY_LIMIT, None)?;
+            serde_json::from_str(&text)
+                .map(Some)
+                .map_err(|e| Error::Stream(format!("{target}: the reply is not JSON ({e})")))
+        };
+        exchange().map_err(|e| scrub_error(e, secret))
+    }
+}
+
 /// One streamed request of a provider: what differs between providers.
 pub(crate) struct Call<'a> {
     /// Appended to the base URL.
@@ -343,8 +418,8 @@ fn is_token_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
-/// The HTTP method of an [`HttpClient::exchange`]. The providers only POST; GET and DELETE
-/// are for `pagent::mcp`.
+/// The HTTP method of an [`HttpClient::exchange`]. The providers POST their model calls and
+/// GET a server's properties ([`Endpoint::json`]); DELETE is for `pagent::mcp`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
 pub(crate) enum Method {

@@ -176,6 +176,7 @@ pub(crate) use http_setters;
 
 mod anthropic;
 mod body;
+mod count;
 mod env;
 mod error_text;
 mod faux;
@@ -188,6 +189,7 @@ mod transport;
 mod url;
 
 pub use anthropic::{ANTHROPIC_BASE_URL, ANTHROPIC_VERSION, Anthropic, PromptCache};
+pub use count::TokenCounter;
 pub use env::{
     ANTHROPIC_HEADERS_VAR, FromEnv, MAX_TOKENS_VAR, OPENAI_API_VAR, OPENAI_HEADERS_VAR, from_env,
     from_env_or,
@@ -412,6 +414,25 @@ pub trait Provider: Send + Sync {
     fn server_address(&self) -> Option<ServerAddress> {
         None
     }
+
+    /// The context window of `model` in tokens, as the server reports it (llama.cpp's
+    /// `/props`, vLLM's `/v1/models`); `None` when it does not say, or asking failed. The
+    /// agent asks once per model, on the run thread, only when its context policy needs the
+    /// window and neither the builder nor the table of known models
+    /// ([`context::known_window`](crate::context::known_window)) gives it. It may block on
+    /// the network and must honour `cancel`. Defaults to `None`.
+    fn context_window(&self, model: &str, cancel: &CancelToken) -> Option<u64> {
+        let _ = (model, cancel);
+        None
+    }
+
+    /// A counter of the server's own token counts, when it has one (llama.cpp's
+    /// `/tokenize`, Anthropic's `count_tokens`): the agent asks it for an exact count of a
+    /// request when a decision of its context policy is near (see [`TokenCounter`]).
+    /// Defaults to `None`.
+    fn token_counter(&self) -> Option<Arc<dyn TokenCounter>> {
+        None
+    }
 }
 
 /// Where a provider's requests go: a host (a domain name, or an IP address without
@@ -457,5 +478,13 @@ impl<P: Provider + ?Sized> Provider for std::sync::Arc<P> {
 
     fn server_address(&self) -> Option<ServerAddress> {
         (**self).server_address()
+    }
+
+    fn context_window(&self, model: &str, cancel: &CancelToken) -> Option<u64> {
+        (**self).context_window(model, cancel)
+    }
+
+    fn token_counter(&self) -> Option<Arc<dyn TokenCounter>> {
+        (**self).token_counter()
     }
 }

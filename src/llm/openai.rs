@@ -423,6 +423,20 @@ impl Provider for OpenAiCompat {
     fn server_address(&self) -> Option<super::ServerAddress> {
         self.endpoint.server_address()
     }
+
+    /// Asks llama.cpp's `GET /props`, else `GET /v1/models` (vLLM, LM Studio, OpenRouter).
+    fn context_window(&self, model: &str, cancel: &CancelToken) -> Option<u64> {
+        super::count::openai_window(&self.endpoint, model, cancel)
+    }
+
+    /// Counts a request with llama.cpp's `/apply-template` and `/tokenize`; other servers
+    /// answer 404 and are not asked again.
+    fn token_counter(&self) -> Option<std::sync::Arc<dyn super::TokenCounter>> {
+        Some(std::sync::Arc::new(super::count::LlamaCppCounter::new(
+            self.clone(),
+            self.endpoint.clone(),
+        )))
+    }
 }
 
 #[derive(Default)]

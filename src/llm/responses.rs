@@ -697,6 +697,21 @@ impl Provider for OpenAiResponses {
     fn server_address(&self) -> Option<super::ServerAddress> {
         self.endpoint.server_address()
     }
+
+    /// Asks llama.cpp's `GET /props`, else `GET /v1/models` (vLLM, LM Studio, OpenRouter),
+    /// as [`OpenAiCompat`](super::OpenAiCompat) does.
+    fn context_window(&self, model: &str, cancel: &CancelToken) -> Option<u64> {
+        super::count::openai_window(&self.endpoint, model, cancel)
+    }
+
+    /// Counts a request with `POST /responses/input_tokens`; a server without it (llama.cpp
+    /// answers 404) is not asked again.
+    fn token_counter(&self) -> Option<std::sync::Arc<dyn super::TokenCounter>> {
+        Some(std::sync::Arc::new(super::count::ResponsesCounter::new(
+            self.clone(),
+            self.endpoint.clone(),
+        )))
+    }
 }
 
 /// One output item of the reply, as far as the decoder follows it.

@@ -163,6 +163,20 @@ impl BaseUrl {
         super::ServerAddress::new(self.host.as_str(), self.port)
     }
 
+    /// The server's root: this URL without a last `/v1` path segment (llama.cpp serves
+    /// `/props` and `/tokenize` there, beside its OpenAI-compatible `/v1`).
+    pub(crate) fn root(&self) -> BaseUrl {
+        let path = self
+            .path
+            .strip_suffix("/v1")
+            .unwrap_or(&self.path)
+            .to_owned();
+        BaseUrl {
+            path,
+            ..self.clone()
+        }
+    }
+
     /// Scheme, host and port (always written), as errors name a server.
     pub(crate) fn origin(&self) -> String {
         format!("{}://{}:{}", self.scheme, self.host, self.port)

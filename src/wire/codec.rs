@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::context::{CompactionReason, ContextUsage};
 use crate::event::{AgentEvent, RunStopReason};
 use crate::llm::StreamEvent;
 use crate::message::{Message, ToolCall, ToolResultMessage, Usage};
@@ -34,12 +35,14 @@ use super::writer::Dialect;
 pub const MAX_LINE_LEN: usize = 64 * 1024 * 1024;
 
 /// Every method of the native dialect, in lifecycle order.
-pub const METHODS: [&str; 12] = [
+pub const METHODS: [&str; 14] = [
     "AgentStart",
     "TurnStart",
     "MessageStart",
     "MessageUpdate",
     "MessageEnd",
+    "CompactionStart",
+    "CompactionEnd",
     "ToolStart",
     "ToolExecute",
     "ToolUpdate",
@@ -115,6 +118,25 @@ struct TurnEndParams<M, R> {
     message: M,
     tool_results: R,
     stop_reason: RunStopReason,
+    // A line written before the context figures existed has none.
+    #[serde(default)]
+    context: ContextUsage,
+}
+
+#[derive(Serialize, Deserialize)]
+struct CompactionStartParams {
+    reason: CompactionReason,
+    messages: u64,
+    context: ContextUsage,
+}
+
+#[derive(Serialize, Deserialize)]
+struct CompactionEndParams<E> {
+    reason: CompactionReason,
+    context: ContextUsage,
+    usage: Usage,
+    #[serde(default = "none", skip_serializing_if = "Option::is_none")]
+    error: Option<E>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -206,6 +228,7 @@ pub(crate) fn write_event(buf: &mut Vec<u8>, event: &AgentEvent) {
             message,
             tool_results,
             stop_reason,
+            context,
         } => notification_to(
             buf,
             method,
@@ -214,6 +237,35 @@ pub(crate) fn write_event(buf: &mut Vec<u8>, event: &AgentEvent) {
                 message,
                 tool_results,
                 stop_reason: *stop_reason,
+                context: *context,
+            },
+        ),
+        AgentEvent::CompactionStart {
+            reason,
+            messages,
+            context,
+        } => notification_to(
+            buf,
+            method,
+            &CompactionStartParams {
+                reason: *reason,
+                messages: *messages,
+                context: *context,
+            },
+        ),
+        AgentEvent::CompactionEnd {
+            reason,
+            context,
+            usage,
+            error,
+        } => notification_to(
+            buf,
+            method,
+            &CompactionEndParams {
+                reason: *reason,
+                context: *context,
+                usage: *usage,
+                error: error.as_ref(),
             },
         ),
         AgentEvent::MessagesReplaced { messages } => {
@@ -540,6 +592,24 @@ impl Decoder {
                     message: p.message,
                     tool_results: p.tool_results,
                     stop_reason: p.stop_reason,
+                    context: p.context,
+                }
+            }
+            "CompactionStart" => {
+                let p: CompactionStartParams = params_of(method, params)?;
+                AgentEvent::CompactionStart {
+                    reason: p.reason,
+                    messages: p.messages,
+                    context: p.context,
+                }
+            }
+            "CompactionEnd" => {
+                let p: CompactionEndParams<ErrorInfo> = params_of(method, params)?;
+                AgentEvent::CompactionEnd {
+                    reason: p.reason,
+                    context: p.context,
+                    usage: p.usage,
+                    error: p.error,
                 }
             }
             "AgentEnd" => {

@@ -41,6 +41,12 @@
 //!   `{"type":"thinking","thinking":"..","signature":".." (optional)}`,
 //!   `{"type":"tool_call","id":"..","name":"..","arguments":"<raw JSON text>"}`;
 //! - a tool call is `{"id":"..","name":"..","arguments":"<raw JSON text>"}`;
+//! - a compaction's summary is a user message with a `summary` mark:
+//!   `{"role":"user","content":"[Previous conversation summary]\n..","summary":{"replaces":12,"tokens":3100}}`
+//!   (see [`Summary`](crate::context::Summary));
+//! - context figures are `{"used":1834,"window":4096,"share":0.4477...,"estimated":212,"omitted":0}`
+//!   ([`ContextUsage`](crate::context::ContextUsage)): `window` and `share` are left out
+//!   when the window is unknown, and a reader works `share` out from `used` and `window`;
 //! - usage is `{"input":0,"output":0,"cache_read":0,"cache_write":0,"reasoning":0,"total":0}`
 //!   (each count may be left out and reads as 0);
 //! - a run stop reason is one of `"continuing"` (on `TurnEnd` only), `"no_tool_calls"`,
@@ -67,7 +73,9 @@
 //! | `ToolExecute` | `call_id`: string, `tool_name`: string, `arguments`: the JSON value the tool runs with, `rewritten`: bool | the call passed validation and `before_tool_call`: its tool runs now, with the model's arguments parsed or (`rewritten: true`) those the hook put in their place |
 //! | `ToolUpdate` | `call_id`: string, `tool_name`: string, `partial`: `{"content":<parts>,"details":{..} (optional)}` | a running tool published progress |
 //! | `ToolEnd` | `result`: tool result (as the `tool_result` message, without `role`), `duration_us`: integer, how long the call took in microseconds since its `ToolStart` (optional) | a tool call ended |
-//! | `TurnEnd` | `turn`: integer, `message`: the turn's assistant message, `tool_results`: the list of tool results, `stop_reason`: run stop reason | a turn ended |
+//! | `CompactionStart` | `reason`: `"threshold"` or `"overflow"`, `messages`: integer, the transcript messages being summarized, `context`: context figures | before a model call, the context is compacted; the summary follows as a `MessageStart` / `MessageEnd` of a user message with a `summary` mark, unless it fails |
+//! | `CompactionEnd` | `reason`, `context`: the figures after it, `usage`: the summary calls' usage, `error`: error (present exactly when it failed) | the compaction ended |
+//! | `TurnEnd` | `turn`: integer, `message`: the turn's assistant message, `tool_results`: the list of tool results, `stop_reason`: run stop reason, `context`: context figures (a line without it reads as zeros) | a turn ended |
 //! | `AgentEnd` | `messages`: the list of messages the run appended, `stop_reason`, `usage`, `error`: error (present exactly when the run failed: `stop_reason` is `"error"`) | the run ended (exactly once per run) |
 //! | `MessagesReplaced` | `messages`: the whole new transcript | between runs: `Agent::reset` (empty) or `Agent::replace_messages` replaced the transcript |
 //!
@@ -99,7 +107,7 @@
 //! {"jsonrpc":"2.0","method":"ToolExecute","params":{"call_id":"call_1","tool_name":"echo","arguments":{"text":"hi"},"rewritten":false}}
 //! {"jsonrpc":"2.0","method":"ToolUpdate","params":{"call_id":"call_1","tool_name":"echo","partial":{"content":"half"}}}
 //! {"jsonrpc":"2.0","method":"ToolEnd","params":{"result":{"tool_call_id":"call_1","tool_name":"echo","content":"hi","is_error":false},"duration_us":1250}}
-//! {"jsonrpc":"2.0","method":"TurnEnd","params":{"turn":1,"message":{"role":"assistant","content":[{"type":"text","text":"Let me check."}],"stop_reason":"tool_use","usage":{"input":12,"output":8,"cache_read":0,"cache_write":0,"reasoning":0,"total":20},"model":"faux-1"},"tool_results":[{"tool_call_id":"call_1","tool_name":"echo","content":"hi","is_error":false}],"stop_reason":"continuing"}}
+//! {"jsonrpc":"2.0","method":"TurnEnd","params":{"turn":1,"message":{"role":"assistant","content":[{"type":"text","text":"Let me check."}],"stop_reason":"tool_use","usage":{"input":12,"output":8,"cache_read":0,"cache_write":0,"reasoning":0,"total":20},"model":"faux-1"},"tool_results":[{"tool_call_id":"call_1","tool_name":"echo","content":"hi","is_error":false}],"stop_reason":"continuing","context":{"used":47,"estimated":7,"omitted":0}}}
 //! {"jsonrpc":"2.0","method":"AgentEnd","params":{"messages":[{"role":"user","content":"Say hi."}],"stop_reason":"no_tool_calls","usage":{"input":42,"output":12,"cache_read":0,"cache_write":0,"reasoning":0,"total":54}}}
 //! ```
 //!
@@ -176,6 +184,7 @@
 //! | assistant `MessageEnd` | v1 `StepEnd`, v4 `TurnResult`: `{content, tool_calls, reasoning_content, usage}`; v1 tool calls are `{"id","type":"function","function":{"name","arguments"}}`, v4 `{"type":"function","id","name","arguments"}`; usage is the OpenAI SDK's `CompletionUsage` as pagent dumps it: `{"completion_tokens","prompt_tokens","total_tokens","completion_tokens_details","prompt_tokens_details"}`, the reasoning count in `completion_tokens_details.reasoning_tokens` and the cache counts in `prompt_tokens_details.cached_tokens` / `cache_write_tokens` (each details object `null` when it has no count), and `usage` itself `null` when the reply has no counts (the provider reported none) |
 //! | `ToolStart` + `ToolEnd` | `ToolCallBegin` `{tool_call_id, name, arguments}` then `ToolResult` `{tool_call_id, name, content, ok}`, `content` the text parts of the result, `ok` = not `is_error` |
 //! | `TurnEnd` | `TurnEnd` `{turn, stopped}` (+ v4 `stop_reason`) |
+//! | `CompactionStart`, `CompactionEnd`, the summary message | not written: pagent's decoders refuse a method they do not know, and pagent has no compaction event; the requests after it are what changed |
 //! | `AgentEnd` | `RunEnd`: v1 the fields of the last `StepEnd`; v4 `{turn, stop_reason}` of the last `TurnEnd` |
 //!
 //! Our streams are regular where pagent's own are not: every `TurnBegin` has one `TurnEnd`,

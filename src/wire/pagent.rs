@@ -166,6 +166,7 @@ impl Encoder {
                 message,
                 tool_results,
                 stop_reason,
+                ..
             } => {
                 let reply = message.as_assistant();
                 let had_calls = reply.is_some_and(|m| m.tool_calls().next().is_some());

@@ -7,6 +7,7 @@
 //! usage) and synthesizes what our events need from it, deterministically. See the [wire
 //! docs](super#reading-pagent-lines) for the mapping.
 
+use crate::context::ContextUsage;
 use std::sync::Arc;
 
 use serde::Deserialize;
@@ -544,11 +545,14 @@ impl Reader {
             }
             Arc::new(Message::Assistant(reply))
         });
+        // pagent writes no context figures.
+        let context = ContextUsage::default();
         out.push(AgentEvent::TurnEnd {
             turn,
             message,
             tool_results: self.results.drain(..).map(|(r, _)| r).collect(),
             stop_reason: stop,
+            context,
         });
         self.turn = None;
         self.last_end = Some((turn - 1, stop));

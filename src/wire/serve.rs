@@ -198,7 +198,7 @@ fn approval(reply: Reply<LinkError>) -> Answer {
 /// | `steer` | `{"text":".."}` | `{"queued":true}`: delivered before the next model call |
 /// | `follow_up` | `{"text":".."}` | `{"queued":true}`: delivered when the run would stop |
 /// | `abort` | none | `{"aborted":bool}` (false when no run is active) |
-/// | `snapshot` | none | the agent's state: `system_prompt`, `model`, `thinking`, `tools` (names), `messages`, `is_streaming` (a run is going on, from its `AgentStart` to its `AgentEnd`), `is_streaming_reply` (an assistant reply is streaming now, shown in `streaming_message`), `streaming_message`, `pending_tool_calls` (each `{"call","arguments","rewritten","progress"}`), `tool_results`, `error_message`, `error` (the error object of the last run's `AgentEnd`, or null), `turn`, `stop_reason`, `run_usage`, `usage`, `steering_queue`, `follow_up_queue` |
+/// | `snapshot` | none | the agent's state: `system_prompt`, `model`, `thinking`, `tools` (names), `messages`, `is_streaming` (a run is going on, from its `AgentStart` to its `AgentEnd`), `is_streaming_reply` (an assistant reply is streaming now, shown in `streaming_message`), `streaming_message`, `pending_tool_calls` (each `{"call","arguments","rewritten","progress"}`), `tool_results`, `error_message`, `error` (the error object of the last run's `AgentEnd`, or null), `turn`, `stop_reason`, `run_usage`, `usage`, `context` (the context figures: `used`, `window`, `share`, `estimated`, `omitted`), `compacting`, `steering_queue`, `follow_up_queue` |
 /// | `reset` | none | between runs ([`Agent::reset`]): a new conversation, the transcript and both queues emptied; `{"removed":[message..]}`, the queued messages it removed (steering first, then follow-ups) |
 /// | `replace_messages` | `{"messages":[message..]}` (messages in the wire's shape) | between runs ([`Agent::replace_messages`]): the transcript replaced; `{"replaced":<n>}`, the number of messages now in it |
 /// | `clear_steering_queue` | none | `{"removed":[message..]}`: the steering messages that were waiting, never delivered now ([`Agent::clear_steering_queue`]); at any time |
@@ -547,6 +547,8 @@ fn snapshot_json(s: &State) -> Value {
         "stop_reason": s.stop_reason,
         "run_usage": s.run_usage,
         "usage": s.usage,
+        "context": s.context,
+        "compacting": s.compacting,
         "steering_queue": messages(&s.steering_queue),
         "follow_up_queue": messages(&s.follow_up_queue),
     })

@@ -378,6 +378,24 @@ pub fn scenarios() -> Vec<(&'static str, AgentBuilder, Action)> {
             },
         ),
         (
+            // The context reaches the policy's threshold after the tool ran: the first
+            // messages are summarized (by the second scripted reply) before the next call.
+            "compaction",
+            b().context_window(4096)
+                .context_policy(
+                    pagent::context::Compaction::new()
+                        .threshold_tokens(1)
+                        .keep_recent_tokens(1),
+                )
+                .provider(
+                    Faux::default()
+                        .reply(faux_echo("ping").with_id("call_0"))
+                        .reply(FauxReply::text("The user said hello; echo was called."))
+                        .reply(FauxReply::text("echo said: ping")),
+                ),
+            prompt,
+        ),
+        (
             "two_runs",
             b().provider(
                 Faux::default()
