@@ -10,6 +10,10 @@ mod support;
 // Trace context to and from other processes (`params._meta`).
 #[path = "tracing/propagation.rs"]
 mod propagation;
+// The MCP client's requests.
+#[cfg(feature = "mcp")]
+#[path = "tracing/mcp.rs"]
+mod mcp;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};

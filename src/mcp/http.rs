@@ -895,6 +895,10 @@ impl Transport for HttpTransport {
     fn scrub(&self, error: McpError) -> McpError {
         self.inner.with_secrets(|secrets| error.scrubbed(secrets))
     }
+
+    fn trace_peer(&self) -> crate::trace::McpPeer {
+        crate::trace::McpPeer::http(&self.inner.url.lock(), self.session_id())
+    }
 }
 
 #[cfg(test)]

@@ -120,6 +120,7 @@ impl Agreed {
     /// and with the trace context where the `tracing` feature puts it. Every request goes
     /// through here, so this is the one place `_meta` is written.
     pub(crate) fn stamp(&self, params: Option<Value>, progress: Option<u64>) -> Option<Value> {
+        let params = crate::trace::inject_current(params);
         let stateless = self.era == Era::Stateless;
         if !stateless && progress.is_none() {
             return params;

@@ -75,6 +75,11 @@ pub(crate) trait Transport: Send + Sync {
     fn scrub(&self, error: McpError) -> McpError {
         error
     }
+
+    /// The connection, as the spans of the `tracing` feature describe it.
+    fn trace_peer(&self) -> crate::trace::McpPeer {
+        crate::trace::McpPeer::stdio()
+    }
 }
 
 impl From<LinkError> for McpError {
@@ -487,7 +492,9 @@ impl Session {
     }
 
     /// Sends a request and waits for its answer, handing progress to `on_progress` (and
-    /// asking the server for progress only when there is one). The params get the `_meta`
+    /// asking the server for progress only when there is one). With the `tracing` feature
+    /// the request is a span ([`crate::trace::McpCall`]), current while it is sent, so the
+    /// context `stamp` puts in `_meta` is the request's. The params get the `_meta`
     /// of the agreed protocol ([`Agreed::stamp`]). Questions of the server that come with
     /// the request are answered on this thread.
     ///
@@ -505,14 +512,26 @@ impl Session {
         request: Request<'_>,
         on_progress: Option<&mut dyn FnMut(Progress)>,
     ) -> Result<Value, McpError> {
-        self.request_unscrubbed(request, on_progress)
-            .map_err(|e| self.transport.scrub(e))
+        let traced = crate::trace::McpCall::open(
+            request.method,
+            request.params.as_ref(),
+            &self.agreed.read().version,
+            || self.transport.trace_peer(),
+        );
+        // The span records the error as the caller gets it: scrubbed of the secrets.
+        let outcome = traced
+            .in_scope(|| self.request_unscrubbed(request, on_progress, &traced))
+            .map_err(|e| self.transport.scrub(e));
+        traced.finish(&outcome);
+        outcome
     }
 
+    /// [`Session::request`] inside its span, its errors not scrubbed yet.
     fn request_unscrubbed(
         &self,
         request: Request<'_>,
         mut on_progress: Option<&mut dyn FnMut(Progress)>,
+        traced: &crate::trace::McpCall,
     ) -> Result<Value, McpError> {
         let Request {
             method,
@@ -544,6 +563,7 @@ impl Session {
                 method,
                 |n| {
                     id = Some(n);
+                    traced.sent(n);
                     router.asking.lock().push(n);
                     agreed.stamp(params, progress.then_some(n))
                 },

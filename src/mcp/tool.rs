@@ -67,11 +67,13 @@ impl Tool for McpTool {
     }
 
     fn execute(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let result =
+        // The call adds to this tool call's `execute_tool` span (feature `tracing`).
+        let result = crate::trace::in_tool(|| {
             self.client
                 .call_tool(&self.info.name, args, ctx.cancel(), &mut |progress| {
                     ctx.update(progress.to_output());
-                })?;
+                })
+        })?;
         if result.is_error {
             return Err(ToolError(result.text()));
         }

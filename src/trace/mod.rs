@@ -96,6 +96,9 @@
 //! `params._meta` of each JSON-RPC request (the keys of W3C Trace Context, `traceparent`
 //! and `tracestate`, unprefixed, and `baggage` with a baggage propagator):
 //!
+//! - Out: every request the MCP client sends carries the context of its span (see
+//!   *MCP requests* below), so the server's spans join the run's trace. A key the caller
+//!   put in `_meta` already is never replaced.
 //! - In: the wire server's `prompt` and the ACP server's `session/prompt` are served in a
 //!   span of their own (`serve`, kind server, named by the method, with
 //!   `rpc.system.name` = `jsonrpc`, `rpc.method`, `jsonrpc.request.id`; a request answered
@@ -127,6 +130,23 @@
 //! }
 //! ```
 //!
+//! # MCP requests
+//!
+//! Each request of the MCP client is a span of kind client named `{mcp.method.name}
+//! {target}` (`tools/call get_weather`, `initialize`), with `mcp.method.name`,
+//! `jsonrpc.request.id`, `mcp.protocol.version`, `mcp.session.id`, `network.transport`
+//! (`pipe` for stdio, `tcp` for HTTP), `server.address` and `server.port` (HTTP),
+//! `gen_ai.tool.name` and `gen_ai.operation.name` = `execute_tool` for a tool call,
+//! `gen_ai.prompt.name` and `mcp.resource.uri` where they apply, and on failure
+//! `error.type` (the JSON-RPC error code of an error answer, the HTTP status of a refused
+//! authorization, `timeout`, `cancelled`, `closed`, `protocol`, `tool_error` for a result
+//! with `isError`) with the status and its message, and `rpc.response.status_code` (the
+//! code). The span is named `mcp` for `tracing` filters. A `tools/call` that an agent makes
+//! for an MCP tool does not make a span of its own: as the conventions ask, it adds the
+//! request's attributes to the tool call's `execute_tool` span (whose `error.type` stays
+//! the tool call's), and the context sent is that span's. A program's own tool that calls
+//! an MCP server gets a request span under its `execute_tool` span.
+//!
 //! ```
 //! # // The module is private without the feature, and its doctests run all the same.
 //! # #[cfg(feature = "tracing")] {
@@ -147,6 +167,8 @@
 
 #[cfg(feature = "tracing")]
 mod content;
+#[cfg(all(feature = "tracing", feature = "mcp"))]
+mod mcp;
 #[cfg(feature = "tracing")]
 mod propagate;
 #[cfg(feature = "tracing")]
@@ -154,6 +176,10 @@ mod serve;
 #[cfg(feature = "tracing")]
 mod spans;
 
+#[cfg(all(feature = "tracing", feature = "mcp"))]
+pub(crate) use mcp::{McpCall, McpPeer, in_tool};
+#[cfg(all(feature = "tracing", feature = "mcp"))]
+pub(crate) use propagate::inject_current;
 #[cfg(feature = "tracing")]
 pub use propagate::{Carrier, Propagator, set_propagator};
 #[cfg(feature = "tracing")]
@@ -216,6 +242,57 @@ mod off {
         pub(crate) fn failed(&self, _code: i64, _message: &str) {}
     }
 
+    #[cfg(feature = "mcp")]
+    pub(crate) struct McpCall;
+    #[cfg(feature = "mcp")]
+    #[derive(Clone, Debug)]
+    pub(crate) struct McpPeer;
+
+    #[cfg(feature = "mcp")]
+    impl McpPeer {
+        #[inline(always)]
+        pub(crate) fn stdio() -> McpPeer {
+            McpPeer
+        }
+        #[inline(always)]
+        pub(crate) fn http(_url: &str, _session: Option<String>) -> McpPeer {
+            McpPeer
+        }
+    }
+
+    #[cfg(feature = "mcp")]
+    impl McpCall {
+        #[inline(always)]
+        pub(crate) fn open(
+            _method: &str,
+            _params: Option<&Value>,
+            _protocol: &str,
+            _peer: impl FnOnce() -> McpPeer,
+        ) -> McpCall {
+            McpCall
+        }
+        #[inline(always)]
+        pub(crate) fn in_scope<R>(&self, f: impl FnOnce() -> R) -> R {
+            f()
+        }
+        #[inline(always)]
+        pub(crate) fn sent(&self, _id: u64) {}
+        #[inline(always)]
+        pub(crate) fn finish(&self, _: &Result<Value, crate::mcp::McpError>) {}
+    }
+
+    #[cfg(feature = "mcp")]
+    #[inline(always)]
+    pub(crate) fn in_tool<R>(f: impl FnOnce() -> R) -> R {
+        f()
+    }
+
+    #[cfg(feature = "mcp")]
+    #[inline(always)]
+    pub(crate) fn inject_current(params: Option<Value>) -> Option<Value> {
+        params
+    }
+
     impl RunTrace {
         #[inline(always)]
         pub(crate) fn new(_: &Settings, _: &dyn Provider, _model: &str, _system: &str) -> RunTrace {
@@ -249,5 +326,7 @@ mod off {
     }
 }
 
+#[cfg(all(not(feature = "tracing"), feature = "mcp"))]
+pub(crate) use off::{McpCall, McpPeer, in_tool, inject_current};
 #[cfg(not(feature = "tracing"))]
 pub(crate) use off::{RunTrace, Scope, Served, Settings};

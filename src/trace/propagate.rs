@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use parking_lot::RwLock;
-use serde_json::Value;
+use serde_json::{Map, Value};
 use tracing::Span;
 
 /// How a program's tracing carries a span's context to another process and back: for
@@ -22,7 +22,9 @@ use tracing::Span;
 /// propagation (nothing sent, no remote parent).
 pub trait Propagator: Send + Sync + 'static {
     /// Writes the context of `span` into `carrier`: with OpenTelemetry's W3C propagator,
-    /// `traceparent` and `tracestate` (and `baggage` with the baggage propagator).
+    /// `traceparent` and `tracestate` (and `baggage` with the baggage propagator). Called
+    /// for each request and notification the MCP client sends, with the span of the
+    /// request (see the [module docs](super#mcp-requests)).
     fn inject(&self, span: &Span, carrier: &mut Carrier);
 
     /// Makes the context in `carrier` (what a client sent in `params._meta`) the parent of
@@ -91,6 +93,50 @@ pub fn set_propagator(propagator: impl Propagator) {
 
 fn propagator() -> Option<Arc<dyn Propagator>> {
     PROPAGATOR.read().clone()
+}
+
+/// `params` with the context of `span` in its `_meta`, when a propagator is set and the
+/// span is recorded: the fields the propagator wrote are added, never replacing a key the
+/// caller put there. Params that are not an object (or whose `_meta` is not one) are left
+/// as they are.
+#[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+pub(crate) fn inject(span: &Span, params: Option<Value>) -> Option<Value> {
+    if span.is_disabled() {
+        return params;
+    }
+    let Some(propagator) = propagator() else {
+        return params;
+    };
+    let mut carrier = Carrier::new();
+    // The program's code: a panic costs the propagation, not the request.
+    if crate::agent::guard::catch(|| propagator.inject(span, &mut carrier)).is_err()
+        || carrier.is_empty()
+    {
+        return params;
+    }
+    let mut map = match params {
+        None => Map::new(),
+        Some(Value::Object(map)) => map,
+        other => return other,
+    };
+    // A `_meta` of the caller's that is not an object is theirs, left alone.
+    if let Value::Object(meta) = map
+        .entry("_meta")
+        .or_insert_with(|| Value::Object(Map::new()))
+    {
+        for (key, value) in carrier.fields {
+            meta.entry(key).or_insert(Value::String(value));
+        }
+    }
+    Some(Value::Object(map))
+}
+
+/// `params` with the context of the current span in its `_meta` (see [`inject`]): every
+/// request and notification the MCP client sends goes through here.
+// Only the MCP client sends requests that carry a context.
+#[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+pub(crate) fn inject_current(params: Option<Value>) -> Option<Value> {
+    inject(&Span::current(), params)
 }
 
 /// Hands the string fields of `params._meta` to the propagator, to make the context they

@@ -7,7 +7,8 @@ listed) exit and write garbage mid-call; `ask` sends the client two requests of 
 `late-stateless` answers its first `server/discover` late and refuses `initialize`; `hang` is never answered; `flood` stops reading and sends pings; `deaf` stops reading and stays silent; `unaddressed` sends an error with a `null` id
 before its answer; `where` answers with its working directory and the variable
 `PAGENT_MCP_TEST` of its environment, as JSON; `cancelled` answers with the params of every
-`notifications/cancelled` the server received so far, as JSON. The pid is written to
+`notifications/cancelled` the server received so far, as JSON; `metas` answers with the
+method and `params._meta` of every message it received so far. The pid is written to
 PIDFILE, so a test can check that no process is left behind.
 """
 
@@ -81,11 +82,13 @@ def initialize(id):
 
 CANCELLED = []
 DISCOVERED = []
+METAS = []
 
 for line in sys.stdin:
     message = json.loads(line)
     id, method = message.get("id"), message.get("method")
     params = message.get("params") or {}
+    METAS.append({"method": method, "_meta": params.get("_meta")})
     if method == "notifications/cancelled":
         CANCELLED.append(params)
     elif method == "server/discover" and MODE == "late-stateless":
@@ -153,6 +156,8 @@ for line in sys.stdin:
             answer(id, {"content": [{"type": "text", "text": json.dumps(found)}]})
         elif name == "cancelled":
             answer(id, {"content": [{"type": "text", "text": json.dumps(CANCELLED)}]})
+        elif name == "metas":
+            answer(id, {"content": [{"type": "text", "text": json.dumps(METAS)}]})
         elif name == "unaddressed":
             send({"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error"}})
             answer(id, {"content": [{"type": "text", "text": "after"}]})
