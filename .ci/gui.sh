@@ -3,6 +3,7 @@
 #
 #   .ci/gui.sh             lint, the headless UI tests (egui_kittest), the tree without an async
 #                          runtime, and one run of the real window under Xvfb (what .ci/run does)
+#   .ci/gui.sh install     only install Xvfb and Mesa (what .ci/run does first, in the background)
 #   .ci/gui.sh shot PATH   only the window under Xvfb, saving its screenshot at PATH (the
 #                          README's picture is `.ci/gui.sh shot docs/gui.png`)
 #
@@ -72,6 +73,7 @@ all() {
 
 case "${1:-all}" in
   all) all ;;
+  install) install ;;
   shot) shot "${2:?usage: .ci/gui.sh shot PATH}" ;;
-  *) echo "usage: .ci/gui.sh [all | shot PATH]" >&2; exit 2 ;;
+  *) echo "usage: .ci/gui.sh [all | install | shot PATH]" >&2; exit 2 ;;
 esac

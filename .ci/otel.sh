@@ -3,6 +3,7 @@
 # classes (opentelemetry-proto, pinned, in a venv cached under ~/.cache) decode what the
 # official Rust exporter sends; .ci/otel/receiver.py writes each span as a JSON line.
 #
+#   .ci/otel.sh install          installs the receiver's venv only
 #   .ci/otel.sh start PORT OUT   starts it on 127.0.0.1:PORT, appending spans to OUT
 #   .ci/otel.sh stop PORT        stops the receiver started on PORT, by its own pid
 #   .ci/otel.sh check OUT        checks the spans the example exported (.ci/otel/check.py)
@@ -56,7 +57,8 @@ stop() {
 
 case "${1:-}" in
   start) install; start "${2:?port}" "${3:?output file}" ;;
+  install) install ;;
   stop) stop "${2:?port}" ;;
   check) install; "$VENV/bin/python" "$HERE/otel/check.py" "${2:?spans file}" ;;
-  *) echo "usage: $0 start PORT OUT | stop PORT | check OUT" >&2; exit 2 ;;
+  *) echo "usage: $0 install | start PORT OUT | stop PORT | check OUT" >&2; exit 2 ;;
 esac

@@ -5,6 +5,7 @@
 #
 #   .ci/public-api.sh check    fail (with the diff) when the API differs from the snapshot
 #   .ci/public-api.sh update   rewrite the snapshot; commit it together with the API change
+#   .ci/public-api.sh install  only install the pinned nightly and cargo-public-api
 #
 # The listing comes from cargo-public-api, which reads rustdoc's JSON output and so needs a
 # nightly toolchain (only to document, the crate itself builds on stable). The tool version is
@@ -17,8 +18,9 @@ VERSION=0.52.0
 SNAPSHOT=tests/public-api.txt
 
 . .ci/nightly.sh
+# Niced: .ci/run installs it in the background while it builds.
 cargo public-api --version 2>/dev/null | grep -qx "cargo-public-api $VERSION" \
-  || cargo install cargo-public-api --version "$VERSION" --locked
+  || nice -n 10 cargo install cargo-public-api --version "$VERSION" --locked
 
 # Its own target dir, so the nightly build never invalidates the stable one.
 # `--all-features`: one snapshot for the core and every feature (a feature only adds items,
@@ -31,6 +33,7 @@ list() {
 }
 
 case "${1:-}" in
+  install) ;;
   update)
     list >"$SNAPSHOT"
     echo "wrote $SNAPSHOT ($(wc -l <"$SNAPSHOT") items)"
@@ -49,7 +52,7 @@ case "${1:-}" in
     echo "public API unchanged ($(wc -l <"$SNAPSHOT") items)"
     ;;
   *)
-    echo "usage: $0 check|update" >&2
+    echo "usage: $0 check|update|install" >&2
     exit 2
     ;;
 esac

@@ -462,7 +462,8 @@ fn an_abort_right_behind_its_prompt_always_cancels_that_run() {
     // Thousands of rounds (the abort was lost in most tries); the time only bounds a slow
     // machine.
     for round in 0..2_000u64 {
-        if started.elapsed() > Duration::from_secs(20) {
+        // The first thousand always run; the time only stops the rest on a slow machine.
+        if round >= 1_000 && started.elapsed() > Duration::from_secs(20) {
             break;
         }
         let (prompt, abort) = (2 * round + 1, 2 * round + 2);
@@ -491,7 +492,7 @@ fn an_abort_right_behind_its_prompt_always_cancels_that_run() {
         assert_eq!(end["params"]["stop_reason"], "cancelled", "round {round}");
         rounds += 1;
     }
-    assert!(rounds >= 1_000, "only {rounds} rounds in the time allowed");
+    assert!(rounds >= 1_000, "{rounds} rounds");
     c.close().unwrap();
 }
 
@@ -517,7 +518,13 @@ fn a_client_that_reads_nothing_has_its_connection_closed_and_serve_returns_timed
     });
     let prompt = json!({"jsonrpc": "2.0", "id": 1, "method": "prompt", "params": {"text": "go"}});
     in_tx.send(format!("{prompt}\n").into_bytes()).unwrap();
-    std::thread::sleep(Duration::from_secs(2));
+    // The input stays open for as long as a loaded machine may take to fill the pipe and the
+    // queue (a fixed two seconds were not always enough, and an input closed first ends
+    // `serve` cleanly).
+    let filled = std::time::Instant::now() + Duration::from_secs(10);
+    while !server.is_finished() && std::time::Instant::now() < filled {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     drop(in_tx);
     let deadline = std::time::Instant::now() + PATIENCE;
     while !server.is_finished() {

@@ -193,11 +193,18 @@ fn an_idle_session_expires_and_stays_resumable() {
     let dir = temp_dir("expiry");
     let options = acp::Options::new()
         .session_dir(&dir)
-        .idle_timeout(Duration::from_millis(50));
+        .idle_timeout(Duration::from_millis(500));
     let mut client = Client::start(counting, options);
     let session = client.new_session(1);
-    prompt(&mut client, 2, &session, "hello");
-    std::thread::sleep(Duration::from_millis(120));
+    // Long enough that a loaded machine does not expire the session before its first prompt
+    // is read (it was 50 ms, and the prompt then found no session).
+    let answered = prompt(&mut client, 2, &session, "hello");
+    assert_eq!(
+        answered.last().unwrap()["result"]["stopReason"],
+        "end_turn",
+        "{answered:?}"
+    );
+    std::thread::sleep(Duration::from_millis(1_200));
     // Expired as the next request is read: not live, still listed (saved).
     client.request(3, "session/prompt", prompt_of(&session, "still there?"));
     assert_eq!(error_code(&client.recv()), acp::codes::RESOURCE_NOT_FOUND);
