@@ -64,6 +64,11 @@ impl Blob {
         Arc::ptr_eq(&a.0, &b.0)
     }
 
+    /// The bytes of standard base64, padded or not (as MCP and ACP carry them).
+    pub(crate) fn from_base64(text: &str) -> Result<Blob, String> {
+        decode_base64(text).map(Blob::from)
+    }
+
     /// The bytes as standard base64 with padding, written straight to `f` without an
     /// intermediate string.
     pub(crate) fn base64(&self) -> impl fmt::Display + '_ {
@@ -143,7 +148,7 @@ impl<'de> Deserialize<'de> for Blob {
             }
 
             fn visit_str<E: de::Error>(self, text: &str) -> Result<Blob, E> {
-                decode_base64(text).map(Blob::from).map_err(E::custom)
+                Blob::from_base64(text).map_err(E::custom)
             }
         }
         d.deserialize_str(Visit)
@@ -270,13 +275,7 @@ impl Image {
     /// not a PNG, JPEG, GIF or WebP image.
     pub fn load(path: impl AsRef<Path>) -> Result<Image, Error> {
         let path = path.as_ref();
-        let bytes = read(path)?;
-        Image::from_bytes(bytes).map_err(|e| match e {
-            Error::UnsupportedContent(why) => {
-                Error::UnsupportedContent(format!("{}: {why}", path.display()))
-            }
-            e => e,
-        })
+        Image::from_bytes(read(path)?).map_err(|e| named(path, e))
     }
 }
 
@@ -363,6 +362,99 @@ impl Document {
         self.name = Some(name.into());
         self
     }
+
+    /// True when the document is text held inline: a media type `text/*`,
+    /// `application/json` or `application/xml` (with parameters such as `; charset=utf-8`
+    /// or not). A provider without documents of its own sends it as text.
+    pub fn is_text(&self) -> bool {
+        self.source.media_type().is_some_and(is_text_media_type)
+    }
+
+    /// The text of a document of text ([`Document::is_text`]) whose bytes are UTF-8.
+    pub fn as_text(&self) -> Option<&str> {
+        match &self.source {
+            Source::Inline { media_type, data } if is_text_media_type(media_type) => {
+                std::str::from_utf8(data).ok()
+            }
+            _ => None,
+        }
+    }
+}
+
+/// True for the media types of text: `text/*`, `application/json`, `application/xml`.
+pub(crate) fn is_text_media_type(media_type: &str) -> bool {
+    let essence = media_type.split(';').next().unwrap_or("").trim();
+    let essence = essence.to_ascii_lowercase();
+    essence.starts_with("text/") || essence == "application/json" || essence == "application/xml"
+}
+
+/// Audio for the model to hear: a recording (WAV, MP3...).
+///
+/// ```
+/// use pagent::{Audio, ToolOutput};
+///
+/// let wav: Vec<u8> = b"RIFF\0\0\0\0WAVEfmt ...".to_vec();
+/// let clip = Audio::from_bytes(wav)?;
+/// assert_eq!(clip.source.media_type(), Some("audio/wav"));
+/// let output = ToolOutput::text("The recording:").with_part(clip);
+/// assert_eq!(output.content.len(), 2);
+/// # Ok::<(), pagent::Error>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Audio {
+    /// Where the audio is.
+    pub source: Source,
+}
+
+impl Audio {
+    /// Audio of these bytes, of this media type (`audio/wav`, `audio/mpeg`...).
+    pub fn new(media_type: impl Into<String>, data: impl Into<Blob>) -> Audio {
+        Audio {
+            source: Source::Inline {
+                media_type: media_type.into(),
+                data: data.into(),
+            },
+        }
+    }
+
+    /// Audio of these bytes, its media type told from their first bytes (WAV, MP3).
+    ///
+    /// # Errors
+    /// [`Error::UnsupportedContent`] when the bytes are neither.
+    pub fn from_bytes(data: impl Into<Blob>) -> Result<Audio, Error> {
+        let data = data.into();
+        match sniff(&data) {
+            Some(media_type) if media_type.starts_with("audio/") => {
+                Ok(Audio::new(media_type, data))
+            }
+            _ => Err(Error::UnsupportedContent(format!(
+                "{} bytes that are not WAV or MP3 audio",
+                data.len()
+            ))),
+        }
+    }
+
+    /// The audio in the file at `path`, its media type told from its first bytes (see
+    /// [`Audio::from_bytes`]). Reads the whole file.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the file cannot be read; [`Error::UnsupportedContent`] when it is
+    /// neither WAV nor MP3.
+    pub fn load(path: impl AsRef<Path>) -> Result<Audio, Error> {
+        let path = path.as_ref();
+        Audio::from_bytes(read(path)?).map_err(|e| named(path, e))
+    }
+}
+
+/// `e` with the file it is about, when it is an [`Error::UnsupportedContent`].
+fn named(path: &Path, e: Error) -> Error {
+    match e {
+        Error::UnsupportedContent(why) => {
+            Error::UnsupportedContent(format!("{}: {why}", path.display()))
+        }
+        e => e,
+    }
 }
 
 /// The bytes of the file at `path`; an error names the file.
@@ -373,7 +465,7 @@ fn read(path: &Path) -> Result<Vec<u8>, Error> {
     })
 }
 
-/// The media type the first bytes of a file say: PNG, JPEG, GIF, WebP or PDF.
+/// The media type the first bytes of a file say: PNG, JPEG, GIF, WebP, PDF, WAV or MP3.
 fn sniff(bytes: &[u8]) -> Option<&'static str> {
     if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
         Some("image/png")
@@ -383,6 +475,13 @@ fn sniff(bytes: &[u8]) -> Option<&'static str> {
         Some("image/gif")
     } else if bytes.len() >= 12 && &bytes[..4] == b"RIFF" && &bytes[8..12] == b"WEBP" {
         Some("image/webp")
+    } else if bytes.len() >= 12 && &bytes[..4] == b"RIFF" && &bytes[8..12] == b"WAVE" {
+        Some("audio/wav")
+    } else if bytes.starts_with(b"ID3")
+        || (bytes.len() >= 2 && bytes[0] == 0xFF && bytes[1] & 0xE0 == 0xE0 && bytes[1] & 0x06 != 0)
+    {
+        // An ID3 tag, or an MPEG audio frame header (sync bits, a layer).
+        Some("audio/mpeg")
     } else if bytes.starts_with(b"%PDF-") {
         Some("application/pdf")
     } else {
@@ -391,7 +490,7 @@ fn sniff(bytes: &[u8]) -> Option<&'static str> {
 }
 
 /// One part of what a user message, a steering or follow-up message or a tool result
-/// carries: text, an image or a document.
+/// carries: text, an image, a document or audio.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 #[non_exhaustive]
@@ -405,6 +504,8 @@ pub enum Part {
     Image(Image),
     /// A document (PDF or text).
     Document(Document),
+    /// Audio.
+    Audio(Audio),
 }
 
 impl Part {
@@ -421,13 +522,35 @@ impl Part {
         }
     }
 
-    /// The inline bytes of an image or document; `None` for text and for a URL.
+    /// The inline bytes of an image, a document or audio; `None` for text and for a URL.
     pub fn data(&self) -> Option<&Blob> {
+        self.source().and_then(Source::data)
+    }
+
+    /// Where the bytes of an image, a document or audio are; `None` for text.
+    pub fn source(&self) -> Option<&Source> {
         match self {
-            Part::Image(i) => i.source.data(),
-            Part::Document(d) => d.source.data(),
+            Part::Image(i) => Some(&i.source),
+            Part::Document(d) => Some(&d.source),
+            Part::Audio(a) => Some(&a.source),
             Part::Text { .. } => None,
         }
+    }
+
+    /// True for a text part, and for a document of text (see [`Document::is_text`]): what
+    /// every provider can send, as text where its API has no document of its own.
+    pub fn is_text_like(&self) -> bool {
+        match self {
+            Part::Text { .. } => true,
+            Part::Document(d) => d.is_text(),
+            _ => false,
+        }
+    }
+}
+
+impl From<Audio> for Part {
+    fn from(audio: Audio) -> Part {
+        Part::Audio(audio)
     }
 }
 
@@ -461,6 +584,77 @@ pub(crate) fn joined_text(parts: &[Part]) -> String {
         [Part::Text { text }] => text.clone(),
         _ => parts.iter().filter_map(Part::as_text).collect(),
     }
+}
+
+/// A document of text as text, for an API without documents of its own (or a model without
+/// them): `<document name="notes.txt">` (or `<document>`), its text, `</document>`.
+pub(crate) struct DocumentText<'a>(pub(crate) &'a Document);
+
+impl fmt::Display for DocumentText<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0.name {
+            Some(name) => writeln!(f, "<document name=\"{name}\">")?,
+            None => writeln!(f, "<document>")?,
+        }
+        // The check refused a document of text that is not UTF-8 before the body is built.
+        f.write_str(self.0.as_text().unwrap_or_default())?;
+        f.write_str("\n</document>")
+    }
+}
+
+/// The parts as one text for a reader of text alone (the pagent dialects): the text parts
+/// as [`joined_text`] joins them, a document of text as its text ([`DocumentText`]), and
+/// for each image, other document or audio a note on a line of its own:
+/// `[image: image/png, 5242880 bytes]`, `[image: https://example.com/a.png]`,
+/// `[document report.pdf: application/pdf, 1234 bytes]`, `[audio: audio/wav, 96000 bytes]`.
+pub(crate) struct TextWithNotes<'a>(pub(crate) &'a [Part]);
+
+impl fmt::Display for TextWithNotes<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut last_text = None;
+        for (i, part) in self.0.iter().enumerate() {
+            let text = matches!(part, Part::Text { .. });
+            // Text parts run on as they are joined everywhere; anything else on its own line.
+            if i > 0 && !(text && last_text == Some(true)) {
+                f.write_str("\n")?;
+            }
+            last_text = Some(text);
+            let (kind, name) = match part {
+                Part::Text { text } => {
+                    f.write_str(text)?;
+                    continue;
+                }
+                Part::Document(d) if d.is_text() && d.as_text().is_some() => {
+                    write!(f, "{}", DocumentText(d))?;
+                    continue;
+                }
+                Part::Image(_) => ("image", None),
+                Part::Document(d) => ("document", d.name.as_deref()),
+                Part::Audio(_) => ("audio", None),
+            };
+            f.write_str("[")?;
+            f.write_str(kind)?;
+            if let Some(name) = name {
+                write!(f, " {name}")?;
+            }
+            match part.source() {
+                Some(Source::Inline { media_type, data }) => {
+                    write!(f, ": {media_type}, {} bytes]", data.len())?
+                }
+                Some(Source::Url { url }) => write!(f, ": {url}]")?,
+                None => f.write_str("]")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// [`TextWithNotes`] as a string; the text itself when the parts are all text.
+pub(crate) fn text_with_notes(parts: &[Part]) -> String {
+    if parts.iter().all(|p| matches!(p, Part::Text { .. })) {
+        return joined_text(parts);
+    }
+    TextWithNotes(parts).to_string()
 }
 
 /// The parts as written in a message: one text part as a plain string, anything else as an

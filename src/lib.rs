@@ -55,7 +55,7 @@ pub use agent::{
     run_loop,
 };
 pub use cancel::CancelToken;
-pub use content::{Blob, Document, Image, Part, Source};
+pub use content::{Audio, Blob, Document, Image, Part, Source};
 pub use error::{Error, RunError, TimeoutPhase};
 pub use event::{AgentEvent, RunStopReason};
 pub use kind::{ErrorInfo, ErrorKind};

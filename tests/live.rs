@@ -313,3 +313,100 @@ fn live_context_overflow_is_a_typed_error() {
     assert_eq!(error.status(), Some(400), "{error}");
     assert!(error.is_context_overflow(), "{error}");
 }
+
+/// The server's `/props`: what the model takes (`modalities`).
+fn modalities() -> serde_json::Value {
+    let root = base().trim_end_matches("/v1").to_owned();
+    let props: serde_json::Value = ureq::get(format!("{root}/props"))
+        .call()
+        .expect("the server answers /props")
+        .body_mut()
+        .read_json()
+        .expect("/props is JSON");
+    props["modalities"].clone()
+}
+
+/// A prompt with a tiny PNG (one pixel).
+fn with_image(text: &str) -> pagent::UserMessage {
+    const PIXEL: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==";
+    use base64::Engine as _;
+    let png = base64::engine::general_purpose::STANDARD
+        .decode(PIXEL)
+        .unwrap();
+    pagent::UserMessage::new(text).with_part(pagent::Image::from_bytes(png).unwrap())
+}
+
+/// The test model cannot see (its `/props` says `vision: false`), so the image path is
+/// checked as far as a text-only model lets it be: told so with `Accepts::text()`, the
+/// provider refuses the image before sending anything; not told, each provider's image
+/// reaches the server in a shape its parser takes as an image (it answers that image input
+/// is not supported, where a part of a shape it does not know is an "unsupported
+/// content[].type"), a typed server error with the server's own words.
+#[test]
+#[ignore = "needs a model server: PAGENT_LIVE_BASE_URL, see the module docs"]
+fn live_a_text_only_model_refuses_images_before_and_after_sending() {
+    use pagent::llm::{Accepts, RetryPolicy};
+    assert_eq!(modalities()["vision"], json!(false));
+    let told = Agent::builder()
+        .provider(live().accepts(Accepts::text()))
+        .model("smollm2")
+        .build()
+        .unwrap();
+    let refused = told.prompt(with_image("What is this?")).unwrap_err();
+    assert!(
+        matches!(refused.error(), pagent::Error::UnsupportedContent(_)),
+        "{refused}"
+    );
+    assert_eq!(refused.kind(), ErrorKind::InvalidRequest(None));
+    let root = base().trim_end_matches("/v1").to_owned();
+    let providers: [(&str, Arc<dyn Provider>); 3] = [
+        ("chat", Arc::new(live().retry(RetryPolicy::none()))),
+        (
+            "anthropic",
+            Arc::new(
+                Anthropic::new(&root)
+                    .api_key("unused")
+                    .retry(RetryPolicy::none())
+                    .first_byte_timeout(Duration::from_secs(120)),
+            ),
+        ),
+        (
+            "responses",
+            Arc::new(live_responses(8).retry(RetryPolicy::none())),
+        ),
+    ];
+    for (api, provider) in providers {
+        let agent = Agent::builder()
+            .provider(provider)
+            .model("smollm2")
+            .build()
+            .unwrap();
+        let failed = agent.prompt(with_image("What is this?")).unwrap_err();
+        let error = failed.error().to_string();
+        assert!(
+            error.contains("image input is not supported"),
+            "{api}: {error}"
+        );
+        assert!(failed.error().status().is_some(), "{api}: {error}");
+    }
+}
+
+/// A document of text goes as text, which every model reads: the server answers it.
+#[test]
+#[ignore = "needs a model server: PAGENT_LIVE_BASE_URL, see the module docs"]
+fn live_a_document_of_text_is_read_as_text() {
+    let agent = Agent::builder()
+        .provider(live().max_tokens(16))
+        .model("smollm2")
+        .build()
+        .unwrap();
+    let prompt = pagent::UserMessage::new("Repeat the word in the document.")
+        .with_part(pagent::Document::text("word.txt", "banana"));
+    let result = agent.prompt(prompt).unwrap();
+    assert!(!result.text().is_empty());
+    assert!(
+        result.usage.input > 20,
+        "the document was sent: {:?}",
+        result.usage
+    );
+}

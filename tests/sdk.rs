@@ -7,7 +7,10 @@
 use std::sync::Arc;
 
 use pagent::llm::{Request, ThinkingLevel, ToolDefinition};
-use pagent::{AssistantMessage, ContentBlock, Message, StopReason, ToolCall, ToolResultMessage};
+use pagent::{
+    AssistantMessage, Audio, ContentBlock, Document, Image, Message, Part, StopReason, ToolCall,
+    ToolResultMessage, UserMessage,
+};
 use serde_json::{Value, json};
 
 /// The prompt cache breakpoints `Anthropic` writes (system as a cached text block, the last
@@ -67,19 +70,145 @@ fn sdk_types_accept_the_prompt_cache_fields() {
         .prompt_cache_retention("24h")
         .request_body(&text_only)
         .to_string();
-    let script = format!("{}/tests/sdk/validate.py", env!("CARGO_MANIFEST_DIR"));
     for (kind, lines) in [("anthropic", anthropic), ("chat", vec![chat])] {
         let file = dir.join(format!("{kind}.jsonl"));
         std::fs::write(&file, lines.join("\n")).unwrap();
-        let out = std::process::Command::new(&python)
-            .args([&script, "request", kind, &file.display().to_string()])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{kind}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+        validate(&python, "request", kind, &file);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs `validate.py MODE KIND` on one file of these lines; panics with its report on a failure.
+fn validate(python: &str, mode: &str, kind: &str, file: &std::path::Path) {
+    let script = format!("{}/tests/sdk/validate.py", env!("CARGO_MANIFEST_DIR"));
+    let out = std::process::Command::new(python)
+        .args([&script, mode, kind, &file.display().to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{kind}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A transcript with every kind of part: a prompt with an inline image, an image by URL, a
+/// named PDF and a document of text (and audio, for Chat Completions); a screenshot tool's
+/// result with text, an image and a PDF; a text result; a follow-up.
+fn every_part(audio: bool, pdf_url: bool) -> Request {
+    let png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR".to_vec();
+    let mut prompt = UserMessage::new("Compare these.")
+        .with_part(Image::new("image/png", png.clone()))
+        .with_part(Image::url("https://example.com/chart.png"))
+        .with_part(Document::pdf(b"%PDF-1.7".to_vec()).with_name("invoice.pdf"))
+        .with_part(Document::text("notes.txt", "Paid in May."));
+    if audio {
+        prompt = prompt.with_part(Audio::new("audio/wav", b"RIFF\0\0\0\0WAVEfmt ".to_vec()));
+    }
+    if pdf_url {
+        prompt = prompt.with_part(Document::url("https://example.com/spec.pdf"));
+    }
+    let reply = AssistantMessage::new(
+        vec![
+            ContentBlock::text("Looking."),
+            ContentBlock::ToolCall(ToolCall::new("call_1", "screenshot", "{}")),
+            ContentBlock::ToolCall(ToolCall::new("call_2", "clock", "{}")),
+        ],
+        StopReason::ToolUse,
+    );
+    let shot = ToolResultMessage::new("call_1", "screenshot", "").with_parts([
+        Part::text("The screen:"),
+        Image::new("image/jpeg", vec![0xFF, 0xD8, 0xFF, 0xE0]).into(),
+        Document::pdf(b"%PDF-1.7".to_vec()).into(),
+    ]);
+    Request::new(
+        "m",
+        [
+            Message::from(prompt),
+            Message::Assistant(reply),
+            Message::ToolResult(shot),
+            Message::ToolResult(ToolResultMessage::new("call_2", "clock", "12:00")),
+            Message::user("And now?"),
+        ]
+        .into_iter()
+        .map(Arc::new)
+        .collect(),
+    )
+    .with_tools(vec![ToolDefinition::new(
+        "screenshot",
+        "Takes a screenshot",
+        json!({"type": "object", "properties": {}}),
+    )])
+}
+
+/// Images, documents and audio as each provider writes them are valid request params of the
+/// official SDKs (Chat Completions `image_url` / `file` / `input_audio` parts and the user
+/// message after the tool results; Anthropic `image` / `document` blocks with `base64`,
+/// `url` and `text` sources, in a turn and inside `tool_result`, with and without cache
+/// breakpoints; Responses `input_image` / `input_file`, in a message and in a
+/// `function_call_output`), and the replayed replies of vision models are valid streams.
+#[test]
+#[ignore = "needs the SDKs' venv: PAGENT_SDK_PYTHON (see .ci/sdk.sh)"]
+fn sdk_types_accept_images_documents_and_audio() {
+    use pagent::llm::{Anthropic, OpenAiCompat, OpenAiResponses, PromptCache};
+    let python = std::env::var("PAGENT_SDK_PYTHON").expect("PAGENT_SDK_PYTHON");
+    let dir = std::env::temp_dir().join(format!("pagent-sdk-parts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bodies = [
+        (
+            "chat",
+            vec![OpenAiCompat::new("http://x/v1").request_body(&every_part(true, false))],
+        ),
+        (
+            "anthropic",
+            vec![
+                Anthropic::new("http://x").request_body(&every_part(false, true)),
+                Anthropic::new("http://x")
+                    .prompt_cache(PromptCache::off())
+                    .request_body(&every_part(false, true)),
+            ],
+        ),
+        (
+            "responses",
+            vec![OpenAiResponses::new("http://x/v1").request_body(&every_part(false, true))],
+        ),
+    ];
+    for (kind, bodies) in bodies {
+        let text: Vec<String> = bodies.iter().map(Value::to_string).collect();
+        for part in [
+            "image",
+            "document",
+            "input_image",
+            "input_file",
+            "image_url",
+            "file",
+        ] {
+            let written = text
+                .iter()
+                .any(|t| t.contains(&format!("\"type\":\"{part}\"")));
+            let expected = match kind {
+                "chat" => ["image_url", "file"].contains(&part),
+                "anthropic" => ["image", "document"].contains(&part),
+                _ => ["input_image", "input_file"].contains(&part),
+            };
+            assert_eq!(written, expected, "{kind} {part}");
+        }
+        let file = dir.join(format!("{kind}.jsonl"));
+        std::fs::write(&file, text.join("\n")).unwrap();
+        validate(&python, "request", kind, &file);
+    }
+    let data = format!("{}/tests/data/written", env!("CARGO_MANIFEST_DIR"));
+    for (kind, stream) in [
+        ("chat", "openai_vision_reply.sse"),
+        ("chat", "openai_vision_tool_call.sse"),
+        ("anthropic", "anthropic_vision.sse"),
+    ] {
+        validate(
+            &python,
+            "stream",
+            kind,
+            &std::path::Path::new(&data).join(stream),
         );
     }
     let _ = std::fs::remove_dir_all(&dir);

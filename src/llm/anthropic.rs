@@ -3,17 +3,19 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use serde::ser::{SerializeSeq, Serializer};
+use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::http::{self, Call, Decode, Emitter, Endpoint};
+use super::parts::{Base64, Collected, DocumentText};
 use super::{
     CancelToken, OnEvent, Provider, ReplyEnd, Request, StreamEvent, TextParts, ThinkingLevel,
     ToolDefinition,
 };
 use crate::Error;
+use crate::content::{Part, Source, is_text_media_type};
 use crate::message::{ContentBlock, Message, StopReason, Usage};
 
 /// The default base URL, Anthropic's.
@@ -141,6 +143,7 @@ impl Anthropic {
             messages: Turns {
                 messages: &request.messages,
                 cache: self.cache.transcript.then_some(self.cache.control()),
+                documents: self.endpoint.accepts.takes_documents(),
             },
             stream: true,
             system: (!request.system_prompt.is_empty()).then_some(System {
@@ -158,7 +161,7 @@ impl Anthropic {
             // The API accepts no temperature with extended thinking.
             temperature: self.temperature.filter(|_| budget.is_none()),
         };
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(super::parts::body_capacity(request));
         // OK because writing to a Vec cannot fail, and every value here serializes.
         serde_json::to_writer(&mut out, &body).expect("the body serializes");
         out
@@ -354,6 +357,8 @@ struct Turns<'a> {
     messages: &'a [Arc<Message>],
     /// The breakpoint of the transcript, when it gets them.
     cache: Option<CacheControl>,
+    /// Whether documents of text go as `document` blocks (else as text).
+    documents: bool,
 }
 
 impl Turns<'_> {
@@ -394,6 +399,7 @@ impl Serialize for Turns<'_> {
             content: TurnBlocks {
                 messages: turn,
                 cache: self.cache.filter(|_| marks.contains(&Some(i))),
+                documents: self.documents,
             },
         });
         s.collect_seq(turns)
@@ -409,7 +415,7 @@ fn role(message: &Message) -> &'static str {
 
 /// True when `message` has a block to send.
 fn sends(message: &Message) -> bool {
-    blocks(message).next().is_some()
+    blocks(message, true).next().is_some()
 }
 
 #[derive(Serialize)]
@@ -423,11 +429,12 @@ struct Turn<'a> {
 struct TurnBlocks<'a> {
     messages: &'a [Arc<Message>],
     cache: Option<CacheControl>,
+    documents: bool,
 }
 
 impl Serialize for TurnBlocks<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let all = || self.messages.iter().flat_map(|m| blocks(m));
+        let all = || self.messages.iter().flat_map(|m| blocks(m, self.documents));
         let Some(cache) = self.cache else {
             return s.collect_seq(all());
         };
@@ -458,6 +465,18 @@ enum WireBlock<'a> {
         #[serde(rename = "text")]
         parts: TextParts<'a>,
     },
+    #[serde(rename = "text")]
+    DocumentText {
+        text: Collected<DocumentText<'a>>,
+    },
+    Image {
+        source: WireSource<'a>,
+    },
+    Document {
+        source: WireSource<'a>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        title: Option<&'a str>,
+    },
     Thinking {
         thinking: &'a str,
         signature: &'a str,
@@ -469,31 +488,147 @@ enum WireBlock<'a> {
     },
     ToolResult {
         tool_use_id: &'a str,
-        content: TextParts<'a>,
+        content: ToolContent<'a>,
         is_error: bool,
     },
 }
 
-/// The blocks a message sends.
-fn blocks(message: &Message) -> impl Iterator<Item = WireBlock<'_>> {
-    let (one, reply) = match message {
-        Message::User(m) => (
+/// The blocks a message sends; `documents` says whether documents of text go as `document`
+/// blocks (else as text).
+fn blocks(message: &Message, documents: bool) -> impl Iterator<Item = WireBlock<'_>> {
+    let (one, parts, reply) = match message {
+        // Text only: one text block, as a text prompt always was.
+        Message::User(m) if m.content.iter().all(|p| matches!(p, Part::Text { .. })) => (
             Some(WireBlock::UserText {
                 parts: TextParts(&m.content),
             }),
+            None,
+            None,
+        ),
+        Message::User(m) => (
+            None,
+            Some(
+                m.content
+                    .iter()
+                    .filter_map(move |p| part_block(p, documents)),
+            ),
             None,
         ),
         Message::ToolResult(r) => (
             Some(WireBlock::ToolResult {
                 tool_use_id: &r.tool_call_id,
-                content: TextParts(&r.content),
+                content: ToolContent {
+                    parts: &r.content,
+                    documents,
+                },
                 is_error: r.is_error,
             }),
             None,
+            None,
         ),
-        Message::Assistant(m) => (None, Some(m.content.iter().filter_map(assistant_block))),
+        Message::Assistant(m) => (
+            None,
+            None,
+            Some(m.content.iter().filter_map(assistant_block)),
+        ),
     };
-    one.into_iter().chain(reply.into_iter().flatten())
+    one.into_iter()
+        .chain(parts.into_iter().flatten())
+        .chain(reply.into_iter().flatten())
+}
+
+/// The block of one part of a user message or a tool result: text (none for empty text,
+/// which the API rejects), `image`, `document` (a PDF, or text as a `text` source; a
+/// document of text is a text block when `documents` is off).
+fn part_block(part: &Part, documents: bool) -> Option<WireBlock<'_>> {
+    Some(match part {
+        Part::Text { text } if text.is_empty() => return None,
+        Part::Text { text } => WireBlock::Text { text },
+        Part::Document(d) if d.is_text() && !documents => WireBlock::DocumentText {
+            text: Collected(DocumentText(d)),
+        },
+        Part::Image(image) => WireBlock::Image {
+            source: WireSource(&image.source),
+        },
+        Part::Document(d) => WireBlock::Document {
+            source: WireSource(&d.source),
+            title: d.name.as_deref(),
+        },
+        // Refused by the check before the body is built.
+        Part::Audio(_) => return None,
+    })
+}
+
+/// A tool result's content: its text as a string when it is text only, else its blocks.
+struct ToolContent<'a> {
+    parts: &'a [Part],
+    documents: bool,
+}
+
+impl Serialize for ToolContent<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if self.parts.iter().all(|p| matches!(p, Part::Text { .. })) {
+            return TextParts(self.parts).serialize(s);
+        }
+        s.collect_seq(
+            self.parts
+                .iter()
+                .filter_map(|p| part_block(p, self.documents)),
+        )
+    }
+}
+
+/// A source as the Messages API has it: `{"type":"url","url":..}`, `{"type":"base64",
+/// "media_type":..,"data":..}` (the base64 written straight into the body), or for a
+/// document of text `{"type":"text","media_type":"text/plain","data":"<the text>"}`.
+struct WireSource<'a>(&'a Source);
+
+impl Serialize for WireSource<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(3))?;
+        match self.0 {
+            Source::Url { url } => {
+                map.serialize_entry("type", "url")?;
+                map.serialize_entry("url", url)?;
+            }
+            Source::Inline { media_type, data } if is_text_media_type(media_type) => {
+                map.serialize_entry("type", "text")?;
+                map.serialize_entry("media_type", "text/plain")?;
+                // The check refused text that is not UTF-8 before the body is built.
+                map.serialize_entry("data", std::str::from_utf8(data).unwrap_or_default())?;
+            }
+            Source::Inline { media_type, data } => {
+                map.serialize_entry("type", "base64")?;
+                map.serialize_entry("media_type", media_type)?;
+                map.serialize_entry("data", &Base64(data))?;
+            }
+        }
+        map.end()
+    }
+}
+
+/// The media types of the Messages API's images.
+const IMAGE_TYPES: [&str; 4] = ["image/jpeg", "image/png", "image/gif", "image/webp"];
+
+/// Why the Messages API cannot carry `part`, when it cannot.
+fn cannot_carry(part: &Part) -> Option<&'static str> {
+    match part {
+        Part::Audio(_) => Some("which the Anthropic Messages API cannot carry: it takes no audio"),
+        Part::Image(image) => match image.source.media_type() {
+            Some(media_type) if !IMAGE_TYPES.contains(&media_type) => Some(
+                "which the Anthropic Messages API cannot carry: its images are JPEG, PNG, GIF \
+                 or WebP",
+            ),
+            _ => None,
+        },
+        Part::Document(d) => match d.source.media_type() {
+            Some(media_type) if !d.is_text() && media_type != "application/pdf" => {
+                Some("which the Anthropic Messages API cannot carry: its documents are PDF or text")
+            }
+            _ => None,
+        },
+        Part::Text { .. } => None,
+    }
 }
 
 fn assistant_block(block: &ContentBlock) -> Option<WireBlock<'_>> {
@@ -543,7 +678,7 @@ impl Provider for Anthropic {
         if let Some(key) = &self.endpoint.api_key {
             headers.push(("x-api-key", key.clone()));
         }
-        super::refuse_non_text(request, "Anthropic")?;
+        super::parts::check(request, self.endpoint.accepts, cannot_carry)?;
         let call = Call {
             path: "/v1/messages",
             headers,

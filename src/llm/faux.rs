@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::{CancelToken, OnEvent, Provider, ReplyEnd, Request, StreamEvent};
+use super::{Accepts, CancelToken, OnEvent, Provider, ReplyEnd, Request, StreamEvent};
 use crate::Error;
 use crate::message::{StopReason, Usage};
 
@@ -42,6 +42,7 @@ pub struct Faux {
     chunk_chars: usize,
     tokens_per_second: Option<f64>,
     otherwise: Option<Arc<ReplyFn>>,
+    accepts: Accepts,
 }
 
 type ReplyFn = dyn Fn(&Request) -> FauxReply + Send + Sync;
@@ -90,6 +91,7 @@ impl Faux {
             chunk_chars: 4,
             tokens_per_second: None,
             otherwise: None,
+            accepts: Accepts::all(),
         };
         for reply in script {
             faux.push(reply);
@@ -162,6 +164,31 @@ impl Faux {
         self
     }
 
+    /// What the scripted model takes besides text, checked as a real provider checks it:
+    /// a request with a part it does not take fails with
+    /// [`Error::UnsupportedContent`] before the script is read (the request is not
+    /// recorded, and no reply is used up). Defaults to [`Accepts::all`]: images, documents
+    /// and audio reach [`Faux::requests`] and `reply_with` closures as the agent sent them,
+    /// their bytes shared with the transcript.
+    ///
+    /// ```
+    /// use pagent::llm::{Accepts, Faux, FauxReply};
+    /// use pagent::{Agent, Error, Image, UserMessage};
+    ///
+    /// let text_only = Faux::new([FauxReply::text("unused")]).accepts(Accepts::text());
+    /// let agent = Agent::builder().provider(text_only.clone()).build()?;
+    /// let prompt = UserMessage::new("What is this?").with_part(Image::new("image/png", vec![0u8; 4]));
+    /// let e = agent.prompt(prompt).unwrap_err();
+    /// assert!(matches!(e.error(), Error::UnsupportedContent(_)));
+    /// assert_eq!(text_only.remaining(), 1);
+    /// # Ok::<(), pagent::Error>(())
+    /// ```
+    #[must_use]
+    pub fn accepts(mut self, accepts: Accepts) -> Faux {
+        self.accepts = accepts;
+        self
+    }
+
     /// How many scripted replies are left.
     pub fn remaining(&self) -> usize {
         self.inner.queue.lock().len()
@@ -211,6 +238,7 @@ impl fmt::Debug for Faux {
             .field("chunk_chars", &self.chunk_chars)
             .field("tokens_per_second", &self.tokens_per_second)
             .field("otherwise", &self.otherwise.is_some())
+            .field("accepts", &self.accepts)
             .finish()
     }
 }
@@ -222,6 +250,7 @@ impl Provider for Faux {
         cancel: &CancelToken,
         on_event: &mut OnEvent<'_>,
     ) -> Result<ReplyEnd, Error> {
+        self.accepts.check(request)?;
         let mut recorded = self.inner.requests.lock();
         if recorded.limit > 0 {
             if recorded.kept.len() == recorded.limit {

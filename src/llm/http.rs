@@ -96,6 +96,8 @@ pub(crate) struct Endpoint {
     /// Sent with every request, after the provider's own headers, each replacing a provider
     /// header of the same name (names compared without case).
     pub(crate) headers: Vec<(String, String)>,
+    /// What the model takes besides text; checked before each request is sent.
+    pub(crate) accepts: super::Accepts,
     pub(crate) http: HttpClient,
 }
 
@@ -107,6 +109,7 @@ impl Endpoint {
             base_url,
             api_key: None,
             headers: Vec::new(),
+            accepts: super::Accepts::all(),
             http: HttpClient::default(),
         }
     }
@@ -408,6 +411,7 @@ impl std::fmt::Debug for Endpoint {
             .collect();
         d.field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("headers", &headers)
+            .field("accepts", &self.accepts)
             .field("http", &self.http)
             .finish()
     }

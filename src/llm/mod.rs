@@ -114,6 +114,18 @@ macro_rules! http_setters {
                 self
             }
 
+            /// What the model behind the provider takes besides text (images, documents,
+            /// audio, URLs): a part it does not take fails the model call with
+            /// [`Error::UnsupportedContent`](crate::Error::UnsupportedContent) before the
+            /// request is sent. Defaults to [`Accepts::all`](crate::llm::Accepts::all),
+            /// whatever the API can carry; tell a text-only model with
+            /// [`Accepts::text`](crate::llm::Accepts::text).
+            #[must_use]
+            pub fn accepts(mut self, accepts: $crate::llm::Accepts) -> $provider {
+                self.endpoint.accepts = accepts;
+                self
+            }
+
             /// The base URL requests go to.
             pub fn base_url(&self) -> &str {
                 &self.endpoint.base_url
@@ -182,6 +194,7 @@ mod error_text;
 mod faux;
 pub(crate) mod http;
 mod openai;
+mod parts;
 mod responses;
 mod retry;
 pub mod sse;
@@ -196,6 +209,8 @@ pub use env::{
 };
 pub use faux::{Faux, FauxReply};
 pub use openai::{OPENAI_BASE_URL, OpenAiCompat};
+pub use parts::Accepts;
+pub(crate) use parts::TextParts;
 pub use responses::OpenAiResponses;
 pub use retry::RetryPolicy;
 
@@ -290,39 +305,6 @@ impl ReplyEnd {
         self.model = Some(model.into());
         self
     }
-}
-
-/// The text parts of a message joined, written as one JSON string without joining them first.
-pub(crate) struct TextParts<'a>(pub(crate) &'a [crate::content::Part]);
-
-impl serde::Serialize for TextParts<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self.0 {
-            [crate::content::Part::Text { text }] => s.serialize_str(text),
-            parts => s.collect_str(&crate::content::joined_text(parts)),
-        }
-    }
-}
-
-/// Refuses a request with an image or a document: the providers write text only so far.
-pub(crate) fn refuse_non_text(request: &Request, api: &str) -> Result<(), Error> {
-    for (i, m) in request.messages.iter().enumerate() {
-        if let Some(part) = m
-            .parts()
-            .iter()
-            .find(|p| !matches!(p, crate::content::Part::Text { .. }))
-        {
-            let kind = match part {
-                crate::content::Part::Image(_) => "an image",
-                _ => "a document",
-            };
-            return Err(Error::UnsupportedContent(format!(
-                "message {i} ({}) holds {kind}, which this {api} provider does not send yet",
-                m.role()
-            )));
-        }
-    }
-    Ok(())
 }
 
 /// Where a provider hands each [`StreamEvent`]: returns `Err` when the reply must stop (the

@@ -3,19 +3,22 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::Arc;
 
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
-use serde::ser::{SerializeMap, Serializer};
+use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::http::{self, Call, Decode, Emitter, Endpoint};
+use super::parts::{Base64, Collected, DataUrl, DocumentText};
 use super::{
     CancelToken, OnEvent, Provider, ReplyEnd, Request, StreamEvent, TextParts, ThinkingLevel,
     ToolDefinition,
 };
 use crate::Error;
+use crate::content::{Part, Source};
 use crate::message::{AssistantMessage, ContentBlock, Message, StopReason, Usage};
 
 /// The default base URL, OpenAI's.
@@ -158,7 +161,7 @@ impl OpenAiCompat {
 
     /// The request body for `request`, serialized straight from the shared messages.
     fn body_bytes(&self, request: &Request) -> Vec<u8> {
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(super::parts::body_capacity(request));
         // OK because writing to a Vec cannot fail, and every value here serializes.
         serde_json::to_writer(
             &mut out,
@@ -243,19 +246,47 @@ struct StreamOptions {
 }
 
 /// The system prompt and the transcript as Chat Completions messages.
+///
+/// A `tool` message takes text only, so the images, documents (not of text) and audio of
+/// the tool results follow them in one `user` message (each result's under a line naming
+/// its tool and call), written after the last of those consecutive results; the tool
+/// message says where they went.
 struct Messages<'a>(&'a Request);
 
 impl Serialize for Messages<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let r = self.0;
-        let system = (!r.system_prompt.is_empty()).then_some(Wire::System {
-            content: &r.system_prompt,
-        });
-        s.collect_seq(
-            system
-                .into_iter()
-                .chain(r.messages.iter().filter_map(|m| wire(m))),
-        )
+        let mut seq = s.serialize_seq(None)?;
+        if !r.system_prompt.is_empty() {
+            seq.serialize_element(&Wire::System {
+                content: &r.system_prompt,
+            })?;
+        }
+        let messages = &r.messages[..];
+        let mut i = 0;
+        while i < messages.len() {
+            let end = match &*messages[i] {
+                Message::ToolResult(_) => messages[i..]
+                    .iter()
+                    .position(|m| m.as_tool_result().is_none())
+                    .map_or(messages.len(), |n| i + n),
+                _ => i + 1,
+            };
+            let run = &messages[i..end];
+            for message in run {
+                if let Some(wire) = wire(message) {
+                    seq.serialize_element(&wire)?;
+                }
+            }
+            if run
+                .iter()
+                .any(|m| m.as_tool_result().is_some() && m.parts().iter().any(attached))
+            {
+                seq.serialize_element(&Attachments(run))?;
+            }
+            i = end;
+        }
+        seq.end()
     }
 }
 
@@ -266,7 +297,7 @@ enum Wire<'a> {
         content: &'a str,
     },
     User {
-        content: TextParts<'a>,
+        content: UserContent<'a>,
     },
     Assistant {
         content: JoinedText<'a>,
@@ -275,18 +306,18 @@ enum Wire<'a> {
     },
     Tool {
         tool_call_id: &'a str,
-        content: TextParts<'a>,
+        content: ToolText<'a>,
     },
 }
 
 fn wire(message: &Message) -> Option<Wire<'_>> {
     match message {
         Message::User(m) => Some(Wire::User {
-            content: TextParts(&m.content),
+            content: UserContent(&m.content),
         }),
         Message::ToolResult(r) => Some(Wire::Tool {
             tool_call_id: &r.tool_call_id,
-            content: TextParts(&r.content),
+            content: ToolText(&r.content),
         }),
         Message::Assistant(m) => {
             let has_text = m
@@ -304,6 +335,208 @@ fn wire(message: &Message) -> Option<Wire<'_>> {
                 tool_calls: has_calls.then_some(ToolCalls(m)),
             })
         }
+    }
+}
+
+/// True for a part of a tool result that a `tool` message cannot hold: it goes in the user
+/// message after the results.
+fn attached(part: &Part) -> bool {
+    !part.is_text_like()
+}
+
+/// What a user message says: its text as a string when it is text only, else a list of
+/// content parts.
+struct UserContent<'a>(&'a [Part]);
+
+impl Serialize for UserContent<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if self.0.iter().all(|p| matches!(p, Part::Text { .. })) {
+            return TextParts(self.0).serialize(s);
+        }
+        s.collect_seq(self.0.iter().map(ChatPart))
+    }
+}
+
+/// What a tool message says: the text of the result, its documents of text in place, and
+/// for each of its other parts a note saying that it follows in the next message.
+struct ToolText<'a>(&'a [Part]);
+
+impl Serialize for ToolText<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if self.0.iter().all(|p| matches!(p, Part::Text { .. })) {
+            return TextParts(self.0).serialize(s);
+        }
+        s.collect_str(self)
+    }
+}
+
+impl fmt::Display for ToolText<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut last_text = None;
+        for (i, part) in self.0.iter().enumerate() {
+            let text = matches!(part, Part::Text { .. });
+            // Text parts run on as they are joined everywhere; anything else on its own line.
+            if i > 0 && !(text && last_text == Some(true)) {
+                f.write_str("\n")?;
+            }
+            last_text = Some(text);
+            match part {
+                Part::Text { text } => f.write_str(text)?,
+                Part::Document(d) if d.is_text() => write!(f, "{}", DocumentText(d))?,
+                Part::Image(_) => f.write_str("[an image: in the next message]")?,
+                Part::Document(d) => match &d.name {
+                    Some(name) => write!(f, "[the document {name}: in the next message]")?,
+                    None => f.write_str("[a document: in the next message]")?,
+                },
+                _ => f.write_str("[audio: in the next message]")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The user message after a run of tool results that holds their images, documents and
+/// audio, each result's under a line naming its tool and call.
+struct Attachments<'a>(&'a [Arc<Message>]);
+
+impl Serialize for Attachments<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(2))?;
+        map.serialize_entry("role", "user")?;
+        map.serialize_entry("content", &AttachedParts(self.0))?;
+        map.end()
+    }
+}
+
+struct AttachedParts<'a>(&'a [Arc<Message>]);
+
+impl Serialize for AttachedParts<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(None)?;
+        for result in self.0.iter().filter_map(|m| m.as_tool_result()) {
+            if !result.content.iter().any(attached) {
+                continue;
+            }
+            let heading = format!(
+                "Attached to the result of `{}` (call {}):",
+                result.tool_name, result.tool_call_id
+            );
+            seq.serialize_element(&ChatPart(&Part::text(heading)))?;
+            for part in result.content.iter().filter(|p| attached(p)) {
+                seq.serialize_element(&ChatPart(part))?;
+            }
+        }
+        seq.end()
+    }
+}
+
+/// One content part: `text`, `image_url` (a URL or a `data:` URL), `file` (a PDF or another
+/// document, as a `data:` URL with its file name), `input_audio` (WAV or MP3, base64); a
+/// document of text is a `text` part (see [`DocumentText`]).
+struct ChatPart<'a>(&'a Part);
+
+#[derive(Serialize)]
+struct ImageUrl<'a> {
+    url: DataUrl<'a>,
+}
+
+#[derive(Serialize)]
+struct FilePart<'a> {
+    filename: &'a str,
+    file_data: DataUrl<'a>,
+}
+
+#[derive(Serialize)]
+struct InputAudio<'a> {
+    data: Base64<'a>,
+    format: &'static str,
+}
+
+impl Serialize for ChatPart<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(2))?;
+        match self.0 {
+            Part::Text { text } => {
+                map.serialize_entry("type", "text")?;
+                map.serialize_entry("text", text)?;
+            }
+            Part::Document(d) if d.is_text() => {
+                map.serialize_entry("type", "text")?;
+                map.serialize_entry("text", &Collected(DocumentText(d)))?;
+            }
+            Part::Image(image) => {
+                map.serialize_entry("type", "image_url")?;
+                map.serialize_entry(
+                    "image_url",
+                    &ImageUrl {
+                        url: DataUrl(&image.source),
+                    },
+                )?;
+            }
+            Part::Document(d) => {
+                map.serialize_entry("type", "file")?;
+                let filename = d.name.as_deref().unwrap_or(match d.source.media_type() {
+                    Some("application/pdf") | None => "document.pdf",
+                    _ => "document",
+                });
+                map.serialize_entry(
+                    "file",
+                    &FilePart {
+                        filename,
+                        file_data: DataUrl(&d.source),
+                    },
+                )?;
+            }
+            Part::Audio(audio) => {
+                map.serialize_entry("type", "input_audio")?;
+                // The check let only inline WAV and MP3 through.
+                let (data, format) = match &audio.source {
+                    Source::Inline { media_type, data } => {
+                        (data, audio_format(media_type).unwrap_or("wav"))
+                    }
+                    Source::Url { .. } => {
+                        return Err(serde::ser::Error::custom("audio by URL"));
+                    }
+                };
+                map.serialize_entry(
+                    "input_audio",
+                    &InputAudio {
+                        data: Base64(data),
+                        format,
+                    },
+                )?;
+            }
+        }
+        map.end()
+    }
+}
+
+/// The `format` of `input_audio` for an audio media type: `wav` or `mp3`.
+fn audio_format(media_type: &str) -> Option<&'static str> {
+    let essence = media_type.split(';').next().unwrap_or("").trim();
+    match essence.to_ascii_lowercase().as_str() {
+        "audio/wav" | "audio/x-wav" | "audio/wave" | "audio/vnd.wave" => Some("wav"),
+        "audio/mpeg" | "audio/mp3" | "audio/mpeg3" | "audio/x-mpeg-3" => Some("mp3"),
+        _ => None,
+    }
+}
+
+/// Why Chat Completions cannot carry `part`, when it cannot.
+fn cannot_carry(part: &Part) -> Option<&'static str> {
+    match (part, part.source()) {
+        (Part::Document(_), Some(Source::Url { .. })) => Some(
+            "which Chat Completions cannot carry: its documents go inline (Document::pdf, \
+             Document::load)",
+        ),
+        (Part::Audio(_), Some(Source::Url { .. })) => {
+            Some("which Chat Completions cannot carry: its audio goes inline")
+        }
+        (Part::Audio(_), Some(Source::Inline { media_type, .. }))
+            if audio_format(media_type).is_none() =>
+        {
+            Some("which Chat Completions cannot carry: its audio is WAV or MP3")
+        }
+        _ => None,
     }
 }
 
@@ -400,7 +633,7 @@ impl Provider for OpenAiCompat {
         if let Some(key) = &self.endpoint.api_key {
             headers.push(("authorization", format!("Bearer {key}")));
         }
-        super::refuse_non_text(request, "Chat Completions")?;
+        super::parts::check(request, self.endpoint.accepts, cannot_carry)?;
         let call = Call {
             path: "/chat/completions",
             headers,

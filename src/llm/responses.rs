@@ -14,6 +14,7 @@ use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use serde_json::Value;
 
 use super::http::{Call, Decode, Emitter, Endpoint};
+use super::parts::{Collected, DataUrl, DocumentText};
 use super::{
     CancelToken, OnEvent, Provider, ReplyEnd, Request, StreamEvent, ThinkingLevel, ToolDefinition,
 };
@@ -227,7 +228,7 @@ impl OpenAiResponses {
 
     /// The request body for `request`, serialized straight from the shared messages.
     fn body_bytes(&self, request: &Request) -> Vec<u8> {
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(super::parts::body_capacity(request));
         // OK because writing to a Vec cannot fail, and every value here serializes.
         serde_json::to_writer(
             &mut out,
@@ -274,7 +275,10 @@ impl serde::Serialize for Body<'_> {
         if !r.system_prompt.is_empty() {
             field!("instructions", &r.system_prompt);
         }
-        field!("input", &Input(messages));
+        field!(
+            "input",
+            &Input(messages, p.endpoint.accepts.takes_documents())
+        );
         if let Some(id) = previous {
             field!("previous_response_id", id);
         }
@@ -347,21 +351,23 @@ fn chained(messages: &[Arc<Message>]) -> (Option<&str>, &[Arc<Message>]) {
     }
 }
 
-/// The transcript as input items.
-struct Input<'a>(&'a [Arc<Message>]);
+/// The transcript as input items; the flag says whether documents of text go as
+/// `input_file` (else as `input_text`).
+struct Input<'a>(&'a [Arc<Message>], bool);
 
 impl serde::Serialize for Input<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut seq = s.serialize_seq(None)?;
+        let documents = self.1;
         for message in self.0 {
             match &**message {
                 Message::User(m) => seq.serialize_element(&InputMessage {
                     role: "user",
-                    parts: &m.content,
+                    parts: Parts(&m.content, documents),
                 })?,
                 Message::ToolResult(r) => seq.serialize_element(&ToolOutput {
                     call_id: &r.tool_call_id,
-                    parts: &r.content,
+                    parts: Parts(&r.content, documents),
                 })?,
                 Message::Assistant(m) => reply_items(m, &mut seq)?,
             }
@@ -429,7 +435,7 @@ fn reply_items<S: SerializeSeq>(m: &AssistantMessage, seq: &mut S) -> Result<(),
 /// A user message item: `{"type":"message","role":"user","content":[parts]}`.
 struct InputMessage<'a> {
     role: &'static str,
-    parts: &'a [Part],
+    parts: Parts<'a>,
 }
 
 impl serde::Serialize for InputMessage<'_> {
@@ -437,7 +443,7 @@ impl serde::Serialize for InputMessage<'_> {
         let mut map = s.serialize_map(Some(3))?;
         map.serialize_entry("type", "message")?;
         map.serialize_entry("role", self.role)?;
-        map.serialize_entry("content", &Parts(self.parts))?;
+        map.serialize_entry("content", &self.parts)?;
         map.end()
     }
 }
@@ -446,7 +452,7 @@ impl serde::Serialize for InputMessage<'_> {
 /// of parts.
 struct ToolOutput<'a> {
     call_id: &'a str,
-    parts: &'a [Part],
+    parts: Parts<'a>,
 }
 
 impl serde::Serialize for ToolOutput<'_> {
@@ -454,30 +460,32 @@ impl serde::Serialize for ToolOutput<'_> {
         let mut map = s.serialize_map(Some(3))?;
         map.serialize_entry("type", "function_call_output")?;
         map.serialize_entry("call_id", self.call_id)?;
-        if self.parts.iter().all(|p| matches!(p, Part::Text { .. })) {
-            map.serialize_entry("output", &super::TextParts(self.parts))?;
+        if self.parts.0.iter().all(|p| matches!(p, Part::Text { .. })) {
+            map.serialize_entry("output", &super::TextParts(self.parts.0))?;
         } else {
-            map.serialize_entry("output", &Parts(self.parts))?;
+            map.serialize_entry("output", &self.parts)?;
         }
         map.end()
     }
 }
 
 /// Parts as Responses content: `input_text`, `input_image` (a URL or a `data:` URL),
-/// `input_file` (`file_url`, or `file_data` as a `data:` URL with its file name).
-struct Parts<'a>(&'a [Part]);
+/// `input_file` (`file_url`, or `file_data` as a `data:` URL with its file name); a
+/// document of text is `input_text` when the flag (documents) is off.
+#[derive(Clone, Copy)]
+struct Parts<'a>(&'a [Part], bool);
 
 impl serde::Serialize for Parts<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut seq = s.serialize_seq(Some(self.0.len()))?;
         for part in self.0 {
-            seq.serialize_element(&WirePart(part))?;
+            seq.serialize_element(&WirePart(part, self.1))?;
         }
         seq.end()
     }
 }
 
-struct WirePart<'a>(&'a Part);
+struct WirePart<'a>(&'a Part, bool);
 
 impl serde::Serialize for WirePart<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -487,11 +495,17 @@ impl serde::Serialize for WirePart<'_> {
                 map.serialize_entry("type", "input_text")?;
                 map.serialize_entry("text", text)?;
             }
+            Part::Document(d) if d.is_text() && !self.1 => {
+                map.serialize_entry("type", "input_text")?;
+                map.serialize_entry("text", &Collected(DocumentText(d)))?;
+            }
             Part::Image(image) => {
                 map.serialize_entry("type", "input_image")?;
                 map.serialize_entry("detail", "auto")?;
-                map.serialize_entry("image_url", &Url(&image.source))?;
+                map.serialize_entry("image_url", &DataUrl(&image.source))?;
             }
+            // Refused by the check before the body is built.
+            Part::Audio(_) => return Err(serde::ser::Error::custom("audio")),
             Part::Document(document) => {
                 map.serialize_entry("type", "input_file")?;
                 match &document.source {
@@ -505,27 +519,12 @@ impl serde::Serialize for WirePart<'_> {
                                 _ => "document.txt",
                             });
                         map.serialize_entry("filename", name)?;
-                        map.serialize_entry("file_data", &Url(source))?;
+                        map.serialize_entry("file_data", &DataUrl(source))?;
                     }
                 }
             }
         }
         map.end()
-    }
-}
-
-/// A source as a URL: its own, or a `data:` URL of its bytes, written without an
-/// intermediate copy.
-struct Url<'a>(&'a Source);
-
-impl serde::Serialize for Url<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self.0 {
-            Source::Url { url } => s.serialize_str(url),
-            Source::Inline { media_type, data } => {
-                s.collect_str(&format_args!("data:{media_type};base64,{}", data.base64()))
-            }
-        }
     }
 }
 
@@ -662,6 +661,14 @@ struct WireTool<'a> {
     strict: bool,
 }
 
+/// Why the Responses API cannot carry `part`, when it cannot.
+fn cannot_carry(part: &Part) -> Option<&'static str> {
+    match part {
+        Part::Audio(_) => Some("which the Responses API cannot carry: its input takes no audio"),
+        _ => None,
+    }
+}
+
 impl Provider for OpenAiResponses {
     /// Streams one Responses reply. Blocks until the reply ends, fails, times out, or
     /// `cancel` fires (which returns [`Error::Aborted`] at once).
@@ -675,6 +682,7 @@ impl Provider for OpenAiResponses {
         if let Some(key) = &self.endpoint.api_key {
             headers.push(("authorization", format!("Bearer {key}")));
         }
+        super::parts::check(request, self.endpoint.accepts, cannot_carry)?;
         let call = Call {
             path: "/responses",
             headers,
