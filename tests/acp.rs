@@ -271,7 +271,7 @@ fn initialize_answers_version_1_with_the_agents_capabilities_and_info() {
                     "loadSession": true,
                     "auth": {"logout": {}},
                     "sessionCapabilities": {"list": {}, "resume": {}, "close": {}, "delete": {}},
-                    "promptCapabilities": {"image": false, "audio": false, "embeddedContext": true},
+                    "promptCapabilities": {"image": true, "audio": true, "embeddedContext": true},
                     "mcpCapabilities": {"http": cfg!(feature = "mcp"), "sse": false},
                 },
                 "agentInfo": {"name": "tester", "title": "A tester", "version": "9.9.9"},
@@ -281,6 +281,97 @@ fn initialize_answers_version_1_with_the_agents_capabilities_and_info() {
         );
     }
     client.close().expect("a clean end");
+}
+
+/// A factory of agents whose model says what the last user message held.
+fn describing(_: &SessionInfo) -> Result<AgentBuilder, pagent::Error> {
+    let faux = Faux::default().otherwise(|request| {
+        let last = request.messages.iter().rev().find_map(|m| match &**m {
+            pagent::Message::User(u) => Some(u),
+            _ => None,
+        });
+        let said: Vec<String> = last
+            .map(|u| u.content.iter().map(describe).collect())
+            .unwrap_or_default();
+        FauxReply::text(said.join(" | "))
+    });
+    Ok(Agent::builder().provider(faux))
+}
+
+fn describe(part: &pagent::Part) -> String {
+    match part {
+        pagent::Part::Text { text } => format!("text {text:?}"),
+        pagent::Part::Image(i) => match &i.source {
+            pagent::Source::Inline { media_type, data } => {
+                format!("image {media_type} {} bytes", data.len())
+            }
+            pagent::Source::Url { url } => format!("image {url}"),
+            _ => "image?".into(),
+        },
+        pagent::Part::Document(d) => format!(
+            "document {:?} {:?} {} bytes",
+            d.name,
+            d.source.media_type(),
+            part.data().map_or(0, |b| b.len())
+        ),
+        pagent::Part::Audio(a) => format!("audio {:?}", a.source.media_type()),
+        _ => "other".into(),
+    }
+}
+
+#[test]
+fn image_and_resource_prompts_reach_the_model_as_parts_and_replay_on_load() {
+    let dir = std::env::temp_dir().join(format!("pagent-acp-parts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut client = Client::start(describing, acp::Options::new().session_dir(&dir));
+    let session = client.new_session(1);
+    let png = "iVBORw0KGgoAAAANSUhEUg==";
+    client.request(
+        2,
+        "session/prompt",
+        json!({"sessionId": session, "prompt": [
+            {"type": "text", "text": "What is this?"},
+            {"type": "image", "data": png, "mimeType": "image/png"},
+            {"type": "resource", "resource": {"uri": "file:///work/r.pdf", "blob": "JVBERi0xLjc=", "mimeType": "application/pdf"}},
+            {"type": "resource", "resource": {"uri": "file:///work/a.rs", "text": "fn a() {}"}},
+        ]}),
+    );
+    let seen = client.until_response(2);
+    let said: String = seen
+        .iter()
+        .filter_map(|m| m["params"]["update"]["content"]["text"].as_str())
+        .collect();
+    assert_eq!(
+        said,
+        "text \"What is this?\" | image image/png 16 bytes | document Some(\"r.pdf\") Some(\"application/pdf\") 8 bytes | text \"<context uri=\\\"file:///work/a.rs\\\">\\nfn a() {}\\n</context>\""
+    );
+    assert_eq!(seen.last().unwrap()["result"]["stopReason"], "end_turn");
+    client.close().expect("a clean end");
+
+    // The saved session replays the prompt's parts as the blocks they came in.
+    let mut client = Client::start(describing, acp::Options::new().session_dir(&dir));
+    client.request(
+        3,
+        "session/load",
+        json!({"sessionId": session, "cwd": "/tmp", "mcpServers": []}),
+    );
+    let replayed: Vec<Value> = client
+        .until_response(3)
+        .iter()
+        .filter(|m| m["params"]["update"]["sessionUpdate"] == "user_message_chunk")
+        .map(|m| m["params"]["update"]["content"].clone())
+        .collect();
+    assert_eq!(
+        replayed,
+        vec![
+            json!({"type": "text", "text": "What is this?"}),
+            json!({"type": "image", "data": png, "mimeType": "image/png"}),
+            json!({"type": "resource", "resource": {"uri": "pagent:document/r.pdf", "mimeType": "application/pdf", "blob": "JVBERi0xLjc="}}),
+            json!({"type": "text", "text": "<context uri=\"file:///work/a.rs\">\nfn a() {}\n</context>"}),
+        ]
+    );
+    client.close().expect("a clean end");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use super::codes;
 use super::map::Refusal;
+use crate::content::{Audio, Blob, Document, Image, Part};
 
 /// An MCP server the client asks a session to connect, as `session/new` and `session/load`
 /// list them.
@@ -96,54 +97,96 @@ impl McpServer {
     }
 }
 
-/// The text of a prompt's content blocks, in order: `text` as it is, a `resource_link` as a
-/// markdown link, an embedded text `resource` as its text under its URI. Images, audio and
-/// binary resources are refused (the agent's capabilities say so).
-pub(crate) fn prompt_text(blocks: &Value) -> Result<String, Refusal> {
+/// The parts of a prompt's content blocks, in order: `text` as it is, a `resource_link` as a
+/// markdown link, an embedded text `resource` as its text under its URI (consecutive pieces
+/// of text joined by a blank line into one text part, so a text prompt is one text part as
+/// it always was); an `image` (inline, or by its `uri` when it has no data), `audio`, and an
+/// embedded `blob` resource (an image, else a document named by its URI) as parts of their
+/// own, their bytes decoded once.
+pub(crate) fn prompt_parts(blocks: &Value) -> Result<Vec<Part>, Refusal> {
     let bad = |why: String| (codes::INVALID_PARAMS, why);
     let Some(blocks) = blocks.as_array() else {
         return Err(bad(
             "session/prompt needs `prompt`, a list of content blocks".into(),
         ));
     };
-    let mut out = String::new();
+    let mut parts: Vec<Part> = Vec::new();
     for block in blocks {
         let field = |name: &str| block.get(name).and_then(Value::as_str);
+        let malformed = || bad(format!("a prompt content block is malformed: {block}"));
         let piece = match field("type") {
-            Some("text") => field("text").map(str::to_owned),
+            Some("text") => field("text").map(Part::text),
             Some("resource_link") => field("uri").map(|uri| {
                 let name = field("name").unwrap_or(uri);
-                format!("[{name}]({uri})")
+                Part::text(format!("[{name}]({uri})"))
             }),
             Some("resource") => {
                 let r = block.get("resource");
                 let get = |n: &str| r.and_then(|r| r.get(n)).and_then(Value::as_str);
-                match (get("uri"), get("text")) {
-                    (Some(uri), Some(t)) => {
-                        Some(format!("<context uri=\"{uri}\">\n{t}\n</context>"))
+                match (get("uri"), get("text"), get("blob")) {
+                    (Some(uri), Some(t), _) => Some(Part::text(format!(
+                        "<context uri=\"{uri}\">\n{t}\n</context>"
+                    ))),
+                    (Some(uri), None, Some(blob)) => {
+                        Some(embedded(uri, get("mimeType"), decoded(blob)?)?)
                     }
-                    _ => return Err(bad("only text resources can be embedded".into())),
+                    _ => return Err(malformed()),
                 }
             }
-            Some(other @ ("image" | "audio")) => {
-                return Err(bad(format!(
-                    "{other} content is not supported by this agent"
-                )));
-            }
+            Some("image") => match (field("data"), field("mimeType"), field("uri")) {
+                (Some("") | None, _, Some(uri)) => Some(Image::url(uri).into()),
+                (Some(data), Some(mime), _) if !data.is_empty() => {
+                    Some(Image::new(mime, decoded(data)?).into())
+                }
+                _ => None,
+            },
+            Some("audio") => match (field("data"), field("mimeType")) {
+                (Some(data), Some(mime)) => Some(Audio::new(mime, decoded(data)?).into()),
+                _ => None,
+            },
             _ => None,
         };
         let Some(piece) = piece else {
-            return Err(bad(format!("a prompt content block is malformed: {block}")));
+            return Err(malformed());
         };
-        if !out.is_empty() {
-            out.push_str("\n\n");
+        match (parts.last_mut(), piece) {
+            (Some(Part::Text { text }), Part::Text { text: more }) => {
+                text.push_str("\n\n");
+                text.push_str(&more);
+            }
+            (_, piece) => parts.push(piece),
         }
-        out.push_str(&piece);
     }
-    if out.is_empty() {
+    if parts.is_empty() {
         return Err(bad("the prompt is empty".into()));
     }
-    Ok(out)
+    Ok(parts)
+}
+
+/// Base64 content bytes, or the refusal that says they are not.
+fn decoded(data: &str) -> Result<Blob, Refusal> {
+    Blob::from_base64(data)
+        .map_err(|e| (codes::INVALID_PARAMS, format!("a prompt block's data: {e}")))
+}
+
+/// An embedded binary resource as a part: an image when its media type (or, without one, its
+/// first bytes) says so, else a document named by the last segment of its URI.
+fn embedded(uri: &str, mime: Option<&str>, data: Blob) -> Result<Part, Refusal> {
+    let name = uri.rsplit('/').find(|s| !s.is_empty()).unwrap_or(uri);
+    let document = |mime: &str, data: Blob| Part::from(Document::new(mime, data).with_name(name));
+    match mime {
+        Some(mime) if mime.starts_with("image/") => Ok(Image::new(mime, data).into()),
+        Some(mime) => Ok(document(mime, data)),
+        None => match Image::from_bytes(data.clone()) {
+            Ok(image) => Ok(image.into()),
+            Err(_) if data.starts_with(b"%PDF-") => Ok(document("application/pdf", data)),
+            Err(_) if std::str::from_utf8(&data).is_ok() => Ok(document("text/plain", data)),
+            Err(_) => Err((
+                codes::INVALID_PARAMS,
+                format!("the embedded resource {uri} needs a `mimeType`"),
+            )),
+        },
+    }
 }
 
 #[cfg(test)]
@@ -153,26 +196,53 @@ mod tests {
     use super::*;
 
     #[test]
-    fn prompt_blocks_become_text_and_unsupported_ones_are_refused() {
+    fn prompt_blocks_become_parts_and_malformed_ones_are_refused() {
         let blocks = json!([
             {"type": "text", "text": "Look at"},
             {"type": "resource_link", "uri": "file:///a.rs", "name": "a.rs"},
             {"type": "resource", "resource": {"uri": "file:///b.rs", "text": "fn b() {}"}},
         ]);
         assert_eq!(
-            prompt_text(&blocks),
-            Ok("Look at\n\n[a.rs](file:///a.rs)\n\n<context uri=\"file:///b.rs\">\nfn b() {}\n</context>".to_owned())
+            prompt_parts(&blocks),
+            Ok(vec![Part::text(
+                "Look at\n\n[a.rs](file:///a.rs)\n\n<context uri=\"file:///b.rs\">\nfn b() {}\n</context>"
+            )])
+        );
+        let media = json!([
+            {"type": "text", "text": "What is this?"},
+            {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"},
+            {"type": "image", "data": "", "mimeType": "image/png", "uri": "https://example.com/a.png"},
+            {"type": "text", "text": "And these:"},
+            {"type": "resource", "resource": {"uri": "file:///docs/r.pdf", "blob": "JVBERi0=", "mimeType": "application/pdf"}},
+            {"type": "resource", "resource": {"uri": "file:///shot", "blob": "iVBORw0KGgo="}},
+            {"type": "audio", "data": "UklGRg==", "mimeType": "audio/wav"},
+        ]);
+        let png = b"\x89PNG\r\n\x1a\n".to_vec();
+        assert_eq!(
+            prompt_parts(&media),
+            Ok(vec![
+                Part::text("What is this?"),
+                Image::new("image/png", png.clone()).into(),
+                Image::url("https://example.com/a.png").into(),
+                Part::text("And these:"),
+                Document::pdf(b"%PDF-".to_vec()).with_name("r.pdf").into(),
+                Image::new("image/png", png).into(),
+                Audio::new("audio/wav", b"RIFF".to_vec()).into(),
+            ])
         );
         for bad in [
             json!([]),
             json!("text"),
+            json!([{"type": "image", "data": "not base64!", "mimeType": "image/png"}]),
+            json!([{"type": "image", "data": "AA=="}]),
             json!([{"type": "image", "data": "", "mimeType": "image/png"}]),
-            json!([{"type": "resource", "resource": {"uri": "file:///c", "blob": "AA=="}}]),
+            json!([{"type": "resource", "resource": {"uri": "file:///c", "blob": "/w=="}}]),
+            json!([{"type": "resource", "resource": {"blob": "AA=="}}]),
             json!([{"type": "text"}]),
             json!([{"type": "video"}]),
         ] {
             assert_eq!(
-                prompt_text(&bad).map_err(|e| e.0),
+                prompt_parts(&bad).map_err(|e| e.0),
                 Err(codes::INVALID_PARAMS),
                 "{bad}"
             );

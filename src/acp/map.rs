@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{ToolKind, codes};
+use crate::content::{Blob, Part, Source};
 use crate::event::{AgentEvent, RunStopReason};
 use crate::message::{ContentBlock, Message, StopReason as ReplyStop, ToolCall, ToolResultMessage};
 use crate::types::StreamEvent;
@@ -91,15 +92,75 @@ pub(crate) fn message_id(index: usize) -> String {
     format!("m{index}")
 }
 
-/// A content block the agent sends: text is all pagent produces.
+/// A content block the agent sends: the text of replies, and the parts of prompts and tool
+/// results (images, audio, documents as embedded resources, URLs as links).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub(crate) enum Content {
-    Text { text: String },
+    Text {
+        text: String,
+    },
+    Image {
+        data: Blob,
+        #[serde(rename = "mimeType")]
+        mime_type: String,
+    },
+    Audio {
+        data: Blob,
+        #[serde(rename = "mimeType")]
+        mime_type: String,
+    },
+    Resource {
+        resource: EmbeddedBlob,
+    },
+    ResourceLink {
+        uri: String,
+        name: String,
+    },
+}
+
+/// The `resource` of an embedded binary resource.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct EmbeddedBlob {
+    uri: String,
+    mime_type: String,
+    blob: Blob,
 }
 
 fn text(s: impl Into<String>) -> Content {
     Content::Text { text: s.into() }
+}
+
+/// A part as a content block: its bytes shared, written as base64 when the update is.
+fn part_content(part: &Part) -> Content {
+    let (kind, source, name) = match part {
+        Part::Image(i) => ("image", &i.source, None),
+        Part::Audio(a) => ("audio", &a.source, None),
+        Part::Document(d) => ("document", &d.source, d.name.as_deref()),
+        part => return text(part.as_text().unwrap_or_default()),
+    };
+    match (kind, source) {
+        (_, Source::Url { url }) => Content::ResourceLink {
+            uri: url.clone(),
+            name: name.unwrap_or(url).to_owned(),
+        },
+        ("image", Source::Inline { media_type, data }) => Content::Image {
+            data: data.clone(),
+            mime_type: media_type.clone(),
+        },
+        ("audio", Source::Inline { media_type, data }) => Content::Audio {
+            data: data.clone(),
+            mime_type: media_type.clone(),
+        },
+        (_, Source::Inline { media_type, data }) => Content::Resource {
+            resource: EmbeddedBlob {
+                uri: format!("pagent:document/{}", name.unwrap_or("document")),
+                mime_type: media_type.clone(),
+                blob: data.clone(),
+            },
+        },
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -206,6 +267,17 @@ fn tool_content(s: &str) -> Option<Vec<ToolContent>> {
     Some(vec![ToolContent::Content { content: text(s) }])
 }
 
+/// A result's content: its text, or with images and documents one block per part.
+fn result_content(parts: &[Part]) -> Option<Vec<ToolContent>> {
+    if parts.iter().all(|p| p.as_text().is_some()) {
+        return tool_content(&crate::content::joined_text(parts));
+    }
+    let content = parts.iter().map(|p| ToolContent::Content {
+        content: part_content(p),
+    });
+    Some(content.collect())
+}
+
 /// The final `tool_call_update` of a call: its status, its text and its details.
 pub(crate) fn tool_result(result: &ToolResultMessage) -> Update {
     Update::ToolCallUpdate(ToolCallUpdate {
@@ -215,7 +287,7 @@ pub(crate) fn tool_result(result: &ToolResultMessage) -> Update {
         } else {
             ToolStatus::Completed
         }),
-        content: tool_content(&result.text()),
+        content: result_content(&result.content),
         raw_output: result.details.clone(),
         ..ToolCallUpdate::default()
     })
@@ -326,10 +398,10 @@ pub(crate) fn replay(messages: &[Message], kind_of: &dyn Fn(&str) -> ToolKind) -
     for (index, message) in messages.iter().enumerate() {
         let message_id = Some(message_id(index));
         match message {
-            Message::User(_) => out.push(Update::UserMessageChunk {
-                content: text(message.text()),
-                message_id,
-            }),
+            Message::User(m) => out.extend(m.content.iter().map(|part| Update::UserMessageChunk {
+                content: part_content(part),
+                message_id: message_id.clone(),
+            })),
             Message::Assistant(a) => {
                 for block in &a.content {
                     let message_id = message_id.clone();

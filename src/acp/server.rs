@@ -26,7 +26,8 @@ use crate::event::{AgentEvent, RunStopReason};
 use crate::jsonrpc::{Call, LineOut, LinkError, Peer, Pool, RpcError};
 use crate::trace::Served;
 use crate::{
-    Agent, AgentBuilder, AgentHandle, ClaimedRun, Error, Message, RunError, RunResult, session,
+    Agent, AgentBuilder, AgentHandle, ClaimedRun, Error, Message, RunError, RunResult, UserMessage,
+    session,
 };
 
 /// What a session's listeners and permission hook share with the server.
@@ -188,7 +189,9 @@ where
                 "loadSession": options.session_dir.is_some(),
                 "sessionCapabilities": lifecycle::capabilities(options),
                 "auth": {"logout": {}},
-                "promptCapabilities": {"image": false, "audio": false, "embeddedContext": true},
+                // Images, audio and embedded resources become parts of the prompt; a model
+                // that cannot take one is told by its provider's check, before any request.
+                "promptCapabilities": {"image": true, "audio": true, "embeddedContext": true},
                 // Stdio servers need no capability; HTTP ones the MCP client (feature `mcp`).
                 "mcpCapabilities": {"http": cfg!(feature = "mcp"), "sse": false},
             },
@@ -491,7 +494,7 @@ where
         id: Option<Value>,
     ) -> Result<Option<Value>, Refusal> {
         let session = self.session(params)?;
-        let text = self.prompt_text(params)?;
+        let text = self.prompt_message(params)?;
         let mut prompts = session.prompts.lock();
         if prompts.running {
             let how = match self.shared.options.while_running {
@@ -526,7 +529,7 @@ where
         params: &Value,
     ) -> Result<Option<Value>, Refusal> {
         let session = self.session(params)?;
-        let text = self.prompt_text(params)?;
+        let text = self.prompt_message(params)?;
         let mut prompts = session.prompts.lock();
         if prompts.running {
             queue_into(&session.agent, &mut prompts, text, None, Queued::Steering);
@@ -610,10 +613,14 @@ where
     }
 
     /// The text of a prompt's content, rewritten by the slash command it invokes.
-    fn prompt_text(&self, params: &Value) -> Result<String, Refusal> {
-        let text = input::prompt_text(params.get("prompt").unwrap_or(&Value::Null))?;
-        commands::rewrite(&self.shared.options.commands, text)
-            .map_err(|why| (codes::INTERNAL_ERROR, why))
+    fn prompt_message(&self, params: &Value) -> Result<UserMessage, Refusal> {
+        let mut parts = input::prompt_parts(params.get("prompt").unwrap_or(&Value::Null))?;
+        // A command is the prompt's first text; images and files after it stay as they are.
+        if let Some(crate::Part::Text { text }) = parts.first_mut() {
+            *text = commands::rewrite(&self.shared.options.commands, std::mem::take(text))
+                .map_err(|why| (codes::INTERNAL_ERROR, why))?;
+        }
+        Ok(UserMessage::from_parts(parts))
     }
 
     /// Claims the idle session's agent and runs `text` on a thread of the pool.
@@ -622,7 +629,7 @@ where
         runs: &Pool<'scope>,
         session: &Arc<Session>,
         prompts: &mut Prompts,
-        text: String,
+        text: UserMessage,
         asker: Asker,
         (method, params): (&'static str, &Value),
     ) -> Result<(), Refusal> {
@@ -634,7 +641,7 @@ where
         let served = Served::open(method, asker.as_ref(), Some(params));
         prompts.start(asker);
         let id = params["sessionId"].as_str().unwrap_or_default().to_owned();
-        let titled = title_from(&self.shared.options, session, &text);
+        let titled = title_from(&self.shared.options, session, &text.text());
         session.touch();
         let peer = &self.shared.peer;
         let job_session = session.clone();
@@ -785,11 +792,11 @@ fn still_running() -> Refusal {
 }
 
 /// Queues `text` into the running agent of `prompts`, for `asker`.
-fn queue_into(agent: &Agent, prompts: &mut Prompts, text: String, asker: Asker, how: Queued) {
+fn queue_into(agent: &Agent, prompts: &mut Prompts, text: UserMessage, asker: Asker, how: Queued) {
     // The agent lives (the session holds it): neither refuses.
     let _ = match how {
-        Queued::Steering => agent.steer(Message::user(text)),
-        Queued::FollowUp => agent.follow_up(Message::user(text)),
+        Queued::Steering => agent.steer(text),
+        Queued::FollowUp => agent.follow_up(text),
     };
     prompts.queue(asker, how);
 }
@@ -800,7 +807,7 @@ fn queue_into(agent: &Agent, prompts: &mut Prompts, text: String, asker: Asker, 
 fn run_session(
     session: &Session,
     claimed: ClaimedRun,
-    text: String,
+    text: UserMessage,
 ) -> (Vec<Asker>, Result<RunResult, RunError>) {
     let agent = &session.agent;
     let mut outcome = claimed.prompt(text);
