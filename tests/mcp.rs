@@ -305,6 +305,17 @@ fn everything_results_map_images_links_and_structured_content() {
         "{}",
         image.text()
     );
+    // The model gets the image itself, its bytes decoded once.
+    let output = image.to_output();
+    let png = output
+        .content
+        .iter()
+        .find_map(|p| match p {
+            pagent::Part::Image(i) => i.source.data(),
+            _ => None,
+        })
+        .expect("an image part");
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "{png:?}");
     let links = client
         .call_tool(
             "get-resource-links",

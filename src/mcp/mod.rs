@@ -156,17 +156,23 @@
 //! a pagent tool: its name (after the optional [`ClientBuilder::prefix`]), its description,
 //! and its input schema passed through unchanged. A call sends `tools/call` and maps the
 //! result to a [`ToolOutput`](crate::ToolOutput) ([`CallResult::to_output`]): its
-//! `content` is the text the model sees, one line (or more) per piece of the result, and
-//! its `details` is the whole result as the server sent it, for programs and UIs:
+//! `content` is what the model sees, the result's pieces as [`Part`](crate::Part)s in order
+//! (images and documents reach a vision model as the images and documents they are), and
+//! its `details` is the result as the server sent it, for programs and UIs, without the bytes
+//! that became parts:
 //!
 //! | In the result | What the model sees | In `details` |
 //! |---|---|---|
-//! | `text` | the text | yes |
-//! | `image`, `audio` | a note: `[image: image/png, 1234 bytes base64]` (the data is not sent to the model) | the data |
+//! | `text` | the text (pieces of text in a row joined by line breaks) | yes |
+//! | `image` | an [`Image`](crate::Image) part (or, when its data is not base64, the note `[image: image/png, 1234 bytes base64]`) | without `data` |
+//! | `audio` | an [`Audio`](crate::Audio) part (same fallback) | without `data` |
 //! | `resource_link` | `[resource link: name <uri>]` | yes |
-//! | `resource` (embedded) | its text, or `[resource: uri, mime type]` for a blob | yes |
+//! | `resource` (embedded) | its text; a `blob` as an image (`image/*`) or a [`Document`](crate::Document) named by its URI | without `blob` |
 //! | `structuredContent` | its JSON, only when there is no `content` (servers send the same as text) | yes |
 //! | `isError: true` | the text, as an error result ([`crate::ToolError`]) | no |
+//!
+//! A provider whose model cannot take a part says so before sending the next request
+//! ([`Accepts`](crate::llm::Accepts)); [`CallResult::text`] is the text-only view, with notes.
 //!
 //! The typed pieces are [`Content`], in [`CallResult::content`]. Progress notifications become
 //! `ToolUpdate` events in the order they came. `abort()` (the tool's cancel token) sends

@@ -14,6 +14,7 @@ use serde_json::{Map, Value, json};
 
 use super::McpError;
 use crate::ToolOutput;
+use crate::content::{Audio, Blob, Document, Image, Part};
 
 /// The session-era revisions this client speaks (an `initialize` handshake), the newest
 /// first: it asks for the first one and accepts any of them in the server's answer.
@@ -498,6 +499,45 @@ impl Content {
         known.unwrap_or(Content::Other(value))
     }
 
+    /// The piece as a part of the output, for images, audio and embedded binary resources
+    /// whose bytes decode: the bytes move out of `raw` (the piece in the result as sent).
+    fn to_part(&self, raw: Option<&mut Value>) -> Option<Part> {
+        let take = |raw: Option<&mut Value>, path: &[&str]| -> Option<Blob> {
+            let (last, within) = path.split_last()?;
+            let mut at = raw?;
+            for key in within {
+                at = at.get_mut(*key)?;
+            }
+            let map = at.as_object_mut()?;
+            let blob = Blob::from_base64(map.get(*last)?.as_str()?).ok()?;
+            map.remove(*last);
+            Some(blob)
+        };
+        match self {
+            Content::Image { mime_type, .. } => {
+                Some(Image::new(mime_type.clone(), take(raw, &["data"])?).into())
+            }
+            Content::Audio { mime_type, .. } => {
+                Some(Audio::new(mime_type.clone(), take(raw, &["data"])?).into())
+            }
+            Content::Resource {
+                uri,
+                mime_type,
+                text: None,
+            } => {
+                let data = take(raw, &["resource", "blob"])?;
+                let mime_type = mime_type.as_deref().unwrap_or("application/octet-stream");
+                Some(if mime_type.starts_with("image/") {
+                    Image::new(mime_type, data).into()
+                } else {
+                    let name = uri.rsplit('/').find(|s| !s.is_empty()).unwrap_or(uri);
+                    Document::new(mime_type, data).with_name(name).into()
+                })
+            }
+            _ => None,
+        }
+    }
+
     /// How the model sees it: the text itself, or a short note for what is not text.
     fn describe(&self) -> String {
         match self {
@@ -572,10 +612,40 @@ impl CallResult {
         parts.join("\n")
     }
 
-    /// The result as a tool's output: [`CallResult::text`] for the model, and the result as
-    /// the server sent it as details (images and structured content for programs).
+    /// The result as a tool's output the model sees whole: text as text, images and audio
+    /// as [`Image`] and [`Audio`] parts, an embedded text resource as its text, an embedded
+    /// binary resource as an image (an `image/*` one) or a [`Document`] named by its URI, a
+    /// link as the note `[resource link: name <uri>]`, an unknown kind as its JSON. Data that
+    /// is not valid base64 stays a note (`[image: image/png, 4 bytes base64]`). Details: the
+    /// result as the server sent it, without the bytes that became parts (their `data` or
+    /// `blob` left out, so the bytes are held and sent once); with no content, the
+    /// structured result as JSON text.
     pub fn to_output(&self) -> ToolOutput {
-        ToolOutput::text(self.text()).with_details(self.raw.clone())
+        let mut details = self.raw.clone();
+        if self.content.is_empty() {
+            return ToolOutput::text(self.text()).with_details(details);
+        }
+        let items = details.get_mut("content").and_then(Value::as_array_mut);
+        let mut items: Vec<Option<&mut Value>> = match items {
+            Some(items) => items.iter_mut().map(Some).collect(),
+            None => Vec::new(),
+        };
+        let mut parts: Vec<Part> = Vec::with_capacity(self.content.len());
+        for (i, piece) in self.content.iter().enumerate() {
+            let raw = items.get_mut(i).and_then(Option::take);
+            let part = piece
+                .to_part(raw)
+                .unwrap_or_else(|| Part::text(piece.describe()));
+            // Pieces of text run on a line each, as [`CallResult::text`] joins them.
+            match (parts.last_mut(), part) {
+                (Some(Part::Text { text }), Part::Text { text: more }) => {
+                    text.push('\n');
+                    text.push_str(&more);
+                }
+                (_, part) => parts.push(part),
+            }
+        }
+        ToolOutput::from_parts(parts).with_details(details)
     }
 }
 
@@ -598,7 +668,40 @@ mod tests {
             result.text(),
             "hello\n[image: image/png, 4 bytes base64]\n[resource link: a <file:///a>]\nbee\n{\"type\":\"new-kind\",\"x\":1}"
         );
-        assert_eq!(result.to_output().details, Some(raw));
+        let output = result.to_output();
+        assert_eq!(
+            output.content,
+            vec![
+                Part::text("hello"),
+                Image::new("image/png", vec![0u8; 3]).into(),
+                Part::text("[resource link: a <file:///a>]\nbee\n{\"type\":\"new-kind\",\"x\":1}"),
+            ]
+        );
+        // The bytes that became a part are not kept twice.
+        let mut without = raw.clone();
+        without["content"][1]
+            .as_object_mut()
+            .unwrap()
+            .remove("data");
+        assert_eq!(output.details, Some(without));
+        let binary = CallResult::from_value(json!({"content": [
+            {"type": "audio", "mimeType": "audio/wav", "data": "UklGRg=="},
+            {"type": "resource", "resource": {"uri": "file:///r/report.pdf", "mimeType": "application/pdf", "blob": "JVBERi0="}},
+            {"type": "resource", "resource": {"uri": "file:///r/shot", "mimeType": "image/png", "blob": "iVBORw0KGgo="}},
+            {"type": "image", "mimeType": "image/png", "data": "not base64!"},
+        ]}))
+        .unwrap();
+        assert_eq!(
+            binary.to_output().content,
+            vec![
+                Audio::new("audio/wav", b"RIFF".to_vec()).into(),
+                Document::pdf(b"%PDF-".to_vec())
+                    .with_name("report.pdf")
+                    .into(),
+                Image::new("image/png", b"\x89PNG\r\n\x1a\n".to_vec()).into(),
+                Part::text("[image: image/png, 11 bytes base64]"),
+            ]
+        );
         let structured =
             CallResult::from_value(json!({"content": [], "structuredContent": {"t": 1}})).unwrap();
         assert_eq!(structured.text(), r#"{"t":1}"#);
