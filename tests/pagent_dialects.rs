@@ -176,6 +176,40 @@ fn all_scenarios() -> Vec<Recorded> {
     all
 }
 
+/// pagent's `user_input` and `ToolResult.content` are strings: a prompt's and a result's
+/// text go there with a note for each image and document (its media type and size, or its
+/// URL) and a document of text as its text, never the bytes.
+#[test]
+fn images_and_documents_are_noted_in_the_pagent_strings() {
+    let all = common::record_all();
+    let r = all.iter().find(|r| r.name == "images").unwrap();
+    for (dialect, stream) in [("v1", &r.v1), ("v4", &r.v4)] {
+        let lines: Vec<Value> = stream
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let param = |method: &str, key: &str| {
+            lines.iter().find(|v| v["method"] == method).unwrap()["params"][key].clone()
+        };
+        assert_eq!(
+            param("RunBegin", "user_input"),
+            json!(format!(
+                "What is on the screen?\n[image: image/png, {} bytes]\n[document: https://example.com/spec.pdf]\n<document name=\"notes.txt\">\na \"note\"\n\n</document>",
+                common::PNG.len()
+            )),
+            "{dialect}"
+        );
+        assert_eq!(
+            param("ToolResult", "content"),
+            json!(format!(
+                "the screen:\n[image: image/png, {} bytes]",
+                common::PNG.len()
+            )),
+            "{dialect}"
+        );
+    }
+}
+
 /// A regression test: the detail objects were always `null` and a reply without usage read
 /// as zeros. pagent writes the OpenAI SDK's `model_dump()` of the usage it got, `null` when
 /// it got none.

@@ -635,7 +635,7 @@ fn malformed_lines_get_errors_and_the_server_reads_on() {
         (
             json!(5),
             codes::INVALID_PARAMS,
-            "prompt needs params {\"text\": string}".to_owned()
+            "prompt needs params {\"text\": string} or {\"content\": parts}".to_owned()
         )
     );
     c.send_raw(&format!(
@@ -824,6 +824,82 @@ fn steering_past_the_queue_cap_is_refused_and_the_server_serves_on() {
     assert_eq!(r["result"]["stop_reason"], "no_tool_calls");
     c.request(9, "steer", json!({"text": "m9"}));
     assert_eq!(c.until_response(9).1["result"], json!({"queued": true}));
+    c.close().unwrap();
+}
+
+/// A prompt, a steering message and a follow-up may carry images and documents (the native
+/// parts): the model gets them as parts, the snapshot lists them, and the byte cap counts
+/// their bytes.
+#[test]
+fn prompts_and_steering_carry_images_as_parts() {
+    let faux = Faux::default()
+        .reply(FauxReply::tool_call("echo", json!({"text": "ping"})))
+        .otherwise(|r| {
+            let said: Vec<String> = r
+                .messages
+                .iter()
+                .filter(|m| m.role() == "user")
+                .flat_map(|m| m.parts().iter())
+                .map(|p| match p {
+                    pagent::Part::Text { text } => text.clone(),
+                    p => format!("<{} bytes>", p.data().map_or(0, |d| d.len())),
+                })
+                .collect();
+            FauxReply::text(said.join(" "))
+        });
+    let c = Client::start(agent(faux), ServeOptions::new().approve_tools(true));
+    let png = "iVBORw0KGgoAAAANSUhEUg==";
+    let image = json!({"type": "image", "source": {"type": "inline", "media_type": "image/png", "data": png}});
+    c.request(
+        1,
+        "prompt",
+        json!({"content": [{"type": "text", "text": "Look:"}, image]}),
+    );
+    let ask = c.until_method("approve_tool_call");
+    c.request(
+        2,
+        "steer",
+        json!({"content": [image, {"type": "text", "text": "and this"}]}),
+    );
+    assert_eq!(c.until_response(2).1["result"], json!({"queued": true}));
+    c.request(3, "snapshot", json!({}));
+    let (_, s) = c.until_response(3);
+    assert_eq!(s["result"]["steering_queue"][0]["content"][0], image);
+    c.send_raw(
+        &json!({"jsonrpc": "2.0", "id": ask["id"], "result": {"decision": "approve"}}).to_string(),
+    );
+    let (_, r) = c.until_response(1);
+    assert_eq!(r["result"]["text"], "Look: <16 bytes> <16 bytes> and this");
+    // Inline bytes count against the byte cap; an empty list and a bad part are refused.
+    c.request(4, "follow_up", json!({"content": []}));
+    assert_eq!(
+        c.until_response(4).1["error"]["code"],
+        codes::INVALID_PARAMS
+    );
+    c.request(5, "follow_up", json!({"content": [{"type": "image", "source": {"type": "inline", "media_type": "image/png", "data": "%%"}}]}));
+    let (_, r) = c.until_response(5);
+    assert_eq!(r["error"]["code"], codes::INVALID_PARAMS);
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("invalid base64"),
+        "{r}"
+    );
+    c.close().unwrap();
+    let c = Client::start(
+        agent(Faux::default()),
+        ServeOptions::new().max_queued_bytes(20),
+    );
+    c.request(1, "follow_up", json!({"content": [image]}));
+    assert_eq!(c.until_response(1).1["result"], json!({"queued": true}));
+    c.request(2, "follow_up", json!({"content": [image]}));
+    let (_, r) = c.until_response(2);
+    assert_eq!(
+        r["error"]["message"],
+        "the follow-up queue is full (1 of 64 messages, 16 of 20 bytes waiting): this message \
+         of 16 bytes was not queued"
+    );
     c.close().unwrap();
 }
 

@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use crate::content::text_with_notes;
 use crate::event::{AgentEvent, RunStopReason};
 use crate::llm::StreamEvent;
 use crate::message::{AssistantMessage, Message, StopReason, ToolCall, ToolResultMessage, Usage};
@@ -103,7 +104,7 @@ impl Encoder {
             }
             AgentEvent::MessageStart { message } if matches!(self.phase, Phase::Pending(_)) => {
                 if let Message::User(m) = &**message {
-                    self.begin_run(&m.text(), out);
+                    self.begin_run(&text_with_notes(&m.content), out);
                     return;
                 }
             }
@@ -366,7 +367,7 @@ fn write_result(out: &mut Vec<u8>, call: &ToolCall, result: &ToolResultMessage) 
         &ToolResultParams {
             tool_call_id: &call.id,
             name: &call.name,
-            content: &result.text(),
+            content: &text_with_notes(&result.content),
             ok: !result.is_error,
         },
     );

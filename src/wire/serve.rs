@@ -13,7 +13,7 @@ use crate::agent::Queue;
 use crate::cancel::CancelToken;
 use crate::hooks::{ToolCallRequest, ToolDecision};
 use crate::jsonrpc::{self, Call, LineOut, LinkError, Peer, Pool, Reply, RpcError, out};
-use crate::message::{Message, ToolCall};
+use crate::message::{Message, ToolCall, UserMessage};
 use crate::state::State;
 use crate::trace::Served;
 use crate::{Agent, AgentBuilder, Error, ErrorInfo, List, RunResult};
@@ -119,7 +119,8 @@ impl ServeOptions {
         self
     }
 
-    /// The most text, in bytes, each of the steering and follow-up queues holds: a message
+    /// The most bytes (text, and the inline bytes of images and documents) each of the
+    /// steering and follow-up queues holds: a message
     /// that would take its queue past it is refused with [`codes::QUEUE_FULL`] (one larger
     /// than this on its own always is). Defaults to [`MAX_QUEUED_BYTES`].
     pub fn max_queued_bytes(mut self, bytes: usize) -> ServeOptions {
@@ -194,9 +195,9 @@ fn approval(reply: Reply<LinkError>) -> Answer {
 /// | method | params | result |
 /// |---|---|---|
 /// | `initialize` | none | `{"protocol_version":"pagent-wire/1","server":{"name","version"},"capabilities":{"methods":[..],"events":"native","tool_approval":bool}}` |
-/// | `prompt` | `{"text":".."}` | when the run ends: `{"stop_reason":"no_tool_calls","text":"<last reply>","usage":{..},"error":null}`; for a run that failed, `"stop_reason":"error"` and `"error"` the error object of the wire (`{"kind":"rate_limited","message":".."}`, see the [wire docs](super)) |
-/// | `steer` | `{"text":".."}` | `{"queued":true}`: delivered before the next model call |
-/// | `follow_up` | `{"text":".."}` | `{"queued":true}`: delivered when the run would stop |
+/// | `prompt` | `{"text":".."}`, or `{"content":<parts>}` (the native wire's parts: images and documents inline or by URL) | when the run ends: `{"stop_reason":"no_tool_calls","text":"<last reply>","usage":{..},"error":null}`; for a run that failed, `"stop_reason":"error"` and `"error"` the error object of the wire (`{"kind":"rate_limited","message":".."}`, see the [wire docs](super)) |
+/// | `steer` | `{"text":".."}` or `{"content":<parts>}` | `{"queued":true}`: delivered before the next model call |
+/// | `follow_up` | `{"text":".."}` or `{"content":<parts>}` | `{"queued":true}`: delivered when the run would stop |
 /// | `abort` | none | `{"aborted":bool}` (false when no run is active) |
 /// | `snapshot` | none | the agent's state: `system_prompt`, `model`, `thinking`, `tools` (names), `messages`, `is_streaming` (a run is going on, from its `AgentStart` to its `AgentEnd`), `is_streaming_reply` (an assistant reply is streaming now, shown in `streaming_message`), `streaming_message`, `pending_tool_calls` (each `{"call","arguments","rewritten","progress"}`), `tool_results`, `error_message`, `error` (the error object of the last run's `AgentEnd`, or null), `turn`, `stop_reason`, `run_usage`, `usage`, `context` (the context figures: `used`, `window`, `share`, `estimated`, `omitted`), `compacting`, `steering_queue`, `follow_up_queue` |
 /// | `reset` | none | between runs ([`Agent::reset`]): a new conversation, the transcript and both queues emptied; `{"removed":[message..]}`, the queued messages it removed (steering first, then follow-ups) |
@@ -342,16 +343,16 @@ impl<'a> Server<'a> {
                 },
             }),
             "steer" => {
-                let text = text_param(method, params)?;
-                self.room_for(&text, Queue::Steering)?;
+                let message = Message::User(message_param(method, params)?);
+                self.room_for(&message, Queue::Steering)?;
                 // Refused only when the agent is gone, and it lives as long as `serve`.
-                let _ = self.agent.steer(text);
+                let _ = self.agent.steer(message);
                 json!({"queued": true})
             }
             "follow_up" => {
-                let text = text_param(method, params)?;
-                self.room_for(&text, Queue::FollowUp)?;
-                let _ = self.agent.follow_up(text);
+                let message = Message::User(message_param(method, params)?);
+                self.room_for(&message, Queue::FollowUp)?;
+                let _ = self.agent.follow_up(message);
                 json!({"queued": true})
             }
             "abort" => json!({"aborted": self.agent.abort()}),
@@ -395,15 +396,16 @@ impl<'a> Server<'a> {
     /// Refuses `text` when the steering (or follow-up) queue has no room for it. The reading
     /// thread is the only one that queues messages from the client, and runs only take them
     /// out, so the room seen here is still there when the message goes in.
-    fn room_for(&self, text: &str, which: Queue) -> Result<(), RpcError> {
+    fn room_for(&self, message: &Message, which: Queue) -> Result<(), RpcError> {
+        let size = queued_size(message);
         let state = self.agent.snapshot();
         let (queue, name) = match which {
             Queue::Steering => (&state.steering_queue, "steering"),
             Queue::FollowUp => (&state.follow_up_queue, "follow-up"),
         };
-        let bytes: usize = queue.iter().map(|m| m.text().len()).sum();
+        let bytes: usize = queue.iter().map(|m| queued_size(m)).sum();
         let (max, max_bytes) = (self.options.max_queued, self.options.max_queued_bytes);
-        if queue.len() < max && bytes.saturating_add(text.len()) <= max_bytes {
+        if queue.len() < max && bytes.saturating_add(size) <= max_bytes {
             return Ok(());
         }
         Err(refused(
@@ -412,7 +414,7 @@ impl<'a> Server<'a> {
                 "the {name} queue is full ({} of {max} messages, {bytes} of {max_bytes} bytes \
                  waiting): this message of {} bytes was not queued",
                 queue.len(),
-                text.len()
+                size
             ),
         ))
     }
@@ -426,7 +428,7 @@ impl<'a> Server<'a> {
         params: Option<&Value>,
         id: Option<Value>,
     ) -> Result<Option<Value>, RpcError> {
-        let text = text_param("prompt", params)?;
+        let message = message_param("prompt", params)?;
         if self.busy.swap(true, Ordering::AcqRel) {
             return Err(refused(codes::RUN_ACTIVE, Error::Busy.to_string()));
         }
@@ -442,7 +444,7 @@ impl<'a> Server<'a> {
         // trace context the client sent in `params._meta`.
         let served = Served::open("prompt", id.as_ref(), params);
         let run = move |_: &Served| {
-            let outcome = claimed.prompt(text);
+            let outcome = claimed.prompt(message);
             // Free before answering, so a client that prompts again on the answer is served.
             self.busy.store(false, Ordering::Release);
             let Some(id) = id else { return };
@@ -500,13 +502,49 @@ fn messages_param(params: Option<&Value>) -> Result<Vec<Message>, RpcError> {
     }
 }
 
-fn text_param(method: &str, params: Option<&Value>) -> Result<String, RpcError> {
-    match params.and_then(|p| p.get("text")) {
-        Some(Value::String(t)) => Ok(t.clone()),
-        _ => Err(refused(
+/// The user message of a `prompt`, `steer` or `follow_up`: `{"text": ".."}`, or
+/// `{"content": <parts>}` (a string, or a list of parts in the native shape: images and
+/// documents inline as base64 or by URL).
+fn message_param(method: &str, params: Option<&Value>) -> Result<UserMessage, RpcError> {
+    let needs = || {
+        refused(
             codes::INVALID_PARAMS,
-            format!("{method} needs params {{\"text\": string}}"),
-        )),
+            format!("{method} needs params {{\"text\": string}} or {{\"content\": parts}}"),
+        )
+    };
+    match (
+        params.and_then(|p| p.get("text")),
+        params.and_then(|p| p.get("content")),
+    ) {
+        (Some(Value::String(t)), None) => Ok(UserMessage::new(t.clone())),
+        (None, Some(content)) => {
+            let parts = crate::content::parts::deserialize(content).map_err(|e| {
+                refused(
+                    codes::INVALID_PARAMS,
+                    format!("{method}: `content` is not a list of parts: {e}"),
+                )
+            })?;
+            if parts.is_empty() {
+                return Err(needs());
+            }
+            Ok(UserMessage::from_parts(parts))
+        }
+        _ => Err(needs()),
+    }
+}
+
+/// The bytes a message holds in a queue: its text, inline bytes and URLs.
+fn queued_size(message: &Message) -> usize {
+    let part = |p: &crate::Part| match (p.as_text(), p.source()) {
+        (Some(text), _) => text.len(),
+        (_, Some(source)) => {
+            source.data().map_or(0, |d| d.len()) + source.url().map_or(0, str::len)
+        }
+        _ => 0,
+    };
+    match message {
+        Message::Assistant(_) => message.text().len(),
+        m => m.parts().iter().map(part).sum(),
     }
 }
 
