@@ -495,6 +495,52 @@ fn described(store: &Store, conversation: &str) -> Vec<String> {
 
 // ---- the session store ----
 
+/// A transcript with an image in the prompt and a screenshot in a tool result goes to Redis
+/// and comes back equal, the bytes as base64 in the stored JSON.
+#[test]
+fn a_transcript_with_images_round_trips_through_the_store() {
+    let redis = shared("store-images");
+    let store = Store::new(&redis);
+    store.delete("c").unwrap();
+    let png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR".to_vec();
+    let shot = png.clone();
+    let tool =
+        fn_tool("screenshot", move |_, _| {
+            Ok(ToolOutput::text("the screen:")
+                .with_part(pagent::Image::new("image/png", shot.clone())))
+        });
+    let faux = Faux::new([
+        FauxReply::tool_call("screenshot", json!({})).with_id("call_1"),
+        FauxReply::text("A square."),
+    ]);
+    let agent = Agent::builder().provider(faux).tool(tool).build().unwrap();
+    let transcript = store.transcript("c");
+    let _sub = agent.subscribe(transcript.listener());
+    let prompt = pagent::UserMessage::new("What is this?")
+        .with_part(pagent::Image::new("image/png", png.clone()))
+        .with_part(pagent::Document::pdf(b"%PDF-1.7".to_vec()).with_name("a.pdf"));
+    agent.prompt(prompt).unwrap();
+    assert_eq!(transcript.error(), None);
+    let loaded = store.load("c").unwrap();
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+    let published: Vec<Message> = agent
+        .snapshot()
+        .messages
+        .iter()
+        .map(|m| (**m).clone())
+        .collect();
+    assert_eq!(loaded.messages, published);
+    assert_eq!(
+        loaded.messages[0].parts()[1].data().unwrap().as_bytes(),
+        &png[..]
+    );
+    assert_eq!(
+        loaded.messages[2].parts()[1].data().unwrap().as_bytes(),
+        &png[..]
+    );
+    store.delete("c").unwrap();
+}
+
 #[test]
 fn a_transcript_in_redis_holds_each_message_as_soon_as_it_ended() {
     let redis = shared("store");
