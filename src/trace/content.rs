@@ -82,6 +82,7 @@ fn parts(parts: &[Part]) -> Vec<Value> {
                 Part::Text { text } => return json!({"type": "text", "content": text}),
                 Part::Image(image) => ("image", &image.source),
                 Part::Document(document) => ("document", &document.source),
+                Part::Audio(audio) => ("audio", &audio.source),
             };
             match source {
                 Source::Inline { media_type, data } => json!({
