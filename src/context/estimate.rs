@@ -142,6 +142,12 @@ fn parts_with(counter: Option<&dyn TokenCounter>, parts: &[Part]) -> u64 {
                     _ => name + pdf_tokens(bytes),
                 }
             }
+            // About 32 tokens a second of 16 kHz 16-bit speech (32,000 bytes): one per
+            // kilobyte; a URL as a small clip.
+            Part::Audio(audio) => audio
+                .source
+                .data()
+                .map_or(64, |d| d.len() as u64 / 1000 + 1),
         })
         .sum()
 }

@@ -69,6 +69,7 @@ fn with_media(parts: &[Part]) -> String {
                 }
                 None => out.push_str("[a document]"),
             },
+            Part::Audio(_) => out.push_str("[audio]"),
         }
     }
     out
