@@ -32,6 +32,20 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 
 /// The number of threads of this process named `pagent-run`.
 fn run_threads() -> usize {
+    // A joined thread can stay listed in /proc for a moment (the kernel wakes the joiner
+    // before it removes the task): wait, bounded, for the list to catch up.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let n = listed_run_threads();
+        if n == 0 || Instant::now() > deadline {
+            return n;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The threads named `pagent-run` that /proc lists now.
+fn listed_run_threads() -> usize {
     std::fs::read_dir("/proc/self/task")
         .map(|tasks| {
             tasks
