@@ -126,6 +126,18 @@ pub enum Error {
     /// the message and the part. Also a file that is not the kind of content asked for
     /// ([`Image::load`](crate::Image::load)).
     UnsupportedContent(String),
+    /// The run's structured answer did not match its [`OutputSchema`](crate::OutputSchema)
+    /// once the repair turns were spent (see
+    /// [`AgentBuilder::output_repairs`](crate::AgentBuilder::output_repairs)), or the run
+    /// ended without an answer ([`Agent::prompt_as`](crate::Agent::prompt_as) on a run that
+    /// stopped at `max_turns`).
+    InvalidOutput {
+        /// What is wrong with the last answer (as the repair turns told the model), or why
+        /// there is none.
+        message: String,
+        /// The last answer as the model wrote it (empty when there is none).
+        raw: String,
+    },
     /// Reading or writing a file or stream failed.
     Io {
         /// The kind of the underlying [`std::io::Error`] (`NotFound`, `BrokenPipe`...), kept so
@@ -269,6 +281,7 @@ impl fmt::Display for Error {
             }
             Error::Wire(why) => write!(f, "wire: {why}"),
             Error::UnsupportedContent(why) => write!(f, "unsupported content: {why}"),
+            Error::InvalidOutput { message, .. } => write!(f, "invalid output: {message}"),
             Error::Io { message, .. } => write!(f, "io: {message}"),
             Error::Panic { source, message } => write!(f, "{source} panicked: {message}"),
         }
@@ -351,6 +364,7 @@ impl RunError {
                 messages: Vec::new(),
                 stop_reason: RunStopReason::Error,
                 usage: Default::default(),
+                output: None,
             },
         )
     }

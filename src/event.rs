@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::context::{CompactionReason, ContextUsage};
 use crate::kind::ErrorInfo;
 use crate::message::{Message, ToolCall, ToolResultMessage, Usage};
+use crate::output::OutputCheck;
 use crate::partial::PartialMessage;
 use crate::types::{StreamEvent, ToolOutput};
 
@@ -21,6 +22,7 @@ use crate::types::{StreamEvent, ToolOutput};
 ///     MessageStart / MessageUpdate* / MessageEnd    the assistant reply, streamed
 ///     ToolStart / ToolExecute? / ToolUpdate* / ToolEnd   each tool call of that reply
 ///     MessageStart / MessageEnd                     each tool result message, in call order
+///     OutputChecked?                                the structured answer, checked
 ///   TurnEnd { turn, message, tool_results, stop_reason, context }
 ///   ... the next TurnStart while the model keeps calling tools ...
 /// AgentEnd { messages, stop_reason, usage, error }
@@ -139,6 +141,22 @@ pub enum AgentEvent {
         /// monotonic clock); `None` from a source that does not say.
         duration: Option<Duration>,
     },
+    /// A run with an [`OutputSchema`](crate::OutputSchema) checked the structured answer of
+    /// this turn: the reply's text, parsed and checked against the schema. Comes when the
+    /// run would otherwise stop (the model answered without calling tools, or the final
+    /// answer turn ended), after the reply's `MessageEnd` (and the results of calls that did
+    /// not run) and before the turn's `TurnEnd`. A valid answer ends the run (its value is in
+    /// [`RunResult::output`](crate::RunResult::output)); an invalid one is followed by a
+    /// repair turn, whose user message says what was wrong, until the repairs are spent and
+    /// the run fails with [`Error::InvalidOutput`](crate::Error::InvalidOutput) (see
+    /// [`AgentBuilder::output_repairs`](crate::AgentBuilder::output_repairs)). The state
+    /// keeps the latest in `State::output`.
+    OutputChecked {
+        /// The turn number, from 1.
+        turn: u32,
+        /// The answer, and its value or what is wrong with it (shared with the state).
+        check: Arc<OutputCheck>,
+    },
     /// A turn ended.
     TurnEnd {
         /// The turn number, from 1.
@@ -156,8 +174,8 @@ pub enum AgentEvent {
     /// Between runs, the transcript was replaced ([`crate::Agent::replace_messages`]) or
     /// emptied ([`crate::Agent::reset`]). The state then holds these messages, and forgets
     /// what the last run left (`error_message`, `error_kind`, `stop_reason`, `turn`,
-    /// `run_usage`, `tool_results`): it no longer describes this transcript. Never emitted
-    /// while a run is active, nor between a run's `AgentStart` and its `AgentEnd`.
+    /// `run_usage`, `tool_results`, `output`): it no longer describes this transcript. Never
+    /// emitted while a run is active, nor between a run's `AgentStart` and its `AgentEnd`.
     MessagesReplaced {
         /// The whole new transcript, oldest first (empty after a reset).
         messages: Vec<Arc<Message>>,
@@ -191,6 +209,7 @@ impl AgentEvent {
             AgentEvent::ToolExecute { .. } => "ToolExecute",
             AgentEvent::ToolUpdate { .. } => "ToolUpdate",
             AgentEvent::ToolEnd { .. } => "ToolEnd",
+            AgentEvent::OutputChecked { .. } => "OutputChecked",
             AgentEvent::TurnEnd { .. } => "TurnEnd",
             AgentEvent::MessagesReplaced { .. } => "MessagesReplaced",
             AgentEvent::AgentEnd { .. } => "AgentEnd",

@@ -76,6 +76,9 @@ pub enum ErrorKind {
     Wire,
     /// Reading or writing a file or stream failed.
     Io,
+    /// The run's structured answer did not match its schema after the repair turns, or
+    /// there was none.
+    InvalidOutput,
 }
 
 impl ErrorKind {
@@ -98,6 +101,7 @@ impl ErrorKind {
             ErrorKind::Panic => "panic",
             ErrorKind::Wire => "wire",
             ErrorKind::Io => "io",
+            ErrorKind::InvalidOutput => "invalid_output",
         }
     }
 
@@ -159,6 +163,7 @@ impl Error {
             Error::ReplyTooLarge { .. } => ErrorKind::ReplyTooLarge,
             Error::Wire(_) => ErrorKind::Wire,
             Error::Io { .. } => ErrorKind::Io,
+            Error::InvalidOutput { .. } => ErrorKind::InvalidOutput,
             Error::Panic { .. } => ErrorKind::Panic,
         }
     }
@@ -300,6 +305,7 @@ impl TryFrom<InfoRepr> for ErrorInfo {
             "panic" => ErrorKind::Panic,
             "wire" => ErrorKind::Wire,
             "io" => ErrorKind::Io,
+            "invalid_output" => ErrorKind::InvalidOutput,
             other => return Err(format!("unknown error kind `{other}`")),
         };
         Ok(ErrorInfo {
@@ -411,6 +417,13 @@ mod tests {
             (
                 Error::NotConfigured("x".into()),
                 ErrorKind::InvalidRequest(None),
+            ),
+            (
+                Error::InvalidOutput {
+                    message: "x".into(),
+                    raw: "{".into(),
+                },
+                ErrorKind::InvalidOutput,
             ),
         ];
         for (error, kind) in rows {

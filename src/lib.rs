@@ -34,6 +34,7 @@ pub mod llm;
 #[cfg(feature = "mcp")]
 pub mod mcp;
 mod message;
+mod output;
 mod partial;
 #[cfg(feature = "redis")]
 pub mod redis;
@@ -50,9 +51,9 @@ mod types;
 pub mod wire;
 
 pub use agent::{
-    Agent, AgentBuilder, AgentHandle, ClaimedRun, FinalTurn, Prompt, QueueMode, Refused,
-    RunMessages, RunResult, RunStream, SteeringPolicy, Subscription, TextChunks, Waker, WireLines,
-    run_loop,
+    Agent, AgentBuilder, AgentHandle, ClaimedRun, FinalTurn, OutputTurn, Prompt, QueueMode,
+    Refused, RunMessages, RunResult, RunStream, SteeringPolicy, Subscription, TextChunks, TypedRun,
+    Waker, WireLines, run_loop,
 };
 pub use cancel::CancelToken;
 pub use content::{Audio, Blob, Document, Image, Part, Source};
@@ -65,6 +66,7 @@ pub use message::{
     AssistantMessage, ContentBlock, Message, StopReason, ToolCall, ToolResultMessage, Usage,
     UserMessage,
 };
+pub use output::{OutputCheck, OutputSchema};
 pub use partial::{PartialBlock, PartialMessage, Text};
 pub use state::{ChannelPolicy, ChannelStats, FinishedToolCall, PendingToolCall, State};
 pub use tool::{Tool, ToolContext, ToolError, ToolOutput};

@@ -8,6 +8,7 @@ use crate::event::{AgentEvent, RunStopReason};
 use crate::kind::ErrorKind;
 use crate::list::List;
 use crate::message::{Message, StopReason, ToolCall, ToolResultMessage, Usage};
+use crate::output::OutputCheck;
 use crate::partial::PartialMessage;
 use crate::types::{StreamEvent, ThinkingLevel, ToolDefinition, ToolOutput};
 
@@ -79,6 +80,11 @@ pub struct State {
     pub stop_reason: Option<RunStopReason>,
     /// Usage of the current (or last) run.
     pub run_usage: Usage,
+    /// The latest structured answer of the current (or last) run, as checked against its
+    /// [`OutputSchema`](crate::OutputSchema): its value, or what was wrong with it while a
+    /// repair turn follows (see [`AgentEvent::OutputChecked`]). `None` in a run without a
+    /// schema and until its first answer; cleared when a run starts.
+    pub output: Option<Arc<OutputCheck>>,
     /// Usage summed over every run of this agent.
     pub usage: Usage,
     /// How full the model's context is: the tokens of what the next request sends, the
@@ -226,6 +232,7 @@ impl State {
                 s.turn = 0;
                 s.run_usage = Usage::default();
                 s.retry = None;
+                s.output = None;
             }
             AgentEvent::TurnStart { turn } => {
                 s.turn = *turn;
@@ -326,6 +333,7 @@ impl State {
                     duration: *duration,
                 });
             }
+            AgentEvent::OutputChecked { check, .. } => s.output = Some(check.clone()),
             AgentEvent::TurnEnd { context, .. } => s.context = *context,
             AgentEvent::CompactionStart { .. } => s.compacting = true,
             AgentEvent::CompactionEnd { context, usage, .. } => {
@@ -337,6 +345,7 @@ impl State {
             AgentEvent::MessagesReplaced { messages } => {
                 s.messages = messages.iter().cloned().collect();
                 s.context = crate::context::ledger::estimate_of(&s.messages, s.context.window);
+                s.output = None;
                 s.error_message = None;
                 s.error_kind = None;
                 s.stop_reason = None;

@@ -164,6 +164,7 @@ fn error_info() -> impl Strategy<Value = ErrorInfo> {
         Just(ErrorKind::Panic),
         Just(ErrorKind::Wire),
         Just(ErrorKind::Io),
+        Just(ErrorKind::InvalidOutput),
     ];
     (kind, text()).prop_map(|(kind, message)| ErrorInfo::new(kind, message))
 }

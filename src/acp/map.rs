@@ -746,6 +746,7 @@ mod tests {
             messages: vec![Arc::new(Message::user("q")), reply(last)],
             stop_reason,
             usage: Usage::default(),
+            output: None,
         })
     }
 

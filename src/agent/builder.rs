@@ -5,11 +5,12 @@ use std::sync::{Arc, OnceLock};
 
 use super::guard;
 use super::hooks::{BeforeToolCall, Hooks, ToolCallRequest, ToolDecision, TurnSetup};
-use super::{Agent, FinalTurn, QueueMode, SteeringPolicy};
+use super::{Agent, FinalTurn, OutputTurn, QueueMode, SteeringPolicy};
 use crate::Error;
 use crate::context::ContextPolicy;
 use crate::llm::{Provider, ThinkingLevel, TokenCounter, ToolDefinition};
 use crate::message::{Message, ToolCall, ToolResultMessage};
+use crate::output::OutputSchema;
 use crate::tool::Tool;
 
 /// What a run reads of the agent's configuration (cloned at the start of each run).
@@ -41,6 +42,9 @@ pub(crate) struct Config {
     /// The counter set on the builder, else the provider's (`Provider::token_counter`).
     pub(crate) token_counter: Option<Arc<dyn TokenCounter>>,
     pub(crate) overflow_recovery: bool,
+    pub(crate) output: Option<OutputSchema>,
+    pub(crate) output_turn: OutputTurn,
+    pub(crate) output_repairs: u32,
 }
 
 /// The names of a run's tools, in tool order, asked once (`Tool::name` is user code, and the
@@ -104,6 +108,9 @@ impl fmt::Debug for Config {
                     .map(|c| guard::catch(|| c.name().to_owned()).unwrap_or_default()),
             )
             .field("overflow_recovery", &self.overflow_recovery)
+            .field("output", &self.output.as_ref().map(OutputSchema::name))
+            .field("output_turn", &self.output_turn)
+            .field("output_repairs", &self.output_repairs)
             .finish()
     }
 }
@@ -132,6 +139,9 @@ pub struct AgentBuilder {
     context_window: Option<u64>,
     token_counter: Option<Arc<dyn TokenCounter>>,
     overflow_recovery: bool,
+    output: Option<OutputSchema>,
+    output_turn: OutputTurn,
+    output_repairs: u32,
 }
 
 impl Default for AgentBuilder {
@@ -158,6 +168,9 @@ impl Default for AgentBuilder {
             context_window: None,
             token_counter: None,
             overflow_recovery: true,
+            output: None,
+            output_turn: OutputTurn::default(),
+            output_repairs: AgentBuilder::DEFAULT_OUTPUT_REPAIRS,
         }
     }
 }
@@ -168,6 +181,9 @@ impl AgentBuilder {
 
     /// The default of [`AgentBuilder::max_reply_bytes`]: 64 MiB.
     pub const DEFAULT_MAX_REPLY_BYTES: u64 = 64 * 1024 * 1024;
+
+    /// The default of [`AgentBuilder::output_repairs`]: 2.
+    pub const DEFAULT_OUTPUT_REPAIRS: u32 = 2;
 
     /// The model server. Required.
     pub fn provider(mut self, provider: impl Provider + 'static) -> AgentBuilder {
@@ -465,6 +481,39 @@ impl AgentBuilder {
         self
     }
 
+    /// The schema of every run's structured answer: each run asks the model for an answer
+    /// matching it, checks it, and puts it in [`RunResult::output`](crate::RunResult::output)
+    /// (see [`OutputTurn`] for which requests carry it, and
+    /// [`AgentBuilder::output_repairs`]). [`Agent::prompt_as`] and
+    /// [`Agent::prompt_with_output`] give one run a schema of its own instead. Defaults to
+    /// none: runs answer in text.
+    pub fn output_schema(mut self, schema: OutputSchema) -> AgentBuilder {
+        self.output = Some(schema);
+        self
+    }
+
+    /// Which requests of a run with an output schema carry it: by default
+    /// ([`OutputTurn::Answer`]) only those on which the model is to answer, so tool turns
+    /// keep their tools on every server, at the cost of one more model call when a run with
+    /// tools ends on an answer that is not already valid; [`OutputTurn::Every`] sends it with
+    /// every request, beside the tools, for servers that honour both (OpenAI, Anthropic).
+    /// See [`OutputTurn`]. Defaults to [`OutputTurn::Answer`].
+    pub fn output_turn(mut self, when: OutputTurn) -> AgentBuilder {
+        self.output_turn = when;
+        self
+    }
+
+    /// How many repair turns an invalid structured answer gets, each telling the model what
+    /// was wrong, before the run fails with
+    /// [`Error::InvalidOutput`](crate::Error::InvalidOutput) (0: none). The answer turn
+    /// that asks for the schema after an answer given without it is not a repair. Repair
+    /// turns run no tools and do not count against `max_turns`. Defaults to
+    /// [`AgentBuilder::DEFAULT_OUTPUT_REPAIRS`] (2).
+    pub fn output_repairs(mut self, repairs: u32) -> AgentBuilder {
+        self.output_repairs = repairs;
+        self
+    }
+
     /// The agent's name in its traces (feature `tracing`): its runs are
     /// `invoke_agent {name}` spans with `gen_ai.agent.name`, so the spans of several agents
     /// in one program tell them apart. Defaults to none (the spans are `invoke_agent`).
@@ -595,6 +644,9 @@ impl AgentBuilder {
             follow_up_mode: self.follow_up_mode,
             hooks: self.hooks,
             trace: self.trace,
+            output: self.output,
+            output_turn: self.output_turn,
+            output_repairs: self.output_repairs,
         };
         Ok(Agent::from_config(config, self.messages))
     }

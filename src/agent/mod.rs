@@ -23,6 +23,7 @@ mod context;
 pub(crate) mod dispatch;
 pub(crate) mod guard;
 pub(crate) mod hooks;
+mod output;
 mod queues;
 mod repair;
 mod run;
@@ -36,6 +37,7 @@ use builder::Config;
 use channel::Channel;
 pub use claim::ClaimedRun;
 use dispatch::{Shared, Sink};
+pub use output::{OutputTurn, TypedRun};
 pub use stream::{RunMessages, RunStream, TextChunks, WireLines, run_loop};
 
 /// An LLM agent driven from ordinary blocking code.
@@ -229,6 +231,12 @@ pub struct RunResult {
     pub stop_reason: RunStopReason,
     /// Usage summed over the run's replies.
     pub usage: Usage,
+    /// The structured answer, parsed and matching the run's
+    /// [`OutputSchema`](crate::OutputSchema) (see [`AgentBuilder::output_schema`],
+    /// [`Agent::prompt_with_output`]): the last reply's text as JSON. `None` for a run
+    /// without a schema, and for one that ended without a valid answer (aborted, failed, or
+    /// at `max_turns` with [`FinalTurn::Off`]). [`RunResult::output_as`] deserializes it.
+    pub output: Option<serde_json::Value>,
 }
 
 impl RunResult {
@@ -627,8 +635,8 @@ impl Agent {
 
     /// Starts a new conversation: empties the transcript and both queues, and clears what the
     /// last run left in the state (`error_message`, `error_kind`, `stop_reason`, `turn`,
-    /// `run_usage`, `tool_results`). The settings (system prompt, model, thinking level,
-    /// tools), the listeners, `usage` (summed over the agent's life) and the listener and
+    /// `run_usage`, `tool_results`, `output`). The settings (system prompt, model, thinking
+    /// level, tools), the listeners, `usage` (summed over the agent's life) and the listener and
     /// channel counters stay. Returns the queued messages it removed, the steering messages
     /// first, then the follow-ups, each queue in order.
     ///

@@ -10,12 +10,14 @@ use super::builder::{Config, ToolNames};
 use super::context::RunContext;
 use super::guard;
 use super::hooks::TurnSetup;
+use super::output::RunOutput;
 use super::repair;
 use super::{FinalTurn, Inner, Queue, QueueMode, RunResult};
 use crate::cancel::CancelToken;
 use crate::event::{AgentEvent, RunStopReason};
 use crate::llm::{Request, StreamEvent};
 use crate::message::{AssistantMessage, Message, StopReason, ToolResultMessage, Usage};
+use crate::output::OutputSchema;
 use crate::partial::PartialMessage;
 use crate::trace::RunTrace;
 use crate::{Error, ErrorInfo, RunError, TimeoutPhase};
@@ -144,12 +146,30 @@ pub(crate) fn claim(inner: &Arc<Inner>) -> Result<Claimed, Error> {
 }
 
 pub(crate) fn run(inner: &Arc<Inner>, start: Start) -> Result<RunResult, RunError> {
+    run_with(inner, start, None)
+}
+
+/// A run whose structured answer matches `output` (instead of the agent's own schema, if
+/// any).
+pub(crate) fn run_with(
+    inner: &Arc<Inner>,
+    start: Start,
+    output: Option<OutputSchema>,
+) -> Result<RunResult, RunError> {
     let claimed = claim(inner).map_err(RunError::refused)?;
-    run_claimed(claimed, start)
+    run_claimed_with(claimed, start, output)
 }
 
 /// Runs on the current thread a run whose claim was taken by [`claim`].
-pub(crate) fn run_claimed(mut claimed: Claimed, start: Start) -> Result<RunResult, RunError> {
+pub(crate) fn run_claimed(claimed: Claimed, start: Start) -> Result<RunResult, RunError> {
+    run_claimed_with(claimed, start, None)
+}
+
+fn run_claimed_with(
+    mut claimed: Claimed,
+    start: Start,
+    output: Option<OutputSchema>,
+) -> Result<RunResult, RunError> {
     let inner = &claimed.inner.clone();
     let cancel = claimed
         .token
@@ -174,6 +194,9 @@ pub(crate) fn run_claimed(mut claimed: Claimed, start: Start) -> Result<RunResul
         &config.system_prompt,
     );
     let memory = std::mem::take(&mut *inner.context.lock());
+    let output = output
+        .or_else(|| config.output.clone())
+        .map(|schema| RunOutput::new(schema, config.output_turn, config.output_repairs));
     let mut run = Run {
         inner,
         trace,
@@ -185,6 +208,7 @@ pub(crate) fn run_claimed(mut claimed: Claimed, start: Start) -> Result<RunResul
         final_turn: false,
         retried: 0,
         context: RunContext::new(memory),
+        output,
     };
     run.emit(AgentEvent::AgentStart);
     let (mut stop_reason, error) = match guard::must("the agent loop", || run.turns(input)) {
@@ -209,6 +233,11 @@ pub(crate) fn run_claimed(mut claimed: Claimed, start: Start) -> Result<RunResul
         messages: run.appended.clone(),
         stop_reason,
         usage: run.usage,
+        // A failed run has no answer, whatever it checked before it failed.
+        output: match stop_reason {
+            RunStopReason::Error => None,
+            _ => run.output.take().and_then(RunOutput::into_value),
+        },
     };
     let messages = std::mem::take(&mut run.appended);
     run.emit(AgentEvent::AgentEnd {
@@ -308,15 +337,17 @@ pub(crate) struct Run<'a> {
     pub(crate) cancel: CancelToken,
     appended: Vec<Arc<Message>>,
     usage: Usage,
-    turn: u32,
-    /// Whether this turn is the final answer turn after `max_turns` (see [`FinalTurn`]):
-    /// its tool calls are not run.
-    final_turn: bool,
+    pub(crate) turn: u32,
+    /// Whether this turn is the final answer turn after `max_turns` (see [`FinalTurn`]), or
+    /// a structured answer's answer or repair turn: its tool calls are not run.
+    pub(crate) final_turn: bool,
     /// How many turns sent an overflowed request again: they do not count against
     /// `max_turns`.
     pub(crate) retried: u32,
     /// The context ledger and what the current model call needs of it.
     pub(crate) context: RunContext,
+    /// The structured answer of a run with an output schema (see `agent::output`).
+    pub(crate) output: Option<RunOutput>,
 }
 
 impl Run<'_> {
@@ -361,8 +392,9 @@ impl Run<'_> {
                 return self.cancelled();
             }
             self.turn += 1;
-            // Only a turn at the limit that ran tools goes on past it (see `decide`).
-            self.final_turn = self.turn - self.retried > self.config.max_turns;
+            // Only a turn at the limit that ran tools goes on past it (see `decide`); an
+            // answer or repair turn runs no tools either.
+            self.final_turn = self.turn - self.retried > self.config.max_turns || self.answering();
             if std::mem::take(&mut follow_up_due) {
                 input.extend(take_queued(
                     self.inner,
@@ -405,7 +437,8 @@ impl Run<'_> {
             };
 
             let stop = self.decide(reply, !calls.is_empty(), &mut follow_up_due);
-            let (stop, error) = self.after_reply(reply, stop, error);
+            let (stop, mut error) = self.after_reply(reply, stop, error);
+            let stop = self.settle_answer(reply, !calls.is_empty(), stop, &mut input, &mut error);
             let context = self.context_usage();
             self.emit(AgentEvent::TurnEnd {
                 turn: self.turn,
@@ -592,12 +625,14 @@ impl Run<'_> {
         } else {
             self.config.tool_defs.clone()
         };
+        let output = self.output_request(!tools.is_empty());
         Ok(Request {
             system_prompt: self.config.system_prompt.clone(),
             messages,
             tools,
             model: self.config.model.clone(),
             thinking: self.config.thinking,
+            output,
         })
     }
 

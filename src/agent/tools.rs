@@ -181,7 +181,11 @@ impl Run<'_> {
         calls: &[ToolCall],
         reply: &AssistantMessage,
     ) -> Vec<Arc<ToolResultMessage>> {
-        let text = not_run(reply).unwrap_or(FINAL_TURN);
+        let text = not_run(reply).unwrap_or(if self.answering() {
+            super::output::NOT_RUN
+        } else {
+            FINAL_TURN
+        });
         let results: Vec<_> = calls
             .iter()
             .map(|call| Arc::new(Run::tool_result(call, text, true)))

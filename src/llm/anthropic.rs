@@ -48,6 +48,14 @@ pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 /// prompt (then sent as a text block) and in the transcript, at most four; see
 /// [`PromptCache`] and [`Anthropic::prompt_cache`].
 ///
+/// A structured answer (a request with an [`OutputRequest`](super::OutputRequest)) is asked
+/// for as [`Anthropic::output_mode`] says: by default with the API's structured outputs,
+/// `output_config.format` (`json_schema`, the schema in the form Anthropic takes, see
+/// [`OutputSchema::anthropic_schema`](crate::OutputSchema::anthropic_schema)), or with a
+/// forced tool whose input is the answer ([`AnthropicOutput::ForcedTool`]), whose input the
+/// reply hands over as its text. When the model is to answer now, the tools stay listed
+/// with `tool_choice: {"type": "none"}`.
+///
 /// Failures, retries and timeouts behave as for [`OpenAiCompat`](super::OpenAiCompat).
 /// `Debug` never shows the API key, and errors never contain it.
 #[derive(Clone, Debug)]
@@ -56,6 +64,31 @@ pub struct Anthropic {
     max_tokens: u32,
     temperature: Option<f32>,
     cache: PromptCache,
+    output: AnthropicOutput,
+}
+
+/// How [`Anthropic`] asks for a structured answer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum AnthropicOutput {
+    /// The API's structured outputs: `output_config: {"format": {"type": "json_schema",
+    /// "schema": ..}}`, which constrains the reply's text to the schema. The default: the
+    /// way the current API and models (Claude Sonnet 4.5, Opus 4.5, Haiku 4.5 and later)
+    /// take a schema. Sent with every request that asks for the answer, beside the tools
+    /// where the agent sends it so ([`OutputTurn::Every`](crate::OutputTurn::Every)).
+    #[default]
+    Format,
+    /// A tool whose input is the answer, forced with `tool_choice: {"type": "tool", "name":
+    /// ..}`, for models and compatible servers without structured outputs (llama.cpp's
+    /// `/v1/messages` takes this one). The tool is named after the schema (`Verdict`, or
+    /// `Verdict_answer` when a tool of the agent has that name), listed after the agent's
+    /// own tools, and its input, the answer, comes as the reply's text. Only a request on
+    /// which the model is to answer can force it: a tool turn under
+    /// [`OutputTurn::Every`](crate::OutputTurn::Every) goes without the schema. The API
+    /// refuses a forced tool with extended thinking, so such a request asks for no thinking;
+    /// and a tool's input is an object, so the schema's root must be one (else the request
+    /// fails before it is sent, with [`Error::Config`]).
+    ForcedTool,
 }
 
 impl Anthropic {
@@ -71,6 +104,7 @@ impl Anthropic {
             max_tokens: 8192,
             temperature: None,
             cache: PromptCache::default(),
+            output: AnthropicOutput::default(),
         }
     }
 
@@ -119,15 +153,63 @@ impl Anthropic {
         self
     }
 
+    /// How a structured answer is asked for. Defaults to [`AnthropicOutput::Format`].
+    #[must_use]
+    pub fn output_mode(mut self, mode: AnthropicOutput) -> Anthropic {
+        self.output = mode;
+        self
+    }
+
     /// The request body for `request`, as sent (parsed back from the bytes it writes).
     pub fn request_body(&self, request: &Request) -> Value {
         // OK because the bytes were written by serde_json from JSON values.
         serde_json::from_slice(&self.body_bytes(request)).expect("the body is valid JSON")
     }
 
+    /// The forced tool of a request whose answer it carries: its name, and the schema.
+    fn answer_tool<'r>(&self, request: &'r Request) -> Option<(String, &'r Value)> {
+        let output = request.output.as_ref()?;
+        if self.output != AnthropicOutput::ForcedTool || !output.answer_now {
+            return None;
+        }
+        let schema = &output.schema;
+        let mut name = schema.name().to_owned();
+        if request.tools.iter().any(|t| t.name == name) {
+            name.push_str("_answer");
+        }
+        Some((name, schema.schema()))
+    }
+
     /// The request body for `request`, serialized straight from the shared messages.
     fn body_bytes(&self, request: &Request) -> Vec<u8> {
-        let budget = match request.thinking {
+        let answer_tool = self.answer_tool(request);
+        let output_config = match &request.output {
+            Some(output) if self.output == AnthropicOutput::Format => Some(OutputConfig {
+                format: JsonFormat {
+                    kind: "json_schema",
+                    schema: output.schema.anthropic_schema(),
+                },
+            }),
+            _ => None,
+        };
+        let answer_now = request.output.as_ref().is_some_and(|o| o.answer_now);
+        let tool_choice = match &answer_tool {
+            Some((name, _)) => Some(ToolChoice {
+                kind: "tool",
+                name: Some(name),
+            }),
+            None if answer_now && !request.tools.is_empty() => Some(ToolChoice {
+                kind: "none",
+                name: None,
+            }),
+            None => None,
+        };
+        // The API refuses a forced tool with extended thinking.
+        let thinking = match answer_tool {
+            Some(_) => ThinkingLevel::Off,
+            None => request.thinking,
+        };
+        let budget = match thinking {
             ThinkingLevel::Off => None,
             ThinkingLevel::Minimal => Some(1024),
             ThinkingLevel::Low => Some(4096),
@@ -150,10 +232,18 @@ impl Anthropic {
                 text: &request.system_prompt,
                 cache: self.cache.system.then_some(self.cache.control()),
             }),
-            tools: (!request.tools.is_empty()).then_some(Tools {
+            tools: (!request.tools.is_empty() || answer_tool.is_some()).then(|| Tools {
                 tools: &request.tools,
                 cache: self.cache.tools.then_some(self.cache.control()),
+                answer: answer_tool.as_ref().map(|(name, schema)| WireTool {
+                    name,
+                    description: "Give your final answer: its input is the answer.",
+                    input_schema: schema,
+                    cache_control: None,
+                }),
             }),
+            tool_choice,
+            output_config,
             thinking: budget.map(|budget_tokens| Thinking {
                 kind: "enabled",
                 budget_tokens,
@@ -182,9 +272,35 @@ struct Body<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     tools: Option<Tools<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<ToolChoice<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output_config: Option<OutputConfig<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     thinking: Option<Thinking>,
     #[serde(skip_serializing_if = "Option::is_none")]
     temperature: Option<f32>,
+}
+
+/// `{"type": "none"}`, or `{"type": "tool", "name": ..}`.
+#[derive(Serialize)]
+struct ToolChoice<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<&'a str>,
+}
+
+/// `output_config` with the format of a structured answer.
+#[derive(Serialize)]
+struct OutputConfig<'a> {
+    format: JsonFormat<'a>,
+}
+
+#[derive(Serialize)]
+struct JsonFormat<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    schema: &'a Value,
 }
 
 #[derive(Serialize)]
@@ -319,17 +435,27 @@ impl Serialize for System<'_> {
 struct Tools<'a> {
     tools: &'a [ToolDefinition],
     cache: Option<CacheControl>,
+    /// The forced tool of a structured answer, after the breakpoint: the agent's tools stay
+    /// a cached prefix.
+    answer: Option<WireTool<'a>>,
 }
 
 impl Serialize for Tools<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let last = self.tools.len().saturating_sub(1);
-        s.collect_seq(self.tools.iter().enumerate().map(|(i, t)| WireTool {
-            name: &t.name,
-            description: &t.description,
-            input_schema: &t.parameters,
-            cache_control: self.cache.filter(|_| i == last),
-        }))
+        let mut seq = s.serialize_seq(Some(self.tools.len() + 1))?;
+        for (i, t) in self.tools.iter().enumerate() {
+            seq.serialize_element(&WireTool {
+                name: &t.name,
+                description: &t.description,
+                input_schema: &t.parameters,
+                cache_control: self.cache.filter(|_| i == last),
+            })?;
+        }
+        if let Some(answer) = &self.answer {
+            seq.serialize_element(answer)?;
+        }
+        seq.end()
     }
 }
 
@@ -679,13 +805,25 @@ impl Provider for Anthropic {
             headers.push(("x-api-key", key.clone()));
         }
         super::parts::check(request, self.endpoint.accepts, cannot_carry)?;
+        let answer = self.answer_tool(request);
+        if let Some((name, schema)) = &answer
+            && schema.get("type").and_then(Value::as_str) != Some("object")
+        {
+            return Err(Error::Config(format!(
+                "the forced tool of a structured answer takes an object, and the schema \
+                 `{name}` is not one: use AnthropicOutput::Format"
+            )));
+        }
+        let decoder = Decoder {
+            answer: answer.map(|(name, _)| name),
+            ..Decoder::default()
+        };
         let call = Call {
             path: "/v1/messages",
             headers,
             body: self.body_bytes(request),
         };
-        self.endpoint
-            .stream(call, Decoder::default(), cancel, on_event)
+        self.endpoint.stream(call, decoder, cancel, on_event)
     }
 
     fn name(&self) -> &str {
@@ -717,6 +855,10 @@ struct Decoder {
     // The server's block index of each tool_use block, with our call index.
     blocks: Vec<(u64, usize)>,
     calls: usize,
+    /// The forced tool of a structured answer: its input is handed over as text.
+    answer: Option<String>,
+    /// The block indexes of that tool's calls.
+    answer_blocks: Vec<u64>,
     stop: Option<String>,
     usage: Usage,
     id: Option<String>,
@@ -848,6 +990,9 @@ impl Decode for Decoder {
                 Block::Thinking { thinking } if !thinking.is_empty() => {
                     out.emit(StreamEvent::thinking(thinking.into_owned()))?
                 }
+                Block::ToolUse { name, .. } if self.answer.as_deref() == Some(&*name) => {
+                    self.answer_blocks.push(index);
+                }
                 Block::ToolUse { id, name } => {
                     self.blocks.push((index, self.calls));
                     self.calls += 1;
@@ -869,6 +1014,13 @@ impl Decode for Decoder {
                     out.emit(StreamEvent::ThinkingSignature {
                         signature: signature.into_owned(),
                     })?
+                }
+                Delta::InputJsonDelta { partial_json } if self.answer_blocks.contains(&index) => {
+                    if !partial_json.is_empty() {
+                        out.emit(StreamEvent::TextDelta {
+                            text: partial_json.into_owned(),
+                        })?;
+                    }
                 }
                 Delta::InputJsonDelta { partial_json } => {
                     let call = self.blocks.iter().find(|(i, _)| *i == index).map(|b| b.1);
@@ -905,6 +1057,10 @@ impl Decode for Decoder {
         }
         let stop = match self.stop.as_deref() {
             Some("max_tokens") => StopReason::Length,
+            // The forced answer tool alone: the reply is the answer.
+            Some("tool_use") if self.calls == 0 && !self.answer_blocks.is_empty() => {
+                StopReason::Stop
+            }
             Some("tool_use") => StopReason::ToolUse,
             Some("refusal") => {
                 return Err(Error::Api {
@@ -995,6 +1151,7 @@ mod tests {
             .map(Arc::new)
             .collect(),
             thinking: ThinkingLevel::Off,
+            output: None,
         };
         let body = Anthropic::new("http://x")
             .temperature(0.5)

@@ -255,6 +255,7 @@ pub(crate) fn scrub_error(mut e: Error, secret: Option<&Secrets<'_>>) -> Error {
             content_type,
             message,
         } => vec![content_type, message],
+        Error::InvalidOutput { message, raw } => vec![message, raw],
         Error::Http { message, .. }
         | Error::NothingToContinue(message)
         | Error::Config(message)

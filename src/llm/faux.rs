@@ -414,6 +414,12 @@ impl FauxReply {
         FauxReply::default().then_text(text)
     }
 
+    /// A reply that streams `value` as JSON text: the answer to a request for a structured
+    /// answer (see [`Request::output`]), as a server that constrains its output writes it.
+    pub fn json(value: serde_json::Value) -> FauxReply {
+        FauxReply::text(value.to_string())
+    }
+
     /// A reply that calls `name` with `arguments`.
     pub fn tool_call(name: impl Into<String>, arguments: serde_json::Value) -> FauxReply {
         FauxReply::default().then_tool_call(name, arguments)

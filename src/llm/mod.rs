@@ -77,6 +77,7 @@
 use crate::Error;
 use crate::cancel::CancelToken;
 use crate::message::{Message, StopReason};
+pub use crate::output::OutputRequest;
 pub use crate::types::{StreamEvent, ThinkingLevel, ToolDefinition};
 use std::sync::Arc;
 
@@ -201,7 +202,9 @@ pub mod sse;
 mod transport;
 mod url;
 
-pub use anthropic::{ANTHROPIC_BASE_URL, ANTHROPIC_VERSION, Anthropic, PromptCache};
+pub use anthropic::{
+    ANTHROPIC_BASE_URL, ANTHROPIC_VERSION, Anthropic, AnthropicOutput, PromptCache,
+};
 pub use count::TokenCounter;
 pub use env::{
     ANTHROPIC_HEADERS_VAR, FromEnv, MAX_TOKENS_VAR, OPENAI_API_VAR, OPENAI_HEADERS_VAR, from_env,
@@ -229,6 +232,10 @@ pub struct Request {
     pub model: String,
     /// How hard the model should think, where it can.
     pub thinking: ThinkingLevel,
+    /// The structured answer this call asks for, if any: the provider sends the schema as
+    /// its API's structured-output request (see [`OutputRequest`]) and hands the answer
+    /// over as the reply's text. `None` for a plain reply.
+    pub output: Option<OutputRequest>,
 }
 
 impl Request {
@@ -260,6 +267,13 @@ impl Request {
     #[must_use]
     pub fn with_thinking(mut self, thinking: ThinkingLevel) -> Request {
         self.thinking = thinking;
+        self
+    }
+
+    /// The same request asking for a structured answer.
+    #[must_use]
+    pub fn with_output(mut self, output: OutputRequest) -> Request {
+        self.output = Some(output);
         self
     }
 }

@@ -20,6 +20,7 @@ use super::{
 use crate::Error;
 use crate::content::{Part, Source};
 use crate::message::{AssistantMessage, ContentBlock, Message, StopReason, Usage};
+use crate::output::OpenAiFormat;
 
 /// The default base URL, OpenAI's.
 pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
@@ -30,7 +31,10 @@ pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
 /// What it sends: the system prompt as a `system` message, user messages, assistant messages
 /// with their text and `tool_calls`, tool results as `tool` messages, the tools as
 /// `function` tools, the model, `reasoning_effort` for a thinking level other than `Off`,
-/// `stream: true` with `stream_options.include_usage`, plus [`OpenAiCompat::temperature`],
+/// `stream: true` with `stream_options.include_usage`, a structured answer's schema as
+/// `response_format` (`json_schema`, with `strict: true` where the schema has a strict form,
+/// and `tool_choice: "none"` beside the tools when the model is to answer now; see
+/// [`OutputRequest`](super::OutputRequest)), plus [`OpenAiCompat::temperature`],
 /// [`OpenAiCompat::max_tokens`], [`OpenAiCompat::prompt_cache_key`],
 /// [`OpenAiCompat::prompt_cache_retention`] and [`OpenAiCompat::extra_body`] when set. Reasoning text
 /// of earlier replies is not sent back (Chat Completions has no field for it).
@@ -211,6 +215,19 @@ impl Serialize for Body<'_> {
         if !r.tools.is_empty() {
             field!("tools", &Tools(&r.tools));
         }
+        if let Some(output) = &r.output {
+            field!(
+                "response_format",
+                &ResponseFormat {
+                    kind: "json_schema",
+                    json_schema: OpenAiFormat::new(&output.schema, false),
+                }
+            );
+            // The tools stay listed (the prompt cache keeps its prefix), and are not called.
+            if output.answer_now && !r.tools.is_empty() {
+                field!("tool_choice", "none");
+            }
+        }
         let effort = match r.thinking {
             ThinkingLevel::Off => None,
             ThinkingLevel::Minimal => Some("minimal"),
@@ -238,6 +255,14 @@ impl Serialize for Body<'_> {
         }
         map.end()
     }
+}
+
+/// `response_format` for a structured answer.
+#[derive(Serialize)]
+struct ResponseFormat<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    json_schema: OpenAiFormat<'a>,
 }
 
 #[derive(Serialize)]

@@ -15,6 +15,7 @@ use crate::context::{CompactionReason, ContextUsage};
 use crate::event::{AgentEvent, RunStopReason};
 use crate::llm::StreamEvent;
 use crate::message::{Message, ToolCall, ToolResultMessage, Usage};
+use crate::output::OutputCheck;
 use crate::partial::PartialMessage;
 use crate::tool::ToolOutput;
 use crate::{Error, ErrorInfo};
@@ -35,7 +36,7 @@ use super::writer::Dialect;
 pub const MAX_LINE_LEN: usize = 64 * 1024 * 1024;
 
 /// Every method of the native dialect, in lifecycle order.
-pub const METHODS: [&str; 14] = [
+pub const METHODS: [&str; 15] = [
     "AgentStart",
     "TurnStart",
     "MessageStart",
@@ -47,6 +48,7 @@ pub const METHODS: [&str; 14] = [
     "ToolExecute",
     "ToolUpdate",
     "ToolEnd",
+    "OutputChecked",
     "TurnEnd",
     "AgentEnd",
     "MessagesReplaced",
@@ -110,6 +112,33 @@ struct ToolEndParams<R> {
         with = "crate::types::micros"
     )]
     duration: Option<Duration>,
+}
+
+/// An [`OutputCheck`]: its `value`, or the `error` that says what was wrong, never both.
+#[derive(Serialize, Deserialize)]
+#[serde(bound(deserialize = "S: Deserialize<'de>, V: Deserialize<'de>"))]
+struct OutputParams<S, V> {
+    turn: u32,
+    schema: S,
+    attempt: u32,
+    raw: S,
+    // Present even when it is `null` (a valid answer to a schema that allows it): absent
+    // and `null` differ here.
+    #[serde(
+        default = "none",
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    value: Option<V>,
+    #[serde(default = "none", skip_serializing_if = "Option::is_none")]
+    error: Option<S>,
+}
+
+/// A member that is present, `null` included.
+fn present<'de, D: serde::Deserializer<'de>, V: Deserialize<'de>>(
+    d: D,
+) -> Result<Option<V>, D::Error> {
+    V::deserialize(d).map(Some)
 }
 
 #[derive(Serialize, Deserialize)]
@@ -221,6 +250,18 @@ pub(crate) fn write_event(buf: &mut Vec<u8>, event: &AgentEvent) {
             &ToolEndParams {
                 result,
                 duration: *duration,
+            },
+        ),
+        AgentEvent::OutputChecked { turn, check } => notification_to(
+            buf,
+            method,
+            &OutputParams {
+                turn: *turn,
+                schema: &check.schema,
+                attempt: check.attempt,
+                raw: &check.raw,
+                value: check.value.as_ref().ok(),
+                error: check.value.as_ref().err(),
             },
         ),
         AgentEvent::TurnEnd {
@@ -582,6 +623,29 @@ impl Decoder {
                 AgentEvent::ToolEnd {
                     result: p.result,
                     duration: p.duration,
+                }
+            }
+            "OutputChecked" => {
+                let p: OutputParams<String, Value> = params_of(method, params)?;
+                let value = match (p.value, p.error) {
+                    (Some(value), None) => Ok(value),
+                    (None, Some(error)) => Err(error),
+                    _ => {
+                        return Err(Error::Wire(
+                            "invalid params of OutputChecked: exactly one of `value` and \
+                             `error` is needed"
+                                .into(),
+                        ));
+                    }
+                };
+                AgentEvent::OutputChecked {
+                    turn: p.turn,
+                    check: Arc::new(OutputCheck {
+                        schema: p.schema,
+                        attempt: p.attempt,
+                        raw: p.raw,
+                        value,
+                    }),
                 }
             }
             "TurnEnd" => {

@@ -75,6 +75,7 @@
 //! | `ToolEnd` | `result`: tool result (as the `tool_result` message, without `role`), `duration_us`: integer, how long the call took in microseconds since its `ToolStart` (optional) | a tool call ended |
 //! | `CompactionStart` | `reason`: `"threshold"` or `"overflow"`, `messages`: integer, the transcript messages being summarized, `context`: context figures | before a model call, the context is compacted; the summary follows as a `MessageStart` / `MessageEnd` of a user message with a `summary` mark, unless it fails |
 //! | `CompactionEnd` | `reason`, `context`: the figures after it, `usage`: the summary calls' usage, `error`: error (present exactly when it failed) | the compaction ended |
+//! | `OutputChecked` | `turn`: integer, `schema`: the output schema's name, `attempt`: integer from 1, `raw`: the answer's text, then `value`: the answer as JSON (present also when it is `null`) or `error`: what is wrong with it, exactly one of the two | a run with an output schema checked its structured answer |
 //! | `TurnEnd` | `turn`: integer, `message`: the turn's assistant message, `tool_results`: the list of tool results, `stop_reason`: run stop reason, `context`: context figures (a line without it reads as zeros) | a turn ended |
 //! | `AgentEnd` | `messages`: the list of messages the run appended, `stop_reason`, `usage`, `error`: error (present exactly when the run failed: `stop_reason` is `"error"`) | the run ended (exactly once per run) |
 //! | `MessagesReplaced` | `messages`: the whole new transcript | between runs: `Agent::reset` (empty) or `Agent::replace_messages` replaced the transcript |
@@ -186,6 +187,7 @@
 //! | `TurnEnd` | `TurnEnd` `{turn, stopped}` (+ v4 `stop_reason`) |
 //! | `CompactionStart`, `CompactionEnd`, the summary message | not written: pagent's decoders refuse a method they do not know, and pagent has no compaction event; the requests after it are what changed |
 //! | `AgentEnd` | `RunEnd`: v1 the fields of the last `StepEnd`; v4 `{turn, stop_reason}` of the last `TurnEnd` |
+//! | `OutputChecked` | not written: pagent has no structured answers (the answer is the text of its reply's `StepEnd` / `TurnResult`, and a repair turn a turn like any other) |
 //!
 //! Our streams are regular where pagent's own are not: every `TurnBegin` has one `TurnEnd`,
 //! every `ToolCallBegin` is followed by its `ToolResult`. Where the two models differ:
