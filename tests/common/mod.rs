@@ -12,8 +12,8 @@ use pagent::hooks::ToolDecision;
 use pagent::llm::{Faux, FauxReply};
 use pagent::wire::{Dialect, Writer};
 use pagent::{
-    Agent, AgentBuilder, AgentEvent, Document, ErrorKind, FinalTurn, Image, State, SteeringPolicy,
-    ToolError, ToolOutput, UserMessage, tool,
+    Agent, AgentBuilder, AgentEvent, Document, ErrorKind, FinalTurn, Image, OutputSchema,
+    OutputTurn, State, SteeringPolicy, ToolError, ToolOutput, UserMessage, tool,
 };
 use parking_lot::Mutex;
 use serde_json::json;
@@ -22,6 +22,14 @@ use serde_json::json;
 pub struct EchoArgs {
     /// What to echo.
     pub text: String,
+}
+
+/// A structured answer.
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+pub struct Verdict {
+    /// From 0 to 10.
+    pub score: u8,
+    pub reasons: Vec<String>,
 }
 
 /// The bytes of a tiny PNG image (a header and some bytes: nothing decodes it here).
@@ -392,6 +400,31 @@ pub fn scenarios() -> Vec<(&'static str, AgentBuilder, Action)> {
                         .reply(faux_echo("ping").with_id("call_0"))
                         .reply(FauxReply::text("The user said hello; echo was called."))
                         .reply(FauxReply::text("echo said: ping")),
+                ),
+            prompt,
+        ),
+        (
+            // A tool turn without the schema, an answer in prose, the answer turn.
+            "structured",
+            b().output_schema(OutputSchema::of::<Verdict>()).provider(
+                Faux::default()
+                    .reply(faux_echo("ping").with_id("call_0"))
+                    .reply(FauxReply::text("A 7, since it answered."))
+                    .reply(FauxReply::json(json!({"score": 7, "reasons": ["ping"]}))),
+            ),
+            prompt,
+        ),
+        (
+            // The schema beside the tools; an answer of `null` and one out of range get
+            // their repairs, and the run fails.
+            "structured_fails",
+            b().output_schema(OutputSchema::of::<Verdict>())
+                .output_turn(OutputTurn::Every)
+                .output_repairs(1)
+                .provider(
+                    Faux::default()
+                        .reply(FauxReply::json(json!(null)))
+                        .reply(FauxReply::json(json!({"score": 70, "reasons": []}))),
                 ),
             prompt,
         ),

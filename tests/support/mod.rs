@@ -449,6 +449,10 @@ fn render(e: &AgentEvent) -> String {
         AgentEvent::TurnEnd {
             turn, stop_reason, ..
         } => format!("TurnEnd {turn} {stop_reason}"),
+        AgentEvent::OutputChecked { turn, check } => match &check.value {
+            Ok(value) => format!("OutputChecked {turn} #{} ok {value}", check.attempt),
+            Err(problem) => format!("OutputChecked {turn} #{} err {problem}", check.attempt),
+        },
         AgentEvent::AgentEnd {
             stop_reason, usage, ..
         } => format!(
