@@ -8,6 +8,8 @@
 //! also over Anthropic Messages (llama-server's `/v1/messages`) with the prompt cache
 //! breakpoints `Anthropic` writes by default.
 
+#[path = "live/structured.rs"]
+mod structured;
 mod support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -52,16 +54,7 @@ fn agent(provider: impl Provider + 'static) -> (Agent, Recorder) {
     let agent = Agent::builder()
         .provider(provider)
         .model("smollm2")
-        .tool(tool::typed(
-            "get_weather",
-            "Get the current weather for a city",
-            |args: City, _| {
-                Ok(ToolOutput::text(format!(
-                    "{{\"city\":\"{}\",\"temp_c\":21}}",
-                    args.city
-                )))
-            },
-        ))
+        .tool(weather())
         .max_turns(3)
         // The few-shot history shows calls without results on purpose (see `few_shot`), and
         // llama-server takes it as it is.
@@ -70,6 +63,19 @@ fn agent(provider: impl Provider + 'static) -> (Agent, Recorder) {
         .unwrap();
     let rec = Recorder::attach(&agent);
     (agent, rec)
+}
+
+fn weather() -> impl pagent::Tool {
+    tool::typed(
+        "get_weather",
+        "Get the current weather for a city",
+        |args: City, _| {
+            Ok(ToolOutput::text(format!(
+                "{{\"city\":\"{}\",\"temp_c\":21}}",
+                args.city
+            )))
+        },
+    )
 }
 
 #[derive(Deserialize, JsonSchema)]

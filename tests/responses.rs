@@ -489,6 +489,7 @@ fn sdk_types_accept_the_requests_and_streams() {
         "error",
         "truncated",
         "content_filter",
+        "structured",
     ]
     .iter()
     .map(|n| data(&format!("written/responses_{n}.sse")))

@@ -213,3 +213,145 @@ fn sdk_types_accept_images_documents_and_audio() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A report with what schemas usually hold: a doc comment, ranges, an enum, an optional
+/// field, a list of nested objects (a `$defs` entry referenced with a description beside it).
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+#[allow(dead_code)]
+struct Report {
+    /// The title, short.
+    #[schemars(length(max = 80))]
+    title: String,
+    /// From 0 to 10.
+    score: u8,
+    mood: Mood,
+    note: Option<String>,
+    /// Each finding, most important first.
+    #[schemars(length(min = 2))]
+    findings: Vec<Finding>,
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+#[allow(dead_code)]
+enum Mood {
+    Good,
+    Bad,
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+#[allow(dead_code)]
+struct Finding {
+    line: u32,
+    text: String,
+    tags: Vec<Vec<String>>,
+}
+
+/// A structured answer as each provider asks for it is valid for the SDKs' request types:
+/// Chat Completions' `response_format` (`json_schema`, strict or not) with `tool_choice:
+/// "none"` beside the tools on the answer turn, the Responses API's `text.format`, and
+/// Anthropic's `output_config.format`, `tool_choice: {"type": "none"}` and the forced tool.
+/// And the schema forms pagent sends are the SDKs' own: openai's conversion to strict mode
+/// and anthropic's `transform_schema` leave them as they are.
+#[test]
+#[ignore = "needs the SDKs' venv: PAGENT_SDK_PYTHON (see .ci/sdk.sh)"]
+fn sdk_types_accept_the_structured_output_requests() {
+    use pagent::OutputSchema;
+    use pagent::llm::{Anthropic, AnthropicOutput, OpenAiCompat, OpenAiResponses, OutputRequest};
+    let python = std::env::var("PAGENT_SDK_PYTHON").expect("PAGENT_SDK_PYTHON");
+    let dir = std::env::temp_dir().join(format!("pagent-sdk-output-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let schemas = [
+        OutputSchema::of::<Report>().with_description("A review of a file."),
+        OutputSchema::of::<Finding>(),
+        // No strict form (its root is an array): sent with `strict: false`.
+        OutputSchema::new(
+            "Colors",
+            json!({"type": "array", "items": {"enum": ["red", "green"]}, "minItems": 1}),
+        )
+        .unwrap(),
+    ];
+    assert!(schemas[0].strict_schema().is_some() && schemas[2].strict_schema().is_none());
+    let tools = vec![ToolDefinition::new(
+        "get_weather",
+        "Get the weather",
+        json!({"type": "object", "properties": {"city": {"type": "string"}}}),
+    )];
+    let mut requests = Vec::new();
+    for schema in &schemas {
+        for answer_now in [false, true] {
+            let asked = Request::new("m", vec![Arc::new(Message::user("Review it."))])
+                .with_system_prompt("Be terse.")
+                .with_tools(tools.clone())
+                .with_output(OutputRequest::new(schema.clone(), answer_now));
+            requests.push(asked.clone());
+            requests.push(asked.with_tools(Vec::new()));
+        }
+    }
+    let bodies = |f: &dyn Fn(&Request) -> Value| -> Vec<String> {
+        requests.iter().map(|r| f(r).to_string()).collect()
+    };
+    let chat = OpenAiCompat::new("http://x/v1");
+    let responses = OpenAiResponses::new("http://x/v1");
+    let anthropic = Anthropic::new("http://x");
+    let forced = Anthropic::new("http://x").output_mode(AnthropicOutput::ForcedTool);
+    let chat_bodies = bodies(&|r| chat.request_body(r));
+    assert!(
+        chat_bodies
+            .iter()
+            .any(|b| b.contains(r#""tool_choice":"none""#))
+    );
+    let mut anthropic_bodies = bodies(&|r| anthropic.request_body(r));
+    // The forced tool takes an object: the schemas whose root is one.
+    anthropic_bodies.extend(
+        requests
+            .iter()
+            .filter(|r| r.output.as_ref().unwrap().schema.name() != "Colors")
+            .map(|r| forced.request_body(r).to_string()),
+    );
+    assert!(
+        anthropic_bodies
+            .iter()
+            .any(|b| b.contains(r#""type":"tool""#))
+    );
+    let files = [
+        ("request", "chat", chat_bodies),
+        (
+            "request",
+            "responses",
+            bodies(&|r| responses.request_body(r)),
+        ),
+        ("request", "anthropic", anthropic_bodies),
+        (
+            "schema",
+            "openai",
+            schemas
+                .iter()
+                .filter_map(|s| s.strict_schema().map(Value::to_string))
+                .collect(),
+        ),
+        (
+            "schema",
+            "anthropic",
+            schemas
+                .iter()
+                .map(|s| s.anthropic_schema().to_string())
+                .collect(),
+        ),
+    ];
+    let script = format!("{}/tests/sdk/validate.py", env!("CARGO_MANIFEST_DIR"));
+    for (mode, kind, lines) in files {
+        let file = dir.join(format!("{mode}-{kind}.jsonl"));
+        std::fs::write(&file, lines.join("\n")).unwrap();
+        let out = std::process::Command::new(&python)
+            .args([&script, mode, kind, &file.display().to_string()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{mode} {kind}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

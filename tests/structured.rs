@@ -459,3 +459,6 @@ fn an_aborted_run_has_no_answer() {
     assert_eq!(failed.error(), &Error::Aborted);
     assert_eq!(failed.result().stop_reason, RunStopReason::Cancelled);
 }
+
+#[path = "structured/providers.rs"]
+mod providers;

@@ -21,6 +21,7 @@ use super::{
 use crate::Error;
 use crate::content::{Part, Source};
 use crate::message::{AssistantMessage, ContentBlock, Message, StopReason, Usage};
+use crate::output::OpenAiFormat;
 
 /// A provider for the OpenAI Responses API (`POST {base_url}/responses`, streamed).
 ///
@@ -28,7 +29,10 @@ use crate::message::{AssistantMessage, ContentBlock, Message, StopReason, Usage}
 /// (`input_text`, `input_image`, `input_file` parts); each earlier reply as its items, in
 /// order: its reasoning (the `reasoning` item it streamed, sent back opaque: see below), its
 /// text as an `assistant` message, its tool calls as `function_call` items; tool results as
-/// `function_call_output` items; the tools as `function` tools; `reasoning` with the effort
+/// `function_call_output` items; the tools as `function` tools; a structured answer's schema
+/// as `text.format` (`json_schema`, with `strict: true` where the schema has a strict form,
+/// and `tool_choice: "none"` beside the tools when the model is to answer now; see
+/// [`OutputRequest`](super::OutputRequest)); `reasoning` with the effort
 /// of the thinking level (`minimal`, `low`, `medium`, `high`; nothing for `Off`) and
 /// `summary: "auto"`, `stream: true`, `store` ([`OpenAiResponses::store`], default `false`)
 /// with `include: ["reasoning.encrypted_content"]`, plus [`OpenAiResponses::temperature`],
@@ -285,6 +289,18 @@ impl serde::Serialize for Body<'_> {
         if !r.tools.is_empty() {
             field!("tools", &Tools(&r.tools));
         }
+        if let Some(output) = &r.output {
+            field!(
+                "text",
+                &TextFormat {
+                    format: OpenAiFormat::new(&output.schema, true),
+                }
+            );
+            // The tools stay listed (the prompt cache keeps its prefix), and are not called.
+            if output.answer_now && !r.tools.is_empty() {
+                field!("tool_choice", "none");
+            }
+        }
         field!("stream", &true);
         field!("store", &p.store);
         if !p.store && p.encrypted_reasoning {
@@ -316,6 +332,12 @@ impl serde::Serialize for Body<'_> {
         }
         map.end()
     }
+}
+
+/// `text` for a structured answer: `{"format": {"type": "json_schema", ..}}`.
+#[derive(serde::Serialize)]
+struct TextFormat<'a> {
+    format: OpenAiFormat<'a>,
 }
 
 fn effort(thinking: ThinkingLevel) -> Option<&'static str> {

@@ -73,8 +73,11 @@ struct Inner {
     strict: Result<Value, String>,
     anthropic: Value,
     /// The type's own check (it deserializes), for a schema made with `of`.
-    parse: Option<fn(&Value) -> Result<(), String>>,
+    parse: Option<TypeCheck>,
 }
+
+/// A type's own check of an answer: that it deserializes, or why not.
+type TypeCheck = fn(&Value) -> Result<(), String>;
 
 impl OutputSchema {
     /// The schema of `T` (its `schemars::JsonSchema` derive), named after the type. An

@@ -3,10 +3,16 @@
 
     validate.py request KIND FILE...   each FILE a JSON request body (or JSON lines of them)
     validate.py stream KIND FILE...    each FILE an event stream (text/event-stream)
+    validate.py schema KIND FILE...    each FILE a structured-output schema (or JSON lines)
 
 KIND is `responses` (openai's ResponseCreateParamsStreaming / ResponseStreamEvent),
 `chat` (openai's CompletionCreateParamsStreaming / ChatCompletionChunk) or `anthropic`
 (anthropic's MessageCreateParamsStreaming / RawMessageStreamEvent).
+
+For `schema`, KIND is `openai` or `anthropic`: each schema must come out of the SDK's own
+conversion unchanged (openai's `_ensure_strict_json_schema`, which makes a schema strict;
+anthropic's `transform_schema`, which makes one fit structured outputs and moves what they
+do not take into the description), so the form pagent sends is one the SDK would send.
 
 A request body must validate as the SDK's TypedDict and hold no key the SDK does not know
 (pydantic ignores unknown keys of a TypedDict; a walk along the type hints finds them). An
@@ -162,8 +168,59 @@ def events(path):
         yield json.loads("\n".join(data))
 
 
+def converted(name, schema):
+    """The schema as the SDK of `name` converts it for its structured outputs."""
+    import copy
+
+    if name == "openai":
+        from openai.lib._pydantic import _ensure_strict_json_schema
+
+        schema = copy.deepcopy(schema)
+        return _ensure_strict_json_schema(schema, path=(), root=schema)
+    if name == "anthropic":
+        from anthropic.lib._parse._transform import transform_schema
+
+        return transform_schema(copy.deepcopy(schema))
+    sys.exit(f"unknown schema kind {name!r}")
+
+
+def untyped_literals(schema):
+    """The schema without the `type` of each `enum` or `const` node."""
+    if isinstance(schema, list):
+        return [untyped_literals(v) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: (v if k in ("enum", "const") else untyped_literals(v)) for k, v in schema.items()}
+    if "enum" in out or "const" in out:
+        out.pop("type", None)
+    return out
+
+
+def check_schemas(name, files):
+    failed = False
+    for path in files:
+        n = 0
+        for schema in requests(path):
+            n += 1
+            out = converted(name, schema)
+            if name == "anthropic":
+                # The SDK leaves out a `type` beside an `enum` or `const` (the values say it).
+                out, schema = untyped_literals(out), untyped_literals(schema)
+            if out != schema:
+                failed = True
+                print(f"FAILED {path}: schema {n} changes in the SDK's conversion:\n"
+                      f"  sent: {json.dumps(schema, sort_keys=True)}\n"
+                      f"   sdk: {json.dumps(out, sort_keys=True)}")
+                break
+        else:
+            print(f"ok {path}: {n} schema(s)")
+    sys.exit(1 if failed else 0)
+
+
 def main():
     args = sys.argv[1:]
+    if args and args[0] == "schema":
+        check_schemas(args[1], args[2:])
     known_only = "--known-only" in args
     lenient = "--lenient" in args
     args = [a for a in args if a not in ("--known-only", "--lenient")]
