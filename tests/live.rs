@@ -17,14 +17,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use pagent::llm::{Anthropic, OpenAiCompat, OpenAiResponses, Provider};
-use pagent::{
-    Agent, AgentEvent, AssistantMessage, ContentBlock, ErrorKind, Message, RunStopReason,
-    StopReason, ToolCall, ToolOutput, tool,
-};
-use schemars::JsonSchema;
-use serde::Deserialize;
+use pagent::{Agent, AgentEvent, ErrorKind, RunStopReason, StopReason, ToolOutput, tool};
 use serde_json::json;
 use support::Recorder;
+use support::answers::{City, few_shot, weather_json};
 
 fn base() -> String {
     // OK to panic: these tests run only on request (`--ignored`), and then need the server.
@@ -54,7 +50,7 @@ fn agent(provider: impl Provider + 'static) -> (Agent, Recorder) {
     let agent = Agent::builder()
         .provider(provider)
         .model("smollm2")
-        .tool(weather())
+        .tool(weather_json())
         .max_turns(3)
         // The few-shot history shows calls without results on purpose (see `few_shot`), and
         // llama-server takes it as it is.
@@ -63,25 +59,6 @@ fn agent(provider: impl Provider + 'static) -> (Agent, Recorder) {
         .unwrap();
     let rec = Recorder::attach(&agent);
     (agent, rec)
-}
-
-fn weather() -> impl pagent::Tool {
-    tool::typed(
-        "get_weather",
-        "Get the current weather for a city",
-        |args: City, _| {
-            Ok(ToolOutput::text(format!(
-                "{{\"city\":\"{}\",\"temp_c\":21}}",
-                args.city
-            )))
-        },
-    )
-}
-
-#[derive(Deserialize, JsonSchema)]
-struct City {
-    /// City name
-    city: String,
 }
 
 #[test]
@@ -133,27 +110,6 @@ fn streamed_text_reply_with_usage(provider: impl Provider + 'static) {
             &format!("AgentEnd no_tool_calls in={} out={}", u.input, u.output),
         ]
     );
-}
-
-/// A few-shot history that makes the tiny model call the tool (see the server's README).
-fn few_shot() -> Vec<Message> {
-    let call = |id: &str, city: &str| {
-        Message::Assistant(AssistantMessage::new(
-            vec![ContentBlock::ToolCall(ToolCall::new(
-                id,
-                "get_weather",
-                json!({"city": city}).to_string(),
-            ))],
-            StopReason::ToolUse,
-        ))
-    };
-    vec![
-        Message::user("Weather in London?"),
-        call("call_1", "London"),
-        Message::user("Weather in Berlin?"),
-        call("call_2", "Berlin"),
-        Message::user("Weather in Paris?"),
-    ]
 }
 
 #[test]

@@ -263,7 +263,7 @@ impl Agent {
     /// # Errors
     /// As [`Agent::prompt`]; and, with the run's result, [`Error::InvalidOutput`] when the
     /// answer still did not match after the repair turns (the error holds its text) or the
-    /// run ended without an answer (at `max_turns` with [`FinalTurn::Off`], say), and
+    /// run ended without an answer (at `max_turns` with [`FinalTurn::Off`](crate::FinalTurn::Off), say), and
     /// [`Error::Aborted`] for a run aborted before its answer.
     pub fn prompt_as<T: DeserializeOwned + schemars::JsonSchema>(
         &self,
@@ -287,7 +287,7 @@ impl Agent {
     /// # Errors
     /// As [`Agent::prompt`]; and [`Error::InvalidOutput`], with the run's result, when the
     /// answer still did not match after the repair turns. A run that ended as asked without
-    /// an answer (aborted, or at `max_turns` with [`FinalTurn::Off`]) is `Ok`, with no
+    /// an answer (aborted, or at `max_turns` with [`FinalTurn::Off`](crate::FinalTurn::Off)) is `Ok`, with no
     /// `output`.
     pub fn prompt_with_output(
         &self,

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod answers;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
