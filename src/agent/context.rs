@@ -161,6 +161,8 @@ impl Run<'_> {
             tools: self.config.tool_defs.clone(),
             model: self.config.model.clone(),
             thinking: self.config.thinking,
+            // A summary or a count asks for no structured answer.
+            output: None,
         };
         let cancel = self.cancel.clone();
         if let Ok(Ok(Some(tokens))) = guard::catch(|| counter.request_tokens(&request, &cancel)) {

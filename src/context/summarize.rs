@@ -203,6 +203,8 @@ impl Summarizer<'_> {
             tools: Arc::from([]),
             model: self.model.to_owned(),
             thinking: ThinkingLevel::Off,
+            // A summary or a count asks for no structured answer.
+            output: None,
         };
         let mut text = String::new();
         let mut reply_usage = Usage::default();
