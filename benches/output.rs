@@ -4,8 +4,8 @@
 //!
 //! `cargo bench --bench output`
 //!
-//! Groups (each for a small answer, a `Verdict` of 60 bytes, and a large one, a `Report` of
-//! 200 findings, ~26 KB):
+//! Groups (each for a small answer, a `Verdict` of 46 bytes, and a large one, a `Report` of
+//! 200 findings, 19 KB):
 //! - `check/{verdict,report}`: `OutputSchema::check`, as the run does once per answer.
 //! - `parse/{verdict,report}`: `serde_json::from_str::<Value>` of the same text, the floor.
 //! - `schema/report`: building the `OutputSchema` of the type (its strict and Anthropic
