@@ -103,6 +103,17 @@ impl Client {
         }
     }
 
+    /// Sends a request the server answers as it reads it (`logout`, id `id`) and takes its
+    /// answer: every line sent before it has been handled (a prompt for a running session
+    /// is queued into the run), though the runs themselves may not have got to it.
+    fn read_so_far(&mut self, id: u64) {
+        self.request(id, "logout", json!({}));
+        assert_eq!(
+            self.recv(),
+            json!({"jsonrpc": "2.0", "id": id, "result": {}})
+        );
+    }
+
     fn new_session(&mut self, id: u64) -> String {
         self.request(id, "session/new", json!({"cwd": "/tmp", "mcpServers": []}));
         let answer = self.recv();

@@ -251,15 +251,23 @@ where
                     Err(RpcError::from(refusal))
                 }
             };
-            let ready = answer.is_ok();
-            peer.answer(request.as_ref(), answer.map(Some));
             let commands = &self.shared.options.commands;
-            if ready && !commands.is_empty() {
-                let update = Update::AvailableCommandsUpdate {
-                    available_commands: commands::listed(commands),
-                };
-                let _ = send_update(peer, &opening.id, &update);
+            if answer.is_err() || commands.is_empty() {
+                peer.answer(request.as_ref(), answer.map(Some));
+                return;
             }
+            // The slash commands follow the answer at once: a prompt the client sends on
+            // the answer cannot have an update of its own run written before them.
+            let update = Update::AvailableCommandsUpdate {
+                available_commands: commands::listed(commands),
+            };
+            let params = json!({"sessionId": opening.id, "update": update});
+            peer.answer_then_notify(
+                request.as_ref(),
+                answer.map(Some),
+                "session/update",
+                &params,
+            );
         };
         if setups.submit(job).is_err() {
             self.sessions.settle(&id, None);

@@ -100,12 +100,38 @@ pub(crate) trait Link<E>: Send + Sync {
     fn ends_connection(&self, _error: &E) -> bool {
         true
     }
+
+    /// Hands `messages` over in order, none of them a request of ours, with no message of
+    /// another thread between them where the link can promise it (a line link queues them
+    /// at once). Defaults to one [`Link::send`] after another.
+    ///
+    /// # Errors
+    /// The first message that did not go out; those after it are not sent.
+    #[cfg_attr(not(feature = "acp"), allow(dead_code))]
+    fn send_together(&self, messages: Vec<Vec<u8>>) -> Result<(), E> {
+        let cancel = CancelToken::new();
+        messages
+            .into_iter()
+            .try_for_each(|message| self.send(message, None, &cancel))
+    }
 }
 
 impl<E: From<LinkError>> Link<E> for Arc<LineOut> {
     /// Queues the line; blocks while the queue is full, at most the output's stall time.
     fn send(&self, message: Vec<u8>, _: Option<u64>, _: &CancelToken) -> Result<(), E> {
         LineOut::send(self, &message).map_err(E::from)
+    }
+
+    /// Queues the lines as one piece, so no other thread's line comes between them.
+    fn send_together(&self, messages: Vec<Vec<u8>>) -> Result<(), E> {
+        let mut lines = Vec::with_capacity(messages.iter().map(|m| m.len() + 1).sum());
+        for message in messages {
+            lines.extend_from_slice(&message);
+            if !message.ends_with(b"\n") {
+                lines.push(b'\n');
+            }
+        }
+        LineOut::send(self, &lines).map_err(E::from)
     }
 }
 
@@ -282,6 +308,7 @@ where
     ///
     /// # Errors
     /// As [`Peer::send`].
+    #[cfg_attr(not(feature = "acp"), allow(dead_code))]
     pub(crate) fn notify(&self, method: &str, params: &impl Serialize) -> Result<(), E> {
         self.send_with(|buf| notification_to(buf, method, params))
     }
@@ -313,6 +340,37 @@ where
             Ok(None) => return,
             Err(error) => self.respond_error(id, &error),
         };
+    }
+
+    /// Answers a call as [`Peer::answer`] does, then sends the notification `method` with
+    /// `params`, with no message of another thread between the two: what the other side
+    /// may do once it has the answer (a request whose handling notifies, too) comes after
+    /// the notification. Nothing is sent for a notification call (`id` is `None`) nor for
+    /// `Ok(None)`; a failure to send closed the peer already.
+    #[cfg_attr(not(feature = "acp"), allow(dead_code))]
+    pub(crate) fn answer_then_notify(
+        &self,
+        id: Option<&Value>,
+        answer: Result<Option<Value>, RpcError>,
+        method: &str,
+        params: &impl Serialize,
+    ) {
+        let Some(id) = id else { return };
+        let mut first = Vec::new();
+        match answer {
+            Ok(Some(result)) => result_to(&mut first, id, &result),
+            Ok(None) => return,
+            Err(error) => error_to(&mut first, id, &error),
+        }
+        let mut then = Vec::new();
+        notification_to(&mut then, method, params);
+        self.traced(Direction::Out, &first);
+        self.traced(Direction::Out, &then);
+        let _ = self.link.send_together(vec![first, then]).inspect_err(|e| {
+            if self.link.ends_connection(e) {
+                self.close(e.clone());
+            }
+        });
     }
 
     /// Answers `violation` with its error, unless it is a broken response (which gets none).
@@ -434,6 +492,7 @@ where
     E: Clone + From<LinkError>,
 {
     /// The request's id (for the protocol's cancellation notice once it is given up).
+    #[cfg_attr(not(feature = "acp"), allow(dead_code))]
     pub(crate) fn id(&self) -> u64 {
         self.id
     }

@@ -96,6 +96,7 @@ fn answer(id: u64, stop: &str) -> Value {
 fn a_prompt_while_a_turn_runs_steers_it_and_both_are_answered_by_the_reply_to_both() {
     let (mut client, session, release) = start(acp::Options::new());
     client.request(3, "session/prompt", prompt_of(&session, "also this"));
+    client.read_so_far(9);
     release.send(()).unwrap();
     assert_eq!(
         client.until_response(3),
@@ -115,6 +116,7 @@ fn as_a_follow_up_the_first_prompt_is_answered_before_the_follow_up_runs() {
         start(acp::Options::new().prompt_while_running(WhileRunning::FollowUp));
     client.request(3, "session/prompt", prompt_of(&session, "then this"));
     client.request(4, "session/prompt", prompt_of(&session, "and this"));
+    client.read_so_far(9);
     release.send(()).unwrap();
     assert_eq!(
         client.until_response(4),

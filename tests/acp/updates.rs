@@ -155,3 +155,35 @@ fn a_replayed_transcript_names_each_message() {
     client.close().expect("a clean end");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn the_commands_come_before_anything_of_a_prompt_sent_on_the_answer() {
+    let options =
+        acp::Options::new().command(Command::new("shout", "Says it loudly", |rest: &str| {
+            rest.to_uppercase()
+        }));
+    let mut client = Client::start(echo, options);
+    // Each session's prompt goes out the moment its answer is read, racing the setup
+    // thread that sends the commands.
+    for n in 0..200 {
+        let id = 10 * n + 1;
+        client.request(id, "session/new", json!({"cwd": "/tmp", "mcpServers": []}));
+        let answer = client.recv();
+        let session = answer["result"]["sessionId"]
+            .as_str()
+            .expect("an id")
+            .to_owned();
+        client.request(id + 1, "session/prompt", prompt_of(&session, "hi"));
+        let next = client.recv();
+        assert_eq!(
+            next["params"]["update"]["sessionUpdate"], "available_commands_update",
+            "session {n}: {next}"
+        );
+        let rest = client.until_response(id + 1);
+        assert_eq!(
+            rest.last(),
+            Some(&json!({"jsonrpc": "2.0", "id": id + 1, "result": {"stopReason": "end_turn"}}))
+        );
+    }
+    client.close().expect("a clean end");
+}
