@@ -462,3 +462,29 @@ fn an_aborted_run_has_no_answer() {
 
 #[path = "structured/providers.rs"]
 mod providers;
+
+#[derive(Debug, Deserialize, JsonSchema, PartialEq)]
+struct Ticket {
+    #[schemars(regex(pattern = r"^[A-Z]{3}-[0-9]+$"))]
+    id: String,
+}
+
+/// A `pattern` of the schema is checked like every other keyword: an answer that breaks it
+/// gets a repair turn that names the pattern.
+#[test]
+fn a_pattern_of_the_schema_is_checked_and_repaired() {
+    let faux = Faux::default()
+        .reply(FauxReply::json(json!({"id": "abc-1"})))
+        .reply(FauxReply::json(json!({"id": "ABC-1"})));
+    let agent = builder(&faux).build().unwrap();
+    let typed = agent.prompt_as::<Ticket>("Which ticket?").unwrap();
+    assert_eq!(typed.value, Ticket { id: "ABC-1".into() });
+    let repair = faux.requests()[1].messages.last().unwrap().text();
+    let (said, _schema) = repair.split_once("\n\n").unwrap();
+    assert_eq!(
+        said,
+        "Your answer does not match the JSON Schema `Ticket`: at `/id`: \"abc-1\" does not \
+         match the pattern `^[A-Z]{3}-[0-9]+$`. Answer again with only a JSON value that \
+         matches the schema, and no other text."
+    );
+}

@@ -12,10 +12,11 @@ use super::builder::Kind;
 use super::session::{Request, Session};
 use super::{
     CallResult, ClientBuilder, Era, McpError, McpTool, Progress, ServerInfo, ToolInfo, http,
-    protocol, schema, stdio,
+    protocol, stdio,
 };
 use crate::Tool;
 use crate::cancel::CancelToken;
+use crate::output::validate::{self, Unfollowed};
 
 /// The most pages of one list: a server that hands out cursors forever is broken.
 const MAX_PAGES: usize = 1000;
@@ -279,7 +280,14 @@ impl Client {
         let schema = self.inner.schemas.lock().get(name).cloned();
         if let (Some(schema), false) = (schema, result.is_error) {
             let checked = match &result.structured {
-                Some(value) => schema::check(&schema, value),
+                Some(value) => {
+                    let problems = validate::problems_with(&schema, value, Unfollowed::Accepts);
+                    if problems.is_empty() {
+                        Ok(())
+                    } else {
+                        Err(problems.join("; "))
+                    }
+                }
                 None => {
                     Err("no structuredContent, though the tool declares an outputSchema".into())
                 }

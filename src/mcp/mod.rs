@@ -210,7 +210,6 @@ mod oauth_flow;
 mod process;
 mod protocol;
 mod resources;
-mod schema;
 mod session;
 mod stdio;
 mod tool;

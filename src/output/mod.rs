@@ -227,10 +227,12 @@ impl OutputSchema {
     /// the value, or what is wrong with it: the text a repair turn shows the model.
     ///
     /// The JSON Schema check covers the keywords schemars emits and most others: `type`,
-    /// `enum`, `const`, the object, array, string-length and number keywords, `anyOf`,
-    /// `oneOf`, `allOf`, `not`, `if`/`then`/`else`, and `$ref`s inside the schema. It does not
-    /// check `pattern` and `patternProperties` (no regex engine), nor `format` (an
-    /// annotation); a type's own deserialization still checks what its `Deserialize` checks.
+    /// `enum`, `const`, the object, array, string-length and number keywords, `pattern` and
+    /// `patternProperties`, `anyOf`, `oneOf`, `allOf`, `not`, `if`/`then`/`else`, and `$ref`s
+    /// inside the schema. It does not check `format` (an annotation), and a pattern with a
+    /// lookaround, a backreference or a Unicode class constrains nothing (patterns are read
+    /// by `regex_lite`); a type's own deserialization still checks what its `Deserialize`
+    /// checks.
     ///
     /// # Errors
     /// What is wrong, in a few lines: `the answer is not JSON: ..`, or each problem as `at

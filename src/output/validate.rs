@@ -1,20 +1,32 @@
 //! Checks a JSON value against a JSON Schema: the subset schemars emits, and the rest of
-//! the keywords a hand-written schema for a model's answer uses.
+//! the keywords a hand-written schema for a model's answer uses. The one check of the crate:
+//! structured answers (`output`) and MCP tools' structured results (`mcp`) both use it.
 //!
-//! Checked: `type` (one or a list), `enum`, `const`, `properties`, `required`,
-//! `additionalProperties`, `propertyNames`, `minProperties`, `maxProperties`, `items`,
-//! `prefixItems` (and draft 7's list form of `items` with `additionalItems`), `minItems`,
-//! `maxItems`, `uniqueItems`, `contains`, `minimum`, `maximum`, `exclusiveMinimum`,
-//! `exclusiveMaximum` (the number form, and draft 4's boolean form), `multipleOf`,
-//! `minLength`, `maxLength`, `anyOf`, `oneOf`, `allOf`, `not`, `if` / `then` / `else`,
-//! `dependentRequired`, and `$ref` to the schema itself (`#`) or into it (`#/$defs/Name`,
-//! `#/definitions/Name`, any JSON pointer), beside the other keywords of its schema as in
-//! draft 2020-12. Not checked: `pattern` and `patternProperties` (they need a regex engine;
-//! with `patternProperties` present, `additionalProperties` is not checked either), `format`
-//! (an annotation, as the specification makes it by default), and annotations.
+//! Checked: `type` (one or a list), `enum`, `const`, `properties`, `patternProperties`,
+//! `required`, `additionalProperties`, `propertyNames`, `minProperties`, `maxProperties`,
+//! `items`, `prefixItems` (and draft 7's list form of `items` with `additionalItems`),
+//! `minItems`, `maxItems`, `uniqueItems`, `contains`, `minimum`, `maximum`,
+//! `exclusiveMinimum`, `exclusiveMaximum` (the number form, and draft 4's boolean form),
+//! `multipleOf`, `minLength`, `maxLength`, `pattern`, `anyOf`, `oneOf`, `allOf`, `not`,
+//! `if` / `then` / `else`, `dependentRequired`, and `$ref` to the schema itself (`#`) or into
+//! it (`#/$defs/Name`, `#/definitions/Name`, any JSON pointer), beside the other keywords of
+//! its schema as in draft 2020-12. Not checked: `format` (an annotation, as the
+//! specification makes it by default), and annotations.
+//!
+//! Patterns are regular expressions as `regex_lite` reads them, which covers what schemas
+//! use (classes, anchors, repetition, alternation, groups); a pattern it cannot read (a
+//! lookaround, a backreference, a Unicode property class, or one past the size limits)
+//! constrains nothing, and with such a pattern in `patternProperties`,
+//! `additionalProperties` is not checked either. A pattern matches anywhere in the string
+//! unless anchored, as in ECMA-262.
 //!
 //! Numbers compare by value (`1` equals `1.0`), as JSON Schema says.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use regex_lite::{Regex, RegexBuilder};
 use serde_json::{Map, Value};
 
 /// How many problems one check reports at most: enough to fix an answer, short enough for a
@@ -25,14 +37,39 @@ const MAX_PROBLEMS: usize = 8;
 /// itself in a loop stops here.
 const MAX_DEPTH: usize = 64;
 
+/// The size of a compiled pattern, at most: a schema's pattern past it constrains nothing.
+const MAX_PATTERN_SIZE: usize = 1 << 20;
+
+/// Each pattern of a schema, compiled once per check and shared by its branches (`None`:
+/// the pattern cannot be read).
+type Patterns<'s> = Rc<RefCell<HashMap<&'s str, Option<Rc<Regex>>>>>;
+
+/// What a `$ref` the check cannot follow (one to another document, one that points nowhere,
+/// a loop that never reaches the value) makes of the value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Unfollowed {
+    /// A problem: the schema is the program's own (a structured answer's), so it is wrong.
+    Fails,
+    /// Nothing: the schema is another party's (an MCP tool's), whose other documents are
+    /// never fetched, and a value is refused only for what is sure.
+    Accepts,
+}
+
 /// The problems of `value` against `schema` (whose `$ref`s resolve in `schema` itself), each
 /// as `at <pointer>: <what>`; empty when it matches.
 pub(crate) fn problems(schema: &Value, value: &Value) -> Vec<String> {
+    problems_with(schema, value, Unfollowed::Fails)
+}
+
+/// [`problems`], with the `$ref`s it cannot follow taken as `unfollowed` says.
+pub(crate) fn problems_with(schema: &Value, value: &Value, unfollowed: Unfollowed) -> Vec<String> {
     let mut check = Check {
         root: schema,
         path: Vec::new(),
         problems: Vec::new(),
         depth: 0,
+        unfollowed,
+        patterns: Rc::default(),
     };
     check.value(schema, value);
     check.problems
@@ -53,6 +90,8 @@ struct Check<'s> {
     path: Vec<String>,
     problems: Vec<String>,
     depth: usize,
+    unfollowed: Unfollowed,
+    patterns: Patterns<'s>,
 }
 
 impl<'s> Check<'s> {
@@ -79,6 +118,8 @@ impl<'s> Check<'s> {
             path: self.path.clone(),
             problems: Vec::new(),
             depth: self.depth,
+            unfollowed: self.unfollowed,
+            patterns: self.patterns.clone(),
         };
         sub.value(schema, value);
         sub.problems
@@ -144,10 +185,17 @@ impl<'s> Check<'s> {
     }
 
     fn reference(&mut self, reference: &str, value: &Value) {
+        let lenient = self.unfollowed == Unfollowed::Accepts;
         let Some(target) = resolve(self.root, reference) else {
+            if lenient {
+                return;
+            }
             return self.fail(format!("the schema's `$ref` `{reference}` points nowhere"));
         };
         if self.depth >= MAX_DEPTH {
+            if lenient {
+                return;
+            }
             return self.fail("the schema's `$ref`s loop without end");
         }
         self.depth += 1;
@@ -219,6 +267,21 @@ impl<'s> Check<'s> {
         }
     }
 
+    /// The compiled `pattern`, or `None` when it cannot be read (then it constrains nothing).
+    fn pattern(&self, pattern: &'s str) -> Option<Rc<Regex>> {
+        self.patterns
+            .borrow_mut()
+            .entry(pattern)
+            .or_insert_with(|| {
+                RegexBuilder::new(pattern)
+                    .size_limit(MAX_PATTERN_SIZE)
+                    .build()
+                    .ok()
+                    .map(Rc::new)
+            })
+            .clone()
+    }
+
     fn object(&mut self, s: &'s Map<String, Value>, object: &Map<String, Value>) {
         if let Some(Value::Array(required)) = s.get("required") {
             for name in required.iter().filter_map(Value::as_str) {
@@ -248,12 +311,34 @@ impl<'s> Check<'s> {
         }
         let properties = s.get("properties").and_then(Value::as_object);
         let additional = s.get("additionalProperties");
-        let patterns = s.contains_key("patternProperties");
+        let mut patterned = Vec::new();
+        // Whether every pattern could be read: a name one that cannot be read might cover is
+        // not judged by `additionalProperties`.
+        let mut readable = true;
+        if let Some(Value::Object(patterns)) = s.get("patternProperties") {
+            for (pattern, schema) in patterns {
+                match self.pattern(pattern) {
+                    Some(re) => patterned.push((re, schema)),
+                    None => readable = false,
+                }
+            }
+        }
         for (name, item) in object {
-            if let Some(schema) = properties.and_then(|p| p.get(name)) {
+            let named = properties.and_then(|p| p.get(name));
+            if let Some(schema) = named {
                 self.at(name.as_str(), schema, item);
+            }
+            let mut matched = false;
+            for (re, schema) in &patterned {
+                if re.is_match(name) {
+                    matched = true;
+                    self.at(name.as_str(), schema, item);
+                }
+            }
+            if named.is_some() || matched {
+                // Not an additional property.
             } else if let Some(additional) = additional
-                && !patterns
+                && readable
             {
                 if additional == &Value::Bool(false) {
                     self.fail(format!("the property `{name}` is not allowed"));
@@ -342,6 +427,15 @@ impl<'s> Check<'s> {
             && len > max
         {
             self.fail(format!("expected at most {max} characters, got {len}"));
+        }
+        if let Some(Value::String(pattern)) = s.get("pattern")
+            && let Some(re) = self.pattern(pattern)
+            && !re.is_match(text)
+        {
+            self.fail(format!(
+                "{} does not match the pattern `{pattern}`",
+                short(&Value::String(text.to_owned()))
+            ));
         }
     }
 
@@ -689,6 +783,67 @@ mod tests {
         assert_eq!(
             problems(&tree, &v),
             ["at `/children/1/children/0/children`: expected an array, got an integer (1)"]
+        );
+    }
+
+    #[test]
+    fn patterns_constrain_strings_and_the_names_they_cover() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "code": {"type": "string", "pattern": "^[A-Z]{3}-[0-9]+$"},
+                "word": {"type": "string", "pattern": "ab+"},
+            },
+            "patternProperties": {"^x-": {"type": "integer"}, "^y-": {"type": "string"}},
+            "additionalProperties": false,
+        });
+        let ok = json!({"code": "ABC-12", "word": "--abbb--", "x-a": 1, "y-b": "s"});
+        assert_eq!(problems(&schema, &ok), Vec::<String>::new());
+        let bad = json!({"code": "abc-12", "word": "a", "x-a": "one", "z": 1});
+        assert_eq!(
+            problems(&schema, &bad),
+            [
+                "at `/code`: \"abc-12\" does not match the pattern `^[A-Z]{3}-[0-9]+$`",
+                "at `/word`: \"a\" does not match the pattern `ab+`",
+                "at `/x-a`: expected an integer, got a string (\"one\")",
+                "at the top level: the property `z` is not allowed",
+            ]
+        );
+        // A pattern the engine cannot read (a lookahead) constrains nothing, and the names
+        // it might cover are not judged as additional.
+        let unread = json!({"type": "string", "pattern": "^(?=a)"});
+        assert!(problems(&unread, &json!("b")).is_empty());
+        let unread_names = json!({"patternProperties": {"^(?!x)": {"type": "integer"}},
+                                  "additionalProperties": false});
+        assert!(problems(&unread_names, &json!({"q": "s"})).is_empty());
+    }
+
+    #[test]
+    fn another_partys_schema_accepts_what_its_refs_cannot_say() {
+        // An MCP tool's output schema: other documents are never fetched, and a reference
+        // that points nowhere or loops refuses nothing; the rest is checked as always.
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "far": {"$ref": "https://example.invalid/schema.json"},
+                "gone": {"$ref": "#/$defs/missing"},
+                "loop": {"$ref": "#/properties/loop"},
+                "n": {"type": "integer"},
+            },
+        });
+        let value = json!({"far": [1], "gone": {}, "loop": 3, "n": "x"});
+        assert_eq!(
+            problems_with(&schema, &value, Unfollowed::Accepts),
+            ["at `/n`: expected an integer, got a string (\"x\")"]
+        );
+        assert_eq!(
+            problems_with(&schema, &value, Unfollowed::Fails),
+            [
+                "at `/far`: the schema's `$ref` `https://example.invalid/schema.json` points nowhere",
+                "at `/gone`: the schema's `$ref` `#/$defs/missing` points nowhere",
+                "at `/loop`: the schema's `$ref`s loop without end",
+                "at `/n`: expected an integer, got a string (\"x\")",
+            ]
         );
     }
 

@@ -460,3 +460,71 @@ fn a_401_without_oauth_is_unauthorized_with_the_servers_challenge_parsed() {
         r#"the mcp server refused the request for want of authorization (status 401): Bearer error="invalid_token", scope="mcp:read mcp:write", resource_metadata="http://127.0.0.1:9/.well-known/oauth-protected-resource/mcp""#
     );
 }
+
+/// A tool's `structuredContent` is checked against its `outputSchema` with the crate's one
+/// schema check: patterns and closed objects refuse, a `$ref` to another document (never
+/// fetched) refuses nothing, and a result without the structured part is refused too.
+#[test]
+fn structured_results_are_checked_against_the_tools_output_schema() {
+    let server = Scripted::start(|seen| match seen.rpc() {
+        "tools/list" => json_reply(
+            200,
+            &result_of(
+                seen,
+                json!({"tools": [{"name": "code", "inputSchema": {"type": "object"},
+                    "outputSchema": {"type": "object", "required": ["code"],
+                        "properties": {"code": {"type": "string", "pattern": "^[A-Z]+$"},
+                                       "far": {"$ref": "https://example.invalid/s.json"}},
+                        "additionalProperties": false}}]}),
+            ),
+        ),
+        "tools/call" => {
+            let structured = seen.body["params"]["arguments"]["give"].clone();
+            let mut result = json!({"content": [{"type": "text", "text": "done"}]});
+            if !structured.is_null() {
+                result["structuredContent"] = structured;
+            }
+            json_reply(200, &result_of(seen, result))
+        }
+        _ => plain(seen),
+    });
+    let client = Client::http(format!("{}/mcp", server.url))
+        .era(Era::Session)
+        .connect()
+        .unwrap();
+    client.list_tools().unwrap();
+    let call = |give: Value| {
+        client.call_tool(
+            "code",
+            json!({ "give": give }),
+            &CancelToken::new(),
+            &mut |_| {},
+        )
+    };
+    let fine = call(json!({"code": "ABC", "far": [1]})).unwrap();
+    assert_eq!(fine.structured, Some(json!({"code": "ABC", "far": [1]})));
+    for (give, reason) in [
+        (
+            json!({"code": "abc"}),
+            "at `/code`: \"abc\" does not match the pattern `^[A-Z]+$`",
+        ),
+        (
+            json!({"code": "A", "extra": 1}),
+            "at the top level: the property `extra` is not allowed",
+        ),
+        (
+            Value::Null,
+            "no structuredContent, though the tool declares an outputSchema",
+        ),
+    ] {
+        assert_eq!(
+            call(give.clone()).unwrap_err(),
+            McpError::BadResult {
+                tool: "code".into(),
+                reason: reason.into()
+            },
+            "{give}"
+        );
+    }
+    client.close();
+}
