@@ -1,6 +1,11 @@
 //! A terminal chat agent: reads lines from stdin, streams each reply as it arrives, shows the
 //! tool calls and their results, and exits cleanly at the end of input.
 //!
+//! Ctrl-C while a reply streams interrupts that reply (the agent is aborted from the signal's
+//! thread; what streamed is kept in the conversation) and the chat reads on; Ctrl-C at the
+//! prompt ends the chat. Lines that start with `/` are commands: `/help`, `/new` (a new
+//! conversation), `/quit` (or `/exit`, or the end of input).
+//!
 //! ```sh
 //! cargo run --example chat                                  # interactive
 //! printf 'hi\nwhat is 17*23?\n' | cargo run --example chat  # piped
@@ -18,14 +23,16 @@
 //! OPENAI_BASE_URL=http://localhost:11434/v1 PAGENT_MODEL=llama3.2 cargo run --example chat  # Ollama
 //! ```
 //!
-//! The one place that chooses the model server is [`provider`].
+//! The one place that chooses the model server is [`provider`]. The demo streams 60 tokens a
+//! second on a terminal and as fast as it can when piped; `PAGENT_DEMO_SPEED=<tokens a second>`
+//! sets its pace.
 
 use std::io::{self, BufRead, IsTerminal, Write};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use pagent::llm::{Faux, FauxReply, Provider, Request, StreamEvent};
-use pagent::{Agent, AgentEvent, Message, PartialBlock, ToolOutput, tool};
+use pagent::{Agent, AgentEvent, Message, PartialBlock, RunStopReason, ToolOutput, tool};
 // `schemars` in scope for the derive: pagent's own, so no version to match by hand.
 use pagent::schemars::{self, JsonSchema};
 use serde::Deserialize;
@@ -42,6 +49,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .tool(clock())
         .build()?;
     let _printer = agent.subscribe(print_event);
+    interrupt_with_ctrl_c(&agent)?;
 
     let mut lines = io::stdin().lock().lines();
     loop {
@@ -60,18 +68,54 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             // Echo the piped input so the output reads as a transcript.
             println!("> {line}");
         }
+        match line {
+            "/quit" | "/exit" => break,
+            "/help" => {
+                println!("{HELP}");
+                continue;
+            }
+            "/new" => {
+                agent.reset()?;
+                println!("[a new conversation]");
+                continue;
+            }
+            _ if line.starts_with('/') => {
+                println!("[unknown command {line}; /help lists them]");
+                continue;
+            }
+            _ => {}
+        }
         // Blocks until the reply (and the tools it asks for) are done; `print_event` streams
         // it meanwhile, on this very thread.
         // A failed run (the server unreachable, a 401, a timeout) is an `Err`; the chat
         // reports it and reads on. `?` would end the program instead.
-        if let Err(failed) = agent.prompt(line) {
-            eprintln!("[error ({}): {failed}]", failed.kind());
+        match agent.prompt(line) {
+            Ok(run) if run.stop_reason == RunStopReason::Cancelled => println!("[interrupted]"),
+            Ok(_) => {}
+            Err(failed) => eprintln!("[error ({}): {failed}]", failed.kind()),
         }
     }
     if interactive {
         println!();
     }
     Ok(())
+}
+
+const HELP: &str = "Type a message and press Enter. Ctrl-C interrupts a reply; at the prompt \
+                    it ends the chat.\n  /new   a new conversation\n  /quit  end the chat \
+                    (also /exit, or the end of input)";
+
+/// Ctrl-C: aborts the run in progress (`abort` may be called from any thread: here the
+/// signal handler's own), or ends the chat when none runs. The handle does not keep the
+/// agent alive.
+fn interrupt_with_ctrl_c(agent: &Agent) -> Result<(), ctrlc::Error> {
+    let handle = agent.handle();
+    ctrlc::set_handler(move || {
+        if !handle.abort() {
+            println!();
+            std::process::exit(130);
+        }
+    })
 }
 
 /// The model server and model: the one the environment names (`OPENAI_*`, `OPENAI_API=responses`
@@ -97,11 +141,16 @@ fn provider() -> Result<(Arc<dyn Provider>, String), pagent::Error> {
          ANTHROPIC_BASE_URL), and PAGENT_MODEL."
     );
     let demo = Faux::default().chunk_chars(3).otherwise(demo_reply);
-    // Stream visibly when a person watches; as fast as possible when piped.
-    let demo: Arc<dyn Provider> = if io::stdout().is_terminal() {
-        Arc::new(demo.tokens_per_second(60.0))
-    } else {
-        Arc::new(demo)
+    // Stream visibly when a person watches; as fast as possible when piped; as
+    // `PAGENT_DEMO_SPEED` (tokens a second) says when set.
+    let speed = std::env::var("PAGENT_DEMO_SPEED")
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .filter(|s| *s > 0.0)
+        .or(io::stdout().is_terminal().then_some(60.0));
+    let demo: Arc<dyn Provider> = match speed {
+        Some(speed) => Arc::new(demo.tokens_per_second(speed)),
+        None => Arc::new(demo),
     };
     Ok((demo, "pagent-demo".to_owned()))
 }

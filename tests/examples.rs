@@ -47,9 +47,10 @@ fn example(name: &str) -> PathBuf {
     path
 }
 
-/// Runs example `name` with `args`, feeding `stdin`, and kills it after `TIMEOUT`.
-fn run(name: &str, args: &[&str], stdin: &str) -> Ran {
-    let mut child = Command::new(example(name))
+/// Example `name` with `args`, offline, its three pipes ours.
+fn offline(name: &str, args: &[&str]) -> Command {
+    let mut command = Command::new(example(name));
+    command
         // The examples talk to a real server when the environment names one; these tests
         // check the offline demos.
         .env_remove("OPENAI_API_KEY")
@@ -57,11 +58,18 @@ fn run(name: &str, args: &[&str], stdin: &str) -> Ran {
         .env_remove("ANTHROPIC_API_KEY")
         .env_remove("ANTHROPIC_BASE_URL")
         .env_remove("PAGENT_MODEL")
+        .env_remove("PAGENT_DEMO_SPEED")
         .args(args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::piped());
+    command
+}
+
+/// Runs example `name` with `args`, feeding `stdin`, and kills it after `TIMEOUT`.
+fn run(name: &str, args: &[&str], stdin: &str) -> Ran {
+    let mut child = offline(name, args)
         .spawn()
         .unwrap_or_else(|e| panic!("example {name} starts: {e}"));
     let mut input = child.stdin.take().expect("piped stdin");
@@ -142,6 +150,124 @@ fn chat_reports_tool_errors_and_exits_at_end_of_input() {
     );
     let empty = run("chat", &[], "");
     assert_eq!(empty.stdout, "");
+}
+
+#[test]
+fn chat_commands_start_a_new_conversation_help_and_quit() {
+    let ran = run(
+        "chat",
+        &[],
+        "hi\n/help\n/new\n/nope\nwhat is 2+2?\n/quit\nnever read\n",
+    );
+    let out = &ran.stdout;
+    assert!(
+        out.contains("> /help\nType a message and press Enter."),
+        "{out}"
+    );
+    assert!(out.contains("> /new\n[a new conversation]\n"), "{out}");
+    assert!(
+        out.contains("> /nope\n[unknown command /nope; /help lists them]\n"),
+        "{out}"
+    );
+    assert!(out.contains("The answer is 4.\n"), "{out}");
+    assert!(out.trim_end().ends_with("> /quit"), "{out}");
+    assert!(!out.contains("never read"), "{out}");
+}
+
+/// The chat on a slow demo model, its output read as it comes: returns the child, its
+/// stdin, and the channel of its output.
+fn slow_chat() -> (
+    std::process::Child,
+    std::process::ChildStdin,
+    crossbeam_channel::Receiver<String>,
+) {
+    let mut child = offline("chat", &[])
+        .env("PAGENT_DEMO_SPEED", "5")
+        .spawn()
+        .expect("the chat starts");
+    let stdin = child.stdin.take().expect("piped stdin");
+    let mut stdout = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = crossbeam_channel::unbounded();
+    thread::spawn(move || {
+        let mut buf = [0u8; 256];
+        while let Ok(n) = stdout.read(&mut buf) {
+            if n == 0
+                || tx
+                    .send(String::from_utf8_lossy(&buf[..n]).into_owned())
+                    .is_err()
+            {
+                return;
+            }
+        }
+    });
+    (child, stdin, rx)
+}
+
+/// What came on `output` until it holds `text` (bounded by `TIMEOUT`).
+fn read_until(output: &crossbeam_channel::Receiver<String>, seen: &mut String, text: &str) {
+    let deadline = Instant::now() + TIMEOUT;
+    while !seen.contains(text) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match output.recv_timeout(left) {
+            Ok(chunk) => seen.push_str(&chunk),
+            Err(_) => panic!("no {text:?} in the output: {seen:?}"),
+        }
+    }
+}
+
+fn interrupt(child: &std::process::Child) {
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+}
+
+fn wait_bounded(child: &mut std::process::Child) -> std::process::ExitStatus {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait on the chat") {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the chat did not end within {TIMEOUT:?}");
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Ctrl-C while a reply streams aborts that run only: the reply stops, the chat says so and
+/// answers the next line as usual.
+#[test]
+fn chat_ctrl_c_interrupts_the_reply_and_the_chat_reads_on() {
+    let (mut child, mut stdin, output) = slow_chat();
+    let mut seen = String::new();
+    stdin.write_all(b"hi\n").unwrap();
+    // At 5 tokens a second the reply takes about 15 s: it has begun, and is far from done.
+    read_until(&output, &mut seen, "You said");
+    interrupt(&child);
+    read_until(&output, &mut seen, "[interrupted]\n");
+    assert!(
+        !seen.contains("for real"),
+        "the reply ran to its end: {seen:?}"
+    );
+    stdin.write_all(b"/quit\n").unwrap();
+    assert!(wait_bounded(&mut child).success());
+    let rest: String = output.iter().collect();
+    assert_eq!(rest, "> /quit\n");
+}
+
+/// Ctrl-C at the prompt ends the chat, as it ends any program (status 130, 128 + SIGINT).
+#[test]
+fn chat_ctrl_c_at_the_prompt_ends_it() {
+    let (mut child, mut stdin, output) = slow_chat();
+    let mut seen = String::new();
+    stdin.write_all(b"what is 1+1?\n").unwrap();
+    read_until(&output, &mut seen, "The answer is 2.\n");
+    interrupt(&child);
+    assert_eq!(wait_bounded(&mut child).code(), Some(130));
+    drop(stdin);
 }
 
 /// The summary line that starts with `label`, without the label.
