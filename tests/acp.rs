@@ -23,6 +23,8 @@ use pagent::llm::{Faux, FauxReply};
 use pagent::{Agent, AgentBuilder, ToolOutput, tool};
 use serde_json::{Value, json};
 
+#[path = "acp/client_tools.rs"]
+mod client_tools;
 #[path = "acp/config.rs"]
 mod config;
 #[path = "acp/lifecycle.rs"]

@@ -74,6 +74,14 @@ pub(crate) struct Cost {
 }
 
 impl Update {
+    /// The update with `locations` on a `tool_call` (other updates have none).
+    pub(crate) fn with_locations(mut self, locations: Option<Vec<Location>>) -> Update {
+        if let Update::ToolCall(call) = &mut self {
+            call.locations = locations;
+        }
+        self
+    }
+
     /// The update with `id` as the `messageId` of a chunk (other updates have none).
     pub(crate) fn in_message(mut self, id: &str) -> Update {
         if let Update::UserMessageChunk { message_id, .. }
@@ -182,6 +190,17 @@ pub(crate) struct ToolCallStart {
     pub(crate) status: ToolStatus,
     /// The arguments as parsed JSON, or the raw text when they are not JSON.
     pub(crate) raw_input: Value,
+    /// The files the call works on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) locations: Option<Vec<Location>>,
+}
+
+/// A file a tool call works on (and the line), for the client to follow.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Location {
+    pub(crate) path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) line: Option<u64>,
 }
 
 /// The `tool_call_update` update, and the `toolCall` of a permission request: only the fields
@@ -199,16 +218,90 @@ pub(crate) struct ToolCallUpdate {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) content: Option<Vec<ToolContent>>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) locations: Option<Vec<Location>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) raw_input: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) raw_output: Option<Value>,
 }
 
-/// What a tool call shows: pagent's tool output is text.
+/// What a tool call shows: its output's parts, and what its details embed (a diff, a
+/// terminal of the client).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub(crate) enum ToolContent {
-    Content { content: Content },
+    Content {
+        content: Content,
+    },
+    Diff {
+        path: String,
+        #[serde(rename = "oldText")]
+        old_text: Option<String>,
+        #[serde(rename = "newText")]
+        new_text: String,
+    },
+    Terminal {
+        #[serde(rename = "terminalId")]
+        terminal_id: String,
+    },
+}
+
+/// The `diff` a tool's details may carry (see [`embedded`]).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DiffDetails {
+    path: String,
+    #[serde(default)]
+    old_text: Option<String>,
+    new_text: String,
+}
+
+/// What a tool's details embed in its call, before its text: `{"terminalId": ".."}` the
+/// client's terminal, `{"diff": {"path", "oldText", "newText"}}` a diff (the client's file
+/// tools write them, and any tool of the agent's own may), and where it works:
+/// `{"locations": [{"path", "line"}]}`. Malformed ones are left out.
+fn embedded(details: Option<&Value>) -> (Vec<ToolContent>, Option<Vec<Location>>) {
+    let Some(details) = details else {
+        return (Vec::new(), None);
+    };
+    let mut content = Vec::new();
+    if let Some(Value::String(id)) = details.get("terminalId") {
+        content.push(ToolContent::Terminal {
+            terminal_id: id.clone(),
+        });
+    }
+    if let Some(Ok(diff)) = details.get("diff").map(DiffDetails::deserialize) {
+        content.push(ToolContent::Diff {
+            path: diff.path,
+            old_text: diff.old_text,
+            new_text: diff.new_text,
+        });
+    }
+    let locations = (details.get("locations"))
+        .and_then(|l| Vec::<Location>::deserialize(l).ok())
+        .filter(|l| !l.is_empty());
+    (content, locations)
+}
+
+/// `update` with what `details` embed (see [`embedded`]): their blocks go before the
+/// text, which stays unless it is empty.
+fn with_embedded(mut update: ToolCallUpdate, details: Option<&Value>) -> ToolCallUpdate {
+    let (mut blocks, locations) = embedded(details);
+    if blocks.is_empty() && locations.is_none() {
+        return update;
+    }
+    let text_is_empty = |c: &ToolContent| matches!(c, ToolContent::Content { content: Content::Text { text } } if text.is_empty());
+    blocks.extend(
+        update
+            .content
+            .take()
+            .into_iter()
+            .flatten()
+            .filter(|c| !text_is_empty(c)),
+    );
+    update.content = Some(blocks);
+    update.locations = locations;
+    update
 }
 
 /// One entry of a `plan` update, as a tool publishes it in its details (`{"plan": [..]}`).
@@ -260,6 +353,7 @@ pub(crate) fn tool_call(call: &ToolCall, kind: ToolKind, status: ToolStatus) -> 
         kind,
         status,
         raw_input: raw_input(call),
+        locations: None,
     })
 }
 
@@ -280,7 +374,11 @@ fn result_content(parts: &[Part]) -> Option<Vec<ToolContent>> {
 
 /// The final `tool_call_update` of a call: its status, its text and its details.
 pub(crate) fn tool_result(result: &ToolResultMessage) -> Update {
-    Update::ToolCallUpdate(ToolCallUpdate {
+    Update::ToolCallUpdate(result_update(result))
+}
+
+fn result_update(result: &ToolResultMessage) -> ToolCallUpdate {
+    ToolCallUpdate {
         tool_call_id: result.tool_call_id.clone(),
         status: Some(if result.is_error {
             ToolStatus::Failed
@@ -290,7 +388,57 @@ pub(crate) fn tool_result(result: &ToolResultMessage) -> Update {
         content: result_content(&result.content),
         raw_output: result.details.clone(),
         ..ToolCallUpdate::default()
-    })
+    }
+}
+
+/// What the calls of a live run embed (a terminal, a diff), remembered until each call
+/// ends: a `tool_call_update`'s content replaces the call's, so a result that embeds
+/// nothing of its own (an error) keeps what the call's progress showed, and the client
+/// goes on showing the terminal the command ran in.
+#[derive(Debug, Default)]
+pub(crate) struct Shown {
+    embedded: std::collections::HashMap<String, Vec<ToolContent>>,
+}
+
+impl Shown {
+    /// `update`, with the blocks its call embedded before when it is the call's last and
+    /// embeds none.
+    pub(crate) fn keep(&mut self, mut update: Update) -> Update {
+        let Update::ToolCallUpdate(call) = &mut update else {
+            return update;
+        };
+        let is_embedded = |c: &ToolContent| !matches!(c, ToolContent::Content { .. });
+        let blocks: Vec<ToolContent> = (call.content.iter().flatten())
+            .filter(|c| is_embedded(c))
+            .cloned()
+            .collect();
+        let last = matches!(
+            call.status,
+            Some(ToolStatus::Completed | ToolStatus::Failed)
+        );
+        if last {
+            let before = self.embedded.remove(&call.tool_call_id);
+            if let Some(before) = before.filter(|_| blocks.is_empty()) {
+                let content = call.content.take().into_iter().flatten();
+                call.content = Some(before.into_iter().chain(content).collect());
+            }
+        } else if !blocks.is_empty() {
+            self.embedded.insert(call.tool_call_id.clone(), blocks);
+        }
+        update
+    }
+}
+
+/// A `tool_call_update` of a tool's progress or result, and the `plan` its details carry.
+/// Only the agent's own tools (`own`) embed what their details say (see [`embedded`]) and
+/// give a plan: an MCP server's details are the server's, not meant for the client.
+fn own_tool_updates(update: ToolCallUpdate, details: Option<&Value>, own: bool) -> Vec<Update> {
+    if !own {
+        return vec![Update::ToolCallUpdate(update)];
+    }
+    let mut out = vec![Update::ToolCallUpdate(with_embedded(update, details))];
+    out.extend(plan(details));
+    out
 }
 
 /// A `plan` update when `details` carries `{"plan": [entry..]}` with well-formed entries.
@@ -352,22 +500,16 @@ pub(crate) fn updates(
             tool_name,
             partial,
         } => {
-            let mut out = vec![Update::ToolCallUpdate(ToolCallUpdate {
+            let update = ToolCallUpdate {
                 tool_call_id: call_id.clone(),
                 content: tool_content(&partial.to_text()),
                 ..ToolCallUpdate::default()
-            })];
-            if plans_from(tool_name) {
-                out.extend(plan(partial.details.as_ref()));
-            }
-            out
+            };
+            own_tool_updates(update, partial.details.as_ref(), plans_from(tool_name))
         }
         AgentEvent::ToolEnd { result, .. } => {
-            let mut out = vec![tool_result(result)];
-            if plans_from(&result.tool_name) {
-                out.extend(plan(result.details.as_ref()));
-            }
-            out
+            let own = plans_from(&result.tool_name);
+            own_tool_updates(result_update(result), result.details.as_ref(), own)
         }
         AgentEvent::CompactionStart {
             messages, context, ..

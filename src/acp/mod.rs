@@ -212,6 +212,7 @@ use crate::message::ToolCall;
 use crate::wire::MAX_LINE_LEN;
 use crate::{AgentBuilder, Error};
 
+mod client_tools;
 mod commands;
 mod config;
 mod input;
@@ -223,6 +224,10 @@ mod servers;
 mod sessions;
 mod turns;
 
+pub use client_tools::{
+    CLIENT_TIMEOUT, COMMAND_TIMEOUT, ClientCapabilities, READ_TOOL, TERMINAL_OUTPUT_LIMIT,
+    TERMINAL_TOOL, WRITE_TOOL,
+};
 pub use commands::Command;
 pub use config::Mode;
 
@@ -296,6 +301,8 @@ pub struct SessionInfo {
     id: String,
     cwd: PathBuf,
     loaded: bool,
+    /// The client, for [`SessionInfo::client_tools`].
+    client: client_tools::ClientLink,
 }
 
 impl SessionInfo {
@@ -344,6 +351,8 @@ pub struct Options {
     commands: Vec<Command>,
     models: Vec<(String, String)>,
     modes: Vec<Mode>,
+    client_timeout: Duration,
+    command_timeout: Duration,
 }
 
 type TitleFn = dyn Fn(&str) -> Option<String> + Send + Sync;
@@ -419,6 +428,8 @@ impl Default for Options {
             commands: Vec::new(),
             models: Vec::new(),
             modes: Vec::new(),
+            client_timeout: CLIENT_TIMEOUT,
+            command_timeout: COMMAND_TIMEOUT,
         }
     }
 }
@@ -445,6 +456,8 @@ impl fmt::Debug for Options {
             .field("commands", &self.commands)
             .field("models", &self.models)
             .field("modes", &self.modes)
+            .field("client_timeout", &self.client_timeout)
+            .field("command_timeout", &self.command_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -488,7 +501,8 @@ impl Options {
     }
 
     /// The kind the client shows for tool `name`. Defaults to [`ToolKind::Other`] for every
-    /// tool.
+    /// tool but the client's own ([`SessionInfo::client_tools`]): `read` for [`READ_TOOL`],
+    /// `edit` for [`WRITE_TOOL`], `execute` for [`TERMINAL_TOOL`].
     pub fn tool_kind(mut self, name: impl Into<String>, kind: ToolKind) -> Options {
         self.kinds.insert(name.into(), kind);
         self
@@ -627,8 +641,27 @@ impl Options {
         self
     }
 
+    /// How long each request of the client tools ([`SessionInfo::client_tools`]) waits
+    /// for the client's answer (a command's end excepted: [`Options::command_timeout`]);
+    /// past it the request is given up with `$/cancel_request` and the call gets an error
+    /// result. Defaults to [`CLIENT_TIMEOUT`] (30 s).
+    pub fn client_timeout(mut self, timeout: Duration) -> Options {
+        self.client_timeout = timeout;
+        self
+    }
+
+    /// How long a command run in the client's terminal ([`TERMINAL_TOOL`]) may take; past
+    /// it the command is killed and the call gets an error result with its output so far.
+    /// Defaults to [`COMMAND_TIMEOUT`] (10 minutes).
+    pub fn command_timeout(mut self, timeout: Duration) -> Options {
+        self.command_timeout = timeout;
+        self
+    }
+
     fn kind_of(&self, name: &str) -> ToolKind {
-        self.kinds.get(name).copied().unwrap_or_default()
+        (self.kinds.get(name).copied())
+            .or_else(|| client_tools::kind_of(name))
+            .unwrap_or_default()
     }
 }
 

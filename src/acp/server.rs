@@ -11,6 +11,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
 
+use super::client_tools::{self, ClientCapabilities};
 use super::commands;
 use super::config::Settings;
 use super::input::{self, McpServer};
@@ -34,6 +35,8 @@ use crate::{
 pub(super) struct Shared {
     pub(super) peer: Arc<Peer>,
     pub(super) options: Options,
+    /// `initialize`'s `clientCapabilities`, as the client sent them (`{}` before).
+    pub(super) client_capabilities: Mutex<Value>,
 }
 
 /// The most prompts running at once, over all sessions; one more is refused.
@@ -56,6 +59,7 @@ where
     let shared = Arc::new(Shared {
         peer: Arc::new(Peer::new(out.clone())),
         options: options.clone(),
+        client_capabilities: Mutex::new(json!({})),
     });
     let server = Server {
         factory,
@@ -179,6 +183,8 @@ where
         if !params.get("protocolVersion").is_some_and(Value::is_u64) {
             return Err(bad_params("initialize needs `protocolVersion`, an integer"));
         }
+        let capabilities = params.get("clientCapabilities").cloned();
+        *self.shared.client_capabilities.lock() = capabilities.unwrap_or_else(|| json!({}));
         let options = &self.shared.options;
         // One version is spoken, 1. A client asking for a later one gets the latest we speak,
         // as the protocol's negotiation says, and so does one asking for an earlier one: it
@@ -356,6 +362,14 @@ where
             id: id.clone(),
             cwd: cwd.clone(),
             loaded: saved.is_some(),
+            client: client_tools::ClientLink {
+                peer: shared.peer.clone(),
+                capabilities: ClientCapabilities::from_initialize(
+                    &shared.client_capabilities.lock(),
+                ),
+                timeout: shared.options.client_timeout,
+                command_timeout: shared.options.command_timeout,
+            },
         };
         let failed = |e: Error| {
             (
@@ -389,6 +403,8 @@ where
         let mcp_tools = connected.names;
         let prompts = Arc::new(Mutex::new(Prompts::default()));
         let (listening, session_id, handle) = (shared.clone(), id.clone(), agent.handle());
+        let cwd = cwd.clone();
+        let shown = Mutex::new(map::Shown::default());
         let answering = prompts.clone();
         // The transcript index of the reply streaming: its chunks' `messageId`.
         let reply = AtomicUsize::new(0);
@@ -418,8 +434,15 @@ where
                 let plans_from = |tool: &str| !mcp_tools.contains(tool);
                 let in_reply = map::message_id(reply.load(Ordering::Relaxed));
                 let usage = usage_update(&listening.options, event, &handle);
+                let located = match event {
+                    AgentEvent::ToolStart { call, .. } => client_tools::locations(call, &cwd),
+                    _ => None,
+                };
                 let updates = map::updates(event, &kind_of, &plans_from).into_iter();
-                for update in updates.map(|u| u.in_message(&in_reply)).chain(usage) {
+                let mut shown = shown.lock();
+                let updates = updates
+                    .map(|u| shown.keep(u.in_message(&in_reply).with_locations(located.clone())));
+                for update in updates.chain(usage) {
                     if send_update(&listening.peer, &session_id, &update).is_err() {
                         // The client stopped reading: the connection is closed, and the run
                         // has nobody to tell.
