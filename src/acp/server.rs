@@ -787,13 +787,14 @@ fn title_from(options: &Options, session: &Session, text: &str) -> bool {
 }
 
 /// The `usage_update` after a reply, when the context window is known
-/// ([`Options::context_window`]).
+/// ([`Options::context_window`], else the agent's own: `State::context`'s `window`).
 fn usage_update(options: &Options, event: &AgentEvent, handle: &AgentHandle) -> Option<Update> {
-    let size = options.context_window?;
     let AgentEvent::MessageEnd { message } = event else {
         return None;
     };
     let usage = message.as_assistant()?.usage;
+    // The state includes this reply (listeners run after the fold).
+    let size = (options.context_window).or_else(|| handle.snapshot().context.window)?;
     if usage.input + usage.output == 0 {
         // A reply cut before the provider counted it (aborted): nothing known to report.
         return None;

@@ -187,3 +187,39 @@ fn the_commands_come_before_anything_of_a_prompt_sent_on_the_answer() {
     }
     client.close().expect("a clean end");
 }
+
+#[test]
+fn without_the_option_the_usage_update_takes_the_agents_own_context_window() {
+    let windowed = |info: &SessionInfo| Ok(echo(info)?.context_window(4_096));
+    // The agent's window, when the program sets none.
+    let mut client = Client::start(windowed, acp::Options::new());
+    let session = client.new_session(1);
+    client.request(2, "session/prompt", prompt_of(&session, "hi"));
+    let seen = client.until_response(2);
+    assert_eq!(
+        seen[1],
+        update(
+            &session,
+            json!({"sessionUpdate": "usage_update", "used": 120, "size": 4096})
+        )
+    );
+    client.close().expect("a clean end");
+    // The program's window wins.
+    let mut client = Client::start(windowed, acp::Options::new().context_window(8_000));
+    let session = client.new_session(1);
+    client.request(2, "session/prompt", prompt_of(&session, "hi"));
+    assert_eq!(
+        client.until_response(2)[1]["params"]["update"]["size"],
+        8000
+    );
+    client.close().expect("a clean end");
+    // No window known: no `usage_update` (the protocol needs its size).
+    let mut client = Client::start(echo, acp::Options::new());
+    let session = client.new_session(1);
+    client.request(2, "session/prompt", prompt_of(&session, "hi"));
+    let kinds: Vec<Value> = (client.until_response(2).iter())
+        .map(|m| m["params"]["update"]["sessionUpdate"].clone())
+        .collect();
+    assert_eq!(kinds, [json!("agent_message_chunk"), Value::Null]);
+    client.close().expect("a clean end");
+}
