@@ -8,10 +8,12 @@
 //! Offline it talks to a scripted demo model (the `Faux` provider) that thinks aloud, streams
 //! its answers, and asks for the `write_file` tool when told to write (which asks the editor
 //! for permission first); "tell me a story" starts a reply that never ends until it is
-//! cancelled. With a server named in the environment it talks to that server instead
-//! (`OPENAI_API_KEY`, `OPENAI_BASE_URL`, `ANTHROPIC_API_KEY`, `PAGENT_MODEL`, as the chat
-//! example). Sessions are saved under `$PAGENT_ACP_SESSIONS` when that is set, and can then be
-//! loaded again. Logs go to stderr: stdout belongs to the protocol.
+//! cancelled; "use the editor" reads `notes.md` through the editor, writes it back with a line
+//! more and runs a command in the editor's terminal, when the editor offers its files and
+//! terminals (`acp::SessionInfo::client_tools`). With a server named in the environment it
+//! talks to that server instead (`OPENAI_API_KEY`, `OPENAI_BASE_URL`, `ANTHROPIC_API_KEY`,
+//! `PAGENT_MODEL`, as the chat example). Sessions are saved under `$PAGENT_ACP_SESSIONS` when
+//! that is set, and can then be loaded again. Logs go to stderr: stdout belongs to the protocol.
 
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
@@ -59,12 +61,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             session.id(),
             session.cwd().display()
         );
-        Ok(Agent::builder()
+        let mut builder = Agent::builder()
             .provider(provider.clone())
             .model(model.clone())
             .system_prompt("You are a coding agent. Use the tools to read and write files.")
             .tool(write_file(session.cwd()))
-            .tool(read_file(session.cwd())))
+            .tool(read_file(session.cwd()));
+        // The editor's own files (its unsaved buffers too) and terminal, as far as it
+        // offers them: `editor_read_file`, `editor_write_file`, `editor_run_command`.
+        for tool in session.client_tools() {
+            builder = builder.tool_arc(tool);
+        }
+        Ok(builder)
     };
     acp::serve_stdio(factory, options)?;
     Ok(())
@@ -94,6 +102,20 @@ fn provider() -> Result<(Arc<dyn Provider>, String), pagent::Error> {
 /// The offline demo model: answers from the last message of the request.
 fn demo_reply(request: &Request) -> FauxReply {
     match request.messages.last().map(|m| &**m) {
+        // "use the editor": read a file through the editor, write it back, run a command
+        // in the editor's terminal, one call after another.
+        Some(Message::ToolResult(result)) if result.tool_name == acp::READ_TOOL => {
+            FauxReply::tool_call(
+                acp::WRITE_TOOL,
+                json!({"path": "notes.md", "content": format!("{}and a line from pagent\n", result.text())}),
+            )
+        }
+        Some(Message::ToolResult(result)) if result.tool_name == acp::WRITE_TOOL => {
+            FauxReply::tool_call(
+                acp::TERMINAL_TOOL,
+                json!({"command": "sh", "args": ["-c", "echo hello from the terminal; exit 3"]}),
+            )
+        }
         Some(Message::ToolResult(result)) if result.is_error => {
             FauxReply::text(format!("I did not write the file: {}.", result.text()))
         }
@@ -107,6 +129,8 @@ fn demo_reply(request: &Request) -> FauxReply {
                         "write_file",
                         json!({"path": "notes.txt", "content": "hello from pagent\n"}),
                     )
+            } else if said.contains("use the editor") {
+                FauxReply::tool_call(acp::READ_TOOL, json!({"path": "notes.md"}))
             } else if said.contains("story") {
                 // A reply that stalls until the editor cancels it.
                 FauxReply::text("Once upon a time, ").then_stall(Duration::from_secs(60))

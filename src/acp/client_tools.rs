@@ -392,7 +392,10 @@ impl Session {
         let method = "fs/read_text_file";
         let answer = self.ask(method, params, ctx)?;
         let content = text_of(&answer, "content", method)?;
-        let location = json!({"path": path, "line": args.line});
+        let mut location = json!({ "path": path });
+        if let Some(line) = args.line {
+            location["line"] = json!(line);
+        }
         Ok(ToolOutput::text(content).with_details(json!({ "locations": [location] })))
     }
 

@@ -128,6 +128,8 @@ const say = (line) => out.push(line);
 
 function record(sessionId, line) {
   const label = labels.get(sessionId) ?? `?${sessionId}`;
+  // The client's directory is a new one each run.
+  if (typeof line === "string") line = line.split(work).join("<work>");
   if (!pending.has(label)) pending.set(label, []);
   pending.get(label).push(line);
 }
@@ -167,11 +169,12 @@ function describe(update) {
       if (!/^m\d+$/.test(u.messageId ?? "")) return `${u.sessionUpdate} without a messageId`;
       return { kind: u.sessionUpdate, text: u.content.type === "text" ? u.content.text : `<${u.content.type}>` };
     case "tool_call":
-      return `tool_call ${u.title} kind=${u.kind} status=${u.status} rawInput=${JSON.stringify(u.rawInput)}`;
+      return `tool_call ${u.title} kind=${u.kind} status=${u.status} rawInput=${JSON.stringify(u.rawInput)}${located(u)}`;
     case "tool_call_update": {
       const parts = ["tool_call_update"];
       if (u.status) parts.push(`status=${u.status}`);
-      if (u.content) parts.push(`content=${JSON.stringify(u.content.map((c) => c.content.text).join(""))}`);
+      if (u.content) parts.push(`content=${JSON.stringify(u.content.map(shown).join(""))}`);
+      if (u.locations) parts.push(located(u).trim());
       if (u.rawInput !== undefined) parts.push(`rawInput=${JSON.stringify(u.rawInput)}`);
       if (u.rawOutput !== undefined) parts.push(`rawOutput=${JSON.stringify(u.rawOutput)}`);
       return parts.join(" ");
@@ -185,6 +188,43 @@ function describe(update) {
     default:
       return `${u.sessionUpdate} ${JSON.stringify(u)}`;
   }
+}
+
+// A tool call's content block: text as it is, a diff or a terminal as a tag.
+function shown(c) {
+  switch (c.type) {
+    case "content":
+      return c.content.text;
+    case "diff":
+      return `<diff ${c.path} ${JSON.stringify(c.oldText)} -> ${JSON.stringify(c.newText)}>`;
+    case "terminal":
+      return `<terminal ${c.terminalId}>`;
+  }
+  return `<${c.type}?>`;
+}
+const located = (u) =>
+  u.locations ? ` locations=${u.locations.map((l) => l.path + (l.line ? `:${l.line}` : "")).join(",")}` : "";
+
+// The editor: its buffers (what fs/read_text_file reads and fs/write_text_file writes; the
+// disk is not touched) and its terminals (real processes, run by node).
+const buffers = new Map();
+const terminals = new Map();
+function editorSaid(sessionId, line) {
+  record(sessionId, `editor: ${line}`);
+}
+function fromLine(text, line, limit) {
+  if (line == null && limit == null) return text;
+  const lines = text.split(/(?<=\n)/);
+  const start = (line ?? 1) - 1;
+  return lines.slice(start, limit == null ? undefined : start + limit).join("");
+}
+function terminalOf(params) {
+  const t = terminals.get(params.terminalId);
+  if (!t) throw acp.RequestError.invalidParams(undefined, `no terminal ${params.terminalId}`);
+  return t;
+}
+function exitStatus(t) {
+  return t.exit ? { exitCode: t.exit.code, signal: t.exit.signal } : null;
 }
 
 // How the client answers permission requests, in order.
@@ -213,6 +253,68 @@ const app = acp
         `announced=${known} -> ${answer}`,
     );
     return { outcome: { outcome: "selected", optionId: answer } };
+  });
+
+app
+  .onRequest("fs/read_text_file", async ({ params }) => {
+    const text = buffers.get(params.path);
+    editorSaid(params.sessionId, `read ${params.path} line=${params.line ?? "-"} limit=${params.limit ?? "-"}`);
+    if (text === undefined) throw acp.RequestError.resourceNotFound(params.path);
+    return { content: fromLine(text, params.line, params.limit) };
+  })
+  .onRequest("fs/write_text_file", async ({ params }) => {
+    editorSaid(params.sessionId, `write ${params.path} ${JSON.stringify(params.content)}`);
+    buffers.set(params.path, params.content);
+    return {};
+  })
+  .onRequest("terminal/create", async ({ params }) => {
+    const id = `term-${terminals.size + 1}`;
+    const child = spawn(params.command, params.args ?? [], {
+      cwd: params.cwd ?? work,
+      env: { ...process.env, ...Object.fromEntries((params.env ?? []).map((e) => [e.name, e.value])) },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    const t = { child, output: "", limit: params.outputByteLimit ?? Infinity, truncated: false, exit: null };
+    const take = (chunk) => {
+      t.output += chunk.toString("utf8");
+      while (Buffer.byteLength(t.output) > t.limit) {
+        t.output = t.output.slice(1);
+        t.truncated = true;
+      }
+    };
+    child.stdout.on("data", take);
+    child.stderr.on("data", take);
+    t.exited = new Promise((resolve) =>
+      child.on("close", (code, signal) => {
+        t.exit = { code, signal };
+        resolve();
+      }),
+    );
+    terminals.set(id, t);
+    editorSaid(params.sessionId, `terminal ${id} ${params.command} ${JSON.stringify(params.args)} cwd=${params.cwd}`);
+    return { terminalId: id };
+  })
+  .onRequest("terminal/wait_for_exit", async ({ params }) => {
+    const t = terminalOf(params);
+    await t.exited;
+    editorSaid(params.sessionId, `${params.terminalId} exited ${JSON.stringify(exitStatus(t))}`);
+    return exitStatus(t);
+  })
+  .onRequest("terminal/output", async ({ params }) => {
+    const t = terminalOf(params);
+    return { output: t.output, truncated: t.truncated, exitStatus: exitStatus(t) };
+  })
+  .onRequest("terminal/kill", async ({ params }) => {
+    terminalOf(params).child.kill();
+    editorSaid(params.sessionId, `${params.terminalId} killed`);
+    return {};
+  })
+  .onRequest("terminal/release", async ({ params }) => {
+    const t = terminalOf(params);
+    if (!t.exit) t.child.kill();
+    terminals.delete(params.terminalId);
+    editorSaid(params.sessionId, `${params.terminalId} released`);
+    return {};
   });
 
 const stream = acp.ndJsonStream(
@@ -249,7 +351,7 @@ async function refused(what, call) {
 // 1. initialize
 const init = await agent.request("initialize", {
   protocolVersion: acp.PROTOCOL_VERSION,
-  clientCapabilities: { fs: { readTextFile: false, writeTextFile: false }, terminal: false },
+  clientCapabilities: { fs: { readTextFile: true, writeTextFile: true }, terminal: true },
   clientInfo: { name: "pagent-acp-test", version: "1" },
 });
 say(
@@ -410,7 +512,15 @@ say(`D set mode ask`);
 await agent.request("logout", {});
 say(`logout answered`);
 
-// 14. the client goes: the agent ends
+// 14. the editor's files and terminal as the agent's tools: notes.md is a buffer of the
+// editor (not on disk); the agent reads it, writes it back with a line more (the call shows
+// the diff), and runs a command in the editor's terminal (the call shows the terminal)
+buffers.set(join(work, "notes.md"), "# Notes\n");
+await prompt("A", a, "use the editor");
+say(`editor buffer notes.md = ${JSON.stringify(buffers.get(join(work, "notes.md")))}`);
+say(`terminals left unreleased: ${terminals.size}`);
+
+// 15. the client goes: the agent ends
 connection.close();
 agentProcess.stdin.end();
 const code = await exited;
