@@ -25,7 +25,7 @@
 //!
 //! | method | what it does |
 //! |---|---|
-//! | `initialize` | answers protocol version 1 (the only one), the agent's info and capabilities: prompts of text, resource links and embedded text resources; `loadSession` when [`Options::session_dir`] is set; MCP over stdio, and over HTTP with the `mcp` feature (see below) |
+//! | `initialize` | answers protocol version 1 (the only one), the agent's info and capabilities: prompts of text, resource links and embedded text resources; `loadSession` when [`Options::session_dir`] is set; MCP over stdio, and over HTTP with the `mcp` feature (see below); keeps the client's `clientCapabilities` for [`SessionInfo::client_tools`] |
 //! | `session/new` | connects the MCP servers it lists (see below), builds a session's agent with the factory: `{"sessionId": ".."}`; `cwd` must be an absolute path |
 //! | `session/load` | with [`Options::session_dir`]: rebuilds the agent on the saved transcript, replays it as `session/update`s, then answers `{}`; refused while a prompt of that session runs (see [Sessions](#sessions)) |
 //! | `session/resume` | as `session/load`, without the replay: a live session (idle) goes on from its own transcript, with the MCP servers now listed; another one from its saved transcript (with [`Options::session_dir`]); answers `{}` |
@@ -142,13 +142,13 @@
 //! |---|---|
 //! | a text delta | `agent_message_chunk` (a `text` content block) |
 //! | a thinking delta | `agent_thought_chunk` |
-//! | `ToolStart` | `tool_call`: `toolCallId`, `title` (the tool's name), `kind` ([`Options::tool_kind`]), `status: "pending"`, `rawInput` (the arguments) |
+//! | `ToolStart` | `tool_call`: `toolCallId`, `title` (the tool's name), `kind` ([`Options::tool_kind`]), `status: "pending"`, `rawInput` (the arguments); `locations` for the client's file tools (see [The client's files and terminals](#the-clients-files-and-terminals)) |
 //! | `ToolExecute` (the call runs: allowed, or permitted by the client) | `tool_call_update`, `status: "in_progress"`, and `rawInput` with the arguments it runs with when a `before_tool_call` hook rewrote them |
 //! | `ToolUpdate` | `tool_call_update` with the progress text as content |
 //! | `ToolEnd` | `tool_call_update`, `status` `completed` or `failed`, the result text as content, `rawOutput` (the result's details) |
 //! | a `ToolUpdate` or `ToolEnd` of one of the agent's own tools (not an MCP server's: its results are the server's) whose details hold `{"plan": [{"content","priority","status"}..]}` | a `plan` update with those entries, after the tool's own |
-//!
-//! | the end of a reply (`MessageEnd`), with [`Options::context_window`] | `usage_update`: `used` (the reply's prompt and generated tokens), `size` (the window), `cost` (the session's so far, with [`Options::prices`]) |
+//! | a `ToolUpdate` or `ToolEnd` of one of the agent's own tools whose details hold `{"terminalId": ".."}`, `{"diff": {"path", "oldText", "newText"}}` or `{"locations": [{"path", "line"}..]}` | its `tool_call_update` embeds them: a `terminal` and a `diff` content block before the text (an empty text left out), `locations`; what a call embedded stays in its last update when that embeds nothing of its own (an error result keeps the terminal the command ran in) |
+//! | the end of a reply (`MessageEnd`), when the window is known ([`Options::context_window`], else the agent's own, `State::context`'s `window`) | `usage_update`: `used` (the reply's prompt and generated tokens), `size` (the window), `cost` (the session's so far, with [`Options::prices`]) |
 //!
 //! Each chunk carries a `messageId`: `m<index>`, the message's place in the transcript
 //! (the same in a `session/load` replay). Beside the run's own updates: a
@@ -169,6 +169,56 @@
 //! | ended as asked | `end_turn` |
 //! | failed because the provider refused (an error of kind `refusal` or `content_filter`) | `refusal` |
 //! | failed otherwise | no stop reason: a JSON-RPC error [`codes::INTERNAL_ERROR`] with the error's text |
+//!
+//! # The client's files and terminals
+//!
+//! A client says in `initialize` what it can do for the agent (`clientCapabilities`:
+//! `fs.readTextFile`, `fs.writeTextFile`, `terminal`); the factory reads it
+//! ([`SessionInfo::client_capabilities`]) and gets ready tools for what was offered
+//! ([`SessionInfo::client_tools`]), whose calls are requests to the client:
+//!
+//! ```no_run
+//! use pagent::acp;
+//! use pagent::llm::{Faux, FauxReply};
+//!
+//! acp::serve_stdio(
+//!     |session: &acp::SessionInfo| {
+//!         let model = Faux::default().otherwise(|_| FauxReply::text("Hello."));
+//!         let mut builder = pagent::Agent::builder().provider(model);
+//!         // The editor's buffers and terminal, as far as it offers them.
+//!         for tool in session.client_tools() {
+//!             builder = builder.tool_arc(tool);
+//!         }
+//!         Ok(builder)
+//!     },
+//!     acp::Options::new(),
+//! )?;
+//! # Ok::<(), pagent::Error>(())
+//! ```
+//!
+//! The program decides whether its agent gets them (a session's agent may have file tools
+//! of its own instead), and they are tools like any other: the permission policy, hooks and
+//! modes apply to them by their names, [`READ_TOOL`], [`WRITE_TOOL`] and [`TERMINAL_TOOL`].
+//!
+//! | tool | requests | the call shows |
+//! |---|---|---|
+//! | `editor_read_file` (`path`, `line`, `limit`) | `fs/read_text_file` | kind `read`, `locations` |
+//! | `editor_write_file` (`path`, `content`) | `fs/read_text_file` for the old text (when the client reads; an error answer is taken as a new file), `fs/write_text_file` | kind `edit`, `locations`, a `diff` (`oldText` null for a new file) |
+//! | `editor_run_command` (`command`, `args`, `cwd`, `env`) | `terminal/create` (`outputByteLimit` [`TERMINAL_OUTPUT_LIMIT`]), `terminal/wait_for_exit`, `terminal/output`, `terminal/release`; `terminal/kill` first when the command may still run | kind `execute`, the `terminal` from its creation on; the result is the output and the exit status (a nonzero status is no error) |
+//!
+//! - **Paths** are absolute for the client, as ACP requires: the model's relative paths
+//!   resolve against the session's `cwd`.
+//! - **Cancellation.** Each request waits with the run's cancel token: a `session/cancel`
+//!   (or any abort) gives it up with `$/cancel_request`; a running command is then killed
+//!   and its terminal released (each of these waits at most 2 s), and the call ends
+//!   `cancelled`.
+//! - **Timeouts.** A request waits at most [`Options::client_timeout`] (30 s), a command
+//!   [`Options::command_timeout`] (10 minutes: then it is killed, and its output so far is in
+//!   the error).
+//! - **Bad clients.** An error answer, an answer of the wrong shape, no answer in time, or a
+//!   client gone gives the call an error result that names the method (`the client did not
+//!   answer fs/read_text_file within 30 s`); the run goes on, and the transcript has the call's
+//!   one result. A terminal is released on every path once created.
 //!
 //! # Permission
 //!
@@ -553,8 +603,10 @@ impl Options {
 
     /// The context window of the sessions' model, in tokens: each reply is then followed by
     /// a `usage_update` (`used`: the reply's prompt and generated tokens, what the context
-    /// holds now; `size`: this; `cost` with [`Options::prices`]). Defaults to none, and no
-    /// `usage_update` is sent: the protocol needs the window's size.
+    /// holds now; `size`: this; `cost` with [`Options::prices`]). Defaults to none: the
+    /// agent's own window is taken (`State::context`'s `window`: set on its builder, read
+    /// from the server or known for its model), and with none known no `usage_update` is
+    /// sent (the protocol needs the window's size).
     pub fn context_window(mut self, tokens: u64) -> Options {
         self.context_window = Some(tokens);
         self
