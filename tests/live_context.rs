@@ -4,7 +4,7 @@
 //! `PAGENT_LIVE_SMALL_CTX_URL=http://127.0.0.1:8097/v1 cargo test --test live_context -- --ignored`.
 //!
 //! The run reads a book a page at a time (a tool returning about 200 tokens a page), from a
-//! history of three pages read, which is what makes the tiny model call the tool again. Without
+//! history of pages read, which is what makes the tiny model call the tool again. Without
 //! a policy the transcript outgrows the 2,048-token context and the server refuses it
 //! (`ContextOverflow`); with a sliding window or compaction the same run goes on to its end.
 //! Along the way the state's count is compared with the server's own count of each request
@@ -26,11 +26,26 @@ use serde_json::json;
 /// The documented bound of the state's count against the server's (see `pagent::context`).
 const MAX_ERROR: f64 = 0.10;
 const WINDOW: u64 = 2048;
-/// Turns of the run: a page read (about 220 tokens) or a reply and a follow-up (about 60) in
-/// each; with the three pages of the history, more than the context holds.
-const TURNS: u32 = 20;
-/// Pages the model reads with the tool at least, past the three of the history.
-const MIN_PAGES: usize = 3;
+/// How a run starts and how long it goes: the pages read in the history it starts from
+/// (about 220 tokens each) and its turns (a page read, or a reply and a follow-up of about
+/// 60 tokens, in each). Together more than the context holds; each turn costs `.ci/run`'s
+/// 1-thread server seconds, so the runs are kept as short as that allows.
+#[derive(Clone, Copy)]
+struct Length {
+    pages: u64,
+    turns: u32,
+}
+
+/// Close to what the context holds from the start, so that a few turns go past it.
+const SHORT: Length = Length { pages: 7, turns: 8 };
+/// For compaction: with a long history compacted at once, the tiny model stops calling the
+/// tool; from a shorter one it reads pages before and after the compaction.
+const LONG: Length = Length {
+    pages: 3,
+    turns: 12,
+};
+/// Pages the model reads with the tool at least, past those of the history.
+const MIN_PAGES: usize = 2;
 
 fn url() -> String {
     // OK to panic: these tests run only on request (`--ignored`), and then need the server.
@@ -80,12 +95,12 @@ fn call(n: u64) -> Message {
     ))
 }
 
-/// The book so far: the task, and three pages read.
-fn history() -> Vec<Message> {
+/// The book so far: the task, and `pages` pages read.
+fn history(pages: u64) -> Vec<Message> {
     let mut out = vec![Message::user(
         "Read the book, page by page, with read_page.",
     )];
-    for n in 1..=3 {
+    for n in 1..=pages {
         out.push(call(n));
         out.push(Message::ToolResult(ToolResultMessage::new(
             format!("call_{n}"),
@@ -127,7 +142,7 @@ fn record(
     (builder, Some((format!("{dir}/{name}.jsonl"), rec)))
 }
 
-fn write_recording(agent: &Agent, recording: Option<(String, Arc<Recording>)>) {
+fn write_recording(agent: &Agent, recording: Option<(String, Arc<Recording>)>, length: Length) {
     let Some((path, rec)) = recording else {
         return;
     };
@@ -136,7 +151,7 @@ fn write_recording(agent: &Agent, recording: Option<(String, Arc<Recording>)>) {
         .messages
         .iter()
         // The replies of the run, after the history it started from.
-        .skip(history().len())
+        .skip(history(length.pages).len())
         .filter_map(|m| m.as_assistant().map(|a| a.usage.input))
         .collect();
     let sent = rec.sent.lock().unwrap();
@@ -159,8 +174,8 @@ fn write_recording(agent: &Agent, recording: Option<(String, Arc<Recording>)>) {
     eprintln!("recorded {path}");
 }
 
-fn agent(policy: ContextPolicy, recover: bool) -> Agent {
-    let agent = builder(policy, recover).build().unwrap();
+fn agent(policy: ContextPolicy, recover: bool, length: Length) -> Agent {
+    let agent = builder(policy, recover, length).build().unwrap();
     keep_reading(&agent);
     agent
 }
@@ -185,7 +200,7 @@ fn keep_reading(agent: &Agent) {
         .keep();
 }
 
-fn builder(policy: ContextPolicy, recover: bool) -> pagent::AgentBuilder {
+fn builder(policy: ContextPolicy, recover: bool, length: Length) -> pagent::AgentBuilder {
     Agent::builder()
         .provider(provider())
         .model("smollm2")
@@ -195,8 +210,8 @@ fn builder(policy: ContextPolicy, recover: bool) -> pagent::AgentBuilder {
             "Reads one page of the book",
             |p: Page, _| Ok(ToolOutput::text(page(p.page))),
         ))
-        .messages(history())
-        .max_turns(TURNS)
+        .messages(history(length.pages))
+        .max_turns(length.turns)
         .context_policy(policy)
         .overflow_recovery(recover)
 }
@@ -276,20 +291,20 @@ fn worst_error(seen: &Seen) -> f64 {
 #[test]
 #[ignore = "needs a small-context model server: PAGENT_LIVE_SMALL_CTX_URL, see the module docs"]
 fn live_small_context_without_a_policy_overflows() {
-    let agent = agent(ContextPolicy::Unbounded, false);
+    let agent = agent(ContextPolicy::Unbounded, false, SHORT);
     let failed = agent.continue_run().unwrap_err();
     assert_eq!(failed.kind(), ErrorKind::ContextOverflow, "{failed}");
     // The server's own window, read from the error.
     assert!(failed.to_string().contains("(2048 tokens)"), "{failed}");
 }
 
-fn run_to_the_end(name: &str, policy: ContextPolicy) -> (Agent, Arc<Mutex<Seen>>) {
-    let (builder, recording) = record(name, builder(policy, false));
+fn run_to_the_end(name: &str, policy: ContextPolicy, length: Length) -> (Agent, Arc<Mutex<Seen>>) {
+    let (builder, recording) = record(name, builder(policy, false, length));
     let agent = builder.build().unwrap();
     keep_reading(&agent);
     let seen = watch(&agent);
     let result = agent.continue_run();
-    write_recording(&agent, recording);
+    write_recording(&agent, recording, length);
     let snapshot = agent.snapshot();
     let result = result.unwrap_or_else(|e| panic!("{e}: {:#?}", snapshot.context));
     // The follow-ups keep it going to its turn limit.
@@ -320,6 +335,7 @@ fn live_small_context_sliding_window_runs_to_the_end() {
     let (_agent, seen) = run_to_the_end(
         "sliding",
         SlidingWindow::share(0.7).keep_first_user(true).into(),
+        SHORT,
     );
     let seen = seen.lock().unwrap();
     assert!(seen.tools >= MIN_PAGES, "{} pages read", seen.tools);
@@ -337,6 +353,7 @@ fn live_small_context_compaction_runs_to_the_end() {
             .keep_recent(0.45)
             .keep_first_user(true)
             .into(),
+        LONG,
     );
     let seen = seen.lock().unwrap();
     assert!(seen.compactions >= 1);
@@ -349,7 +366,7 @@ fn live_small_context_compaction_runs_to_the_end() {
 #[ignore = "needs a small-context model server: PAGENT_LIVE_SMALL_CTX_URL, see the module docs"]
 fn live_small_context_overflow_recovery_compacts_and_goes_on() {
     // No policy, but the recovery on (the default): each overflow is compacted and sent again.
-    let agent = agent(ContextPolicy::Unbounded, true);
+    let agent = agent(ContextPolicy::Unbounded, true, SHORT);
     let seen = watch(&agent);
     let result = agent.continue_run().unwrap();
     assert_eq!(result.stop_reason, RunStopReason::MaxTurns);
