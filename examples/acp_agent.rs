@@ -10,7 +10,8 @@
 //! for permission first); "tell me a story" starts a reply that never ends until it is
 //! cancelled; "use the editor" reads `notes.md` through the editor, writes it back with a line
 //! more and runs a command in the editor's terminal, when the editor offers its files and
-//! terminals (`acp::SessionInfo::client_tools`). With a server named in the environment it
+//! terminals (`acp::SessionInfo::client_tools`), and "run a long command" runs one there
+//! until it is cancelled. With a server named in the environment it
 //! talks to that server instead (`OPENAI_API_KEY`, `OPENAI_BASE_URL`, `ANTHROPIC_API_KEY`,
 //! `PAGENT_MODEL`, as the chat example). Sessions are saved under `$PAGENT_ACP_SESSIONS` when
 //! that is set, and can then be loaded again. Logs go to stderr: stdout belongs to the protocol.
@@ -129,6 +130,12 @@ fn demo_reply(request: &Request) -> FauxReply {
                         "write_file",
                         json!({"path": "notes.txt", "content": "hello from pagent\n"}),
                     )
+            } else if said.contains("long command") {
+                // A command that runs until the editor's user cancels the prompt.
+                FauxReply::tool_call(
+                    acp::TERMINAL_TOOL,
+                    json!({"command": "sleep", "args": ["30"]}),
+                )
             } else if said.contains("use the editor") {
                 FauxReply::tool_call(acp::READ_TOOL, json!({"path": "notes.md"}))
             } else if said.contains("story") {

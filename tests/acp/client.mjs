@@ -209,6 +209,8 @@ const located = (u) =>
 // disk is not touched) and its terminals (real processes, run by node).
 const buffers = new Map();
 const terminals = new Map();
+let terminalsMade = 0;
+let waitsGivenUp = 0;
 function editorSaid(sessionId, line) {
   record(sessionId, `editor: ${line}`);
 }
@@ -268,7 +270,8 @@ app
     return {};
   })
   .onRequest("terminal/create", async ({ params }) => {
-    const id = `term-${terminals.size + 1}`;
+    terminalsMade += 1;
+    const id = `term-${terminalsMade}`;
     const child = spawn(params.command, params.args ?? [], {
       cwd: params.cwd ?? work,
       env: { ...process.env, ...Object.fromEntries((params.env ?? []).map((e) => [e.name, e.value])) },
@@ -294,9 +297,21 @@ app
     editorSaid(params.sessionId, `terminal ${id} ${params.command} ${JSON.stringify(params.args)} cwd=${params.cwd}`);
     return { terminalId: id };
   })
-  .onRequest("terminal/wait_for_exit", async ({ params }) => {
+  .onRequest("terminal/wait_for_exit", async ({ params, signal }) => {
     const t = terminalOf(params);
-    await t.exited;
+    const givenUp = new Promise((resolve) =>
+      signal?.addEventListener(
+        "abort",
+        () => {
+          waitsGivenUp += 1;
+          resolve();
+        },
+        { once: true },
+      ),
+    );
+    await Promise.race([t.exited, givenUp]);
+    // The agent gave the wait up ($/cancel_request): it kills the command next.
+    if (signal?.aborted) throw acp.RequestError.requestCancelled();
     editorSaid(params.sessionId, `${params.terminalId} exited ${JSON.stringify(exitStatus(t))}`);
     return exitStatus(t);
   })
@@ -305,7 +320,8 @@ app
     return { output: t.output, truncated: t.truncated, exitStatus: exitStatus(t) };
   })
   .onRequest("terminal/kill", async ({ params }) => {
-    terminalOf(params).child.kill();
+    const t = terminalOf(params);
+    t.child.kill();
     editorSaid(params.sessionId, `${params.terminalId} killed`);
     return {};
   })
@@ -518,6 +534,20 @@ say(`logout answered`);
 buffers.set(join(work, "notes.md"), "# Notes\n");
 await prompt("A", a, "use the editor");
 say(`editor buffer notes.md = ${JSON.stringify(buffers.get(join(work, "notes.md")))}`);
+say(`terminals left unreleased: ${terminals.size}`);
+// A command still running when the prompt is cancelled: the agent gives its wait up, kills
+// it and releases its terminal, and the prompt answers cancelled.
+say(`A prompt "run a long command" (then cancelled while it runs)`);
+const long = agent.request("session/prompt", { sessionId: a, prompt: text("run a long command") });
+for (let i = 0; i < 500; i++) {
+  if ((pending.get("A") ?? []).some((x) => typeof x === "string" && x.includes("<terminal term-2>"))) break;
+  await new Promise((r) => setTimeout(r, 10));
+}
+await agent.notify("session/cancel", { sessionId: a });
+const longEnd = await long;
+flush("A");
+say(`A stop ${longEnd.stopReason}`);
+say(`waits given up by the agent ($/cancel_request): ${waitsGivenUp}`);
 say(`terminals left unreleased: ${terminals.size}`);
 
 // 15. the client goes: the agent ends
