@@ -148,7 +148,7 @@ fn the_clients_files_and_terminal_are_tools_whose_calls_show_their_diff_and_term
         ),
         (
             "editor_run_command",
-            json!({"command": "cargo", "args": ["test"], "env": {"RUST_LOG": "1"}}),
+            json!({"command": "cargo", "args": ["test"], "cwd": "build", "env": {"RUST_LOG": "1"}}),
         ),
     ];
     let (mut client, s) = session_with(all(), &calls, acp::Options::new());
@@ -264,7 +264,7 @@ fn the_clients_files_and_terminal_are_tools_whose_calls_show_their_diff_and_term
             6,
             "terminal/create",
             json!({"sessionId": s, "command": "cargo", "args": ["test"],
-            "env": [{"name": "RUST_LOG", "value": "1"}], "cwd": CWD, "outputByteLimit": 65536}),
+            "env": [{"name": "RUST_LOG", "value": "1"}], "cwd": "/work/project/build", "outputByteLimit": 65536}),
         ),
         answered(6, json!({"terminalId": "term-1"})),
         // The call shows the terminal while the command runs.
@@ -537,6 +537,38 @@ fn an_error_answer_a_garbage_answer_and_no_answer_each_give_an_error_result_and_
             ),
         ]
     );
+}
+
+#[test]
+fn a_cancel_during_a_read_gives_the_read_up_and_the_prompt_answers_cancelled() {
+    let args = json!({"path": "a.txt"});
+    let caps = json!({"fs": {"readTextFile": true}});
+    let (mut client, s) = session_with(caps, &[("editor_read_file", args)], acp::Options::new());
+    client.request(3, "session/prompt", prompt_of(&s, "read"));
+    let seen = drive(&mut client, 3, |_| vec![cancel_of(&s)]);
+    assert_eq!(
+        seen[2..],
+        [
+            asked(
+                1,
+                "fs/read_text_file",
+                json!({"sessionId": s, "path": "/work/project/a.txt"})
+            ),
+            json!({"sent": {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": s}}}),
+            cancel_request(1),
+            failed(
+                &s,
+                "c1",
+                "cancelled: the run was aborted during fs/read_text_file"
+            ),
+            json!({"jsonrpc": "2.0", "id": 3, "result": {"stopReason": "cancelled"}}),
+        ]
+    );
+    // A late answer to the read given up is ignored; the session prompts again.
+    client.send(json!({"jsonrpc": "2.0", "id": 1, "result": {"content": "late"}}));
+    client.request(4, "session/prompt", prompt_of(&s, "again"));
+    assert_eq!(drive(&mut client, 4, |_| Vec::new()), done(&s, 4));
+    client.close().expect("a clean end");
 }
 
 /// What a `sleep` command shows when the client answers the terminal's requests with
