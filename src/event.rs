@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 
 use crate::context::{CompactionReason, ContextUsage};
+use crate::elicit::{Elicitation, ElicitationAnswer};
 use crate::kind::ErrorInfo;
 use crate::message::{Message, ToolCall, ToolResultMessage, Usage};
 use crate::output::OutputCheck;
@@ -21,6 +22,8 @@ use crate::types::{StreamEvent, ToolOutput};
 ///     CompactionStart / (MessageStart / MessageEnd)? / CompactionEnd   when the context is compacted
 ///     MessageStart / MessageUpdate* / MessageEnd    the assistant reply, streamed
 ///     ToolStart / ToolExecute? / ToolUpdate* / ToolEnd   each tool call of that reply
+///       (ElicitationStart / ElicitationEnd)*        a question the call asks the user, inside
+///                                                   its ToolExecute..ToolEnd, among its updates
 ///     MessageStart / MessageEnd                     each tool result message, in call order
 ///     OutputChecked?                                the structured answer, checked
 ///   TurnEnd { turn, message, tool_results, stop_reason, context }
@@ -133,6 +136,37 @@ pub enum AgentEvent {
         /// The progress the tool published.
         partial: ToolOutput,
     },
+    /// A running tool call asks the user a question (an MCP server's elicitation, in a form
+    /// or at a URL) and waits for the answer. Comes after the call's `ToolExecute` and
+    /// before its `ToolEnd`, in order with its `ToolUpdate`s, and is always followed by the
+    /// matching `ElicitationEnd` before that `ToolEnd` (also when the run is aborted while it
+    /// waits). `State::elicitations` lists the question until then, so a UI polling
+    /// snapshots shows the form. Answer it with
+    /// [`AgentHandle::answer_elicitation`](crate::AgentHandle::answer_elicitation) (or the
+    /// wire server's `elicitation/answer`), unless a hook of the program answers it (see
+    /// [`ClientBuilder::on_elicitation`](crate::mcp::ClientBuilder::on_elicitation)). A call
+    /// may ask several questions, one after another.
+    ElicitationStart {
+        /// The question's id, unique in the process (`"elicitation-7"`): what an answer
+        /// names.
+        id: String,
+        /// The id of the tool call that asks.
+        tool_call_id: String,
+        /// The question (shared with the state).
+        request: Arc<Elicitation>,
+    },
+    /// The question `id` was answered, or given up: `answer` is what the asker was told, a
+    /// form's values completed with its defaults and checked against its schema (an answer
+    /// that did not fit was refused, see `answer_elicitation`, or, from a hook, sent as
+    /// `Cancel`), `Cancel` when the run was aborted or the call gave up while it waited.
+    ElicitationEnd {
+        /// The question's id.
+        id: String,
+        /// The id of the tool call that asked.
+        tool_call_id: String,
+        /// The answer as it was given to the asker.
+        answer: ElicitationAnswer,
+    },
     /// A tool call ended; `result` is the message the model will see.
     ToolEnd {
         /// The result.
@@ -208,6 +242,8 @@ impl AgentEvent {
             AgentEvent::ToolStart { .. } => "ToolStart",
             AgentEvent::ToolExecute { .. } => "ToolExecute",
             AgentEvent::ToolUpdate { .. } => "ToolUpdate",
+            AgentEvent::ElicitationStart { .. } => "ElicitationStart",
+            AgentEvent::ElicitationEnd { .. } => "ElicitationEnd",
             AgentEvent::ToolEnd { .. } => "ToolEnd",
             AgentEvent::OutputChecked { .. } => "OutputChecked",
             AgentEvent::TurnEnd { .. } => "TurnEnd",

@@ -25,6 +25,7 @@ mod agent;
 mod cancel;
 mod content;
 pub mod context;
+mod elicit;
 mod error;
 mod event;
 mod jsonrpc;
@@ -57,6 +58,9 @@ pub use agent::{
 };
 pub use cancel::CancelToken;
 pub use content::{Audio, Blob, Document, Image, Part, Source};
+pub use elicit::{
+    AnswerRefused, Elicitation, ElicitationAnswer, ElicitationMode, PendingElicitation,
+};
 pub use error::{Error, RunError, TimeoutPhase};
 pub use event::{AgentEvent, RunStopReason};
 pub use kind::{ErrorInfo, ErrorKind};

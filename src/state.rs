@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::context::ContextUsage;
+use crate::elicit::PendingElicitation;
 use crate::event::{AgentEvent, RunStopReason};
 use crate::kind::ErrorKind;
 use crate::list::List;
@@ -61,6 +62,11 @@ pub struct State {
     pub streaming_message: Option<PartialMessage>,
     /// Tool calls that started and have not ended, in start order, with their latest progress.
     pub pending_tool_calls: List<PendingToolCall>,
+    /// Questions of running tool calls waiting for the user's answer (elicitation), in the
+    /// order they were asked: from each one's `ElicitationStart` to its `ElicitationEnd`.
+    /// What a UI shows as a form (or a link) to fill in; answer with
+    /// [`crate::AgentHandle::answer_elicitation`].
+    pub elicitations: List<PendingElicitation>,
     /// Results of the current turn's tool calls that already ended, in completion order.
     /// Readable as soon as a tool ends, before its result message is appended.
     pub tool_results: List<Arc<ToolResultMessage>>,
@@ -304,7 +310,34 @@ impl State {
                     p.progress = Some(partial.clone());
                 }
             }
+            AgentEvent::ElicitationStart {
+                id,
+                tool_call_id,
+                request,
+            } => s.elicitations.push_back(PendingElicitation {
+                id: id.clone(),
+                tool_call_id: tool_call_id.clone(),
+                request: request.clone(),
+            }),
+            AgentEvent::ElicitationEnd { id, .. } => {
+                if let Some(i) = s.elicitations.iter().position(|e| e.id == *id) {
+                    s.elicitations.remove(i);
+                }
+            }
             AgentEvent::ToolEnd { result, duration } => {
+                // A call's questions end before it does; a mirror that missed an end
+                // forgets them with the call.
+                if s.elicitations
+                    .iter()
+                    .any(|e| e.tool_call_id == result.tool_call_id)
+                {
+                    s.elicitations = s
+                        .elicitations
+                        .iter()
+                        .filter(|e| e.tool_call_id != result.tool_call_id)
+                        .cloned()
+                        .collect();
+                }
                 let pending = s
                     .pending_index(&result.tool_call_id)
                     .map(|i| s.pending_tool_calls.remove(i));
@@ -362,6 +395,7 @@ impl State {
                 s.compacting = false;
                 s.streaming_message = None;
                 s.pending_tool_calls = List::new();
+                s.elicitations = List::new();
                 s.retry = None;
                 s.stop_reason = Some(*stop_reason);
                 if let Some(e) = error {

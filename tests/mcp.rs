@@ -6,6 +6,8 @@
 //! set; in CI (`CI` set) they fail instead. Every wait is bounded, and every test checks that
 //! no child process is left behind.
 
+#[path = "mcp/elicitation.rs"]
+mod elicitation;
 #[path = "mcp/eras.rs"]
 mod eras;
 #[path = "mcp/http.rs"]

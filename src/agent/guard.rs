@@ -22,6 +22,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use crossbeam_channel::Sender;
 
 use crate::Error;
+use crate::event::AgentEvent;
 use crate::tool::{ToolError, ToolOutput};
 
 /// Runs `f`, user code, catching a panic: `Err` holds the panic's message.
@@ -61,6 +62,9 @@ pub(crate) fn must<R>(source: &'static str, f: impl FnOnce() -> R) -> Result<R, 
 pub(crate) enum ToolMsg {
     /// Progress of the call `call_id`, from `ToolContext::update`.
     Update { call_id: String, output: ToolOutput },
+    /// An event the call's tool made to be published as it is (a question it asks the
+    /// user: `ElicitationStart` / `ElicitationEnd`).
+    Event(AgentEvent),
     /// The outcome of the call at `index` in the batch, sent once by its [`Worker`].
     Done {
         index: usize,

@@ -9,11 +9,13 @@ use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
 
 use crate::cancel::CancelToken;
+use crate::elicit::{AnswerRefused, ElicitationAnswer};
 use crate::event::{AgentEvent, RunStopReason};
 use crate::llm::ThinkingLevel;
 use crate::message::{AssistantMessage, Message, Usage};
 use crate::state::{ChannelPolicy, State};
 use crate::tool::Tool;
+use crate::tool::ask::Waiting;
 use crate::{Error, RunError};
 
 mod builder;
@@ -89,6 +91,9 @@ pub(crate) struct Inner {
     // What the agent knows of its context between runs (the ledger of the transcript, the
     // window): a run takes it and puts it back.
     context: Mutex<context::Memory>,
+    // The questions of running tool calls that wait for an answer through the agent
+    // (`answer_elicitation`).
+    elicitations: Arc<Waiting>,
 }
 
 impl Drop for Inner {
@@ -370,6 +375,7 @@ impl Agent {
                 gate: Mutex::new(()),
                 gate_owner: Mutex::new(None),
                 context: Mutex::new(context::Memory::default()),
+                elicitations: Arc::default(),
             }),
         }
     }
@@ -625,6 +631,18 @@ impl Agent {
         self.inner.abort()
     }
 
+    /// Answers a question of a running tool call (see [`AgentHandle::answer_elicitation`]).
+    ///
+    /// # Errors
+    /// As [`AgentHandle::answer_elicitation`].
+    pub fn answer_elicitation(
+        &self,
+        id: &str,
+        answer: ElicitationAnswer,
+    ) -> Result<(), AnswerRefused> {
+        self.inner.elicitations.answer(id, answer)
+    }
+
     /// True while a run holds the agent: from the moment `prompt` claims it until the run's
     /// outcome is decided (just before `AgentEnd`); also for the instant a [`Agent::reset`]
     /// or [`Agent::replace_messages`] publishes. While it is true, `abort()` cancels that run
@@ -878,6 +896,34 @@ impl AgentHandle {
     /// scripted provider (`cargo bench --bench control`).
     pub fn abort(&self) -> bool {
         self.agent.upgrade().is_some_and(|a| a.abort())
+    }
+
+    /// Answers the question `id` that a running tool call asks the user (an
+    /// [`AgentEvent::ElicitationStart`], listed in [`State::elicitations`]): the values are
+    /// completed with the form's defaults and checked against its schema, then handed to
+    /// the waiting call, which goes on (its `ElicitationEnd` carries the answer as sent). For
+    /// a URL, `Accept` means the user agreed to visit the page; its value is ignored. From
+    /// any thread; never blocks.
+    ///
+    /// Only questions that wait for an answer through the agent are answered here: those of
+    /// an MCP client made with
+    /// [`ClientBuilder::elicit_through_agent`](crate::mcp::ClientBuilder::elicit_through_agent).
+    /// A hook of the program answers its own.
+    ///
+    /// # Errors
+    /// [`AnswerRefused::NotWaiting`] when no such question waits (answered already, given
+    /// up by an abort, answered by a hook, or the agent is gone);
+    /// [`AnswerRefused::Invalid`] when the values do not fit the form: the question still
+    /// waits, and may be answered again.
+    pub fn answer_elicitation(
+        &self,
+        id: &str,
+        answer: ElicitationAnswer,
+    ) -> Result<(), AnswerRefused> {
+        match self.agent.upgrade() {
+            Some(agent) => agent.elicitations.answer(id, answer),
+            None => Err(AnswerRefused::NotWaiting(id.to_owned())),
+        }
     }
 
     /// True while a run holds the agent (see [`Agent::is_running`]); false once the agent is

@@ -26,6 +26,7 @@ use super::hooks::{ToolCallRequest, ToolDecision};
 use super::run::Run;
 use crate::event::AgentEvent;
 use crate::message::{AssistantMessage, Message, StopReason, ToolCall, ToolResultMessage};
+use crate::tool::ask::Asker;
 use crate::tool::{Tool, ToolContext, ToolError, ToolOutput, Updates};
 
 /// Text of the results synthesized for calls that never ran.
@@ -124,6 +125,7 @@ impl Run<'_> {
                     continue;
                 };
                 let (updates, call_id) = (tx.clone(), call.id.clone());
+                let events = tx.clone();
                 let ctx = ToolContext::new(
                     call.id.clone(),
                     self.cancel.clone(),
@@ -135,7 +137,14 @@ impl Run<'_> {
                             output,
                         });
                     })),
-                );
+                )
+                .with_asker(Asker::new(
+                    call.id.clone(),
+                    self.inner.elicitations.clone(),
+                    move |event| {
+                        let _ = events.send(ToolMsg::Event(event));
+                    },
+                ));
                 let worker = Worker::new(index, tx.clone());
                 let name = call.name.clone();
                 // The worker runs the tool inside the call's span (feature `tracing`).
@@ -346,6 +355,7 @@ impl Run<'_> {
                     partial: output,
                 });
             }
+            ToolMsg::Event(event) => self.emit(event),
             ToolMsg::Done { index, outcome } => {
                 batch.running -= 1;
                 self.ran(index, outcome, batch);
@@ -372,7 +382,15 @@ impl Run<'_> {
                 partial: output,
             });
         });
-        let ctx = ToolContext::new(call.id.clone(), self.cancel.clone(), updates);
+        let asker = {
+            let shared = self.inner.shared.clone();
+            Asker::here(
+                call.id.clone(),
+                self.inner.elicitations.clone(),
+                move |event| shared.emit(&event),
+            )
+        };
+        let ctx = ToolContext::new(call.id.clone(), self.cancel.clone(), updates).with_asker(asker);
         let scope = self.trace.tool(&call.id);
         let outcome = scope.in_scope(|| guard::catch(|| tool.execute(args, &ctx)));
         let outcome = outcome.unwrap_or_else(|panic| {

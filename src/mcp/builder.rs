@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use serde_json::Value;
 
 use super::client::{Handle, Inner};
-use super::elicit::{Answers, Elicitation, ElicitationAnswer, Root};
+use super::elicit::{Answerer, Answers, Elicitation, ElicitationAnswer, Root};
 use super::era::{self, Choice};
 use super::session::{NotificationHook, Router, Session, Trace, Transport};
 use super::{Client, Direction, Era, McpError, http, stdio};
@@ -261,12 +261,36 @@ impl ClientBuilder {
         mut self,
         hook: impl Fn(&Elicitation, &CancelToken) -> ElicitationAnswer + Send + Sync + 'static,
     ) -> ClientBuilder {
-        self.answers.elicitation = Some(Arc::new(
+        self.answers.elicitation = Some(Answerer::Hook(Arc::new(
             move |question: &Elicitation, cancel: &CancelToken| {
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook(question, cancel)))
                     .unwrap_or(ElicitationAnswer::Cancel)
             },
-        ));
+        )));
+        self
+    }
+
+    /// Answers the server's questions for the user (elicitation, form and URL mode) through
+    /// the agent whose tool call asks, and declares the capability: the program's UI, the
+    /// wire server's client or an ACP client answers, instead of a hook of the program.
+    /// Defaults to off (see [`ClientBuilder::on_elicitation`]; the last of the two called
+    /// wins).
+    ///
+    /// # Contract
+    /// A question that comes while a run's tool call (an [`McpTool`](super::McpTool) of this
+    /// client) waits for the server becomes an
+    /// [`AgentEvent::ElicitationStart`](crate::AgentEvent::ElicitationStart), is listed in
+    /// [`State::elicitations`](crate::State::elicitations), and waits until
+    /// [`AgentHandle::answer_elicitation`](crate::AgentHandle::answer_elicitation) answers
+    /// it (values checked against the form; one that does not fit is refused there and the
+    /// question still waits), the run is aborted, the call's timeout passes or the server
+    /// leaves: the server is then answered `cancel`. The matching `ElicitationEnd` always
+    /// follows, before the call's `ToolEnd`. A question outside a run's tool call (a
+    /// direct [`Client::call_tool`](super::Client::call_tool), a question no request
+    /// carries) has nobody to answer it and is answered `cancel`.
+    #[must_use]
+    pub fn elicit_through_agent(mut self) -> ClientBuilder {
+        self.answers.elicitation = Some(Answerer::Agent);
         self
     }
 

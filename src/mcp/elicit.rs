@@ -8,71 +8,13 @@
 //! question whichever era the server speaks.
 
 use std::fmt;
-use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
 use crate::cancel::CancelToken;
+use crate::elicit::ElicitationHook;
+pub use crate::elicit::{Elicitation, ElicitationAnswer, ElicitationMode};
 use crate::jsonrpc::{RpcError, codes};
-
-/// A question a server asks the user (`elicitation/create`), for the hook set with
-/// [`ClientBuilder::on_elicitation`](super::ClientBuilder::on_elicitation).
-#[derive(Clone, Debug, PartialEq)]
-#[non_exhaustive]
-pub struct Elicitation {
-    /// The name of the server that asks (its `serverInfo.name`).
-    pub server: String,
-    /// The question, for people.
-    pub message: String,
-    /// A form to fill in, or a page to visit.
-    pub mode: ElicitationMode,
-}
-
-/// How the user answers an [`Elicitation`].
-#[derive(Clone, Debug, PartialEq)]
-#[non_exhaustive]
-pub enum ElicitationMode {
-    /// Fill in a form: `schema` is a flat JSON Schema object whose properties are strings,
-    /// numbers, integers, booleans or enums. The answer's values are checked against it.
-    Form {
-        /// The requested schema, as the server sent it.
-        schema: Value,
-    },
-    /// Visit `url` (the server's page for a sign-in, a payment, anything that must not pass
-    /// through the client). Accepting means the user agreed to go there; nothing else is
-    /// sent. Never open it without the user's consent.
-    Url {
-        /// The page.
-        url: String,
-        /// The server's id of this elicitation (2025-11-25; none in 2026-07-28).
-        id: Option<String>,
-    },
-}
-
-/// The user's answer to an [`Elicitation`].
-#[derive(Clone, Debug, PartialEq)]
-pub enum ElicitationAnswer {
-    /// The user answered: the form's values (an object), or for a URL any value (ignored).
-    Accept(Value),
-    /// The user said no.
-    Decline,
-    /// The user dismissed the question without choosing.
-    Cancel,
-}
-
-impl ElicitationAnswer {
-    fn action(&self) -> &'static str {
-        match self {
-            ElicitationAnswer::Accept(_) => "accept",
-            ElicitationAnswer::Decline => "decline",
-            ElicitationAnswer::Cancel => "cancel",
-        }
-    }
-}
-
-/// The program's answerer of elicitations.
-pub(crate) type ElicitationHook =
-    Arc<dyn Fn(&Elicitation, &CancelToken) -> ElicitationAnswer + Send + Sync>;
 
 /// A root: a directory or file the server may work in (`roots/list`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -81,10 +23,20 @@ pub(crate) struct Root {
     pub(crate) name: Option<String>,
 }
 
+/// Who answers the server's elicitations.
+#[derive(Clone)]
+pub(crate) enum Answerer {
+    /// The program's hook ([`ClientBuilder::on_elicitation`](super::ClientBuilder::on_elicitation)).
+    Hook(ElicitationHook),
+    /// The agent whose tool call asks
+    /// ([`ClientBuilder::elicit_through_agent`](super::ClientBuilder::elicit_through_agent)).
+    Agent,
+}
+
 /// Everything the client answers the server with.
 #[derive(Clone, Default)]
 pub(crate) struct Answers {
-    pub(crate) elicitation: Option<ElicitationHook>,
+    pub(crate) elicitation: Option<Answerer>,
     pub(crate) roots: Option<Vec<Root>>,
 }
 
@@ -142,14 +94,29 @@ impl Answers {
         };
         match method {
             "elicitation/create" => {
-                let hook = self.elicitation.as_ref().ok_or_else(not_supported)?;
+                let answerer = self.elicitation.as_ref().ok_or_else(not_supported)?;
                 let question = elicitation(server, params)?;
-                let answer = if cancel.is_cancelled() {
-                    ElicitationAnswer::Cancel
-                } else {
-                    hook(&question, cancel)
+                let hook = match answerer {
+                    Answerer::Hook(hook) => Some(hook),
+                    Answerer::Agent => None,
                 };
-                Ok(answer_value(&question, answer))
+                // Inside a run's tool call, the question is an event of the run (and the
+                // agent answers it, unless the hook does), also when it is given up at
+                // once: every question that reached the run is seen. Elsewhere only a
+                // hook can answer.
+                let answer = if let Some(asker) = crate::tool::ask::current() {
+                    asker.ask(question, hook, cancel)
+                } else if cancel.is_cancelled() {
+                    ElicitationAnswer::Cancel
+                } else if let Some(hook) = hook {
+                    let mode = question.mode.clone();
+                    hook(&question, cancel)
+                        .fitted(&mode)
+                        .unwrap_or(ElicitationAnswer::Cancel)
+                } else {
+                    ElicitationAnswer::Cancel
+                };
+                Ok(answer.to_json())
             }
             "roots/list" => {
                 let roots = self.roots.as_ref().ok_or_else(not_supported)?;
@@ -189,12 +156,15 @@ fn elicitation(server: &str, params: Option<&Value>) -> Result<Elicitation, RpcE
                 .and_then(Value::as_str)
                 .map(str::to_owned),
         },
-        None | Some("form") => ElicitationMode::Form {
-            schema: params
+        None | Some("form") => {
+            let schema = params
                 .get("requestedSchema")
                 .cloned()
-                .ok_or_else(|| bad("a form without its requestedSchema"))?,
-        },
+                .ok_or_else(|| bad("a form without its requestedSchema"))?;
+            crate::elicit::check_form(&schema)
+                .map_err(|why| bad(&format!("the requestedSchema is not a form: {why}")))?;
+            ElicitationMode::Form { schema }
+        }
         Some(other) => return Err(bad(&format!("the mode {other:?} is not known"))),
     };
     Ok(Elicitation {
@@ -204,262 +174,22 @@ fn elicitation(server: &str, params: Option<&Value>) -> Result<Elicitation, RpcE
     })
 }
 
-/// The `ElicitResult` for `answer`: a form's values with the schema's defaults filled in
-/// and checked against it. Values that do not fit are never sent: the answer becomes
-/// `cancel` (the user's input cannot be what the server asked for).
-fn answer_value(question: &Elicitation, answer: ElicitationAnswer) -> Value {
-    match (&question.mode, answer) {
-        (ElicitationMode::Form { schema }, ElicitationAnswer::Accept(content)) => {
-            match checked(schema, content) {
-                Ok(content) => json!({"action": "accept", "content": content}),
-                Err(_) => json!({"action": "cancel"}),
-            }
-        }
-        (ElicitationMode::Url { .. }, ElicitationAnswer::Accept(_)) => json!({"action": "accept"}),
-        (_, answer) => json!({"action": answer.action()}),
-    }
-}
-
-/// `content` with the defaults of `schema` for the properties it lacks, if it fits the
-/// schema of an elicitation form (a flat object of primitive properties).
-///
-/// # Errors
-/// What does not fit, for people.
-pub(crate) fn checked(schema: &Value, content: Value) -> Result<Value, String> {
-    let Value::Object(mut content) = content else {
-        return Err("the answer is not an object".into());
-    };
-    let properties = schema
-        .get("properties")
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
-    for (name, property) in &properties {
-        if !content.contains_key(name)
-            && let Some(default) = property.get("default")
-        {
-            content.insert(name.clone(), default.clone());
-        }
-    }
-    let required = schema
-        .get("required")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    for name in required.iter().filter_map(Value::as_str) {
-        if !content.contains_key(name) {
-            return Err(format!("{name:?} is required"));
-        }
-    }
-    for (name, value) in &content {
-        let Some(property) = properties.get(name) else {
-            return Err(format!("{name:?} is not a field of the form"));
-        };
-        check_value(name, property, value)?;
-    }
-    Ok(Value::Object(content))
-}
-
-/// Checks one value against a primitive property schema of an elicitation form.
-fn check_value(name: &str, property: &Value, value: &Value) -> Result<(), String> {
-    let wrong = |what: &str| Err(format!("{name:?} {what}"));
-    let choices: Option<Vec<&str>> = match (property.get("enum"), property.get("oneOf")) {
-        (Some(Value::Array(list)), _) => Some(list.iter().filter_map(Value::as_str).collect()),
-        (_, Some(Value::Array(list))) => Some(
-            list.iter()
-                .filter_map(|o| o.get("const").and_then(Value::as_str))
-                .collect(),
-        ),
-        _ => None,
-    };
-    let number = |v: &Value| -> Result<(), String> {
-        let n = v
-            .as_f64()
-            .ok_or_else(|| format!("{name:?} is not a number"))?;
-        if property
-            .get("minimum")
-            .and_then(Value::as_f64)
-            .is_some_and(|m| n < m)
-        {
-            return Err(format!("{name:?} is below its minimum"));
-        }
-        if property
-            .get("maximum")
-            .and_then(Value::as_f64)
-            .is_some_and(|m| n > m)
-        {
-            return Err(format!("{name:?} is above its maximum"));
-        }
-        Ok(())
-    };
-    match property.get("type").and_then(Value::as_str) {
-        Some("string") => {
-            let Some(text) = value.as_str() else {
-                return wrong("is not a string");
-            };
-            let chars = text.chars().count() as u64;
-            if property
-                .get("minLength")
-                .and_then(Value::as_u64)
-                .is_some_and(|m| chars < m)
-            {
-                return wrong("is shorter than its minLength");
-            }
-            if property
-                .get("maxLength")
-                .and_then(Value::as_u64)
-                .is_some_and(|m| chars > m)
-            {
-                return wrong("is longer than its maxLength");
-            }
-            if choices.is_some_and(|c| !c.contains(&text)) {
-                return wrong("is not one of its choices");
-            }
-            if let Some(format) = property.get("format").and_then(Value::as_str)
-                && !fits_format(format, text)
-            {
-                return wrong(&format!("is not of the format {format}"));
-            }
-            Ok(())
-        }
-        Some("integer") if value.as_i64().is_none() && value.as_u64().is_none() => {
-            wrong("is not an integer")
-        }
-        Some("integer" | "number") => number(value),
-        Some("boolean") if !value.is_boolean() => wrong("is not a boolean"),
-        Some("array") => {
-            let Some(items) = value.as_array() else {
-                return wrong("is not a list");
-            };
-            let allowed: Option<Vec<&str>> = property.get("items").and_then(|items| {
-                match (items.get("enum"), items.get("anyOf")) {
-                    (Some(Value::Array(l)), _) => {
-                        Some(l.iter().filter_map(Value::as_str).collect())
-                    }
-                    (_, Some(Value::Array(l))) => Some(
-                        l.iter()
-                            .filter_map(|o| o.get("const").and_then(Value::as_str))
-                            .collect(),
-                    ),
-                    _ => None,
-                }
-            });
-            for item in items {
-                let ok = item
-                    .as_str()
-                    .is_some_and(|s| allowed.as_ref().is_none_or(|a| a.contains(&s)));
-                if !ok {
-                    return wrong("holds a value that is not one of its choices");
-                }
-            }
-            let n = items.len() as u64;
-            if property
-                .get("minItems")
-                .and_then(Value::as_u64)
-                .is_some_and(|m| n < m)
-            {
-                return wrong("has fewer items than its minItems");
-            }
-            if property
-                .get("maxItems")
-                .and_then(Value::as_u64)
-                .is_some_and(|m| n > m)
-            {
-                return wrong("has more items than its maxItems");
-            }
-            Ok(())
-        }
-        _ => Ok(()),
-    }
-}
-
-/// A light check of the string formats an elicitation form may ask for.
-fn fits_format(format: &str, text: &str) -> bool {
-    let digits = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit());
-    match format {
-        "email" => text.split_once('@').is_some_and(|(user, host)| {
-            !user.is_empty() && host.contains('.') && !text.contains(' ')
-        }),
-        "uri" => text.split_once(':').is_some_and(|(scheme, _)| {
-            !scheme.is_empty()
-                && scheme
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b))
-        }),
-        "date" => {
-            let parts: Vec<&str> = text.split('-').collect();
-            parts.len() == 3 && digits(parts[0], 4) && digits(parts[1], 2) && digits(parts[2], 2)
-        }
-        "date-time" => text
-            .split_once(['T', 't'])
-            .is_some_and(|(date, time)| fits_format("date", date) && time.len() >= 8),
-        _ => true,
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
-
-    fn form() -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "name": {"type": "string", "minLength": 1, "default": "Ann"},
-                "age": {"type": "integer", "minimum": 0, "maximum": 150},
-                "color": {"type": "string", "enum": ["red", "green"], "default": "red"},
-                "ok": {"type": "boolean", "default": true},
-                "mail": {"type": "string", "format": "email"},
-                "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 2},
-            },
-            "required": ["age"],
-        })
-    }
-
-    #[test]
-    fn a_form_answer_gets_its_defaults_and_is_checked_against_the_schema() {
-        assert_eq!(
-            checked(&form(), json!({"age": 3})).unwrap(),
-            json!({"age": 3, "name": "Ann", "color": "red", "ok": true})
-        );
-        for (bad, why) in [
-            (json!({}), "\"age\" is required"),
-            (json!({"age": 1.5}), "\"age\" is not an integer"),
-            (json!({"age": 200}), "\"age\" is above its maximum"),
-            (
-                json!({"age": 1, "color": "blue"}),
-                "\"color\" is not one of its choices",
-            ),
-            (
-                json!({"age": 1, "name": ""}),
-                "\"name\" is shorter than its minLength",
-            ),
-            (json!({"age": 1, "ok": "yes"}), "\"ok\" is not a boolean"),
-            (
-                json!({"age": 1, "mail": "nobody"}),
-                "\"mail\" is not of the format email",
-            ),
-            (
-                json!({"age": 1, "tags": ["c"]}),
-                "\"tags\" holds a value that is not one of its choices",
-            ),
-            (
-                json!({"age": 1, "extra": 1}),
-                "\"extra\" is not a field of the form",
-            ),
-            (json!([1]), "the answer is not an object"),
-        ] {
-            assert_eq!(checked(&form(), bad).unwrap_err(), why);
-        }
-    }
+    use crate::elicit::tests::form;
 
     #[test]
     fn an_answer_that_does_not_fit_is_sent_as_cancel() {
         let answers = Answers {
-            elicitation: Some(Arc::new(|q: &Elicitation, _: &CancelToken| {
-                assert_eq!(q.server, "s");
-                ElicitationAnswer::Accept(json!({"age": "old"}))
-            })),
+            elicitation: Some(Answerer::Hook(Arc::new(
+                |q: &Elicitation, _: &CancelToken| {
+                    assert_eq!(q.server, "s");
+                    ElicitationAnswer::Accept(json!({"age": "old"}))
+                },
+            ))),
             roots: None,
         };
         let params = json!({"message": "How old?", "requestedSchema": form()});
@@ -474,12 +204,14 @@ mod tests {
         assert_eq!(got, json!({"action": "cancel"}));
         let url = json!({"mode": "url", "message": "Sign in", "url": "https://x/y", "elicitationId": "e1"});
         let answers = Answers {
-            elicitation: Some(Arc::new(|q: &Elicitation, _: &CancelToken| {
-                assert!(
-                    matches!(&q.mode, ElicitationMode::Url { url, id: Some(id) } if url == "https://x/y" && id == "e1")
-                );
-                ElicitationAnswer::Accept(Value::Null)
-            })),
+            elicitation: Some(Answerer::Hook(Arc::new(
+                |q: &Elicitation, _: &CancelToken| {
+                    assert!(
+                        matches!(&q.mode, ElicitationMode::Url { url, id: Some(id) } if url == "https://x/y" && id == "e1")
+                    );
+                    ElicitationAnswer::Accept(Value::Null)
+                },
+            ))),
             roots: None,
         };
         assert_eq!(

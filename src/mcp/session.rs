@@ -135,6 +135,8 @@ pub(crate) struct Router {
     asking: Mutex<Vec<u64>>,
     /// The threads that answer the questions no request of ours waits for.
     pool: Pool<'static>,
+    /// Cancelled when the connection ends: a question being answered is given up then.
+    closing: CancelToken,
 }
 
 impl Router {
@@ -163,6 +165,7 @@ impl Router {
             server: OnceLock::new(),
             asking: Mutex::new(Vec::new()),
             pool: Pool::new("pagent-mcp-answer", ANSWERING),
+            closing: CancelToken::new(),
         }
     }
 
@@ -313,10 +316,34 @@ impl Router {
     fn answer_notice(&self, ask: &Value, cancel: &CancelToken) {
         let id = ask.get("id").cloned().unwrap_or(Value::Null);
         let method = ask.get("method").and_then(Value::as_str).unwrap_or("");
-        let outcome = self
-            .answers
-            .answer(self.server(), method, ask.get("params"), cancel);
+        let outcome = self.ask_user(method, ask.get("params"), cancel);
         self.peer.answer(Some(&id), outcome.map(Some));
+    }
+
+    /// Answers one question of the server ([`Answers::answer`]) on this thread, giving it up
+    /// (answered `cancel`) when `cancel` is cancelled or the connection ends: a user's
+    /// answer is not waited for when nobody can receive it.
+    fn ask_user(
+        &self,
+        method: &str,
+        params: Option<&Value>,
+        cancel: &CancelToken,
+    ) -> Result<Value, RpcError> {
+        let asked = match cancel.deadline() {
+            Some(d) => CancelToken::with_deadline(d),
+            None => CancelToken::new(),
+        };
+        let hooks = [&self.closing, cancel].map(|t| {
+            let asked = asked.clone();
+            t.on_cancel(move || asked.cancel())
+        });
+        let outcome = self.answers.answer(self.server(), method, params, &asked);
+        for (token, hook) in [&self.closing, cancel].into_iter().zip(hooks) {
+            if let Some(hook) = hook {
+                token.remove_hook(hook);
+            }
+        }
+        outcome
     }
 
     /// Hands a progress notification to the request whose id is its token.
@@ -336,6 +363,7 @@ impl Router {
     /// given wins).
     pub(crate) fn close(&self, why: McpError) {
         self.peer.close(why);
+        self.closing.cancel();
     }
 
     pub(crate) fn closed(&self) -> Option<McpError> {
@@ -467,8 +495,7 @@ impl Session {
                     .ok_or_else(|| malformed("has an input request without a method"))?;
                 let answer = self
                     .router
-                    .answers
-                    .answer(self.router.server(), asked, question.get("params"), cancel)
+                    .ask_user(asked, question.get("params"), cancel)
                     .map_err(|e| {
                         McpError::Protocol(format!(
                             "the server asked for {asked} in its answer to {method}, which the client cannot give: {}",

@@ -68,11 +68,14 @@ impl Tool for McpTool {
 
     fn execute(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         // The call adds to this tool call's `execute_tool` span (feature `tracing`).
-        let result = crate::trace::in_tool(|| {
-            self.client
-                .call_tool(&self.info.name, args, ctx.cancel(), &mut |progress| {
-                    ctx.update(progress.to_output());
-                })
+        // The server's questions during the call are the call's (events of the run).
+        let result = crate::tool::ask::within(ctx, || {
+            crate::trace::in_tool(|| {
+                self.client
+                    .call_tool(&self.info.name, args, ctx.cancel(), &mut |progress| {
+                        ctx.update(progress.to_output());
+                    })
+            })
         })?;
         if result.is_error {
             return Err(ToolError(result.text()));

@@ -41,6 +41,7 @@ use crate::cancel::CancelToken;
 use crate::types::ToolDefinition;
 pub use crate::types::ToolOutput;
 
+pub(crate) mod ask;
 mod typed;
 
 pub use typed::{TypedTool, typed};
@@ -170,6 +171,9 @@ pub struct ToolContext {
     call_id: String,
     cancel: CancelToken,
     updates: Updates,
+    // How the call asks the user a question (elicitation) as an event of the run; none for
+    // a detached context.
+    asker: Option<Arc<ask::Asker>>,
 }
 
 /// Where the updates of a running tool go.
@@ -222,7 +226,19 @@ impl ToolContext {
             call_id,
             cancel,
             updates,
+            asker: None,
         }
+    }
+
+    /// The context with the call's way to ask the user.
+    pub(crate) fn with_asker(mut self, asker: ask::Asker) -> ToolContext {
+        self.asker = Some(Arc::new(asker));
+        self
+    }
+
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(crate) fn asker(&self) -> Option<&Arc<ask::Asker>> {
+        self.asker.as_ref()
     }
 
     /// A context for calling a tool directly, outside an agent (in a test, say): updates go

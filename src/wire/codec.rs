@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::context::{CompactionReason, ContextUsage};
+use crate::elicit::{Elicitation, ElicitationAnswer};
 use crate::event::{AgentEvent, RunStopReason};
 use crate::llm::StreamEvent;
 use crate::message::{Message, ToolCall, ToolResultMessage, Usage};
@@ -36,7 +37,7 @@ use super::writer::Dialect;
 pub const MAX_LINE_LEN: usize = 64 * 1024 * 1024;
 
 /// Every method of the native dialect, in lifecycle order.
-pub const METHODS: [&str; 15] = [
+pub const METHODS: [&str; 17] = [
     "AgentStart",
     "TurnStart",
     "MessageStart",
@@ -47,6 +48,8 @@ pub const METHODS: [&str; 15] = [
     "ToolStart",
     "ToolExecute",
     "ToolUpdate",
+    "ElicitationStart",
+    "ElicitationEnd",
     "ToolEnd",
     "OutputChecked",
     "TurnEnd",
@@ -100,6 +103,18 @@ struct ToolUpdateParams<S, O> {
     call_id: S,
     tool_name: S,
     partial: O,
+}
+
+/// `ElicitationStart` (`body` the question) and `ElicitationEnd` (`body` the answer), each in
+/// the shape of `Elicitation::to_json` / `ElicitationAnswer::to_json`.
+#[derive(Serialize, Deserialize)]
+struct ElicitationParams<S> {
+    id: S,
+    tool_call_id: S,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    request: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    answer: Option<Value>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -242,6 +257,34 @@ pub(crate) fn write_event(buf: &mut Vec<u8>, event: &AgentEvent) {
                 call_id,
                 tool_name,
                 partial,
+            },
+        ),
+        AgentEvent::ElicitationStart {
+            id,
+            tool_call_id,
+            request,
+        } => notification_to(
+            buf,
+            method,
+            &ElicitationParams {
+                id,
+                tool_call_id,
+                request: Some(request.to_json()),
+                answer: None,
+            },
+        ),
+        AgentEvent::ElicitationEnd {
+            id,
+            tool_call_id,
+            answer,
+        } => notification_to(
+            buf,
+            method,
+            &ElicitationParams {
+                id,
+                tool_call_id,
+                request: None,
+                answer: Some(answer.to_json()),
             },
         ),
         AgentEvent::ToolEnd { result, duration } => notification_to(
@@ -616,6 +659,30 @@ impl Decoder {
                     call_id: p.call_id,
                     tool_name: p.tool_name,
                     partial: p.partial,
+                }
+            }
+            "ElicitationStart" | "ElicitationEnd" => {
+                let p: ElicitationParams<String> = params_of(method, params)?;
+                let invalid =
+                    |why: String| Error::Wire(format!("invalid params of {method}: {why}"));
+                if method == "ElicitationStart" {
+                    let request = p
+                        .request
+                        .ok_or_else(|| invalid("missing field `request`".into()))?;
+                    AgentEvent::ElicitationStart {
+                        id: p.id,
+                        tool_call_id: p.tool_call_id,
+                        request: Arc::new(Elicitation::from_json(&request).map_err(invalid)?),
+                    }
+                } else {
+                    let answer = p
+                        .answer
+                        .ok_or_else(|| invalid("missing field `answer`".into()))?;
+                    AgentEvent::ElicitationEnd {
+                        id: p.id,
+                        tool_call_id: p.tool_call_id,
+                        answer: ElicitationAnswer::from_json(&answer).map_err(invalid)?,
+                    }
                 }
             }
             "ToolEnd" => {

@@ -72,6 +72,8 @@
 //! | `ToolStart` | `call`: tool call, `at_ms`: integer, when it started (milliseconds since the Unix epoch; optional) | a tool call starts, arguments final as the model wrote them (raw JSON text) |
 //! | `ToolExecute` | `call_id`: string, `tool_name`: string, `arguments`: the JSON value the tool runs with, `rewritten`: bool | the call passed validation and `before_tool_call`: its tool runs now, with the model's arguments parsed or (`rewritten: true`) those the hook put in their place |
 //! | `ToolUpdate` | `call_id`: string, `tool_name`: string, `partial`: `{"content":<parts>,"details":{..} (optional)}` | a running tool published progress |
+//! | `ElicitationStart` | `id`: string, `tool_call_id`: string, `request`: `{"server","message","mode":"form","requested_schema":{..}}` or `{"server","message","mode":"url","url","elicitation_id" (optional)}` | a running tool call asks the user a question and waits (answer it with the wire server's `elicitation/answer`) |
+//! | `ElicitationEnd` | `id`: string, `tool_call_id`: string, `answer`: `{"action":"accept","content":{..}}` (`content` only for a form), `{"action":"decline"}` or `{"action":"cancel"}` | the question was answered, or given up (`cancel`) |
 //! | `ToolEnd` | `result`: tool result (as the `tool_result` message, without `role`), `duration_us`: integer, how long the call took in microseconds since its `ToolStart` (optional) | a tool call ended |
 //! | `CompactionStart` | `reason`: `"threshold"` or `"overflow"`, `messages`: integer, the transcript messages being summarized, `context`: context figures | before a model call, the context is compacted; the summary follows as a `MessageStart` / `MessageEnd` of a user message with a `summary` mark, unless it fails |
 //! | `CompactionEnd` | `reason`, `context`: the figures after it, `usage`: the summary calls' usage, `error`: error (present exactly when it failed) | the compaction ended |
@@ -187,6 +189,7 @@
 //! | `TurnEnd` | `TurnEnd` `{turn, stopped}` (+ v4 `stop_reason`) |
 //! | `CompactionStart`, `CompactionEnd`, the summary message | not written: pagent's decoders refuse a method they do not know, and pagent has no compaction event; the requests after it are what changed |
 //! | `AgentEnd` | `RunEnd`: v1 the fields of the last `StepEnd`; v4 `{turn, stop_reason}` of the last `TurnEnd` |
+//! | `ElicitationStart`, `ElicitationEnd` | not written: pagent's wire has no questions for the user |
 //! | `OutputChecked` | not written: pagent has no structured answers (the answer is the text of its reply's `StepEnd` / `TurnResult`, and a repair turn a turn like any other) |
 //!
 //! Our streams are regular where pagent's own are not: every `TurnBegin` has one `TurnEnd`,

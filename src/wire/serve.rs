@@ -16,13 +16,13 @@ use crate::jsonrpc::{self, Call, LineOut, LinkError, Peer, Pool, Reply, RpcError
 use crate::message::{Message, ToolCall, UserMessage};
 use crate::state::State;
 use crate::trace::Served;
-use crate::{Agent, AgentBuilder, Error, ErrorInfo, List, RunResult};
+use crate::{Agent, AgentBuilder, ElicitationAnswer, Error, ErrorInfo, List, RunResult};
 
 /// The protocol version `initialize` reports.
 pub const PROTOCOL_VERSION: &str = "pagent-wire/1";
 
 /// The methods a client may call, as `initialize` lists them.
-const METHODS: [&str; 11] = [
+const METHODS: [&str; 12] = [
     "initialize",
     "prompt",
     "steer",
@@ -34,6 +34,7 @@ const METHODS: [&str; 11] = [
     "clear_steering_queue",
     "clear_follow_up_queue",
     "clear_queues",
+    "elicitation/answer",
 ];
 
 /// JSON-RPC error codes of [`serve`]: the standard ones, and one of ours.
@@ -199,12 +200,13 @@ fn approval(reply: Reply<LinkError>) -> Answer {
 /// | `steer` | `{"text":".."}` or `{"content":<parts>}` | `{"queued":true}`: delivered before the next model call |
 /// | `follow_up` | `{"text":".."}` or `{"content":<parts>}` | `{"queued":true}`: delivered when the run would stop |
 /// | `abort` | none | `{"aborted":bool}` (false when no run is active) |
-/// | `snapshot` | none | the agent's state: `system_prompt`, `model`, `thinking`, `tools` (names), `messages`, `is_streaming` (a run is going on, from its `AgentStart` to its `AgentEnd`), `is_streaming_reply` (an assistant reply is streaming now, shown in `streaming_message`), `streaming_message`, `pending_tool_calls` (each `{"call","arguments","rewritten","progress"}`), `tool_results`, `error_message`, `error` (the error object of the last run's `AgentEnd`, or null), `turn`, `stop_reason`, `run_usage`, `usage`, `context` (the context figures: `used`, `window`, `share`, `estimated`, `omitted`), `compacting`, `steering_queue`, `follow_up_queue` |
+/// | `snapshot` | none | the agent's state: `system_prompt`, `model`, `thinking`, `tools` (names), `messages`, `is_streaming` (a run is going on, from its `AgentStart` to its `AgentEnd`), `is_streaming_reply` (an assistant reply is streaming now, shown in `streaming_message`), `streaming_message`, `pending_tool_calls` (each `{"call","arguments","rewritten","progress"}`), `tool_results`, `error_message`, `error` (the error object of the last run's `AgentEnd`, or null), `turn`, `stop_reason`, `run_usage`, `usage`, `context` (the context figures: `used`, `window`, `share`, `estimated`, `omitted`), `compacting`, `elicitations` (the questions waiting, each `{"id","tool_call_id","request"}`, `request` as in `ElicitationStart`), `steering_queue`, `follow_up_queue` |
 /// | `reset` | none | between runs ([`Agent::reset`]): a new conversation, the transcript and both queues emptied; `{"removed":[message..]}`, the queued messages it removed (steering first, then follow-ups) |
 /// | `replace_messages` | `{"messages":[message..]}` (messages in the wire's shape) | between runs ([`Agent::replace_messages`]): the transcript replaced; `{"replaced":<n>}`, the number of messages now in it |
 /// | `clear_steering_queue` | none | `{"removed":[message..]}`: the steering messages that were waiting, never delivered now ([`Agent::clear_steering_queue`]); at any time |
 /// | `clear_follow_up_queue` | none | `{"removed":[message..]}`, the same for the follow-up queue |
 /// | `clear_queues` | none | `{"removed":[message..]}`: both queues emptied in one change, the steering messages first |
+/// | `elicitation/answer` | `{"id":"elicitation-1","action":"accept","content":{..}}` (`action` `accept`, `decline` or `cancel`; `content` the form's values, for `accept` of a form) | `{}`: the question of that `ElicitationStart` is answered ([`Agent::answer_elicitation`]); -32602 when no question with this id waits for an answer through the agent, or when the values do not fit its form (the question then still waits) |
 ///
 /// `reset` and `replace_messages` are refused with -32000 while a run is active (from the
 /// `prompt` request until its answer); each emits a `MessagesReplaced` notification (its
@@ -372,6 +374,13 @@ impl<'a> Server<'a> {
             "clear_steering_queue" => json!({"removed": self.agent.clear_steering_queue()}),
             "clear_follow_up_queue" => json!({"removed": self.agent.clear_follow_up_queue()}),
             "clear_queues" => json!({"removed": self.agent.clear_queues()}),
+            "elicitation/answer" => {
+                let (id, answer) = elicitation_answer(params)?;
+                self.agent
+                    .answer_elicitation(&id, answer)
+                    .map_err(|e| refused(codes::INVALID_PARAMS, e.to_string()))?;
+                json!({})
+            }
             other => {
                 return Err(refused(
                     codes::METHOD_NOT_FOUND,
@@ -563,6 +572,23 @@ fn ask_client(peer: &Peer, request: &ToolCallRequest<'_>, call: &ToolCall) -> To
     }
 }
 
+/// The params of `elicitation/answer`: `{"id", "action", "content"?}`.
+fn elicitation_answer(params: Option<&Value>) -> Result<(String, ElicitationAnswer), RpcError> {
+    let invalid = |why: String| {
+        refused(
+            codes::INVALID_PARAMS,
+            format!("invalid params of elicitation/answer: {why}"),
+        )
+    };
+    let params = params.ok_or_else(|| invalid("none given".into()))?;
+    let id = params
+        .get("id")
+        .and_then(Value::as_str)
+        .ok_or_else(|| invalid("no string `id`".into()))?;
+    let answer = ElicitationAnswer::from_json(params).map_err(invalid)?;
+    Ok((id.to_owned(), answer))
+}
+
 fn snapshot_json(s: &State) -> Value {
     let messages = |v: &List<Arc<Message>>| v.iter().map(|m| json!(**m)).collect::<Vec<_>>();
     json!({
@@ -587,6 +613,9 @@ fn snapshot_json(s: &State) -> Value {
         "usage": s.usage,
         "context": s.context,
         "compacting": s.compacting,
+        "elicitations": s.elicitations.iter()
+            .map(|e| json!({"id": e.id, "tool_call_id": e.tool_call_id, "request": e.request.to_json()}))
+            .collect::<Vec<_>>(),
         "steering_queue": messages(&s.steering_queue),
         "follow_up_queue": messages(&s.follow_up_queue),
     })

@@ -116,6 +116,21 @@ fn render_one(e: &AgentEvent) -> String {
             let texts: Vec<String> = messages.iter().map(|m| format!("{:?}", m.text())).collect();
             format!("MessagesReplaced([{}])", texts.join(" "))
         }
+        AgentEvent::ElicitationStart {
+            tool_call_id,
+            request,
+            ..
+        } => format!("ElicitationStart({tool_call_id} {:?})", request.message),
+        AgentEvent::ElicitationEnd {
+            tool_call_id,
+            answer,
+            ..
+        } => match answer {
+            pagent::ElicitationAnswer::Accept(content) => {
+                format!("ElicitationEnd({tool_call_id} accept {content})")
+            }
+            other => format!("ElicitationEnd({tool_call_id} {other:?})"),
+        },
         other => other.name().into(),
     }
 }

@@ -1,0 +1,74 @@
+"""A small session-era stdio MCP server (python3 standard library only) that asks the user
+questions in the middle of its tool calls (`elicitation/create`), for tests/mcp/elicitation.rs.
+
+`python3 elicit_server.py`. Its one tool, `ask`, takes
+- `questions` (default 1): how many questions it sends at once, before it reads any answer;
+- `schema`: `"good"` (a form with a required `name` and a `polite` boolean defaulting to true),
+  `"bad"` (a nested object, no form) or `"url"` (a URL-mode question);
+- `leave` (default false): exit right after sending the questions, as a server that
+  disconnects while the user is answering.
+It answers the call with the JSON list of what each question got back (a result or an error),
+in the order it sent them.
+"""
+
+import json
+import sys
+
+out = sys.stdout.buffer
+
+
+def send(message):
+    out.write(json.dumps(message).encode() + b"\n")
+    out.flush()
+
+
+SCHEMAS = {
+    "good": {"type": "object",
+             "properties": {"name": {"type": "string", "minLength": 1},
+                            "polite": {"type": "boolean", "default": True}},
+             "required": ["name"]},
+    "bad": {"type": "object", "properties": {"address": {"type": "object",
+            "properties": {"street": {"type": "string"}}}}},
+}
+
+
+def question(n, schema):
+    if schema == "url":
+        return {"mode": "url", "message": f"Sign in ({n})", "url": "https://example.com/sign-in",
+                "elicitationId": f"sign-in-{n}"}
+    return {"message": f"What is your name? ({n})", "requestedSchema": SCHEMAS[schema]}
+
+
+lines = iter(sys.stdin)
+for line in lines:
+    message = json.loads(line)
+    id, method = message.get("id"), message.get("method")
+    params = message.get("params") or {}
+    if method == "initialize":
+        send({"jsonrpc": "2.0", "id": id, "result": {
+            "protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+            "serverInfo": {"name": "asker", "version": "1.0"}}})
+    elif method == "server/discover":
+        send({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "Method not found"}})
+    elif method == "tools/list":
+        send({"jsonrpc": "2.0", "id": id, "result": {"tools": [
+            {"name": "ask", "description": "Asks the user.", "inputSchema": {"type": "object"}}]}})
+    elif method == "tools/call":
+        args = params.get("arguments") or {}
+        count, schema = args.get("questions", 1), args.get("schema", "good")
+        asked = [f"q{id}-{n}" for n in range(1, count + 1)]
+        for n, qid in enumerate(asked, 1):
+            send({"jsonrpc": "2.0", "id": qid, "method": "elicitation/create",
+                  "params": question(n, schema)})
+        if args.get("leave"):
+            sys.exit(0)
+        got = {}
+        # Bounded: the client answers each question once; anything else is read on.
+        for reply in lines:
+            reply = json.loads(reply)
+            if reply.get("id") in asked and "method" not in reply:
+                got[reply["id"]] = reply.get("result", {"error": reply.get("error")})
+                if len(got) == len(asked):
+                    break
+        text = json.dumps([got.get(qid) for qid in asked], sort_keys=True, separators=(",", ":"))
+        send({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": text}]}})
