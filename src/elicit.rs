@@ -462,7 +462,7 @@ fn fits_format(format: &str, text: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     pub(crate) fn form() -> Value {

@@ -482,7 +482,6 @@ fn a_wire_client_answers_the_question_over_the_wire_server() {
             "AgentEnd",
         ]
     );
-    drop(send);
     drop(to_server);
     server.join().unwrap().unwrap();
     reader.join().unwrap();
