@@ -171,6 +171,37 @@ impl ElicitationAnswer {
 }
 
 impl Elicitation {
+    /// A form to fill in: `schema` a flat JSON Schema object whose properties are strings,
+    /// numbers, integers, booleans or lists of choices. `server` names who asks (an MCP
+    /// server's name; a tool of the program may put its own).
+    pub fn form(
+        server: impl Into<String>,
+        message: impl Into<String>,
+        schema: Value,
+    ) -> Elicitation {
+        Elicitation {
+            server: server.into(),
+            message: message.into(),
+            mode: ElicitationMode::Form { schema },
+        }
+    }
+
+    /// A page for the user to visit.
+    pub fn url(
+        server: impl Into<String>,
+        message: impl Into<String>,
+        url: impl Into<String>,
+    ) -> Elicitation {
+        Elicitation {
+            server: server.into(),
+            message: message.into(),
+            mode: ElicitationMode::Url {
+                url: url.into(),
+                id: None,
+            },
+        }
+    }
+
     /// The question in the native wire's shape: `{"server","message","mode":"form",
     /// "requested_schema"}` or `{"server","message","mode":"url","url","elicitation_id"?}`.
     pub(crate) fn to_json(&self) -> Value {
@@ -235,7 +266,6 @@ impl Elicitation {
 ///
 /// # Errors
 /// What is wrong, for people.
-#[cfg_attr(not(feature = "mcp"), allow(dead_code))]
 pub(crate) fn check_form(schema: &Value) -> Result<(), String> {
     let Value::Object(schema) = schema else {
         return Err("it is not an object".into());

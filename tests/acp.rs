@@ -27,6 +27,9 @@ use serde_json::{Value, json};
 mod client_tools;
 #[path = "acp/config.rs"]
 mod config;
+#[cfg(feature = "mcp")]
+#[path = "acp/elicitation.rs"]
+mod elicitation;
 #[path = "acp/lifecycle.rs"]
 mod lifecycle;
 #[path = "acp/steering.rs"]

@@ -692,6 +692,8 @@ fn every_scenario_runs_the_paths_it_is_named_for() {
     assert_eq!(stop("provider_error"), Some(RunStopReason::Error));
     assert_eq!(stop("abort_mid_stream"), Some(RunStopReason::Cancelled));
     assert_eq!(stop("abort_in_tool"), Some(RunStopReason::Cancelled));
+    assert_eq!(stop("elicitation"), Some(RunStopReason::NoToolCalls));
+    assert_eq!(stop("abort_in_elicitation"), Some(RunStopReason::Cancelled));
     assert_eq!(stop("empty_response"), Some(RunStopReason::EmptyResponse));
     let panics = all.iter().find(|r| r.name == "listener_panic").unwrap();
     assert_eq!(panics.agent.snapshot().listener_panics, 1);

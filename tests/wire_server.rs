@@ -993,6 +993,7 @@ fn initialize_lists_every_method_the_server_answers() {
             "clear_steering_queue",
             "clear_follow_up_queue",
             "clear_queues",
+            "elicitation/answer",
         ])
     );
     c.request(2, "nope", json!({}));
@@ -1002,8 +1003,42 @@ fn initialize_lists_every_method_the_server_answers() {
         r["error"]["message"],
         "unknown method `nope`; the methods are initialize, prompt, steer, follow_up, abort, \
          snapshot, reset, replace_messages, clear_steering_queue, clear_follow_up_queue, \
-         clear_queues"
+         clear_queues, elicitation/answer"
     );
+    c.close().unwrap();
+}
+
+/// `elicitation/answer` for a question that does not wait, or without its members: refused
+/// with -32602, and the server reads on. (Answering a waiting question: tests/mcp.rs,
+/// `elicitation::a_wire_client_answers_the_question_over_the_wire_server`.)
+#[test]
+fn an_answer_to_no_question_is_refused() {
+    let c = Client::start(agent(Faux::default()), ServeOptions::new());
+    for (id, params, message) in [
+        (
+            1,
+            json!({"id": "elicitation-0", "action": "accept", "content": {}}),
+            "no elicitation \"elicitation-0\" waits for an answer",
+        ),
+        (
+            2,
+            json!({"action": "decline"}),
+            "invalid params of elicitation/answer: no string `id`",
+        ),
+        (
+            3,
+            json!({"id": "x", "action": "maybe"}),
+            "invalid params of elicitation/answer: the action \"maybe\" is not one of accept, decline, cancel",
+        ),
+    ] {
+        c.request(id, "elicitation/answer", params);
+        let (_, r) = c.until_response(id);
+        assert_eq!(r["error"]["code"], codes::INVALID_PARAMS);
+        assert_eq!(r["error"]["message"], message);
+    }
+    c.request(4, "snapshot", json!({}));
+    let (_, r) = c.until_response(4);
+    assert_eq!(r["result"]["elicitations"], json!([]));
     c.close().unwrap();
 }
 

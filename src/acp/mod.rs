@@ -265,6 +265,7 @@ use crate::{AgentBuilder, Error};
 mod client_tools;
 mod commands;
 mod config;
+mod elicit;
 mod input;
 mod listing;
 mod map;

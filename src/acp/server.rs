@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 use std::io::{BufRead, ErrorKind as IoKind, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
@@ -14,6 +14,7 @@ use serde_json::{Map, Value, json};
 use super::client_tools::{self, ClientCapabilities};
 use super::commands;
 use super::config::Settings;
+use super::elicit;
 use super::input::{self, McpServer};
 use super::listing::{self, Meta};
 use super::map::{self, Refusal, Update};
@@ -357,7 +358,8 @@ where
             title,
         } = opening;
         let shared = self.shared;
-        let connected = servers::connect(servers, cwd, &shared.options, setup)?;
+        let modes = elicit::Modes::of(&shared.client_capabilities.lock());
+        let connected = servers::connect(servers, cwd, &shared.options, setup, modes.any())?;
         let info = SessionInfo {
             id: id.clone(),
             cwd: cwd.clone(),
@@ -388,6 +390,7 @@ where
         let agent = permission_hook(builder, shared, id, mode_ask.clone())
             .build()
             .map_err(failed)?;
+        elicit::relay(&agent, shared, id, modes);
         let settings = Settings::new(&shared.options, &agent, mode_ask);
         let meta = Meta {
             cwd: cwd.clone(),

@@ -41,6 +41,7 @@ pub(super) fn connect(
     _cwd: &Path,
     _options: &Options,
     _setup: &CancelToken,
+    _elicit: bool,
 ) -> Result<Connected, Refusal> {
     if servers.is_empty() {
         return Ok(Connected::default());
@@ -67,12 +68,17 @@ pub(super) fn connect(
 /// of each server involved gets the server's name as its prefix (`<name>_`, the name's
 /// characters other than letters, digits, `_` and `-` made `_`). Names that still collide
 /// refuse the session.
+///
+/// With `elicit` (the client shows elicitations), the servers' questions go through the
+/// session's agent ([`crate::mcp::ClientBuilder::elicit_through_agent`]), to be relayed to
+/// the client (see `super::elicit`).
 #[cfg(feature = "mcp")]
 pub(super) fn connect(
     servers: &[McpServer],
     cwd: &Path,
     options: &Options,
     setup: &CancelToken,
+    elicit: bool,
 ) -> Result<Connected, Refusal> {
     if let Some(McpServer::Http { name, .. }) = servers
         .iter()
@@ -106,6 +112,11 @@ pub(super) fn connect(
         let builder = match prefix {
             Some(prefix) => builder.prefix(prefix.clone()),
             None => builder,
+        };
+        let builder = if elicit {
+            builder.elicit_through_agent()
+        } else {
+            builder
         };
         let tools = builder.connect().and_then(|client| {
             connected.connections.clients.push(client.clone());

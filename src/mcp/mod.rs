@@ -90,8 +90,9 @@
 //! | prompts: list, get, into an agent's messages | 2024-11-05 on | [`Client::get_prompt`], [`PromptResult::to_messages`] |
 //! | elicitation, form mode (defaults filled in) | 2025-06-18 on (defaults 2025-11-25) | [`ClientBuilder::on_elicitation`] |
 //! | elicitation, URL mode | 2025-11-25 on | [`ElicitationMode::Url`] |
+//! | elicitation as events of the run, answered through the agent (a UI, the wire server's `elicitation/answer`, an ACP client's `elicitation/create`) | both eras (a request of the server, or an `input_required` result) | [`ClientBuilder::elicit_through_agent`], [`AgentEvent::ElicitationStart`](crate::AgentEvent::ElicitationStart), [`AgentHandle::answer_elicitation`](crate::AgentHandle::answer_elicitation) |
 //! | roots | 2024-11-05 on (deprecated in 2026-07-28) | [`ClientBuilder::root`] |
-//! | sampling | 2024-11-05 on (deprecated in 2026-07-28) | not declared, not implemented |
+//! | sampling | 2024-11-05 on (deprecated in 2026-07-28) | not declared, not implemented (a server that asks is told the method is not supported) |
 //! | logging, completion, tasks | | not implemented (log messages reach [`ClientBuilder::on_notification`]) |
 //! | Streamable HTTP: session, GET stream, resumption | 2025-03-26 to 2025-11-25 | see [Transports](#transports) |
 //! | stateless requests: `server/discover`, `_meta`, `resultType`, MRTR, `subscriptions/listen`, standard and `x-mcp-header` headers | 2026-07-28 | see [Eras](#eras) |

@@ -16,9 +16,6 @@
 //! wire server's `elicitation/answer`, an ACP client): [`Waiting`] holds the open questions
 //! of the agent. An abort (or the request's deadline) ends every wait with `Cancel`.
 
-// Without the `mcp` feature nothing asks yet: the agent makes each call's asker all the same.
-#![cfg_attr(not(feature = "mcp"), allow(dead_code))]
-
 use std::cell::RefCell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -115,6 +112,12 @@ impl Asker {
         }
     }
 
+    /// True when this thread may ask: any thread for a call on a worker, the run thread for
+    /// a call run there.
+    pub(crate) fn may_ask(&self) -> bool {
+        self.thread.is_none_or(|t| t == std::thread::current().id())
+    }
+
     /// Asks `question` as an event of the run and waits for the answer: `hook`'s, or one
     /// given through the agent when there is no hook. Returns the answer as it is to be
     /// sent (see [`ElicitationAnswer::fitted`]; a hook's answer that does not fit becomes
@@ -201,6 +204,7 @@ thread_local! {
 /// Runs `f` with the asker of `ctx`'s call current on this thread (none for a detached
 /// context, or for a call of the run thread run from another thread: its events could not
 /// be published from here).
+#[cfg_attr(not(feature = "mcp"), allow(dead_code))]
 pub(crate) fn within<R>(ctx: &ToolContext, f: impl FnOnce() -> R) -> R {
     struct Reset(Option<Arc<Asker>>);
     impl Drop for Reset {
@@ -209,15 +213,13 @@ pub(crate) fn within<R>(ctx: &ToolContext, f: impl FnOnce() -> R) -> R {
             CURRENT.with(|c| *c.borrow_mut() = previous);
         }
     }
-    let asker = ctx
-        .asker()
-        .filter(|a| a.thread.is_none_or(|t| t == std::thread::current().id()))
-        .cloned();
+    let asker = ctx.asker().filter(|a| a.may_ask()).cloned();
     let _reset = Reset(CURRENT.with(|c| c.replace(asker)));
     f()
 }
 
 /// The asker of the tool call running on this thread, if any.
+#[cfg_attr(not(feature = "mcp"), allow(dead_code))]
 pub(crate) fn current() -> Option<Arc<Asker>> {
     CURRENT.with(|c| c.borrow().clone())
 }

@@ -236,7 +236,6 @@ impl ToolContext {
         self
     }
 
-    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     pub(crate) fn asker(&self) -> Option<&Arc<ask::Asker>> {
         self.asker.as_ref()
     }
@@ -289,6 +288,30 @@ impl ToolContext {
                     direct.later.lock().push(output);
                 }
             }
+        }
+    }
+
+    /// Asks the user `question` and waits for the answer: the run publishes an
+    /// [`AgentEvent::ElicitationStart`](crate::AgentEvent::ElicitationStart) (listed in
+    /// [`State::elicitations`](crate::State::elicitations)) and, once it is answered
+    /// ([`AgentHandle::answer_elicitation`](crate::AgentHandle::answer_elicitation): a UI, the
+    /// wire server's client, an ACP client) or given up, its `ElicitationEnd`, both before
+    /// this call's `ToolEnd`. A form's values come completed with the schema's defaults and
+    /// checked against it; for a URL, `Accept` carries `Null`.
+    ///
+    /// Blocks until the answer comes or the run is aborted (then the answer is
+    /// [`ElicitationAnswer::Cancel`](crate::ElicitationAnswer::Cancel)). Returns `Cancel` at
+    /// once, asking nobody, from a [detached](ToolContext::detached) context, for a form
+    /// whose schema is no elicitation form (flat, of strings, numbers, integers, booleans and
+    /// lists of choices), and, for a tool run on the run thread, from any other thread.
+    pub fn elicit(&self, question: crate::Elicitation) -> crate::ElicitationAnswer {
+        let form_ok = match &question.mode {
+            crate::ElicitationMode::Form { schema } => crate::elicit::check_form(schema).is_ok(),
+            crate::ElicitationMode::Url { .. } => true,
+        };
+        match self.asker() {
+            Some(asker) if form_ok && asker.may_ask() => asker.ask(question, None, &self.cancel),
+            _ => crate::ElicitationAnswer::Cancel,
         }
     }
 

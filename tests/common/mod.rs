@@ -12,8 +12,9 @@ use pagent::hooks::ToolDecision;
 use pagent::llm::{Faux, FauxReply};
 use pagent::wire::{Dialect, Writer};
 use pagent::{
-    Agent, AgentBuilder, AgentEvent, Document, ErrorKind, FinalTurn, Image, OutputSchema,
-    OutputTurn, State, SteeringPolicy, ToolError, ToolOutput, UserMessage, tool,
+    Agent, AgentBuilder, AgentEvent, Document, Elicitation, ElicitationAnswer, ErrorKind,
+    FinalTurn, Image, OutputSchema, OutputTurn, State, SteeringPolicy, ToolError, ToolOutput,
+    UserMessage, tool,
 };
 use parking_lot::Mutex;
 use serde_json::json;
@@ -36,7 +37,8 @@ pub struct Verdict {
 pub const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06";
 
 /// `echo`: returns its text. `fail` fails, `boom` panics, `slow` waits (abortably), `progress`
-/// publishes two updates, `screenshot` returns an image (and publishes one as progress).
+/// publishes two updates, `screenshot` returns an image (and publishes one as progress),
+/// `ask` asks the user their name (an elicitation) and returns the answer.
 pub fn echo() -> impl pagent::Tool {
     tool::typed("echo", "Echoes the text.", |a: EchoArgs, ctx| {
         match a.text.as_str() {
@@ -54,6 +56,13 @@ pub fn echo() -> impl pagent::Tool {
             "screenshot" => {
                 ctx.update(ToolOutput::image(Image::new("image/png", PNG)));
                 Ok(ToolOutput::text("the screen:").with_part(Image::new("image/png", PNG)))
+            }
+            "ask" => {
+                let form = json!({"type": "object",
+                    "properties": {"name": {"type": "string"}, "polite": {"type": "boolean", "default": true}},
+                    "required": ["name"]});
+                let answer = ctx.elicit(Elicitation::form("echo", "Your name?", form));
+                Ok(ToolOutput::text(format!("{answer:?}")))
             }
             t => Ok(ToolOutput::text(t)),
         }
@@ -293,6 +302,40 @@ pub fn scenarios() -> Vec<(&'static str, AgentBuilder, Action)> {
                     if let AgentEvent::MessageUpdate { message, .. } = e
                         && message.text().len() >= 6
                     {
+                        h.abort();
+                    }
+                });
+                prompt(agent);
+                sub.unsubscribe();
+            },
+        ),
+        (
+            "elicitation",
+            b().provider(
+                Faux::default()
+                    .reply(faux_echo("ask"))
+                    .reply(FauxReply::text("Hello.")),
+            ),
+            |agent| {
+                // Answered as it is asked (an answer never blocks): from the run thread.
+                let h = agent.handle();
+                let sub = agent.subscribe(move |e| {
+                    if let AgentEvent::ElicitationStart { id, .. } = e {
+                        h.answer_elicitation(id, ElicitationAnswer::Accept(json!({"name": "Ann"})))
+                            .unwrap();
+                    }
+                });
+                prompt(agent);
+                sub.unsubscribe();
+            },
+        ),
+        (
+            "abort_in_elicitation",
+            b().provider(Faux::default().reply(faux_echo("ask"))),
+            |agent| {
+                let h = agent.handle();
+                let sub = agent.subscribe(move |e| {
+                    if let AgentEvent::ElicitationStart { .. } = e {
                         h.abort();
                     }
                 });

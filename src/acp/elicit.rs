@@ -1,0 +1,157 @@
+//! Elicitation relayed to the client: when the client advertises `elicitation` in its
+//! capabilities, the MCP servers it lists for a session ask their questions through the
+//! session's agent ([`ClientBuilder::elicit_through_agent`]), and each question a tool call
+//! asks ([`AgentEvent::ElicitationStart`]) is sent to the client as ACP's
+//! `elicitation/create`, scoped to the session and the tool call. The client's answer goes
+//! back to the server ([`AgentHandle::answer_elicitation`]); a question given up meanwhile
+//! (the prompt cancelled, the server gone: its `ElicitationEnd`) is withdrawn with
+//! `$/cancel_request`.
+//!
+//! [`ClientBuilder::elicit_through_agent`]: crate::mcp::ClientBuilder::elicit_through_agent
+//! [`AgentHandle::answer_elicitation`]: crate::AgentHandle::answer_elicitation
+
+// Without the `mcp` feature no server asks anything: nothing is relayed.
+#![cfg_attr(not(feature = "mcp"), allow(dead_code))]
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+
+use super::server::Shared;
+use crate::cancel::CancelToken;
+use crate::elicit::{AnswerRefused, Elicitation, ElicitationAnswer, ElicitationMode};
+use crate::jsonrpc::Reply;
+use crate::{Agent, AgentEvent, AgentHandle};
+
+/// The elicitation modes the client advertised (`clientCapabilities.elicitation`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Modes {
+    form: bool,
+    url: bool,
+}
+
+impl Modes {
+    /// The modes of the `clientCapabilities` of `initialize`.
+    pub(super) fn of(capabilities: &Value) -> Modes {
+        let caps = &capabilities["elicitation"];
+        let on = |mode: &str| caps.get(mode).is_some_and(Value::is_object);
+        Modes {
+            form: on("form"),
+            url: on("url"),
+        }
+    }
+
+    /// True when the client answers some kind of question.
+    pub(super) fn any(self) -> bool {
+        self.form || self.url
+    }
+
+    fn takes(self, question: &Elicitation) -> bool {
+        match question.mode {
+            ElicitationMode::Form { .. } => self.form,
+            ElicitationMode::Url { .. } => self.url,
+        }
+    }
+}
+
+/// Relays the questions of `agent`'s tool calls to the client, for the session `session_id`.
+pub(super) fn relay(agent: &Agent, shared: &Arc<Shared>, session_id: &str, modes: Modes) {
+    if !modes.any() {
+        return;
+    }
+    // The questions sent and not answered yet: ended on their `ElicitationEnd`.
+    let open: Arc<Mutex<HashMap<String, CancelToken>>> = Arc::default();
+    let (shared, session_id, handle) = (shared.clone(), session_id.to_owned(), agent.handle());
+    agent
+        .subscribe(move |event| match event {
+            AgentEvent::ElicitationStart {
+                id,
+                tool_call_id,
+                request,
+            } => {
+                if !modes.takes(request) {
+                    // A mode the client does not show: nobody can answer it.
+                    let _ = handle.answer_elicitation(id, ElicitationAnswer::Cancel);
+                    return;
+                }
+                let given_up = CancelToken::new();
+                open.lock().insert(id.clone(), given_up.clone());
+                let params = params(&session_id, tool_call_id, id, request);
+                let (shared, handle, id) = (shared.clone(), handle.clone(), id.clone());
+                // The client may take minutes: never on the run thread.
+                let started = std::thread::Builder::new()
+                    .name("pagent-acp-elicitation".into())
+                    .spawn({
+                        let handle = handle.clone();
+                        let id = id.clone();
+                        move || ask(&shared, &params, &given_up, &handle, &id)
+                    });
+                if started.is_err() {
+                    let _ = handle.answer_elicitation(&id, ElicitationAnswer::Cancel);
+                }
+            }
+            AgentEvent::ElicitationEnd { id, .. } => {
+                if let Some(given_up) = open.lock().remove(id) {
+                    given_up.cancel();
+                }
+            }
+            _ => {}
+        })
+        .keep();
+}
+
+/// The `elicitation/create` params of `question`.
+fn params(session_id: &str, tool_call_id: &str, id: &str, question: &Elicitation) -> Value {
+    let mut params = json!({
+        "sessionId": session_id,
+        "toolCallId": tool_call_id,
+        "message": question.message,
+    });
+    match &question.mode {
+        ElicitationMode::Form { schema } => {
+            params["mode"] = json!("form");
+            params["requestedSchema"] = schema.clone();
+        }
+        ElicitationMode::Url { url, id: server_id } => {
+            params["mode"] = json!("url");
+            params["url"] = json!(url);
+            params["elicitationId"] = json!(server_id.as_deref().unwrap_or(id));
+        }
+    }
+    params
+}
+
+/// Asks the client and hands its answer to the waiting call; withdraws the question when it
+/// is given up first.
+fn ask(shared: &Shared, params: &Value, given_up: &CancelToken, handle: &AgentHandle, id: &str) {
+    let Ok(ticket) = shared
+        .peer
+        .request("elicitation/create", Some(params), &CancelToken::new())
+    else {
+        let _ = handle.answer_elicitation(id, ElicitationAnswer::Cancel);
+        return;
+    };
+    crossbeam_channel::select! {
+        recv(ticket.replies()) -> reply => {
+            let answer = match reply {
+                Ok(Reply::Response(Ok(result))) => {
+                    ElicitationAnswer::from_json(&result).unwrap_or(ElicitationAnswer::Cancel)
+                }
+                // An error answer, or the client gone: nobody answers.
+                _ => ElicitationAnswer::Cancel,
+            };
+            // Values that do not fit the form cannot go to the server: the question is
+            // dismissed instead (the client had its one chance).
+            if let Err(AnswerRefused::Invalid(_)) = handle.answer_elicitation(id, answer) {
+                let _ = handle.answer_elicitation(id, ElicitationAnswer::Cancel);
+            }
+        }
+        recv(given_up.receiver()) -> _ => {
+            let _ = shared
+                .peer
+                .notify("$/cancel_request", &json!({ "requestId": ticket.id() }));
+        }
+    }
+}
