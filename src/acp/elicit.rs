@@ -10,9 +10,6 @@
 //! [`ClientBuilder::elicit_through_agent`]: crate::mcp::ClientBuilder::elicit_through_agent
 //! [`AgentHandle::answer_elicitation`]: crate::AgentHandle::answer_elicitation
 
-// Without the `mcp` feature no server asks anything: nothing is relayed.
-#![cfg_attr(not(feature = "mcp"), allow(dead_code))]
-
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -56,13 +53,22 @@ impl Modes {
     }
 }
 
+/// A question sent to the client: the token that gives its wait up, and the id of the
+/// `elicitation/create` request once it is sent.
+struct Asked {
+    given_up: CancelToken,
+    request: Option<u64>,
+}
+
+/// The questions of one session sent and not answered yet, by question id.
+type Open = Arc<Mutex<HashMap<String, Asked>>>;
+
 /// Relays the questions of `agent`'s tool calls to the client, for the session `session_id`.
 pub(super) fn relay(agent: &Agent, shared: &Arc<Shared>, session_id: &str, modes: Modes) {
     if !modes.any() {
         return;
     }
-    // The questions sent and not answered yet: ended on their `ElicitationEnd`.
-    let open: Arc<Mutex<HashMap<String, CancelToken>>> = Arc::default();
+    let open: Open = Arc::default();
     let (shared, session_id, handle) = (shared.clone(), session_id.to_owned(), agent.handle());
     agent
         .subscribe(move |event| match event {
@@ -77,29 +83,48 @@ pub(super) fn relay(agent: &Agent, shared: &Arc<Shared>, session_id: &str, modes
                     return;
                 }
                 let given_up = CancelToken::new();
-                open.lock().insert(id.clone(), given_up.clone());
+                open.lock().insert(
+                    id.clone(),
+                    Asked {
+                        given_up: given_up.clone(),
+                        request: None,
+                    },
+                );
                 let params = params(&session_id, tool_call_id, id, request);
-                let (shared, handle, id) = (shared.clone(), handle.clone(), id.clone());
+                let (shared, handle, open, id) =
+                    (shared.clone(), handle.clone(), open.clone(), id.clone());
                 // The client may take minutes: never on the run thread.
                 let started = std::thread::Builder::new()
                     .name("pagent-acp-elicitation".into())
                     .spawn({
                         let handle = handle.clone();
                         let id = id.clone();
-                        move || ask(&shared, &params, &given_up, &handle, &id)
+                        move || ask(&shared, &params, &given_up, &open, &handle, &id)
                     });
                 if started.is_err() {
                     let _ = handle.answer_elicitation(&id, ElicitationAnswer::Cancel);
                 }
             }
             AgentEvent::ElicitationEnd { id, .. } => {
-                if let Some(given_up) = open.lock().remove(id) {
-                    given_up.cancel();
+                // Withdrawn here, on the run thread, so the client reads the withdrawal
+                // before the prompt's answer.
+                if let Some(asked) = open.lock().remove(id) {
+                    asked.given_up.cancel();
+                    if let Some(request) = asked.request {
+                        withdraw(&shared, request);
+                    }
                 }
             }
             _ => {}
         })
         .keep();
+}
+
+/// Tells the client that the question of the request `request` is no longer asked.
+fn withdraw(shared: &Shared, request: u64) {
+    let _ = shared
+        .peer
+        .notify("$/cancel_request", &json!({ "requestId": request }));
 }
 
 /// The `elicitation/create` params of `question`.
@@ -123,9 +148,16 @@ fn params(session_id: &str, tool_call_id: &str, id: &str, question: &Elicitation
     params
 }
 
-/// Asks the client and hands its answer to the waiting call; withdraws the question when it
-/// is given up first.
-fn ask(shared: &Shared, params: &Value, given_up: &CancelToken, handle: &AgentHandle, id: &str) {
+/// Asks the client and hands its answer to the waiting call; the question's
+/// `ElicitationEnd` withdraws it when it is given up first.
+fn ask(
+    shared: &Shared,
+    params: &Value,
+    given_up: &CancelToken,
+    open: &Open,
+    handle: &AgentHandle,
+    id: &str,
+) {
     let Ok(ticket) = shared
         .peer
         .request("elicitation/create", Some(params), &CancelToken::new())
@@ -133,6 +165,15 @@ fn ask(shared: &Shared, params: &Value, given_up: &CancelToken, handle: &AgentHa
         let _ = handle.answer_elicitation(id, ElicitationAnswer::Cancel);
         return;
     };
+    match open.lock().get_mut(id) {
+        Some(asked) => asked.request = Some(ticket.id()),
+        // Given up while it was being sent: the `ElicitationEnd` found no request to
+        // withdraw.
+        None => {
+            withdraw(shared, ticket.id());
+            return;
+        }
+    }
     crossbeam_channel::select! {
         recv(ticket.replies()) -> reply => {
             let answer = match reply {
@@ -148,10 +189,6 @@ fn ask(shared: &Shared, params: &Value, given_up: &CancelToken, handle: &AgentHa
                 let _ = handle.answer_elicitation(id, ElicitationAnswer::Cancel);
             }
         }
-        recv(given_up.receiver()) -> _ => {
-            let _ = shared
-                .peer
-                .notify("$/cancel_request", &json!({ "requestId": ticket.id() }));
-        }
+        recv(given_up.receiver()) -> _ => {}
     }
 }
