@@ -5,6 +5,7 @@
 //! asking server of tests/mcp (python3's standard library only).
 
 use std::path::Path;
+use std::process::Command;
 
 use super::*;
 
@@ -170,4 +171,87 @@ fn a_url_question_goes_to_a_client_that_shows_urls_and_a_bad_answer_cancels_it()
         r#"[{"action":"accept"},{"action":"cancel"}]"#
     );
     client.close().expect("a clean end");
+}
+
+/// Whether `params` of the agent's `method` validate against the pinned SDK's schema (its
+/// definition with that `x-method`, for the `side` that serves it: `client` for a request
+/// the client answers, `protocol` for `$/` notifications); `Err` with ajv's reasons.
+fn schema_check(method: &str, side: &str, suffix: &str, params: &Value) -> Result<(), String> {
+    let node_modules = std::env::var("PAGENT_ACP_NODE_PATH")
+        .expect("PAGENT_ACP_NODE_PATH: the node_modules dir .ci/acp.sh prints");
+    let script = r#"
+const { createRequire } = require("node:module");
+const path = require("node:path");
+const fs = require("node:fs");
+const nm = process.env.PAGENT_ACP_NODE_PATH;
+const Ajv = createRequire(path.join(nm, "resolve.js"))("ajv/dist/2020").default;
+const schema = JSON.parse(fs.readFileSync(path.join(nm, "@agentclientprotocol/sdk/schema/v1/schema.json"), "utf8"));
+const ajv = new Ajv({ strict: false, validateFormats: false });
+ajv.addSchema(schema, "acp");
+const [method, side, suffix, value] = process.argv.slice(1);
+const name = Object.entries(schema.$defs)
+  .find(([n, d]) => d["x-method"] === method && d["x-side"] === side && n.endsWith(suffix))?.[0];
+if (!name) { console.log(`no definition for ${method}`); process.exit(1); }
+const v = ajv.getSchema(`acp#/$defs/${name}`);
+if (!v(JSON.parse(value))) { console.log(`not a ${name}: ${ajv.errorsText(v.errors)}`); process.exit(1); }
+"#;
+    let out = Command::new("node")
+        .args(["-e", script, method, side, suffix, &params.to_string()])
+        .env("PAGENT_ACP_NODE_PATH", node_modules)
+        .output()
+        .expect("node runs");
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}
+
+/// What the relay writes (a form, a URL, a withdrawal) is what the protocol's published
+/// schema describes: checked with ajv against the SDK's schema, as tests/acp/client.mjs
+/// checks the other lines.
+#[test]
+#[ignore = "needs node and the pinned SDK: PAGENT_ACP_NODE_PATH=$(.ci/acp.sh)"]
+fn every_line_of_the_relay_validates_against_the_sdks_schema() {
+    let (mut client, session) = asked_session(
+        json!({"elicitation": {"form": {}, "url": {}}}),
+        json!({"questions": 1}),
+    );
+    client.request(3, "session/prompt", prompt_of(&session, "go"));
+    let (form, _) = until_request(&client, "elicitation/create");
+    cancel(&mut client, &session);
+    let seen = client.until_response(3);
+    let withdrawn = seen
+        .iter()
+        .find(|m| m["method"] == "$/cancel_request")
+        .unwrap_or_else(|| panic!("a withdrawal in {seen:?}"))
+        .clone();
+    client.close().expect("a clean end");
+    let (mut client, session) = asked_session(
+        json!({"elicitation": {"url": {}}}),
+        json!({"schema": "url"}),
+    );
+    client.request(3, "session/prompt", prompt_of(&session, "go"));
+    let (url, _) = until_request(&client, "elicitation/create");
+    client.send(json!({"jsonrpc": "2.0", "id": url["id"], "result": {"action": "decline"}}));
+    client.until_response(3);
+    client.close().expect("a clean end");
+    for (method, side, suffix, params) in [
+        ("elicitation/create", "client", "Request", &form["params"]),
+        ("elicitation/create", "client", "Request", &url["params"]),
+        (
+            "$/cancel_request",
+            "protocol",
+            "Notification",
+            &withdrawn["params"],
+        ),
+    ] {
+        if let Err(why) = schema_check(method, side, suffix, params) {
+            panic!("{method} {params}: {why}");
+        }
+    }
+    // The check can fail: a question without its message is no request.
+    let mut broken = form["params"].clone();
+    broken.as_object_mut().unwrap().remove("message");
+    assert!(schema_check("elicitation/create", "client", "Request", &broken).is_err());
 }
