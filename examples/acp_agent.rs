@@ -9,7 +9,7 @@
 //! its answers, and asks for the `write_file` tool when told to write (which asks the editor
 //! for permission first); "tell me a story" starts a reply that never ends until it is
 //! cancelled; "use the editor" reads `notes.md` through the editor, writes it back with a line
-//! more and runs a command in the editor's terminal, when the editor offers its files and
+//! more (asking first, with the diff) and runs a command in the editor's terminal, when the editor offers its files and
 //! terminals (`acp::SessionInfo::client_tools`), and "run a long command" runs one there
 //! until it is cancelled. With a server named in the environment it
 //! talks to that server instead (`OPENAI_API_KEY`, `OPENAI_BASE_URL`, `ANTHROPIC_API_KEY`,
@@ -38,8 +38,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
         .tool_kind("write_file", ToolKind::Edit)
         .tool_kind("read_file", ToolKind::Read)
-        // Reading is harmless; writing asks the editor first.
-        .ask_permission(|call| call.name == "write_file")
+        // Reading is harmless; writing asks the editor first (which shows the diff of a
+        // write through the editor).
+        .ask_permission(|call| call.name == "write_file" || call.name == acp::WRITE_TOOL)
         // `usage_update` after each reply needs the window; the demo's is made up.
         .context_window(8_192)
         // Two modes: the first holds in each new session.

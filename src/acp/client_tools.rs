@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::map::Location;
+use super::map::{Location, ToolContent};
 use super::{SessionInfo, ToolKind};
 use crate::cancel::CancelToken;
 use crate::jsonrpc::{CallError, Peer};
@@ -142,6 +142,62 @@ impl SessionInfo {
             }
         }
         tools
+    }
+}
+
+/// What a permission request shows of a call of a client tool, before it runs: its
+/// `locations`, and for a write the `diff` it would make (the old text read through the
+/// client first, when the client reads; none shown when that read fails otherwise than as a
+/// missing file).
+pub(super) struct Preview(Session);
+
+impl Preview {
+    pub(super) fn new(info: &SessionInfo) -> Preview {
+        Preview(Session {
+            link: info.client.clone(),
+            id: info.id.clone(),
+            cwd: info.cwd.clone(),
+        })
+    }
+
+    /// The `locations` and the content of `call` for its permission request; waits for
+    /// the client's read at most [`super::Options::client_timeout`], or until `cancel`.
+    pub(super) fn show(
+        &self,
+        call: &ToolCall,
+        cancel: &CancelToken,
+    ) -> (Option<Vec<Location>>, Option<Vec<ToolContent>>) {
+        let session = &self.0;
+        let located = locations(call, &session.cwd);
+        let write = (call.name == WRITE_TOOL && session.link.capabilities.read_text_file)
+            .then(|| call.parse_arguments().ok())
+            .flatten()
+            .and_then(|args| WriteArgs::deserialize(args).ok());
+        let Some(write) = write else {
+            return (located, None);
+        };
+        let path = session.path(&write.path);
+        let method = "fs/read_text_file";
+        let read = session.call(
+            method,
+            json!({ "path": path }),
+            cancel,
+            session.link.timeout,
+        );
+        let old_text = match read {
+            Ok(answer) => match answer.get("content") {
+                Some(Value::String(old)) => Some(old.clone()),
+                _ => return (located, None),
+            },
+            Err(Failure::Refused(_)) => None,
+            Err(_) => return (located, None),
+        };
+        let diff = ToolContent::Diff {
+            path,
+            old_text,
+            new_text: write.content,
+        };
+        (located, Some(vec![diff]))
     }
 }
 

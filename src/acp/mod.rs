@@ -199,6 +199,9 @@
 //! The program decides whether its agent gets them (a session's agent may have file tools
 //! of its own instead), and they are tools like any other: the permission policy, hooks and
 //! modes apply to them by their names, [`READ_TOOL`], [`WRITE_TOOL`] and [`TERMINAL_TOOL`].
+//! A permission request for one of the file tools names its file (`locations`), and for a
+//! write shows the `diff` it would make (the old text read through the client first, when it
+//! reads).
 //!
 //! | tool | requests | the call shows |
 //! |---|---|---|

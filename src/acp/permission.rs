@@ -7,9 +7,10 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
+use super::client_tools::Preview;
 use super::map::{self, ToolCallUpdate, ToolStatus};
 use super::server::Shared;
-use super::{AskFn, ToolKind};
+use super::{AskFn, SessionInfo, ToolKind};
 use crate::AgentBuilder;
 use crate::cancel::CancelToken;
 use crate::hooks::{ToolCallRequest, ToolDecision};
@@ -29,11 +30,12 @@ fn permission_options() -> Value {
 pub(super) fn permission_hook(
     builder: AgentBuilder,
     shared: &Arc<Shared>,
-    id: &str,
+    info: &SessionInfo,
     mode_ask: Arc<Mutex<Option<Arc<AskFn>>>>,
 ) -> AgentBuilder {
     let shared = shared.clone();
-    let id = id.to_owned();
+    let id = info.id().to_owned();
+    let preview = Preview::new(info);
     let always: Mutex<HashSet<String>> = Mutex::new(HashSet::new());
     // The client is asked about the arguments the call would run with.
     builder.ask_before_tool_call(move |request, call| {
@@ -46,7 +48,7 @@ pub(super) fn permission_hook(
         };
         let ask = asked && !always.lock().contains(&call.name);
         if ask {
-            match ask_client(&shared, &id, request, call, kind) {
+            match ask_client(&shared, &id, request, call, (kind, &preview)) {
                 Permission::Once => {}
                 Permission::Always => {
                     always.lock().insert(call.name.clone());
@@ -79,8 +81,13 @@ fn ask_client(
     session_id: &str,
     request: &ToolCallRequest<'_>,
     call: &ToolCall,
-    kind: ToolKind,
+    (kind, preview): (ToolKind, &Preview),
 ) -> Permission {
+    // The files a client tool works on, and the diff a write would make.
+    let (locations, content) = preview.show(call, request.cancel());
+    if request.cancel().is_cancelled() {
+        return Permission::Refused("cancelled: the prompt was cancelled".into());
+    }
     let params = json!({
         "sessionId": session_id,
         "toolCall": ToolCallUpdate {
@@ -88,6 +95,8 @@ fn ask_client(
             status: Some(ToolStatus::Pending),
             title: Some(call.name.clone()),
             kind: Some(kind),
+            content,
+            locations,
             raw_input: Some(map::raw_input(call)),
             ..ToolCallUpdate::default()
         },

@@ -387,7 +387,7 @@ where
             builder = builder.messages(saved.iter().cloned());
         }
         let mode_ask = Arc::new(Mutex::new(None));
-        let agent = permission_hook(builder, shared, id, mode_ask.clone())
+        let agent = permission_hook(builder, shared, &info, mode_ask.clone())
             .build()
             .map_err(failed)?;
         elicit::relay(&agent, shared, id, modes);

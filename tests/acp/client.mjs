@@ -43,10 +43,16 @@ const envelope = ajv.compile({ $ref: "acp" });
 const sent = new Map();
 let checked = 0;
 const invalid = [];
+// The methods of the agent's requests by id, and those it gave up, in order (read here, in
+// the order the agent wrote them, before the SDK handles them).
+const agentRequests = new Map();
+const givenUp = [];
 function check(line) {
   if (!line.trim()) return;
   checked += 1;
   const m = JSON.parse(line);
+  if (m.method !== undefined && m.id !== undefined) agentRequests.set(m.id, m.method);
+  if (m.method === "$/cancel_request") givenUp.push(agentRequests.get(m.params?.requestId) ?? "?");
   const fail = (why) => invalid.push(`schema: ${why}: ${line}`);
   if (!envelope(m)) return fail(`not an ACP message (${ajv.errorsText(envelope.errors)})`);
   let name;
@@ -210,7 +216,6 @@ const located = (u) =>
 const buffers = new Map();
 const terminals = new Map();
 let terminalsMade = 0;
-let waitsGivenUp = 0;
 function editorSaid(sessionId, line) {
   record(sessionId, `editor: ${line}`);
 }
@@ -252,7 +257,7 @@ const app = acp
       params.sessionId,
       `request_permission ${t.title} kind=${t.kind} rawInput=${JSON.stringify(t.rawInput)} ` +
         `options=${params.options.map((o) => `${o.optionId}:${o.kind}`).join(",")} ` +
-        `announced=${known} -> ${answer}`,
+        `announced=${known}${t.content ? ` content=${JSON.stringify(t.content.map(shown).join(""))}` : ""}${located(t)} -> ${answer}`,
     );
     return { outcome: { outcome: "selected", optionId: answer } };
   });
@@ -299,16 +304,7 @@ app
   })
   .onRequest("terminal/wait_for_exit", async ({ params, signal }) => {
     const t = terminalOf(params);
-    const givenUp = new Promise((resolve) =>
-      signal?.addEventListener(
-        "abort",
-        () => {
-          waitsGivenUp += 1;
-          resolve();
-        },
-        { once: true },
-      ),
-    );
+    const givenUp = new Promise((resolve) => signal?.addEventListener("abort", resolve, { once: true }));
     await Promise.race([t.exited, givenUp]);
     // The agent gave the wait up ($/cancel_request): it kills the command next.
     if (signal?.aborted) throw acp.RequestError.requestCancelled();
@@ -532,6 +528,7 @@ say(`logout answered`);
 // editor (not on disk); the agent reads it, writes it back with a line more (the call shows
 // the diff), and runs a command in the editor's terminal (the call shows the terminal)
 buffers.set(join(work, "notes.md"), "# Notes\n");
+permissionAnswers.push("allow_once");
 await prompt("A", a, "use the editor");
 say(`editor buffer notes.md = ${JSON.stringify(buffers.get(join(work, "notes.md")))}`);
 say(`terminals left unreleased: ${terminals.size}`);
@@ -539,7 +536,7 @@ say(`terminals left unreleased: ${terminals.size}`);
 // it and releases its terminal, and the prompt answers cancelled.
 say(`A prompt "run a long command" (then cancelled while it runs)`);
 const long = agent.request("session/prompt", { sessionId: a, prompt: text("run a long command") });
-for (let i = 0; i < 500; i++) {
+for (let i = 0; i < 2000; i++) {
   if ((pending.get("A") ?? []).some((x) => typeof x === "string" && x.includes("<terminal term-2>"))) break;
   await new Promise((r) => setTimeout(r, 10));
 }
@@ -547,7 +544,7 @@ await agent.notify("session/cancel", { sessionId: a });
 const longEnd = await long;
 flush("A");
 say(`A stop ${longEnd.stopReason}`);
-say(`waits given up by the agent ($/cancel_request): ${waitsGivenUp}`);
+say(`requests the agent gave up ($/cancel_request): ${JSON.stringify(givenUp)}`);
 say(`terminals left unreleased: ${terminals.size}`);
 
 // 15. the client goes: the agent ends

@@ -30,6 +30,15 @@ fn session_with(
     calls: &[(&str, Value)],
     options: acp::Options,
 ) -> (Client, String) {
+    session_of(capabilities, calls, options.ask_permission(|_| false))
+}
+
+/// As [`session_with`], with the permission policy of `options`.
+fn session_of(
+    capabilities: Value,
+    calls: &[(&str, Value)],
+    options: acp::Options,
+) -> (Client, String) {
     let calls: Vec<(String, Value)> = (calls.iter())
         .map(|(name, args)| ((*name).to_owned(), args.clone()))
         .collect();
@@ -45,7 +54,7 @@ fn session_with(
         }
         Ok(builder)
     };
-    let mut client = Client::start(factory, options.ask_permission(|_| false));
+    let mut client = Client::start(factory, options);
     client.request(
         1,
         "initialize",
@@ -537,6 +546,70 @@ fn an_error_answer_a_garbage_answer_and_no_answer_each_give_an_error_result_and_
             ),
         ]
     );
+}
+
+#[test]
+fn a_permission_request_for_a_write_shows_its_locations_and_diff() {
+    let args = json!({"path": "notes.txt", "content": "new\n"});
+    let (mut client, s) = session_of(
+        all(),
+        &[("editor_write_file", args.clone())],
+        acp::Options::new(),
+    );
+    client.request(3, "session/prompt", prompt_of(&s, "write"));
+    let seen = drive(&mut client, 3, |m| match m["method"].as_str() {
+        Some("fs/read_text_file") => result(json!({"content": "old\n"})),
+        Some("session/request_permission") => {
+            result(json!({"outcome": {"outcome": "selected", "optionId": "allow_once"}}))
+        }
+        _ => result(json!({})),
+    });
+    let notes = "/work/project/notes.txt";
+    let diff = json!({"type": "diff", "path": notes, "oldText": "old\n", "newText": "new\n"});
+    let mut expected = vec![
+        update(
+            &s,
+            json!({"sessionUpdate": "tool_call", "toolCallId": "c1", "title": "editor_write_file",
+            "kind": "edit", "status": "pending", "rawInput": args, "locations": [{"path": notes}]}),
+        ),
+        // The old text for the diff the client is asked about.
+        asked(
+            1,
+            "fs/read_text_file",
+            json!({"sessionId": s, "path": notes}),
+        ),
+        answered(1, json!({"content": "old\n"})),
+    ];
+    let ask = &seen[3];
+    assert_eq!(ask["method"], "session/request_permission", "{seen:#?}");
+    assert_eq!(
+        ask["params"]["toolCall"],
+        json!({"toolCallId": "c1", "status": "pending", "title": "editor_write_file", "kind": "edit",
+            "content": [diff], "locations": [{"path": notes}], "rawInput": args})
+    );
+    expected.extend([
+        ask.clone(),
+        answered(
+            2,
+            json!({"outcome": {"outcome": "selected", "optionId": "allow_once"}}),
+        ),
+        running(&s, "c1"),
+        asked(
+            3,
+            "fs/read_text_file",
+            json!({"sessionId": s, "path": notes}),
+        ),
+        answered(3, json!({"content": "old\n"})),
+        asked(
+            4,
+            "fs/write_text_file",
+            json!({"sessionId": s, "path": notes, "content": "new\n"}),
+        ),
+        answered(4, json!({})),
+    ]);
+    assert_eq!(seen[..expected.len()], expected[..]);
+    assert_eq!(seen[expected.len()]["params"]["update"]["content"][0], diff);
+    client.close().expect("a clean end");
 }
 
 #[test]
