@@ -171,11 +171,19 @@ fn check_what_went_out(seen: &Seen, era: Era, version: &str) {
     let methods: Vec<&str> = out.iter().filter_map(|m| m["method"].as_str()).collect();
     match era {
         Era::Stateless => {
-            assert_eq!(methods[0], "server/discover");
-            assert!(!methods.contains(&"initialize"), "{methods:?}");
+            // A server slower to start than the probe waits is greeted with `initialize`,
+            // which it refuses naming its revisions, then asked again statelessly (see
+            // `http::a_stateless_server_too_slow_for_the_probe_is_asked_again_statelessly`).
+            let greeting = match methods[..] {
+                ["server/discover", "initialize", "server/discover", ..] => 3,
+                ["server/discover", ..] => 1,
+                _ => panic!("{methods:?}"),
+            };
+            assert!(!methods[greeting..].contains(&"initialize"), "{methods:?}");
             for request in out
                 .iter()
                 .filter(|m| m.get("id").is_some() && m.get("method").is_some())
+                .filter(|m| m["method"] != "initialize")
             {
                 let meta = &request["params"]["_meta"];
                 assert_eq!(

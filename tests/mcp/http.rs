@@ -528,3 +528,65 @@ fn structured_results_are_checked_against_the_tools_output_schema() {
     }
     client.close();
 }
+
+/// A stateless server that answers the probe only after the probe gave up (a slow start) is
+/// greeted with `initialize`, which it refuses naming the revisions it speaks: the client
+/// asks it again statelessly and speaks that era from then on.
+#[test]
+fn a_stateless_server_too_slow_for_the_probe_is_asked_again_statelessly() {
+    let discovers = Arc::new(AtomicUsize::new(0));
+    let server = Scripted::start(move |seen| match seen.rpc() {
+        "server/discover" => {
+            let first = discovers.fetch_add(1, Ordering::SeqCst) == 0;
+            // The probe waits half the init timeout (1 s here); the first answer comes later.
+            let mut steps = if first {
+                vec![Step::Pause(Duration::from_millis(1500))]
+            } else {
+                Vec::new()
+            };
+            steps.extend(json_reply(
+                200,
+                &result_of(
+                    seen,
+                    json!({"supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}},
+                           "serverInfo": {"name": "slow", "version": "1"}}),
+                ),
+            ));
+            steps
+        }
+        "initialize" => json_reply(
+            400,
+            &json!({"jsonrpc": "2.0", "id": seen.body["id"], "error": {"code": -32022,
+                "message": "unsupported protocol version",
+                "data": {"supported": ["2026-07-28"], "requested": "2025-11-25"}}}),
+        ),
+        _ => plain(seen),
+    });
+    let client = Client::http(format!("{}/mcp", server.url))
+        .init_timeout(Duration::from_secs(2))
+        .connect()
+        .unwrap();
+    let info = client.server_info();
+    assert_eq!(
+        (info.era, info.name.as_str(), info.protocol_version.as_str()),
+        (Era::Stateless, "slow", "2026-07-28")
+    );
+    client.ping().unwrap();
+    client.close();
+    let asked: Vec<String> = server
+        .seen()
+        .iter()
+        .map(|s| s.rpc().to_owned())
+        .filter(|m| !m.is_empty())
+        .collect();
+    assert_eq!(
+        &asked[..4],
+        [
+            "server/discover",
+            "initialize",
+            "server/discover",
+            "server/discover"
+        ],
+        "{asked:?}"
+    );
+}
