@@ -163,6 +163,9 @@ impl Run<'_> {
             thinking: self.config.thinking,
             // A summary or a count asks for no structured answer.
             output: None,
+            // Its messages are not the next model call's: the transcript's cache keeps
+            // what that call sends.
+            body_cache: None,
         };
         let cancel = self.cancel.clone();
         if let Ok(Ok(Some(tokens))) = guard::catch(|| counter.request_tokens(&request, &cancel)) {

@@ -94,6 +94,9 @@ pub(crate) struct Inner {
     // The questions of running tool calls that wait for an answer through the agent
     // (`answer_elicitation`).
     elicitations: Arc<Waiting>,
+    // The request JSON of the transcript's messages, handed to the provider with each
+    // request so that a model call serializes only what was appended (`llm::BodyCache`).
+    body_cache: crate::llm::BodyCache,
 }
 
 impl Drop for Inner {
@@ -376,6 +379,7 @@ impl Agent {
                 gate_owner: Mutex::new(None),
                 context: Mutex::new(context::Memory::default()),
                 elicitations: Arc::default(),
+                body_cache: crate::llm::BodyCache::new(),
             }),
         }
     }

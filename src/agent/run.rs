@@ -266,7 +266,10 @@ pub(crate) fn between_runs<R>(
     let token = CancelToken::new();
     let mut claim = Claim::take(inner, &token)?;
     claim.enter(&token);
-    Ok(inner.shared.emit_with(&event, before))
+    let out = inner.shared.emit_with(&event, before);
+    // The transcript was replaced: its pieces go with it.
+    inner.body_cache.clear();
+    Ok(out)
 }
 
 /// What `continue_run` sends: nothing when the model is due to answer (a user or tool-result
@@ -633,6 +636,7 @@ impl Run<'_> {
             model: self.config.model.clone(),
             thinking: self.config.thinking,
             output,
+            body_cache: Some(self.inner.body_cache.clone()),
         })
     }
 

@@ -205,6 +205,9 @@ impl Summarizer<'_> {
             thinking: ThinkingLevel::Off,
             // A summary or a count asks for no structured answer.
             output: None,
+            // Its messages are not the next model call's: the transcript's cache keeps
+            // what that call sends.
+            body_cache: None,
         };
         let mut text = String::new();
         let mut reply_usage = Usage::default();

@@ -10,6 +10,7 @@ use serde_json::value::RawValue;
 
 use super::http::{self, Call, Decode, Emitter, Endpoint};
 use super::parts::{Base64, Collected, DocumentText};
+use super::pieces::{self, Builder, Dialect, Payload, Side};
 use super::{
     CancelToken, OnEvent, Provider, ReplyEnd, Request, StreamEvent, TextParts, ThinkingLevel,
     ToolDefinition,
@@ -163,7 +164,23 @@ impl Anthropic {
     /// The request body for `request`, as sent (parsed back from the bytes it writes).
     pub fn request_body(&self, request: &Request) -> Value {
         // OK because the bytes were written by serde_json from JSON values.
-        serde_json::from_slice(&self.body_bytes(request)).expect("the body is valid JSON")
+        serde_json::from_slice(&self.payload(request).to_vec()).expect("the body is valid JSON")
+    }
+
+    /// Writes the request body for `request` to `out`, as it is sent: the JSON of the
+    /// messages the request's [`BodyCache`](super::BodyCache) holds comes from it, the rest
+    /// is serialized (and kept there), and the pieces go out with vectored writes, never
+    /// joined into one buffer first. The breakpoints are written around the pieces, so a
+    /// piece stays what it was when they move.
+    ///
+    /// # Errors
+    /// The errors of `out`.
+    pub fn write_body(
+        &self,
+        request: &Request,
+        out: &mut dyn std::io::Write,
+    ) -> std::io::Result<()> {
+        self.payload(request).write_to(out)
     }
 
     /// The forced tool of a request whose answer it carries: its name, and the schema.
@@ -180,8 +197,8 @@ impl Anthropic {
         Some((name, schema.schema()))
     }
 
-    /// The request body for `request`, serialized straight from the shared messages.
-    fn body_bytes(&self, request: &Request) -> Vec<u8> {
+    /// The request body for `request`, its messages' JSON from the request's cache.
+    fn payload(&self, request: &Request) -> Payload {
         let answer_tool = self.answer_tool(request);
         let output_config = match &request.output {
             Some(output) if self.output == AnthropicOutput::Format => Some(OutputConfig {
@@ -216,17 +233,19 @@ impl Anthropic {
             ThinkingLevel::Medium => Some(10_000),
             ThinkingLevel::High => Some(32_000),
         };
-        let body = Body {
+        let head = Head {
             model: &request.model,
             max_tokens: match budget {
                 Some(b) => self.max_tokens.max(b + 4096),
                 None => self.max_tokens,
             },
-            messages: Turns {
-                messages: &request.messages,
-                cache: self.cache.transcript.then_some(self.cache.control()),
-                documents: self.endpoint.accepts.takes_documents(),
-            },
+        };
+        let turns = Turns {
+            messages: &request.messages,
+            cache: self.cache.transcript.then_some(self.cache.control()),
+            documents: self.endpoint.accepts.takes_documents(),
+        };
+        let tail = Tail {
             stream: true,
             system: (!request.system_prompt.is_empty()).then_some(System {
                 text: &request.system_prompt,
@@ -251,21 +270,30 @@ impl Anthropic {
             // The API accepts no temperature with extended thinking.
             temperature: self.temperature.filter(|_| budget.is_none()),
         };
-        let mut out = Vec::with_capacity(super::parts::body_capacity(request));
-        // OK because writing to a Vec cannot fail, and every value here serializes.
-        serde_json::to_writer(&mut out, &body).expect("the body serializes");
-        out
+        let dialect = Dialect {
+            api: "anthropic",
+            documents: turns.documents,
+        };
+        let capacity = super::parts::arena_capacity(request);
+        let mut b = Builder::new(request.body_cache.as_ref(), dialect, capacity);
+        let messages = |b: &mut Builder<'_>| turns.write(b);
+        pieces::object(&mut b, &head, "messages", Some(&messages), &tail);
+        b.finish()
     }
 }
 
 super::http_setters!(Anthropic, "The key sent as `x-api-key`. Defaults to none.");
 
-/// The Messages body of one request, borrowing from it.
+/// The fields of the Messages body before its messages.
 #[derive(Serialize)]
-struct Body<'a> {
+struct Head<'a> {
     model: &'a str,
     max_tokens: u32,
-    messages: Turns<'a>,
+}
+
+/// The fields of the Messages body after its messages.
+#[derive(Serialize)]
+struct Tail<'a> {
     stream: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     system: Option<System<'a>>,
@@ -506,8 +534,10 @@ impl Turns<'_> {
     }
 }
 
-impl Serialize for Turns<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+impl Turns<'_> {
+    /// Writes the turns, each one's blocks the pieces of its messages (the blocks they
+    /// send, see [`blocks`]); the breakpoint is written after the piece that ends its turn.
+    fn write(&self, b: &mut Builder<'_>) {
         // The user turns that end a cached prefix: the last one (the newest stable point),
         // and the one before the last reply (where the previous request ended).
         let mut marks = [None, None];
@@ -520,15 +550,43 @@ impl Serialize for Turns<'_> {
                 .collect();
             marks = [users.last().copied(), users.iter().rev().nth(1).copied()];
         }
-        let turns = self.turns().enumerate().map(|(i, (role, turn))| Turn {
-            role,
-            content: TurnBlocks {
-                messages: turn,
-                cache: self.cache.filter(|_| marks.contains(&Some(i))),
-                documents: self.documents,
-            },
-        });
-        s.collect_seq(turns)
+        let documents = self.documents;
+        let write = move |m: &Message, out: &mut Vec<u8>| {
+            for block in blocks(m, documents) {
+                pieces::element(out, &block);
+            }
+            out.len()
+        };
+        b.raw(b"[");
+        for (i, (role, turn)) in self.turns().enumerate() {
+            b.glue(|out| {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(br#"{"role":""#);
+                out.extend_from_slice(role.as_bytes());
+                out.extend_from_slice(br#"","content":["#);
+            });
+            let cache = self.cache.filter(|_| marks.contains(&Some(i)));
+            // The message whose last block ends the turn.
+            let last = turn.iter().rposition(|m| sends(m));
+            let mut first = true;
+            for (j, message) in turn.iter().enumerate() {
+                let piece = b.piece(message, &write);
+                let mark = cache.filter(|_| Some(j) == last);
+                b.push(&piece, Side::Main, &mut first, mark.is_some());
+                if let Some(mark) = mark {
+                    b.glue(|out| {
+                        out.extend_from_slice(br#","cache_control":"#);
+                        // OK because a CacheControl is two strings.
+                        serde_json::to_writer(&mut *out, &mark).expect("strings serialize");
+                        out.push(b'}');
+                    });
+                }
+            }
+            b.raw(b"]}");
+        }
+        b.raw(b"]");
     }
 }
 
@@ -542,42 +600,6 @@ fn role(message: &Message) -> &'static str {
 /// True when `message` has a block to send.
 fn sends(message: &Message) -> bool {
     blocks(message, true).next().is_some()
-}
-
-#[derive(Serialize)]
-struct Turn<'a> {
-    role: &'static str,
-    content: TurnBlocks<'a>,
-}
-
-/// The content blocks of one turn: every block of its messages, in order; the last one
-/// ends a cached prefix when the turn has a breakpoint.
-struct TurnBlocks<'a> {
-    messages: &'a [Arc<Message>],
-    cache: Option<CacheControl>,
-    documents: bool,
-}
-
-impl Serialize for TurnBlocks<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let all = || self.messages.iter().flat_map(|m| blocks(m, self.documents));
-        let Some(cache) = self.cache else {
-            return s.collect_seq(all());
-        };
-        let count = all().count();
-        let mut seq = s.serialize_seq(Some(count))?;
-        for (i, block) in all().enumerate() {
-            if i + 1 == count {
-                seq.serialize_element(&Marked {
-                    block,
-                    cache_control: cache,
-                })?;
-            } else {
-                seq.serialize_element(&block)?;
-            }
-        }
-        seq.end()
-    }
 }
 
 #[derive(Serialize)]
@@ -821,7 +843,7 @@ impl Provider for Anthropic {
         let call = Call {
             path: "/v1/messages",
             headers,
-            body: self.body_bytes(request),
+            body: self.payload(request),
         };
         self.endpoint.stream(call, decoder, cancel, on_event)
     }
@@ -1152,6 +1174,7 @@ mod tests {
             .collect(),
             thinking: ThinkingLevel::Off,
             output: None,
+            body_cache: None,
         };
         let body = Anthropic::new("http://x")
             .temperature(0.5)

@@ -18,6 +18,7 @@ use super::error_text::{
 };
 // The MCP client's HTTP transport scrubs its errors as the providers do.
 pub(crate) use super::error_text::{Secrets, scrub, scrub_error};
+use super::pieces::Payload;
 use super::retry::{RetryPolicy, parse_retry_after};
 use super::sse;
 // In-stream errors are decoded by the providers as `http::api_error`.
@@ -350,8 +351,8 @@ pub(crate) struct Call<'a> {
     pub(crate) path: &'a str,
     /// The provider's headers; the content type is added.
     pub(crate) headers: Vec<(&'static str, String)>,
-    /// The JSON body, serialized.
-    pub(crate) body: Vec<u8>,
+    /// The JSON body, as its pieces.
+    pub(crate) body: Payload,
 }
 
 /// A provider's decoder of its event stream.
@@ -432,11 +433,43 @@ pub(crate) enum Method {
     Delete,
 }
 
-/// What a request sends.
-pub(crate) struct Post {
+/// What a request sends: its body one buffer, or a model call's pieces.
+pub(crate) struct Post<B = Vec<u8>> {
     pub(crate) url: String,
     pub(crate) headers: Vec<(&'static str, String)>,
-    pub(crate) body: Vec<u8>,
+    pub(crate) body: B,
+}
+
+/// A body [`HttpClient::exchange`] can send.
+pub(crate) trait SendBytes {
+    /// Sends `request` with these bytes as its body.
+    fn send(
+        &self,
+        request: ureq::RequestBuilder<ureq::typestate::WithBody>,
+    ) -> Result<ureq::http::Response<ureq::Body>, ureq::Error>;
+}
+
+impl SendBytes for Vec<u8> {
+    fn send(
+        &self,
+        request: ureq::RequestBuilder<ureq::typestate::WithBody>,
+    ) -> Result<ureq::http::Response<ureq::Body>, ureq::Error> {
+        request.send(&self[..])
+    }
+}
+
+impl SendBytes for Payload {
+    /// Read from the pieces into ureq's output buffer, with their length: the body is never
+    /// joined into one buffer.
+    fn send(
+        &self,
+        request: ureq::RequestBuilder<ureq::typestate::WithBody>,
+    ) -> Result<ureq::http::Response<ureq::Body>, ureq::Error> {
+        let mut reader = self.reader();
+        request
+            .header("content-length", self.len())
+            .send(ureq::SendBody::from_reader(&mut reader))
+    }
 }
 
 /// Where the redirect of a provider's request points, for its error: the base URL and the
@@ -494,7 +527,7 @@ impl HttpClient {
     #[allow(clippy::too_many_arguments)] // OK because each is one part of the request.
     pub(crate) fn open(
         &self,
-        post: &Post,
+        post: &Post<Payload>,
         extra: &[(String, String)],
         target: &Target,
         to: &Redirects<'_>,
@@ -521,7 +554,7 @@ impl HttpClient {
 
     fn attempt(
         &self,
-        post: &Post,
+        post: &Post<Payload>,
         extra: &[(String, String)],
         target: &Target,
         to: &Redirects<'_>,
@@ -586,10 +619,10 @@ impl HttpClient {
     /// # Errors
     /// [`Error::Config`] for a bad URL, [`Error::Timeout`] naming the phase,
     /// [`Error::Connection`], [`Error::Aborted`] when `cancel` is cancelled.
-    pub(crate) fn exchange(
+    pub(crate) fn exchange<B: SendBytes>(
         &self,
         method: Method,
-        post: &Post,
+        post: &Post<B>,
         extra: &[(String, String)],
         target: &Target,
         secret: Option<&Secrets<'_>>,
@@ -615,7 +648,7 @@ impl HttpClient {
                 for (name, value) in headers {
                     request = request.header(name, value);
                 }
-                request.send(&post.body[..])
+                post.body.send(request)
             }
             Method::Get | Method::Delete => {
                 let mut request = match method {

@@ -196,6 +196,7 @@ mod faux;
 pub(crate) mod http;
 mod openai;
 mod parts;
+mod pieces;
 mod responses;
 mod retry;
 pub mod sse;
@@ -214,11 +215,15 @@ pub use faux::{Faux, FauxReply};
 pub use openai::{OPENAI_BASE_URL, OpenAiCompat};
 pub use parts::Accepts;
 pub(crate) use parts::TextParts;
+pub use pieces::BodyCache;
 pub use responses::OpenAiResponses;
 pub use retry::RetryPolicy;
 
 /// What one model call gets.
-#[derive(Clone, Debug, Default, PartialEq)]
+///
+/// Two requests are equal when they ask for the same thing: [`Request::body_cache`], which
+/// never changes what is sent, is not compared.
+#[derive(Clone, Debug, Default)]
 #[non_exhaustive]
 pub struct Request {
     /// The system prompt; empty for none.
@@ -236,6 +241,32 @@ pub struct Request {
     /// its API's structured-output request (see [`OutputRequest`]) and hands the answer
     /// over as the reply's text. `None` for a plain reply.
     pub output: Option<OutputRequest>,
+    /// Where the HTTP providers keep the request JSON of each message between calls, so
+    /// that a call serializes only the messages it has not sent before (see
+    /// [`BodyCache`]). The agent sets its transcript's own. Defaults to `None`: every
+    /// message is serialized on every call.
+    pub body_cache: Option<BodyCache>,
+}
+
+impl PartialEq for Request {
+    fn eq(&self, other: &Request) -> bool {
+        // Every field but the body cache.
+        let Request {
+            system_prompt,
+            messages,
+            tools,
+            model,
+            thinking,
+            output,
+            body_cache: _,
+        } = self;
+        *system_prompt == other.system_prompt
+            && *messages == other.messages
+            && *tools == other.tools
+            && *model == other.model
+            && *thinking == other.thinking
+            && *output == other.output
+    }
 }
 
 impl Request {
@@ -274,6 +305,14 @@ impl Request {
     #[must_use]
     pub fn with_output(mut self, output: OutputRequest) -> Request {
         self.output = Some(output);
+        self
+    }
+
+    /// The same request keeping its messages' JSON in `cache` (see [`BodyCache`]): hand
+    /// the same cache to each call of one conversation.
+    #[must_use]
+    pub fn with_body_cache(mut self, cache: BodyCache) -> Request {
+        self.body_cache = Some(cache);
         self
     }
 }

@@ -3,16 +3,16 @@
 
 use std::borrow::Cow;
 use std::fmt;
-use std::sync::Arc;
 
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
-use serde::ser::{SerializeMap, SerializeSeq, Serializer};
+use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::http::{self, Call, Decode, Emitter, Endpoint};
 use super::parts::{Base64, Collected, DataUrl, DocumentText};
+use super::pieces::{self, Builder, Dialect, Payload, Piece, Side, element};
 use super::{
     CancelToken, OnEvent, Provider, ReplyEnd, Request, StreamEvent, TextParts, ThinkingLevel,
     ToolDefinition,
@@ -160,22 +160,50 @@ impl OpenAiCompat {
     /// The request body for `request`, as sent (parsed back from the bytes it writes).
     pub fn request_body(&self, request: &Request) -> Value {
         // OK because the bytes were written by serde_json from JSON values.
-        serde_json::from_slice(&self.body_bytes(request)).expect("the body is valid JSON")
+        serde_json::from_slice(&self.payload(request).to_vec()).expect("the body is valid JSON")
     }
 
-    /// The request body for `request`, serialized straight from the shared messages.
-    fn body_bytes(&self, request: &Request) -> Vec<u8> {
-        let mut out = Vec::with_capacity(super::parts::body_capacity(request));
-        // OK because writing to a Vec cannot fail, and every value here serializes.
-        serde_json::to_writer(
-            &mut out,
+    /// Writes the request body for `request` to `out`, as it is sent: the JSON of the
+    /// messages the request's [`BodyCache`](super::BodyCache) holds comes from it, the rest
+    /// is serialized (and kept there), and the pieces go out with vectored writes, never
+    /// joined into one buffer first.
+    ///
+    /// # Errors
+    /// The errors of `out`.
+    pub fn write_body(
+        &self,
+        request: &Request,
+        out: &mut dyn std::io::Write,
+    ) -> std::io::Result<()> {
+        self.payload(request).write_to(out)
+    }
+
+    /// The request body for `request`, its messages' JSON from the request's cache.
+    fn payload(&self, request: &Request) -> Payload {
+        let dialect = Dialect {
+            api: "chat",
+            documents: false,
+        };
+        let capacity = super::parts::arena_capacity(request);
+        let mut b = Builder::new(request.body_cache.as_ref(), dialect, capacity);
+        let head = Body {
+            provider: self,
+            request,
+            head: true,
+        };
+        let messages = |b: &mut Builder<'_>| write_messages(b, request);
+        let messages = (!self.extra_body.contains_key("messages")).then_some(&messages as _);
+        pieces::object(
+            &mut b,
+            &head,
+            "messages",
+            messages,
             &Body {
-                provider: self,
-                request,
+                head: false,
+                ..head
             },
-        )
-        .expect("the body serializes");
-        out
+        );
+        b.finish()
     }
 }
 
@@ -184,11 +212,15 @@ super::http_setters!(
     "The key sent as `Authorization: Bearer <key>`. Defaults to none (local servers)."
 );
 
-/// The Chat Completions body of one request, borrowing from it: written field by field,
-/// each known field left out when `extra_body` has the same key (the extra value wins).
+/// The fields of the Chat Completions body of one request around its messages, borrowing
+/// from it: the head (the model) or the tail (the rest, then `extra_body`), written field by
+/// field, each known field left out when `extra_body` has the same key (the extra value
+/// wins).
+#[derive(Clone, Copy)]
 struct Body<'a> {
     provider: &'a OpenAiCompat,
     request: &'a Request,
+    head: bool,
 }
 
 impl Serialize for Body<'_> {
@@ -203,8 +235,10 @@ impl Serialize for Body<'_> {
                 }
             };
         }
-        field!("model", &r.model);
-        field!("messages", &Messages(r));
+        if self.head {
+            field!("model", &r.model);
+            return map.end();
+        }
         field!("stream", &true);
         field!(
             "stream_options",
@@ -275,44 +309,70 @@ struct StreamOptions {
 /// A `tool` message takes text only, so the images, documents (not of text) and audio of
 /// the tool results follow them in one `user` message (each result's under a line naming
 /// its tool and call), written after the last of those consecutive results; the tool
-/// message says where they went.
-struct Messages<'a>(&'a Request);
-
-impl Serialize for Messages<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let r = self.0;
-        let mut seq = s.serialize_seq(None)?;
-        if !r.system_prompt.is_empty() {
-            seq.serialize_element(&Wire::System {
-                content: &r.system_prompt,
-            })?;
-        }
-        let messages = &r.messages[..];
-        let mut i = 0;
-        while i < messages.len() {
-            let end = match &*messages[i] {
-                Message::ToolResult(_) => messages[i..]
-                    .iter()
-                    .position(|m| m.as_tool_result().is_none())
-                    .map_or(messages.len(), |n| i + n),
-                _ => i + 1,
-            };
-            let run = &messages[i..end];
-            for message in run {
-                if let Some(wire) = wire(message) {
-                    seq.serialize_element(&wire)?;
-                }
-            }
-            if run
-                .iter()
-                .any(|m| m.as_tool_result().is_some() && m.parts().iter().any(attached))
-            {
-                seq.serialize_element(&Attachments(run))?;
-            }
-            i = end;
-        }
-        seq.end()
+/// message says where they went. A tool result's piece holds its message, its second
+/// piece what it adds to that user message.
+fn write_messages(b: &mut Builder<'_>, r: &Request) {
+    b.raw(b"[");
+    let mut first = true;
+    if !r.system_prompt.is_empty() {
+        b.json(&Wire::System {
+            content: &r.system_prompt,
+        });
+        first = false;
     }
+    // The tool results of the current run that have attached parts.
+    let mut attached: Vec<Piece> = Vec::new();
+    for message in &r.messages {
+        if message.as_tool_result().is_none() {
+            attachments(b, &mut attached, &mut first);
+        }
+        let piece = b.piece(message, &write_message);
+        b.push(&piece, Side::Main, &mut first, false);
+        if piece.has_second() {
+            attached.push(piece);
+        }
+    }
+    attachments(b, &mut attached, &mut first);
+    b.raw(b"]");
+}
+
+/// The user message after a run of tool results that holds their images, documents and
+/// audio, each result's under a line naming its tool and call.
+fn attachments(b: &mut Builder<'_>, attached: &mut Vec<Piece>, first: &mut bool) {
+    if attached.is_empty() {
+        return;
+    }
+    if !std::mem::take(first) {
+        b.raw(b",");
+    }
+    b.raw(br#"{"role":"user","content":["#);
+    let mut first_part = true;
+    for piece in attached.drain(..) {
+        b.push(&piece, Side::Second, &mut first_part, false);
+    }
+    b.raw(b"]}");
+}
+
+/// The piece of one message (see [`super::pieces`]): its message, if it sends one; then,
+/// for a tool result, the parts it attaches to the user message after the results.
+fn write_message(message: &Message, out: &mut Vec<u8>) -> usize {
+    if let Some(wire) = wire(message) {
+        element(out, &wire);
+    }
+    let split = out.len();
+    if let Some(result) = message.as_tool_result()
+        && result.content.iter().any(attached)
+    {
+        let heading = format!(
+            "Attached to the result of `{}` (call {}):",
+            result.tool_name, result.tool_call_id
+        );
+        element(out, &ChatPart(&Part::text(heading)));
+        for part in result.content.iter().filter(|p| attached(p)) {
+            element(out, &ChatPart(part));
+        }
+    }
+    split
 }
 
 #[derive(Serialize)]
@@ -417,41 +477,6 @@ impl fmt::Display for ToolText<'_> {
             }
         }
         Ok(())
-    }
-}
-
-/// The user message after a run of tool results that holds their images, documents and
-/// audio, each result's under a line naming its tool and call.
-struct Attachments<'a>(&'a [Arc<Message>]);
-
-impl Serialize for Attachments<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut map = s.serialize_map(Some(2))?;
-        map.serialize_entry("role", "user")?;
-        map.serialize_entry("content", &AttachedParts(self.0))?;
-        map.end()
-    }
-}
-
-struct AttachedParts<'a>(&'a [Arc<Message>]);
-
-impl Serialize for AttachedParts<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut seq = s.serialize_seq(None)?;
-        for result in self.0.iter().filter_map(|m| m.as_tool_result()) {
-            if !result.content.iter().any(attached) {
-                continue;
-            }
-            let heading = format!(
-                "Attached to the result of `{}` (call {}):",
-                result.tool_name, result.tool_call_id
-            );
-            seq.serialize_element(&ChatPart(&Part::text(heading)))?;
-            for part in result.content.iter().filter(|p| attached(p)) {
-                seq.serialize_element(&ChatPart(part))?;
-            }
-        }
-        seq.end()
     }
 }
 
@@ -662,7 +687,7 @@ impl Provider for OpenAiCompat {
         let call = Call {
             path: "/chat/completions",
             headers,
-            body: self.body_bytes(request),
+            body: self.payload(request),
         };
         self.endpoint
             .stream(call, Decoder::default(), cancel, on_event)

@@ -302,36 +302,53 @@ impl serde::Serialize for Base64<'_> {
 /// this big is written once, without the copies of a buffer that grows (a 5 MB image
 /// copied again at each doubling).
 pub(crate) fn body_capacity(request: &Request) -> usize {
-    let text = |t: &str| t.len() + t.len() / 8 + 32;
-    let mut n = 1024 + text(&request.system_prompt) + request.tools.len() * 512;
+    let mut n = 1024 + text_capacity(&request.system_prompt) + request.tools.len() * 512;
     for message in &request.messages {
-        n += 64;
-        match &**message {
-            Message::Assistant(m) => {
-                for block in &m.content {
-                    n += match block {
-                        ContentBlock::Text { text: t } => text(t),
-                        ContentBlock::Thinking {
-                            thinking,
-                            signature,
-                        } => text(thinking) + signature.as_deref().map_or(0, text),
-                        ContentBlock::ToolCall(c) => {
-                            text(&c.arguments) + text(&c.id) + text(&c.name)
-                        }
-                    };
-                }
+        n += message_capacity(message);
+    }
+    n
+}
+
+/// The room the arena of a body needs at first (see [`super::pieces`]): the whole body
+/// without a cache; with one, the glue and the new messages, for which it grows.
+pub(crate) fn arena_capacity(request: &Request) -> usize {
+    match request.body_cache {
+        None => body_capacity(request),
+        Some(_) => 4096,
+    }
+}
+
+fn text_capacity(t: &str) -> usize {
+    t.len() + t.len() / 8 + 32
+}
+
+/// About how many bytes the JSON of `message` takes (see [`body_capacity`]).
+pub(crate) fn message_capacity(message: &Message) -> usize {
+    let text = text_capacity;
+    let mut n = 64;
+    match message {
+        Message::Assistant(m) => {
+            for block in &m.content {
+                n += match block {
+                    ContentBlock::Text { text: t } => text(t),
+                    ContentBlock::Thinking {
+                        thinking,
+                        signature,
+                    } => text(thinking) + signature.as_deref().map_or(0, text),
+                    ContentBlock::ToolCall(c) => text(&c.arguments) + text(&c.id) + text(&c.name),
+                };
             }
-            m => {
-                for part in m.parts() {
-                    n += match part {
-                        Part::Text { text: t } => text(t),
-                        part => match part.source() {
-                            Some(Source::Inline { data, .. }) => data.len().div_ceil(3) * 4 + 128,
-                            Some(Source::Url { url }) => text(url),
-                            None => 0,
-                        },
-                    };
-                }
+        }
+        m => {
+            for part in m.parts() {
+                n += match part {
+                    Part::Text { text: t } => text(t),
+                    part => match part.source() {
+                        Some(Source::Inline { data, .. }) => data.len().div_ceil(3) * 4 + 128,
+                        Some(Source::Url { url }) => text(url),
+                        None => 0,
+                    },
+                };
             }
         }
     }

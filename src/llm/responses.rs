@@ -15,6 +15,7 @@ use serde_json::Value;
 
 use super::http::{Call, Decode, Emitter, Endpoint};
 use super::parts::{Collected, DataUrl, DocumentText};
+use super::pieces::{self, Builder, Dialect, Payload, Side, element};
 use super::{
     CancelToken, OnEvent, Provider, ReplyEnd, Request, StreamEvent, ThinkingLevel, ToolDefinition,
 };
@@ -227,22 +228,56 @@ impl OpenAiResponses {
     /// The request body for `request`, as sent (parsed back from the bytes it writes).
     pub fn request_body(&self, request: &Request) -> Value {
         // OK because the bytes were written by serde_json from JSON values.
-        serde_json::from_slice(&self.body_bytes(request)).expect("the body is valid JSON")
+        serde_json::from_slice(&self.payload(request).to_vec()).expect("the body is valid JSON")
     }
 
-    /// The request body for `request`, serialized straight from the shared messages.
-    fn body_bytes(&self, request: &Request) -> Vec<u8> {
-        let mut out = Vec::with_capacity(super::parts::body_capacity(request));
-        // OK because writing to a Vec cannot fail, and every value here serializes.
-        serde_json::to_writer(
-            &mut out,
+    /// Writes the request body for `request` to `out`, as it is sent: the JSON of the
+    /// messages the request's [`BodyCache`](super::BodyCache) holds comes from it, the rest
+    /// is serialized (and kept there), and the pieces go out with vectored writes, never
+    /// joined into one buffer first.
+    ///
+    /// # Errors
+    /// The errors of `out`.
+    pub fn write_body(
+        &self,
+        request: &Request,
+        out: &mut dyn std::io::Write,
+    ) -> std::io::Result<()> {
+        self.payload(request).write_to(out)
+    }
+
+    /// The request body for `request`, its messages' JSON from the request's cache.
+    fn payload(&self, request: &Request) -> Payload {
+        let documents = self.endpoint.accepts.takes_documents();
+        let dialect = Dialect {
+            api: "responses",
+            documents,
+        };
+        let capacity = super::parts::arena_capacity(request);
+        let mut b = Builder::new(request.body_cache.as_ref(), dialect, capacity);
+        let (previous, messages) = match self.chain {
+            true => chained(&request.messages),
+            false => (None, &request.messages[..]),
+        };
+        let head = Body {
+            provider: self,
+            request,
+            previous,
+            head: true,
+        };
+        let input = |b: &mut Builder<'_>| write_input(b, messages, documents);
+        let input = (!self.extra_body.contains_key("input")).then_some(&input as _);
+        pieces::object(
+            &mut b,
+            &head,
+            "input",
+            input,
             &Body {
-                provider: self,
-                request,
+                head: false,
+                ..head
             },
-        )
-        .expect("the body serializes");
-        out
+        );
+        b.finish()
     }
 }
 
@@ -252,11 +287,17 @@ super::http_setters!(
      Azure OpenAI, send it as `api-key` with [`OpenAiResponses::header`] instead."
 );
 
-/// The Responses body of one request, borrowing from it: written field by field, each known
-/// field left out when `extra_body` has the same key (the extra value wins).
+/// The fields of the Responses body of one request around its input, borrowing from it: the
+/// head (the model and instructions) or the tail (the rest, then `extra_body`), written field
+/// by field, each known field left out when `extra_body` has the same key (the extra value
+/// wins).
+#[derive(Clone, Copy)]
 struct Body<'a> {
     provider: &'a OpenAiResponses,
     request: &'a Request,
+    /// The reply chained from.
+    previous: Option<&'a str>,
+    head: bool,
 }
 
 impl serde::Serialize for Body<'_> {
@@ -271,19 +312,14 @@ impl serde::Serialize for Body<'_> {
                 }
             };
         }
-        let (previous, messages) = match p.chain {
-            true => chained(&r.messages),
-            false => (None, &r.messages[..]),
-        };
-        field!("model", &r.model);
-        if !r.system_prompt.is_empty() {
-            field!("instructions", &r.system_prompt);
+        if self.head {
+            field!("model", &r.model);
+            if !r.system_prompt.is_empty() {
+                field!("instructions", &r.system_prompt);
+            }
+            return map.end();
         }
-        field!(
-            "input",
-            &Input(messages, p.endpoint.accepts.takes_documents())
-        );
-        if let Some(id) = previous {
+        if let Some(id) = self.previous {
             field!("previous_response_id", id);
         }
         if !r.tools.is_empty() {
@@ -373,33 +409,45 @@ fn chained(messages: &[Arc<Message>]) -> (Option<&str>, &[Arc<Message>]) {
     }
 }
 
-/// The transcript as input items; the flag says whether documents of text go as
+/// The messages as input items; `documents` says whether documents of text go as
 /// `input_file` (else as `input_text`).
-struct Input<'a>(&'a [Arc<Message>], bool);
+fn write_input(b: &mut Builder<'_>, messages: &[Arc<Message>], documents: bool) {
+    let write = move |m: &Message, out: &mut Vec<u8>| {
+        write_items(m, documents, out);
+        out.len()
+    };
+    b.raw(b"[");
+    let mut first = true;
+    for message in messages {
+        let piece = b.piece(message, &write);
+        b.push(&piece, Side::Main, &mut first, false);
+    }
+    b.raw(b"]");
+}
 
-impl serde::Serialize for Input<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut seq = s.serialize_seq(None)?;
-        let documents = self.1;
-        for message in self.0 {
-            match &**message {
-                Message::User(m) => seq.serialize_element(&InputMessage {
-                    role: "user",
-                    parts: Parts(&m.content, documents),
-                })?,
-                Message::ToolResult(r) => seq.serialize_element(&ToolOutput {
-                    call_id: &r.tool_call_id,
-                    parts: Parts(&r.content, documents),
-                })?,
-                Message::Assistant(m) => reply_items(m, &mut seq)?,
-            }
-        }
-        seq.end()
+/// The input items of one message (see [`super::pieces`]).
+fn write_items(message: &Message, documents: bool, out: &mut Vec<u8>) {
+    match message {
+        Message::User(m) => element(
+            out,
+            &InputMessage {
+                role: "user",
+                parts: Parts(&m.content, documents),
+            },
+        ),
+        Message::ToolResult(r) => element(
+            out,
+            &ToolOutput {
+                call_id: &r.tool_call_id,
+                parts: Parts(&r.content, documents),
+            },
+        ),
+        Message::Assistant(m) => reply_items(m, out),
     }
 }
 
 /// The items of one earlier reply, in the order it streamed them.
-fn reply_items<S: SerializeSeq>(m: &AssistantMessage, seq: &mut S) -> Result<(), S::Error> {
+fn reply_items(m: &AssistantMessage, out: &mut Vec<u8>) {
     let blocks = &m.content[..];
     let mut i = 0;
     while i < blocks.len() {
@@ -415,7 +463,7 @@ fn reply_items<S: SerializeSeq>(m: &AssistantMessage, seq: &mut S) -> Result<(),
                     .iter()
                     .any(|b| matches!(b, ContentBlock::Text { text } if !text.is_empty()))
                 {
-                    seq.serialize_element(&AssistantText(text))?;
+                    element(out, &AssistantText(text));
                 }
                 i = end;
                 continue;
@@ -431,27 +479,32 @@ fn reply_items<S: SerializeSeq>(m: &AssistantMessage, seq: &mut S) -> Result<(),
                     _ => false,
                 });
                 if let (true, Some(item)) = (followed, ReasoningItem::parse(signature)) {
-                    seq.serialize_element(&SentReasoning {
-                        item,
-                        summary: thinking,
-                    })?;
+                    element(
+                        out,
+                        &SentReasoning {
+                            item,
+                            summary: thinking,
+                        },
+                    );
                 }
             }
             ContentBlock::Thinking { .. } => {}
-            ContentBlock::ToolCall(call) => seq.serialize_element(&FunctionCall {
-                kind: "function_call",
-                call_id: &call.id,
-                name: &call.name,
-                arguments: if call.arguments.trim().is_empty() {
-                    "{}"
-                } else {
-                    &call.arguments
+            ContentBlock::ToolCall(call) => element(
+                out,
+                &FunctionCall {
+                    kind: "function_call",
+                    call_id: &call.id,
+                    name: &call.name,
+                    arguments: if call.arguments.trim().is_empty() {
+                        "{}"
+                    } else {
+                        &call.arguments
+                    },
                 },
-            })?,
+            ),
         }
         i += 1;
     }
-    Ok(())
 }
 
 /// A user message item: `{"type":"message","role":"user","content":[parts]}`.
@@ -708,7 +761,7 @@ impl Provider for OpenAiResponses {
         let call = Call {
             path: "/responses",
             headers,
-            body: self.body_bytes(request),
+            body: self.payload(request),
         };
         self.endpoint
             .stream(call, Decoder::default(), cancel, on_event)

@@ -1,0 +1,482 @@
+//! Request bodies in O(new bytes): each message's JSON is written once per dialect and kept
+//! in the transcript's [`BodyCache`], keyed by the message's `Arc`, so that a model call
+//! serializes only the messages it has not sent before; the body is sent as a list of
+//! pieces ([`Payload`]), never copied into one buffer first.
+//!
+//! # What a piece is
+//! A message's piece is what it adds to an array of its dialect: its elements, each written
+//! after a comma (`,{..},{..}`; empty for a message that sends nothing), so that pieces
+//! join without knowing their neighbours. Whatever depends on more than the message itself
+//! is written around the pieces, fresh for each request: the turns Anthropic groups
+//! messages into and its `cache_control` breakpoints, the user message Chat Completions
+//! writes after a run of tool results, the fields of the body. What a dialect's pieces
+//! depend on besides the message (whether documents go as documents) is part of the
+//! [`Dialect`]: a cache that wrote pieces of another dialect is emptied first. So a cached
+//! piece is always the bytes a fresh serialization writes (tested for every dialect in
+//! `tests/bodies.rs`).
+//!
+//! # Why keyed by the `Arc`, holding a `Weak`
+//! Messages are immutable and shared: the transcript, the state, a `transform_context` hook
+//! and the context policy all hand the same `Arc<Message>` on, so its address names its
+//! content. An entry holds a `Weak` of its message: while it lives, the allocation is not
+//! freed, so no other message can take the address (and `Arc::get_mut` refuses to change
+//! a message that has one), yet the message itself is freed with the transcript. Each build
+//! drops the entries its request did not use, so the cache holds at most the pieces of the
+//! last request: bounded by the transcript, and freed with the agent that owns it.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::io::{self, IoSlice, Read, Write};
+use std::ops::Range;
+use std::sync::{Arc, Weak};
+
+use parking_lot::{Mutex, MutexGuard};
+
+use crate::message::Message;
+
+/// The request JSON of each message of one transcript, kept between model calls so that a
+/// call serializes only what was appended since the last one.
+///
+/// An agent keeps one for its transcript and hands it to its provider with every
+/// [`Request`](super::Request) ([`Request::body_cache`](super::Request::body_cache)); a
+/// program that calls a provider itself can do the same with
+/// [`Request::with_body_cache`](super::Request::with_body_cache). Clones share the same
+/// cache. It never changes what is sent: a body built with it is byte for byte the body
+/// built without.
+///
+/// # Performance
+/// A model call writes the JSON of the messages the cache does not hold yet (the ones
+/// appended since the last call, or changed by a `transform_context` hook) and looks each
+/// other message up by its address: O(new bytes) plus a hash lookup per message, instead
+/// of serializing the whole transcript again (see the README's benchmarks). Retries send
+/// the same pieces again. The cache holds the pieces of the last request only (about the
+/// size of its body, images as base64) and drops the rest at each call. Pieces written for
+/// another provider's dialect (a provider switched between turns) are dropped first.
+#[derive(Clone, Default)]
+pub struct BodyCache {
+    entries: Arc<Mutex<Entries>>,
+}
+
+impl BodyCache {
+    /// An empty cache.
+    pub fn new() -> BodyCache {
+        BodyCache::default()
+    }
+
+    /// How many messages it holds pieces of.
+    pub fn len(&self) -> usize {
+        self.entries.lock().map.len()
+    }
+
+    /// Whether it holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// How many bytes of JSON it holds.
+    pub fn bytes(&self) -> usize {
+        self.entries.lock().bytes
+    }
+
+    /// Drops every piece (a transcript replaced, for one).
+    pub fn clear(&self) {
+        let mut entries = self.entries.lock();
+        entries.map.clear();
+        entries.bytes = 0;
+    }
+}
+
+impl std::fmt::Debug for BodyCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let entries = self.entries.lock();
+        f.debug_struct("BodyCache")
+            .field("messages", &entries.map.len())
+            .field("bytes", &entries.bytes)
+            .finish()
+    }
+}
+
+/// Which writer made a cache's pieces, with the options its pieces depend on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Dialect {
+    /// The API (`"chat"`, `"anthropic"`, `"responses"`).
+    pub(crate) api: &'static str,
+    /// Whether documents of text go as documents (else as text).
+    pub(crate) documents: bool,
+}
+
+#[derive(Default)]
+struct Entries {
+    dialect: Option<Dialect>,
+    map: HashMap<usize, Entry, BuildHasherDefault<AddressHasher>>,
+    /// Counts the builds: an entry whose `used` is not the last one's is dropped.
+    generation: u64,
+    bytes: usize,
+}
+
+struct Entry {
+    /// Keeps the address taken (see the module docs); never upgraded.
+    _message: Weak<Message>,
+    bytes: Arc<[u8]>,
+    /// Where the main piece ends and the second (Chat's attached parts) begins.
+    split: usize,
+    used: u64,
+}
+
+/// Hashes an address: the allocator's alignment leaves the low bits zero, and a multiply
+/// spreads the rest over the bits the table uses (SipHash would cost more than the lookup).
+#[derive(Default)]
+struct AddressHasher(u64);
+
+impl Hasher for AddressHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8 | u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.0 = ((n as u64) >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+/// A request body as the pieces it is sent as: bytes written for this request alone (the
+/// arena) and the pieces of the cache, in order.
+#[derive(Default)]
+pub(crate) struct Payload {
+    arena: Vec<u8>,
+    chunks: Vec<Chunk>,
+    len: usize,
+}
+
+/// A run of bytes of a body: of the arena (`shared` none) or of a cached piece.
+struct Chunk {
+    shared: Option<Arc<[u8]>>,
+    range: Range<usize>,
+}
+
+impl Payload {
+    /// The body's length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    fn bytes<'a>(&'a self, chunk: &'a Chunk) -> &'a [u8] {
+        match &chunk.shared {
+            Some(bytes) => &bytes[chunk.range.clone()],
+            None => &self.arena[chunk.range.clone()],
+        }
+    }
+
+    /// The body in one buffer.
+    pub(crate) fn to_vec(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.len);
+        for chunk in &self.chunks {
+            out.extend_from_slice(self.bytes(chunk));
+        }
+        out
+    }
+
+    /// Writes the body to `out`, many pieces at a time (vectored writes).
+    pub(crate) fn write_to(&self, out: &mut dyn Write) -> io::Result<()> {
+        const AT_ONCE: usize = 64;
+        let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(AT_ONCE);
+        let mut chunks = self.chunks.iter().map(|c| self.bytes(c));
+        loop {
+            slices.clear();
+            slices.extend(chunks.by_ref().take(AT_ONCE).map(IoSlice::new));
+            if slices.is_empty() {
+                return Ok(());
+            }
+            let mut rest = &mut slices[..];
+            while !rest.is_empty() {
+                match out.write_vectored(rest) {
+                    Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                    Ok(n) => IoSlice::advance_slices(&mut rest, n),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+    }
+
+    /// A reader of the body, from its start: what ureq sends (it copies the bytes into its
+    /// own output buffer, so the body is copied once on its way to the socket, as a single
+    /// buffer would be, without being joined into one first).
+    pub(crate) fn reader(&self) -> PayloadReader<'_> {
+        PayloadReader {
+            payload: self,
+            chunk: 0,
+            at: 0,
+        }
+    }
+
+    /// Appends bytes of this request alone.
+    fn push_arena(&mut self, range: Range<usize>) {
+        if range.is_empty() {
+            return;
+        }
+        self.len += range.len();
+        if let Some(Chunk {
+            shared: None,
+            range: last,
+        }) = self.chunks.last_mut()
+            && last.end == range.start
+        {
+            last.end = range.end;
+            return;
+        }
+        self.chunks.push(Chunk {
+            shared: None,
+            range,
+        });
+    }
+}
+
+/// Reads a [`Payload`] from its start.
+pub(crate) struct PayloadReader<'a> {
+    payload: &'a Payload,
+    chunk: usize,
+    at: usize,
+}
+
+impl Read for PayloadReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let mut n = 0;
+        while n < buf.len() {
+            let Some(chunk) = self.payload.chunks.get(self.chunk) else {
+                break;
+            };
+            let bytes = &self.payload.bytes(chunk)[self.at..];
+            let take = bytes.len().min(buf.len() - n);
+            buf[n..n + take].copy_from_slice(&bytes[..take]);
+            n += take;
+            self.at += take;
+            if self.at == self.payload.bytes(chunk).len() {
+                self.chunk += 1;
+                self.at = 0;
+            }
+        }
+        Ok(n)
+    }
+}
+
+/// Where a message's piece lies: in a cached buffer, or in the arena.
+#[derive(Clone)]
+pub(crate) struct Piece {
+    shared: Option<Arc<[u8]>>,
+    main: Range<usize>,
+    second: Range<usize>,
+}
+
+impl Piece {
+    /// Whether it has a second piece (Chat's attached parts).
+    pub(crate) fn has_second(&self) -> bool {
+        !self.second.is_empty()
+    }
+}
+
+/// Which of a piece's two parts to write.
+#[derive(Clone, Copy)]
+pub(crate) enum Side {
+    Main,
+    Second,
+}
+
+/// Builds one body: the dialect writes its glue and asks for each message's piece, which
+/// comes from the cache or is written now (and kept, with a cache).
+pub(crate) struct Builder<'c> {
+    body: Payload,
+    cache: Option<MutexGuard<'c, Entries>>,
+    /// The distinct messages of this request found or put in the cache.
+    used: usize,
+}
+
+/// Writes one message's piece (its elements, each after a comma; see [`element`]) at the end
+/// of the buffer, and returns the length the buffer had where its main piece ended (what
+/// follows is its second piece).
+pub(crate) type WriteMessage<'a> = dyn Fn(&Message, &mut Vec<u8>) -> usize + 'a;
+
+impl<'c> Builder<'c> {
+    /// A body of `dialect`, with its pieces kept in `cache` when there is one. The cache
+    /// stays locked until [`Builder::finish`].
+    pub(crate) fn new(cache: Option<&'c BodyCache>, dialect: Dialect, capacity: usize) -> Self {
+        let cache = cache.map(|c| {
+            let mut entries = c.entries.lock();
+            if entries.dialect != Some(dialect) {
+                entries.map.clear();
+                entries.bytes = 0;
+                entries.dialect = Some(dialect);
+            }
+            entries.generation += 1;
+            entries
+        });
+        Builder {
+            body: Payload {
+                arena: Vec::with_capacity(capacity),
+                ..Payload::default()
+            },
+            cache,
+            used: 0,
+        }
+    }
+
+    /// Appends glue: whatever `write` writes, for this request alone.
+    pub(crate) fn glue(&mut self, write: impl FnOnce(&mut Vec<u8>)) {
+        let start = self.body.arena.len();
+        write(&mut self.body.arena);
+        let end = self.body.arena.len();
+        self.body.push_arena(start..end);
+    }
+
+    /// Appends these bytes as glue.
+    pub(crate) fn raw(&mut self, bytes: &[u8]) {
+        self.glue(|out| out.extend_from_slice(bytes));
+    }
+
+    /// Appends `value` as JSON glue.
+    pub(crate) fn json(&mut self, value: &impl serde::Serialize) {
+        // OK because writing to a Vec cannot fail, and every value here serializes.
+        self.glue(|out| serde_json::to_writer(out, value).expect("the body serializes"));
+    }
+
+    /// The piece of `message`, from the cache or written by `write` now.
+    pub(crate) fn piece(&mut self, message: &Arc<Message>, write: &WriteMessage<'_>) -> Piece {
+        let Some(entries) = &mut self.cache else {
+            let arena = &mut self.body.arena;
+            let start = arena.len();
+            let split = write(message, arena);
+            return Piece {
+                shared: None,
+                main: start..split,
+                second: split..arena.len(),
+            };
+        };
+        let generation = entries.generation;
+        let key = Arc::as_ptr(message) as usize;
+        let entries = &mut **entries;
+        let entry = entries.map.entry(key).or_insert_with(|| {
+            let mut out = Vec::with_capacity(super::parts::message_capacity(message));
+            let split = write(message, &mut out);
+            entries.bytes += out.len();
+            Entry {
+                _message: Arc::downgrade(message),
+                bytes: Arc::from(out),
+                split,
+                used: 0,
+            }
+        });
+        if entry.used != generation {
+            entry.used = generation;
+            self.used += 1;
+        }
+        Piece {
+            shared: Some(entry.bytes.clone()),
+            main: 0..entry.split,
+            second: entry.split..entry.bytes.len(),
+        }
+    }
+
+    /// Appends a part of `piece` as elements of an array: without its leading comma when
+    /// `first` says no element came before in the array (and then clears it); without its
+    /// last byte with `open` (the `}` of its last element, which the caller then closes).
+    pub(crate) fn push(&mut self, piece: &Piece, side: Side, first: &mut bool, open: bool) {
+        let mut range = match side {
+            Side::Main => piece.main.clone(),
+            Side::Second => piece.second.clone(),
+        };
+        if range.is_empty() {
+            return;
+        }
+        if std::mem::take(first) {
+            range.start += 1;
+        }
+        if open {
+            range.end -= 1;
+        }
+        match &piece.shared {
+            None => self.body.push_arena(range),
+            Some(bytes) => {
+                self.body.len += range.len();
+                self.body.chunks.push(Chunk {
+                    shared: Some(bytes.clone()),
+                    range,
+                });
+            }
+        }
+    }
+
+    /// The body; the cache drops what this request did not use.
+    pub(crate) fn finish(mut self) -> Payload {
+        if let Some(entries) = &mut self.cache
+            && entries.map.len() > self.used
+        {
+            let generation = entries.generation;
+            let mut freed = 0;
+            entries.map.retain(|_, e| {
+                let keep = e.used == generation;
+                if !keep {
+                    freed += e.bytes.len();
+                }
+                keep
+            });
+            entries.bytes -= freed;
+        }
+        self.body
+    }
+}
+
+/// Writes `value` as one element of a piece: a comma, then its JSON.
+pub(crate) fn element(out: &mut Vec<u8>, value: &impl serde::Serialize) {
+    out.push(b',');
+    // OK because writing to a Vec cannot fail, and every value here serializes.
+    serde_json::to_writer(out, value).expect("the body serializes");
+}
+
+/// Writes `{<head's fields>,"<key>":<value>,<tail's fields>}` from `head` and `tail`
+/// serialized as JSON objects (either may be empty); `value` writes the value, or nothing
+/// is written for the key when it is `None` (a field of `extra_body` replaced it).
+pub(crate) fn object(
+    b: &mut Builder<'_>,
+    head: &impl serde::Serialize,
+    key: &str,
+    value: Option<&dyn Fn(&mut Builder<'_>)>,
+    tail: &impl serde::Serialize,
+) {
+    let mut fields = false;
+    b.glue(|out| {
+        let start = out.len();
+        // OK because writing to a Vec cannot fail, and every value here serializes.
+        serde_json::to_writer(&mut *out, head).expect("the body serializes");
+        out.pop(); // its `}`
+        fields = out.len() > start + 1;
+    });
+    if let Some(value) = value {
+        b.glue(|out| {
+            if fields {
+                out.push(b',');
+            }
+            serde_json::to_writer(&mut *out, key).expect("a key serializes");
+            out.push(b':');
+        });
+        value(b);
+        fields = true;
+    }
+    b.glue(|out| {
+        let start = out.len();
+        serde_json::to_writer(&mut *out, tail).expect("the body serializes");
+        if out.len() == start + 2 {
+            // `{}`: no fields after the key.
+            out.truncate(start);
+            out.push(b'}');
+        } else if fields {
+            out[start] = b',';
+        } else {
+            out.remove(start);
+        }
+    });
+}
