@@ -15,7 +15,13 @@
 //!   pieces with vectored writes), which is what a turn pays for its body.
 //!
 //! The summary printed first gives the medians and the ratios to the socket write, from
-//! its own runs (the variants' samples alternate, so they see the same machine load).
+//! its own runs (the variants' samples alternate, so they see the same machine load), and
+//! the cost of joining the cached pieces into one buffer (what sending them as pieces
+//! saves).
+//!
+//! For instruction counts, `BODIES_TURNS=<uncached|cached>,<messages>,<turns>` runs only
+//! that many turns of that build and exits: under `valgrind --tool=callgrind`, the
+//! difference between `<turns>` and 0 turns, divided by `<turns>`, is the cost of a turn.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -26,7 +32,9 @@ use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use pagent::llm::{
     Anthropic, BodyCache, OpenAiCompat, OpenAiResponses, PromptCache, Request, ToolDefinition,
 };
-use pagent::{AssistantMessage, ContentBlock, Message, ToolCall, ToolResultMessage, UserMessage};
+use pagent::{
+    AssistantMessage, ContentBlock, Message, StopReason, ToolCall, ToolResultMessage, UserMessage,
+};
 
 const SIZES: [usize; 4] = [10, 1_000, 10_000, 100_000];
 
@@ -49,7 +57,7 @@ fn message(i: usize) -> Message {
                     format!(r#"{{"path":"src/parser/input_{i}.rs","lines":[1,200]}}"#),
                 )),
             ],
-            "model",
+            StopReason::ToolUse,
         )),
         _ => Message::ToolResult(ToolResultMessage::new(
             format!("call_{}", i - 1),
@@ -119,7 +127,10 @@ impl Turn {
     fn new(n: usize, write: Write_) -> Turn {
         let messages = transcript(n);
         let cache = BodyCache::new();
-        write(&request(messages.clone(), Some(&cache)), &mut std::io::sink());
+        write(
+            &request(messages.clone(), Some(&cache)),
+            &mut std::io::sink(),
+        );
         Turn {
             messages,
             cache,
@@ -159,9 +170,9 @@ fn summary() {
     let mut sock = socket();
     println!(
         "| messages | body | uncached | cached per turn | socket write | cached / socket | \
-         cached + write / socket |"
+         cached + write / socket | cached, joined |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
     for n in SIZES {
         let samples = if n >= 100_000 { 7 } else { 31 };
         let messages = transcript(n);
@@ -172,6 +183,7 @@ fn summary() {
         };
         let mut turn = Turn::new(n, chat);
         let (mut uncached, mut cached, mut write, mut both) = (vec![], vec![], vec![], vec![]);
+        let mut joined = vec![];
         for _ in 0..samples {
             let r = request(messages.clone(), None);
             let t = Instant::now();
@@ -189,11 +201,23 @@ fn summary() {
             let t = Instant::now();
             chat(&r, &mut sock);
             both.push(t.elapsed());
+            let r = turn.next();
+            let t = Instant::now();
+            let mut one = Vec::new();
+            chat(&r, &mut one);
+            joined.push(t.elapsed());
+            drop(one);
         }
-        let (u, c, w, b) = (median(uncached), median(cached), median(write), median(both));
+        let (u, c, w, b) = (
+            median(uncached),
+            median(cached),
+            median(write),
+            median(both),
+        );
+        let j = median(joined);
         let ratio = |a: Duration| a.as_secs_f64() / w.as_secs_f64();
         println!(
-            "| {n} | {:.2} MB | {u:.2?} | {c:.2?} | {w:.2?} | {:.2}x | {:.2}x |",
+            "| {n} | {:.2} MB | {u:.2?} | {c:.2?} | {w:.2?} | {:.2}x | {:.2}x | {j:.2?} |",
             bytes.len() as f64 / 1e6,
             ratio(c),
             ratio(b),
@@ -201,7 +225,32 @@ fn summary() {
     }
 }
 
+/// `BODIES_TURNS=<uncached|cached>,<messages>,<turns>`: that many turns only (see the
+/// module docs). True when it ran.
+fn turns_only() -> bool {
+    let Ok(spec) = std::env::var("BODIES_TURNS") else {
+        return false;
+    };
+    let parts: Vec<&str> = spec.split(',').collect();
+    let [mode, n, turns] = parts[..] else {
+        panic!("BODIES_TURNS=<uncached|cached>,<messages>,<turns>");
+    };
+    let (n, turns): (usize, usize) = (n.parse().unwrap(), turns.parse().unwrap());
+    let mut turn = Turn::new(n, chat);
+    let messages = transcript(n);
+    for _ in 0..turns {
+        match mode {
+            "cached" => chat(&turn.next(), &mut std::io::sink()),
+            _ => chat(&request(messages.clone(), None), &mut std::io::sink()),
+        }
+    }
+    true
+}
+
 fn bodies(c: &mut Criterion) {
+    if turns_only() {
+        return;
+    }
     summary();
     let mut g = c.benchmark_group("bodies");
     g.sample_size(20)
@@ -234,7 +283,11 @@ fn bodies(c: &mut Criterion) {
         });
         let mut turn = Turn::new(n, chat);
         g.bench_function(format!("chat_cached_socket_{n}"), |b| {
-            b.iter_batched_ref(|| turn.next(), |r| chat(r, &mut sock), BatchSize::LargeInput)
+            b.iter_batched_ref(
+                || turn.next(),
+                |r| chat(r, &mut sock),
+                BatchSize::LargeInput,
+            )
         });
     }
     g.finish();

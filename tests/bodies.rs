@@ -217,6 +217,12 @@ fn cached_bodies_are_the_bytes_of_fresh_ones_over_every_kind_of_turn() {
         // A transform that rewrites one message and keeps the others.
         slid[kept / 2] = Arc::new(Message::user("rewritten by a hook"));
         same(&write, name, "a rewritten message", &slid, &cache);
+        // A hook that sends one message twice, and the list reversed.
+        let mut twice = slid.clone();
+        twice.push(slid[3].clone());
+        same(&write, name, "a message twice", &twice, &cache);
+        let reversed: Vec<_> = slid.iter().rev().cloned().collect();
+        same(&write, name, "reversed", &reversed, &cache);
         // A request of a single new message, then the long one again.
         same(
             &write,

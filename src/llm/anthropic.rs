@@ -10,7 +10,7 @@ use serde_json::value::RawValue;
 
 use super::http::{self, Call, Decode, Emitter, Endpoint};
 use super::parts::{Base64, Collected, DocumentText};
-use super::pieces::{self, Builder, Dialect, Payload, Side};
+use super::pieces::{self, Builder, Dialect, Kind, Payload, Piece, Side};
 use super::{
     CancelToken, OnEvent, Provider, ReplyEnd, Request, StreamEvent, TextParts, ThinkingLevel,
     ToolDefinition,
@@ -276,7 +276,7 @@ impl Anthropic {
         };
         let capacity = super::parts::arena_capacity(request);
         let mut b = Builder::new(request.body_cache.as_ref(), dialect, capacity);
-        let messages = |b: &mut Builder<'_>| turns.write(b);
+        let messages = |b: &mut Builder| turns.write(b);
         pieces::object(&mut b, &head, "messages", Some(&messages), &tail);
         b.finish()
     }
@@ -516,40 +516,11 @@ struct Turns<'a> {
 }
 
 impl Turns<'_> {
-    /// The turns of the transcript: each one's role and messages.
-    fn turns(&self) -> impl Iterator<Item = (&'static str, &[Arc<Message>])> {
-        let mut rest = self.messages;
-        std::iter::from_fn(move || {
-            let start = rest.iter().position(|m| sends(m))?;
-            let role = role(&rest[start]);
-            // A turn runs on over messages of its role, and over those that send nothing.
-            let len = rest[start..]
-                .iter()
-                .position(|m| sends(m) && self::role(m) != role)
-                .unwrap_or(rest.len() - start);
-            let turn = &rest[start..start + len];
-            rest = &rest[start + len..];
-            Some((role, turn))
-        })
-    }
-}
-
-impl Turns<'_> {
     /// Writes the turns, each one's blocks the pieces of its messages (the blocks they
-    /// send, see [`blocks`]); the breakpoint is written after the piece that ends its turn.
-    fn write(&self, b: &mut Builder<'_>) {
-        // The user turns that end a cached prefix: the last one (the newest stable point),
-        // and the one before the last reply (where the previous request ended).
-        let mut marks = [None, None];
-        if self.cache.is_some() {
-            let users: Vec<usize> = self
-                .turns()
-                .enumerate()
-                .filter(|(_, (role, _))| *role == "user")
-                .map(|(i, _)| i)
-                .collect();
-            marks = [users.last().copied(), users.iter().rev().nth(1).copied()];
-        }
+    /// send, see [`blocks`]): user turns and assistant turns alternate, so consecutive
+    /// messages of one side that send something share a turn. The breakpoint is written
+    /// after the piece that ends its turn.
+    fn write(&self, b: &mut Builder) {
         let documents = self.documents;
         let write = move |m: &Message, out: &mut Vec<u8>| {
             for block in blocks(m, documents) {
@@ -557,24 +528,51 @@ impl Turns<'_> {
             }
             out.len()
         };
+        let sent: Vec<Piece> = self
+            .messages
+            .iter()
+            .map(|m| b.piece(m, &write))
+            .filter(Piece::sends)
+            .collect();
+        let user = |p: &Piece| p.kind() != Kind::Assistant;
+        // Each turn's pieces.
+        let mut turns: Vec<std::ops::Range<usize>> = Vec::new();
+        for (i, piece) in sent.iter().enumerate() {
+            match turns.last_mut() {
+                Some(turn) if user(&sent[turn.start]) == user(piece) => turn.end = i + 1,
+                _ => turns.push(i..i + 1),
+            }
+        }
+        // The user turns that end a cached prefix: the last one (the newest stable point),
+        // and the one before the last reply (where the previous request ended).
+        let mut marks = [None, None];
+        if self.cache.is_some() {
+            let mut users = (0..turns.len())
+                .rev()
+                .filter(|&t| user(&sent[turns[t].start]));
+            marks = [users.next(), users.next()];
+        }
         b.raw(b"[");
-        for (i, (role, turn)) in self.turns().enumerate() {
+        for (t, turn) in turns.into_iter().enumerate() {
+            let role = if user(&sent[turn.start]) {
+                "user"
+            } else {
+                "assistant"
+            };
             b.glue(|out| {
-                if i > 0 {
+                if t > 0 {
                     out.push(b',');
                 }
                 out.extend_from_slice(br#"{"role":""#);
                 out.extend_from_slice(role.as_bytes());
                 out.extend_from_slice(br#"","content":["#);
             });
-            let cache = self.cache.filter(|_| marks.contains(&Some(i)));
-            // The message whose last block ends the turn.
-            let last = turn.iter().rposition(|m| sends(m));
+            let cache = self.cache.filter(|_| marks.contains(&Some(t)));
+            let last = turn.end - 1;
             let mut first = true;
-            for (j, message) in turn.iter().enumerate() {
-                let piece = b.piece(message, &write);
-                let mark = cache.filter(|_| Some(j) == last);
-                b.push(&piece, Side::Main, &mut first, mark.is_some());
+            for i in turn {
+                let mark = cache.filter(|_| i == last);
+                b.push(&sent[i], Side::Main, &mut first, mark.is_some());
                 if let Some(mark) = mark {
                     b.glue(|out| {
                         out.extend_from_slice(br#","cache_control":"#);
@@ -588,18 +586,6 @@ impl Turns<'_> {
         }
         b.raw(b"]");
     }
-}
-
-fn role(message: &Message) -> &'static str {
-    match message {
-        Message::User(_) | Message::ToolResult(_) => "user",
-        Message::Assistant(_) => "assistant",
-    }
-}
-
-/// True when `message` has a block to send.
-fn sends(message: &Message) -> bool {
-    blocks(message, true).next().is_some()
 }
 
 #[derive(Serialize)]

@@ -12,7 +12,7 @@ use serde_json::value::RawValue;
 
 use super::http::{self, Call, Decode, Emitter, Endpoint};
 use super::parts::{Base64, Collected, DataUrl, DocumentText};
-use super::pieces::{self, Builder, Dialect, Payload, Piece, Side, element};
+use super::pieces::{self, Builder, Dialect, Kind, Payload, Piece, Side, element};
 use super::{
     CancelToken, OnEvent, Provider, ReplyEnd, Request, StreamEvent, TextParts, ThinkingLevel,
     ToolDefinition,
@@ -191,7 +191,7 @@ impl OpenAiCompat {
             request,
             head: true,
         };
-        let messages = |b: &mut Builder<'_>| write_messages(b, request);
+        let messages = |b: &mut Builder| write_messages(b, request);
         let messages = (!self.extra_body.contains_key("messages")).then_some(&messages as _);
         pieces::object(
             &mut b,
@@ -311,7 +311,7 @@ struct StreamOptions {
 /// its tool and call), written after the last of those consecutive results; the tool
 /// message says where they went. A tool result's piece holds its message, its second
 /// piece what it adds to that user message.
-fn write_messages(b: &mut Builder<'_>, r: &Request) {
+fn write_messages(b: &mut Builder, r: &Request) {
     b.raw(b"[");
     let mut first = true;
     if !r.system_prompt.is_empty() {
@@ -323,10 +323,10 @@ fn write_messages(b: &mut Builder<'_>, r: &Request) {
     // The tool results of the current run that have attached parts.
     let mut attached: Vec<Piece> = Vec::new();
     for message in &r.messages {
-        if message.as_tool_result().is_none() {
+        let piece = b.piece(message, &write_message);
+        if piece.kind() != Kind::ToolResult {
             attachments(b, &mut attached, &mut first);
         }
-        let piece = b.piece(message, &write_message);
         b.push(&piece, Side::Main, &mut first, false);
         if piece.has_second() {
             attached.push(piece);
@@ -338,7 +338,7 @@ fn write_messages(b: &mut Builder<'_>, r: &Request) {
 
 /// The user message after a run of tool results that holds their images, documents and
 /// audio, each result's under a line naming its tool and call.
-fn attachments(b: &mut Builder<'_>, attached: &mut Vec<Piece>, first: &mut bool) {
+fn attachments(b: &mut Builder, attached: &mut Vec<Piece>, first: &mut bool) {
     if attached.is_empty() {
         return;
     }

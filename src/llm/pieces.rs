@@ -18,11 +18,20 @@
 //! # Why keyed by the `Arc`, holding a `Weak`
 //! Messages are immutable and shared: the transcript, the state, a `transform_context` hook
 //! and the context policy all hand the same `Arc<Message>` on, so its address names its
-//! content. An entry holds a `Weak` of its message: while it lives, the allocation is not
-//! freed, so no other message can take the address (and `Arc::get_mut` refuses to change
-//! a message that has one), yet the message itself is freed with the transcript. Each build
-//! drops the entries its request did not use, so the cache holds at most the pieces of the
-//! last request: bounded by the transcript, and freed with the agent that owns it.
+//! content. A cached piece holds a `Weak` of its message: while it lives, the allocation is
+//! not freed, so no other message can take the address (and `Arc::get_mut` refuses to
+//! change a message that has one), yet the message itself is freed with the transcript.
+//! Each body keeps only the pieces its request used, so the cache holds at most the pieces
+//! of the last request: bounded by the transcript, and freed with the agent that owns it.
+//!
+//! # Why in order
+//! The cache keeps the last request's pieces in its order, and a body takes them out as it
+//! goes (and gives them back when it is dropped), so that a turn that appended to the
+//! transcript matches each message against the next piece, without hashing, without a
+//! reference count touched per message, reading the pieces it sends in the order it sends
+//! them. Where the order changed (a slide dropped the oldest, a hook rewrote one) an index
+//! of the addresses is built once for that request. A message not found is written anew:
+//! a miss costs time, never correctness.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -30,7 +39,7 @@ use std::io::{self, IoSlice, Read, Write};
 use std::ops::Range;
 use std::sync::{Arc, Weak};
 
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::Mutex;
 
 use crate::message::Message;
 
@@ -46,12 +55,15 @@ use crate::message::Message;
 ///
 /// # Performance
 /// A model call writes the JSON of the messages the cache does not hold yet (the ones
-/// appended since the last call, or changed by a `transform_context` hook) and looks each
-/// other message up by its address: O(new bytes) plus a hash lookup per message, instead
-/// of serializing the whole transcript again (see the README's benchmarks). Retries send
-/// the same pieces again. The cache holds the pieces of the last request only (about the
-/// size of its body, images as base64) and drops the rest at each call. Pieces written for
-/// another provider's dialect (a provider switched between turns) are dropped first.
+/// appended since the last call, or changed by a `transform_context` hook) and takes each
+/// other message's from the cache, matched by its address in the order the last call sent
+/// them (a hash lookup only where the order changed): O(new bytes) plus a few nanoseconds
+/// per message, instead of serializing the whole transcript again (see the README's
+/// benchmarks). Retries send the same pieces again. The cache holds the pieces of the last
+/// request only (about the size of its body, images as base64) and drops the rest at each
+/// call; pieces written for another provider's dialect (a provider switched between
+/// turns) are dropped first. While a call is being sent its pieces are out of the cache: a
+/// second call with the same cache at that moment writes its own (the same bytes).
 #[derive(Clone, Default)]
 pub struct BodyCache {
     entries: Arc<Mutex<Entries>>,
@@ -65,7 +77,7 @@ impl BodyCache {
 
     /// How many messages it holds pieces of.
     pub fn len(&self) -> usize {
-        self.entries.lock().map.len()
+        self.entries.lock().slots.len()
     }
 
     /// Whether it holds nothing.
@@ -81,8 +93,9 @@ impl BodyCache {
     /// Drops every piece (a transcript replaced, for one).
     pub fn clear(&self) {
         let mut entries = self.entries.lock();
-        entries.map.clear();
+        entries.slots = Vec::new();
         entries.bytes = 0;
+        entries.epoch += 1;
     }
 }
 
@@ -90,7 +103,7 @@ impl std::fmt::Debug for BodyCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let entries = self.entries.lock();
         f.debug_struct("BodyCache")
-            .field("messages", &entries.map.len())
+            .field("messages", &entries.slots.len())
             .field("bytes", &entries.bytes)
             .finish()
     }
@@ -108,19 +121,40 @@ pub(crate) struct Dialect {
 #[derive(Default)]
 struct Entries {
     dialect: Option<Dialect>,
-    map: HashMap<usize, Entry, BuildHasherDefault<AddressHasher>>,
-    /// Counts the builds: an entry whose `used` is not the last one's is dropped.
-    generation: u64,
+    /// The pieces of the last request, in its order.
+    slots: Vec<Slot>,
     bytes: usize,
+    /// Counts the clears: a body built before one does not bring its pieces back.
+    epoch: u64,
 }
 
-struct Entry {
+/// One message's piece, kept.
+struct Slot {
     /// Keeps the address taken (see the module docs); never upgraded.
-    _message: Weak<Message>,
+    message: Weak<Message>,
     bytes: Arc<[u8]>,
     /// Where the main piece ends and the second (Chat's attached parts) begins.
     split: usize,
-    used: u64,
+    kind: Kind,
+}
+
+/// What a message is, as the dialects group them (kept with its piece, so that a cached
+/// message is not read at all).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    User,
+    Assistant,
+    ToolResult,
+}
+
+impl Kind {
+    fn of(message: &Message) -> Kind {
+        match message {
+            Message::User(_) => Kind::User,
+            Message::Assistant(_) => Kind::Assistant,
+            Message::ToolResult(_) => Kind::ToolResult,
+        }
+    }
 }
 
 /// Hashes an address: the allocator's alignment leaves the low bits zero, and a multiply
@@ -144,19 +178,40 @@ impl Hasher for AddressHasher {
     }
 }
 
+/// Where a chunk's bytes are: the arena, or the slot of that index.
+const ARENA: usize = usize::MAX;
+
 /// A request body as the pieces it is sent as: bytes written for this request alone (the
-/// arena) and the pieces of the cache, in order.
+/// arena) and the cached pieces, in order. Dropped, it gives its pieces back to the cache
+/// they came from.
 #[derive(Default)]
 pub(crate) struct Payload {
     arena: Vec<u8>,
+    slots: Vec<Slot>,
     chunks: Vec<Chunk>,
     len: usize,
+    /// The cache the slots go back to, its epoch and the dialect they were written in.
+    home: Option<(Arc<Mutex<Entries>>, u64, Dialect)>,
 }
 
-/// A run of bytes of a body: of the arena (`shared` none) or of a cached piece.
+/// A run of bytes of a body: of the arena, or of a slot's piece.
 struct Chunk {
-    shared: Option<Arc<[u8]>>,
+    slot: usize,
     range: Range<usize>,
+}
+
+impl Drop for Payload {
+    fn drop(&mut self) {
+        let Some((home, epoch, dialect)) = self.home.take() else {
+            return;
+        };
+        let mut entries = home.lock();
+        // Unless the cache was cleared, or written in another dialect, meanwhile.
+        if entries.epoch == epoch && entries.dialect == Some(dialect) {
+            entries.bytes = self.slots.iter().map(|s| s.bytes.len()).sum();
+            entries.slots = std::mem::take(&mut self.slots);
+        }
+    }
 }
 
 impl Payload {
@@ -166,9 +221,9 @@ impl Payload {
     }
 
     fn bytes<'a>(&'a self, chunk: &'a Chunk) -> &'a [u8] {
-        match &chunk.shared {
-            Some(bytes) => &bytes[chunk.range.clone()],
-            None => &self.arena[chunk.range.clone()],
+        match chunk.slot {
+            ARENA => &self.arena[chunk.range.clone()],
+            slot => &self.slots[slot].bytes[chunk.range.clone()],
         }
     }
 
@@ -183,8 +238,9 @@ impl Payload {
 
     /// Writes the body to `out`, many pieces at a time (vectored writes).
     pub(crate) fn write_to(&self, out: &mut dyn Write) -> io::Result<()> {
-        const AT_ONCE: usize = 64;
-        let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(AT_ONCE);
+        // Linux's IOV_MAX: the most slices one `writev` takes.
+        const AT_ONCE: usize = 1024;
+        let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(AT_ONCE.min(self.chunks.len()));
         let mut chunks = self.chunks.iter().map(|c| self.bytes(c));
         loop {
             slices.clear();
@@ -215,25 +271,19 @@ impl Payload {
         }
     }
 
-    /// Appends bytes of this request alone.
-    fn push_arena(&mut self, range: Range<usize>) {
+    fn push(&mut self, slot: usize, range: Range<usize>) {
         if range.is_empty() {
             return;
         }
         self.len += range.len();
-        if let Some(Chunk {
-            shared: None,
-            range: last,
-        }) = self.chunks.last_mut()
-            && last.end == range.start
+        if let Some(last) = self.chunks.last_mut()
+            && last.slot == slot
+            && last.range.end == range.start
         {
-            last.end = range.end;
+            last.range.end = range.end;
             return;
         }
-        self.chunks.push(Chunk {
-            shared: None,
-            range,
-        });
+        self.chunks.push(Chunk { slot, range });
     }
 }
 
@@ -265,18 +315,29 @@ impl Read for PayloadReader<'_> {
     }
 }
 
-/// Where a message's piece lies: in a cached buffer, or in the arena.
+/// Where a message's piece lies: in a slot of the body, or in its arena.
 #[derive(Clone)]
 pub(crate) struct Piece {
-    shared: Option<Arc<[u8]>>,
+    slot: usize,
     main: Range<usize>,
     second: Range<usize>,
+    kind: Kind,
 }
 
 impl Piece {
+    /// Whether the message sends anything (its main piece holds an element).
+    pub(crate) fn sends(&self) -> bool {
+        !self.main.is_empty()
+    }
+
     /// Whether it has a second piece (Chat's attached parts).
     pub(crate) fn has_second(&self) -> bool {
         !self.second.is_empty()
+    }
+
+    /// What message it is the piece of.
+    pub(crate) fn kind(&self) -> Kind {
+        self.kind
     }
 }
 
@@ -289,11 +350,15 @@ pub(crate) enum Side {
 
 /// Builds one body: the dialect writes its glue and asks for each message's piece, which
 /// comes from the cache or is written now (and kept, with a cache).
-pub(crate) struct Builder<'c> {
+pub(crate) struct Builder {
     body: Payload,
-    cache: Option<MutexGuard<'c, Entries>>,
-    /// The distinct messages of this request found or put in the cache.
-    used: usize,
+    /// The last request's pieces, each taken out when this one uses it; `None` without a
+    /// cache.
+    old: Option<Vec<Option<Slot>>>,
+    /// Where in `old` the next message is looked for first.
+    cursor: usize,
+    /// Where each of `old`'s messages is, built at the first message out of order.
+    index: Option<HashMap<usize, usize, BuildHasherDefault<AddressHasher>>>,
 }
 
 /// Writes one message's piece (its elements, each after a comma; see [`element`]) at the end
@@ -301,27 +366,31 @@ pub(crate) struct Builder<'c> {
 /// follows is its second piece).
 pub(crate) type WriteMessage<'a> = dyn Fn(&Message, &mut Vec<u8>) -> usize + 'a;
 
-impl<'c> Builder<'c> {
-    /// A body of `dialect`, with its pieces kept in `cache` when there is one. The cache
-    /// stays locked until [`Builder::finish`].
-    pub(crate) fn new(cache: Option<&'c BodyCache>, dialect: Dialect, capacity: usize) -> Self {
-        let cache = cache.map(|c| {
+impl Builder {
+    /// A body of `dialect`, its pieces taken from and given back to `cache` when there is
+    /// one.
+    pub(crate) fn new(cache: Option<&BodyCache>, dialect: Dialect, capacity: usize) -> Builder {
+        let mut body = Payload::default();
+        body.arena.reserve(capacity);
+        let old = cache.map(|c| {
             let mut entries = c.entries.lock();
-            if entries.dialect != Some(dialect) {
-                entries.map.clear();
-                entries.bytes = 0;
-                entries.dialect = Some(dialect);
-            }
-            entries.generation += 1;
-            entries
+            let old = match entries.dialect == Some(dialect) {
+                true => std::mem::take(&mut entries.slots),
+                false => Vec::new(),
+            };
+            entries.slots = Vec::new();
+            entries.bytes = 0;
+            entries.dialect = Some(dialect);
+            body.home = Some((c.entries.clone(), entries.epoch, dialect));
+            body.slots = Vec::with_capacity(old.len() + 4);
+            // In place: `Option<Slot>` has the size of a `Slot`.
+            old.into_iter().map(Some).collect()
         });
         Builder {
-            body: Payload {
-                arena: Vec::with_capacity(capacity),
-                ..Payload::default()
-            },
-            cache,
-            used: 0,
+            body,
+            old,
+            cursor: 0,
+            index: None,
         }
     }
 
@@ -330,7 +399,7 @@ impl<'c> Builder<'c> {
         let start = self.body.arena.len();
         write(&mut self.body.arena);
         let end = self.body.arena.len();
-        self.body.push_arena(start..end);
+        self.body.push(ARENA, start..end);
     }
 
     /// Appends these bytes as glue.
@@ -346,39 +415,62 @@ impl<'c> Builder<'c> {
 
     /// The piece of `message`, from the cache or written by `write` now.
     pub(crate) fn piece(&mut self, message: &Arc<Message>, write: &WriteMessage<'_>) -> Piece {
-        let Some(entries) = &mut self.cache else {
+        let Some(old) = &mut self.old else {
             let arena = &mut self.body.arena;
             let start = arena.len();
             let split = write(message, arena);
             return Piece {
-                shared: None,
+                slot: ARENA,
                 main: start..split,
                 second: split..arena.len(),
+                kind: Kind::of(message),
             };
         };
-        let generation = entries.generation;
-        let key = Arc::as_ptr(message) as usize;
-        let entries = &mut **entries;
-        let entry = entries.map.entry(key).or_insert_with(|| {
-            let mut out = Vec::with_capacity(super::parts::message_capacity(message));
-            let split = write(message, &mut out);
-            entries.bytes += out.len();
-            Entry {
-                _message: Arc::downgrade(message),
-                bytes: Arc::from(out),
-                split,
-                used: 0,
+        let address = Arc::as_ptr(message) as usize;
+        let next = old
+            .get(self.cursor)
+            .and_then(Option::as_ref)
+            .is_some_and(|s| s.message.as_ptr() as usize == address);
+        let at = match next {
+            true => Some(self.cursor),
+            false => {
+                let index = self.index.get_or_insert_with(|| {
+                    let mut index = HashMap::default();
+                    index.reserve(old.len());
+                    for (i, slot) in old.iter().enumerate() {
+                        if let Some(slot) = slot {
+                            index.insert(slot.message.as_ptr() as usize, i);
+                        }
+                    }
+                    index
+                });
+                index.get(&address).copied()
             }
-        });
-        if entry.used != generation {
-            entry.used = generation;
-            self.used += 1;
-        }
-        Piece {
-            shared: Some(entry.bytes.clone()),
-            main: 0..entry.split,
-            second: entry.split..entry.bytes.len(),
-        }
+        };
+        let slot = match at.and_then(|i| old[i].take().map(|slot| (i, slot))) {
+            Some((i, slot)) => {
+                self.cursor = i + 1;
+                slot
+            }
+            None => {
+                let mut out = Vec::with_capacity(super::parts::message_capacity(message));
+                let split = write(message, &mut out);
+                Slot {
+                    message: Arc::downgrade(message),
+                    bytes: Arc::from(out),
+                    split,
+                    kind: Kind::of(message),
+                }
+            }
+        };
+        let piece = Piece {
+            slot: self.body.slots.len(),
+            main: 0..slot.split,
+            second: slot.split..slot.bytes.len(),
+            kind: slot.kind,
+        };
+        self.body.slots.push(slot);
+        piece
     }
 
     /// Appends a part of `piece` as elements of an array: without its leading comma when
@@ -398,34 +490,12 @@ impl<'c> Builder<'c> {
         if open {
             range.end -= 1;
         }
-        match &piece.shared {
-            None => self.body.push_arena(range),
-            Some(bytes) => {
-                self.body.len += range.len();
-                self.body.chunks.push(Chunk {
-                    shared: Some(bytes.clone()),
-                    range,
-                });
-            }
-        }
+        self.body.push(piece.slot, range);
     }
 
-    /// The body; the cache drops what this request did not use.
-    pub(crate) fn finish(mut self) -> Payload {
-        if let Some(entries) = &mut self.cache
-            && entries.map.len() > self.used
-        {
-            let generation = entries.generation;
-            let mut freed = 0;
-            entries.map.retain(|_, e| {
-                let keep = e.used == generation;
-                if !keep {
-                    freed += e.bytes.len();
-                }
-                keep
-            });
-            entries.bytes -= freed;
-        }
+    /// The body. The pieces of the last request it did not use are dropped; its own go
+    /// back to the cache when it is dropped.
+    pub(crate) fn finish(self) -> Payload {
         self.body
     }
 }
@@ -441,10 +511,10 @@ pub(crate) fn element(out: &mut Vec<u8>, value: &impl serde::Serialize) {
 /// serialized as JSON objects (either may be empty); `value` writes the value, or nothing
 /// is written for the key when it is `None` (a field of `extra_body` replaced it).
 pub(crate) fn object(
-    b: &mut Builder<'_>,
+    b: &mut Builder,
     head: &impl serde::Serialize,
     key: &str,
-    value: Option<&dyn Fn(&mut Builder<'_>)>,
+    value: Option<&dyn Fn(&mut Builder)>,
     tail: &impl serde::Serialize,
 ) {
     let mut fields = false;

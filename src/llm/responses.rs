@@ -265,7 +265,7 @@ impl OpenAiResponses {
             previous,
             head: true,
         };
-        let input = |b: &mut Builder<'_>| write_input(b, messages, documents);
+        let input = |b: &mut Builder| write_input(b, messages, documents);
         let input = (!self.extra_body.contains_key("input")).then_some(&input as _);
         pieces::object(
             &mut b,
@@ -411,7 +411,7 @@ fn chained(messages: &[Arc<Message>]) -> (Option<&str>, &[Arc<Message>]) {
 
 /// The messages as input items; `documents` says whether documents of text go as
 /// `input_file` (else as `input_text`).
-fn write_input(b: &mut Builder<'_>, messages: &[Arc<Message>], documents: bool) {
+fn write_input(b: &mut Builder, messages: &[Arc<Message>], documents: bool) {
     let write = move |m: &Message, out: &mut Vec<u8>| {
         write_items(m, documents, out);
         out.len()
