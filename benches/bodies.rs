@@ -12,7 +12,8 @@
 //! - `bodies/socket_{N}`: writing the bytes of that (Chat Completions) body, already
 //!   built, to a loopback TCP socket that a thread drains;
 //! - `bodies/chat_cached_socket_{N}`: the cached build and its write to that socket (the
-//!   pieces with vectored writes), which is what a turn pays for its body.
+//!   pieces copied through a 128 KB buffer, as ureq sends them), which is what a turn pays
+//!   for its body.
 //!
 //! The summary printed first gives the medians and the ratios to the socket write, from
 //! its own runs (the variants' samples alternate, so they see the same machine load), and

@@ -169,8 +169,8 @@ impl Anthropic {
 
     /// Writes the request body for `request` to `out`, as it is sent: the JSON of the
     /// messages the request's [`BodyCache`](super::BodyCache) holds comes from it, the rest
-    /// is serialized (and kept there), and the pieces go out with vectored writes, never
-    /// joined into one buffer first. The breakpoints are written around the pieces, so a
+    /// is serialized (and kept there), and the pieces go out through a buffer of 128 KB as
+    /// they go to the socket, never joined into one buffer first. The breakpoints are written around the pieces, so a
     /// piece stays what it was when they move.
     ///
     /// # Errors

@@ -165,8 +165,8 @@ impl OpenAiCompat {
 
     /// Writes the request body for `request` to `out`, as it is sent: the JSON of the
     /// messages the request's [`BodyCache`](super::BodyCache) holds comes from it, the rest
-    /// is serialized (and kept there), and the pieces go out with vectored writes, never
-    /// joined into one buffer first.
+    /// is serialized (and kept there), and the pieces go out through a buffer of 128 KB as
+    /// they go to the socket, never joined into one buffer first.
     ///
     /// # Errors
     /// The errors of `out`.
