@@ -132,7 +132,9 @@ struct Entries {
 struct Slot {
     /// Keeps the address taken (see the module docs); never upgraded.
     message: Weak<Message>,
-    bytes: Arc<[u8]>,
+    /// A `Vec`, not a `[u8]`: an `Arc<[u8]>` would copy the bytes (a 5 MB image's base64)
+    /// into its own allocation.
+    bytes: Arc<Vec<u8>>,
     /// Where the main piece ends and the second (Chat's attached parts) begins.
     split: usize,
     kind: Kind,
@@ -450,9 +452,14 @@ impl Builder {
             None => {
                 let mut out = Vec::with_capacity(super::parts::message_capacity(message));
                 let split = write(message, &mut out);
+                // The estimate leaves room for escapes; what stays unused of a small piece
+                // is given back (a large one is written into about its size).
+                if out.capacity() - out.len() > out.len() / 8 + 64 {
+                    out.shrink_to_fit();
+                }
                 Slot {
                     message: Arc::downgrade(message),
-                    bytes: Arc::from(out),
+                    bytes: Arc::new(out),
                     split,
                     kind: Kind::of(message),
                 }
