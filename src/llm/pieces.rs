@@ -94,6 +94,8 @@ impl BodyCache {
     pub fn clear(&self) {
         let mut entries = self.entries.lock();
         entries.slots = Vec::new();
+        entries.spare_slots = Vec::new();
+        entries.spare_chunks = Vec::new();
         entries.bytes = 0;
         entries.epoch += 1;
     }
@@ -123,6 +125,10 @@ struct Entries {
     dialect: Option<Dialect>,
     /// The pieces of the last request, in its order.
     slots: Vec<Slot>,
+    /// Empty, with the room a body needs: the next body's lists, so that a turn allocates
+    /// none as long as the transcript.
+    spare_slots: Vec<Slot>,
+    spare_chunks: Vec<Chunk>,
     bytes: usize,
     /// Counts the clears: a body built before one does not bring its pieces back.
     epoch: u64,
@@ -195,6 +201,8 @@ pub(crate) struct Payload {
     slots: Vec<Slot>,
     chunks: Vec<Chunk>,
     len: usize,
+    /// The last request's list, emptied: it goes back as the next body's.
+    spare: Vec<Slot>,
     /// The cache the slots go back to, its epoch and the dialect they were written in.
     home: Option<(Arc<Mutex<Entries>>, u64, Dialect)>,
 }
@@ -215,6 +223,9 @@ impl Drop for Payload {
         if entries.epoch == epoch && entries.dialect == Some(dialect) {
             entries.bytes = self.slots.iter().map(|s| s.bytes.len()).sum();
             entries.slots = std::mem::take(&mut self.slots);
+            entries.spare_slots = std::mem::take(&mut self.spare);
+            self.chunks.clear();
+            entries.spare_chunks = std::mem::take(&mut self.chunks);
         }
     }
 }
@@ -375,12 +386,13 @@ impl Builder {
                 true => std::mem::take(&mut entries.slots),
                 false => Vec::new(),
             };
-            entries.slots = Vec::new();
             entries.bytes = 0;
             entries.dialect = Some(dialect);
             body.home = Some((c.entries.clone(), entries.epoch, dialect));
-            body.slots = Vec::with_capacity(old.len() + 4);
-            // In place: `Option<Slot>` has the size of a `Slot`.
+            body.slots = std::mem::take(&mut entries.spare_slots);
+            body.slots.reserve(old.len() + 4);
+            body.chunks = std::mem::take(&mut entries.spare_chunks);
+            // In place (`Option<Slot>` has the size of a `Slot`): no allocation.
             old.into_iter().map(Some).collect()
         });
         Builder {
@@ -497,7 +509,15 @@ impl Builder {
 
     /// The body. The pieces of the last request it did not use are dropped; its own go
     /// back to the cache when it is dropped.
-    pub(crate) fn finish(self) -> Payload {
+    pub(crate) fn finish(mut self) -> Payload {
+        if let Some(mut old) = self.old.take() {
+            old.clear();
+            // In place again: the list goes back empty, for the next body. (`flatten` would
+            // not collect in place, and allocate the list anew each turn.)
+            #[allow(clippy::filter_map_identity)]
+            let spare = old.into_iter().filter_map(|slot| slot).collect();
+            self.body.spare = spare;
+        }
         self.body
     }
 }
