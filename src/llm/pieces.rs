@@ -236,6 +236,7 @@ impl Payload {
         self.len
     }
 
+    #[inline]
     fn bytes<'a>(&'a self, chunk: &'a Chunk) -> &'a [u8] {
         match chunk.slot {
             ARENA => &self.arena[chunk.range.clone()],
@@ -309,14 +310,15 @@ impl Read for PayloadReader<'_> {
             let Some(chunk) = self.payload.chunks.get(self.chunk) else {
                 break;
             };
-            let bytes = &self.payload.bytes(chunk)[self.at..];
-            let take = bytes.len().min(buf.len() - n);
-            buf[n..n + take].copy_from_slice(&bytes[..take]);
+            let rest = &self.payload.bytes(chunk)[self.at..];
+            let take = rest.len().min(buf.len() - n);
+            buf[n..n + take].copy_from_slice(&rest[..take]);
             n += take;
-            self.at += take;
-            if self.at == self.payload.bytes(chunk).len() {
+            if take == rest.len() {
                 self.chunk += 1;
                 self.at = 0;
+            } else {
+                self.at += take;
             }
         }
         Ok(n)
@@ -423,6 +425,7 @@ impl Builder {
     }
 
     /// The piece of `message`, from the cache or written by `write` now.
+    #[inline]
     pub(crate) fn piece(&mut self, message: &Arc<Message>, write: &WriteMessage<'_>) -> Piece {
         let Some(old) = &mut self.old else {
             let arena = &mut self.body.arena;
