@@ -61,6 +61,11 @@
 //! - **Custom headers** (`header(name, value)` on each provider, `OPENAI_CUSTOM_HEADERS` /
 //!   `ANTHROPIC_CUSTOM_HEADERS` from the environment) go with every request, each replacing
 //!   a provider header of its name; one named like a credential is a secret as the key is.
+//! - **Request bodies in O(new bytes)**: each message's JSON is written once and kept in the
+//!   request's [`BodyCache`] (an agent hands its transcript's own with every request), so a
+//!   model call serializes only the messages it has not sent before; the body goes to the
+//!   socket as its pieces, never joined into one buffer, and a retry sends the same pieces.
+//!   A cached body is byte for byte the body written without the cache.
 //! - **Prompt caching**: [`Anthropic`] places `cache_control` breakpoints by default
 //!   ([`PromptCache`]); the OpenAI providers take a `prompt_cache_key`. Each reply's
 //!   [`Usage`](crate::Usage) has the cache reads and writes the server reported.
