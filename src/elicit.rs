@@ -17,6 +17,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value, json};
 
 use crate::cancel::CancelToken;
+use crate::output::validate;
 
 /// The program's answerer of elicitations.
 #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
@@ -335,135 +336,30 @@ pub(crate) fn checked(schema: &Value, content: Value) -> Result<Value, String> {
             content.insert(name.clone(), default.clone());
         }
     }
-    let required = schema
-        .get("required")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    for name in required.iter().filter_map(Value::as_str) {
-        if !content.contains_key(name) {
-            return Err(format!("{name:?} is required"));
-        }
-    }
-    for (name, value) in &content {
-        let Some(property) = properties.get(name) else {
+    for name in content.keys() {
+        if !properties.contains_key(name) {
             return Err(format!("{name:?} is not a field of the form"));
-        };
-        check_value(name, property, value)?;
+        }
     }
-    Ok(Value::Object(content))
-}
-
-/// Checks one value against a primitive property schema of an elicitation form.
-fn check_value(name: &str, property: &Value, value: &Value) -> Result<(), String> {
-    let wrong = |what: &str| Err(format!("{name:?} {what}"));
-    let choices: Option<Vec<&str>> = match (property.get("enum"), property.get("oneOf")) {
-        (Some(Value::Array(list)), _) => Some(list.iter().filter_map(Value::as_str).collect()),
-        (_, Some(Value::Array(list))) => Some(
-            list.iter()
-                .filter_map(|o| o.get("const").and_then(Value::as_str))
-                .collect(),
-        ),
-        _ => None,
-    };
-    let number = |v: &Value| -> Result<(), String> {
-        let n = v
-            .as_f64()
-            .ok_or_else(|| format!("{name:?} is not a number"))?;
-        if property
-            .get("minimum")
-            .and_then(Value::as_f64)
-            .is_some_and(|m| n < m)
+    let content = Value::Object(content);
+    // The crate's one JSON Schema check, then the formats (an annotation to that check, a
+    // promise of a form's).
+    let mut problems = validate::problems(schema, &content);
+    for (name, property) in &properties {
+        if let (Some(format), Some(text)) = (
+            property.get("format").and_then(Value::as_str),
+            content.get(name).and_then(Value::as_str),
+        ) && !fits_format(format, text)
         {
-            return Err(format!("{name:?} is below its minimum"));
+            problems.push(format!(
+                "at `/{name}`: {text:?} is not of the format {format}"
+            ));
         }
-        if property
-            .get("maximum")
-            .and_then(Value::as_f64)
-            .is_some_and(|m| n > m)
-        {
-            return Err(format!("{name:?} is above its maximum"));
-        }
-        Ok(())
-    };
-    match property.get("type").and_then(Value::as_str) {
-        Some("string") => {
-            let Some(text) = value.as_str() else {
-                return wrong("is not a string");
-            };
-            let chars = text.chars().count() as u64;
-            if property
-                .get("minLength")
-                .and_then(Value::as_u64)
-                .is_some_and(|m| chars < m)
-            {
-                return wrong("is shorter than its minLength");
-            }
-            if property
-                .get("maxLength")
-                .and_then(Value::as_u64)
-                .is_some_and(|m| chars > m)
-            {
-                return wrong("is longer than its maxLength");
-            }
-            if choices.is_some_and(|c| !c.contains(&text)) {
-                return wrong("is not one of its choices");
-            }
-            if let Some(format) = property.get("format").and_then(Value::as_str)
-                && !fits_format(format, text)
-            {
-                return wrong(&format!("is not of the format {format}"));
-            }
-            Ok(())
-        }
-        Some("integer") if value.as_i64().is_none() && value.as_u64().is_none() => {
-            wrong("is not an integer")
-        }
-        Some("integer" | "number") => number(value),
-        Some("boolean") if !value.is_boolean() => wrong("is not a boolean"),
-        Some("array") => {
-            let Some(items) = value.as_array() else {
-                return wrong("is not a list");
-            };
-            let allowed: Option<Vec<&str>> = property.get("items").and_then(|items| {
-                match (items.get("enum"), items.get("anyOf")) {
-                    (Some(Value::Array(l)), _) => {
-                        Some(l.iter().filter_map(Value::as_str).collect())
-                    }
-                    (_, Some(Value::Array(l))) => Some(
-                        l.iter()
-                            .filter_map(|o| o.get("const").and_then(Value::as_str))
-                            .collect(),
-                    ),
-                    _ => None,
-                }
-            });
-            for item in items {
-                let ok = item
-                    .as_str()
-                    .is_some_and(|s| allowed.as_ref().is_none_or(|a| a.contains(&s)));
-                if !ok {
-                    return wrong("holds a value that is not one of its choices");
-                }
-            }
-            let n = items.len() as u64;
-            if property
-                .get("minItems")
-                .and_then(Value::as_u64)
-                .is_some_and(|m| n < m)
-            {
-                return wrong("has fewer items than its minItems");
-            }
-            if property
-                .get("maxItems")
-                .and_then(Value::as_u64)
-                .is_some_and(|m| n > m)
-            {
-                return wrong("has more items than its maxItems");
-            }
-            Ok(())
-        }
-        _ => Ok(()),
+    }
+    if problems.is_empty() {
+        Ok(content)
+    } else {
+        Err(problems.join("; "))
     }
 }
 
@@ -517,25 +413,34 @@ pub(crate) mod tests {
             json!({"age": 3, "name": "Ann", "color": "red", "ok": true})
         );
         for (bad, why) in [
-            (json!({}), "\"age\" is required"),
-            (json!({"age": 1.5}), "\"age\" is not an integer"),
-            (json!({"age": 200}), "\"age\" is above its maximum"),
+            (json!({}), "at the top level: the property `age` is missing"),
+            (
+                json!({"age": 1.5}),
+                "at `/age`: expected an integer, got a number (1.5)",
+            ),
+            (
+                json!({"age": 200}),
+                "at `/age`: 200 is above the maximum 150",
+            ),
             (
                 json!({"age": 1, "color": "blue"}),
-                "\"color\" is not one of its choices",
+                "at `/color`: \"blue\" is not one of [\"red\",\"green\"]",
             ),
             (
                 json!({"age": 1, "name": ""}),
-                "\"name\" is shorter than its minLength",
+                "at `/name`: expected at least 1 characters, got 0",
             ),
-            (json!({"age": 1, "ok": "yes"}), "\"ok\" is not a boolean"),
+            (
+                json!({"age": 1, "ok": "yes"}),
+                "at `/ok`: expected a boolean, got a string (\"yes\")",
+            ),
             (
                 json!({"age": 1, "mail": "nobody"}),
-                "\"mail\" is not of the format email",
+                "at `/mail`: \"nobody\" is not of the format email",
             ),
             (
                 json!({"age": 1, "tags": ["c"]}),
-                "\"tags\" holds a value that is not one of its choices",
+                "at `/tags/0`: \"c\" is not one of [\"a\",\"b\"]",
             ),
             (
                 json!({"age": 1, "extra": 1}),

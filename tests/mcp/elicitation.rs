@@ -89,7 +89,7 @@ fn a_question_during_a_tool_call_waits_in_the_state_and_is_answered_from_another
         assert_eq!(
             handle.answer_elicitation(&question.id, ElicitationAnswer::Accept(json!({"name": ""}))),
             Err(AnswerRefused::Invalid(
-                "\"name\" is shorter than its minLength".into()
+                "at `/name`: expected at least 1 characters, got 0".into()
             ))
         );
         assert_eq!(pending(&handle, 1)[0].id, question.id);
@@ -437,7 +437,7 @@ fn a_wire_client_answers_the_question_over_the_wire_server() {
     assert_eq!(refused["error"]["code"], -32602);
     assert_eq!(
         refused["error"]["message"],
-        "the answer does not fit the form: \"name\" is not a string"
+        "the answer does not fit the form: at `/name`: expected a string, got an integer (7)"
     );
     send(
         json!({"jsonrpc": "2.0", "id": 4, "method": "elicitation/answer",
