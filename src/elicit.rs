@@ -51,7 +51,7 @@ impl fmt::Display for AnswerRefused {
 impl std::error::Error for AnswerRefused {}
 
 /// A question a server asks the user (`elicitation/create`), for the hook set with
-/// [`ClientBuilder::on_elicitation`](crate::mcp::ClientBuilder::on_elicitation), in
+/// `mcp::ClientBuilder::on_elicitation` (feature `mcp`), in
 /// [`AgentEvent::ElicitationStart`](crate::AgentEvent::ElicitationStart) and in
 /// [`State::elicitations`](crate::State::elicitations).
 #[derive(Clone, Debug, PartialEq)]

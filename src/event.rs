@@ -144,7 +144,7 @@ pub enum AgentEvent {
     /// snapshots shows the form. Answer it with
     /// [`AgentHandle::answer_elicitation`](crate::AgentHandle::answer_elicitation) (or the
     /// wire server's `elicitation/answer`), unless a hook of the program answers it (see
-    /// [`ClientBuilder::on_elicitation`](crate::mcp::ClientBuilder::on_elicitation)). A call
+    /// `mcp::ClientBuilder::on_elicitation` (feature `mcp`)). A call
     /// may ask several questions, one after another.
     ElicitationStart {
         /// The question's id, unique in the process (`"elicitation-7"`): what an answer

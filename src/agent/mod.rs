@@ -911,7 +911,7 @@ impl AgentHandle {
     ///
     /// Only questions that wait for an answer through the agent are answered here: those of
     /// an MCP client made with
-    /// [`ClientBuilder::elicit_through_agent`](crate::mcp::ClientBuilder::elicit_through_agent).
+    /// `mcp::ClientBuilder::elicit_through_agent` (feature `mcp`).
     /// A hook of the program answers its own.
     ///
     /// # Errors
