@@ -11,7 +11,9 @@
 //! cancelled; "use the editor" reads `notes.md` through the editor, writes it back with a line
 //! more (asking first, with the diff) and runs a command in the editor's terminal, when the editor offers its files and
 //! terminals (`acp::SessionInfo::client_tools`), and "run a long command" runs one there
-//! until it is cancelled. With a server named in the environment it
+//! until it is cancelled; "ask me my name" asks the editor's user through a form
+//! (`ToolContext::elicit`, relayed as `elicitation/create` when the editor shows forms). With a
+//! server named in the environment it
 //! talks to that server instead (`OPENAI_API_KEY`, `OPENAI_BASE_URL`, `ANTHROPIC_API_KEY`,
 //! `PAGENT_MODEL`, as the chat example). Sessions are saved under `$PAGENT_ACP_SESSIONS` when
 //! that is set, and can then be loaded again. Logs go to stderr: stdout belongs to the protocol.
@@ -22,7 +24,7 @@ use std::time::Duration;
 
 use pagent::acp::{self, SessionInfo, ToolKind};
 use pagent::llm::{Faux, FauxReply, Provider, Request};
-use pagent::{Agent, AgentBuilder, Message, ToolOutput, tool};
+use pagent::{Agent, AgentBuilder, Elicitation, ElicitationAnswer, Message, ToolOutput, tool};
 // `schemars` in scope for the derive: pagent's own, so no version to match by hand.
 use pagent::schemars::{self, JsonSchema};
 use serde::Deserialize;
@@ -68,7 +70,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .model(model.clone())
             .system_prompt("You are a coding agent. Use the tools to read and write files.")
             .tool(write_file(session.cwd()))
-            .tool(read_file(session.cwd()));
+            .tool(read_file(session.cwd()))
+            .tool(ask_user());
         // The editor's own files (its unsaved buffers too) and terminal, as far as it
         // offers them: `editor_read_file`, `editor_write_file`, `editor_run_command`.
         for tool in session.client_tools() {
@@ -137,6 +140,8 @@ fn demo_reply(request: &Request) -> FauxReply {
                     acp::TERMINAL_TOOL,
                     json!({"command": "sleep", "args": ["30"]}),
                 )
+            } else if said.contains("ask me my name") {
+                FauxReply::tool_call("ask_user", json!({"question": "What is your name?"}))
             } else if said.contains("use the editor") {
                 FauxReply::tool_call(acp::READ_TOOL, json!({"path": "notes.md"}))
             } else if said.contains("story") {
@@ -150,6 +155,31 @@ fn demo_reply(request: &Request) -> FauxReply {
         }
         _ => FauxReply::text("Hello."),
     }
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct AskArgs {
+    /// The question for the user.
+    question: String,
+}
+
+/// Asks the user a question through a form: the run shows it as an `ElicitationStart`, and
+/// the ACP server sends it to an editor that shows forms (else the answer is `cancel`).
+fn ask_user() -> impl pagent::Tool {
+    tool::typed(
+        "ask_user",
+        "Asks the user a question.",
+        |a: AskArgs, ctx| {
+            let form = json!({"type": "object", "properties": {"answer": {"type": "string"}},
+                          "required": ["answer"]});
+            let question = Elicitation::form("pagent-acp-agent", a.question, form);
+            Ok(ToolOutput::text(match ctx.elicit(question) {
+                ElicitationAnswer::Accept(values) => format!("the user says {}", values["answer"]),
+                ElicitationAnswer::Decline => "the user declined to answer".to_owned(),
+                _ => "nobody answered".to_owned(),
+            }))
+        },
+    )
 }
 
 #[derive(Deserialize, JsonSchema)]

@@ -244,6 +244,15 @@ const app = acp
     if (params.update.toolCallId) toolCallIds.set(params.update.toolCallId, params.sessionId);
     record(params.sessionId, describe(params.update));
   })
+  .onRequest("elicitation/create", async ({ params }) => {
+    const known = toolCallIds.get(params.toolCallId) === params.sessionId;
+    record(
+      params.sessionId,
+      `elicitation ${params.mode} ${JSON.stringify(params.message)} ` +
+        `fields=${Object.keys(params.requestedSchema?.properties ?? {}).join(",")} announced=${known} -> accept`,
+    );
+    return { action: "accept", content: { answer: "Ada" } };
+  })
   .onRequest("session/request_permission", async ({ params, signal }) => {
     let answer = permissionAnswers.shift() ?? "reject_once";
     if (typeof answer === "function") answer = await answer(params, signal);
@@ -363,7 +372,7 @@ async function refused(what, call) {
 // 1. initialize
 const init = await agent.request("initialize", {
   protocolVersion: acp.PROTOCOL_VERSION,
-  clientCapabilities: { fs: { readTextFile: true, writeTextFile: true }, terminal: true },
+  clientCapabilities: { fs: { readTextFile: true, writeTextFile: true }, terminal: true, elicitation: { form: {} } },
   clientInfo: { name: "pagent-acp-test", version: "1" },
 });
 say(
@@ -547,7 +556,10 @@ say(`A stop ${longEnd.stopReason}`);
 say(`requests the agent gave up ($/cancel_request): ${JSON.stringify(givenUp)}`);
 say(`terminals left unreleased: ${terminals.size}`);
 
-// 15. the client goes: the agent ends
+// 15. a question of a tool for the user (elicitation/create, a form): answered in the editor
+await prompt("A", a, "ask me my name");
+
+// 16. the client goes: the agent ends
 connection.close();
 agentProcess.stdin.end();
 const code = await exited;
