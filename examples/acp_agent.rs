@@ -12,7 +12,9 @@
 //! more (asking first, with the diff) and runs a command in the editor's terminal, when the editor offers its files and
 //! terminals (`acp::SessionInfo::client_tools`), and "run a long command" runs one there
 //! until it is cancelled; "ask me my name" asks the editor's user through a form
-//! (`ToolContext::elicit`, relayed as `elicitation/create` when the editor shows forms). With a
+//! (`ToolContext::elicit`, relayed as `elicitation/create` when the editor shows forms); a
+//! prompt with images or embedded resources is answered with what it holds, and the model
+//! picker offers two demo models ("which model are you?"). With a
 //! server named in the environment it
 //! talks to that server instead (`OPENAI_API_KEY`, `OPENAI_BASE_URL`, `ANTHROPIC_API_KEY`,
 //! `PAGENT_MODEL`, as the chat example). Sessions are saved under `$PAGENT_ACP_SESSIONS` when
@@ -25,6 +27,7 @@ use std::time::Duration;
 use pagent::acp::{self, SessionInfo, ToolKind};
 use pagent::llm::{Faux, FauxReply, Provider, Request};
 use pagent::{Agent, AgentBuilder, Elicitation, ElicitationAnswer, Message, ToolOutput, tool};
+use pagent::{Part, Source};
 // `schemars` in scope for the derive: pagent's own, so no version to match by hand.
 use pagent::schemars::{self, JsonSchema};
 use serde::Deserialize;
@@ -55,6 +58,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .command(acp::Command::new("greet", "Says hello", |rest: &str| {
             format!("hello {rest}")
         }));
+    if model == DEMO_MODEL {
+        // The model picker: the demo answers as either (a real server's models are the
+        // program's to list).
+        options = options
+            .model(DEMO_MODEL, "Demo")
+            .model("pagent-demo-large", "Demo, large");
+    }
     if let Some(dir) = std::env::var_os("PAGENT_ACP_SESSIONS").filter(|d| !d.is_empty()) {
         std::fs::create_dir_all(&dir)?;
         options = options.session_dir(dir);
@@ -100,8 +110,40 @@ fn provider() -> Result<(Arc<dyn Provider>, String), pagent::Error> {
     eprintln!("pagent acp: offline demo on the scripted provider");
     Ok((
         Arc::new(Faux::default().otherwise(demo_reply)),
-        "pagent-demo".into(),
+        DEMO_MODEL.into(),
     ))
+}
+
+const DEMO_MODEL: &str = "pagent-demo";
+
+/// What the demo sees in a prompt besides its words: its images, documents and audio, and
+/// the resources the editor embedded (`<context uri="..">`).
+fn attachments(user: &pagent::UserMessage) -> Vec<String> {
+    let mut seen: Vec<String> = user
+        .content
+        .iter()
+        .filter_map(|part| {
+            let kind = match part {
+                Part::Image(_) => "an image",
+                Part::Document(_) => "a document",
+                Part::Audio(_) => "audio",
+                _ => return None,
+            };
+            let what = part
+                .source()
+                .and_then(Source::media_type)
+                .unwrap_or("by URL");
+            Some(format!("{kind} ({what})"))
+        })
+        .collect();
+    let text = user.text();
+    seen.extend(
+        text.split("<context uri=\"")
+            .skip(1)
+            .filter_map(|after| after.split_once('"'))
+            .map(|(uri, _)| format!("the context of {uri}")),
+    );
+    seen
 }
 
 /// The offline demo model: answers from the last message of the request.
@@ -127,7 +169,12 @@ fn demo_reply(request: &Request) -> FauxReply {
         Some(Message::ToolResult(result)) => FauxReply::text(format!("Done: {}.", result.text())),
         Some(Message::User(user)) => {
             let said = user.text().to_lowercase();
-            if said.contains("write") {
+            let seen = attachments(user);
+            if !seen.is_empty() {
+                FauxReply::text(format!("I see {}.", seen.join(" and ")))
+            } else if said.contains("which model") {
+                FauxReply::text(format!("I am {}.", request.model))
+            } else if said.contains("write") {
                 FauxReply::default()
                     .then_thinking("I will write the file.")
                     .then_tool_call(

@@ -532,6 +532,10 @@ flush("D");
 say(`D set mode ask`);
 await agent.request("logout", {});
 say(`logout answered`);
+// The model picker: D picks the large demo model, which then answers.
+const picked = await agent.request("session/set_config_option", { sessionId: d.sessionId, configId: "model", value: "pagent-demo-large" });
+say(`D set model: ${pickers(picked.configOptions)}`);
+await prompt("D", d.sessionId, "which model are you?");
 
 // 14. the editor's files and terminal as the agent's tools: notes.md is a buffer of the
 // editor (not on disk); the agent reads it, writes it back with a line more (the call shows
@@ -556,10 +560,23 @@ say(`A stop ${longEnd.stopReason}`);
 say(`requests the agent gave up ($/cancel_request): ${JSON.stringify(givenUp)}`);
 say(`terminals left unreleased: ${terminals.size}`);
 
-// 15. a question of a tool for the user (elicitation/create, a form): answered in the editor
+// 15. an image and an embedded resource in a prompt reach the model as what they are
+say(`A prompt with an image and a resource`);
+const looked = await agent.request("session/prompt", {
+  sessionId: a,
+  prompt: [
+    { type: "text", text: "what is this?" },
+    { type: "image", mimeType: "image/png", data: "iVBORw0KGgo=" },
+    { type: "resource", resource: { uri: "file:///work/a.rs", mimeType: "text/x-rust", text: "fn a() {}" } },
+  ],
+});
+flush("A");
+say(`A stop ${looked.stopReason}`);
+
+// 16. a question of a tool for the user (elicitation/create, a form): answered in the editor
 await prompt("A", a, "ask me my name");
 
-// 16. the client goes: the agent ends
+// 17. the client goes: the agent ends
 connection.close();
 agentProcess.stdin.end();
 const code = await exited;
