@@ -64,6 +64,17 @@ pub(crate) enum Update {
         #[serde(rename = "configOptions")]
         config_options: Vec<Value>,
     },
+    /// A compaction of the context, to a client that advertised `session.compaction`: its
+    /// start (`in_progress`), then its end with the summary, or `failed` with the error.
+    CompactionUpdate {
+        #[serde(rename = "compactionId")]
+        compaction_id: String,
+        status: &'static str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        summary: Option<Vec<Content>>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
 }
 
 /// A session's cost (`usage_update`'s `cost`).
@@ -457,7 +468,7 @@ fn plan(details: Option<&Value>) -> Option<Update> {
 /// | `ToolExecute` (the call runs: allowed, or permitted by the client) | `tool_call_update`, status `in_progress`; with `rawInput` (the arguments it runs with) when a `before_tool_call` hook rewrote them |
 /// | `ToolUpdate` | `tool_call_update` with the progress as content; a `plan` when its details carry one |
 /// | `ToolEnd` | `tool_call_update`, status `completed` or `failed`, content and `rawOutput`; a `plan` when its details carry one |
-/// | `CompactionStart` / `CompactionEnd` | an `agent_thought_chunk` each, saying the context is being compacted and how it ended (ACP has no update of its own for it) |
+/// | `CompactionStart` / `CompactionEnd` | an `agent_thought_chunk` each, saying the context is being compacted and how it ended; to a client that advertised `session.compaction`, a `compaction_update` each instead ([`compaction`]) |
 /// | everything else | nothing: the prompt's answer carries how the run ended |
 ///
 /// Only the tools `plans_from` names give a `plan` (the agent's own, not those of an MCP
@@ -532,6 +543,24 @@ pub(crate) fn updates(
         }
         _ => Vec::new(),
     }
+}
+
+/// The `compaction_update` a `CompactionStart` or `CompactionEnd` becomes for a client that
+/// advertised `session.compaction` (instead of the thought chunks of [`updates`]): `id` names
+/// the compaction in the session, `summary` is the text the compaction wrote.
+pub(crate) fn compaction(event: &AgentEvent, id: &str, summary: Option<String>) -> Option<Update> {
+    let (status, error) = match event {
+        AgentEvent::CompactionStart { .. } => ("in_progress", None),
+        AgentEvent::CompactionEnd { error: None, .. } => ("completed", None),
+        AgentEvent::CompactionEnd { error: Some(e), .. } => ("failed", Some(e.message.clone())),
+        _ => return None,
+    };
+    Some(Update::CompactionUpdate {
+        compaction_id: id.to_owned(),
+        status,
+        summary: summary.filter(|_| error.is_none()).map(|s| vec![text(s)]),
+        error,
+    })
 }
 
 /// The updates that replay a saved transcript for `session/load`, in transcript order.

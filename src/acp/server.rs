@@ -408,6 +408,10 @@ where
         let (listening, session_id, handle) = (shared.clone(), id.clone(), agent.handle());
         let cwd = cwd.clone();
         let shown = Mutex::new(map::Shown::default());
+        // A client that shows compactions gets `compaction_update`s, numbered in the session.
+        let compactions = shared.client_capabilities.lock()["session"]["compaction"]
+            .is_object()
+            .then(|| AtomicUsize::new(0));
         let answering = prompts.clone();
         // The transcript index of the reply streaming: its chunks' `messageId`.
         let reply = AtomicUsize::new(0);
@@ -441,7 +445,18 @@ where
                     AgentEvent::ToolStart { call, .. } => client_tools::locations(call, &cwd),
                     _ => None,
                 };
-                let updates = map::updates(event, &kind_of, &plans_from).into_iter();
+                let compacted = compactions.as_ref().and_then(|n| {
+                    if matches!(event, AgentEvent::CompactionStart { .. }) {
+                        n.fetch_add(1, Ordering::Relaxed);
+                    }
+                    let id = format!("c{}", n.load(Ordering::Relaxed));
+                    map::compaction(event, &id, written_summary(event, &handle))
+                });
+                let updates = match compacted {
+                    Some(update) => vec![update],
+                    None => map::updates(event, &kind_of, &plans_from),
+                }
+                .into_iter();
                 let mut shown = shown.lock();
                 let updates = updates
                     .map(|u| shown.keep(u.in_message(&in_reply).with_locations(located.clone())));
@@ -871,6 +886,27 @@ fn run_session(
 
 fn bad_params(why: &str) -> Refusal {
     (codes::INVALID_PARAMS, why.to_owned())
+}
+
+/// The summary a compaction that just ended wrote (the transcript's summary message).
+fn written_summary(event: &AgentEvent, handle: &AgentHandle) -> Option<String> {
+    let AgentEvent::CompactionEnd { error: None, .. } = event else {
+        return None;
+    };
+    handle.snapshot().messages.iter().find_map(|m| match &**m {
+        Message::User(user) if user.summary.is_some() => {
+            // The summary as the compaction wrote it, without the line that tells the
+            // model what it is.
+            let text = user.text();
+            Some(
+                match text.strip_prefix(crate::context::summarize::SUMMARY_PREFIX) {
+                    Some(summary) => summary.to_owned(),
+                    None => text,
+                },
+            )
+        }
+        _ => None,
+    })
 }
 
 fn send_update(peer: &Peer, session_id: &str, update: &Update) -> Result<(), LinkError> {

@@ -5,7 +5,6 @@
 //! asking server of tests/mcp (python3's standard library only).
 
 use std::path::Path;
-use std::process::Command;
 
 use super::*;
 
@@ -171,40 +170,6 @@ fn a_url_question_goes_to_a_client_that_shows_urls_and_a_bad_answer_cancels_it()
         r#"[{"action":"accept"},{"action":"cancel"}]"#
     );
     client.close().expect("a clean end");
-}
-
-/// Whether `params` of the agent's `method` validate against the pinned SDK's schema (its
-/// definition with that `x-method`, for the `side` that serves it: `client` for a request
-/// the client answers, `protocol` for `$/` notifications); `Err` with ajv's reasons.
-fn schema_check(method: &str, side: &str, suffix: &str, params: &Value) -> Result<(), String> {
-    let node_modules = std::env::var("PAGENT_ACP_NODE_PATH")
-        .expect("PAGENT_ACP_NODE_PATH: the node_modules dir .ci/acp.sh prints");
-    let script = r#"
-const { createRequire } = require("node:module");
-const path = require("node:path");
-const fs = require("node:fs");
-const nm = process.env.PAGENT_ACP_NODE_PATH;
-const Ajv = createRequire(path.join(nm, "resolve.js"))("ajv/dist/2020").default;
-const schema = JSON.parse(fs.readFileSync(path.join(nm, "@agentclientprotocol/sdk/schema/v1/schema.json"), "utf8"));
-const ajv = new Ajv({ strict: false, validateFormats: false });
-ajv.addSchema(schema, "acp");
-const [method, side, suffix, value] = process.argv.slice(1);
-const name = Object.entries(schema.$defs)
-  .find(([n, d]) => d["x-method"] === method && d["x-side"] === side && n.endsWith(suffix))?.[0];
-if (!name) { console.log(`no definition for ${method}`); process.exit(1); }
-const v = ajv.getSchema(`acp#/$defs/${name}`);
-if (!v(JSON.parse(value))) { console.log(`not a ${name}: ${ajv.errorsText(v.errors)}`); process.exit(1); }
-"#;
-    let out = Command::new("node")
-        .args(["-e", script, method, side, suffix, &params.to_string()])
-        .env("PAGENT_ACP_NODE_PATH", node_modules)
-        .output()
-        .expect("node runs");
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(String::from_utf8_lossy(&out.stdout).into_owned())
-    }
 }
 
 /// What the relay writes (a form, a URL, a withdrawal) is what the protocol's published

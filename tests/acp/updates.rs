@@ -223,3 +223,109 @@ fn without_the_option_the_usage_update_takes_the_agents_own_context_window() {
     assert_eq!(kinds, [json!("agent_message_chunk"), Value::Null]);
     client.close().expect("a clean end");
 }
+
+/// An agent whose first request is past its compaction threshold: a long history, a
+/// 1,000-token window. Requests without tools are the compaction's summary requests.
+fn compacting(_: &SessionInfo) -> Result<AgentBuilder, pagent::Error> {
+    let history = (0..8).flat_map(|n| {
+        [
+            Message::user(format!(
+                "Note {n}: {}",
+                "lorem ipsum dolor sit amet ".repeat(8)
+            )),
+            Message::Assistant(pagent::AssistantMessage::new(
+                vec![pagent::ContentBlock::text(format!("Noted {n}."))],
+                pagent::StopReason::Stop,
+            )),
+        ]
+    });
+    let faux = Faux::default().chunk_chars(1000).otherwise(|r| {
+        if r.tools.is_empty() {
+            FauxReply::text("Eight notes of lorem ipsum.")
+        } else {
+            FauxReply::text("Done.")
+        }
+    });
+    Ok(Agent::builder()
+        .provider(faux)
+        .messages(history)
+        .context_window(1000)
+        .context_policy(
+            pagent::context::Compaction::new()
+                .threshold(0.3)
+                .keep_recent(0.1),
+        )
+        .tool(pagent::tool::typed(
+            "noop",
+            "Does nothing.",
+            |_: serde_json::Map<String, Value>, _| Ok(pagent::ToolOutput::text("")),
+        )))
+}
+
+fn compaction_updates(client_capabilities: Value) -> Vec<Value> {
+    let mut client = Client::start(compacting, acp::Options::new());
+    client.request(
+        1,
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": client_capabilities}),
+    );
+    client.recv();
+    let session = client.new_session(2);
+    client.request(3, "session/prompt", prompt_of(&session, "Go on."));
+    let seen = client.until_response(3);
+    client.close().expect("a clean end");
+    seen.into_iter()
+        .map(|m| m["params"]["update"].clone())
+        .filter(|u| !u.is_null())
+        .collect()
+}
+
+/// A client that shows compactions (`session.compaction`) gets a `compaction_update` as the
+/// compaction starts and one with its summary as it ends; any other gets thought chunks.
+#[test]
+fn a_compaction_is_a_compaction_update_for_a_client_that_shows_them() {
+    assert_eq!(
+        compaction_updates(json!({"session": {"compaction": {}}})),
+        [
+            json!({"sessionUpdate": "compaction_update", "compactionId": "c1",
+                   "status": "in_progress"}),
+            json!({"sessionUpdate": "compaction_update", "compactionId": "c1",
+                   "status": "completed",
+                   "summary": [{"type": "text", "text": "Eight notes of lorem ipsum."}]}),
+            json!({"sessionUpdate": "agent_message_chunk",
+                   "content": {"type": "text", "text": "Done."}}),
+            json!({"sessionUpdate": "usage_update", "size": 1000, "used": 77}),
+        ]
+    );
+    let kinds: Vec<Value> = compaction_updates(json!({}))
+        .iter()
+        .map(|u| u["sessionUpdate"].clone())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "agent_thought_chunk",
+            "agent_thought_chunk",
+            "agent_message_chunk",
+            "usage_update"
+        ]
+    );
+}
+
+/// The `compaction_update`s validate against the pinned SDK's schema.
+#[test]
+#[ignore = "needs node and the pinned SDK: PAGENT_ACP_NODE_PATH=$(.ci/acp.sh)"]
+fn compaction_updates_validate_against_the_sdks_schema() {
+    let updates = compaction_updates(json!({"session": {"compaction": {}}}));
+    for update in &updates[..2] {
+        let params = json!({"sessionId": "s1", "update": update});
+        if let Err(why) = super::schema_check("session/update", "client", "Notification", &params) {
+            panic!("{params}: {why}");
+        }
+    }
+    // The check can fail: a compaction without its id is no update.
+    let mut broken = updates[0].clone();
+    broken.as_object_mut().unwrap().remove("compactionId");
+    let params = json!({"sessionId": "s1", "update": broken});
+    assert!(super::schema_check("session/update", "client", "Notification", &params).is_err());
+}
