@@ -82,6 +82,8 @@ def initialize(id):
 
 CANCELLED = []
 DISCOVERED = []
+LATE_DISCOVERED = {"supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}},
+                   "serverInfo": {"name": "late", "version": "1"}}
 METAS = []
 
 for line in sys.stdin:
@@ -92,14 +94,15 @@ for line in sys.stdin:
     if method == "notifications/cancelled":
         CANCELLED.append(params)
     elif method == "server/discover" and MODE == "late-stateless":
-        # A stateless server slow to start: its first answer comes after the client's
-        # probe gave up; `initialize` it refuses, naming the revision it speaks.
-        if not DISCOVERED:
-            time.sleep(2.5)
+        # A stateless server slow to start: its first answer comes only after the client's
+        # probe gave up (with the `initialize` that follows it, however long that took);
+        # `initialize` it refuses, naming the revision it speaks.
         DISCOVERED.append(id)
-        answer(id, {"supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}},
-                    "serverInfo": {"name": "late", "version": "1"}})
+        if len(DISCOVERED) > 1:
+            answer(id, LATE_DISCOVERED)
     elif method == "initialize" and MODE == "late-stateless":
+        if DISCOVERED:
+            answer(DISCOVERED[0], LATE_DISCOVERED)
         send({"jsonrpc": "2.0", "id": id, "error": {
             "code": -32022, "message": "this server speaks only 2026-07-28",
             "data": {"supported": ["2026-07-28"], "requested": params.get("protocolVersion")}}})
