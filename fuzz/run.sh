@@ -16,6 +16,8 @@ targets=("$@")
 # Built outside the checkout, so that the dependencies (a sanitizer build of each) are
 # compiled once per machine rather than once per clone.
 target_dir="${PAGENT_FUZZ_TARGET_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/pagent-fuzz-target}"
+# Cargo never prunes it: past 4 GB (the builds of older locks), it starts over.
+if [ -d "$target_dir" ] && [ "$(du -sm "$target_dir" | cut -f1)" -gt 4096 ]; then rm -rf "$target_dir"; fi
 cargo "+$NIGHTLY" fuzz build --target-dir "$target_dir"
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
