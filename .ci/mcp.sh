@@ -2,7 +2,8 @@
 # Installs the real MCP servers that tests/mcp.rs talks to into ~/.cache/pagent-mcp, every
 # package pinned: the npm servers (@modelcontextprotocol/server-everything and
 # server-filesystem 2026.8.31) and their dependencies exactly as tests/mcp/package-lock.json
-# holds them, and the official Python SDK (mcp 1.30.0, for tests/mcp/http_server.py) with its
+# holds them (among them @modelcontextprotocol/sdk 1.32.2, whose example server with OAuth
+# tests/mcp/oauth.rs runs), and the official Python SDK (mcp 1.30.0, for tests/mcp/http_server.py) with its
 # dependencies as tests/mcp/requirements.txt holds them, in a virtualenv; the SDK's current
 # major version (mcp 2.3.0, dual-era, for tests/mcp/sdk2_server.py) as
 # tests/mcp/requirements-2.txt holds it, in a virtualenv of its own (venv-2: a new major

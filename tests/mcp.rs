@@ -14,6 +14,8 @@ mod eras;
 mod http;
 #[path = "support/mod.rs"]
 mod loopback;
+#[path = "mcp/oauth.rs"]
+mod oauth;
 #[path = "mcp/process.rs"]
 mod process;
 #[allow(dead_code)]

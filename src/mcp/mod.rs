@@ -80,6 +80,12 @@
 //! `tests/mcp/conformance/next/scenarios.txt` list each scenario, and why for each one that
 //! fails.
 //!
+//! OAuth against a real protected server: `tests/mcp/oauth.rs` runs the official TypeScript
+//! SDK's example server with its own authorization server (`simpleStreamableHttp.js --oauth
+//! --oauth-strict`, from the npm package `@modelcontextprotocol/sdk`) through the whole
+//! authorization code flow with [`OAuth::authorize_in_browser`], the test playing the
+//! browser, and asserts every request both servers answered.
+//!
 //! # Features by revision
 //! | Feature | Revisions | Here |
 //! |---|---|---|
