@@ -184,7 +184,9 @@ fn probe(session: &Session, until: Instant, only: bool) -> Result<Probed, McpErr
         // The server is gone, or the caller gave up: no point in a second greeting.
         Err(e @ (McpError::Exited { .. } | McpError::Closed | McpError::Spawn(_))) => Err(e),
         // Not where the client may go, or not authorized: the same again for `initialize`.
-        Err(e @ (McpError::Redirected { .. } | McpError::Auth(_))) => Err(e),
+        Err(e @ (McpError::Redirected { .. } | McpError::Auth(_) | McpError::TokenStore(_))) => {
+            Err(e)
+        }
         Err(e) => session_era(e),
     }
 }

@@ -113,6 +113,10 @@ pub enum McpError {
     /// pass (a resource that is not this server, an issuer that is not the one named, a
     /// `state` that does not match).
     Auth(String),
+    /// The OAuth token store ([`super::OAuth::store`]) could not read what it keeps (a
+    /// corrupt file: the connect fails) or save new tokens (the request that got them:
+    /// the connection keeps them and goes on): its reason.
+    TokenStore(String),
     /// The HTTP server no longer knows the session (404): connect again.
     SessionExpired,
     /// The client was closed.
@@ -182,6 +186,7 @@ impl fmt::Display for McpError {
                 "the mcp server refused the request for want of authorization (status {status}): {challenge}"
             ),
             McpError::Auth(m) => write!(f, "mcp authorization failed: {m}"),
+            McpError::TokenStore(m) => write!(f, "the mcp token store failed: {m}"),
             McpError::SessionExpired => f.write_str("the mcp server no longer knows the session"),
             McpError::Closed => f.write_str("the mcp client is closed"),
         }
@@ -228,6 +233,7 @@ impl McpError {
                 McpError::Unauthorized { status, challenge }
             }
             McpError::Auth(m) => McpError::Auth(s(m)),
+            McpError::TokenStore(m) => McpError::TokenStore(s(m)),
             other => other,
         }
     }

@@ -162,7 +162,9 @@ impl HttpTransport {
         BaseUrl::parse(&url).map_err(McpError::Transport)?;
         let mut http = HttpClient::default();
         http.max_event_bytes = max_message_bytes;
-        let auth = oauth.map(|o| Auth::new(o, &url, HttpClient::default().changed()));
+        let auth = oauth
+            .map(|o| Auth::new(o, &url, HttpClient::default().changed()))
+            .transpose()?;
         let inner = Arc::new(Inner {
             url: Mutex::new(url),
             headers,
@@ -338,7 +340,7 @@ impl Inner {
     ) -> Result<Reply, McpError> {
         let mut authorizations = 0;
         if let Some(auth) = &self.auth {
-            auth.refresh_if_expired(cancel);
+            auth.refresh_if_expired(cancel)?;
         }
         loop {
             let bearer = self.auth.as_ref().and_then(Auth::bearer);

@@ -91,8 +91,12 @@ pub(crate) enum Credentials {
 ///    scopes held and those the challenge names (step-up), at most three authorizations per
 ///    request.
 /// 5. **Tokens.** Sent as `Authorization: Bearer` with every request, kept in the
-///    [`TokenStore`] by the server's resource URL, refreshed (`refresh_token` grant) when
-///    expired or refused, before a new authorization is asked for.
+///    [`TokenStore`] by the server's resource URL with the client they were issued to
+///    (read as the client connects: a [`FileStore`]'s tokens of an earlier run go with the
+///    first request), refreshed (`refresh_token` grant, as that client) before a request
+///    when they expire within a minute, and when the server refuses them, before a new
+///    authorization is asked for. Requests of several threads refused with the same token
+///    share one refresh.
 ///
 /// Without OAuth configured, a refusal is [`super::McpError::Unauthorized`] with the parsed
 /// challenge, so a program can run a flow of its own.
@@ -202,7 +206,9 @@ impl OAuth {
     /// `127.0.0.1` (a port of the system's choosing, `http://127.0.0.1:<port>/callback`)
     /// takes the browser's redirect; `open` is given the authorization URL to show the user
     /// (open a browser, print it). Waits for the redirect at most 5 minutes
-    /// ([`OAuth::authorization_timeout`]).
+    /// ([`OAuth::authorization_timeout`]); a request to another path, or a redirect without
+    /// the flow's `state` (another program may send one), is refused there and the wait
+    /// goes on. The listener is closed when the flow ends.
     #[must_use]
     pub fn authorize_in_browser(
         mut self,
@@ -430,7 +436,8 @@ impl fmt::Display for Challenge {
     }
 }
 
-/// The tokens of one server's resource. `Debug` shows them redacted.
+/// The tokens of one server's resource, and the client they were issued to (a refresh
+/// token is good only with it). `Debug` shows the tokens and the client's secret redacted.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Tokens {
     pub(crate) access_token: String,
@@ -438,6 +445,16 @@ pub struct Tokens {
     /// Seconds since the Unix epoch.
     pub(crate) expires_at: Option<u64>,
     pub(crate) scope: Option<String>,
+    pub(crate) client: Option<IssuedTo>,
+}
+
+/// The client that tokens were issued to: what a refresh authenticates as.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct IssuedTo {
+    pub(crate) id: String,
+    pub(crate) secret: Option<String>,
+    /// `client_secret_basic`, `client_secret_post`, `none` or `private_key_jwt`.
+    pub(crate) method: String,
 }
 
 impl fmt::Debug for Tokens {
@@ -450,6 +467,15 @@ impl fmt::Debug for Tokens {
             )
             .field("expires_at", &self.expires_at)
             .field("scope", &self.scope)
+            .field("client_id", &self.client.as_ref().map(|c| &c.id))
+            .field(
+                "client_secret",
+                &self
+                    .client
+                    .as_ref()
+                    .and_then(|c| c.secret.as_ref())
+                    .map(|_| "<redacted>"),
+            )
             .finish()
     }
 }
@@ -479,6 +505,12 @@ impl Tokens {
         self.scope.as_deref()
     }
 
+    /// The id of the client the tokens were issued to, when known.
+    #[must_use]
+    pub fn client_id(&self) -> Option<&str> {
+        self.client.as_ref().map(|c| c.id.as_str())
+    }
+
     /// True when the access token expires within a minute.
     pub(crate) fn expired(&self) -> bool {
         let now = SystemTime::now()
@@ -502,6 +534,7 @@ impl Tokens {
                 .map(str::to_owned),
             expires_at: v.get("expires_in").and_then(Value::as_u64).map(|s| now + s),
             scope: v.get("scope").and_then(Value::as_str).map(str::to_owned),
+            client: None,
         })
     }
 
@@ -511,18 +544,30 @@ impl Tokens {
             "refresh_token": self.refresh_token,
             "expires_at": self.expires_at,
             "scope": self.scope,
+            "client": self.client.as_ref().map(|c| json!({
+                "id": c.id,
+                "secret": c.secret,
+                "method": c.method,
+            })),
         })
     }
 
     fn from_json(v: &Value) -> Option<Tokens> {
+        let text = |v: &Value, name: &str| v.get(name).and_then(Value::as_str).map(str::to_owned);
+        let client = match v.get("client") {
+            None | Some(Value::Null) => None,
+            Some(c) => Some(IssuedTo {
+                id: text(c, "id")?,
+                secret: text(c, "secret"),
+                method: text(c, "method")?,
+            }),
+        };
         Some(Tokens {
-            access_token: v.get("access_token")?.as_str()?.to_owned(),
-            refresh_token: v
-                .get("refresh_token")
-                .and_then(Value::as_str)
-                .map(str::to_owned),
+            access_token: text(v, "access_token")?,
+            refresh_token: text(v, "refresh_token"),
             expires_at: v.get("expires_at").and_then(Value::as_u64),
-            scope: v.get("scope").and_then(Value::as_str).map(str::to_owned),
+            scope: text(v, "scope"),
+            client,
         })
     }
 }
@@ -531,14 +576,22 @@ impl Tokens {
 /// server's resource URL.
 ///
 /// # Contract
-/// Called on the thread of a request while it authorizes, with no lock of the client held;
-/// it should return quickly. A store that cannot save loses the tokens for the next run
-/// only.
+/// Called on the thread of a request while it authorizes (and `load` once as the client
+/// connects), with no lock of the client held; it should return quickly. An error is the
+/// reason, as text that shows no token: [`super::McpError::TokenStore`] of the connect (a
+/// `load`) or of the request that got the tokens (a `save`; the connection keeps them and
+/// goes on with them).
 pub trait TokenStore: Send + Sync {
     /// The tokens kept for `resource`, if any.
-    fn load(&self, resource: &str) -> Option<Tokens>;
+    ///
+    /// # Errors
+    /// Why what is kept cannot be read (a corrupt file...).
+    fn load(&self, resource: &str) -> Result<Option<Tokens>, String>;
     /// Keeps `tokens` for `resource` (replacing what was kept).
-    fn save(&self, resource: &str, tokens: &Tokens);
+    ///
+    /// # Errors
+    /// Why they could not be kept.
+    fn save(&self, resource: &str, tokens: &Tokens) -> Result<(), String>;
 }
 
 /// Tokens kept in memory: the default [`TokenStore`].
@@ -548,19 +601,22 @@ pub struct MemoryStore {
 }
 
 impl TokenStore for MemoryStore {
-    fn load(&self, resource: &str) -> Option<Tokens> {
-        self.tokens.lock().get(resource).cloned()
+    fn load(&self, resource: &str) -> Result<Option<Tokens>, String> {
+        Ok(self.tokens.lock().get(resource).cloned())
     }
 
-    fn save(&self, resource: &str, tokens: &Tokens) {
+    fn save(&self, resource: &str, tokens: &Tokens) -> Result<(), String> {
         self.tokens
             .lock()
             .insert(resource.to_owned(), tokens.clone());
+        Ok(())
     }
 }
 
-/// Tokens kept in a JSON file (for a CLI between runs), written whole through a temporary
-/// file renamed over it, readable by its owner only on unix.
+/// Tokens kept in a JSON file (for a CLI between runs), with the client each was issued to,
+/// by resource URL. Written whole through a temporary file beside it that is renamed over
+/// it; on unix both are made readable and writable by their owner only (mode `0600`). A
+/// file that is not this store's JSON is an error, never read as empty or written over.
 #[derive(Debug)]
 pub struct FileStore {
     path: PathBuf,
@@ -568,7 +624,8 @@ pub struct FileStore {
 }
 
 impl FileStore {
-    /// A store in the file at `path` (made when tokens are first saved).
+    /// A store in the file at `path` (made when tokens are first saved; its directory must
+    /// exist).
     #[must_use]
     pub fn new(path: impl Into<PathBuf>) -> FileStore {
         FileStore {
@@ -577,26 +634,43 @@ impl FileStore {
         }
     }
 
-    fn read(&self) -> serde_json::Map<String, Value> {
-        std::fs::read(&self.path)
-            .ok()
-            .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok())
-            .and_then(|v| v.as_object().cloned())
-            .unwrap_or_default()
+    /// Everything kept; empty when there is no file yet.
+    fn read(&self) -> Result<serde_json::Map<String, Value>, String> {
+        let bytes = match std::fs::read(&self.path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Default::default()),
+            Err(e) => return Err(format!("cannot read {}: {e}", self.path.display())),
+        };
+        // The parser's message says where, never what: no token is quoted.
+        match serde_json::from_slice::<Value>(&bytes) {
+            Ok(Value::Object(all)) => Ok(all),
+            Ok(_) => Err(format!("{} is not a JSON object", self.path.display())),
+            Err(e) => Err(format!("{} is not JSON ({e})", self.path.display())),
+        }
     }
 }
 
 impl TokenStore for FileStore {
-    fn load(&self, resource: &str) -> Option<Tokens> {
+    fn load(&self, resource: &str) -> Result<Option<Tokens>, String> {
         let _held = self.lock.lock();
-        self.read().get(resource).and_then(Tokens::from_json)
+        match self.read()?.get(resource) {
+            None => Ok(None),
+            Some(v) => Tokens::from_json(v).map(Some).ok_or_else(|| {
+                format!(
+                    "the tokens {} keeps for {resource} lack an access token or a client's id",
+                    self.path.display()
+                )
+            }),
+        }
     }
 
-    fn save(&self, resource: &str, tokens: &Tokens) {
+    fn save(&self, resource: &str, tokens: &Tokens) -> Result<(), String> {
         let _held = self.lock.lock();
-        let mut all = self.read();
+        let mut all = self.read()?;
         all.insert(resource.to_owned(), tokens.to_json());
-        let tmp = self.path.with_extension("tmp");
+        let mut tmp = self.path.clone().into_os_string();
+        tmp.push(".tmp");
+        let tmp = PathBuf::from(tmp);
         let written = (|| -> std::io::Result<()> {
             let mut options = std::fs::OpenOptions::new();
             options.write(true).create(true).truncate(true);
@@ -606,13 +680,20 @@ impl TokenStore for FileStore {
                 options.mode(0o600);
             }
             let mut file = options.open(&tmp)?;
+            // A temporary file left by an earlier run keeps its mode: set it.
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt;
+                file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+            }
             std::io::Write::write_all(&mut file, &serde_json::to_vec(&Value::Object(all))?)?;
             file.sync_all()?;
             std::fs::rename(&tmp, &self.path)
         })();
-        if written.is_err() {
+        written.map_err(|e| {
             let _ = std::fs::remove_file(&tmp);
-        }
+            format!("cannot write {}: {e}", self.path.display())
+        })
     }
 }
 
@@ -648,8 +729,14 @@ mod tests {
             refresh_token: Some("rt-SECRET".into()),
             expires_at: None,
             scope: None,
+            client: Some(IssuedTo {
+                id: "client-1".into(),
+                secret: Some("cs-SECRET".into()),
+                method: "client_secret_basic".into(),
+            }),
         };
         assert!(!format!("{t:?}").contains("SECRET"));
+        assert!(format!("{t:?}").contains("client-1"));
         let o = OAuth::new().client("id", Some("cs-SECRET"));
         assert!(!format!("{o:?}").contains("SECRET"));
     }
@@ -662,10 +749,27 @@ mod tests {
             refresh_token: Some("r".into()),
             expires_at: Some(5),
             scope: Some("s".into()),
+            client: Some(IssuedTo {
+                id: "c".into(),
+                secret: None,
+                method: "none".into(),
+            }),
         };
-        FileStore::new(&path).save("http://h/mcp", &t);
-        assert_eq!(FileStore::new(&path).load("http://h/mcp"), Some(t));
-        assert_eq!(FileStore::new(&path).load("http://other/mcp"), None);
+        let untold = Tokens {
+            client: None,
+            ..t.clone()
+        };
+        assert_eq!(FileStore::new(&path).load("http://h/mcp"), Ok(None));
+        FileStore::new(&path).save("http://h/mcp", &t).unwrap();
+        FileStore::new(&path)
+            .save("http://h/other", &untold)
+            .unwrap();
+        assert_eq!(FileStore::new(&path).load("http://h/mcp"), Ok(Some(t)));
+        assert_eq!(
+            FileStore::new(&path).load("http://h/other"),
+            Ok(Some(untold))
+        );
+        assert_eq!(FileStore::new(&path).load("http://other/mcp"), Ok(None));
         let _ = std::fs::remove_file(&path);
     }
 }

@@ -11,9 +11,11 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 
 use super::McpError;
-use super::oauth::{AuthorizationRequest, Authorizer, Challenge, Credentials, OAuth, Tokens};
+use super::oauth::{
+    AuthorizationRequest, Authorizer, Challenge, Credentials, IssuedTo, OAuth, Tokens,
+};
 use crate::cancel::CancelToken;
-use crate::llm::http::{HttpClient, Method, Post, Target};
+use crate::llm::http::{HttpClient, Method, Post, Secrets, Target, scrub};
 
 /// The most bytes of a metadata document or a token endpoint's answer read.
 const MAX_DOCUMENT: u64 = 1 << 20;
@@ -34,7 +36,7 @@ pub(crate) struct Auth {
 #[derive(Default)]
 struct Flow {
     found: Option<Found>,
-    client: Option<Registered>,
+    client: Option<IssuedTo>,
     /// The scopes asked for last.
     scopes: Vec<String>,
     /// The redirect URI of the registered client (a loopback one is bound per flow).
@@ -58,33 +60,27 @@ struct Found {
     legacy: bool,
 }
 
-#[derive(Clone)]
-struct Registered {
-    id: String,
-    secret: Option<String>,
-    /// `client_secret_basic`, `client_secret_post` or `none`.
-    method: String,
-}
-
 fn failed(why: impl Into<String>) -> McpError {
     McpError::Auth(why.into())
 }
 
 impl Auth {
-    pub(crate) fn new(config: OAuth, endpoint: &str, http: HttpClient) -> Auth {
+    /// # Errors
+    /// [`McpError::TokenStore`] when the store cannot read what it keeps.
+    pub(crate) fn new(config: OAuth, endpoint: &str, http: HttpClient) -> Result<Auth, McpError> {
         let endpoint = endpoint
             .split(['?', '#'])
             .next()
             .unwrap_or(endpoint)
             .to_owned();
-        let current = config.store.load(&endpoint);
-        Auth {
+        let current = config.store.load(&endpoint).map_err(McpError::TokenStore)?;
+        Ok(Auth {
             config,
             endpoint,
             http,
             current: Mutex::new(current),
             flow: Mutex::new(Flow::default()),
-        }
+        })
     }
 
     /// The access token to send now, if there is one.
@@ -92,19 +88,35 @@ impl Auth {
         self.current.lock().as_ref().map(|t| t.access_token.clone())
     }
 
-    /// Refreshes the token when it expired and a refresh token is held (a failure leaves
-    /// it: the server's refusal then starts the flow).
-    pub(crate) fn refresh_if_expired(&self, cancel: &CancelToken) {
-        let held = self.current.lock().clone();
-        let Some(refresh) = held.filter(Tokens::expired).and_then(|t| t.refresh_token) else {
-            return;
+    /// Refreshes the token when it expired and a refresh token is held, discovering the
+    /// authorization server first when this connection has not (tokens from the store). A
+    /// failure leaves it: the server's refusal then starts the flow.
+    ///
+    /// # Errors
+    /// [`McpError::TokenStore`] when the new tokens could not be saved (they are used).
+    pub(crate) fn refresh_if_expired(&self, cancel: &CancelToken) -> Result<(), McpError> {
+        let Some(held) = self
+            .current
+            .lock()
+            .clone()
+            .filter(|t| t.expired() && t.refresh_token.is_some())
+        else {
+            return Ok(());
         };
         let mut flow = self.flow.lock();
+        // Another request refreshed it meanwhile.
+        if self.current.lock().as_ref() != Some(&held) {
+            return Ok(());
+        }
+        if flow.found.is_none() {
+            flow.found = self.discover(&Challenge::default(), cancel).ok();
+        }
         let Some(found) = flow.found.clone() else {
-            return;
+            return Ok(());
         };
-        if let Ok(tokens) = self.refresh(&mut flow, &found, &refresh, cancel) {
-            let _ = self.keep(tokens);
+        match self.refresh(&flow, &found, &held, cancel) {
+            Ok(tokens) => self.keep(tokens),
+            Err(_) => Ok(()),
         }
     }
 
@@ -162,8 +174,8 @@ impl Auth {
             .clone()
             .unwrap_or_else(|| unreachable!("found above"));
         if !step_up
-            && let Some(refresh) = held.as_ref().and_then(|t| t.refresh_token.clone())
-            && let Ok(tokens) = self.refresh(&mut flow, &found, &refresh, cancel)
+            && let Some(held) = held.as_ref().filter(|t| t.refresh_token.is_some())
+            && let Ok(tokens) = self.refresh(&flow, &found, held, cancel)
         {
             return self.keep(tokens);
         }
@@ -196,10 +208,17 @@ impl Auth {
         self.keep(tokens)
     }
 
+    /// Uses `tokens` from now on, and saves them.
+    ///
+    /// # Errors
+    /// [`McpError::TokenStore`] when the store could not save them (they are used all
+    /// the same).
     fn keep(&self, tokens: Tokens) -> Result<(), McpError> {
-        self.config.store.save(&self.endpoint, &tokens);
-        *self.current.lock() = Some(tokens);
-        Ok(())
+        *self.current.lock() = Some(tokens.clone());
+        self.config
+            .store
+            .save(&self.endpoint, &tokens)
+            .map_err(McpError::TokenStore)
     }
 
     /// The protected resource metadata, then the authorization server's.
@@ -337,7 +356,7 @@ impl Auth {
         found: &Found,
         redirect_uri: &str,
         cancel: &CancelToken,
-    ) -> Result<Registered, McpError> {
+    ) -> Result<IssuedTo, McpError> {
         if let Some(client) = &flow.client
             && flow.redirect_uri.as_deref() == Some(redirect_uri)
         {
@@ -355,7 +374,7 @@ impl Auth {
             }
         };
         let client = if let Some(id) = &self.config.client_id {
-            Registered {
+            IssuedTo {
                 id: id.clone(),
                 secret: self.config.client_secret.clone(),
                 method: if self.config.client_secret.is_some() {
@@ -368,7 +387,7 @@ impl Auth {
             &self.config.client_metadata_url,
             found.meta["client_id_metadata_document_supported"].as_bool(),
         ) {
-            Registered {
+            IssuedTo {
                 id: url.clone(),
                 secret: None,
                 method: "none".into(),
@@ -414,7 +433,7 @@ impl Auth {
                         "none".into()
                     }
                 });
-            Registered {
+            IssuedTo {
                 id: id.to_owned(),
                 secret,
                 method,
@@ -502,9 +521,8 @@ impl Auth {
         };
         let redirected = match (&self.config.authorizer, listener) {
             (Authorizer::Hook { hook, .. }, _) => hook(&request, cancel),
-            (Authorizer::Loopback { open, timeout }, Some(listener)) => {
-                open(&request.url).and_then(|()| wait_for_redirect(&listener, *timeout, cancel))
-            }
+            (Authorizer::Loopback { open, timeout }, Some(listener)) => open(&request.url)
+                .and_then(|()| wait_for_redirect(&listener, *timeout, &state, cancel)),
             _ => Err("no authorizer".into()),
         }
         .map_err(|why| failed(format!("the user's authorization was not obtained: {why}")))?;
@@ -553,33 +571,42 @@ impl Auth {
         self.token(found, &client, form, None, cancel)
     }
 
+    /// The `refresh_token` grant, as the client the tokens were issued to (the one
+    /// registered on this connection, else the one the store kept with them, else the one
+    /// configured).
     fn refresh(
         &self,
-        flow: &mut Flow,
+        flow: &Flow,
         found: &Found,
-        refresh: &str,
+        held: &Tokens,
         cancel: &CancelToken,
     ) -> Result<Tokens, McpError> {
-        let client = match (&self.config.credentials, &flow.client) {
-            (_, Some(client)) => client.clone(),
-            (Some(Credentials::Secret { id, secret }), None) => Registered {
+        let Some(refresh) = held.refresh_token.as_deref() else {
+            return Err(failed("no refresh token"));
+        };
+        let configured = || match (&self.config.credentials, &self.config.client_id) {
+            (Some(Credentials::Secret { id, secret }), _) => Some(IssuedTo {
                 id: id.clone(),
                 secret: Some(secret.clone()),
                 method: "client_secret_basic".into(),
-            },
-            _ => match &self.config.client_id {
-                Some(id) => Registered {
-                    id: id.clone(),
-                    secret: self.config.client_secret.clone(),
-                    method: if self.config.client_secret.is_some() {
-                        "client_secret_basic".into()
-                    } else {
-                        "none".into()
-                    },
+            }),
+            (_, Some(id)) => Some(IssuedTo {
+                id: id.clone(),
+                secret: self.config.client_secret.clone(),
+                method: if self.config.client_secret.is_some() {
+                    "client_secret_basic".into()
+                } else {
+                    "none".into()
                 },
-                None => return Err(failed("no client to refresh with")),
-            },
+            }),
+            _ => None,
         };
+        let client = held
+            .client
+            .clone()
+            .or_else(|| flow.client.clone())
+            .or_else(configured)
+            .ok_or_else(|| failed("no client to refresh with"))?;
         let form = vec![
             ("grant_type", "refresh_token".to_owned()),
             ("refresh_token", refresh.to_owned()),
@@ -609,7 +636,7 @@ impl Auth {
                     m.iter().any(|m| m == "client_secret_post")
                         && !m.iter().any(|m| m == "client_secret_basic")
                 });
-                Registered {
+                IssuedTo {
                     id: id.clone(),
                     secret: Some(secret.clone()),
                     method: if post {
@@ -630,7 +657,7 @@ impl Auth {
                     signed_assertion(id, &found.issuer, key_pem)?,
                 ));
                 form.push(("client_id", id.clone()));
-                Registered {
+                IssuedTo {
                     id: id.clone(),
                     secret: None,
                     method: "private_key_jwt".into(),
@@ -644,7 +671,7 @@ impl Auth {
     fn token(
         &self,
         found: &Found,
-        client: &Registered,
+        client: &IssuedTo,
         mut form: Vec<(&'static str, String)>,
         previous_refresh: Option<&str>,
         cancel: &CancelToken,
@@ -668,15 +695,40 @@ impl Auth {
             ("private_key_jwt", _) => {}
             _ => form.push(("client_id", client.id.clone())),
         }
+        // What the endpoint says back may echo what it was sent: none of the grant's
+        // secrets (a code, its verifier, a refresh token, the client's secret or assertion)
+        // is shown.
+        let sent: Vec<String> = form
+            .iter()
+            .filter(|(name, _)| {
+                matches!(
+                    *name,
+                    "code"
+                        | "code_verifier"
+                        | "refresh_token"
+                        | "client_secret"
+                        | "client_assertion"
+                )
+            })
+            .map(|(_, value)| value.clone())
+            .chain(basic.clone())
+            .chain(client.secret.clone())
+            .collect();
         let (status, answer) = self.post(&found.token_endpoint, Body::Form(form), basic, cancel)?;
         if status >= 300 {
-            return Err(failed(format!(
-                "the token endpoint refused (status {status}): {}",
-                describe(&answer)
+            let secrets = Secrets::new(None, &[]).and(sent.iter().map(String::as_str));
+            return Err(failed(scrub(
+                format!(
+                    "the token endpoint refused (status {status}): {}",
+                    describe(&answer)
+                ),
+                Some(&secrets),
             )));
         }
-        Tokens::from_response(&answer, previous_refresh)
-            .ok_or_else(|| failed("the token endpoint's answer has no access_token"))
+        let mut tokens = Tokens::from_response(&answer, previous_refresh)
+            .ok_or_else(|| failed("the token endpoint's answer has no access_token"))?;
+        tokens.client = Some(client.clone());
+        Ok(tokens)
     }
 
     /// GETs a JSON document; `None` when the server has none there (an error status, or
@@ -905,10 +957,14 @@ fn query_of(url: &str) -> Vec<(String, String)> {
 }
 
 /// Waits for the browser's redirect on `listener`, at most `timeout` or until `cancel`:
-/// the first request to `/callback` is answered and its URL returned.
+/// the first request to `/callback` with the flow's `state` is answered and its URL
+/// returned. Any other request is refused (`404` elsewhere, `400` for a `/callback` with
+/// another `state` or none, which another program on the machine may send), and the wait
+/// goes on. Each connection gets at most 5 s to send its request.
 fn wait_for_redirect(
     listener: &TcpListener,
     timeout: Duration,
+    state: &str,
     cancel: &CancelToken,
 ) -> Result<String, String> {
     let until = Instant::now() + timeout;
@@ -925,29 +981,30 @@ fn wait_for_redirect(
             Ok((mut stream, _)) => {
                 let _ = stream.set_nonblocking(false);
                 let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-                let mut buf = [0u8; 8192];
-                let n = stream.read(&mut buf).unwrap_or(0);
-                let head = String::from_utf8_lossy(&buf[..n]);
-                let target = head
-                    .lines()
-                    .next()
-                    .and_then(|line| line.split(' ').nth(1))
-                    .unwrap_or("")
-                    .to_owned();
-                let done = target.starts_with("/callback");
-                let body = if done {
-                    "Authorized. You may close this window."
+                let target = read_target(&mut stream);
+                let url = format!("http://127.0.0.1:{port}{target}");
+                let path = target.split(['?', '#']).next().unwrap_or("");
+                let (status, body) = if path != "/callback" {
+                    ("404 Not Found", "Not found.")
+                } else if !query_of(&url)
+                    .iter()
+                    .any(|(name, value)| name == "state" && value == state)
+                {
+                    (
+                        "400 Bad Request",
+                        "This is not the authorization this program asked for.",
+                    )
                 } else {
-                    "Not found."
+                    ("200 OK", "Authorized. You may close this window.")
                 };
                 let _ = write!(
                     stream,
-                    "HTTP/1.1 {} \r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    if done { "200 OK" } else { "404 Not Found" },
+                    "HTTP/1.1 {status}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
                     body.len()
                 );
-                if done {
-                    return Ok(format!("http://127.0.0.1:{port}{target}"));
+                let _ = stream.flush();
+                if status.starts_with("200") {
+                    return Ok(url);
                 }
             }
             Err(_) => {
@@ -955,6 +1012,25 @@ fn wait_for_redirect(
             }
         }
     }
+}
+
+/// The target of the request line of an HTTP request (`/callback?code=..`), read up to the
+/// end of its head (8 KB at most); empty when none came.
+fn read_target(stream: &mut impl Read) -> String {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while head.len() < 8192 && !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+    }
+    let head = String::from_utf8_lossy(&head);
+    head.lines()
+        .next()
+        .and_then(|line| line.split(' ').nth(1))
+        .unwrap_or("")
+        .to_owned()
 }
 
 #[cfg(test)]

@@ -7,7 +7,9 @@
 //! is pagent's and the SDK's. Every request both servers answered is traced
 //! (tests/mcp/http_trace.cjs) and the whole sequence asserted.
 
-use pagent::mcp::{MemoryStore, OAuth, TokenStore, Tokens};
+use pagent::mcp::{FileStore, MemoryStore, OAuth, TokenStore, Tokens};
+
+use super::scripted::{Scripted, Step, json_reply, plain};
 
 use super::*;
 
@@ -186,16 +188,16 @@ struct Recording {
 }
 
 impl TokenStore for Recording {
-    fn load(&self, resource: &str) -> Option<Tokens> {
+    fn load(&self, resource: &str) -> Result<Option<Tokens>, String> {
         self.kept.load(resource)
     }
 
-    fn save(&self, resource: &str, tokens: &Tokens) {
+    fn save(&self, resource: &str, tokens: &Tokens) -> Result<(), String> {
         self.saved
             .lock()
             .unwrap()
             .push((resource.to_owned(), tokens.clone()));
-        self.kept.save(resource, tokens);
+        self.kept.save(resource, tokens)
     }
 }
 
@@ -384,4 +386,638 @@ fn the_typescript_sdks_oauth_example_server_is_authorized_through_the_whole_code
         assert_eq!(t["body"], json!({"token": tokens.access_token()}));
         assert_eq!(t["status"], 200);
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Against a loopback authorization server of the test's own: refresh, the loopback
+// listener, the file store, redaction.
+
+/// What the test's authorization server knows and does.
+#[derive(Default)]
+struct Issuer {
+    /// Access tokens the MCP server takes.
+    valid: Vec<String>,
+    /// Refresh tokens the token endpoint takes.
+    refreshable: Vec<String>,
+    issued: usize,
+    /// `expires_in` of the first token issued (then an hour).
+    first_expires_in: Option<u64>,
+    /// The registration's answer gives a secret (`client_secret_post`).
+    confidential: bool,
+    /// The token endpoint refuses the code, saying back every field it was sent.
+    echo_refusal: bool,
+    /// The MCP server answers a valid token with a 500 that says the header back.
+    echo_header: bool,
+    /// The MCP server holds each refusal until this many requests were refused (at most
+    /// 5 s), so that they are all in flight at once.
+    gate: usize,
+    refused: usize,
+}
+
+/// A long token, so that every run of it counts as a secret.
+fn token(kind: &str, n: usize) -> String {
+    format!("{kind}-{n}-Zq7Xw3Vb9Ty2Rk5Lm8")
+}
+
+/// The fields of a form.
+fn form(text: &str) -> Vec<(String, String)> {
+    query(&format!("?{text}"))
+}
+
+fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    fields
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.as_str())
+}
+
+/// A session-era MCP server ([`scripted::plain`]) at `/mcp` that takes only the tokens its
+/// authorization server (the same origin) issued: protected resource and authorization
+/// server metadata, dynamic registration, a token endpoint for codes and refresh tokens
+/// (refresh tokens rotate).
+fn guarded(issuer: &Arc<Mutex<Issuer>>) -> Scripted {
+    let issuer = issuer.clone();
+    Scripted::start(move |seen| {
+        let base = format!("http://{}", seen.header("host").unwrap_or(""));
+        let path = seen.path.split('?').next().unwrap_or("");
+        let mut st = issuer.lock().unwrap();
+        match (seen.method.as_str(), path) {
+            ("GET", "/.well-known/oauth-protected-resource/mcp") => json_reply(
+                200,
+                &json!({"resource": format!("{base}/mcp"), "authorization_servers": [base],
+                        "scopes_supported": ["read"]}),
+            ),
+            ("GET", "/.well-known/oauth-authorization-server") => json_reply(
+                200,
+                &json!({"issuer": base,
+                        "authorization_endpoint": format!("{base}/authorize"),
+                        "token_endpoint": format!("{base}/token"),
+                        "registration_endpoint": format!("{base}/register"),
+                        "code_challenge_methods_supported": ["S256"],
+                        "token_endpoint_auth_methods_supported": ["none", "client_secret_post"],
+                        "scopes_supported": ["read", "offline_access"]}),
+            ),
+            ("POST", "/register") if st.confidential => json_reply(
+                201,
+                &json!({"client_id": "client-1", "client_secret": token("cs", 1),
+                        "token_endpoint_auth_method": "client_secret_post"}),
+            ),
+            ("POST", "/register") => json_reply(
+                201,
+                &json!({"client_id": "client-1", "token_endpoint_auth_method": "none"}),
+            ),
+            ("POST", "/token") => {
+                let fields = form(&seen.text);
+                let grant = field(&fields, "grant_type").unwrap_or("");
+                let refresh = field(&fields, "refresh_token").unwrap_or("");
+                if st.echo_refusal {
+                    return json_reply(
+                        400,
+                        &json!({"error": "invalid_grant",
+                                "error_description": format!("refused: {}", seen.text)}),
+                    );
+                }
+                if grant == "refresh_token" && !st.refreshable.iter().any(|r| r == refresh) {
+                    return json_reply(
+                        400,
+                        &json!({"error": "invalid_grant",
+                                "error_description": format!("{refresh} is not known")}),
+                    );
+                }
+                st.refreshable.retain(|r| r != refresh);
+                st.issued += 1;
+                let n = st.issued;
+                let expires_in = match st.first_expires_in {
+                    Some(s) if n == 1 => s,
+                    _ => 3600,
+                };
+                st.valid.push(token("at", n));
+                st.refreshable.push(token("rt", n));
+                json_reply(
+                    200,
+                    &json!({"access_token": token("at", n), "token_type": "Bearer",
+                            "refresh_token": token("rt", n), "expires_in": expires_in,
+                            "scope": "read offline_access"}),
+                )
+            }
+            (_, "/mcp") => {
+                let bearer = seen
+                    .header("authorization")
+                    .and_then(|a| a.strip_prefix("Bearer "))
+                    .unwrap_or("");
+                if !st.valid.iter().any(|t| t == bearer) {
+                    let challenge = format!(
+                        r#"Bearer error="invalid_token", resource_metadata="{base}/.well-known/oauth-protected-resource/mcp""#
+                    );
+                    st.refused += 1;
+                    let gate = st.gate;
+                    drop(st);
+                    let until = Instant::now() + Duration::from_secs(5);
+                    while issuer.lock().unwrap().refused < gate && Instant::now() < until {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    return vec![Step::Head(401, vec![("www-authenticate", challenge)])];
+                }
+                if st.echo_header && seen.rpc() == "ping" {
+                    return vec![
+                        Step::Head(500, vec![("content-type", "text/plain".into())]),
+                        Step::Data(format!("no: authorization: Bearer {bearer}")),
+                    ];
+                }
+                plain(seen)
+            }
+            _ => vec![Step::Head(404, vec![])],
+        }
+    })
+}
+
+/// Each request the server saw, in one line: the method, the path, the JSON-RPC method or
+/// the grant, and the token it came with.
+fn flow_lines(server: &Scripted, n: usize) -> Vec<String> {
+    server
+        .wait_seen(n)
+        .iter()
+        .map(|s| {
+            let path = s.path.split('?').next().unwrap_or("").to_owned();
+            let what = if path == "/token" {
+                let fields = form(&s.text);
+                let mut what = field(&fields, "grant_type").unwrap_or("").to_owned();
+                if let Some(r) = field(&fields, "refresh_token") {
+                    what.push_str(&format!(" {r}"));
+                }
+                what
+            } else {
+                s.rpc().to_owned()
+            };
+            let bearer = s
+                .header("authorization")
+                .and_then(|a| a.strip_prefix("Bearer "))
+                .map(|t| format!(" [{}]", t.split('-').take(2).collect::<Vec<_>>().join("-")))
+                .unwrap_or_default();
+            format!("{} {path} {what}{bearer}", s.method)
+                .replace("  ", " ")
+                .trim_end()
+                .to_owned()
+        })
+        .collect()
+}
+
+/// OAuth whose user authorizes at once (the hook makes the redirect), counting the times
+/// it is asked.
+fn authorizing(asked: &Arc<AtomicUsize>) -> OAuth {
+    let asked = asked.clone();
+    OAuth::new().authorize("http://127.0.0.1:9/callback", move |request, _| {
+        asked.fetch_add(1, Ordering::SeqCst);
+        let state = query(&request.url)
+            .into_iter()
+            .find(|(n, _)| n == "state")
+            .map(|(_, v)| v)
+            .unwrap_or_default();
+        Ok(format!(
+            "{}?code=code-1&state={state}",
+            request.redirect_uri
+        ))
+    })
+}
+
+/// What a first connect sends: refused, discovery, registration, the code's token, the
+/// request again with it.
+fn first_connect() -> Vec<String> {
+    [
+        "POST /mcp initialize",
+        "GET /.well-known/oauth-protected-resource/mcp",
+        "GET /.well-known/oauth-authorization-server",
+        "POST /register",
+        "POST /token authorization_code",
+        "POST /mcp initialize [at-1]",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+fn lines_of(rows: &[&str]) -> Vec<String> {
+    rows.iter().map(|r| (*r).to_owned()).collect()
+}
+
+#[test]
+fn an_expired_token_is_refreshed_before_the_next_request_which_carries_the_new_one() {
+    let issuer = Arc::new(Mutex::new(Issuer {
+        // Within the minute the client counts as expired.
+        first_expires_in: Some(30),
+        ..Issuer::default()
+    }));
+    let server = guarded(&issuer);
+    let asked = Arc::new(AtomicUsize::new(0));
+    let client = Client::http(format!("{}/mcp", server.url))
+        .era(Era::Session)
+        .oauth(authorizing(&asked))
+        .connect()
+        .unwrap();
+    client.ping().unwrap();
+    client.close();
+    assert_eq!(
+        flow_lines(&server, 11),
+        [
+            first_connect(),
+            lines_of(&[
+                // The next request finds the token expired: refreshed first, as the
+                // client it was issued to, and the new one sent.
+                &format!("POST /token refresh_token {}", token("rt", 1)),
+                "POST /mcp notifications/initialized [at-2]",
+                "GET /mcp [at-2]",
+                "POST /mcp ping [at-2]",
+                "DELETE /mcp [at-2]",
+            ]),
+        ]
+        .concat()
+    );
+    assert_eq!(asked.load(Ordering::SeqCst), 1);
+    let refresh = server
+        .seen()
+        .into_iter()
+        .find(|s| s.text.contains("grant_type=refresh_token"))
+        .unwrap();
+    let fields = form(&refresh.text);
+    assert_eq!(field(&fields, "client_id"), Some("client-1"));
+    assert_eq!(
+        field(&fields, "resource"),
+        Some(format!("{}/mcp", server.url).as_str())
+    );
+}
+
+#[test]
+fn a_token_refused_on_a_live_connection_is_refreshed_once_for_two_threads_then_authorized_anew() {
+    let issuer = Arc::new(Mutex::new(Issuer::default()));
+    let server = guarded(&issuer);
+    let asked = Arc::new(AtomicUsize::new(0));
+    let client = Client::http(format!("{}/mcp", server.url))
+        .era(Era::Session)
+        .oauth(authorizing(&asked))
+        .connect()
+        .unwrap();
+    client.ping().unwrap();
+    let before = server.seen().len();
+    // The server forgets the access token: two threads' requests are refused with it,
+    // both before either gets a new one.
+    {
+        let mut st = issuer.lock().unwrap();
+        st.valid.clear();
+        st.refused = 0;
+        st.gate = 2;
+    }
+    std::thread::scope(|s| {
+        let pings: Vec<_> = (0..2).map(|_| s.spawn(|| client.ping())).collect();
+        for ping in pings {
+            ping.join().unwrap().unwrap();
+        }
+    });
+    let mut after: Vec<String> = flow_lines(&server, before + 5)[before..].to_vec();
+    after.sort();
+    // Each ping refused once; one refresh for both; each sent again with the new token.
+    assert_eq!(
+        after,
+        [
+            "POST /mcp ping [at-1]",
+            "POST /mcp ping [at-1]",
+            "POST /mcp ping [at-2]",
+            "POST /mcp ping [at-2]",
+            &format!("POST /token refresh_token {}", token("rt", 1)),
+        ]
+    );
+    assert_eq!(asked.load(Ordering::SeqCst), 1, "no new authorization");
+    // Now the refresh token is refused too: the user is asked again.
+    let before = server.seen().len();
+    {
+        let mut st = issuer.lock().unwrap();
+        st.valid.clear();
+        st.refreshable.clear();
+        st.gate = 0;
+    }
+    client.ping().unwrap();
+    assert_eq!(
+        flow_lines(&server, before + 4)[before..],
+        [
+            "POST /mcp ping [at-2]",
+            &format!("POST /token refresh_token {}", token("rt", 2)),
+            "POST /token authorization_code",
+            "POST /mcp ping [at-3]",
+        ]
+    );
+    assert_eq!(asked.load(Ordering::SeqCst), 2);
+    client.close();
+}
+
+/// The browser of a user who authorizes at once, on another program's behalf too: before
+/// the real redirect, pagent's listener gets a request for another path and a redirect
+/// with another `state`. Each status the listener answered is logged.
+fn crowded_browser(
+    statuses: Arc<Mutex<Vec<u16>>>,
+    listener: Arc<Mutex<String>>,
+) -> impl Fn(&str) -> Result<(), String> + Send + Sync {
+    move |url: &str| {
+        let (url, statuses, listener) = (url.to_owned(), statuses.clone(), listener.clone());
+        std::thread::spawn(move || {
+            let agent: ureq::Agent = ureq::Agent::config_builder()
+                .max_redirects(0)
+                .http_status_as_error(false)
+                .timeout_global(Some(Duration::from_secs(10)))
+                .build()
+                .into();
+            let asked = query(&url);
+            let param = |name: &str| field(&asked, name).unwrap_or("").to_owned();
+            let redirect = param("redirect_uri");
+            *listener.lock().unwrap() = redirect.clone();
+            let origin = redirect.trim_end_matches("/callback").to_owned();
+            for target in [
+                format!("{origin}/favicon.ico"),
+                format!("{redirect}?code=stolen&state=not-{}", param("state")),
+                format!("{redirect}?code=stolen"),
+                format!("{redirect}?code=code-1&state={}", param("state")),
+            ] {
+                let status = agent.get(&target).call().map_or(0, |r| r.status().as_u16());
+                statuses.lock().unwrap().push(status);
+            }
+        });
+        Ok(())
+    }
+}
+
+#[test]
+fn the_loopback_listener_refuses_other_requests_and_states_and_takes_the_redirect() {
+    let issuer = Arc::new(Mutex::new(Issuer::default()));
+    let server = guarded(&issuer);
+    let statuses = Arc::new(Mutex::new(Vec::new()));
+    let listener = Arc::new(Mutex::new(String::new()));
+    let client = Client::http(format!("{}/mcp", server.url))
+        .era(Era::Session)
+        .oauth(
+            OAuth::new()
+                .authorize_in_browser(crowded_browser(statuses.clone(), listener.clone()))
+                .authorization_timeout(Duration::from_secs(20)),
+        )
+        .connect()
+        .unwrap();
+    client.ping().unwrap();
+    client.close();
+    assert_eq!(*statuses.lock().unwrap(), [404, 400, 400, 200]);
+    // The code that came with the right state is the one exchanged.
+    let exchanged = server
+        .seen()
+        .into_iter()
+        .find(|s| s.text.contains("grant_type=authorization_code"))
+        .unwrap();
+    let fields = form(&exchanged.text);
+    assert_eq!(field(&fields, "code"), Some("code-1"));
+    let redirect = listener.lock().unwrap().clone();
+    assert_eq!(field(&fields, "redirect_uri"), Some(redirect.as_str()));
+    // Registered with that redirect, on the loopback interface; nothing listens there now.
+    let registered = server
+        .seen()
+        .into_iter()
+        .find(|s| s.path == "/register")
+        .unwrap();
+    assert_eq!(registered.body["redirect_uris"], json!([redirect]));
+    let port: u16 = redirect
+        .strip_prefix("http://127.0.0.1:")
+        .and_then(|r| r.strip_suffix("/callback"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(TcpStream::connect(("127.0.0.1", port)).is_err());
+}
+
+#[test]
+fn the_loopback_listener_gives_up_when_no_redirect_comes_in_time() {
+    let issuer = Arc::new(Mutex::new(Issuer::default()));
+    let server = guarded(&issuer);
+    let shown = Arc::new(Mutex::new(Vec::new()));
+    let log = shown.clone();
+    let started = Instant::now();
+    let err = Client::http(format!("{}/mcp", server.url))
+        .era(Era::Session)
+        .oauth(
+            OAuth::new()
+                .authorize_in_browser(move |url| {
+                    log.lock().unwrap().push(url.to_owned());
+                    Ok(())
+                })
+                .authorization_timeout(Duration::from_millis(300)),
+        )
+        .connect()
+        .unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(15));
+    assert_eq!(
+        err,
+        McpError::Auth(
+            "the user's authorization was not obtained: no redirect came within 300ms".into()
+        )
+    );
+    assert_eq!(shown.lock().unwrap().len(), 1);
+    // A program's `open` that fails fails the flow with its reason, without waiting.
+    let err = Client::http(format!("{}/mcp", server.url))
+        .era(Era::Session)
+        .oauth(OAuth::new().authorize_in_browser(|_| Err("no browser here".into())))
+        .connect()
+        .unwrap_err();
+    assert_eq!(
+        err,
+        McpError::Auth("the user's authorization was not obtained: no browser here".into())
+    );
+}
+
+#[cfg(unix)]
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+fn tokens_in_a_file_store_survive_a_reconnect_and_are_refreshed_as_the_client_kept_with_them() {
+    let issuer = Arc::new(Mutex::new(Issuer::default()));
+    let server = guarded(&issuer);
+    let dir = temp_dir("oauth-store");
+    let path = dir.join("tokens.json");
+    let url = format!("{}/mcp", server.url);
+    let asked = Arc::new(AtomicUsize::new(0));
+    let connect = || {
+        Client::http(&url)
+            .era(Era::Session)
+            .oauth(authorizing(&asked).store(FileStore::new(&path)))
+            .connect()
+            .unwrap()
+    };
+    let first = connect();
+    first.ping().unwrap();
+    first.close();
+    #[cfg(unix)]
+    assert_eq!(mode(&path), 0o600, "the owner's only");
+    let kept = FileStore::new(&path).load(&url).unwrap().unwrap();
+    assert_eq!(kept.access_token(), token("at", 1));
+    assert_eq!(kept.client_id(), Some("client-1"));
+    let before = server.seen().len();
+    // Another run: the kept token goes with the first request; nobody is asked.
+    let second = connect();
+    second.ping().unwrap();
+    assert_eq!(
+        flow_lines(&server, before + 4)[before..],
+        [
+            "POST /mcp initialize [at-1]",
+            "POST /mcp notifications/initialized [at-1]",
+            "GET /mcp [at-1]",
+            "POST /mcp ping [at-1]",
+        ]
+    );
+    // Refused later: refreshed as the client the file kept, never registered on this
+    // connection, and the file holds the new tokens.
+    issuer.lock().unwrap().valid.clear();
+    let before = server.seen().len();
+    second.ping().unwrap();
+    assert_eq!(
+        flow_lines(&server, before + 5)[before..],
+        [
+            "POST /mcp ping [at-1]",
+            "GET /.well-known/oauth-protected-resource/mcp",
+            "GET /.well-known/oauth-authorization-server",
+            &format!("POST /token refresh_token {}", token("rt", 1)),
+            "POST /mcp ping [at-2]",
+        ]
+    );
+    second.close();
+    assert_eq!(asked.load(Ordering::SeqCst), 1);
+    let kept = FileStore::new(&path).load(&url).unwrap().unwrap();
+    assert_eq!(kept.access_token(), token("at", 2));
+    assert_eq!(kept.refresh_token(), Some(token("rt", 2).as_str()));
+    #[cfg(unix)]
+    assert_eq!(mode(&path), 0o600);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_corrupt_or_unwritable_token_file_is_a_token_store_error() {
+    let issuer = Arc::new(Mutex::new(Issuer::default()));
+    let server = guarded(&issuer);
+    let dir = temp_dir("oauth-corrupt");
+    let url = format!("{}/mcp", server.url);
+    let asked = Arc::new(AtomicUsize::new(0));
+    let connect = |path: &Path| {
+        Client::http(&url)
+            .era(Era::Session)
+            .oauth(authorizing(&asked).store(FileStore::new(path)))
+            .connect()
+    };
+    let path = dir.join("tokens.json");
+    for (text, why) in [
+        (
+            format!("{{\"{url}\": {{\"access_token\": \"at-SECRET-Zq7Xw3Vb9Ty2\""),
+            "is not JSON (EOF while parsing an object at line 1 column",
+        ),
+        ("[]".to_owned(), "is not a JSON object"),
+        (
+            format!("{{\"{url}\": {{\"refresh_token\": \"rt-SECRET-Zq7Xw3Vb9Ty2\"}}}}"),
+            "lack an access token",
+        ),
+    ] {
+        std::fs::write(&path, &text).unwrap();
+        let err = connect(&path).unwrap_err();
+        let McpError::TokenStore(reason) = &err else {
+            panic!("{err:?}")
+        };
+        assert!(reason.contains(&path.display().to_string()), "{reason}");
+        assert!(reason.contains(why), "{reason}");
+        assert!(!err.to_string().contains("SECRET"), "{err}");
+        // Nothing was sent, and the file is left as it was.
+        assert_eq!(server.seen().len(), 0);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+    }
+    // A file that cannot be written: the request that got the tokens fails with why.
+    let nowhere = dir.join("missing").join("tokens.json");
+    let err = connect(&nowhere).unwrap_err();
+    assert!(
+        matches!(&err, McpError::TokenStore(m) if m.starts_with(&format!("cannot write {}", nowhere.display()))),
+        "{err:?}"
+    );
+    assert_eq!(asked.load(Ordering::SeqCst), 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn tokens_codes_and_secrets_never_show_in_an_error_or_a_debug() {
+    let secret_free = |text: &str| {
+        for kind in ["at", "rt", "cs"] {
+            for n in 1..4 {
+                assert!(!text.contains(&token(kind, n)), "{text}");
+                // Nor a long run of one.
+                assert!(!text.contains("Zq7Xw3Vb9"), "{text}");
+            }
+        }
+    };
+    // The token endpoint refuses, saying back the code, its verifier and the client's
+    // secret it was sent.
+    let issuer = Arc::new(Mutex::new(Issuer {
+        confidential: true,
+        echo_refusal: true,
+        ..Issuer::default()
+    }));
+    let server = guarded(&issuer);
+    let asked = Arc::new(AtomicUsize::new(0));
+    let err = Client::http(format!("{}/mcp", server.url))
+        .era(Era::Session)
+        .oauth(authorizing(&asked))
+        .connect()
+        .unwrap_err();
+    let exchanged = server
+        .seen()
+        .into_iter()
+        .find(|s| s.path == "/token")
+        .unwrap();
+    let fields = form(&exchanged.text);
+    let text = format!("{err} {err:?}");
+    assert!(
+        text.contains("the token endpoint refused (status 400)"),
+        "{text}"
+    );
+    for name in ["code_verifier", "client_secret"] {
+        let value = field(&fields, name).unwrap();
+        assert!(value.len() >= 8, "{name}");
+        assert!(!text.contains(value), "{name}: {text}");
+    }
+    secret_free(&text);
+
+    // The MCP server says the header back in an error; and every Debug.
+    let issuer = Arc::new(Mutex::new(Issuer {
+        confidential: true,
+        echo_header: true,
+        ..Issuer::default()
+    }));
+    let server = guarded(&issuer);
+    let dir = temp_dir("oauth-debug");
+    secret_free(&format!(
+        "{:?}",
+        OAuth::new()
+            .client("c", Some(&token("cs", 3)))
+            .client_credentials("m2m", token("cs", 2))
+    ));
+    let oauth = authorizing(&asked).store(FileStore::new(dir.join("tokens.json")));
+    let builder = Client::http(format!("{}/mcp", server.url))
+        .era(Era::Session)
+        .oauth(oauth);
+    secret_free(&format!("{builder:?}"));
+    let client = builder.connect().unwrap();
+    let err = client.ping().unwrap_err();
+    assert!(
+        err.to_string().contains("no: authorization: Bearer"),
+        "{err}"
+    );
+    secret_free(&format!("{err} {err:?} {client:?}"));
+    let kept = FileStore::new(dir.join("tokens.json"))
+        .load(&format!("{}/mcp", server.url))
+        .unwrap()
+        .unwrap();
+    assert_eq!(kept.access_token(), token("at", 1));
+    secret_free(&format!(
+        "{kept:?} {:?}",
+        FileStore::new(dir.join("tokens.json"))
+    ));
+    client.close();
+    let _ = std::fs::remove_dir_all(&dir);
 }

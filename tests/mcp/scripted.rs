@@ -23,6 +23,8 @@ pub struct Seen {
     pub headers: Vec<(String, String)>,
     /// The body as JSON (`Null` when empty or not JSON).
     pub body: Value,
+    /// The body as text (a form's).
+    pub text: String,
     pub at: Instant,
 }
 
@@ -113,6 +115,7 @@ fn read_request(stream: &TcpStream) -> Option<Seen> {
     let request = super::loopback::read_request(stream)?;
     Some(Seen {
         body: serde_json::from_slice(&request.body).unwrap_or(Value::Null),
+        text: String::from_utf8_lossy(&request.body).into_owned(),
         method: request.method,
         path: request.path,
         headers: request.headers,
