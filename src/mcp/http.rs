@@ -342,16 +342,35 @@ impl Inner {
         if let Some(auth) = &self.auth {
             auth.refresh_if_expired(cancel)?;
         }
+        let verb = match method {
+            Method::Post => "POST",
+            Method::Get => "GET",
+            Method::Delete => "DELETE",
+        };
         loop {
-            let bearer = self.auth.as_ref().and_then(Auth::bearer);
-            let reply = match &bearer {
-                Some(token) => {
-                    let mut with = extra.to_vec();
-                    with.push(("authorization".into(), format!("Bearer {token}")));
-                    self.exchange_once(http, method, body, &with, cancel)?
-                }
-                None => self.exchange_once(http, method, body, extra, cancel)?,
+            let presented = match &self.auth {
+                Some(auth) => auth.credentials(verb, &self.url())?,
+                None => None,
             };
+            let (bearer, reply) = match presented {
+                Some((token, headers)) => {
+                    let mut with = extra.to_vec();
+                    with.extend(headers);
+                    (
+                        Some(token),
+                        self.exchange_once(http, method, body, &with, cancel)?,
+                    )
+                }
+                None => (None, self.exchange_once(http, method, body, extra, cancel)?),
+            };
+            let new_nonce = self.auth.as_ref().is_some_and(|auth| {
+                auth.server_nonce(
+                    reply
+                        .headers
+                        .get("dpop-nonce")
+                        .and_then(|v| v.to_str().ok()),
+                )
+            });
             let challenge = || {
                 super::Challenge::parse(
                     reply
@@ -370,6 +389,17 @@ impl Inner {
                 return Ok(reply);
             };
             let status = reply.status;
+            // The server wants its nonce in the DPoP proof (RFC 9449 §9): the same token
+            // again with a proof that carries it.
+            if status == 401
+                && new_nonce
+                && challenge.error() == Some("use_dpop_nonce")
+                && authorizations < MAX_AUTHORIZATIONS
+            {
+                drop(reply);
+                authorizations += 1;
+                continue;
+            }
             match &self.auth {
                 Some(auth) if authorizations < MAX_AUTHORIZATIONS => {
                     drop(reply);

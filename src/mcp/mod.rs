@@ -103,7 +103,9 @@
 //! | Streamable HTTP: session, GET stream, resumption | 2025-03-26 to 2025-11-25 | see [Transports](#transports) |
 //! | stateless requests: `server/discover`, `_meta`, `resultType`, MRTR, `subscriptions/listen`, standard and `x-mcp-header` headers | 2026-07-28 | see [Eras](#eras) |
 //! | OAuth 2.1: protected resource and authorization server metadata, PKCE, resource indicators, dynamic registration, Client ID Metadata Documents, refresh, step-up on `insufficient_scope`, `iss` checks, client credentials (secret or `private_key_jwt`) | 2025-03-26 on (metadata discovery 2025-06-18, CIMD and step-up 2025-11-25) | [`ClientBuilder::oauth`], [`OAuth`]; without it a refusal is [`McpError::Unauthorized`] with its [`Challenge`] |
-//! | OAuth extensions: enterprise-managed (SEP-990), DPoP, workload identity | drafts | not implemented |
+//! | OAuth: a new authorization server named by the resource (SEP-2352: discovered and registered with, nothing of the old one's reused) | 2026-07-28 | [`OAuth`] |
+//! | OAuth: DPoP-bound tokens (RFC 9449, ES256; the servers' nonces) | extension `io.modelcontextprotocol/auth/dpop` | [`OAuth::dpop`], [`Tokens::dpop_bound`] |
+//! | OAuth extensions: enterprise-managed (SEP-990), workload identity | drafts | not implemented |
 //! | HTTP+SSE (the 2024-11-05 transport) | 2024-11-05 (deprecated) | not implemented |
 //!
 //! # Lifecycle
@@ -208,6 +210,7 @@
 
 mod builder;
 mod client;
+mod dpop;
 mod elicit;
 mod era;
 mod error;

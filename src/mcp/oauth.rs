@@ -85,6 +85,9 @@ pub(crate) enum Credentials {
 ///    ([`OAuth::authorize`], or [`OAuth::authorize_in_browser`] with a loopback listener)
 ///    sends the user to the authorization URL and hands back where the browser was
 ///    redirected; its `state` must match, and its `iss` the issuer (RFC 9207).
+///    A `401` after that fetches the protected resource metadata again: when it names
+///    another authorization server (SEP-2352), that one is discovered and registered with,
+///    and nothing of the one before (its client, its refresh token) is sent to it.
 /// 4. **Scopes.** The challenge's `scope`, else every scope of the resource's
 ///    `scopes_supported`, else none; `offline_access` added when the authorization server
 ///    lists it (for a refresh token). A `403` with `insufficient_scope` asks again for the
@@ -97,6 +100,10 @@ pub(crate) enum Credentials {
 ///    when they expire within a minute, and when the server refuses them, before a new
 ///    authorization is asked for. Requests of several threads refused with the same token
 ///    share one refresh.
+///
+/// With an authorization server that offers DPoP (RFC 9449), tokens are bound to a key of the
+/// connection's own and presented as `Authorization: DPoP` with a fresh proof each time
+/// ([`OAuth::dpop`]).
 ///
 /// Without OAuth configured, a refusal is [`super::McpError::Unauthorized`] with the parsed
 /// challenge, so a program can run a flow of its own.
@@ -126,6 +133,7 @@ pub struct OAuth {
     pub(crate) credentials: Option<Credentials>,
     pub(crate) scopes: Vec<String>,
     pub(crate) store: Arc<dyn TokenStore>,
+    pub(crate) dpop: bool,
 }
 
 impl fmt::Debug for OAuth {
@@ -146,6 +154,7 @@ impl fmt::Debug for OAuth {
             .field("client_name", &self.client_name)
             .field("client_credentials", &self.credentials.is_some())
             .field("scopes", &self.scopes)
+            .field("dpop", &self.dpop)
             .finish_non_exhaustive()
     }
 }
@@ -170,6 +179,7 @@ impl OAuth {
             credentials: None,
             scopes: Vec::new(),
             store: Arc::new(MemoryStore::default()),
+            dpop: true,
         }
     }
 
@@ -287,6 +297,17 @@ impl OAuth {
     #[must_use]
     pub fn scope(mut self, scope: impl Into<String>) -> OAuth {
         self.scopes.push(scope.into());
+        self
+    }
+
+    /// Whether tokens are asked for bound to a DPoP key (RFC 9449) when the authorization
+    /// server offers it (`dpop_signing_alg_values_supported` with `ES256`). Defaults to
+    /// true: a key of the connection's own (kept with the tokens), a fresh proof of it with
+    /// every token request and every request to the server, and the servers' nonces
+    /// (`use_dpop_nonce`) taken up.
+    #[must_use]
+    pub fn dpop(mut self, on: bool) -> OAuth {
+        self.dpop = on;
         self
     }
 
@@ -446,6 +467,9 @@ pub struct Tokens {
     pub(crate) expires_at: Option<u64>,
     pub(crate) scope: Option<String>,
     pub(crate) client: Option<IssuedTo>,
+    /// The DPoP key the tokens are bound to (RFC 9449), its PKCS#8 document in base64url:
+    /// a secret.
+    pub(crate) dpop_key: Option<String>,
 }
 
 /// The client that tokens were issued to: what a refresh authenticates as.
@@ -455,6 +479,9 @@ pub(crate) struct IssuedTo {
     pub(crate) secret: Option<String>,
     /// `client_secret_basic`, `client_secret_post`, `none` or `private_key_jwt`.
     pub(crate) method: String,
+    /// The authorization server it is registered with (its issuer): a client is good only
+    /// there. `None` for tokens kept before this was.
+    pub(crate) issuer: Option<String>,
 }
 
 impl fmt::Debug for Tokens {
@@ -468,6 +495,7 @@ impl fmt::Debug for Tokens {
             .field("expires_at", &self.expires_at)
             .field("scope", &self.scope)
             .field("client_id", &self.client.as_ref().map(|c| &c.id))
+            .field("dpop_key", &self.dpop_key.as_ref().map(|_| "<redacted>"))
             .field(
                 "client_secret",
                 &self
@@ -505,6 +533,13 @@ impl Tokens {
         self.scope.as_deref()
     }
 
+    /// True when the tokens are bound to a DPoP key (RFC 9449): presented as
+    /// `Authorization: DPoP` with a proof of the key, which is kept with them.
+    #[must_use]
+    pub fn dpop_bound(&self) -> bool {
+        self.dpop_key.is_some()
+    }
+
     /// The id of the client the tokens were issued to, when known.
     #[must_use]
     pub fn client_id(&self) -> Option<&str> {
@@ -535,6 +570,7 @@ impl Tokens {
             expires_at: v.get("expires_in").and_then(Value::as_u64).map(|s| now + s),
             scope: v.get("scope").and_then(Value::as_str).map(str::to_owned),
             client: None,
+            dpop_key: None,
         })
     }
 
@@ -548,7 +584,9 @@ impl Tokens {
                 "id": c.id,
                 "secret": c.secret,
                 "method": c.method,
+                "issuer": c.issuer,
             })),
+            "dpop_key": self.dpop_key,
         })
     }
 
@@ -560,6 +598,7 @@ impl Tokens {
                 id: text(c, "id")?,
                 secret: text(c, "secret"),
                 method: text(c, "method")?,
+                issuer: text(c, "issuer"),
             }),
         };
         Some(Tokens {
@@ -568,6 +607,7 @@ impl Tokens {
             expires_at: v.get("expires_at").and_then(Value::as_u64),
             scope: text(v, "scope"),
             client,
+            dpop_key: text(v, "dpop_key"),
         })
     }
 }
@@ -733,7 +773,9 @@ mod tests {
                 id: "client-1".into(),
                 secret: Some("cs-SECRET".into()),
                 method: "client_secret_basic".into(),
+                issuer: Some("http://as".into()),
             }),
+            dpop_key: Some("dk-SECRET".into()),
         };
         assert!(!format!("{t:?}").contains("SECRET"));
         assert!(format!("{t:?}").contains("client-1"));
@@ -753,7 +795,9 @@ mod tests {
                 id: "c".into(),
                 secret: None,
                 method: "none".into(),
+                issuer: Some("http://as".into()),
             }),
+            dpop_key: Some("k".into()),
         };
         let untold = Tokens {
             client: None,

@@ -4,6 +4,7 @@
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
@@ -11,6 +12,7 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 
 use super::McpError;
+use super::dpop::{self, DpopKey};
 use super::oauth::{
     AuthorizationRequest, Authorizer, Challenge, Credentials, IssuedTo, OAuth, Tokens,
 };
@@ -23,6 +25,9 @@ const MAX_DOCUMENT: u64 = 1 << 20;
 /// How long each request of the flow (metadata, registration, token) may take.
 const FLOW_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// An access token as a request presents it: the token, and the headers that carry it.
+pub(crate) type Presented = (String, Vec<(String, String)>);
+
 pub(crate) struct Auth {
     config: OAuth,
     /// The MCP endpoint, without query or fragment.
@@ -31,6 +36,12 @@ pub(crate) struct Auth {
     /// The token sent with requests; read without the flow's lock.
     current: Mutex<Option<Tokens>>,
     flow: Mutex<Flow>,
+    /// The DPoP key: the one the kept tokens are bound to, else made for the first grant
+    /// that uses DPoP.
+    dpop: Mutex<Option<Arc<DpopKey>>>,
+    /// The last `DPoP-Nonce` of the authorization server, and of the MCP server.
+    as_nonce: Mutex<Option<String>>,
+    rs_nonce: Mutex<Option<String>>,
 }
 
 #[derive(Default)]
@@ -74,18 +85,78 @@ impl Auth {
             .unwrap_or(endpoint)
             .to_owned();
         let current = config.store.load(&endpoint).map_err(McpError::TokenStore)?;
+        let dpop = current
+            .as_ref()
+            .and_then(|t| t.dpop_key.as_deref())
+            .and_then(DpopKey::from_pkcs8)
+            .map(Arc::new);
         Ok(Auth {
             config,
             endpoint,
             http,
             current: Mutex::new(current),
             flow: Mutex::new(Flow::default()),
+            dpop: Mutex::new(dpop),
+            as_nonce: Mutex::new(None),
+            rs_nonce: Mutex::new(None),
         })
     }
 
-    /// The access token to send now, if there is one.
-    pub(crate) fn bearer(&self) -> Option<String> {
-        self.current.lock().as_ref().map(|t| t.access_token.clone())
+    /// The access token to send now with a request of `method` to `url`, and the headers
+    /// that present it: `Authorization: Bearer`, or for a DPoP-bound token `Authorization:
+    /// DPoP` and a fresh proof (with the server's last nonce).
+    ///
+    /// # Errors
+    /// [`McpError::Auth`] when the proof cannot be signed.
+    pub(crate) fn credentials(
+        &self,
+        method: &str,
+        url: &str,
+    ) -> Result<Option<Presented>, McpError> {
+        let Some(tokens) = self.current.lock().clone() else {
+            return Ok(None);
+        };
+        let token = tokens.access_token;
+        let key = self.dpop.lock().clone();
+        let headers = match key.filter(|_| tokens.dpop_key.is_some()) {
+            Some(key) => {
+                let nonce = self.rs_nonce.lock().clone();
+                let proof = key.proof(method, url, Some(&token), nonce.as_deref())?;
+                vec![
+                    ("authorization".to_owned(), format!("DPoP {token}")),
+                    ("dpop".to_owned(), proof),
+                ]
+            }
+            None => vec![("authorization".to_owned(), format!("Bearer {token}"))],
+        };
+        Ok(Some((token, headers)))
+    }
+
+    /// Takes up the MCP server's `DPoP-Nonce` of a reply; true when it is a new one.
+    pub(crate) fn server_nonce(&self, nonce: Option<&str>) -> bool {
+        let Some(nonce) = nonce else {
+            return false;
+        };
+        let mut held = self.rs_nonce.lock();
+        let new = held.as_deref() != Some(nonce);
+        *held = Some(nonce.to_owned());
+        new
+    }
+
+    /// The DPoP key to bind new tokens to, when the authorization server offers DPoP with
+    /// ES256 and the program did not turn it off.
+    fn dpop_key(&self, found: &Found) -> Result<Option<Arc<DpopKey>>, McpError> {
+        let offered = found.meta["dpop_signing_alg_values_supported"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|v| v == dpop::ALGORITHM));
+        if !offered || !self.config.dpop {
+            return Ok(None);
+        }
+        let mut key = self.dpop.lock();
+        if key.is_none() {
+            *key = Some(Arc::new(DpopKey::generate()?));
+        }
+        Ok(key.clone())
     }
 
     /// Refreshes the token when it expired and a refresh token is held, discovering the
@@ -126,6 +197,7 @@ impl Auth {
         if let Some(t) = &*self.current.lock() {
             out.push(t.access_token.clone());
             out.extend(t.refresh_token.clone());
+            out.extend(t.dpop_key.clone());
         }
         out.extend(self.config.client_secret.clone());
         match &self.config.credentials {
@@ -166,14 +238,30 @@ impl Auth {
         if !step_up && held.as_ref().map(|t| t.access_token.as_str()) != sent && held.is_some() {
             return Ok(());
         }
-        if flow.found.is_none() {
-            flow.found = Some(self.discover(challenge, cancel)?);
+        // Discovery: the first time; and after a 401 the resource's metadata again, which
+        // may name another authorization server now (SEP-2352): then that one's metadata,
+        // and none of the old one's credentials (its client, its refresh token) go to it.
+        let mut moved = false;
+        match flow.found.clone() {
+            None => flow.found = Some(self.discover(challenge, cancel)?),
+            Some(found) if status == 401 && !found.legacy => {
+                if let Some(prm) = self.resource_metadata(challenge, cancel)?
+                    && prm["authorization_servers"][0].as_str() != Some(found.issuer.as_str())
+                {
+                    flow.found = Some(self.server_of(&prm, cancel)?);
+                    flow.client = None;
+                    flow.redirect_uri = None;
+                    moved = true;
+                }
+            }
+            Some(_) => {}
         }
         let found = flow
             .found
             .clone()
             .unwrap_or_else(|| unreachable!("found above"));
         if !step_up
+            && !moved
             && let Some(held) = held.as_ref().filter(|t| t.refresh_token.is_some())
             && let Ok(tokens) = self.refresh(&flow, &found, held, cancel)
         {
@@ -223,6 +311,19 @@ impl Auth {
 
     /// The protected resource metadata, then the authorization server's.
     fn discover(&self, challenge: &Challenge, cancel: &CancelToken) -> Result<Found, McpError> {
+        match self.resource_metadata(challenge, cancel)? {
+            Some(prm) => self.server_of(&prm, cancel),
+            None => self.legacy(&split(&self.endpoint).0, cancel),
+        }
+    }
+
+    /// The protected resource metadata (RFC 9728): at the challenge's `resource_metadata`,
+    /// else at the well-known URL with the endpoint's path, then at the root.
+    fn resource_metadata(
+        &self,
+        challenge: &Challenge,
+        cancel: &CancelToken,
+    ) -> Result<Option<Value>, McpError> {
         let (origin, path) = split(&self.endpoint);
         let mut candidates = Vec::new();
         if let Some(url) = challenge.resource_metadata() {
@@ -234,16 +335,17 @@ impl Auth {
             ));
         }
         candidates.push(format!("{origin}/.well-known/oauth-protected-resource"));
-        let mut prm = None;
         for url in &candidates {
             if let Some(doc) = self.get_json(url, cancel)? {
-                prm = Some(doc);
-                break;
+                return Ok(Some(doc));
             }
         }
-        let Some(prm) = prm else {
-            return self.legacy(&origin, cancel);
-        };
+        Ok(None)
+    }
+
+    /// The authorization server the protected resource metadata `prm` names, with its
+    /// metadata, once the resource is checked to be this server.
+    fn server_of(&self, prm: &Value, cancel: &CancelToken) -> Result<Found, McpError> {
         let resource = prm["resource"]
             .as_str()
             .unwrap_or(&self.endpoint)
@@ -382,6 +484,7 @@ impl Auth {
                 } else {
                     "none".into()
                 },
+                issuer: Some(found.issuer.clone()),
             }
         } else if let (Some(url), Some(true)) = (
             &self.config.client_metadata_url,
@@ -391,6 +494,7 @@ impl Auth {
                 id: url.clone(),
                 secret: None,
                 method: "none".into(),
+                issuer: Some(found.issuer.clone()),
             }
         } else if let Some(registration) = &found.registration_endpoint {
             let method = if supported.is_empty() || supported.contains(&"none") {
@@ -398,7 +502,7 @@ impl Auth {
             } else {
                 with_secret()
             };
-            let (status, answer) = self.post(
+            let (status, answer, _) = self.post(
                 registration,
                 Body::Json(json!({
                     "client_name": self.config.client_name,
@@ -410,7 +514,7 @@ impl Auth {
                     "response_types": ["code"],
                     "token_endpoint_auth_method": method,
                 })),
-                None,
+                Vec::new(),
                 cancel,
             )?;
             let id = answer["client_id"]
@@ -437,6 +541,7 @@ impl Auth {
                 id: id.to_owned(),
                 secret,
                 method,
+                issuer: Some(found.issuer.clone()),
             }
         } else {
             return Err(failed(
@@ -589,6 +694,7 @@ impl Auth {
                 id: id.clone(),
                 secret: Some(secret.clone()),
                 method: "client_secret_basic".into(),
+                issuer: Some(found.issuer.clone()),
             }),
             (_, Some(id)) => Some(IssuedTo {
                 id: id.clone(),
@@ -598,12 +704,15 @@ impl Auth {
                 } else {
                     "none".into()
                 },
+                issuer: Some(found.issuer.clone()),
             }),
             _ => None,
         };
+        // A client of another authorization server is not this one's.
         let client = held
             .client
             .clone()
+            .filter(|c| c.issuer.as_deref().is_none_or(|i| i == found.issuer))
             .or_else(|| flow.client.clone())
             .or_else(configured)
             .ok_or_else(|| failed("no client to refresh with"))?;
@@ -645,6 +754,7 @@ impl Auth {
                         "client_secret_basic"
                     }
                     .into(),
+                    issuer: Some(found.issuer.clone()),
                 }
             }
             Credentials::Jwt { id, key_pem } => {
@@ -661,6 +771,7 @@ impl Auth {
                     id: id.clone(),
                     secret: None,
                     method: "private_key_jwt".into(),
+                    issuer: Some(found.issuer.clone()),
                 }
             }
         };
@@ -714,7 +825,37 @@ impl Auth {
             .chain(basic.clone())
             .chain(client.secret.clone())
             .collect();
-        let (status, answer) = self.post(&found.token_endpoint, Body::Form(form), basic, cancel)?;
+        let key = self.dpop_key(found)?;
+        let mut asked = 0;
+        let (status, answer) = loop {
+            let mut headers: Vec<(String, String)> = Vec::new();
+            if let Some(basic) = &basic {
+                headers.push(("authorization".into(), basic.clone()));
+            }
+            if let Some(key) = &key {
+                let nonce = self.as_nonce.lock().clone();
+                let proof = key.proof("POST", &found.token_endpoint, None, nonce.as_deref())?;
+                headers.push(("dpop".into(), proof));
+            }
+            let (status, answer, nonce) = self.post(
+                &found.token_endpoint,
+                Body::Form(form.clone()),
+                headers,
+                cancel,
+            )?;
+            let fresh = nonce.is_some() && nonce != *self.as_nonce.lock();
+            if nonce.is_some() {
+                *self.as_nonce.lock() = nonce;
+            }
+            // The server wants its nonce in the proof: once more with it (RFC 9449 §8).
+            if key.is_some() && status == 400 && answer["error"] == "use_dpop_nonce" && fresh {
+                asked += 1;
+                if asked < 3 {
+                    continue;
+                }
+            }
+            break (status, answer);
+        };
         if status >= 300 {
             let secrets = Secrets::new(None, &[]).and(sent.iter().map(String::as_str));
             return Err(failed(scrub(
@@ -728,23 +869,30 @@ impl Auth {
         let mut tokens = Tokens::from_response(&answer, previous_refresh)
             .ok_or_else(|| failed("the token endpoint's answer has no access_token"))?;
         tokens.client = Some(client.clone());
+        let bound = answer["token_type"]
+            .as_str()
+            .is_some_and(|t| t.eq_ignore_ascii_case("dpop"));
+        tokens.dpop_key = key.filter(|_| bound).map(|k| k.pkcs8().to_owned());
         Ok(tokens)
     }
 
     /// GETs a JSON document; `None` when the server has none there (an error status, or
     /// not JSON).
     fn get_json(&self, url: &str, cancel: &CancelToken) -> Result<Option<Value>, McpError> {
-        let (status, value) = self.send(Method::Get, url, Vec::new(), None, None, cancel)?;
+        let (status, value, _) =
+            self.send(Method::Get, url, Vec::new(), None, Vec::new(), cancel)?;
         Ok(value.filter(|v| (200..300).contains(&status) && v.is_object()))
     }
 
+    /// POSTs `body` with the `extra` headers: the status, the JSON answer (`Null` when
+    /// none) and the `DPoP-Nonce` the server gave.
     fn post(
         &self,
         url: &str,
         body: Body,
-        authorization: Option<String>,
+        extra: Vec<(String, String)>,
         cancel: &CancelToken,
-    ) -> Result<(u16, Value), McpError> {
+    ) -> Result<(u16, Value, Option<String>), McpError> {
         let (bytes, media) = match body {
             Body::Json(v) => (v.to_string().into_bytes(), "application/json"),
             Body::Form(pairs) => (
@@ -752,9 +900,9 @@ impl Auth {
                 "application/x-www-form-urlencoded",
             ),
         };
-        let (status, value) =
-            self.send(Method::Post, url, bytes, Some(media), authorization, cancel)?;
-        Ok((status, value.unwrap_or(Value::Null)))
+        let (status, value, nonce) =
+            self.send(Method::Post, url, bytes, Some(media), extra, cancel)?;
+        Ok((status, value.unwrap_or(Value::Null), nonce))
     }
 
     fn send(
@@ -763,9 +911,9 @@ impl Auth {
         url: &str,
         body: Vec<u8>,
         media: Option<&'static str>,
-        authorization: Option<String>,
+        extra: Vec<(String, String)>,
         cancel: &CancelToken,
-    ) -> Result<(u16, Option<Value>), McpError> {
+    ) -> Result<(u16, Option<Value>, Option<String>), McpError> {
         let token = CancelToken::with_deadline(Instant::now() + FLOW_REQUEST_TIMEOUT);
         let hook = {
             let token = token.clone();
@@ -775,9 +923,6 @@ impl Auth {
         if let Some(media) = media {
             headers.push(("content-type", media.to_owned()));
         }
-        let extra: Vec<(String, String)> = authorization
-            .map(|a| vec![("authorization".to_owned(), a)])
-            .unwrap_or_default();
         let target = Target::parse(url, None).map_err(McpError::Transport)?;
         let post = Post {
             url: url.to_owned(),
@@ -788,8 +933,17 @@ impl Auth {
             .http
             .exchange(method, &post, &extra, &target, None, &token)
             .and_then(|mut reply| {
+                let nonce = reply
+                    .headers
+                    .get("dpop-nonce")
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned);
                 let bytes = reply.body.read_some(MAX_DOCUMENT)?;
-                Ok((reply.status, serde_json::from_slice::<Value>(&bytes).ok()))
+                Ok((
+                    reply.status,
+                    serde_json::from_slice::<Value>(&bytes).ok(),
+                    nonce,
+                ))
             });
         if let Some(hook) = hook {
             cancel.remove_hook(hook);
@@ -843,12 +997,12 @@ fn names(resource: &str, endpoint: &str) -> bool {
     rp.is_empty() || ep == rp || ep.starts_with(&format!("{rp}/"))
 }
 
-fn base64url(bytes: &[u8]) -> String {
+pub(super) fn base64url(bytes: &[u8]) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
 
 /// `n` random bytes from the system, as base64url.
-fn random_text(n: usize) -> String {
+pub(super) fn random_text(n: usize) -> String {
     use ring::rand::SecureRandom as _;
     let mut bytes = vec![0u8; n];
     // OK to fall back: the system's random source failing is not recoverable here, and a

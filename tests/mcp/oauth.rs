@@ -83,6 +83,24 @@ impl SdkOAuthServer {
             .map(|l| serde_json::from_str(l).unwrap())
             .collect()
     }
+
+    /// The requests answered, once one of `method` to `path` is among them (a server
+    /// writes its line when the answer is sent, which may be after the client read it),
+    /// waiting up to 10 s.
+    fn traced_until(&self, method: &str, path: &str) -> Vec<Value> {
+        let until = Instant::now() + Duration::from_secs(10);
+        loop {
+            let traced = self.traced();
+            if Instant::now() >= until
+                || traced
+                    .iter()
+                    .any(|t| t["method"] == method && t["path"] == path)
+            {
+                return traced;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
 }
 
 impl Drop for SdkOAuthServer {
@@ -277,7 +295,7 @@ fn the_typescript_sdks_oauth_example_server_is_authorized_through_the_whole_code
     // Every request either server answered, in order. Left out: the server's GET stream
     // (its end races the close) and the MCP server's introspection of each token it is
     // sent (checked below).
-    let traced = server.traced();
+    let traced = server.traced_until("DELETE", "/mcp");
     let introspected: Vec<&Value> = traced
         .iter()
         .filter(|t| t["path"] == "/introspect")
@@ -412,6 +430,40 @@ struct Issuer {
     /// 5 s), so that they are all in flight at once.
     gate: usize,
     refused: usize,
+    /// DPoP (RFC 9449): offered, required at the token endpoint, and the tokens bound to
+    /// the key that proved (the key's `x`, by token).
+    dpop: bool,
+    bound: Vec<(String, String)>,
+}
+
+/// The key (`x` of its JWK) of a valid DPoP proof for `method` and `url` (with the hash of
+/// `token` when one is presented); `None` for no proof or a bad one.
+fn proved(proof: Option<&str>, method: &str, url: &str, token: Option<&str>) -> Option<String> {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let proof = proof?;
+    let mut parts = proof.split('.');
+    let header: Value = serde_json::from_slice(&b64.decode(parts.next()?).ok()?).ok()?;
+    let claims: Value = serde_json::from_slice(&b64.decode(parts.next()?).ok()?).ok()?;
+    let signature = b64.decode(parts.next()?).ok()?;
+    let jwk = &header["jwk"];
+    let point = [
+        vec![4],
+        b64.decode(jwk["x"].as_str()?).ok()?,
+        b64.decode(jwk["y"].as_str()?).ok()?,
+    ]
+    .concat();
+    let (input, _) = proof.rsplit_once('.')?;
+    ring::signature::UnparsedPublicKey::new(&ring::signature::ECDSA_P256_SHA256_FIXED, point)
+        .verify(input.as_bytes(), &signature)
+        .ok()?;
+    let ath = token
+        .map(|t| b64.encode(ring::digest::digest(&ring::digest::SHA256, t.as_bytes()).as_ref()));
+    (header["typ"] == "dpop+jwt"
+        && claims["htm"] == method
+        && claims["htu"] == url
+        && claims["ath"].as_str().map(str::to_owned) == ath)
+        .then(|| jwk["x"].as_str().unwrap_or("").to_owned())
 }
 
 /// A long token, so that every run of it counts as a secret.
@@ -447,16 +499,19 @@ fn guarded(issuer: &Arc<Mutex<Issuer>>) -> Scripted {
                 &json!({"resource": format!("{base}/mcp"), "authorization_servers": [base],
                         "scopes_supported": ["read"]}),
             ),
-            ("GET", "/.well-known/oauth-authorization-server") => json_reply(
-                200,
-                &json!({"issuer": base,
+            ("GET", "/.well-known/oauth-authorization-server") => {
+                let mut meta = json!({"issuer": base,
                         "authorization_endpoint": format!("{base}/authorize"),
                         "token_endpoint": format!("{base}/token"),
                         "registration_endpoint": format!("{base}/register"),
                         "code_challenge_methods_supported": ["S256"],
                         "token_endpoint_auth_methods_supported": ["none", "client_secret_post"],
-                        "scopes_supported": ["read", "offline_access"]}),
-            ),
+                        "scopes_supported": ["read", "offline_access"]});
+                if st.dpop {
+                    meta["dpop_signing_alg_values_supported"] = json!(["ES256"]);
+                }
+                json_reply(200, &meta)
+            }
             ("POST", "/register") if st.confidential => json_reply(
                 201,
                 &json!({"client_id": "client-1", "client_secret": token("cs", 1),
@@ -484,9 +539,16 @@ fn guarded(issuer: &Arc<Mutex<Issuer>>) -> Scripted {
                                 "error_description": format!("{refresh} is not known")}),
                     );
                 }
+                let key = proved(seen.header("dpop"), "POST", &format!("{base}/token"), None);
+                if st.dpop && key.is_none() {
+                    return json_reply(400, &json!({"error": "invalid_dpop_proof"}));
+                }
                 st.refreshable.retain(|r| r != refresh);
                 st.issued += 1;
                 let n = st.issued;
+                if let Some(key) = key {
+                    st.bound.push((token("at", n), key));
+                }
                 let expires_in = match st.first_expires_in {
                     Some(s) if n == 1 => s,
                     _ => 3600,
@@ -495,17 +557,32 @@ fn guarded(issuer: &Arc<Mutex<Issuer>>) -> Scripted {
                 st.refreshable.push(token("rt", n));
                 json_reply(
                     200,
-                    &json!({"access_token": token("at", n), "token_type": "Bearer",
+                    &json!({"access_token": token("at", n),
+                            "token_type": if st.dpop { "DPoP" } else { "Bearer" },
                             "refresh_token": token("rt", n), "expires_in": expires_in,
                             "scope": "read offline_access"}),
                 )
             }
             (_, "/mcp") => {
+                let scheme = if st.dpop { "DPoP " } else { "Bearer " };
                 let bearer = seen
                     .header("authorization")
-                    .and_then(|a| a.strip_prefix("Bearer "))
+                    .and_then(|a| a.strip_prefix(scheme))
                     .unwrap_or("");
-                if !st.valid.iter().any(|t| t == bearer) {
+                // A DPoP-bound token goes with a proof of its key.
+                let held = !st.dpop
+                    || st.bound.iter().any(|(t, key)| {
+                        t == bearer
+                            && proved(
+                                seen.header("dpop"),
+                                &seen.method,
+                                &format!("{base}/mcp"),
+                                Some(bearer),
+                            )
+                            .as_ref()
+                                == Some(key)
+                    });
+                if !held || !st.valid.iter().any(|t| t == bearer) {
                     let challenge = format!(
                         r#"Bearer error="invalid_token", resource_metadata="{base}/.well-known/oauth-protected-resource/mcp""#
                     );
@@ -551,7 +628,7 @@ fn flow_lines(server: &Scripted, n: usize) -> Vec<String> {
             };
             let bearer = s
                 .header("authorization")
-                .and_then(|a| a.strip_prefix("Bearer "))
+                .and_then(|a| a.strip_prefix("Bearer ").or(a.strip_prefix("DPoP ")))
                 .map(|t| format!(" [{}]", t.split('-').take(2).collect::<Vec<_>>().join("-")))
                 .unwrap_or_default();
             format!("{} {path} {what}{bearer}", s.method)
@@ -671,12 +748,14 @@ fn a_token_refused_on_a_live_connection_is_refreshed_once_for_two_threads_then_a
             ping.join().unwrap().unwrap();
         }
     });
-    let mut after: Vec<String> = flow_lines(&server, before + 5)[before..].to_vec();
+    let mut after: Vec<String> = flow_lines(&server, before + 6)[before..].to_vec();
     after.sort();
-    // Each ping refused once; one refresh for both; each sent again with the new token.
+    // Each ping refused once; the resource's metadata read again (it names the same
+    // authorization server) and one refresh for both; each sent again with the new token.
     assert_eq!(
         after,
         [
+            "GET /.well-known/oauth-protected-resource/mcp",
             "POST /mcp ping [at-1]",
             "POST /mcp ping [at-1]",
             "POST /mcp ping [at-2]",
@@ -695,9 +774,10 @@ fn a_token_refused_on_a_live_connection_is_refreshed_once_for_two_threads_then_a
     }
     client.ping().unwrap();
     assert_eq!(
-        flow_lines(&server, before + 4)[before..],
+        flow_lines(&server, before + 5)[before..],
         [
             "POST /mcp ping [at-2]",
+            "GET /.well-known/oauth-protected-resource/mcp",
             &format!("POST /token refresh_token {}", token("rt", 2)),
             "POST /token authorization_code",
             "POST /mcp ping [at-3]",
@@ -831,35 +911,71 @@ fn mode(path: &Path) -> u32 {
     std::fs::metadata(path).unwrap().permissions().mode() & 0o777
 }
 
-#[test]
-fn tokens_in_a_file_store_survive_a_reconnect_and_are_refreshed_as_the_client_kept_with_them() {
-    let issuer = Arc::new(Mutex::new(Issuer::default()));
-    let server = guarded(&issuer);
-    let dir = temp_dir("oauth-store");
-    let path = dir.join("tokens.json");
-    let url = format!("{}/mcp", server.url);
-    let asked = Arc::new(AtomicUsize::new(0));
-    let connect = || {
-        Client::http(&url)
+/// A guarded server and a `FileStore` in a fresh directory, for runs one after another.
+struct Runs {
+    issuer: Arc<Mutex<Issuer>>,
+    server: Scripted,
+    dir: PathBuf,
+    path: PathBuf,
+    url: String,
+    asked: Arc<AtomicUsize>,
+}
+
+impl Runs {
+    fn new(issuer: Issuer, name: &str) -> Runs {
+        let issuer = Arc::new(Mutex::new(issuer));
+        let server = guarded(&issuer);
+        let dir = temp_dir(name);
+        let url = format!("{}/mcp", server.url);
+        Runs {
+            issuer,
+            server,
+            path: dir.join("tokens.json"),
+            dir,
+            url,
+            asked: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    /// A run's client, its tokens in the file.
+    fn connect(&self) -> Client {
+        Client::http(&self.url)
             .era(Era::Session)
-            .oauth(authorizing(&asked).store(FileStore::new(&path)))
+            .oauth(authorizing(&self.asked).store(FileStore::new(&self.path)))
             .connect()
             .unwrap()
-    };
-    let first = connect();
-    first.ping().unwrap();
-    first.close();
+    }
+
+    /// A first run: connect, ping, close; the tokens it left in the file.
+    fn first(&self) -> Tokens {
+        let client = self.connect();
+        client.ping().unwrap();
+        client.close();
+        FileStore::new(&self.path).load(&self.url).unwrap().unwrap()
+    }
+}
+
+impl Drop for Runs {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[test]
+fn tokens_in_a_file_store_survive_a_reconnect_and_are_refreshed_as_the_client_kept_with_them() {
+    let runs = Runs::new(Issuer::default(), "oauth-store");
+    let (server, path, url, asked) = (&runs.server, &runs.path, &runs.url, &runs.asked);
+    let kept = runs.first();
     #[cfg(unix)]
-    assert_eq!(mode(&path), 0o600, "the owner's only");
-    let kept = FileStore::new(&path).load(&url).unwrap().unwrap();
+    assert_eq!(mode(path), 0o600, "the owner's only");
     assert_eq!(kept.access_token(), token("at", 1));
     assert_eq!(kept.client_id(), Some("client-1"));
     let before = server.seen().len();
     // Another run: the kept token goes with the first request; nobody is asked.
-    let second = connect();
+    let second = runs.connect();
     second.ping().unwrap();
     assert_eq!(
-        flow_lines(&server, before + 4)[before..],
+        flow_lines(server, before + 4)[before..],
         [
             "POST /mcp initialize [at-1]",
             "POST /mcp notifications/initialized [at-1]",
@@ -869,11 +985,11 @@ fn tokens_in_a_file_store_survive_a_reconnect_and_are_refreshed_as_the_client_ke
     );
     // Refused later: refreshed as the client the file kept, never registered on this
     // connection, and the file holds the new tokens.
-    issuer.lock().unwrap().valid.clear();
+    runs.issuer.lock().unwrap().valid.clear();
     let before = server.seen().len();
     second.ping().unwrap();
     assert_eq!(
-        flow_lines(&server, before + 5)[before..],
+        flow_lines(server, before + 5)[before..],
         [
             "POST /mcp ping [at-1]",
             "GET /.well-known/oauth-protected-resource/mcp",
@@ -884,12 +1000,11 @@ fn tokens_in_a_file_store_survive_a_reconnect_and_are_refreshed_as_the_client_ke
     );
     second.close();
     assert_eq!(asked.load(Ordering::SeqCst), 1);
-    let kept = FileStore::new(&path).load(&url).unwrap().unwrap();
+    let kept = FileStore::new(path).load(url).unwrap().unwrap();
     assert_eq!(kept.access_token(), token("at", 2));
     assert_eq!(kept.refresh_token(), Some(token("rt", 2).as_str()));
     #[cfg(unix)]
-    assert_eq!(mode(&path), 0o600);
-    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(mode(path), 0o600);
 }
 
 #[test]
@@ -1020,4 +1135,56 @@ fn tokens_codes_and_secrets_never_show_in_an_error_or_a_debug() {
     ));
     client.close();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn dpop_bound_tokens_are_proved_with_their_key_which_a_file_store_keeps_for_the_next_run() {
+    let runs = Runs::new(
+        Issuer {
+            dpop: true,
+            ..Issuer::default()
+        },
+        "oauth-dpop",
+    );
+    let (server, path, url, asked) = (&runs.server, &runs.path, &runs.url, &runs.asked);
+    // Every request after the first goes with a proof of the key the token is bound to
+    // (the server refuses any other), and the kept tokens remember the key.
+    let kept = runs.first();
+    assert!(kept.dpop_bound());
+    let file: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let key = file[url]["dpop_key"].as_str().unwrap();
+    assert!(key.len() > 100, "a PKCS#8 document");
+    assert!(!format!("{kept:?}").contains(key));
+    let before = server.seen().len();
+    let second = runs.connect();
+    second.ping().unwrap();
+    second.close();
+    assert_eq!(
+        flow_lines(server, before + 5)[before..],
+        [
+            "POST /mcp initialize [at-1]",
+            "POST /mcp notifications/initialized [at-1]",
+            "GET /mcp [at-1]",
+            "POST /mcp ping [at-1]",
+            "DELETE /mcp [at-1]",
+        ]
+    );
+    assert_eq!(asked.load(Ordering::SeqCst), 1);
+    let seen = server.seen();
+    for s in &seen[before..] {
+        assert!(s.header("authorization").unwrap().starts_with("DPoP "));
+    }
+    // A fresh proof each time.
+    let mut proofs: Vec<&str> = seen.iter().filter_map(|s| s.header("dpop")).collect();
+    let all = proofs.len();
+    proofs.sort_unstable();
+    proofs.dedup();
+    assert_eq!(proofs.len(), all);
+    // Without DPoP wanted, the same server's token request has no proof and is refused.
+    let err = Client::http(url)
+        .era(Era::Session)
+        .oauth(authorizing(asked).dpop(false))
+        .connect()
+        .unwrap_err();
+    assert!(err.to_string().contains("invalid_dpop_proof"), "{err}");
 }
