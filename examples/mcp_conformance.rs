@@ -60,6 +60,26 @@ fn oauth(scenario: &str, context: &Value) -> OAuth {
             _ => OAuth::new(),
         };
     }
+    // Workload identity: the workload's token from the platform (here the context).
+    if let Some(jwt) = context["valid_jwt"].as_str() {
+        let jwt = jwt.to_owned();
+        let oauth = OAuth::new().workload_identity(move || Ok(jwt.clone()));
+        return match id {
+            Some(id) => oauth.client(id, None),
+            None => oauth,
+        };
+    }
+    // Enterprise-managed: the user's ID token from the enterprise's identity provider.
+    if let (Some(endpoint), Some(idp_client), Some(id_token)) = (
+        context["idp_token_endpoint"].as_str(),
+        context["idp_client_id"].as_str(),
+        context["idp_id_token"].as_str(),
+    ) {
+        let id_token = id_token.to_owned();
+        return OAuth::new()
+            .client(id.unwrap_or_default(), context["client_secret"].as_str())
+            .enterprise_managed(endpoint, idp_client, None, move || Ok(id_token.clone()));
+    }
     let mut oauth = OAuth::new()
         .client_name("pagent-conformance")
         .client_metadata_url("https://conformance-test.local/client-metadata.json")

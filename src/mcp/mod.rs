@@ -105,7 +105,8 @@
 //! | OAuth 2.1: protected resource and authorization server metadata, PKCE, resource indicators, dynamic registration, Client ID Metadata Documents, refresh, step-up on `insufficient_scope`, `iss` checks, client credentials (secret or `private_key_jwt`) | 2025-03-26 on (metadata discovery 2025-06-18, CIMD and step-up 2025-11-25) | [`ClientBuilder::oauth`], [`OAuth`]; without it a refusal is [`McpError::Unauthorized`] with its [`Challenge`] |
 //! | OAuth: a new authorization server named by the resource (SEP-2352: discovered and registered with, nothing of the old one's reused) | 2026-07-28 | [`OAuth`] |
 //! | OAuth: DPoP-bound tokens (RFC 9449, ES256; the servers' nonces) | extension `io.modelcontextprotocol/auth/dpop` | [`OAuth::dpop`], [`Tokens::dpop_bound`] |
-//! | OAuth extensions: enterprise-managed (SEP-990), workload identity | drafts | not implemented |
+//! | OAuth: enterprise-managed authorization (SEP-990: the ID token exchanged at the identity provider, RFC 8693, then the JWT bearer grant) | extension `io.modelcontextprotocol/enterprise-managed-authorization` | [`OAuth::enterprise_managed`] |
+//! | OAuth: workload identity federation (SEP-1933: the JWT bearer grant, RFC 7523, with the workload's token) | extension `io.modelcontextprotocol/auth/wif` | [`OAuth::workload_identity`] |
 //! | HTTP+SSE (the 2024-11-05 transport) | 2024-11-05 (deprecated) | not implemented |
 //!
 //! # Lifecycle

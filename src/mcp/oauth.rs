@@ -53,13 +53,36 @@ pub(crate) enum Authorizer {
     Loopback { open: OpenHook, timeout: Duration },
 }
 
-/// The client credentials of a machine-to-machine client.
+/// Gives a JWT for an assertion grant, or why not: a workload's identity token, or the
+/// user's ID token of the enterprise's identity provider.
+pub(crate) type AssertionHook = Arc<dyn Fn() -> Result<String, String> + Send + Sync>;
+
+/// The credentials of a grant without a user at a browser.
 #[derive(Clone)]
 pub(crate) enum Credentials {
-    /// `client_secret_basic` (or `_post`, as the server supports).
+    /// Client credentials, `client_secret_basic` (or `_post`, as the server supports).
     Secret { id: String, secret: String },
-    /// `private_key_jwt`: an ES256 key, PKCS#8 PEM.
+    /// Client credentials, `private_key_jwt`: an ES256 key, PKCS#8 PEM.
     Jwt { id: String, key_pem: String },
+    /// The JWT bearer grant (RFC 7523) with a workload's identity token (SEP-1933).
+    Workload { assertion: AssertionHook },
+    /// Enterprise-managed authorization (SEP-990): the user's ID token exchanged at the
+    /// identity provider (RFC 8693) for an identity assertion grant (ID-JAG), then the JWT
+    /// bearer grant with it.
+    Enterprise {
+        idp_token_endpoint: String,
+        idp_client_id: String,
+        idp_client_secret: Option<String>,
+        id_token: AssertionHook,
+    },
+}
+
+/// `hook` with a panic caught as a failure.
+fn caught(hook: impl Fn() -> Result<String, String> + Send + Sync + 'static) -> AssertionHook {
+    Arc::new(move || {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(&hook))
+            .unwrap_or_else(|_| Err("the hook panicked".into()))
+    })
 }
 
 /// OAuth 2.1 for an MCP server over HTTP: [`super::ClientBuilder::oauth`].
@@ -80,7 +103,9 @@ pub(crate) enum Credentials {
 ///    registration says, or as the server supports (`client_secret_basic`,
 ///    `client_secret_post`, `none`).
 /// 3. **The grant.** Client credentials when configured ([`OAuth::client_credentials`],
-///    [`OAuth::client_credentials_jwt`]); else the authorization code flow with PKCE
+///    [`OAuth::client_credentials_jwt`]), the JWT bearer grant of a workload
+///    ([`OAuth::workload_identity`]) or of an enterprise's identity provider
+///    ([`OAuth::enterprise_managed`]); else the authorization code flow with PKCE
 ///    (S256) and the resource indicator (RFC 8707): the program's hook
 ///    ([`OAuth::authorize`], or [`OAuth::authorize_in_browser`] with a loopback listener)
 ///    sends the user to the authorization URL and hands back where the browser was
@@ -152,7 +177,17 @@ impl fmt::Debug for OAuth {
             )
             .field("client_metadata_url", &self.client_metadata_url)
             .field("client_name", &self.client_name)
-            .field("client_credentials", &self.credentials.is_some())
+            .field(
+                "grant",
+                &match &self.credentials {
+                    None => "authorization_code",
+                    Some(Credentials::Secret { .. } | Credentials::Jwt { .. }) => {
+                        "client_credentials"
+                    }
+                    Some(Credentials::Workload { .. }) => "workload_identity",
+                    Some(Credentials::Enterprise { .. }) => "enterprise_managed",
+                },
+            )
             .field("scopes", &self.scopes)
             .field("dpop", &self.dpop)
             .finish_non_exhaustive()
@@ -289,6 +324,52 @@ impl OAuth {
         self.credentials = Some(Credentials::Jwt {
             id: id.into(),
             key_pem: key_pem.into(),
+        });
+        self
+    }
+
+    /// Workload identity federation (SEP-1933): the JWT bearer grant (RFC 7523) with the
+    /// identity token of the workload this program runs as, which `assertion` gives (read
+    /// from the platform's file or metadata service) each time a token is needed, instead
+    /// of a user's authorization. With [`OAuth::client`] for the client the authorization
+    /// server knows the workload as. A refusal is [`super::McpError::Auth`], not retried
+    /// with another grant. Defaults to none.
+    ///
+    /// # Contract
+    /// Called on the thread of the request that needs a token; a panic fails the grant.
+    #[must_use]
+    pub fn workload_identity(
+        mut self,
+        assertion: impl Fn() -> Result<String, String> + Send + Sync + 'static,
+    ) -> OAuth {
+        self.credentials = Some(Credentials::Workload {
+            assertion: caught(assertion),
+        });
+        self
+    }
+
+    /// Enterprise-managed authorization (SEP-990, cross-app access): the user's ID token
+    /// of the enterprise's identity provider, which `id_token` gives, is exchanged at the
+    /// provider's `idp_token_endpoint` (RFC 8693 token exchange, as `idp_client_id` with
+    /// its secret, if any) for an identity assertion grant for this server's authorization
+    /// server and resource, which the JWT bearer grant then turns into the token, with
+    /// [`OAuth::client`] as the client there. No browser. Defaults to none.
+    ///
+    /// # Contract
+    /// As [`OAuth::workload_identity`]'s.
+    #[must_use]
+    pub fn enterprise_managed(
+        mut self,
+        idp_token_endpoint: impl Into<String>,
+        idp_client_id: impl Into<String>,
+        idp_client_secret: Option<&str>,
+        id_token: impl Fn() -> Result<String, String> + Send + Sync + 'static,
+    ) -> OAuth {
+        self.credentials = Some(Credentials::Enterprise {
+            idp_token_endpoint: idp_token_endpoint.into(),
+            idp_client_id: idp_client_id.into(),
+            idp_client_secret: idp_client_secret.map(str::to_owned),
+            id_token: caught(id_token),
         });
         self
     }

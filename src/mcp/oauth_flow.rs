@@ -210,7 +210,10 @@ impl Auth {
                         .map(str::to_owned),
                 );
             }
-            None => {}
+            Some(Credentials::Enterprise {
+                idp_client_secret, ..
+            }) => out.extend(idp_client_secret.clone()),
+            Some(Credentials::Workload { .. }) | None => {}
         }
         if let Some(client) = &self.flow.try_lock().and_then(|f| f.client.clone()) {
             out.extend(client.secret.clone());
@@ -290,6 +293,9 @@ impl Auth {
         scopes.retain(|s| seen.insert(s.clone()));
         flow.scopes.clone_from(&scopes);
         let tokens = match self.config.credentials.clone() {
+            Some(credentials @ (Credentials::Workload { .. } | Credentials::Enterprise { .. })) => {
+                self.assertion_grant(&found, &credentials, &scopes, cancel)?
+            }
             Some(credentials) => self.client_credentials(&found, &credentials, &scopes, cancel)?,
             None => self.authorization_code(&mut flow, &found, &scopes, cancel)?,
         };
@@ -774,8 +780,139 @@ impl Auth {
                     issuer: Some(found.issuer.clone()),
                 }
             }
+            Credentials::Workload { .. } | Credentials::Enterprise { .. } => {
+                return self.assertion_grant(found, credentials, scopes, cancel);
+            }
         };
         self.token(found, &client, form, None, cancel)
+    }
+
+    /// The JWT bearer grant (RFC 7523): with the workload's token, or with the identity
+    /// assertion grant the enterprise's identity provider gives for the user's ID token;
+    /// the client is the one configured ([`OAuth::client`]), authenticated as the server
+    /// supports, or none.
+    fn assertion_grant(
+        &self,
+        found: &Found,
+        credentials: &Credentials,
+        scopes: &[String],
+        cancel: &CancelToken,
+    ) -> Result<Tokens, McpError> {
+        let assertion = match credentials {
+            Credentials::Workload { assertion } => assertion().map_err(|why| {
+                failed(format!(
+                    "the workload's identity token was not obtained: {why}"
+                ))
+            })?,
+            Credentials::Enterprise {
+                idp_token_endpoint,
+                idp_client_id,
+                idp_client_secret,
+                id_token,
+            } => {
+                let id_token = id_token().map_err(|why| {
+                    failed(format!("the user's ID token was not obtained: {why}"))
+                })?;
+                self.identity_assertion(
+                    found,
+                    idp_token_endpoint,
+                    idp_client_id,
+                    idp_client_secret.as_deref(),
+                    &id_token,
+                    scopes,
+                    cancel,
+                )?
+            }
+            _ => return Err(failed("not an assertion grant")),
+        };
+        let mut form = vec![
+            (
+                "grant_type",
+                "urn:ietf:params:oauth:grant-type:jwt-bearer".to_owned(),
+            ),
+            ("assertion", assertion),
+            ("resource", found.resource.clone()),
+        ];
+        if !scopes.is_empty() {
+            form.push(("scope", scopes.join(" ")));
+        }
+        let supported: Vec<&str> = found.meta["token_endpoint_auth_methods_supported"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let client = IssuedTo {
+            id: self.config.client_id.clone().unwrap_or_default(),
+            secret: self.config.client_secret.clone(),
+            method: match &self.config.client_secret {
+                None => "none",
+                Some(_)
+                    if supported.contains(&"client_secret_post")
+                        && !supported.contains(&"client_secret_basic") =>
+                {
+                    "client_secret_post"
+                }
+                Some(_) => "client_secret_basic",
+            }
+            .into(),
+            issuer: Some(found.issuer.clone()),
+        };
+        self.token(found, &client, form, None, cancel)
+    }
+
+    /// The identity assertion grant (ID-JAG) for this server's authorization server and
+    /// resource, from the enterprise's identity provider: an RFC 8693 token exchange of the
+    /// user's ID token.
+    #[allow(clippy::too_many_arguments)]
+    fn identity_assertion(
+        &self,
+        found: &Found,
+        endpoint: &str,
+        client_id: &str,
+        client_secret: Option<&str>,
+        id_token: &str,
+        scopes: &[String],
+        cancel: &CancelToken,
+    ) -> Result<String, McpError> {
+        let mut form = vec![
+            (
+                "grant_type",
+                "urn:ietf:params:oauth:grant-type:token-exchange".to_owned(),
+            ),
+            (
+                "requested_token_type",
+                "urn:ietf:params:oauth:token-type:id-jag".to_owned(),
+            ),
+            ("audience", found.issuer.clone()),
+            ("resource", found.resource.clone()),
+            ("subject_token", id_token.to_owned()),
+            (
+                "subject_token_type",
+                "urn:ietf:params:oauth:token-type:id_token".to_owned(),
+            ),
+            ("client_id", client_id.to_owned()),
+        ];
+        if let Some(secret) = client_secret {
+            form.push(("client_secret", secret.to_owned()));
+        }
+        if !scopes.is_empty() {
+            form.push(("scope", scopes.join(" ")));
+        }
+        let (status, answer, _) = self.post(endpoint, Body::Form(form), Vec::new(), cancel)?;
+        let grant = answer["access_token"].as_str().filter(|_| status < 300);
+        match grant {
+            Some(grant) => Ok(grant.to_owned()),
+            None => {
+                let sent = [Some(id_token), client_secret];
+                let secrets = Secrets::new(None, &[]).and(sent.into_iter().flatten());
+                Err(failed(scrub(
+                    format!(
+                        "the identity provider refused the token exchange (status {status}): {}",
+                        describe(&answer)
+                    ),
+                    Some(&secrets),
+                )))
+            }
+        }
     }
 
     /// A request to the token endpoint, the client authenticated as it registered.
@@ -804,6 +941,8 @@ impl Auth {
                 form.push(("client_secret", secret.clone()));
             }
             ("private_key_jwt", _) => {}
+            // An assertion grant without a client of its own.
+            _ if client.id.is_empty() => {}
             _ => form.push(("client_id", client.id.clone())),
         }
         // What the endpoint says back may echo what it was sent: none of the grant's
@@ -819,6 +958,7 @@ impl Auth {
                         | "refresh_token"
                         | "client_secret"
                         | "client_assertion"
+                        | "assertion"
                 )
             })
             .map(|(_, value)| value.clone())

@@ -532,6 +532,16 @@ fn guarded(issuer: &Arc<Mutex<Issuer>>) -> Scripted {
                                 "error_description": format!("refused: {}", seen.text)}),
                     );
                 }
+                let assertion = field(&fields, "assertion").unwrap_or("");
+                if grant == "urn:ietf:params:oauth:grant-type:jwt-bearer"
+                    && !assertion.starts_with("workload-")
+                {
+                    return json_reply(
+                        400,
+                        &json!({"error": "invalid_grant",
+                                "error_description": format!("{assertion} is not trusted")}),
+                    );
+                }
                 if grant == "refresh_token" && !st.refreshable.iter().any(|r| r == refresh) {
                     return json_reply(
                         400,
@@ -1187,4 +1197,80 @@ fn dpop_bound_tokens_are_proved_with_their_key_which_a_file_store_keeps_for_the_
         .connect()
         .unwrap_err();
     assert!(err.to_string().contains("invalid_dpop_proof"), "{err}");
+}
+
+#[test]
+fn a_workload_identity_is_exchanged_for_a_token_and_a_refused_one_is_told_once_without_a_secret() {
+    let issuer = Arc::new(Mutex::new(Issuer::default()));
+    let server = guarded(&issuer);
+    let url = format!("{}/mcp", server.url);
+    let given = Arc::new(AtomicUsize::new(0));
+    let workload = |jwt: &'static str| {
+        let given = given.clone();
+        OAuth::new()
+            .client("workload-client", None)
+            .workload_identity(move || {
+                given.fetch_add(1, Ordering::SeqCst);
+                Ok(jwt.to_owned())
+            })
+    };
+    let client = Client::http(&url)
+        .era(Era::Session)
+        .oauth(workload("workload-Zq7Xw3Vb9Ty2Rk5Lm8"))
+        .connect()
+        .unwrap();
+    client.ping().unwrap();
+    client.close();
+    let lines = flow_lines(&server, 5);
+    assert_eq!(
+        lines[..5],
+        [
+            "POST /mcp initialize",
+            "GET /.well-known/oauth-protected-resource/mcp",
+            "GET /.well-known/oauth-authorization-server",
+            "POST /token urn:ietf:params:oauth:grant-type:jwt-bearer",
+            "POST /mcp initialize [at-1]",
+        ]
+    );
+    let granted = server
+        .seen()
+        .into_iter()
+        .find(|s| s.path == "/token")
+        .unwrap();
+    let mut fields = form(&granted.text);
+    fields.sort();
+    assert_eq!(
+        fields,
+        [
+            ("assertion", "workload-Zq7Xw3Vb9Ty2Rk5Lm8"),
+            ("client_id", "workload-client"),
+            ("grant_type", "urn:ietf:params:oauth:grant-type:jwt-bearer"),
+            ("resource", url.as_str()),
+            ("scope", "read offline_access"),
+        ]
+        .map(|(n, v)| (n.to_owned(), v.to_owned()))
+    );
+    assert_eq!(given.load(Ordering::SeqCst), 1);
+    // A token the server does not trust: the error says so once, without the token; no
+    // other grant is tried.
+    let server = guarded(&issuer);
+    let err = Client::http(format!("{}/mcp", server.url))
+        .era(Era::Session)
+        .oauth(workload("forged-Zq7Xw3Vb9Ty2Rk5Lm8"))
+        .connect()
+        .unwrap_err();
+    assert!(
+        matches!(&err, McpError::Auth(m) if m.starts_with("the token endpoint refused (status 400): invalid_grant")),
+        "{err:?}"
+    );
+    assert!(!format!("{err} {err:?}").contains("Zq7Xw3Vb9"), "{err}");
+    let tokens: Vec<String> = flow_lines(&server, 4)
+        .into_iter()
+        .filter(|l| l.starts_with("POST /token"))
+        .collect();
+    assert_eq!(
+        tokens,
+        ["POST /token urn:ietf:params:oauth:grant-type:jwt-bearer"]
+    );
+    assert_eq!(given.load(Ordering::SeqCst), 2);
 }
