@@ -1274,3 +1274,36 @@ fn a_workload_identity_is_exchanged_for_a_token_and_a_refused_one_is_told_once_w
     );
     assert_eq!(given.load(Ordering::SeqCst), 2);
 }
+
+#[test]
+fn an_expired_token_kept_from_an_earlier_run_is_refreshed_before_the_first_request() {
+    let runs = Runs::new(Issuer::default(), "oauth-expired");
+    let kept = runs.first();
+    assert_eq!(kept.access_token(), token("at", 1));
+    // The run was long ago: its token has expired since.
+    let mut file: Value =
+        serde_json::from_str(&std::fs::read_to_string(&runs.path).unwrap()).unwrap();
+    file[&runs.url]["expires_at"] = json!(1);
+    std::fs::write(&runs.path, file.to_string()).unwrap();
+    let before = runs.server.seen().len();
+    // The next run finds it expiring within the minute: it discovers the authorization
+    // server (this connection has not yet) and refreshes as the kept client, before
+    // anything is sent to the MCP server.
+    let client = runs.connect();
+    client.close();
+    assert_eq!(
+        flow_lines(&runs.server, before + 7)[before..],
+        [
+            "GET /.well-known/oauth-protected-resource/mcp",
+            "GET /.well-known/oauth-authorization-server",
+            &format!("POST /token refresh_token {}", token("rt", 1)),
+            "POST /mcp initialize [at-2]",
+            "POST /mcp notifications/initialized [at-2]",
+            "GET /mcp [at-2]",
+            "DELETE /mcp [at-2]",
+        ]
+    );
+    assert_eq!(runs.asked.load(Ordering::SeqCst), 1);
+    let kept = FileStore::new(&runs.path).load(&runs.url).unwrap().unwrap();
+    assert_eq!(kept.access_token(), token("at", 2));
+}
