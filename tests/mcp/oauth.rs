@@ -434,6 +434,9 @@ struct Issuer {
     /// the key that proved (the key's `x`, by token).
     dpop: bool,
     bound: Vec<(String, String)>,
+    /// The resource names a second authorization server (issuer `{base}/as2`, its
+    /// endpoints under `/as2`, its client `client-2`).
+    moved: bool,
 }
 
 /// The key (`x` of its JWK) of a valid DPoP proof for `method` and `url` (with the hash of
@@ -491,19 +494,33 @@ fn guarded(issuer: &Arc<Mutex<Issuer>>) -> Scripted {
     let issuer = issuer.clone();
     Scripted::start(move |seen| {
         let base = format!("http://{}", seen.header("host").unwrap_or(""));
-        let path = seen.path.split('?').next().unwrap_or("");
+        let full = seen.path.split('?').next().unwrap_or("");
+        // The second authorization server's requests, as the first's.
+        let (second, path) = match full.strip_prefix("/as2") {
+            Some(rest) if rest.starts_with('/') => (true, rest),
+            _ if full == "/.well-known/oauth-authorization-server/as2" => {
+                (true, "/.well-known/oauth-authorization-server")
+            }
+            _ => (false, full),
+        };
+        let at = if second {
+            format!("{base}/as2")
+        } else {
+            base.clone()
+        };
         let mut st = issuer.lock().unwrap();
         match (seen.method.as_str(), path) {
             ("GET", "/.well-known/oauth-protected-resource/mcp") => json_reply(
                 200,
-                &json!({"resource": format!("{base}/mcp"), "authorization_servers": [base],
+                &json!({"resource": format!("{base}/mcp"),
+                        "authorization_servers": [if st.moved { format!("{base}/as2") } else { base.clone() }],
                         "scopes_supported": ["read"]}),
             ),
             ("GET", "/.well-known/oauth-authorization-server") => {
-                let mut meta = json!({"issuer": base,
-                        "authorization_endpoint": format!("{base}/authorize"),
-                        "token_endpoint": format!("{base}/token"),
-                        "registration_endpoint": format!("{base}/register"),
+                let mut meta = json!({"issuer": at,
+                        "authorization_endpoint": format!("{at}/authorize"),
+                        "token_endpoint": format!("{at}/token"),
+                        "registration_endpoint": format!("{at}/register"),
                         "code_challenge_methods_supported": ["S256"],
                         "token_endpoint_auth_methods_supported": ["none", "client_secret_post"],
                         "scopes_supported": ["read", "offline_access"]});
@@ -519,7 +536,8 @@ fn guarded(issuer: &Arc<Mutex<Issuer>>) -> Scripted {
             ),
             ("POST", "/register") => json_reply(
                 201,
-                &json!({"client_id": "client-1", "token_endpoint_auth_method": "none"}),
+                &json!({"client_id": if second { "client-2" } else { "client-1" },
+                        "token_endpoint_auth_method": "none"}),
             ),
             ("POST", "/token") => {
                 let fields = form(&seen.text);
@@ -626,7 +644,7 @@ fn flow_lines(server: &Scripted, n: usize) -> Vec<String> {
         .iter()
         .map(|s| {
             let path = s.path.split('?').next().unwrap_or("").to_owned();
-            let what = if path == "/token" {
+            let what = if path.ends_with("/token") {
                 let fields = form(&s.text);
                 let mut what = field(&fields, "grant_type").unwrap_or("").to_owned();
                 if let Some(r) = field(&fields, "refresh_token") {
@@ -1306,4 +1324,61 @@ fn an_expired_token_kept_from_an_earlier_run_is_refreshed_before_the_first_reque
     assert_eq!(runs.asked.load(Ordering::SeqCst), 1);
     let kept = FileStore::new(&runs.path).load(&runs.url).unwrap().unwrap();
     assert_eq!(kept.access_token(), token("at", 2));
+}
+
+#[test]
+fn a_resource_that_names_a_new_authorization_server_is_authorized_there_with_nothing_of_the_old() {
+    let runs = Runs::new(Issuer::default(), "oauth-moved");
+    let kept = runs.first();
+    assert_eq!(kept.client_id(), Some("client-1"));
+    // Between runs the resource moved to another authorization server, which alone issues
+    // the tokens it takes now.
+    {
+        let mut st = runs.issuer.lock().unwrap();
+        st.moved = true;
+        st.valid.clear();
+    }
+    let before = runs.server.seen().len();
+    let client = runs.connect();
+    client.ping().unwrap();
+    // Discovered and registered with; neither the old client nor its refresh token sent.
+    assert_eq!(
+        flow_lines(&runs.server, before + 9)[before..],
+        [
+            "POST /mcp initialize [at-1]",
+            "GET /.well-known/oauth-protected-resource/mcp",
+            "GET /.well-known/oauth-authorization-server/as2",
+            "POST /as2/register",
+            "POST /as2/token authorization_code",
+            "POST /mcp initialize [at-2]",
+            "POST /mcp notifications/initialized [at-2]",
+            "GET /mcp [at-2]",
+            "POST /mcp ping [at-2]",
+        ]
+    );
+    assert_eq!(runs.asked.load(Ordering::SeqCst), 2);
+    let exchanged = runs
+        .server
+        .seen()
+        .into_iter()
+        .find(|s| s.path == "/as2/token")
+        .unwrap();
+    assert_eq!(field(&form(&exchanged.text), "client_id"), Some("client-2"));
+    // Refused again on the live connection: the metadata is read again, names the same
+    // server, and the refresh goes to it as its own client.
+    runs.issuer.lock().unwrap().valid.clear();
+    let before = runs.server.seen().len();
+    client.ping().unwrap();
+    assert_eq!(
+        flow_lines(&runs.server, before + 4)[before..],
+        [
+            "POST /mcp ping [at-2]",
+            "GET /.well-known/oauth-protected-resource/mcp",
+            &format!("POST /as2/token refresh_token {}", token("rt", 2)),
+            "POST /mcp ping [at-3]",
+        ]
+    );
+    client.close();
+    let kept = FileStore::new(&runs.path).load(&runs.url).unwrap().unwrap();
+    assert_eq!(kept.client_id(), Some("client-2"));
 }
