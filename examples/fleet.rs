@@ -7,6 +7,7 @@
 //! cargo run --features redis --example fleet -- watch alice       # follow alice's runs live
 //! cargo run --release --features redis --example fleet -- bench 4 2000   # prompts/s, 4 workers
 //! cargo run --release --features redis --example fleet -- bench 1 2000 nolog   # event log off
+//! cargo run --release --features redis --example fleet -- bench 1 2000 on_end  # counted by on_end
 //! cargo run --release --features redis --example fleet -- latency 2000   # mirror latency
 //! cargo run --release --features redis --example fleet -- memory 10      # bytes per conversation
 //! ```
@@ -53,7 +54,8 @@ fn main() -> Result<(), Box<dyn Error>> {
             &redis,
             number(1, 1) as usize,
             number(2, 1000) as usize,
-            arg(3) != Some("nolog"),
+            !args.iter().skip(3).any(|a| a == "nolog"),
+            args.iter().skip(3).any(|a| a == "on_end"),
         )?,
         Some("latency") => latency(&redis, number(1, 2000) as usize)?,
         Some("memory") => memory(&url, &redis, number(1, 10) as usize)?,
@@ -131,14 +133,18 @@ fn watch(redis: &Redis, conversation: &str) -> Result<(), Box<dyn Error>> {
 
 /// Prompts per second through the queue: `prompts` prompts, each its own conversation (so
 /// each queue entry runs one prompt), run by `workers` worker threads (each its own
-/// consumer), on Faux, with the event log on (`events`) or off. Prints the commands Redis
-/// ran per prompt too (from `INFO commandstats`).
+/// consumer), on Faux, with the event log on (`events`) or off. The end is seen by polling
+/// the queue stream's length (a worker deletes an entry once its conversation is done), or,
+/// with `on_end`, counted by a [`Worker::on_end`] callback (which costs a round trip per
+/// prompt: it is called once the run's writes landed). Prints the commands Redis ran per
+/// prompt and the Redis CPU time of the worker's commands per prompt (`INFO commandstats`).
 fn bench(
     url: &str,
     redis: &Redis,
     workers: usize,
     prompts: usize,
     events: bool,
+    on_end: bool,
 ) -> Result<(), Box<dyn Error>> {
     let redis = redis
         .clone()
@@ -152,23 +158,50 @@ fn bench(
     let fleet: Vec<Worker> = (0..workers)
         .map(|i| {
             let ended = ended.clone();
-            Ok(Worker::new(&redis, &format!("w{i}"), echo_agent)?
-                .events(events.then_some(10_000))
-                .on_end(move |_, _, _| {
+            let worker = Worker::new(&redis, &format!("w{i}"), echo_agent)?
+                .events(events.then_some(10_000));
+            Ok(if on_end {
+                worker.on_end(move |_, _, _| {
                     ended.fetch_add(1, Ordering::Relaxed);
-                }))
+                })
+            } else {
+                worker
+            })
         })
         .collect::<Result<_, pagent::Error>>()?;
     let mut conn = redis::Client::open(url)?.get_connection()?;
-    let commands = |conn: &mut redis::Connection| -> Result<u64, Box<dyn Error>> {
-        let info: String = redis::cmd("INFO").arg("stats").query(conn)?;
-        Ok(info
-            .lines()
-            .find_map(|l| l.strip_prefix("total_commands_processed:"))
-            .and_then(|n| n.trim().parse().ok())
-            .unwrap_or(0))
+    // (commands processed, µs of the worker's top-level commands), by `INFO`.
+    let stats = |conn: &mut redis::Connection| -> Result<(u64, u64), Box<dyn Error>> {
+        let info: String = redis::cmd("INFO").arg("all").query(conn)?;
+        let field = |line: &str, name: &str| -> u64 {
+            line.split(&[':', ',']).find_map(|f| f.strip_prefix(name)).and_then(|n| n.parse().ok()).unwrap_or(0)
+        };
+        let mut commands = 0;
+        let mut usec = 0;
+        for line in info.lines() {
+            if let Some(n) = line.strip_prefix("total_commands_processed:") {
+                commands = n.trim().parse().unwrap_or(0);
+            }
+            // The worker's own commands; the scripts' inner commands are in `eval`'s time.
+            for name in ["eval", "evalsha", "xreadgroup", "xautoclaim", "ping", "client"] {
+                if line.starts_with(&format!("cmdstat_{name}:")) {
+                    usec += field(line, "usec=");
+                }
+            }
+        }
+        Ok((commands, usec))
     };
-    let before = commands(&mut conn)?;
+    let queue_key = format!("fleet-bench-{}:{{queue}}", std::process::id());
+    let polls = std::cell::Cell::new(0u64);
+    let done = |conn: &mut redis::Connection| -> Result<usize, Box<dyn Error>> {
+        if on_end {
+            return Ok(ended.load(Ordering::Relaxed));
+        }
+        polls.set(polls.get() + 1);
+        let left: usize = redis::cmd("XLEN").arg(&queue_key).query(conn)?;
+        Ok(prompts.saturating_sub(left))
+    };
+    let before = stats(&mut conn)?;
     let started = Instant::now();
     let threads: Vec<_> = fleet
         .iter()
@@ -176,11 +209,11 @@ fn bench(
         .map(|w| thread::spawn(move || w.run_for(Duration::from_secs(600))))
         .collect();
     let deadline = Instant::now() + Duration::from_secs(600);
-    while ended.load(Ordering::Relaxed) < prompts && Instant::now() < deadline {
+    while done(&mut conn)? < prompts && Instant::now() < deadline {
         thread::sleep(Duration::from_millis(1));
     }
     let elapsed = started.elapsed();
-    let ran = commands(&mut conn)? - before;
+    let after = stats(&mut conn)?;
     fleet.iter().for_each(Worker::stop);
     for t in threads {
         t.join().expect("a worker thread does not panic")?;
@@ -194,11 +227,13 @@ fn bench(
     assert_eq!(stored, prompts * 2);
     println!(
         "{workers} worker(s), event log {}: {prompts} prompts in {:.2} s = {:.0} prompts/s, \
-         {:.1} commands per prompt",
+         {:.1} commands per prompt, {:.1} µs of Redis per prompt",
         if events { "on" } else { "off" },
         elapsed.as_secs_f64(),
         prompts as f64 / elapsed.as_secs_f64(),
-        ran as f64 / prompts as f64
+        // Less this loop's own: the polls and the `INFO`.
+        (after.0 - before.0 - polls.get() - 1) as f64 / prompts as f64,
+        (after.1 - before.1) as f64 / prompts as f64,
     );
     Ok(())
 }

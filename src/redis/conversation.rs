@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use super::conn::Again;
 use super::fleet::{GROUP, Worker};
 use super::side::{Follow, millis};
-use super::writer::{self, RunWrites};
+use super::writer::{self, Batch, RunWrites};
 use super::{check_name, scripts};
 use crate::agent::guard;
 use crate::error::Error;
@@ -184,6 +184,8 @@ impl Worker {
         } = begun;
         let mut batches = 0;
         let mut expected = String::new();
+        // The last run's last batch of writes, to go with its end.
+        let mut held = None;
         // Bounded: a conversation that keeps getting requests is handed back to the queue
         // after this many, so one worker never holds it forever.
         for _ in 0..64 {
@@ -212,8 +214,9 @@ impl Worker {
                         &mut batches,
                     );
                     match ran {
-                        Ok((last, wrote)) => {
+                        Ok((last, wrote, batch)) => {
                             expected = wrote;
+                            held = batch;
                             Some(last)
                         }
                         Err(Failure::Entry(e)) => {
@@ -229,7 +232,13 @@ impl Worker {
                 }
                 None => skipped,
             };
-            match self.end(conversation, token, &expected, done_now.as_deref(), entry)? {
+            match self.end(
+                conversation,
+                token,
+                (&expected, held.take()),
+                done_now.as_deref(),
+                entry,
+            )? {
                 None => return Ok(()),
                 Some(more) => inbox = more,
             }
@@ -249,28 +258,47 @@ impl Worker {
         )))
     }
 
-    /// Records `done` (when given) and either releases the lease and acknowledges `entry`
-    /// (`None`) or returns the inbox entries left to do.
+    /// Applies the run's last batch (when given), checks the run's writes landed (`meta.wrote`
+    /// is `expected`), records `done` (when given) and either releases the lease and
+    /// acknowledges `entry` (`None`) or returns the inbox entries left to do. One round trip,
+    /// sent behind the run's writes whose replies were not read yet.
     fn end(
         &self,
         conversation: &str,
         token: &str,
-        expected: &str,
+        (expected, batch): (&str, Option<Batch>),
         done: Option<&str>,
         entry: &str,
     ) -> Result<Option<Vec<::redis::streams::StreamId>>, Error> {
         let redis = &self.shared.redis;
-        let keys = ["lease", "meta", "inbox"].map(|w| redis.key(conversation, w));
+        let keys = ["lease", "meta", "inbox", "messages", "events"]
+            .map(|w| redis.key(conversation, w));
         let queue = redis.queue_key();
-        let reply: Vec<::redis::Value> = self.shared.writer.lock().link.call(Again::Safe, |c| {
-            scripts::eval(scripts::END, &[&keys[0], &keys[1], &keys[2], &queue])
-                .arg(token)
-                .arg(expected)
-                .arg(done.unwrap_or(""))
-                .arg(entry)
-                .arg(GROUP)
-                .arg(millis(self.config.lease))
-                .query(c)
+        let mut cmd = scripts::eval(
+            scripts::END,
+            &[&keys[0], &keys[1], &keys[2], &queue, &keys[3], &keys[4]],
+        );
+        cmd.arg(token)
+            .arg(expected)
+            .arg(done.unwrap_or(""))
+            .arg(entry)
+            .arg(GROUP)
+            .arg(millis(self.config.lease));
+        if let Some(batch) = batch {
+            cmd.arg(batch.number());
+            batch.args(&mut cmd);
+        }
+        let reply = self
+            .shared
+            .writer
+            .lock()
+            .link
+            .end(cmd.get_packed_command())?;
+        let reply: Vec<::redis::Value> = ::redis::from_redis_value(reply).map_err(|e| {
+            Error::Io {
+                kind: std::io::ErrorKind::InvalidData,
+                message: format!("redis: the end of a run answered {e}"),
+            }
         })?;
         let status = reply
             .first()
@@ -325,7 +353,9 @@ impl Worker {
 
     /// One run of the inbox entry `job`: the agent from the transcript, the prompt (or
     /// `continue_run` when the prompt is already stored), the inbox followed for control
-    /// requests. Returns the last inbox entry the run took and what `meta.wrote` must hold.
+    /// requests. Returns the last inbox entry the run took, what `meta.wrote` must hold, and
+    /// the run's last batch of writes when it is left to go with the run's end (no
+    /// [`Worker::on_end`] to call once the writes landed).
     fn run(
         &self,
         conversation: &str,
@@ -334,7 +364,7 @@ impl Worker {
         resume: bool,
         messages: &mut Vec<Message>,
         batches: &mut u64,
-    ) -> Result<(String, String), Failure> {
+    ) -> Result<(String, String, Option<Batch>), Failure> {
         let shared = &self.shared;
         let factory = &self.config.factory;
         let built = guard::must("the agent factory", || {
@@ -381,9 +411,10 @@ impl Worker {
                 Err(e) => e.result().stop_reason,
             };
         }
-        let writes = writer::finish(&mut shared.writer.lock());
+        let on_end = self.config.on_end.as_ref().filter(|_| ran);
+        let writes = writer::finish(&mut shared.writer.lock(), on_end.is_none());
         drop(sub);
-        let writes = writes.expect("OK because this run put them in place");
+        let (writes, held) = writes.expect("OK because this run put them in place");
         if let Some(e) = writes.error() {
             return Err(Failure::Redis(e.clone()));
         }
@@ -410,12 +441,12 @@ impl Worker {
             }
             last.clone_from(entry);
         }
-        if ran && let Some(f) = &self.config.on_end {
+        if let Some(f) = on_end {
             shared.writer.lock().link.settle()?;
             let _ = guard::catch(|| f(conversation, id, &snapshot));
         }
         *messages = snapshot.messages.iter().map(|m| (**m).clone()).collect();
         *batches = writes.batches();
-        Ok((last, writes.expected()))
+        Ok((last, writes.expected(), held))
     }
 }

@@ -49,40 +49,69 @@ if #inbox > 0 then page = redis.call('LRANGE', KEYS[4], 0, tonumber(ARGV[3]) - 1
 return {1, meta[1] or '', meta[2] or '', meta[3] or '', inbox, n, page}
 ";
 
+/// The Lua of applying a batch of a run's writes, shared by [`WRITE`] and [`END`]:
+/// `apply(token, n, messages, events, meta, cap, started, first)` checks that batch `n` of
+/// lease `token` is the next one (returns 1 without doing anything when it was applied
+/// already, -1 when an earlier batch is missing), then appends the pairs of `ARGV` from
+/// `first` on in order ((`m`, message JSON) to the transcript, (`e`, event line) to the
+/// event stream), records `started` (when not ''), and `meta.wrote = "<token> <n>"`.
+macro_rules! apply_batch {
+    () => {
+        r"
+local function apply(token, n, messages, events, meta, cap, started, first)
+  local wrote = redis.call('HGET', meta, 'wrote')
+  local this = token .. ' ' .. n
+  if wrote == this then return 1 end
+  if tonumber(n) > 1 and wrote ~= token .. ' ' .. (tonumber(n) - 1) then return -1 end
+  for i = first, #ARGV, 2 do
+    if ARGV[i] == 'm' then
+      redis.call('RPUSH', messages, ARGV[i + 1])
+    else
+      redis.call('XADD', events, 'MAXLEN', '~', cap, '*', 'line', ARGV[i + 1])
+    end
+  end
+  if started ~= '' then redis.call('HSET', meta, 'started', started) end
+  redis.call('HSET', meta, 'wrote', this)
+  return 1
+end
+"
+    };
+}
+
 /// Appends a batch of a run's writes in order, if the lease is still ours and this batch is
 /// the next one. KEYS: lease, messages, events, meta. ARGV: token, batch number, event
 /// stream cap, the inbox entry whose prompt the batch stores (or ''), then pairs of (`m`,
 /// message JSON) and (`e`, event line). Returns 1 (applied, now or before), 0 (the lease
 /// is not ours), -1 (an earlier batch is missing).
-pub(crate) const WRITE: &str = r"#!lua
+pub(crate) const WRITE: &str = concat!(
+    "#!lua\n",
+    apply_batch!(),
+    r"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-local wrote = redis.call('HGET', KEYS[4], 'wrote')
-local this = ARGV[1] .. ' ' .. ARGV[2]
-if wrote == this then return 1 end
-local n = tonumber(ARGV[2])
-if n > 1 and wrote ~= ARGV[1] .. ' ' .. (n - 1) then return -1 end
-for i = 5, #ARGV, 2 do
-  if ARGV[i] == 'm' then
-    redis.call('RPUSH', KEYS[2], ARGV[i + 1])
-  else
-    redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[3], '*', 'line', ARGV[i + 1])
-  end
-end
-if ARGV[4] ~= '' then redis.call('HSET', KEYS[4], 'started', ARGV[4]) end
-redis.call('HSET', KEYS[4], 'wrote', this)
-return 1
-";
+return apply(ARGV[1], ARGV[2], KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[4], 5)
+"
+);
 
-/// Ends a run (or a request that runs nothing): records `done`, drops the inbox entries
-/// before it, then either hands back the next inbox entries (the lease is kept) or releases
-/// the lease and acknowledges the queue entry. KEYS: lease, meta, inbox, queue. ARGV: token,
-/// the last write expected (`<token> <n>`, or '' for none), the inbox entry done (or ''),
-/// the queue entry (or ''), the group, lease ms. Returns `{1}` released, `{0, entries}` more
-/// to do, `{-1}` the lease is not ours, `{-2}` a write of the run is missing.
-pub(crate) const END: &str = r"#!lua
+/// Ends a run (or a request that runs nothing), with the run's last batch of writes when
+/// it is given (one round trip for both): applies that batch as [`WRITE`] does, records
+/// `done`, drops the inbox entries before it, then either hands back the next inbox
+/// entries (the lease is kept) or releases the lease and acknowledges the queue entry.
+/// KEYS: lease, meta, inbox, queue, messages, events. ARGV: token, the last write expected
+/// (`<token> <n>`, or '' for none; with a batch, that batch's), the inbox entry done (or
+/// ''), the queue entry (or ''), the group, lease ms, then the batch or nothing: its
+/// number, the event stream cap, the inbox entry whose prompt it stores (or ''), and pairs
+/// as [`WRITE`] takes them. Returns `{1}` released, `{0, entries}` more to do, `{-1}` the
+/// lease is not ours, `{-2}` a write of the run is missing.
+pub(crate) const END: &str = concat!(
+    "#!lua\n",
+    apply_batch!(),
+    r"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   if redis.call('HGET', KEYS[2], 'ended') == ARGV[1] then return {1} end
   return {-1}
+end
+if #ARGV > 6 and apply(ARGV[1], ARGV[7], KEYS[5], KEYS[6], KEYS[2], ARGV[8], ARGV[9], 10) ~= 1 then
+  return {-2}
 end
 if ARGV[2] ~= '' and redis.call('HGET', KEYS[2], 'wrote') ~= ARGV[2] then return {-2} end
 if ARGV[3] ~= '' then
@@ -105,7 +134,8 @@ if ARGV[4] ~= '' then
   redis.call('XDEL', KEYS[4], ARGV[4])
 end
 return {1}
-";
+"
+);
 
 /// Records that the inbox entry ARGV[2] failed; at the ARGV[4]th failure in a row moves it
 /// to the dead-letter stream with its error and records it done. Frees the lease either

@@ -37,8 +37,21 @@ pub(crate) const LINGER: Duration = Duration::from_millis(5);
 enum Sent {
     /// A batch of writes: 1 applied, 0 lease lost, -1 an earlier batch missing.
     Write(Vec<u8>),
+    /// The end of a run ([`scripts::END`], may carry its last batch): sent again like a
+    /// write after a break (it applies once), its reply returned by [`Link::settle_end`].
+    End(Vec<u8>),
     /// A command whose reply does not matter (`CLIENT UNBLOCK`).
     Ignore,
+}
+
+impl Sent {
+    /// The command, when it must be sent again after a break.
+    fn again(&self) -> Option<&[u8]> {
+        match self {
+            Sent::Write(packed) | Sent::End(packed) => Some(packed),
+            Sent::Ignore => None,
+        }
+    }
 }
 
 /// The worker's connection, with the commands sent ahead whose replies were not read yet.
@@ -81,13 +94,11 @@ impl Link {
     /// must not land later (sent again at the next command, once Redis is back, they
     /// would append to the transcript of a run that was reported broken off).
     fn resend(&mut self) -> Result<(), Error> {
-        self.sent.retain(|s| matches!(s, Sent::Write(_)));
+        self.sent.retain(|s| s.again().is_some());
         let sent = self.conn.ready().and_then(|(conn, _)| {
-            self.sent.iter().try_for_each(|s| match s {
-                Sent::Write(packed) => conn
-                    .send_packed_command(packed)
-                    .map_err(|e| super::map_err(&e, false)),
-                Sent::Ignore => Ok(()),
+            self.sent.iter().filter_map(Sent::again).try_for_each(|packed| {
+                conn.send_packed_command(packed)
+                    .map_err(|e| super::map_err(&e, false))
             })
         });
         if sent.is_err() {
@@ -102,10 +113,27 @@ impl Link {
     /// (out of memory, say). A connection that breaks meanwhile is replaced once and the
     /// unread writes sent again.
     pub(crate) fn settle(&mut self) -> Result<(), Error> {
+        self.settle_end().map(|_| ())
+    }
+
+    /// Sends the end of a run ([`scripts::END`]) behind the writes sent ahead, without
+    /// waiting for their replies first (it checks itself that the last of them landed),
+    /// and reads every reply: one round trip for the run's last writes and its end.
+    /// Returns its reply, or the first failure as [`Link::settle`] does.
+    pub(crate) fn end(&mut self, packed: Vec<u8>) -> Result<::redis::Value, Error> {
+        self.send(Sent::End(packed.clone()), &packed)?;
+        self.settle_end()?
+            .ok_or_else(|| Error::Connection("redis: connection lost".into()))
+    }
+
+    /// [`Link::settle`], returning the reply of an end sent ahead.
+    fn settle_end(&mut self) -> Result<Option<::redis::Value>, Error> {
         let mut first: Option<Error> = None;
+        let mut end = None;
         let mut retried = false;
         while let Some(next) = self.sent.front() {
-            let is_write = matches!(next, Sent::Write(_));
+            let is_write = !matches!(next, Sent::Ignore);
+            let is_end = matches!(next, Sent::End(_));
             let Some(conn) = self.conn.current() else {
                 // Lost before its replies were read.
                 if retried {
@@ -116,9 +144,14 @@ impl Link {
                 self.resend()?;
                 continue;
             };
-            match reply::<i64>(conn) {
-                Ok(n) => {
+            match reply::<::redis::Value>(conn) {
+                Ok(value) if is_end => {
                     self.sent.pop_front();
+                    end = Some(value);
+                }
+                Ok(value) => {
+                    self.sent.pop_front();
+                    let n = ::redis::from_redis_value_ref::<i64>(&value).unwrap_or(-1);
                     let failed = match n {
                         _ if !is_write => None,
                         1 => None,
@@ -150,7 +183,7 @@ impl Link {
                 }
             }
         }
-        first.map_or(Ok(()), Err)
+        first.map_or(Ok(end), Err)
     }
 
     /// Runs a command whose reply is needed now, after reading the replies sent ahead
@@ -236,12 +269,23 @@ impl RunWrites {
 
     fn push(&mut self, event: &AgentEvent) -> When {
         let mut when = match event {
-            AgentEvent::AgentStart | AgentEvent::TurnStart { .. } => When::Later,
-            // A prompt, a steering message or a tool result: the model call follows, whose
-            // reply (or first delta) takes it along; if it is slow, within `LINGER`.
-            AgentEvent::MessageEnd { message } if !matches!(**message, Message::Assistant(_)) => {
-                When::Soon
+            // The end of a run goes with the run's end (`scripts::END`), which follows at
+            // once, or with the next run's first batch.
+            AgentEvent::AgentStart | AgentEvent::TurnStart { .. } | AgentEvent::AgentEnd { .. } => {
+                When::Later
             }
+            // A reply with tool calls: the tools run once it landed.
+            AgentEvent::MessageEnd { message }
+                if message
+                    .as_assistant()
+                    .is_some_and(|m| m.tool_calls().next().is_some()) =>
+            {
+                When::Now
+            }
+            // A prompt, a steering message or a tool result: the model call follows, whose
+            // reply (or first delta) takes it along. A final reply: the run's end follows,
+            // which takes it along. If neither comes at once, within `LINGER`.
+            AgentEvent::MessageEnd { .. } => When::Soon,
             AgentEvent::MessageStart { message } if !matches!(**message, Message::Assistant(_)) => {
                 When::Later
             }
@@ -279,30 +323,37 @@ impl RunWrites {
         when
     }
 
-    /// The batch command of what is buffered, numbered next.
-    fn batch(&mut self) -> Option<Vec<u8>> {
+    /// What is buffered, as the batch numbered next.
+    fn take(&mut self) -> Option<Batch> {
         if self.ops.is_empty() {
             return None;
         }
         self.batch += 1;
-        let keys: Vec<&str> = self.keys.iter().map(String::as_str).collect();
-        let mut cmd = scripts::eval(scripts::WRITE, &keys);
-        cmd.arg(&self.token)
-            .arg(self.batch)
-            .arg(self.events.unwrap_or(1));
         // The prompt's entry goes with the first user message: not with a tool result the
         // agent synthesized before it for calls a dead worker left unanswered.
-        cmd.arg(if self.user_buffered {
+        let started = if self.user_buffered {
             self.started.take().unwrap_or_default()
         } else {
             String::new()
-        });
+        };
         self.user_buffered = false;
-        for (op, payload) in self.ops.drain(..) {
-            cmd.arg(op).arg(payload);
-        }
         self.due = None;
         self.last_send = Some(Instant::now());
+        Some(Batch {
+            number: self.batch,
+            cap: self.events.unwrap_or(1),
+            started,
+            ops: std::mem::take(&mut self.ops),
+        })
+    }
+
+    /// The batch command ([`scripts::WRITE`]) of what is buffered, numbered next.
+    fn batch(&mut self) -> Option<Vec<u8>> {
+        let batch = self.take()?;
+        let keys: Vec<&str> = self.keys.iter().map(String::as_str).collect();
+        let mut cmd = scripts::eval(scripts::WRITE, &keys);
+        cmd.arg(&self.token).arg(batch.number);
+        batch.args(&mut cmd);
         Some(cmd.get_packed_command())
     }
 
@@ -317,6 +368,31 @@ impl RunWrites {
 
     pub(crate) fn batches(&self) -> u64 {
         self.batch
+    }
+}
+
+/// A run's batch of writes, numbered.
+pub(crate) struct Batch {
+    number: u64,
+    cap: usize,
+    started: String,
+    /// (`m` or `e`, payload), in order.
+    ops: Vec<(&'static str, Vec<u8>)>,
+}
+
+impl Batch {
+    /// Appends the batch's arguments after its number, as [`scripts::WRITE`] and
+    /// [`scripts::END`] take them: the event stream cap, the inbox entry whose prompt it
+    /// stores (or ''), then the pairs.
+    pub(crate) fn args(self, cmd: &mut ::redis::Cmd) {
+        cmd.arg(self.cap).arg(self.started);
+        for (op, payload) in self.ops {
+            cmd.arg(op).arg(payload);
+        }
+    }
+
+    pub(crate) fn number(&self) -> u64 {
+        self.number
     }
 }
 
@@ -412,13 +488,21 @@ pub(crate) fn fail(state: &mut State, e: Error) {
     }
 }
 
-/// Takes the current run's writes out after sending what is buffered; returns them (their
-/// first failure in `error`).
-pub(crate) fn finish(state: &mut State) -> Option<RunWrites> {
-    if let Err(e) = send_batch(state) {
+/// Takes the current run's writes out; returns them (their first failure in `error`) and,
+/// when `hold`, what was still buffered as the run's last batch, to go with the run's end
+/// ([`scripts::END`]) instead of a batch of its own. Without `hold` that is sent now.
+pub(crate) fn finish(state: &mut State, hold: bool) -> Option<(RunWrites, Option<Batch>)> {
+    let mut held = None;
+    if hold {
+        if let Some(run) = &mut state.run
+            && run.error.is_none()
+        {
+            held = run.take();
+        }
+    } else if let Err(e) = send_batch(state) {
         fail(state, e);
     }
-    state.run.take()
+    state.run.take().map(|run| (run, held))
 }
 
 impl RunWrites {
