@@ -225,17 +225,22 @@ fn a_run_broken_by_a_redis_restart_is_taken_up_again_without_waiting_for_its_own
     );
 }
 
-#[test]
-fn a_queue_call_cut_after_sending_is_sent_again_once_and_only_an_unknown_outcome_says_so() {
-    let redis_url = shared_url();
-    let upstream: u16 = redis_url
+/// A fault-injecting proxy in front of the shared server.
+fn proxy_to_shared() -> proxy::Proxy {
+    let upstream: u16 = shared_url()
         .trim_end_matches('/')
         .rsplit(':')
         .next()
         .unwrap()
         .parse()
         .unwrap();
-    let proxy = proxy::Proxy::start(upstream);
+    proxy::Proxy::start(upstream)
+}
+
+#[test]
+fn a_queue_call_cut_after_sending_is_sent_again_once_and_only_an_unknown_outcome_says_so() {
+    let redis_url = shared_url();
+    let proxy = proxy_to_shared();
     let prefix = format!("t{}-cut", std::process::id());
     let redis = Redis::open(&proxy.url()).unwrap().prefix(&prefix);
     let queue = Queue::new(&redis);
@@ -676,4 +681,143 @@ fn setters_on_clones_and_names_with_braces_behave() {
         RemoteMirror::new(&redis, "{x").next_event(Duration::from_millis(1)),
         Err(Error::Config(_))
     ));
+}
+
+/// Text only the script that ends a run ([`pagent::redis`]'s `END`) carries: it is sent with
+/// each call (`EVAL`).
+const END_SCRIPT: &str = "'ended'";
+
+#[test]
+fn the_end_of_a_run_carrying_its_last_writes_applies_once_when_it_is_cut_or_dropped() {
+    let proxy = proxy_to_shared();
+    let prefix = format!("t{}-end-cut", std::process::id());
+    let redis = Redis::open(&proxy.url()).unwrap().prefix(&prefix);
+    let direct = shared("end-cut");
+    let store = Store::new(&direct);
+    store.delete("c").unwrap();
+    let queue = Queue::new(&direct);
+    // No `on_end`: a short run's writes go with its end, in one script.
+    let worker = echo_worker(&redis, "w");
+    let url = shared_url();
+    let faults = [
+        // Applied, its reply lost: sent again on a new connection, recognised.
+        (proxy::Fault::ForwardThenCut, 1),
+        // Never reached Redis: sent again, applied then.
+        (proxy::Fault::DropAndCut, 1),
+        // Applied, and the second send's reply lost too: the step fails (the outcome was
+        // unknown to it), and the next steps find the run done, not to be run again.
+        (proxy::Fault::ForwardThenCut, 2),
+    ];
+    let mut prompts = Vec::new();
+    let mut expected_faults = 0;
+    for (i, (fault, times)) in faults.into_iter().enumerate() {
+        // Two prompts at once: the first run's end keeps the lease and hands back the
+        // second (so an end applied twice would append its writes twice), the second's
+        // releases it.
+        let mut id = String::new();
+        for part in ["a", "b"] {
+            let text = format!("Prompt {i}{part}");
+            id = queue.prompt("c", &text).unwrap();
+            prompts.push(text);
+        }
+        proxy.fault_requests_with(END_SCRIPT, fault, times);
+        expected_faults += times;
+        step_until_done(&worker, &url, &prefix, &id);
+        assert_eq!(proxy.faulted(), expected_faults, "{fault:?} done to the run's end");
+    }
+    let answers = answered(&prompts, |p| format!("answer to {p}"));
+    assert_eq!(described(&store, "c"), answers);
+    let mut runs = Vec::new();
+    for pair in answers.chunks(2) {
+        runs.extend([
+            "AgentStart".to_string(),
+            pair[0].clone(),
+            pair[1].clone(),
+            "AgentEnd no_tool_calls".into(),
+        ]);
+    }
+    assert_eq!(runs_in_stream(&direct, "c"), runs, "a write applied twice");
+    // The queue entries of the "b" prompts find their prompt done: acknowledged, deleted.
+    let mut conn = raw(&url);
+    let queued = |conn: &mut redis::Connection| -> usize {
+        redis::cmd("XLEN")
+            .arg(format!("{prefix}:{{queue}}"))
+            .query(conn)
+            .unwrap()
+    };
+    wait_within("the queue emptied", Duration::from_secs(10), || {
+        let _ = worker.step(Duration::from_millis(100));
+        queued(&mut conn) == 0
+    });
+    assert_eq!(described(&store, "c"), answers, "nothing run again");
+    let lease: Option<String> = redis::cmd("GET")
+        .arg(format!("{prefix}:{{c}}:lease"))
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(lease, None, "the lease was released");
+    let (state, _) = folded(&direct, "c");
+    assert_eq!(
+        state
+            .messages
+            .iter()
+            .map(|m| (**m).clone())
+            .collect::<Vec<_>>(),
+        stored(&store, "c")
+    );
+}
+
+#[test]
+fn a_worker_killed_with_the_end_of_its_run_unsent_has_the_prompt_answered_once_by_another() {
+    let proxy = proxy_to_shared();
+    let prefix = format!("t{}-end-kill", std::process::id());
+    let redis = shared("end-kill");
+    let store = Store::new(&redis);
+    store.delete("c").unwrap();
+    let id = Queue::new(&redis).prompt("c", "Hello").unwrap();
+    let worker = |name: &str, url: String| {
+        Role::start(
+            "worker",
+            &[
+                ("PAGENT_REDIS_TEST_URL", url),
+                ("PAGENT_REDIS_TEST_PREFIX", prefix.clone()),
+                ("PAGENT_REDIS_TEST_NAME", name.into()),
+                ("PAGENT_REDIS_TEST_LEASE_MS", "600".into()),
+                ("PAGENT_REDIS_TEST_CLAIM_MS", "1500".into()),
+                ("PAGENT_REDIS_TEST_EVENTS", "10000".into()),
+            ],
+        )
+    };
+    // w0's run ends, and the script that would record it (with the run's last writes) never
+    // reaches Redis: w0 dies right then.
+    proxy.fault_requests_with(END_SCRIPT, proxy::Fault::Hold, 1);
+    let mut w0 = worker("w0", proxy.url());
+    wait_until("w0 sending the end of its run", || proxy.faulted() == 1);
+    w0.kill();
+    let mut conn = raw(&shared_url());
+    assert_eq!(done_of(&mut conn, &prefix, "c"), None, "the run was not recorded done");
+    let _w1 = worker("w1", shared_url());
+    wait_until("w1's answer", || {
+        done_of(&mut conn, &prefix, "c").as_ref() == Some(&id)
+    });
+    assert_eq!(
+        described(&store, "c"),
+        answered(&["Hello".to_string()], |p| format!("answer to {p}"))
+    );
+    // Whatever of w0's run had landed before its end (nothing, when its writes all went
+    // with the end), the mirror holds what the store holds.
+    let (state, _) = folded(&redis, "c");
+    assert_eq!(
+        state
+            .messages
+            .iter()
+            .map(|m| (**m).clone())
+            .collect::<Vec<_>>(),
+        stored(&store, "c")
+    );
+    let runs = runs_in_stream(&redis, "c");
+    assert_eq!(
+        runs.iter().filter(|r| r.starts_with("assistant")).count(),
+        1,
+        "one answer in the event stream: {runs:?}"
+    );
 }

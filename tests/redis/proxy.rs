@@ -1,6 +1,9 @@
 //! A fault-injecting TCP proxy on loopback, in front of a redis-server: it passes bytes both
-//! ways, and on demand closes every connection (as a server `timeout` or a NAT does) or
-//! cuts one after forwarding a request and before its reply comes back.
+//! ways, and on demand closes every connection (as a server `timeout` or a NAT does), cuts
+//! one after forwarding a request and before its reply comes back, or does something to
+//! the next requests that contain given bytes (a script's text): forwards and cuts, drops
+//! and cuts, or holds them (never forwarded, the connection left open, as a worker that
+//! died right then would leave it).
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -13,10 +16,31 @@ pub(crate) struct Proxy {
     shared: Arc<Shared>,
 }
 
+/// What to do with a request that contains [`Marked::marker`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fault {
+    /// Forward it, then cut its connection before the reply comes back.
+    ForwardThenCut,
+    /// Cut its connection without forwarding it.
+    DropAndCut,
+    /// Never forward it, nor anything after it on its connection; leave the connection open.
+    Hold,
+}
+
+struct Marked {
+    marker: Vec<u8>,
+    fault: Fault,
+    /// How many more requests with the marker get the fault.
+    left: usize,
+}
+
 #[derive(Default)]
 struct Shared {
     /// How many of the next requests are forwarded, then their connection cut.
     cut_next: AtomicUsize,
+    marked: Mutex<Option<Marked>>,
+    /// How many requests got a marked fault.
+    faulted: AtomicUsize,
     /// Client sides of the open connections, with their server sides.
     open: Mutex<Vec<(TcpStream, TcpStream)>>,
     stop: AtomicBool,
@@ -69,6 +93,21 @@ impl Proxy {
     pub(crate) fn cut_next_requests(&self, n: usize) {
         self.shared.cut_next.store(n, Ordering::Release);
     }
+
+    /// Does `fault` to each of the next `n` requests whose bytes (as read in one piece)
+    /// contain `marker`.
+    pub(crate) fn fault_requests_with(&self, marker: &str, fault: Fault, n: usize) {
+        *self.shared.marked.lock().unwrap() = Some(Marked {
+            marker: marker.as_bytes().to_vec(),
+            fault,
+            left: n,
+        });
+    }
+
+    /// How many requests got a fault of [`Proxy::fault_requests_with`] so far.
+    pub(crate) fn faulted(&self) -> usize {
+        self.shared.faulted.load(Ordering::Acquire)
+    }
 }
 
 impl Drop for Proxy {
@@ -90,10 +129,20 @@ fn forward_requests(
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        let cut = shared
-            .cut_next
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
-            .is_ok();
+        let fault = marked_fault(shared, &buf[..n]);
+        if fault == Some(Fault::Hold) {
+            // Swallow the rest until the client goes away.
+            while matches!(client.read(&mut buf), Ok(n) if n > 0) {}
+            break;
+        }
+        if fault == Some(Fault::DropAndCut) {
+            break;
+        }
+        let cut = fault == Some(Fault::ForwardThenCut)
+            || shared
+                .cut_next
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+                .is_ok();
         if cut {
             cutting.store(true, Ordering::Release);
         }
@@ -110,6 +159,18 @@ fn forward_requests(
     }
     let _ = server.shutdown(Shutdown::Both);
     let _ = client.shutdown(Shutdown::Both);
+}
+
+/// The fault for a request read as `bytes`, counted, if it carries the marker.
+fn marked_fault(shared: &Shared, bytes: &[u8]) -> Option<Fault> {
+    let mut marked = shared.marked.lock().unwrap();
+    let m = marked.as_mut()?;
+    if m.left == 0 || !bytes.windows(m.marker.len()).any(|w| w == m.marker.as_slice()) {
+        return None;
+    }
+    m.left -= 1;
+    shared.faulted.fetch_add(1, Ordering::AcqRel);
+    Some(m.fault)
 }
 
 fn copy(mut from: TcpStream, mut to: TcpStream, cutting: &AtomicBool) {
