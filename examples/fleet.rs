@@ -158,8 +158,8 @@ fn bench(
     let fleet: Vec<Worker> = (0..workers)
         .map(|i| {
             let ended = ended.clone();
-            let worker = Worker::new(&redis, &format!("w{i}"), echo_agent)?
-                .events(events.then_some(10_000));
+            let worker =
+                Worker::new(&redis, &format!("w{i}"), echo_agent)?.events(events.then_some(10_000));
             Ok(if on_end {
                 worker.on_end(move |_, _, _| {
                     ended.fetch_add(1, Ordering::Relaxed);
@@ -174,7 +174,10 @@ fn bench(
     let stats = |conn: &mut redis::Connection| -> Result<(u64, u64), Box<dyn Error>> {
         let info: String = redis::cmd("INFO").arg("all").query(conn)?;
         let field = |line: &str, name: &str| -> u64 {
-            line.split(&[':', ',']).find_map(|f| f.strip_prefix(name)).and_then(|n| n.parse().ok()).unwrap_or(0)
+            line.split(&[':', ','])
+                .find_map(|f| f.strip_prefix(name))
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0)
         };
         let mut commands = 0;
         let mut usec = 0;
@@ -183,7 +186,14 @@ fn bench(
                 commands = n.trim().parse().unwrap_or(0);
             }
             // The worker's own commands; the scripts' inner commands are in `eval`'s time.
-            for name in ["eval", "evalsha", "xreadgroup", "xautoclaim", "ping", "client"] {
+            for name in [
+                "eval",
+                "evalsha",
+                "xreadgroup",
+                "xautoclaim",
+                "ping",
+                "client",
+            ] {
                 if line.starts_with(&format!("cmdstat_{name}:")) {
                     usec += field(line, "usec=");
                 }

@@ -271,8 +271,8 @@ impl Worker {
         entry: &str,
     ) -> Result<Option<Vec<::redis::streams::StreamId>>, Error> {
         let redis = &self.shared.redis;
-        let keys = ["lease", "meta", "inbox", "messages", "events"]
-            .map(|w| redis.key(conversation, w));
+        let keys =
+            ["lease", "meta", "inbox", "messages", "events"].map(|w| redis.key(conversation, w));
         let queue = redis.queue_key();
         let mut cmd = scripts::eval(
             scripts::END,
@@ -294,12 +294,11 @@ impl Worker {
             .lock()
             .link
             .end(cmd.get_packed_command())?;
-        let reply: Vec<::redis::Value> = ::redis::from_redis_value(reply).map_err(|e| {
-            Error::Io {
+        let reply: Vec<::redis::Value> =
+            ::redis::from_redis_value(reply).map_err(|e| Error::Io {
                 kind: std::io::ErrorKind::InvalidData,
                 message: format!("redis: the end of a run answered {e}"),
-            }
-        })?;
+            })?;
         let status = reply
             .first()
             .and_then(|v| ::redis::from_redis_value_ref::<i64>(v).ok());

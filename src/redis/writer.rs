@@ -96,10 +96,13 @@ impl Link {
     fn resend(&mut self) -> Result<(), Error> {
         self.sent.retain(|s| s.again().is_some());
         let sent = self.conn.ready().and_then(|(conn, _)| {
-            self.sent.iter().filter_map(Sent::again).try_for_each(|packed| {
-                conn.send_packed_command(packed)
-                    .map_err(|e| super::map_err(&e, false))
-            })
+            self.sent
+                .iter()
+                .filter_map(Sent::again)
+                .try_for_each(|packed| {
+                    conn.send_packed_command(packed)
+                        .map_err(|e| super::map_err(&e, false))
+                })
         });
         if sent.is_err() {
             self.sent.clear();

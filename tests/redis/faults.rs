@@ -723,7 +723,11 @@ fn the_end_of_a_run_carrying_its_last_writes_applies_once_when_it_is_cut_or_drop
         proxy.fault_requests_with(END_SCRIPT, fault, times);
         expected_faults += times;
         step_until_done(&worker, &url, &prefix, &id);
-        assert_eq!(proxy.faulted(), expected_faults, "{fault:?} done to the run's end");
+        assert_eq!(
+            proxy.faulted(),
+            expected_faults,
+            "{fault:?} done to the run's end"
+        );
     }
     let answers = answered(&prompts, |p| format!("answer to {p}"));
     assert_eq!(described(&store, "c"), answers);
@@ -794,7 +798,11 @@ fn a_worker_killed_with_the_end_of_its_run_unsent_has_the_prompt_answered_once_b
     wait_until("w0 sending the end of its run", || proxy.faulted() == 1);
     w0.kill();
     let mut conn = raw(&shared_url());
-    assert_eq!(done_of(&mut conn, &prefix, "c"), None, "the run was not recorded done");
+    assert_eq!(
+        done_of(&mut conn, &prefix, "c"),
+        None,
+        "the run was not recorded done"
+    );
     let _w1 = worker("w1", shared_url());
     wait_until("w1's answer", || {
         done_of(&mut conn, &prefix, "c").as_ref() == Some(&id)

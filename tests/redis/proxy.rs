@@ -165,7 +165,11 @@ fn forward_requests(
 fn marked_fault(shared: &Shared, bytes: &[u8]) -> Option<Fault> {
     let mut marked = shared.marked.lock().unwrap();
     let m = marked.as_mut()?;
-    if m.left == 0 || !bytes.windows(m.marker.len()).any(|w| w == m.marker.as_slice()) {
+    if m.left == 0
+        || !bytes
+            .windows(m.marker.len())
+            .any(|w| w == m.marker.as_slice())
+    {
         return None;
     }
     m.left -= 1;
