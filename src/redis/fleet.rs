@@ -193,6 +193,10 @@ impl Worker {
     /// each run that ran (not after a resumed one that found its answer already stored),
     /// once the run's writes landed and before it is recorded as done. A panic in it is
     /// caught; the run is still recorded as done.
+    ///
+    /// It costs a round trip per run: without it, a run's last writes go with the script
+    /// that records it done (see the module's "Capacity"); with it, they are sent and their
+    /// reply read first, so that `f` sees them stored.
     #[must_use]
     pub fn on_end(self, f: impl Fn(&str, &str, &State) + Send + Sync + 'static) -> Worker {
         self.configure(|c| c.on_end = Some(Arc::new(f)))

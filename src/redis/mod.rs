@@ -133,22 +133,21 @@
 //!
 //! # Capacity
 //! Round trips per prompt, for a worker on a short reply (one prompt per queue entry):
-//! four, with or without the event log: read the queue entry (`XREADGROUP`); one script
-//! that takes the lease and reads `meta`, the inbox and the transcript; the write batches,
-//! sent ahead without waiting (the prompt goes with its reply when the reply comes within
-//! 5 ms; with the event log, two or three batches of events) and their replies read once
-//! the run ended; and one script that records the run done, releases the lease and
-//! acknowledges the queue entry. A run that calls tools also waits for its batch at each
-//! reply with tool calls (tools run only while the lease is known to be ours). A streaming
-//! reply's deltas go in batches at most 5 ms apart: one script call per batch, not per
-//! event. Measured with `cargo run --release --features redis --example fleet -- bench W
-//! 2000 [nolog]` (one prompt per queue entry, Faux, Redis 7 on the same 2-core machine, busy
-//! with other builds; medians of seven rounds): one worker thread about 5,900 prompts/s with
-//! the event log off and 3,100 with it on; two workers 6,500 and 3,600. Each round trip is a
-//! script of several commands (about 16 µs of Redis CPU each, by `INFO commandstats`), more
-//! than a bare round trip costs. How far from the floor of four bare round trips
-//! (`redis-benchmark -c 1` `XADD`) that is, the busy machine did not tell: measured right
-//! before each run, the ratio ranged from a third to more than the floor between rounds.
+//! three, with or without the event log: read the queue entry (`XREADGROUP`); one script
+//! that takes the lease and reads `meta`, the inbox and the transcript; and one script
+//! that appends the run's last batch of writes, checks that the earlier batches landed,
+//! records the run done, releases the lease and acknowledges the queue entry. The earlier
+//! batches (with the event log, the prompt and the reply's first events, so that mirrors
+//! see a reply start at once) are sent ahead without waiting, and the last script goes
+//! behind them without waiting for their replies either. A reply that ends within 5 ms of
+//! the prompt (or of the last batch) goes with that last script; a longer one is sent
+//! within 5 ms of its end. A [`Worker::on_end`] callback adds a round trip (it is called
+//! once the run's writes landed, before the end is recorded). A run that calls tools also
+//! waits for its batch at each reply with tool calls (tools run only while the lease is
+//! known to be ours). A streaming reply's deltas go in batches at most 5 ms apart: one
+//! script call per batch, not per event.
+//!
+//! FIGURES
 //!
 //! Memory per conversation (`MEMORY USAGE`, Redis 7, measured with `fleet memory`):
 //! - the transcript: the messages' JSON plus a few bytes each (about 3.2 KB for 10 short

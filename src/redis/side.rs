@@ -58,7 +58,28 @@ struct State {
     client: Option<i64>,
     /// A read of the inbox is (about to be) under way.
     reading: bool,
+    /// Until when the side thread sleeps, while it does (it looks at the state again
+    /// before it sleeps next): it is woken only for what is due before then, so a busy
+    /// worker (runs shorter than [`FOLLOW_AFTER`]) wakes it about once per
+    /// [`FOLLOW_AFTER`], not twice per run.
+    asleep_until: Option<Instant>,
     stop: bool,
+}
+
+impl State {
+    /// Wakes the side thread when it sleeps past `due`.
+    fn wake_for(&self, due: Instant, wake: &Condvar) {
+        if self.asleep_until.is_some_and(|t| t > due) {
+            wake.notify_all();
+        }
+    }
+}
+
+/// Sleeps on `wake` for at most `d`, saying so in the state.
+fn sleep(state: &mut parking_lot::MutexGuard<'_, State>, wake: &Condvar, d: Duration) {
+    state.asleep_until = Some(Instant::now() + d);
+    wake.wait_for(state, d);
+    state.asleep_until = None;
 }
 
 pub(crate) struct Side {
@@ -98,7 +119,7 @@ impl Side {
             next_renewal,
             lost: false,
         });
-        self.shared.1.notify_all();
+        state.wake_for(next_renewal, &self.shared.1);
     }
 
     /// A run of the held conversation starts, for the inbox entry `after`: the entries after
@@ -113,7 +134,7 @@ impl Side {
             job.parked = false;
             job.since = Instant::now();
         }
-        self.shared.1.notify_all();
+        state.wake_for(Instant::now() + FOLLOW_AFTER, &self.shared.1);
     }
 
     /// The run ended: nothing more is handed to it. Returns the requests it was handed.
@@ -194,9 +215,7 @@ fn run(shared: &(Mutex<State>, Condvar), redis: &Redis, name: &str, group: &'sta
                     return;
                 }
                 match &state.job {
-                    None => {
-                        wake.wait_for(&mut state, Duration::from_secs(1));
-                    }
+                    None => sleep(&mut state, wake, Duration::from_secs(1)),
                     Some(job) => {
                         let now = Instant::now();
                         let renew_in = job.next_renewal.saturating_duration_since(now);
@@ -207,7 +226,7 @@ fn run(shared: &(Mutex<State>, Condvar), redis: &Redis, name: &str, group: &'sta
                             } else {
                                 renew_in.min(follow_in)
                             };
-                            wake.wait_for(&mut state, wait);
+                            sleep(&mut state, wake, wait);
                             continue;
                         }
                         break;

@@ -409,6 +409,10 @@ pub(crate) struct Writer {
 pub(crate) struct State {
     pub(crate) link: Link,
     pub(crate) run: Option<RunWrites>,
+    /// Until when the lingering thread sleeps, while it does: it is woken only for a batch
+    /// due before then (a busy worker's runs, each with a prompt due within [`LINGER`],
+    /// wake it about once per [`LINGER`], not once per run).
+    asleep_until: Option<Instant>,
 }
 
 impl Writer {
@@ -417,6 +421,7 @@ impl Writer {
             state: Mutex::new(State {
                 link: Link::new(redis),
                 run: None,
+                asleep_until: None,
             }),
             wake: Condvar::new(),
         });
@@ -448,11 +453,15 @@ impl Writer {
             match when {
                 When::Later => {}
                 // The lingering thread sleeps until the batch is due: woken only when it
-                // became due sooner (a wake per streaming delta would cost a thread switch
-                // each, on the run thread's path).
+                // became due sooner than it wakes anyway (a wake per streaming delta, or
+                // per run, would cost a thread switch each, on the run thread's path).
                 When::Soon if run.due == due => {}
                 When::Soon => {
-                    this.wake.notify_one();
+                    if let (Some(until), Some(due)) = (state.asleep_until, run.due)
+                        && until > due
+                    {
+                        this.wake.notify_one();
+                    }
                 }
                 When::Now => {
                     let result = send_batch(state).and_then(|()| {
@@ -530,10 +539,15 @@ fn linger(writer: &Weak<Writer>) {
                 }
             }
             Some(due) => {
+                state.asleep_until = Some(due);
                 let _ = writer.wake.wait_until(&mut state, due);
+                state.asleep_until = None;
             }
             None => {
-                let _ = writer.wake.wait_for(&mut state, Duration::from_millis(200));
+                let until = Instant::now() + Duration::from_millis(200);
+                state.asleep_until = Some(until);
+                let _ = writer.wake.wait_until(&mut state, until);
+                state.asleep_until = None;
             }
         }
     }
