@@ -288,12 +288,27 @@ impl Worker {
             cmd.arg(batch.number());
             batch.args(&mut cmd);
         }
-        let reply = self
-            .shared
-            .writer
-            .lock()
-            .link
-            .end(cmd.get_packed_command())?;
+        // With the end, the next queue entry is read (without blocking) when a `run_for`
+        // is under way: the next step needs no round trip of its own to get it.
+        let ahead = self.read_ahead();
+        let ended = self.shared.writer.lock().link.end(
+            cmd.get_packed_command(),
+            ahead.as_ref().map(::redis::Cmd::get_packed_command),
+        );
+        let reply = match ended {
+            Ok((reply, read)) => {
+                if ahead.is_some() {
+                    self.keep_ahead(read);
+                }
+                reply
+            }
+            Err(e) => {
+                if ahead.is_some() {
+                    self.keep_ahead(None);
+                }
+                return Err(e);
+            }
+        };
         let reply: Vec<::redis::Value> =
             ::redis::from_redis_value(reply).map_err(|e| Error::Io {
                 kind: std::io::ErrorKind::InvalidData,

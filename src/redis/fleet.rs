@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -78,6 +78,11 @@ pub(super) struct Shared {
     /// A failure left this worker's own entries pending: read them again at once.
     pub(super) retry_own: AtomicBool,
     pub(super) last_claim: Mutex<Option<Instant>>,
+    /// How many [`Worker::run_for`] calls are under way: while one is, the end of each
+    /// conversation reads the next queue entry in the same round trip.
+    pub(super) reading_ahead: AtomicUsize,
+    /// Queue entries read ahead, handled at the next step.
+    pub(super) ahead: Mutex<Vec<::redis::streams::StreamId>>,
 }
 
 impl fmt::Debug for Worker {
@@ -126,6 +131,8 @@ impl Worker {
                 checked: AtomicBool::new(false),
                 retry_own: AtomicBool::new(true),
                 last_claim: Mutex::new(None),
+                reading_ahead: AtomicUsize::new(0),
+                ahead: Mutex::new(Vec::new()),
             }),
             config: Arc::new(Config {
                 factory: Arc::new(factory),
@@ -202,8 +209,9 @@ impl Worker {
         self.configure(|c| c.on_end = Some(Arc::new(f)))
     }
 
-    /// Makes [`Worker::run_for`] return after the entry it is handling (within a second
-    /// when it is waiting for work).
+    /// Makes [`Worker::run_for`] return after the entry it is handling (and the one it
+    /// read ahead with that entry's end, if any; within a second when it is waiting for
+    /// work).
     pub fn stop(&self) {
         self.shared.stop.store(true, Ordering::Release);
     }
@@ -268,7 +276,33 @@ impl Worker {
     /// [`Worker::allow_eviction`]), [`Error::Io`] when the queue stream itself is not one
     /// (a wrong key type) or the server refuses the fleet's commands (no permission).
     pub fn run_for(&self, limit: Duration) -> Result<u64, Error> {
-        let deadline = Instant::now() + limit;
+        /// Reads ahead while it lives.
+        struct Ahead<'a>(&'a AtomicUsize);
+        impl Drop for Ahead<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        self.shared.reading_ahead.fetch_add(1, Ordering::AcqRel);
+        let ahead = Ahead(&self.shared.reading_ahead);
+        let result = self.run_until(Instant::now() + limit);
+        drop(ahead);
+        let mut handled = result.inspect_err(|_| {
+            // Left pending under this worker: read again as its own at its next step.
+            self.shared.retry_own.store(true, Ordering::Release);
+        })?;
+        // An entry read ahead as the last one ended is handled, not left pending (bounded:
+        // a step may take claimed entries first).
+        for _ in 0..3 {
+            if self.shared.ahead.lock().is_empty() {
+                break;
+            }
+            handled += self.step(Duration::ZERO).unwrap_or(0);
+        }
+        Ok(handled)
+    }
+
+    fn run_until(&self, deadline: Instant) -> Result<u64, Error> {
         let mut handled = 0;
         while !self.shared.stop.load(Ordering::Acquire) {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -304,7 +338,8 @@ impl Worker {
 
     /// Handles at most one batch of queue entries: first this worker's own entries left
     /// pending by a failure, then (every quarter of [`Worker::claim_after`]) those of dead
-    /// workers, else waits up to `wait` for a new one. Returns how many it handled.
+    /// workers, then one [`Worker::run_for`] read ahead, else waits up to `wait` for a new
+    /// one. Returns how many it handled.
     ///
     /// Blocks the current thread up to `wait` plus the runs it does.
     ///
@@ -342,13 +377,15 @@ impl Worker {
     }
 
     /// The next queue entries: own pending ones after a failure, claimed ones of dead
-    /// workers when due, else new ones.
+    /// workers when due, one read ahead, else new ones.
     fn read_queue(&self, wait: Duration) -> Result<(Vec<::redis::streams::StreamId>, bool), Error> {
         let shared = &self.shared;
         let queue = shared.redis.queue_key();
         let mut writer = shared.writer.lock();
         let link = &mut writer.link;
         if shared.retry_own.swap(false, Ordering::AcqRel) {
+            // Those read ahead are among them.
+            shared.ahead.lock().clear();
             let own: Option<::redis::streams::StreamReadReply> = link.call(Again::Safe, |c| {
                 ::redis::cmd("XREADGROUP")
                     .arg("GROUP")
@@ -388,6 +425,10 @@ impl Worker {
                 return Ok((claimed.claimed, true));
             }
         }
+        let ahead = std::mem::take(&mut *shared.ahead.lock());
+        if !ahead.is_empty() {
+            return Ok((ahead, false));
+        }
         let block = millis(wait).max(1);
         let timeout = shared.redis.call_timeout() + wait;
         // Not retried on a new connection: the entries it was given before the connection
@@ -419,6 +460,36 @@ impl Worker {
                 e => e,
             })?;
         Ok((ids(read), false))
+    }
+
+    /// The command that reads the next new queue entry without blocking, when the end of
+    /// a conversation is to read ahead (a [`Worker::run_for`] is under way and not told to
+    /// stop).
+    pub(super) fn read_ahead(&self) -> Option<::redis::Cmd> {
+        let shared = &self.shared;
+        if shared.reading_ahead.load(Ordering::Acquire) == 0 || shared.stop.load(Ordering::Acquire)
+        {
+            return None;
+        }
+        let mut cmd = ::redis::cmd("XREADGROUP");
+        cmd.arg("GROUP")
+            .arg(GROUP)
+            .arg(&shared.name)
+            .arg("COUNT")
+            .arg(1)
+            .arg("STREAMS")
+            .arg(shared.redis.queue_key())
+            .arg(">");
+        Some(cmd)
+    }
+
+    /// Keeps what a read ahead returned; when its fate is unknown (no reply), the entries
+    /// it may have taken are pending under this worker, and read again as its own.
+    pub(super) fn keep_ahead(&self, read: Option<::redis::Value>) {
+        match read.map(::redis::from_redis_value::<Option<::redis::streams::StreamReadReply>>) {
+            Some(Ok(read)) => self.shared.ahead.lock().extend(ids(read)),
+            _ => self.shared.retry_own.store(true, Ordering::Release),
+        }
     }
 
     pub(super) fn ack(&self, entry: &str) -> Result<(), Error> {

@@ -40,6 +40,9 @@ enum Sent {
     /// The end of a run ([`scripts::END`], may carry its last batch): sent again like a
     /// write after a break (it applies once), its reply returned by [`Link::settle_end`].
     End(Vec<u8>),
+    /// A read sent after an end (the next queue entry): not sent again after a break, its
+    /// reply returned by [`Link::settle_end`] when it came.
+    Then,
     /// A command whose reply does not matter (`CLIENT UNBLOCK`).
     Ignore,
 }
@@ -49,7 +52,7 @@ impl Sent {
     fn again(&self) -> Option<&[u8]> {
         match self {
             Sent::Write(packed) | Sent::End(packed) => Some(packed),
-            Sent::Ignore => None,
+            Sent::Then | Sent::Ignore => None,
         }
     }
 }
@@ -71,6 +74,11 @@ impl Link {
     /// Sends `packed` without reading its reply. A failed send replaces the connection and
     /// sends the unread batches again first (each applies at most once).
     fn send(&mut self, sent: Sent, packed: &[u8]) -> Result<(), Error> {
+        self.send_all([sent], packed)
+    }
+
+    /// Sends `packed`, the commands `sent` one after the other, in one piece.
+    fn send_all<const N: usize>(&mut self, sent: [Sent; N], packed: &[u8]) -> Result<(), Error> {
         let ok = if self.sent.is_empty() {
             // Nothing unread: the connection may be checked first (a PING's reply is read).
             let (conn, _) = self.conn.ready()?;
@@ -80,7 +88,7 @@ impl Link {
                 .current()
                 .is_some_and(|c| c.send_packed_command(packed).is_ok())
         };
-        self.sent.push_back(sent);
+        self.sent.extend(sent);
         if !ok {
             self.conn.reset();
             self.resend()?;
@@ -121,22 +129,36 @@ impl Link {
 
     /// Sends the end of a run ([`scripts::END`]) behind the writes sent ahead, without
     /// waiting for their replies first (it checks itself that the last of them landed),
-    /// and reads every reply: one round trip for the run's last writes and its end.
-    /// Returns its reply, or the first failure as [`Link::settle`] does.
-    pub(crate) fn end(&mut self, packed: Vec<u8>) -> Result<::redis::Value, Error> {
-        self.send(Sent::End(packed.clone()), &packed)?;
-        self.settle_end()?
-            .ok_or_else(|| Error::Connection("redis: connection lost".into()))
+    /// then `then` (a read of what comes next), and reads every reply: one round trip for
+    /// the run's last writes, its end and the read. Returns the end's reply and the read's
+    /// (none when it was lost), or the first failure as [`Link::settle`] does.
+    pub(crate) fn end(
+        &mut self,
+        packed: Vec<u8>,
+        then: Option<Vec<u8>>,
+    ) -> Result<(::redis::Value, Option<::redis::Value>), Error> {
+        match then {
+            Some(then) => {
+                let both = [packed.as_slice(), &then].concat();
+                self.send_all([Sent::End(packed), Sent::Then], &both)?;
+            }
+            None => self.send(Sent::End(packed.clone()), &packed)?,
+        }
+        let (end, then) = self.settle_end()?;
+        let end = end.ok_or_else(|| Error::Connection("redis: connection lost".into()))?;
+        Ok((end, then))
     }
 
-    /// [`Link::settle`], returning the reply of an end sent ahead.
-    fn settle_end(&mut self) -> Result<Option<::redis::Value>, Error> {
+    /// [`Link::settle`], returning the replies of an end and a read sent ahead.
+    fn settle_end(&mut self) -> Result<(Option<::redis::Value>, Option<::redis::Value>), Error> {
         let mut first: Option<Error> = None;
         let mut end = None;
+        let mut then = None;
         let mut retried = false;
         while let Some(next) = self.sent.front() {
-            let is_write = !matches!(next, Sent::Ignore);
+            let is_write = matches!(next, Sent::Write(_) | Sent::End(_));
             let is_end = matches!(next, Sent::End(_));
+            let is_then = matches!(next, Sent::Then);
             let Some(conn) = self.conn.current() else {
                 // Lost before its replies were read.
                 if retried {
@@ -151,6 +173,10 @@ impl Link {
                 Ok(value) if is_end => {
                     self.sent.pop_front();
                     end = Some(value);
+                }
+                Ok(value) if is_then => {
+                    self.sent.pop_front();
+                    then = Some(value);
                 }
                 Ok(value) => {
                     self.sent.pop_front();
@@ -186,7 +212,7 @@ impl Link {
                 }
             }
         }
-        first.map_or(Ok(end), Err)
+        first.map_or(Ok((end, then)), Err)
     }
 
     /// Runs a command whose reply is needed now, after reading the replies sent ahead

@@ -829,3 +829,98 @@ fn a_worker_killed_with_the_end_of_its_run_unsent_has_the_prompt_answered_once_b
         "one answer in the event stream: {runs:?}"
     );
 }
+
+#[test]
+fn a_queue_entry_read_ahead_with_an_end_whose_reply_was_lost_is_run_without_a_claim_wait() {
+    let proxy = proxy_to_shared();
+    let prefix = format!("t{}-ahead-cut", std::process::id());
+    let redis = Redis::open(&proxy.url()).unwrap().prefix(&prefix);
+    let direct = shared("ahead-cut");
+    let store = Store::new(&direct);
+    let queue = Queue::new(&direct);
+    let mut conn = raw(&shared_url());
+    for round in 0..3 {
+        // `claim_after` 60 s: an entry left pending and not taken up again by its own
+        // worker would wait that long, past this test's bounds.
+        let worker = echo_worker(&redis, &format!("w{round}"));
+        let (a, b) = (format!("a{round}"), format!("b{round}"));
+        for c in [&a, &b] {
+            store.delete(c).unwrap();
+        }
+        // The end of a's run goes with the read of the next queue entry (b's): the reply
+        // of both is lost, the end is sent again, the read is not (it is not idempotent),
+        // so b's entry is pending under the worker with nothing in hand.
+        proxy.fault_requests_with(END_SCRIPT, proxy::Fault::ForwardThenCut, 1);
+        let id_a = queue.prompt(&a, "One").unwrap();
+        let id_b = queue.prompt(&b, "Two").unwrap();
+        let running = worker.clone();
+        let run = std::thread::spawn(move || running.run_for(Duration::from_secs(20)));
+        wait_within("both answered", Duration::from_secs(10), || {
+            done_of(&mut conn, &prefix, &a).as_ref() == Some(&id_a)
+                && done_of(&mut conn, &prefix, &b).as_ref() == Some(&id_b)
+        });
+        worker.stop();
+        run.join().unwrap().unwrap();
+        assert_eq!(proxy.faulted(), round + 1, "the end was cut");
+        assert_eq!(
+            described(&store, &a),
+            answered(&["One".into()], |p| format!("answer to {p}"))
+        );
+        assert_eq!(
+            described(&store, &b),
+            answered(&["Two".into()], |p| format!("answer to {p}"))
+        );
+    }
+    let pending: redis::Value = redis::cmd("XPENDING")
+        .arg(format!("{prefix}:{{queue}}"))
+        .arg("workers")
+        .query(&mut conn)
+        .unwrap();
+    assert!(
+        matches!(&pending, redis::Value::Array(v) if v.first() == Some(&redis::Value::Int(0))),
+        "nothing left pending: {pending:?}"
+    );
+}
+
+#[test]
+fn run_for_ending_with_a_queue_entry_read_ahead_runs_it_before_it_returns() {
+    let redis = shared("ahead-end");
+    let prefix = format!("t{}-ahead-end", std::process::id());
+    let store = Store::new(&redis);
+    let queue = Queue::new(&redis);
+    for c in ["a", "b"] {
+        store.delete(c).unwrap();
+    }
+    // a's run outlasts `run_for`'s limit: its end, which reads b's entry ahead, comes
+    // after the limit, and `run_for` must not return with b's entry in hand.
+    let worker = Worker::new(&redis, "w", |conversation, messages| {
+        if conversation == "a" {
+            std::thread::sleep(Duration::from_millis(600));
+        }
+        Agent::builder()
+            .provider(answering(Duration::ZERO))
+            .messages(messages)
+            .build()
+    })
+    .unwrap()
+    .claim_after(Duration::from_secs(60));
+    let id_a = queue.prompt("a", "One").unwrap();
+    let id_b = queue.prompt("b", "Two").unwrap();
+    let handled = worker.run_for(Duration::from_millis(300)).unwrap();
+    assert_eq!(
+        handled, 2,
+        "b's entry, read ahead with a's end, was handled too"
+    );
+    let mut conn = raw(&shared_url());
+    assert_eq!(done_of(&mut conn, &prefix, "a"), Some(id_a));
+    assert_eq!(done_of(&mut conn, &prefix, "b"), Some(id_b));
+    assert_eq!(
+        described(&store, "b"),
+        answered(&["Two".into()], |p| format!("answer to {p}"))
+    );
+    let queued: usize = redis::cmd("XLEN")
+        .arg(format!("{prefix}:{{queue}}"))
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(queued, 0, "nothing left in the queue");
+}
