@@ -132,22 +132,31 @@
 //!   is Redis's persistence setting (`appendonly yes`, `appendfsync always` for every write).
 //!
 //! # Capacity
-//! Round trips per prompt, for a worker on a short reply (one prompt per queue entry):
-//! three, with or without the event log: read the queue entry (`XREADGROUP`); one script
-//! that takes the lease and reads `meta`, the inbox and the transcript; and one script
-//! that appends the run's last batch of writes, checks that the earlier batches landed,
-//! records the run done, releases the lease and acknowledges the queue entry. The earlier
-//! batches (with the event log, the prompt and the reply's first events, so that mirrors
-//! see a reply start at once) are sent ahead without waiting, and the last script goes
-//! behind them without waiting for their replies either. A reply that ends within 5 ms of
-//! the prompt (or of the last batch) goes with that last script; a longer one is sent
-//! within 5 ms of its end. A [`Worker::on_end`] callback adds a round trip (it is called
-//! once the run's writes landed, before the end is recorded). A run that calls tools also
-//! waits for its batch at each reply with tool calls (tools run only while the lease is
-//! known to be ours). A streaming reply's deltas go in batches at most 5 ms apart: one
-//! script call per batch, not per event.
+//! Round trips per prompt, for a worker on a short reply (one prompt per queue entry), with
+//! or without the event log: two while the queue has work, three when it waits for some.
+//! One script takes the lease and reads `meta`, the inbox and the transcript; one script
+//! appends the run's last batch of writes, checks that the earlier batches landed, records
+//! the run done, releases the lease and acknowledges the queue entry, and in the same round
+//! trip [`Worker::run_for`] reads the next queue entry (`XREADGROUP` without blocking; when
+//! there is none, the next step waits for one with a blocking `XREADGROUP`, the third round
+//! trip). The earlier batches (with the event log, the prompt and the reply's first events,
+//! so that mirrors see a reply start at once) are sent ahead without waiting, and the last
+//! script goes behind them without waiting for their replies either. A reply that ends
+//! within 5 ms of the prompt (or of the last batch) goes with that last script; a longer
+//! one is sent within 5 ms of its end. A [`Worker::on_end`] callback adds a round trip (it
+//! is called once the run's writes landed, before the end is recorded), and so does
+//! [`Worker::step`] called on its own (it reads no entry ahead: the one it would read
+//! could wait in its hands until the next call). A run that calls tools also waits for
+//! its batch at each reply with tool calls (tools run only while the lease is known to be
+//! ours). A streaming reply's deltas go in batches at most 5 ms apart: one script call per
+//! batch, not per event.
 //!
-//! FIGURES
+//! Counted with `INFO commandstats` over `cargo run --release --features redis --example
+//! fleet -- bench 1 2000 [nolog]` (one worker, 2,000 prompts, each its own conversation,
+//! Faux): per prompt, one `XREADGROUP` and two scripts with the event log off (25 commands
+//! in all, the scripts' own counted), one `XREADGROUP` and three scripts with it on (43.5
+//! commands); it was four round trips and 27 / 49.5 commands before the end took the last
+//! writes and the next entry along. Throughput: see the figures below.
 //!
 //! Memory per conversation (`MEMORY USAGE`, Redis 7, measured with `fleet memory`):
 //! - the transcript: the messages' JSON plus a few bytes each (about 3.2 KB for 10 short
