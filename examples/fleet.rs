@@ -170,8 +170,9 @@ fn bench(
         })
         .collect::<Result<_, pagent::Error>>()?;
     let mut conn = redis::Client::open(url)?.get_connection()?;
-    // (commands processed, µs of the worker's top-level commands), by `INFO`.
-    let stats = |conn: &mut redis::Connection| -> Result<(u64, u64), Box<dyn Error>> {
+    // (commands processed, µs of the worker's top-level commands, Redis's CPU seconds), by
+    // `INFO`.
+    let stats = |conn: &mut redis::Connection| -> Result<(u64, u64, f64), Box<dyn Error>> {
         let info: String = redis::cmd("INFO").arg("all").query(conn)?;
         let field = |line: &str, name: &str| -> u64 {
             line.split(&[':', ','])
@@ -181,7 +182,13 @@ fn bench(
         };
         let mut commands = 0;
         let mut usec = 0;
+        let mut cpu = 0.0;
         for line in info.lines() {
+            for name in ["used_cpu_sys:", "used_cpu_user:"] {
+                if let Some(s) = line.strip_prefix(name) {
+                    cpu += s.trim().parse::<f64>().unwrap_or(0.0);
+                }
+            }
             if let Some(n) = line.strip_prefix("total_commands_processed:") {
                 commands = n.trim().parse().unwrap_or(0);
             }
@@ -199,7 +206,7 @@ fn bench(
                 }
             }
         }
-        Ok((commands, usec))
+        Ok((commands, usec, cpu))
     };
     let queue_key = format!("fleet-bench-{}:{{queue}}", std::process::id());
     let polls = std::cell::Cell::new(0u64);
@@ -212,6 +219,7 @@ fn bench(
         Ok(prompts.saturating_sub(left))
     };
     let before = stats(&mut conn)?;
+    let cpu_before = process_cpu();
     let started = Instant::now();
     let threads: Vec<_> = fleet
         .iter()
@@ -223,6 +231,7 @@ fn bench(
         thread::sleep(Duration::from_millis(1));
     }
     let elapsed = started.elapsed();
+    let cpu = process_cpu().zip(cpu_before).map(|(a, b)| a - b);
     let after = stats(&mut conn)?;
     fleet.iter().for_each(Worker::stop);
     for t in threads {
@@ -237,15 +246,29 @@ fn bench(
     assert_eq!(stored, prompts * 2);
     println!(
         "{workers} worker(s), event log {}: {prompts} prompts in {:.2} s = {:.0} prompts/s, \
-         {:.1} commands per prompt, {:.1} µs of Redis per prompt",
+         {:.1} commands per prompt, {:.1} µs of Redis per prompt; CPU per prompt: \
+         {} µs of this process, {:.0} µs of Redis",
         if events { "on" } else { "off" },
         elapsed.as_secs_f64(),
         prompts as f64 / elapsed.as_secs_f64(),
         // Less this loop's own: the polls and the `INFO`.
         (after.0 - before.0 - polls.get() - 1) as f64 / prompts as f64,
         (after.1 - before.1) as f64 / prompts as f64,
+        cpu.map_or("?".into(), |c| format!("{:.0}", c * 1e6 / prompts as f64)),
+        (after.2 - before.2) * 1e6 / prompts as f64,
     );
     Ok(())
+}
+
+/// The CPU time this process used so far, in seconds (Linux: `/proc/self/stat`, in ticks of
+/// 10 ms), or `None` where that is not there.
+fn process_cpu() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The fields after the command's `(name)`: utime and stime are the 12th and 13th.
+    let after = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
 }
 
 /// The added latency per event to a remote mirror: from the event's emission on the run
