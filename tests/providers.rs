@@ -986,10 +986,11 @@ fn a_refused_connection_is_retried_then_reported() {
     });
     let error = r.unwrap_err();
     assert!(
-        matches!(&error, Error::Connection(m) if m.contains("gave up after 3 attempts")),
+        matches!(&error, Error::Connection(m) if m.contains("gave up after 7 attempts")),
         "{error:?}"
     );
-    assert_eq!(retries, 2);
+    // A failed connection's count (6 by default), not a status's (2).
+    assert_eq!(retries, 6);
 }
 
 // ---- secrets ----

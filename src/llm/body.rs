@@ -14,7 +14,11 @@ use super::transport::Ctx;
 use super::url::Target;
 use crate::{Error, TimeoutPhase};
 
-const READ_BUFFER: usize = 16 * 1024;
+const READ_BUFFER: usize = 8 * 1024;
+/// The most bytes handed to the SSE parser at once: the events of one push wait in its
+/// queue, each with its data, until they are handled (a bulk reply's read of 16 KiB held
+/// ~24 KiB of them per agent; its queue and spare buffers keep the size they grew to).
+const PARSE_PIECE: usize = 2 * 1024;
 /// How long the rest of a reply (the end of its chunked body) may take once its last event
 /// came, to keep the connection for the next request; past it the connection is dropped.
 const DRAIN_TIMEOUT: Duration = Duration::from_millis(250);
@@ -225,15 +229,23 @@ pub(crate) fn for_each_event(
 ) -> Result<bool, Error> {
     let mut parser = sse::Parser::new().max_event_bytes(max_event_bytes);
     while let Some(bytes) = body.next_chunk()? {
-        parser.push(bytes);
-        while let Some(event) = parser.next_event()? {
-            body.seen_event = true;
-            let ended = f(&event)?;
-            parser.recycle(event);
-            if ended {
-                body.drain();
-                return Ok(true);
+        // (`seen_event` is read by the next `next_chunk`: set once the pieces are parsed.)
+        let (mut seen, mut ended) = (false, false);
+        'pieces: for piece in bytes.chunks(PARSE_PIECE) {
+            parser.push(piece);
+            while let Some(event) = parser.next_event()? {
+                seen = true;
+                ended = f(&event)?;
+                parser.recycle(event);
+                if ended {
+                    break 'pieces;
+                }
             }
+        }
+        body.seen_event |= seen;
+        if ended {
+            body.drain();
+            return Ok(true);
         }
         if cancel.is_cancelled() {
             return Err(cancelled(cancel));

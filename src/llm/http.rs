@@ -44,6 +44,8 @@ use ureq::unversioned::transport::{ConnectProxyConnector, Connector, RustlsConne
 /// The most of an error body we read (of it, at most `ERROR_MESSAGE_LIMIT` bytes go into
 /// the error message).
 const ERROR_BODY_LIMIT: u64 = 64 * 1024;
+/// The buffers of ureq's TLS layer, each way (see `HttpClient::agent`).
+const TLS_BUFFER: usize = 16 * 1024;
 /// The most of a body that is not an event stream shown in the error.
 const CONTENT_TYPE_SNIPPET: usize = 200;
 
@@ -139,6 +141,11 @@ impl Endpoint {
             }
             if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
                 return bad("has a line break or a NUL in its value");
+            }
+            // A line of the request head must fit the output buffer (most servers refuse
+            // one past 8 KiB anyway).
+            if name.len() + value.len() + 4 > super::sockbuf::OUTPUT_MIN {
+                return bad("is longer than 8 KiB");
             }
         }
         Ok(())
@@ -495,7 +502,15 @@ impl HttpClient {
             // `x-api-key`, a custom header, an MCP session id). The reply of a 3xx is
             // returned as it is; providers make it an error (`attempt`), the MCP client
             // decides for itself.
+            // The buffers of ureq's TLS layer (a plain connection has its own, small and
+            // freed while pooled: `sockbuf`): 16 KiB each way, a TLS record's most, where
+            // ureq's default (128 KiB each way) would be resident per connection. A
+            // response head must fit the input: a larger one is refused by name, not taken
+            // for a closed connection.
             let config = ureq::Agent::config_builder()
+                .input_buffer_size(TLS_BUFFER)
+                .output_buffer_size(TLS_BUFFER)
+                .max_response_header_size(TLS_BUFFER - 1)
                 .max_redirects(0)
                 .http_status_as_error(false)
                 .user_agent(concat!("pagent/", env!("CARGO_PKG_VERSION")))

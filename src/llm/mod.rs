@@ -107,7 +107,9 @@ macro_rules! http_setters {
             /// `session` or `signature`) is redacted as the key is: never in `Debug`,
             /// errors or events, not even in part. Defaults to none.
             ///
-            /// A name that is not an HTTP token, or a value with a line break, fails
+            /// A name that is not an HTTP token, a value with a line break, or a header
+            /// longer than 8 KiB (name and value: a line of the request head, which most
+            /// servers refuse past that), fails
             /// [`Provider::check`](crate::llm::Provider::check) (and so the agent's
             /// `build`) with [`Error::Config`](crate::Error::Config).
             #[must_use]
@@ -204,6 +206,7 @@ mod parts;
 mod pieces;
 mod responses;
 mod retry;
+mod sockbuf;
 pub mod sse;
 mod transport;
 mod url;

@@ -10,6 +10,15 @@ use crate::Error;
 /// ([`Error::is_retryable`]; a first-byte timeout is not retried). Never retried: anything after the first byte of the reply
 /// arrived (the reply is already partly delivered to listeners), other statuses, an abort.
 ///
+/// A connection that failed before any byte of the reply ([`Error::Connection`]: refused,
+/// reset or closed by the server) has a count of its own, [`max_connect_retries`], larger
+/// by default: it is what a server whose accept queue is full does to a burst of
+/// connections (on Linux a listener past its backlog drops the handshake's last packet,
+/// and resets the connection when the client's next packet fails its SYN-cookie check), or
+/// a server restarting, and riding it out takes longer than a status retry.
+///
+/// [`max_connect_retries`]: RetryPolicy::max_connect_retries
+///
 /// The wait before retry `n` (from 1) is `initial_delay * 2^(n-1)`, capped at `max_delay`,
 /// with jitter: a random point in its upper half, so that many clients that failed together
 /// do not come back together. When the server says how long to wait (`retry-after-ms`, or
@@ -23,6 +32,7 @@ use crate::Error;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RetryPolicy {
     max_retries: u32,
+    max_connect_retries: u32,
     initial_delay: Duration,
     max_delay: Duration,
     max_retry_after: Duration,
@@ -35,11 +45,12 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
-    /// The default policy: 2 retries (3 attempts), 500 ms doubling up to 8 s, server waits
-    /// honoured up to 60 s.
+    /// The default policy: 2 retries (3 attempts), 6 after a failed connection, 500 ms
+    /// doubling up to 8 s, server waits honoured up to 60 s.
     pub fn new() -> RetryPolicy {
         RetryPolicy {
             max_retries: 2,
+            max_connect_retries: 6,
             initial_delay: Duration::from_millis(500),
             max_delay: Duration::from_secs(8),
             max_retry_after: Duration::from_secs(60),
@@ -48,13 +59,26 @@ impl RetryPolicy {
 
     /// A policy that never retries.
     pub fn none() -> RetryPolicy {
-        RetryPolicy::new().max_retries(0)
+        RetryPolicy::new().max_retries(0).max_connect_retries(0)
     }
 
-    /// How many times a request is sent again after the first attempt. Defaults to 2.
+    /// How many times a request is sent again after the first attempt failed with a status
+    /// or a connect timeout. Defaults to 2.
     #[must_use]
     pub fn max_retries(mut self, retries: u32) -> RetryPolicy {
         self.max_retries = retries;
+        self
+    }
+
+    /// How many times a request is sent again after its connection failed before any byte
+    /// of the reply came (refused, reset or closed: [`Error::Connection`]). Defaults to 6:
+    /// with the default delays, the waits add up to 12 to 24 s, which rides out a server's
+    /// full accept queue under a burst of thousands of connections. The attempts of both
+    /// kinds count together: a request gives up when the count of the kind that failed last
+    /// is spent.
+    #[must_use]
+    pub fn max_connect_retries(mut self, retries: u32) -> RetryPolicy {
+        self.max_connect_retries = retries;
         self
     }
 
@@ -80,14 +104,23 @@ impl RetryPolicy {
         self
     }
 
-    /// The number of retries allowed.
+    /// The number of retries allowed after a status or a connect timeout.
     pub fn retries(&self) -> u32 {
         self.max_retries
     }
 
+    /// The number of retries allowed after a failed connection.
+    pub fn connect_retries(&self) -> u32 {
+        self.max_connect_retries
+    }
+
     /// How long to wait before retry `attempt` (from 1) after `error`, or `None` to give up.
     pub(crate) fn delay(&self, attempt: u32, error: &Error) -> Option<Duration> {
-        if attempt > self.max_retries || !error.is_retryable() {
+        let allowed = match error {
+            Error::Connection(_) => self.max_connect_retries,
+            _ => self.max_retries,
+        };
+        if attempt > allowed || !error.is_retryable() {
             return None;
         }
         if let Error::Http {
@@ -193,6 +226,30 @@ mod tests {
         assert!(p.delay(1, &Error::Connection("refused".into())).is_some());
         assert_eq!(p.delay(1, &Error::Aborted), None);
         assert_eq!(RetryPolicy::none().delay(1, &http(503, None)), None);
+        let reset = Error::Connection("reset".into());
+        assert_eq!(RetryPolicy::none().delay(1, &reset), None);
+    }
+
+    #[test]
+    fn a_failed_connection_has_a_count_of_its_own() {
+        let p = RetryPolicy::new();
+        let reset = Error::Connection("reset".into());
+        let connect = Error::Timeout(crate::TimeoutPhase::Connect);
+        for attempt in 1..=6 {
+            assert!(p.delay(attempt, &reset).is_some(), "{attempt}");
+        }
+        assert_eq!(p.delay(7, &reset), None);
+        assert!(p.delay(2, &connect).is_some());
+        assert_eq!(p.delay(3, &connect), None);
+        assert_eq!(p.delay(3, &http(503, None)), None);
+        let p = p.max_connect_retries(1).max_retries(4);
+        assert_eq!(p.delay(2, &reset), None);
+        assert!(p.delay(4, &http(503, None)).is_some());
+        // The default waits add up to 12 to 24 s (jitter in the upper half of each).
+        let p = RetryPolicy::new();
+        let total: Duration = (1..=6).map(|a| p.delay(a, &reset).unwrap()).sum();
+        assert!(total >= Duration::from_millis(11_750), "{total:?}");
+        assert!(total <= Duration::from_millis(23_500), "{total:?}");
     }
 
     #[test]

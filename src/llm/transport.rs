@@ -42,10 +42,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use ureq::unversioned::transport::{
-    Buffers, ConnectionDetails, Connector, Either, LazyBuffers, NextTimeout, Transport,
+    Buffers, ConnectionDetails, Connector, Either, NextTimeout, Transport,
 };
 
 use super::CancelToken;
+use super::sockbuf::SockBuffers;
 use crate::TimeoutPhase;
 
 /// Where a request stands: what bounds the I/O and what happened to it.
@@ -255,10 +256,6 @@ impl<In: Transport> Connector<In> for Tcp {
         for addr in &details.addrs {
             match connect_one(&ctx, *addr) {
                 Ok(stream) => {
-                    let buffers = LazyBuffers::new(
-                        details.config.input_buffer_size(),
-                        details.config.output_buffer_size(),
-                    );
                     if details.needs_tls() {
                         ctx.stage.set(Stage::Tls);
                     }
@@ -266,7 +263,7 @@ impl<In: Transport> Connector<In> for Tcp {
                         stream,
                         read_timeout: None,
                         write_timeout: None,
-                        buffers,
+                        buffers: SockBuffers::default(),
                         watched_by: ctx.id,
                         broken: false,
                     })));
@@ -377,7 +374,8 @@ pub(crate) struct Sock {
     /// The read and write timeouts set on the socket (see [`Slack`]).
     read_timeout: Option<Duration>,
     write_timeout: Option<Duration>,
-    buffers: LazyBuffers,
+    /// Small, grown by the traffic, freed while the connection is pooled.
+    buffers: SockBuffers,
     /// The request that registered this socket with its cancel token last.
     watched_by: u64,
     /// Shut down, timed out or failed: never to be reused.
@@ -468,10 +466,13 @@ impl Transport for Sock {
                 },
             }
         }
+        self.buffers.output_sent(amount);
         Ok(())
     }
 
     fn await_input(&mut self, _timeout: NextTimeout) -> Result<bool, ureq::Error> {
+        // The request went out whole: its buffer is not needed while the reply streams.
+        self.buffers.free_output();
         let ctx = self.before_io()?;
         let (ctx, mut left) = match ctx {
             Some((ctx, left)) => (Some(ctx), Some(left)),
@@ -508,8 +509,14 @@ impl Transport for Sock {
         }
     }
 
+    /// ureq asks as the connection goes into its pool and as it comes out: either way it
+    /// is idle, so its buffers are freed (they come back, small, with the next request).
     fn is_open(&mut self) -> bool {
-        !self.broken && probe(&self.stream)
+        let open = !self.broken && probe(&self.stream);
+        if open {
+            self.buffers.release();
+        }
+        open
     }
 }
 
@@ -561,7 +568,7 @@ mod tests {
             stream: Arc::new(client),
             read_timeout: None,
             write_timeout: None,
-            buffers: LazyBuffers::new(1024, 1024),
+            buffers: SockBuffers::default(),
             watched_by: 0,
             broken: false,
         };

@@ -118,6 +118,23 @@ fn a_header_that_cannot_be_sent_is_a_configuration_error_never_retried() {
     assert_eq!(probe.requests(), 0);
 }
 
+/// A line of the request head must fit the connection's output buffer (8 KiB, as most
+/// servers' limit): a longer custom header is refused when the provider is built; one just
+/// under it goes out whole.
+#[test]
+fn a_header_longer_than_8_kib_is_refused_at_build_and_a_shorter_one_is_sent_whole() {
+    let long = "v".repeat(8 * 1024);
+    assert_eq!(
+        build_error(OpenAiCompat::new("http://127.0.0.1:9/v1").header("x-long", &long)),
+        "the header `x-long` is longer than 8 KiB"
+    );
+    let server = Server::start(vec![support::Reply::sse(SSE_TEXT)]);
+    let fits = "v".repeat(8 * 1024 - "x-long".len() - 4);
+    let agent = agent_on(openai(&server.url).header("x-long", &fits));
+    assert_eq!(agent.prompt("Hi").unwrap().text(), "Hello");
+    assert_eq!(server.requests()[0].header("x-long"), Some(fits.as_str()));
+}
+
 /// The base URL's query string went into the middle of the request's URL
 /// (`/v1?key=..`+`/chat/completions`), and `Debug` showed it.
 #[test]
