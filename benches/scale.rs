@@ -10,24 +10,31 @@
 //!   idle agent are alive, then after they exited. The ratio to the run alone should stay
 //!   near 1 (it was about 11 when the state lived in an `ArcSwap`).
 //! - `agents`: N agents at once, one thread each, each running one prompt against a loopback
-//!   HTTP server (OpenAI-style stream of 200 deltas, written at once), for N = 10, 100, 1,000:
-//!   client CPU per agent run (the process's CPU minus the server threads' own), and the
-//!   resident memory each agent adds (RSS growth over N, the agents alive after their run).
+//!   HTTP server (OpenAI-style stream of 200 deltas), for N = 10, 100, 1,000, 10,000 (`--
+//!   agents 10,100` for other sizes; `SCALE_REPS` rounds of each, 3 by default). Each round
+//!   runs in a fresh process, its server in another (its CPU and memory are not counted).
+//!   The server writes the first half of every reply and holds the rest until all N
+//!   requests arrived: all N agents are then running at once (mid-reply), and the memory of
+//!   the process is measured; then it writes the rest, and the memory is measured again with
+//!   the N agents alive and idle (their threads exited, their connections pooled). Figures:
+//!   CPU per agent run (the whole client process, thread start included), and per agent,
+//!   running and idle: resident memory growth, the part of it in the run threads' stacks
+//!   (each thread's stack mapping, from `/proc/self/smaps`), the rest ("beyond the stack"),
+//!   and the heap in use (`mallinfo2`); threads and sockets left per idle agent; runs that
+//!   failed, and retries. The server's listen backlog is std's (128): a burst of 10,000
+//!   connects overflows it (see the README).
 //! - the per-delta cost of fold + store + dispatch is in `cargo bench --bench fold`.
 
 mod cpu;
 use cpu::cpu_ns;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
-use pagent::llm::{Faux, FauxReply, OpenAiCompat};
+use pagent::llm::{Faux, FauxReply, OpenAiCompat, StreamEvent};
 use pagent::{Agent, AgentEvent};
-
-/// CPU time the server's reply threads spent, in nanoseconds.
-static SERVER_CPU_NS: AtomicU64 = AtomicU64::new(0);
 
 /// Resident memory of the process, in bytes.
 fn rss_bytes() -> u64 {
@@ -109,56 +116,75 @@ fn threads() {
 }
 
 const REPLY_DELTAS: usize = 200;
+/// The stack of each agent's thread (the bench chooses it; pagent's run needs far less).
+const STACK: usize = 256 * 1024;
+/// The stack of the server's threads.
+const SERVER_STACK: usize = 64 * 1024;
 
-fn reply_bytes() -> Vec<u8> {
-    let mut out = Vec::new();
-    out.extend_from_slice(
-        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n",
-    );
+fn main() {
+    let mut args = std::env::args().skip(1);
+    match args.next().as_deref() {
+        Some("threads") => threads(),
+        Some("agents") => agents_part(args.next()),
+        Some("round") => {
+            let n = args.next().and_then(|n| n.parse().ok()).expect("round N");
+            round_process(n);
+        }
+        Some("serve") => serve(),
+        _ => {
+            for part in ["threads", "agents"] {
+                assert!(run_self(&[part]).success(), "the {part} part failed");
+            }
+        }
+    }
+}
+
+fn run_self(args: &[&str]) -> std::process::ExitStatus {
+    let me = std::env::current_exe().expect("the bench's own path");
+    std::process::Command::new(me)
+        .args(args)
+        .status()
+        .expect("the bench runs itself")
+}
+
+// ---- the server (a process of its own) ----
+
+/// The reply, cut in two: the head and the first half of the events, then the rest.
+fn reply_halves() -> (Vec<u8>, Vec<u8>) {
+    let mut events = Vec::new();
+    let mut half = 0;
     for i in 0..REPLY_DELTAS {
+        if i == REPLY_DELTAS / 2 {
+            half = events.len();
+        }
         let chunk = format!(
             r#"data: {{"choices":[{{"index":0,"delta":{{"content":" tok{}"}},"finish_reason":null}}],"object":"chat.completion.chunk"}}"#,
             i % 100
         );
-        out.extend_from_slice(chunk.as_bytes());
-        out.extend_from_slice(b"\n\n");
+        events.extend_from_slice(chunk.as_bytes());
+        events.extend_from_slice(b"\n\n");
     }
-    out.extend_from_slice(
+    events.extend_from_slice(
         br#"data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"object":"chat.completion.chunk"}"#,
     );
-    out.extend_from_slice(b"\n\ndata: [DONE]\n\n");
-    out
+    events.extend_from_slice(b"\n\ndata: [DONE]\n\n");
+    // Kept alive, as model servers do: an idle agent keeps its connection pooled.
+    let mut first = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: {}\r\n\r\n",
+        events.len()
+    )
+    .into_bytes();
+    first.extend_from_slice(&events[..half]);
+    (first, events[half..].to_vec())
 }
 
-/// Serves the reply to every request on its own thread, until the process ends.
-fn serve() -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}/v1", listener.local_addr().unwrap());
-    let reply = Arc::new(reply_bytes());
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { continue };
-            let reply = reply.clone();
-            std::thread::Builder::new()
-                .stack_size(64 * 1024)
-                .spawn(move || {
-                    let start = cpu_ns(libc::RUSAGE_THREAD);
-                    answer(stream, &reply);
-                    SERVER_CPU_NS.fetch_add(cpu_ns(libc::RUSAGE_THREAD) - start, Ordering::SeqCst);
-                })
-                .unwrap();
-        }
-    });
-    url
-}
-
-fn answer(stream: TcpStream, reply: &[u8]) {
-    let mut reader = BufReader::new(&stream);
+/// Reads one request (head and body); false when the client left first.
+fn read_request(reader: &mut BufReader<&TcpStream>) -> bool {
     let mut len = 0;
     loop {
         let mut line = String::new();
         if reader.read_line(&mut line).unwrap_or(0) == 0 {
-            return;
+            return false;
         }
         let line = line.trim_end();
         if line.is_empty() {
@@ -171,91 +197,418 @@ fn answer(stream: TcpStream, reply: &[u8]) {
         }
     }
     let mut body = vec![0; len];
-    if reader.read_exact(&mut body).is_err() {
-        return;
-    }
-    let _ = (&stream).write_all(reply);
+    reader.read_exact(&mut body).is_ok()
 }
 
-/// N agents at once: (client CPU per agent run in ms, RSS per agent in KiB, wall time).
-fn agents(url: &str, n: usize) -> (f64, f64, Duration) {
-    let rss = rss_bytes();
-    let (process, server) = (
-        cpu_ns(libc::RUSAGE_SELF),
-        SERVER_CPU_NS.load(Ordering::SeqCst),
+/// The server: prints its address, then for each `round` line on stdin answers every request
+/// with the first half of the reply and holds it, printing `held K` as K requests are held;
+/// `release` writes the rest of every held reply; `end` closes every connection.
+fn serve() {
+    // std's listen backlog (128), as many servers have.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    println!("{}", listener.local_addr().unwrap());
+    let (first, rest) = reply_halves();
+    let (first, rest) = (Arc::new(first), Arc::new(rest));
+    let held: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    for _ in 0..4 {
+        let (listener, first, held, tx) = (
+            listener.try_clone().unwrap(),
+            first.clone(),
+            held.clone(),
+            tx.clone(),
+        );
+        std::thread::Builder::new()
+            .stack_size(SERVER_STACK)
+            .spawn(move || {
+                for stream in listener.incoming() {
+                    let Ok(stream) = stream else { continue };
+                    if !read_request(&mut BufReader::new(&stream)) {
+                        continue;
+                    }
+                    if (&stream).write_all(&first).is_err() {
+                        continue;
+                    }
+                    held.lock().unwrap().push(stream);
+                    let _ = tx.send(());
+                }
+            })
+            .unwrap();
+    }
+    // Counts held requests and reports them (a line per change, read by the client).
+    std::thread::Builder::new()
+        .stack_size(SERVER_STACK)
+        .spawn({
+            let held = held.clone();
+            move || {
+                let mut out = std::io::stdout();
+                while rx.recv().is_ok() {
+                    let k = held.lock().unwrap().len();
+                    let _ = writeln!(out, "held {k}");
+                    let _ = out.flush();
+                }
+            }
+        })
+        .unwrap();
+    let mut open = Vec::new();
+    for line in std::io::stdin().lines() {
+        let line = line.unwrap();
+        match line.trim() {
+            "release" => {
+                let streams = std::mem::take(&mut *held.lock().unwrap());
+                for stream in &streams {
+                    let _ = (&*stream).write_all(&rest);
+                }
+                open.extend(streams);
+            }
+            "end" => {
+                open.clear();
+                held.lock().unwrap().clear();
+                println!("ended");
+            }
+            _ => {}
+        }
+    }
+}
+
+// ---- the agents (a process per round) ----
+
+/// What one round at N measured (per agent where it says so).
+#[derive(Clone, Copy, Debug, Default)]
+struct Round {
+    cpu_ms: f64,
+    wall_ms: f64,
+    run_rss_kib: f64,
+    run_stack_kib: f64,
+    run_heap_kib: f64,
+    idle_rss_kib: f64,
+    idle_heap_kib: f64,
+    idle_threads: f64,
+    idle_fds: f64,
+    failed: f64,
+    retries: f64,
+}
+
+impl Round {
+    const FIELDS: usize = 11;
+
+    fn to_line(self) -> String {
+        let v = [
+            self.cpu_ms,
+            self.wall_ms,
+            self.run_rss_kib,
+            self.run_stack_kib,
+            self.run_heap_kib,
+            self.idle_rss_kib,
+            self.idle_heap_kib,
+            self.idle_threads,
+            self.idle_fds,
+            self.failed,
+            self.retries,
+        ];
+        let v: Vec<String> = v.iter().map(|x| x.to_string()).collect();
+        format!("round {}", v.join(" "))
+    }
+
+    fn from_line(line: &str) -> Option<Round> {
+        let v: Vec<f64> = line
+            .strip_prefix("round ")?
+            .split(' ')
+            .map(|x| x.parse().ok())
+            .collect::<Option<_>>()?;
+        (v.len() == Round::FIELDS).then(|| Round {
+            cpu_ms: v[0],
+            wall_ms: v[1],
+            run_rss_kib: v[2],
+            run_stack_kib: v[3],
+            run_heap_kib: v[4],
+            idle_rss_kib: v[5],
+            idle_heap_kib: v[6],
+            idle_threads: v[7],
+            idle_fds: v[8],
+            failed: v[9],
+            retries: v[10],
+        })
+    }
+}
+
+/// Raises the soft limits of open files and processes to the hard ones (an unprivileged
+/// process may not go past them), and says what it got.
+fn raise_limits() -> String {
+    let mut said = Vec::new();
+    for (name, resource) in [
+        ("open files", libc::RLIMIT_NOFILE),
+        ("processes", libc::RLIMIT_NPROC),
+    ] {
+        // SAFETY: getrlimit and setrlimit only read and write the struct passed, which lives
+        // across the calls.
+        unsafe {
+            let mut limit: libc::rlimit = std::mem::zeroed();
+            if libc::getrlimit(resource, &mut limit) != 0 {
+                continue;
+            }
+            let before = limit.rlim_cur;
+            // Past the hard limit where the process may (CAP_SYS_RESOURCE), else up to it.
+            let mut wanted = limit;
+            wanted.rlim_cur = limit.rlim_max.max(65_536);
+            wanted.rlim_max = wanted.rlim_cur;
+            if libc::setrlimit(resource, &wanted) != 0 {
+                limit.rlim_cur = limit.rlim_max;
+                libc::setrlimit(resource, &limit);
+            }
+            libc::getrlimit(resource, &mut limit);
+            said.push(format!("{name} {before} -> {}", limit.rlim_cur));
+        }
+    }
+    said.join(", ")
+}
+
+/// Resident memory of the process's thread stacks of size [`STACK`], in bytes: the mappings
+/// of that size (the guard page is a mapping of its own) that are readable and writable.
+fn stack_rss_bytes() -> u64 {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap_or_default();
+    let want_kib = (STACK / 1024).to_string();
+    let mut total = 0;
+    let mut in_stack = false;
+    let mut rw = false;
+    for line in smaps.lines() {
+        let mut words = line.split_whitespace();
+        let first = words.next().unwrap_or("");
+        if first.contains('-') && first.chars().next().is_some_and(|c| c.is_ascii_hexdigit()) {
+            rw = words.next() == Some("rw-p");
+            in_stack = false;
+        } else if first == "Size:" {
+            in_stack = rw && words.next() == Some(&want_kib);
+        } else if first == "Rss:" && in_stack {
+            total += words
+                .next()
+                .and_then(|k| k.parse::<u64>().ok())
+                .unwrap_or(0)
+                * 1024;
+        }
+    }
+    total
+}
+
+/// Bytes of the heap in use (glibc's count over all arenas).
+fn heap_bytes() -> u64 {
+    // SAFETY: mallinfo2 takes no arguments and returns a plain struct.
+    let info = unsafe { libc::mallinfo2() };
+    (info.uordblks + info.hblkhd) as u64
+}
+
+fn count_dir(path: &str) -> usize {
+    std::fs::read_dir(path).map(|d| d.count()).unwrap_or(0)
+}
+
+/// The client of one round: a server process of its own, a warm-up round of 4 agents (on
+/// threads of the default stack size, so that glibc's cache of stacks does not hand theirs
+/// to the measured threads), then the round of N, printed as one line.
+fn round_process(n: usize) {
+    raise_limits();
+    let me = std::env::current_exe().expect("the bench's own path");
+    let mut server = std::process::Command::new(me)
+        .arg("serve")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("the server starts");
+    let mut control = server.stdin.take().unwrap();
+    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
+    let addr = lines.next().unwrap().unwrap();
+    let url = format!("http://{addr}/v1");
+    // The server's lines: `held K` counted here, `ended` passed on.
+    let held = Arc::new(AtomicUsize::new(0));
+    let (ended_tx, ended) = std::sync::mpsc::channel();
+    std::thread::spawn({
+        let held = held.clone();
+        move || {
+            for line in lines {
+                let line = line.unwrap();
+                if let Some(k) = line.strip_prefix("held ") {
+                    held.store(k.parse().unwrap(), Ordering::SeqCst);
+                } else if line == "ended" {
+                    let _ = ended_tx.send(());
+                }
+            }
+        }
+    });
+    let mut command = |c: &str| {
+        writeln!(control, "{c}").unwrap();
+        control.flush().unwrap();
+    };
+    let mut rounds = Vec::new();
+    for (k, stack) in [(4, None), (n, Some(STACK))] {
+        let r = round(&url, k, stack, &held, &mut command);
+        command("end");
+        ended.recv().unwrap();
+        held.store(0, Ordering::SeqCst);
+        rounds.push(r);
+    }
+    println!("{}", rounds[1].to_line());
+    drop(control);
+    let _ = server.kill();
+    let _ = server.wait();
+}
+
+fn round(
+    url: &str,
+    n: usize,
+    stack: Option<usize>,
+    held: &AtomicUsize,
+    command: &mut dyn FnMut(&str),
+) -> Round {
+    let expected: usize = (0..REPLY_DELTAS)
+        .map(|i| format!(" tok{}", i % 100).len())
+        .sum();
+    let (rss, heap, tasks, fds) = (
+        rss_bytes(),
+        heap_bytes(),
+        count_dir("/proc/self/task"),
+        count_dir("/proc/self/fd"),
     );
+    let stacks = stack_rss_bytes();
+    let failed = Arc::new(AtomicUsize::new(0));
+    let retries = Arc::new(AtomicUsize::new(0));
+    let process = cpu_ns(libc::RUSAGE_SELF);
     let started = Instant::now();
     let go = Arc::new(Barrier::new(n));
     let runs: Vec<_> = (0..n)
         .map(|_| {
-            let (url, go) = (url.to_owned(), go.clone());
-            std::thread::spawn(move || {
-                let agent = Agent::builder()
-                    .provider(OpenAiCompat::new(url))
-                    .model("m")
-                    .build()
-                    .unwrap();
-                let _sub = agent.subscribe(|e: &AgentEvent| {
-                    std::hint::black_box(e);
-                });
-                go.wait();
-                let r = agent.prompt("Hello").unwrap();
-                let expected: usize = (0..REPLY_DELTAS)
-                    .map(|i| format!(" tok{}", i % 100).len())
-                    .sum();
-                assert_eq!(r.text().len(), expected);
-                agent
-            })
+            let (url, go, failed, retries) =
+                (url.to_owned(), go.clone(), failed.clone(), retries.clone());
+            let mut builder = std::thread::Builder::new();
+            if let Some(stack) = stack {
+                builder = builder.stack_size(stack);
+            }
+            builder
+                .spawn(move || {
+                    let agent = Agent::builder()
+                        .provider(OpenAiCompat::new(url))
+                        .model("m")
+                        .build()
+                        .unwrap();
+                    let _sub = agent.subscribe(move |e: &AgentEvent| {
+                        if let AgentEvent::MessageUpdate {
+                            delta: StreamEvent::Retry { .. },
+                            ..
+                        } = e
+                        {
+                            retries.fetch_add(1, Ordering::Relaxed);
+                        }
+                    });
+                    go.wait();
+                    match agent.prompt("Hello") {
+                        Ok(r) => assert_eq!(r.text().len(), expected),
+                        Err(e) => {
+                            failed.fetch_add(1, Ordering::SeqCst);
+                            eprintln!("a run failed: {e}");
+                        }
+                    }
+                    agent
+                })
+                .expect("a thread per agent")
         })
         .collect();
+    // Every agent is mid-reply (or failed): all N running at once.
+    let patience = Instant::now() + Duration::from_secs(300);
+    while held.load(Ordering::SeqCst) + failed.load(Ordering::SeqCst) < n {
+        assert!(Instant::now() < patience, "the round did not get going");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let measuring = cpu_ns(libc::RUSAGE_THREAD);
+    let (run_rss, run_heap, run_stacks) = (rss_bytes(), heap_bytes(), stack_rss_bytes());
+    let measured = cpu_ns(libc::RUSAGE_THREAD) - measuring;
+    command("release");
     let alive: Vec<Agent> = runs.into_iter().map(|r| r.join().unwrap()).collect();
     let wall = started.elapsed();
-    let process = cpu_ns(libc::RUSAGE_SELF) - process;
-    let server = SERVER_CPU_NS.load(Ordering::SeqCst) - server;
-    let per_run = process.saturating_sub(server) as f64 / n as f64 / 1e6;
-    let per_agent = rss_bytes().saturating_sub(rss) as f64 / n as f64 / 1024.0;
+    let spent = cpu_ns(libc::RUSAGE_SELF) - process - measured;
+    // Idle: the agents alive, their threads gone (their stacks in glibc's cache, counted apart).
+    let (idle_rss, idle_heap, idle_stacks) = (rss_bytes(), heap_bytes(), stack_rss_bytes());
+    let (idle_tasks, idle_fds) = (count_dir("/proc/self/task"), count_dir("/proc/self/fd"));
     drop(alive);
-    (per_run, per_agent, wall)
-}
-
-fn main() {
-    let part = std::env::args()
-        .skip(1)
-        .find(|a| a == "threads" || a == "agents");
-    match part.as_deref() {
-        Some("threads") => threads(),
-        Some("agents") => agents_part(),
-        _ => {
-            let me = std::env::current_exe().expect("the bench's own path");
-            for part in ["threads", "agents"] {
-                let status = std::process::Command::new(&me)
-                    .arg(part)
-                    .status()
-                    .expect("the bench runs itself");
-                assert!(status.success(), "the {part} part failed");
-            }
-        }
+    let per = |bytes: i64| bytes as f64 / n as f64 / 1024.0;
+    let diff = |a: u64, b: u64| a as i64 - b as i64;
+    let run_stack = diff(run_stacks, stacks);
+    Round {
+        cpu_ms: spent as f64 / n as f64 / 1e6,
+        wall_ms: wall.as_secs_f64() * 1e3,
+        run_rss_kib: per(diff(run_rss, rss)),
+        run_stack_kib: per(run_stack),
+        run_heap_kib: per(diff(run_heap, heap)),
+        idle_rss_kib: per(diff(idle_rss, rss) - diff(idle_stacks, stacks)),
+        idle_heap_kib: per(diff(idle_heap, heap)),
+        idle_threads: (idle_tasks as f64 - tasks as f64) / n as f64,
+        idle_fds: (idle_fds as f64 - fds as f64) / n as f64,
+        failed: failed.load(Ordering::SeqCst) as f64,
+        retries: retries.load(Ordering::SeqCst) as f64,
     }
 }
 
-fn agents_part() {
-    let url = serve();
-    // Warm up the connection path once.
-    agents(&url, 4);
-    let mut at_10 = 0.0;
-    for n in [10usize, 100, 1_000] {
-        let samples: Vec<(f64, f64, Duration)> = (0..3).map(|_| agents(&url, n)).collect();
-        let cpu = median(samples.iter().map(|s| s.0).collect());
-        let rss = median(samples.iter().map(|s| s.1).collect());
-        let wall = median(samples.iter().map(|s| s.2.as_secs_f64()).collect());
-        if n == 10 {
-            at_10 = cpu;
+fn agents_part(sizes: Option<String>) {
+    let sizes: Vec<usize> = sizes
+        .map(|s| s.split(',').map(|n| n.trim().parse().expect("N")).collect())
+        .unwrap_or_else(|| vec![10, 100, 1_000, 10_000]);
+    let reps: usize = std::env::var("SCALE_REPS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(3);
+    // The rounds' processes inherit the limits.
+    let limits = raise_limits();
+    let me = std::env::current_exe().expect("the bench's own path");
+    println!("agents: limits raised: {limits}");
+    println!(
+        "agents: one thread each ({} KiB stacks), a loopback server in another process; \
+         medians of {reps} rounds, each in a fresh process",
+        STACK / 1024
+    );
+    println!(
+        "| N | CPU per run | vs N = 10 | running: RSS per agent | of it stack | beyond the \
+         stack | heap | idle: RSS per agent | heap | threads per idle agent | sockets per idle \
+         agent | failed runs | retries | wall |"
+    );
+    println!(
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    );
+    let mut at_10 = None;
+    for n in sizes {
+        let mut rounds = Vec::new();
+        for _ in 0..reps {
+            let out = std::process::Command::new(&me)
+                .args(["round", &n.to_string()])
+                .stderr(std::process::Stdio::inherit())
+                .output()
+                .expect("a round runs");
+            let line = String::from_utf8_lossy(&out.stdout);
+            match line.lines().find_map(Round::from_line) {
+                Some(r) => rounds.push(r),
+                None => panic!("a round at N = {n} printed no figures ({})", out.status),
+            }
         }
+        let m = |f: fn(&Round) -> f64| median(rounds.iter().map(f).collect());
+        let cpu = m(|r| r.cpu_ms);
+        let base = *at_10.get_or_insert(cpu);
+        let (rss, stack) = (m(|r| r.run_rss_kib), m(|r| r.run_stack_kib));
+        let beyond = median(
+            rounds
+                .iter()
+                .map(|r| r.run_rss_kib - r.run_stack_kib)
+                .collect(),
+        );
+        let failed: f64 = rounds.iter().map(|r| r.failed).sum();
+        let retries: f64 = rounds.iter().map(|r| r.retries).sum();
         println!(
-            "agents: N = {n:>5}: CPU per agent run {cpu:.2} ms ({:.2}x N = 10), memory per \
-             agent {rss:.0} KiB, wall {:.0} ms",
-            cpu / at_10,
-            wall * 1e3
+            "| {n} | {cpu:.2} ms | {:.2}x | {rss:.0} KiB | {stack:.0} KiB | {beyond:.0} KiB | \
+             {:.0} KiB | {:.0} KiB | {:.0} KiB | {:.2} | {:.2} | {failed} of {} | {retries} | \
+             {:.0} ms |",
+            cpu / base,
+            m(|r| r.run_heap_kib),
+            m(|r| r.idle_rss_kib),
+            m(|r| r.idle_heap_kib),
+            m(|r| r.idle_threads),
+            m(|r| r.idle_fds),
+            n * reps,
+            m(|r| r.wall_ms),
         );
     }
 }
