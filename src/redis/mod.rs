@@ -156,7 +156,34 @@
 //! Faux): per prompt, one `XREADGROUP` and two scripts with the event log off (25 commands
 //! in all, the scripts' own counted), one `XREADGROUP` and three scripts with it on (43.5
 //! commands); it was four round trips and 27 / 49.5 commands before the end took the last
-//! writes and the next entry along. Throughput: see the figures below.
+//! writes and the next entry along.
+//!
+//! Throughput, one prompt per queue entry, Faux, Redis 7.0 on the same 2-core machine, which
+//! other builds kept busy throughout (load average 6 to 12: figures vary by two to four
+//! times between rounds, so each is a median of 9 or 18 rounds). Each round ran
+//! `redis-benchmark -c W -n 5000 -q XADD rb '*' f v`, then `fleet -- bench W 1000 [nolog]`
+//! with the four-round-trip build and with this one, each followed by the `XADD` again:
+//!
+//! | workers | event log | prompts/s, 4 round trips | prompts/s, 2 | speed-up in the same round | CPU per prompt: worker, Redis |
+//! |---|---|---|---|---|---|
+//! | 1 | off | 4,250 | 5,300 | 1.35 | 50 µs, 85 µs |
+//! | 1 | on | 3,830 | 4,690 | 1.22 | 90 µs, 136 µs |
+//! | 2 | off | 6,580 | 5,140 | 0.97 | 65 µs, 80 µs |
+//! | 2 | on | 4,230 | 5,340 | 1.30 | 90 µs, 131 µs |
+//! | 4 | off | 5,390 | 9,010 | 1.44 | 50 µs, 68 µs |
+//! | 4 | on | 4,350 | 4,580 | 1.13 | 80 µs, 120 µs |
+//!
+//! Against the floor of bare round trips (`XADD` at 30,000/s with one connection, the median
+//! of those rounds; 80,000/s and more when the machine was briefly quiet) one worker reaches
+//! 39% of the two-round-trip floor with the log off (53% of the four-round-trip floor
+//! before). With two round trips that floor no longer bounds a prompt: Redis's own CPU per
+//! prompt (the scripts' 25 commands and the reads and replies of three commands, about
+//! 70-85 µs) is several bare round trips, so one Redis runs at most about 12,000 prompts/s
+//! of this kind whatever its clients do. Against the floor of the same commands (Redis's
+//! CPU for them, plus what two `XADD` round trips cost beyond Redis's CPU: what a client
+//! that spent nothing itself would get) one worker reaches 78% with the log off and 71%
+//! with it on; the rest is the worker's own CPU (building the agent, the run, the JSON). More
+//! workers than cores are bound by the cores (two here, shared with Redis).
 //!
 //! Memory per conversation (`MEMORY USAGE`, Redis 7, measured with `fleet memory`):
 //! - the transcript: the messages' JSON plus a few bytes each (about 3.2 KB for 10 short
