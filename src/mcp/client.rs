@@ -397,6 +397,16 @@ impl Client {
         Ok(tools)
     }
 
+    /// True once the server said that the URL-mode elicitation `id` (its `elicitationId`) is
+    /// complete (`notifications/elicitation/complete`): the interaction the user started at
+    /// its URL is over, and a UI that still shows it may close it. The client remembers the
+    /// latest 64 such ids; the notification also reaches [`ClientBuilder::on_notification`].
+    /// A request the server refused with a `URLElicitationRequiredError` waits for these
+    /// itself and is sent again (see the [module docs](super#elicitation)).
+    pub fn elicitation_completed(&self, id: &str) -> bool {
+        self.inner.session.router.is_complete(id)
+    }
+
     /// True when the server announced that its tools changed
     /// (`notifications/tools/list_changed`) since they were last listed by
     /// [`Client::tools`] or [`Client::sync_tools`].

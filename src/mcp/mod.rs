@@ -97,6 +97,7 @@
 //! | elicitation, form mode (defaults filled in) | 2025-06-18 on (defaults 2025-11-25) | [`ClientBuilder::on_elicitation`] |
 //! | elicitation, URL mode | 2025-11-25 on | [`ElicitationMode::Url`] |
 //! | elicitation as events of the run, answered through the agent (a UI, the wire server's `elicitation/answer`, an ACP client's `elicitation/create`) | both eras (a request of the server, or an `input_required` result) | [`ClientBuilder::elicit_through_agent`], [`AgentEvent::ElicitationStart`](crate::AgentEvent::ElicitationStart), [`AgentHandle::answer_elicitation`](crate::AgentHandle::answer_elicitation) |
+//! | URL mode's completion (`notifications/elicitation/complete`) and `URLElicitationRequiredError` (-32042): the URLs shown, the completion waited for, the request sent again | 2025-11-25 on | [`Client::elicitation_completed`], see [Elicitation](#elicitation) |
 //! | roots | 2024-11-05 on (deprecated in 2026-07-28) | [`ClientBuilder::root`] |
 //! | sampling | 2024-11-05 on (deprecated in 2026-07-28) | not declared, not implemented (a server that asks is told the method is not supported) |
 //! | logging, completion, tasks | | not implemented (log messages reach [`ClientBuilder::on_notification`]) |
@@ -108,6 +109,26 @@
 //! | OAuth: enterprise-managed authorization (SEP-990: the ID token exchanged at the identity provider, RFC 8693, then the JWT bearer grant) | extension `io.modelcontextprotocol/enterprise-managed-authorization` | [`OAuth::enterprise_managed`] |
 //! | OAuth: workload identity federation (SEP-1933: the JWT bearer grant, RFC 7523, with the workload's token) | extension `io.modelcontextprotocol/auth/wif` | [`OAuth::workload_identity`] |
 //! | HTTP+SSE (the 2024-11-05 transport) | 2024-11-05 (deprecated) | not implemented |
+//!
+//! # Elicitation
+//! A server's question for the user (`elicitation/create`, or an `input_required` result's
+//! input request) goes to the hook of [`ClientBuilder::on_elicitation`], or, with
+//! [`ClientBuilder::elicit_through_agent`], to whoever answers the run's
+//! [`AgentEvent::ElicitationStart`](crate::AgentEvent::ElicitationStart); inside a run's tool
+//! call it is an event of the run either way. In URL mode the user's `accept` means they
+//! agreed to go to the URL; the interaction itself happens there, and the server may say
+//! when it is over with `notifications/elicitation/complete`, which the client remembers by
+//! its `elicitationId` ([`Client::elicitation_completed`], for a UI that still shows the URL;
+//! the notification reaches [`ClientBuilder::on_notification`] too); one for an id no
+//! question had is kept the same way and wakes nothing. A request the server refuses with a `URLElicitationRequiredError` (code
+//! -32042, the URLs in its `data.elicitations`) is, when the client answers elicitations,
+//! not failed at once: each URL is asked as a URL-mode elicitation (the same events inside a
+//! tool call), and when the user accepted every one and the server said each is complete
+//! (waited for at most [`ClientBuilder::call_timeout`], or until an abort), the request is
+//! sent again, as the spec suggests. A URL declined or cancelled, or no completion in time,
+//! leaves the request with the server's error ([`McpError::Rpc`]); an abort ends it with
+//! [`McpError::Aborted`]. Completions that come before the error are kept, so their order
+//! does not matter.
 //!
 //! # Lifecycle
 //! [`ClientBuilder::connect`] starts the server and agrees on the protocol with it (see

@@ -137,7 +137,19 @@ pub(crate) struct Router {
     pool: Pool<'static>,
     /// Cancelled when the connection ends: a question being answered is given up then.
     closing: CancelToken,
+    /// The ids of the URL-mode elicitations the server said are complete
+    /// (`notifications/elicitation/complete`), the latest [`COMPLETIONS_KEPT`].
+    completed: Mutex<std::collections::VecDeque<String>>,
+    /// Woken when an elicitation completes or the connection ends.
+    completing: parking_lot::Condvar,
 }
+
+/// How many completed elicitation ids the router remembers.
+const COMPLETIONS_KEPT: usize = 64;
+
+/// The code of `URLElicitationRequiredError` (2025-11-25): a request that can go on only
+/// once the user has been to the URLs in its `data.elicitations`.
+pub(crate) const URL_ELICITATION_REQUIRED: i64 = -32042;
 
 impl Router {
     pub(crate) fn new(
@@ -166,7 +178,52 @@ impl Router {
             asking: Mutex::new(Vec::new()),
             pool: Pool::new("pagent-mcp-answer", ANSWERING),
             closing: CancelToken::new(),
+            completed: Mutex::new(std::collections::VecDeque::new()),
+            completing: parking_lot::Condvar::new(),
         }
+    }
+
+    /// Notes that the URL-mode elicitation `id` completed and wakes who waits for it.
+    fn complete(&self, params: Option<&Value>) {
+        let Some(id) = params
+            .and_then(|p| p.get("elicitationId"))
+            .and_then(Value::as_str)
+        else {
+            return;
+        };
+        let mut completed = self.completed.lock();
+        if !completed.iter().any(|c| c == id) {
+            if completed.len() == COMPLETIONS_KEPT {
+                completed.pop_front();
+            }
+            completed.push_back(id.to_owned());
+        }
+        self.completing.notify_all();
+    }
+
+    /// Whether the server said the URL-mode elicitation `id` is complete.
+    pub(crate) fn is_complete(&self, id: &str) -> bool {
+        self.completed.lock().iter().any(|c| c == id)
+    }
+
+    /// Waits until the server said every elicitation of `ids` is complete; false when
+    /// `cancel` is cancelled, `until` passes or the connection ends first.
+    fn wait_complete(&self, ids: &[String], cancel: &CancelToken, until: Instant) -> bool {
+        let mut completed = self.completed.lock();
+        let done = loop {
+            if ids.iter().all(|id| completed.iter().any(|c| c == id)) {
+                break true;
+            }
+            let now = Instant::now();
+            if cancel.is_cancelled() || self.closing.is_cancelled() || now >= until {
+                break false;
+            }
+            // Woken by a completion; the cancel tokens are looked at every 50 ms.
+            let step = (until - now).min(Duration::from_millis(50));
+            self.completing.wait_for(&mut completed, step);
+        };
+        drop(completed);
+        done
     }
 
     /// The capabilities the client declares.
@@ -232,6 +289,13 @@ impl Router {
                     (None, "notifications/progress") => self.progress(call.params),
                     (None, "notifications/tools/list_changed") => {
                         self.tools_changed.store(true, Ordering::SeqCst);
+                    }
+                    // Noted for the request that waits for it, and the program's hook sees it.
+                    (None, method @ "notifications/elicitation/complete") => {
+                        self.complete(call.params.as_ref());
+                        if let Some(hook) = &self.notifications {
+                            hook(method, call.params.as_ref().unwrap_or(&Value::Null));
+                        }
                     }
                     // Acknowledgments, cancellations of our answers: nothing to do.
                     (
@@ -364,6 +428,7 @@ impl Router {
     pub(crate) fn close(&self, why: McpError) {
         self.peer.close(why);
         self.closing.cancel();
+        self.completing.notify_all();
     }
 
     pub(crate) fn closed(&self) -> Option<McpError> {
@@ -443,7 +508,7 @@ impl Session {
         } = request;
         let mut retry = params.clone();
         for _ in 0..MAX_ROUNDS {
-            let result = self.request(
+            let result = match self.request(
                 Request {
                     method,
                     params: retry.take(),
@@ -454,7 +519,19 @@ impl Session {
                     Some(ref mut f) => Some(&mut **f as &mut dyn FnMut(Progress)),
                     None => None,
                 },
-            )?;
+            ) {
+                Err(
+                    e @ McpError::Rpc {
+                        code: URL_ELICITATION_REQUIRED,
+                        ..
+                    },
+                ) => {
+                    self.visit_urls(e, cancel, timeout)?;
+                    retry = params.clone();
+                    continue;
+                }
+                outcome => outcome?,
+            };
             if !protocol::needs_input(method, &result)? {
                 return Ok(result);
             }
@@ -468,6 +545,68 @@ impl Session {
         Err(McpError::Protocol(format!(
             "the server still asked for input after {MAX_ROUNDS} rounds of {method}"
         )))
+    }
+
+    /// After a `URLElicitationRequiredError` (`error`): each URL of its `data.elicitations`
+    /// is shown to the user as a URL-mode elicitation (by the hook, or as events of the run
+    /// inside a tool call), and once every one was accepted and the server said each is
+    /// complete (`notifications/elicitation/complete`, waited for at most `timeout`), the
+    /// request may be sent again.
+    ///
+    /// # Errors
+    /// `error` itself when the client does not answer elicitations, the error names no URL,
+    /// the user did not accept one, or the server did not say each is complete within
+    /// `timeout`; [`McpError::Aborted`] when `cancel` is cancelled.
+    fn visit_urls(
+        &self,
+        error: McpError,
+        cancel: &CancelToken,
+        timeout: Duration,
+    ) -> Result<(), McpError> {
+        let McpError::Rpc {
+            data: Some(data), ..
+        } = &error
+        else {
+            return Err(error);
+        };
+        let asked: Vec<Value> = match data.get("elicitations").and_then(Value::as_array) {
+            Some(list) if !list.is_empty() => list.clone(),
+            _ => return Err(error),
+        };
+        if !self.router.answers.answers("elicitation/create") {
+            return Err(error);
+        }
+        let mut ids = Vec::new();
+        for question in &asked {
+            let mut question = question.clone();
+            if let Some(q) = question.as_object_mut() {
+                q.entry("mode").or_insert_with(|| "url".into());
+            }
+            let answer = self
+                .router
+                .ask_user("elicitation/create", Some(&question), cancel);
+            if cancel.is_cancelled() {
+                return Err(McpError::Aborted);
+            }
+            match answer {
+                Ok(answer) if answer["action"] == "accept" => {}
+                _ => return Err(error),
+            }
+            if let Some(id) = question.get("elicitationId").and_then(Value::as_str) {
+                ids.push(id.to_owned());
+            }
+        }
+        let now = Instant::now();
+        let until = now
+            .checked_add(timeout)
+            .unwrap_or(now + Duration::from_secs(86_400));
+        if self.router.wait_complete(&ids, cancel, until) {
+            Ok(())
+        } else if cancel.is_cancelled() {
+            Err(McpError::Aborted)
+        } else {
+            Err(self.router.closed().unwrap_or(error))
+        }
     }
 
     /// The params of the retry of `method` after the `input_required` result `interim`.

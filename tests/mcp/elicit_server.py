@@ -9,6 +9,12 @@ questions in the middle of its tool calls (`elicitation/create`), for tests/mcp/
   disconnects while the user is answering.
 It answers the call with the JSON list of what each question got back (a result or an error),
 in the order it sent them.
+
+Its tool `sign_in` needs the user to sign in at a URL first: until then a call is refused with
+a URLElicitationRequiredError (-32042, elicitation `sign-in-N` for the Nth refusal), and, when
+the argument `complete` (default true) is true, the server then says that a stranger's
+elicitation and `sign-in-N` are complete (`notifications/elicitation/complete`), as if the
+user had signed in, and answers the next call with `signed in after N refusals`.
 """
 
 import json
@@ -40,6 +46,7 @@ def question(n, schema):
 
 
 lines = iter(sys.stdin)
+signed_in, refusals = False, 0
 for line in lines:
     message = json.loads(line)
     id, method = message.get("id"), message.get("method")
@@ -52,7 +59,25 @@ for line in lines:
         send({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "Method not found"}})
     elif method == "tools/list":
         send({"jsonrpc": "2.0", "id": id, "result": {"tools": [
-            {"name": "ask", "description": "Asks the user.", "inputSchema": {"type": "object"}}]}})
+            {"name": "ask", "description": "Asks the user.", "inputSchema": {"type": "object"}},
+            {"name": "sign_in", "description": "Needs a sign-in.",
+             "inputSchema": {"type": "object"}}]}})
+    elif method == "tools/call" and params.get("name") == "sign_in":
+        if signed_in:
+            send({"jsonrpc": "2.0", "id": id, "result": {"content": [
+                {"type": "text", "text": f"signed in after {refusals} refusals"}]}})
+            continue
+        refusals += 1
+        eid = f"sign-in-{refusals}"
+        send({"jsonrpc": "2.0", "id": id, "error": {
+            "code": -32042, "message": "Sign in first", "data": {"elicitations": [
+                {"mode": "url", "message": "Sign in to go on", "url": "https://example.com/sign-in",
+                 "elicitationId": eid}]}}})
+        if (params.get("arguments") or {}).get("complete", True):
+            for done in ("someone-else", eid):
+                send({"jsonrpc": "2.0", "method": "notifications/elicitation/complete",
+                      "params": {"elicitationId": done}})
+            signed_in = True
     elif method == "tools/call":
         args = params.get("arguments") or {}
         count, schema = args.get("questions", 1), args.get("schema", "good")

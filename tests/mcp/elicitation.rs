@@ -37,11 +37,16 @@ fn pending(handle: &AgentHandle, n: usize) -> Vec<PendingElicitation> {
 /// The run's lines around one call of `ask`: `inside` between its `ToolExecute` and its
 /// `ToolEnd`, whose text is `result`.
 fn asked(args: &str, inside: &[String], end: &str) -> Vec<String> {
+    asked_of("ask", args, inside, end)
+}
+
+/// [`asked`] of the tool `tool`.
+fn asked_of(tool: &str, args: &str, inside: &[String], end: &str) -> Vec<String> {
     [
         opening("go"),
         vec![
             "MessageStart(assistant)".into(),
-            format!("MessageUpdate*([call_1:ask]{args})"),
+            format!("MessageUpdate*([call_1:{tool}]{args})"),
             "MessageEnd(assistant tool_use \"\" [call_1])".into(),
             "ToolStart(call_1)".into(),
             "ToolExecute(call_1)".into(),
@@ -541,5 +546,190 @@ fn an_input_required_question_of_the_python_sdk_is_an_event_of_the_run() {
         }
     }
     assert_eq!(rec.lines(), expected);
+    client.close();
+}
+
+/// A model that calls `sign_in` with `args`, then answers "done".
+fn sign_in_agent(client: &Client, args: Value) -> Agent {
+    let faux = Faux::default()
+        .reply(FauxReply::tool_call("sign_in", args))
+        .reply(FauxReply::text("done"));
+    agent_with(&faux, client.tools().unwrap())
+}
+
+/// The `tools/call` requests the server was sent, each as its params.
+fn calls_sent(traffic: &Traffic) -> Vec<Value> {
+    traffic
+        .sent()
+        .into_iter()
+        .filter(|m| m["method"] == "tools/call")
+        .map(|m| m["params"].clone())
+        .collect()
+}
+
+#[test]
+fn a_url_the_server_requires_is_shown_and_the_call_sent_again_once_it_is_complete() {
+    let traffic = Traffic::default();
+    let client = traffic
+        .attach(asker())
+        .on_elicitation(|question, _| {
+            assert!(
+                matches!(&question.mode, ElicitationMode::Url { url, id: Some(id) }
+                    if url == "https://example.com/sign-in" && id == "sign-in-1"),
+                "{question:?}"
+            );
+            ElicitationAnswer::Accept(Value::Null)
+        })
+        .connect()
+        .unwrap();
+    let agent = sign_in_agent(&client, json!({}));
+    let rec = Recorder::attach(&agent);
+    let result = bounded(move || agent.prompt("go").map(|r| r.stop_reason));
+    assert_eq!(result.unwrap(), RunStopReason::NoToolCalls);
+    assert_eq!(
+        rec.lines(),
+        asked_of(
+            "sign_in",
+            "{}",
+            &lines(&[
+                "ElicitationStart(call_1 \"Sign in to go on\")",
+                "ElicitationEnd(call_1 accept null)",
+            ]),
+            "ToolEnd(call_1 \"signed in after 1 refusals\")",
+        )
+    );
+    // The same call twice: refused, then sent again after the completion.
+    let calls: Vec<Value> = calls_sent(&traffic)
+        .into_iter()
+        .map(|mut c| {
+            c.as_object_mut().unwrap().remove("_meta");
+            c
+        })
+        .collect();
+    assert_eq!(calls, vec![json!({"name": "sign_in", "arguments": {}}); 2]);
+    assert!(client.elicitation_completed("sign-in-1"));
+    assert!(!client.elicitation_completed("sign-in-2"));
+    client.close();
+}
+
+#[test]
+fn a_declined_url_or_one_never_completed_leaves_the_call_with_the_servers_error() {
+    for (answer, args) in [
+        (ElicitationAnswer::Decline, json!({})),
+        (
+            ElicitationAnswer::Accept(Value::Null),
+            json!({"complete": false}),
+        ),
+    ] {
+        let traffic = Traffic::default();
+        let given = answer.clone();
+        let client = traffic
+            .attach(asker())
+            .call_timeout(Duration::from_millis(500))
+            .on_elicitation(move |_, _| given.clone())
+            .connect()
+            .unwrap();
+        let agent = sign_in_agent(&client, args.clone());
+        let rec = Recorder::attach(&agent);
+        let result = bounded(move || agent.prompt("go").map(|r| r.stop_reason));
+        assert_eq!(result.unwrap(), RunStopReason::NoToolCalls);
+        let shown = format!(
+            "ElicitationEnd(call_1 {})",
+            if answer == ElicitationAnswer::Decline {
+                "Decline"
+            } else {
+                "accept null"
+            }
+        );
+        assert_eq!(
+            rec.lines(),
+            asked_of(
+                "sign_in",
+                &args.to_string(),
+                &[
+                    "ElicitationStart(call_1 \"Sign in to go on\")".to_owned(),
+                    shown,
+                ],
+                "ToolEnd(call_1 error \"the mcp server answered tools/call with error -32042: Sign in first\")",
+            ),
+            "{answer:?}"
+        );
+        assert_eq!(calls_sent(&traffic).len(), 1, "{answer:?}: sent once");
+        client.close();
+    }
+}
+
+#[test]
+fn an_abort_while_the_completion_is_awaited_ends_the_call_at_once() {
+    let client = asker()
+        .call_timeout(Duration::from_secs(60))
+        .elicit_through_agent()
+        .connect()
+        .unwrap();
+    let agent = sign_in_agent(&client, json!({"complete": false}));
+    let rec = Recorder::attach(&agent);
+    let handle = agent.handle();
+    let aborter = std::thread::spawn(move || {
+        let id = pending(&handle, 1)[0].id.clone();
+        handle
+            .answer_elicitation(&id, ElicitationAnswer::Accept(Value::Null))
+            .unwrap();
+        pending(&handle, 0);
+        assert!(handle.abort());
+    });
+    let result = bounded(move || agent.prompt("go").map(|r| r.stop_reason));
+    aborter.join().unwrap();
+    assert_eq!(result.unwrap(), RunStopReason::Cancelled);
+    assert_eq!(
+        rec.lines(),
+        [
+            opening("go"),
+            lines(&[
+                "MessageStart(assistant)",
+                "MessageUpdate*([call_1:sign_in]{\"complete\":false})",
+                "MessageEnd(assistant tool_use \"\" [call_1])",
+                "ToolStart(call_1)",
+                "ToolExecute(call_1)",
+                "ElicitationStart(call_1 \"Sign in to go on\")",
+                "ElicitationEnd(call_1 accept null)",
+                "ToolEnd(call_1 error \"aborted\")",
+            ]),
+            results(&["call_1"]),
+            lines(&["TurnEnd(1 cancelled)", "AgentEnd(cancelled)"]),
+        ]
+        .concat()
+    );
+    client.close();
+}
+
+#[test]
+fn the_python_sdks_url_elicitation_required_error_is_shown_and_the_call_sent_again() {
+    let Some(dir) = installed() else { return };
+    let server = PyServer::launch(&dir.join("venv/bin/python"), "url_server.py", &["{port}"]);
+    let traffic = Traffic::default();
+    let client = traffic
+        .attach(Client::http(&server.url))
+        .call_timeout(Duration::from_secs(30))
+        .on_elicitation(|_, _| ElicitationAnswer::Accept(Value::Null))
+        .connect()
+        .unwrap();
+    let agent = sign_in_agent(&client, json!({}));
+    let rec = Recorder::attach(&agent);
+    let result = bounded(move || agent.prompt("go").map(|r| r.stop_reason));
+    assert_eq!(result.unwrap(), RunStopReason::NoToolCalls);
+    assert_eq!(
+        rec.lines(),
+        asked_of(
+            "sign_in",
+            "{}",
+            &lines(&[
+                "ElicitationStart(call_1 \"Sign in to go on\")",
+                "ElicitationEnd(call_1 accept null)",
+            ]),
+            "ToolEnd(call_1 \"signed in after 1 refusals\")",
+        )
+    );
+    assert_eq!(calls_sent(&traffic).len(), 2);
+    assert!(client.elicitation_completed("sdk-sign-in"));
     client.close();
 }
