@@ -28,10 +28,12 @@
 //!
 //! The lock's cost does not depend on other threads at all, and a reader holds it only for
 //! the `Arc` clone (one atomic increment), so `snapshot()` stays a cheap read. The read-write
-//! lock lets readers share it: many UI threads never queue behind one another. Writers take
-//! it as an *upgradable* read while they fold (so readers go on reading the previous state
-//! meanwhile, and two writers never fold at once), then upgrade for the pointer swap alone.
-//! The previous state is dropped after the lock is released.
+//! lock lets readers share it: many UI threads never queue behind one another. A writer takes
+//! the write lock and folds the event in place when no snapshot of the state is held anywhere
+//! (nobody could see the change but through the lock); else it steps down to an *upgradable*
+//! read while it folds a copy (so readers go on reading the previous state meanwhile, and two
+//! writers never fold at once), then upgrades for the pointer swap alone. The previous state
+//! is dropped after the lock is released.
 //!
 //! # Channels
 //! A channel subscription's sending side, and how a lossless one waits for room without
@@ -75,7 +77,7 @@ type List = Arc<Vec<Arc<Listener>>>;
 /// The part of an agent that handles and threads share: the published state, the queues and
 /// the listeners.
 pub(crate) struct Shared {
-    // See the module docs for why a lock. Writers hold an upgradable read while they fold.
+    // See the module docs for why a lock, and how writers hold it.
     state: RwLock<Arc<State>>,
     // Read once per event; `subscribe` and `unsubscribe` swap in a new list under an
     // upgradable read, so two of them never lose each other's change.
@@ -130,8 +132,9 @@ impl Shared {
     /// Publishes the state `f` makes of the current one: in place when no snapshot of the
     /// current state is held, as in `fold`.
     fn publish<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
-        let current = self.state.upgradable_read();
-        let mut w = RwLockUpgradableReadGuard::upgrade(current);
+        // The write lock at once (one atomic operation less than an upgradable read
+        // upgraded): the state is nearly always folded in place.
+        let mut w = self.state.write();
         if let Some(state) = Arc::get_mut(&mut w) {
             return f(state);
         }

@@ -358,9 +358,18 @@ impl Run<'_> {
     // event on its way), and with the `tracing` feature costs two checks more.
     #[inline(always)]
     pub(crate) fn emit(&self, event: AgentEvent) {
+        drop(self.emit_back(event));
+    }
+
+    /// As [`Run::emit`], and gives the event back once its listeners returned: the reply's
+    /// partial goes into each `MessageUpdate` and comes back out for the next delta, moved
+    /// rather than cloned and dropped per delta.
+    #[inline(always)]
+    fn emit_back(&self, event: AgentEvent) -> AgentEvent {
         // A span the event ends closes once its listeners returned.
         let _closing = self.trace.observe(&event, &self.config.tool_defs);
         self.inner.shared.emit(&event);
+        event
     }
 
     /// Counts `usage` (of a model call outside the replies: a compaction's) in the run's.
@@ -656,7 +665,8 @@ impl Run<'_> {
                 ..AssistantMessage::default()
             })),
         });
-        let mut partial = PartialMessage::new(&model);
+        // In `Some` but while a `MessageUpdate` carries it to the listeners.
+        let mut partial = Some(PartialMessage::new(&model));
         let limit = self.config.max_reply_bytes;
         // Set when the reply reached its size limit: from then on every event is refused
         // and dropped, whatever the provider does, and the reply ends with that error.
@@ -687,11 +697,13 @@ impl Run<'_> {
                             *too_large = true;
                             return Err(Error::ReplyTooLarge { limit });
                         }
-                        partial.push(&delta);
-                        self.emit(AgentEvent::MessageUpdate {
-                            message: partial.clone(),
-                            delta,
-                        });
+                        // OK because it is put back below, after every event.
+                        let mut message = partial.take().expect("the partial between deltas");
+                        message.push(&delta);
+                        let event = self.emit_back(AgentEvent::MessageUpdate { message, delta });
+                        if let AgentEvent::MessageUpdate { message, .. } = event {
+                            *partial = Some(message);
+                        }
                         Ok(())
                     })
                 })
@@ -701,6 +713,7 @@ impl Run<'_> {
             Ok(_) if too_large => Ok(Err(Error::ReplyTooLarge { limit })),
             other => other,
         };
+        let partial = partial.unwrap_or_else(|| PartialMessage::new(&model));
         let (mut reply, error) = match outcome {
             Ok(Ok(end)) => {
                 let mut reply = partial.to_message(end.stop_reason);

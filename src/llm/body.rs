@@ -15,10 +15,6 @@ use super::url::Target;
 use crate::{Error, TimeoutPhase};
 
 const READ_BUFFER: usize = 8 * 1024;
-/// The most bytes handed to the SSE parser at once: the events of one push wait in its
-/// queue, each with its data, until they are handled (a bulk reply's read of 16 KiB held
-/// ~24 KiB of them per agent; its queue and spare buffers keep the size they grew to).
-const PARSE_PIECE: usize = 2 * 1024;
 /// How long the rest of a reply (the end of its chunked body) may take once its last event
 /// came, to keep the connection for the next request; past it the connection is dropped.
 const DRAIN_TIMEOUT: Duration = Duration::from_millis(250);
@@ -217,6 +213,10 @@ impl Body {
 
 /// Sends the SSE body of `body` through a parser and hands each event to `f` until `f`
 /// says it has seen the end (`Ok(true)`) or the body ends. Returns whether `f` saw the end.
+/// Each event is borrowed from the bytes just read where it lies whole within them (see
+/// [`sse::EventRef`]): a stream of events is neither copied nor allocated event by event,
+/// and none waits in a queue, so a read goes to the parser whole (what the parser holds
+/// between reads is the event it is in the middle of).
 ///
 /// The first event stops the first-byte timeout; keep-alive comments (`:` lines) are not
 /// events, so a server that sends only comments times out there. After it, any bytes,
@@ -225,25 +225,17 @@ pub(crate) fn for_each_event(
     body: &mut Body,
     max_event_bytes: usize,
     cancel: &CancelToken,
-    mut f: impl FnMut(&sse::Event) -> Result<bool, Error>,
+    mut f: impl FnMut(&sse::EventRef<'_>) -> Result<bool, Error>,
 ) -> Result<bool, Error> {
     let mut parser = sse::Parser::new().max_event_bytes(max_event_bytes);
     while let Some(bytes) = body.next_chunk()? {
-        // (`seen_event` is read by the next `next_chunk`: set once the pieces are parsed.)
-        let (mut seen, mut ended) = (false, false);
-        'pieces: for piece in bytes.chunks(PARSE_PIECE) {
-            parser.push(piece);
-            while let Some(event) = parser.next_event()? {
-                seen = true;
-                ended = f(&event)?;
-                parser.recycle(event);
-                if ended {
-                    break 'pieces;
-                }
-            }
-        }
+        let mut seen = false;
+        let ended = parser.feed(bytes, &mut |event| {
+            seen = true;
+            f(&event)
+        });
         body.seen_event |= seen;
-        if ended {
+        if ended? {
             body.drain();
             return Ok(true);
         }

@@ -271,7 +271,7 @@ impl Endpoint {
         )?;
         let mut out = Emitter { on_event };
         let ended = for_each_event(&mut body, self.http.max_event_bytes, cancel, |event| {
-            decoder.event(&event.data, &mut out)
+            decoder.event(event.data, &mut out)
         })?;
         decoder.finish(ended)
     }

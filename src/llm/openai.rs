@@ -855,7 +855,8 @@ struct CompletionDetails {
 impl Decode for Decoder {
     /// Handles one `data:` payload; true at `[DONE]`.
     fn event(&mut self, data: &str, out: &mut Emitter<'_, '_>) -> Result<bool, Error> {
-        if data.trim() == "[DONE]" {
+        // A chunk is longer: the common case costs a length check.
+        if data.len() < 16 && data.trim() == "[DONE]" {
             return Ok(true);
         }
         let chunk: Chunk<'_> = serde_json::from_str(data)

@@ -57,6 +57,29 @@ pub struct Event {
     pub retry: Option<u64>,
 }
 
+/// One event of the stream as [`Parser::feed`] hands it on: borrowed from the bytes being
+/// fed when its lines lie whole within them (the common case: a read holds many events), else
+/// from the parser's own buffers. Nothing is copied or allocated for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct EventRef<'a> {
+    /// The `event:` name; empty when the server gave none.
+    pub(crate) event: &'a str,
+    /// The `data:` lines joined with `\n`.
+    pub(crate) data: &'a str,
+    /// The last `id:` the stream set, if any.
+    pub(crate) id: Option<&'a str>,
+    /// The last `retry:` the stream set, in milliseconds.
+    pub(crate) retry: Option<u64>,
+}
+
+/// Where the data of the event being built is: in the parser's buffer, or (not yet copied,
+/// not yet checked to be UTF-8) at this range of the bytes being fed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Held {
+    Owned,
+    In(usize, usize),
+}
+
 /// The incremental parser. See the [module docs](self).
 #[derive(Debug)]
 pub struct Parser {
@@ -67,7 +90,10 @@ pub struct Parser {
     // Inside a comment line, whose bytes are skipped.
     in_comment: bool,
     event: String,
+    // The data of the event being built: in this buffer, or where `data_at` says in the bytes
+    // being fed (copied here only if the event does not end within them).
     data: String,
+    data_at: Held,
     has_data: bool,
     id: Option<String>,
     retry: Option<u64>,
@@ -76,14 +102,7 @@ pub struct Parser {
     max_event_bytes: usize,
     ready: VecDeque<Event>,
     failed: Option<Error>,
-    // The data buffers of events given back (`recycle`), for the data of the next ones.
-    spare: Vec<String>,
 }
-
-/// The most buffers [`Parser::recycle`] keeps, and the largest it keeps: a few hundred events
-/// a read at most, of a few hundred bytes each.
-const MAX_SPARE: usize = 256;
-const MAX_SPARE_BYTES: usize = 4 * 1024;
 
 impl Default for Parser {
     fn default() -> Parser {
@@ -100,6 +119,7 @@ impl Parser {
             in_comment: false,
             event: String::new(),
             data: String::new(),
+            data_at: Held::Owned,
             has_data: false,
             id: None,
             retry: None,
@@ -107,7 +127,6 @@ impl Parser {
             max_event_bytes: DEFAULT_MAX_EVENT_BYTES,
             ready: VecDeque::new(),
             failed: None,
-            spare: Vec::new(),
         }
     }
 
@@ -121,18 +140,62 @@ impl Parser {
 
     /// Adds the next bytes of the stream. Complete events become available to
     /// [`Parser::next_event`]; errors are reported there too, after the events before them.
-    pub fn push(&mut self, mut bytes: &[u8]) {
-        if self.failed.is_some() {
-            return;
+    pub fn push(&mut self, bytes: &[u8]) {
+        let mut ready = std::mem::take(&mut self.ready);
+        // The error, if any, stays in `failed` for `next_event`.
+        let _ = self.feed(bytes, &mut |e| {
+            ready.push_back(Event {
+                event: e.event.to_owned(),
+                data: e.data.to_owned(),
+                id: e.id.map(str::to_owned),
+                retry: e.retry,
+            });
+            Ok(false)
+        });
+        self.ready = ready;
+    }
+
+    /// Adds the next bytes of the stream and hands each event they complete to `sink`, in
+    /// order, as it completes (see [`EventRef`]), until `sink` says it has seen the end
+    /// (`Ok(true)`, returned at once: the rest of `bytes` is not read).
+    ///
+    /// # Errors
+    /// The error of `sink`; [`Error::Stream`] when an event grew past the size limit or a
+    /// line was not UTF-8, after the events before it (the parser then stays failed).
+    pub(crate) fn feed(
+        &mut self,
+        input: &[u8],
+        sink: &mut dyn FnMut(EventRef<'_>) -> Result<bool, Error>,
+    ) -> Result<bool, Error> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
         }
+        let mut at = 0;
         // An empty push says nothing about the byte after a CR: keep waiting for it.
-        if self.after_cr && !bytes.is_empty() {
+        if self.after_cr && !input.is_empty() {
             self.after_cr = false;
-            if let Some(rest) = bytes.strip_prefix(b"\n") {
-                bytes = rest;
+            if input[0] == b'\n' {
+                at = 1;
             }
         }
-        while !bytes.is_empty() && self.failed.is_none() {
+        let ended = self.lines(input, &mut at, sink);
+        // What the event being built still has in `input` is copied before it goes.
+        self.own(input);
+        match (ended, &self.failed) {
+            (Ok(false), Some(e)) => Err(e.clone()),
+            (ended, _) => ended,
+        }
+    }
+
+    /// The lines of `input` from `at`: see [`Parser::feed`].
+    fn lines(
+        &mut self,
+        input: &[u8],
+        at: &mut usize,
+        sink: &mut dyn FnMut(EventRef<'_>) -> Result<bool, Error>,
+    ) -> Result<bool, Error> {
+        while *at < input.len() && self.failed.is_none() {
+            let bytes = &input[*at..];
             if self.line.is_empty() && !self.in_comment && bytes[0] == b':' {
                 self.in_comment = true;
             }
@@ -140,33 +203,38 @@ impl Parser {
                 if !self.in_comment && self.grow(bytes.len()) {
                     self.line.extend_from_slice(bytes);
                 }
-                return;
+                return Ok(false);
             };
             if self.in_comment {
                 // A comment (keep-alive such as `: ping`): skipped, not counted.
                 self.in_comment = false;
             } else if !self.grow(end) {
-                return;
+                return Ok(false);
+            } else if end == 0 && self.line.is_empty() {
+                if self.dispatch(input, sink)? {
+                    return Ok(true);
+                }
             } else if self.line.is_empty() {
-                self.line_done(&bytes[..end]);
+                self.field(input, *at, &bytes[..end]);
             } else {
                 self.line.extend_from_slice(&bytes[..end]);
                 let line = std::mem::take(&mut self.line);
-                self.line_done(&line);
+                self.field(input, usize::MAX, &line);
                 // Keep the allocation for the next line.
                 self.line = line;
                 self.line.clear();
             }
             let is_cr = bytes[end] == b'\r';
-            bytes = &bytes[end + 1..];
+            *at += end + 1;
             if is_cr {
-                match bytes.first() {
-                    Some(b'\n') => bytes = &bytes[1..],
+                match input.get(*at) {
+                    Some(b'\n') => *at += 1,
                     Some(_) => {}
                     None => self.after_cr = true,
                 }
             }
         }
+        Ok(false)
     }
 
     /// The next complete event, if one is ready.
@@ -204,118 +272,128 @@ impl Parser {
         true
     }
 
-    fn line_done(&mut self, line: &[u8]) {
-        if line.is_empty() {
-            self.dispatch();
-            return;
+    /// Copies the data that is still where it is in `input` into the parser's buffer.
+    fn own(&mut self, input: &[u8]) {
+        if let Held::In(a, b) = std::mem::replace(&mut self.data_at, Held::Owned) {
+            match self.checked(&input[a..b]) {
+                Some(value) => self.data.push_str(value),
+                None => self.data.clear(),
+            }
         }
-        let Ok(line) = std::str::from_utf8(line) else {
+    }
+
+    /// `bytes` as text; `None` (and failed) when they are not UTF-8.
+    fn checked<'b>(&mut self, bytes: &'b [u8]) -> Option<&'b str> {
+        let text = std::str::from_utf8(bytes).ok();
+        if text.is_none() {
             self.failed = Some(Error::Stream("the event stream is not valid utf-8".into()));
-            return;
-        };
-        let (field, value) = match line.split_once(':') {
-            Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
-            None => (line, ""),
+        }
+        text
+    }
+
+    /// One field line (not empty). `start` is where it begins in `input`, `usize::MAX` when
+    /// it is not there (joined from pieces of several pushes). The value of the event's
+    /// first `data` line is left where it is, and checked to be UTF-8 when the event is
+    /// dispatched (or copied): so the data of most events is checked once and never copied.
+    fn field(&mut self, input: &[u8], start: usize, line: &[u8]) {
+        let (field, value) = match line.iter().position(|&b| b == b':') {
+            Some(colon) => {
+                let value = &line[colon + 1..];
+                (&line[..colon], value.strip_prefix(b" ").unwrap_or(value))
+            }
+            None => (line, &line[line.len()..]),
         };
         match field {
-            "data" => {
+            b"data" if !self.has_data && start != usize::MAX => {
+                let from = start + (line.len() - value.len());
+                self.data_at = Held::In(from, start + line.len());
+                self.has_data = true;
+            }
+            b"data" => {
+                self.own(input);
+                let Some(value) = self.checked(value) else {
+                    return;
+                };
                 if self.has_data {
                     self.data.push('\n');
                 }
                 self.data.push_str(value);
                 self.has_data = true;
             }
-            "event" => value.clone_into(&mut self.event),
-            // An id with NUL is ignored, per the spec.
-            "id" if !value.contains('\0') => self.id = Some(value.to_owned()),
-            // Only digits, per the spec; anything else is ignored.
-            "retry" if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => {
-                self.retry = value.parse().ok();
+            b"event" => {
+                if let Some(value) = self.checked(value) {
+                    value.clone_into(&mut self.event);
+                }
             }
-            // Unknown fields: nothing for us to do.
-            _ => {}
+            // An id with NUL is ignored, per the spec.
+            b"id" => {
+                if let Some(value) = self.checked(value)
+                    && !value.contains('\0')
+                {
+                    self.id = Some(value.to_owned());
+                }
+            }
+            // Only digits, per the spec; anything else is ignored.
+            b"retry" => {
+                if let Some(value) = self.checked(value)
+                    && !value.is_empty()
+                    && value.bytes().all(|b| b.is_ascii_digit())
+                {
+                    self.retry = value.parse().ok();
+                }
+            }
+            // Unknown fields: nothing for us to do, but the stream must still be text.
+            _ => {
+                self.checked(line);
+            }
         }
     }
 
-    fn dispatch(&mut self) {
+    /// A blank line: the event built so far goes to `sink`, if it has data.
+    fn dispatch(
+        &mut self,
+        input: &[u8],
+        sink: &mut dyn FnMut(EventRef<'_>) -> Result<bool, Error>,
+    ) -> Result<bool, Error> {
         self.event_bytes = 0;
-        if !self.has_data {
-            self.event.clear();
-            return;
+        let data_at = std::mem::replace(&mut self.data_at, Held::Owned);
+        let mut ended = Ok(false);
+        if std::mem::take(&mut self.has_data) {
+            let data = match data_at {
+                Held::In(a, b) => self.checked(&input[a..b]),
+                Held::Owned => Some(""),
+            };
+            if let Some(data) = data {
+                let data = if data_at == Held::Owned {
+                    &self.data
+                } else {
+                    data
+                };
+                ended = sink(EventRef {
+                    event: &self.event,
+                    data,
+                    id: self.id.as_deref(),
+                    retry: self.retry,
+                });
+            }
         }
-        self.has_data = false;
-        let spare = self.spare.pop().unwrap_or_default();
-        self.ready.push_back(Event {
-            event: std::mem::take(&mut self.event),
-            data: std::mem::replace(&mut self.data, spare),
-            id: self.id.clone(),
-            retry: self.retry,
-        });
-    }
-
-    /// Takes back an event handed out by [`Parser::next_event`] once it is read: its data
-    /// buffer holds the data of a later event, so that a stream of events costs no
-    /// allocation per event.
-    pub(crate) fn recycle(&mut self, event: Event) {
-        let mut data = event.data;
-        if self.spare.len() < MAX_SPARE && data.capacity() <= MAX_SPARE_BYTES {
-            data.clear();
-            self.spare.push(data);
-        }
+        self.event.clear();
+        self.data.clear();
+        ended
     }
 }
 
-/// The index of the first `\n` or `\r` in `bytes`, found eight bytes at a time: the lines
-/// of a model's stream are a few hundred bytes long, and looking for their ends byte by byte
-/// was most of the parser's work.
+/// The index of the first `\n` or `\r` in `bytes`: the lines of a model's stream are a few
+/// hundred bytes long, and looking for their ends was most of the parser's work (memchr
+/// looks at 16 bytes at a time).
 fn line_end(bytes: &[u8]) -> Option<usize> {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
-    // Non-zero when a byte of `word` equals `byte` (the classic zero-byte test on the xor;
-    // exact as a yes or no, which is all that is asked of it).
-    let has = |word: u64, byte: u8| {
-        let x = word ^ (ONES * u64::from(byte));
-        x.wrapping_sub(ONES) & !x & HIGHS
-    };
-    let is_end = |b: &u8| *b == b'\n' || *b == b'\r';
-    let mut words = bytes.chunks_exact(8);
-    let mut offset = 0;
-    for word in &mut words {
-        // OK because `chunks_exact(8)` yields 8 bytes.
-        let w = u64::from_le_bytes(word.try_into().expect("8 bytes"));
-        if has(w, b'\n') | has(w, b'\r') != 0 {
-            return word.iter().position(is_end).map(|i| offset + i);
-        }
-        offset += 8;
-    }
-    words
-        .remainder()
-        .iter()
-        .position(is_end)
-        .map(|i| offset + i)
+    memchr::memchr2(b'\n', b'\r', bytes)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
-
-    #[test]
-    fn recycled_buffers_carry_nothing_into_later_events() {
-        let mut parser = Parser::new();
-        parser.push(b"data: a long first event\n\ndata: b\n\n");
-        let first = parser.next_event().unwrap().unwrap();
-        assert_eq!(first.data, "a long first event");
-        parser.recycle(first);
-        let second = parser.next_event().unwrap().unwrap();
-        assert_eq!(second.data, "b");
-        parser.recycle(second);
-        parser.push(b"data: c\ndata: d\n\ndata: e\n\n");
-        let third = parser.next_event().unwrap().unwrap();
-        assert_eq!(third.data, "c\nd");
-        assert_eq!(parser.next_event().unwrap().unwrap().data, "e");
-        assert_eq!(parser.next_event().unwrap(), None);
-    }
 
     proptest! {
         #[test]
@@ -430,6 +508,41 @@ mod tests {
     }
 
     #[test]
+    fn feeding_stops_at_the_event_that_ends_the_stream() {
+        let mut p = Parser::new();
+        let mut seen = Vec::new();
+        let ended = p.feed(b"data: a\n\ndata: end\n\ndata: after\n\n", &mut |e| {
+            seen.push(e.data.to_owned());
+            Ok(e.data == "end")
+        });
+        assert!(ended.unwrap());
+        assert_eq!(seen, ["a", "end"]);
+    }
+
+    #[test]
+    fn a_fed_line_that_is_not_utf8_fails_after_the_events_before_it() {
+        for input in [
+            &b"data: ok\n\ndata: \xff\n\ndata: later\n\n"[..],
+            b"data: ok\n\nevent: \xff\ndata: x\n\n",
+            b"data: ok\n\ndata: a\ndata: \xff\n\n",
+            b"data: ok\n\nother\xff: x\n\n",
+        ] {
+            let mut p = Parser::new();
+            let mut seen = Vec::new();
+            let result = p.feed(input, &mut |e| {
+                seen.push(e.data.to_owned());
+                Ok(false)
+            });
+            assert!(
+                matches!(&result, Err(Error::Stream(m)) if m.contains("utf-8")),
+                "{result:?}"
+            );
+            assert_eq!(seen, ["ok"]);
+            assert!(p.feed(b"data: x\n\n", &mut |_| Ok(false)).is_err());
+        }
+    }
+
+    #[test]
     fn an_event_over_the_limit_is_a_stream_error() {
         let mut p = Parser::new().max_event_bytes(16);
         p.push(b"data: small\n\n");
@@ -475,6 +588,8 @@ mod tests {
     }
 
     proptest! {
+        // `push` hands `feed`'s events on: this covers the events borrowed from the input
+        // and those copied across pushes alike.
         #[test]
         fn events_do_not_depend_on_how_input_is_cut(
             input in stream_strategy(),

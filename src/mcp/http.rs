@@ -132,9 +132,9 @@ struct Resume {
 }
 
 impl Resume {
-    fn note(&mut self, event: &sse::Event) {
-        if event.id.is_some() {
-            self.last_event_id.clone_from(&event.id);
+    fn note(&mut self, event: &sse::EventRef<'_>) {
+        if let Some(id) = event.id {
+            self.last_event_id = Some(id.to_owned());
         }
         if event.retry.is_some() {
             self.retry = event.retry;
