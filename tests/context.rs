@@ -820,6 +820,12 @@ fn llama_cpp_reports_its_window_and_counts_a_request_exactly() {
     // Counted 3 and within the budget: nothing slid; the state has the window.
     assert_eq!(turn_ends(&rec)[0].window, Some(2048));
     assert_eq!(requests[3].json()["messages"].as_array().unwrap().len(), 1);
+    // The count sent the model call's body, byte for byte (its messages' JSON written once,
+    // into the transcript's cache, and taken from there by the call).
+    assert_eq!(
+        String::from_utf8_lossy(&requests[1].body),
+        String::from_utf8_lossy(&requests[3].body)
+    );
 }
 
 #[test]
@@ -856,7 +862,8 @@ fn a_server_without_the_endpoints_is_asked_once() {
 
 #[test]
 fn anthropic_counts_a_request_with_count_tokens() {
-    let server = Server::start(vec![Reply::json(200, r#"{"input_tokens":42}"#)]);
+    let counted = || Reply::json(200, r#"{"input_tokens":42}"#);
+    let server = Server::start(vec![counted(), counted(), counted()]);
     let provider =
         pagent::llm::Anthropic::new(server.url.clone()).api_key("sk-ant-test-0123456789");
     let counter = pagent::llm::Provider::token_counter(&provider).unwrap();
@@ -874,14 +881,18 @@ fn anthropic_counts_a_request_with_count_tokens() {
     // The system prompt as the Messages call sends it: a text block (a cache breakpoint on it).
     assert_eq!(body["system"][0]["text"], "Be brief.");
     assert_eq!(body["messages"][0]["role"], "user");
+    counts_with_a_cache_send_the_same_body(&*counter, request, &server, Some(42));
 }
 
 #[test]
 fn responses_counts_a_request_with_input_tokens() {
-    let server = Server::start(vec![Reply::json(
-        200,
-        r#"{"object":"response.input_tokens","input_tokens":17}"#,
-    )]);
+    let counted = || {
+        Reply::json(
+            200,
+            r#"{"object":"response.input_tokens","input_tokens":17}"#,
+        )
+    };
+    let server = Server::start(vec![counted(), counted(), counted()]);
     let provider = pagent::llm::OpenAiResponses::new(format!("{}/v1", server.url))
         .api_key("sk-test-0123456789")
         .max_output_tokens(64)
@@ -911,6 +922,26 @@ fn responses_counts_a_request_with_input_tokens() {
     assert_eq!(keys, ["input", "instructions", "model"]);
     assert_eq!(body["instructions"], "Be brief.");
     assert_eq!(body["input"][0]["role"], "user");
+    counts_with_a_cache_send_the_same_body(&*counter, request, &server, Some(17));
+}
+
+/// Counts `request` twice with a body cache, as the agent counts (the cache filled, then
+/// the messages' JSON from it): each body is the bytes of the first, uncached count.
+fn counts_with_a_cache_send_the_same_body(
+    counter: &dyn TokenCounter,
+    request: Request,
+    server: &Server,
+    expected: Option<u64>,
+) {
+    let cached = request.with_body_cache(pagent::llm::BodyCache::new());
+    for _ in 0..2 {
+        let n = counter.request_tokens(&cached, &pagent::CancelToken::new());
+        assert_eq!(n.unwrap(), expected);
+    }
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3);
+    assert_eq!(requests[1].body, requests[0].body);
+    assert_eq!(requests[2].body, requests[0].body);
 }
 
 #[test]

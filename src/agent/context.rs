@@ -163,9 +163,10 @@ impl Run<'_> {
             thinking: self.config.thinking,
             // A summary or a count asks for no structured answer.
             output: None,
-            // Its messages are not the next model call's: the transcript's cache keeps
-            // what that call sends.
-            body_cache: None,
+            // The messages the next model call sends (before `transform_context`), in its
+            // order: the count's body takes the JSON of those sent before from the
+            // transcript's cache, and leaves there the JSON of the new ones for the call.
+            body_cache: Some(self.inner.body_cache.clone()),
         };
         let cancel = self.cancel.clone();
         if let Ok(Ok(Some(tokens))) = guard::catch(|| counter.request_tokens(&request, &cancel)) {

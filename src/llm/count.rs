@@ -10,10 +10,12 @@
 //!
 //! A server without the endpoint (404, 405, 501) is not asked again by that counter.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::http::Endpoint;
 use super::{Anthropic, OpenAiCompat, OpenAiResponses, Request};
@@ -101,6 +103,27 @@ impl<T: TokenCounter + ?Sized> TokenCounter for Arc<T> {
     }
 }
 
+/// The body `write` writes, with only the top-level fields `keep` keeps: the fields are read
+/// back as raw JSON (`RawValue`), never as a tree of values, and written out as they are. The
+/// messages' JSON in it comes from the request's body cache where the cache has it, as for a
+/// model call; the body is read once more, not built again.
+fn body_with(
+    write: impl FnOnce(&mut Vec<u8>) -> std::io::Result<()>,
+    keep: impl Fn(&str) -> bool,
+) -> Result<Vec<u8>, Error> {
+    let mut body = Vec::new();
+    write(&mut body).map_err(|e| Error::Provider(format!("the count's body: {e}")))?;
+    let fields: BTreeMap<String, &RawValue> = serde_json::from_slice(&body)
+        .map_err(|e| Error::Provider(format!("the count's body: {e}")))?;
+    let kept: BTreeMap<&str, &RawValue> = fields
+        .iter()
+        .filter(|(key, _)| keep(key))
+        .map(|(key, value)| (key.as_str(), *value))
+        .collect();
+    // OK because strings and raw JSON always serialize.
+    Ok(serde_json::to_vec(&kept).expect("raw JSON serializes"))
+}
+
 /// Remembers that a server lacks an endpoint, so it is asked once.
 #[derive(Debug, Default)]
 struct Missing(AtomicBool);
@@ -158,12 +181,16 @@ impl TokenCounter for LlamaCppCounter {
         if self.missing.is() {
             return Ok(None);
         }
-        let body = self.provider.request_body(request);
+        // The model call's body as it is: its messages' JSON from the body cache.
+        let mut body = Vec::new();
+        self.provider
+            .write_body(request, &mut body)
+            .map_err(|e| Error::Provider(format!("the count's body: {e}")))?;
         let rendered = self.missing.note(self.endpoint.json(
             "/apply-template",
             true,
             bearer(&self.endpoint),
-            Some(body.to_string().into_bytes()),
+            Some(body),
             cancel,
         ))?;
         let Some(prompt) = rendered.as_ref().and_then(|r| r.get("prompt")?.as_str()) else {
@@ -223,12 +250,10 @@ impl TokenCounter for AnthropicCounter {
         if self.missing.is() {
             return Ok(None);
         }
-        let mut body = self.provider.request_body(request);
-        if let Value::Object(fields) = &mut body {
-            for key in ["max_tokens", "stream", "temperature"] {
-                fields.remove(key);
-            }
-        }
+        let body = body_with(
+            |out| self.provider.write_body(request, out),
+            |key| !["max_tokens", "stream", "temperature"].contains(&key),
+        )?;
         let mut headers = vec![("anthropic-version", self.version.to_owned())];
         if let Some(key) = &self.endpoint.api_key {
             headers.push(("x-api-key", key.clone()));
@@ -237,7 +262,7 @@ impl TokenCounter for AnthropicCounter {
             "/v1/messages/count_tokens",
             false,
             headers,
-            Some(body.to_string().into_bytes()),
+            Some(body),
             cancel,
         ))?;
         Ok(counted.and_then(|c| c.get("input_tokens")?.as_u64()))
@@ -293,15 +318,15 @@ impl TokenCounter for ResponsesCounter {
         if self.missing.is() {
             return Ok(None);
         }
-        let mut body = self.provider.request_body(request);
-        if let Value::Object(fields) = &mut body {
-            fields.retain(|key, _| INPUT_TOKENS_FIELDS.contains(&key.as_str()));
-        }
+        let body = body_with(
+            |out| self.provider.write_body(request, out),
+            |key| INPUT_TOKENS_FIELDS.contains(&key),
+        )?;
         let counted = self.missing.note(self.endpoint.json(
             "/responses/input_tokens",
             false,
             bearer(&self.endpoint),
-            Some(body.to_string().into_bytes()),
+            Some(body),
             cancel,
         ))?;
         Ok(counted.and_then(|c| c.get("input_tokens")?.as_u64()))
