@@ -1,21 +1,29 @@
 //! End-to-end cost of one streamed text delta: a loopback server streams a reply of
 //! `DELTAS` OpenAI-style chunks (shaped like llama-server's), and we time
 //!
-//! - `e2e/agent`: the full agent (`OpenAiCompat` over ureq with its reader thread, the SSE
-//!   parser, chunk decoding, the fold into the state, one listener), one `prompt` per
-//!   iteration on a fresh agent;
+//! - `e2e/agent`: the full agent (`OpenAiCompat` over ureq, the reply read on the run thread,
+//!   the SSE parser, chunk decoding, the fold into the state, one listener), one `prompt`
+//!   per iteration on a fresh agent;
 //! - `e2e/minimal_reader`: a minimal reader of the same bytes from the same server: a raw
 //!   TCP request, splitting the body into SSE events, parsing each JSON chunk into a struct;
 //! - `e2e/agent_responses`: the full agent on `OpenAiResponses`, the same reply (the same
 //!   tokens) as the Responses API streams it: one `response.output_text.delta` event per
 //!   token in OpenAI's shape (with its `event:` line, `sequence_number`, `item_id`,
 //!   `output_index`, `content_index`, `logprobs`), then the done events and
-//!   `response.completed` with the usage. Before the groups run, `responses/chat` prints the
-//!   median of 15 alternating runs of each agent per delta and their ratio.
+//!   `response.completed` with the usage;
+//! - `e2e/minimal_responses_reader`: the minimal reader of that stream: the same raw TCP
+//!   request and split, each event's `data:` line parsed into a borrowed struct of its
+//!   `type` and `delta`.
+//!
+//! Before the groups run, a summary prints for each server mode the medians of 15 runs of
+//! each of the four clients, their runs alternating, per delta, and the ratios (each agent
+//! over the minimal reader of its API).
+//!
+//! For instruction counts (callgrind), `E2E_RUNS=<client>,<mode>,<runs>` makes that many
+//! runs of one client and exits (see `counted_runs`).
 //!
 //! What is measured is CPU time, not wall time: the process's user + system time
-//! (`getrusage`, which counts the threads that ended too, such as the provider's reader
-//! thread) minus the time of the server's threads, which each record their own. So the
+//! (`getrusage`, which counts the threads that ended too) minus the time of the server's threads, which each record their own. So the
 //! figures hold on a loaded machine, and they include the kernel's socket work on the
 //! reading side. Criterion reports it per delta (the throughput element); the ratio of the
 //! two is the library's cost per delta over the bare minimum.
@@ -28,7 +36,9 @@
 //! that many messages (shared `Arc`s, as the agent hands them over) and a one-delta reply:
 //! building the body, sending it, reading the short reply. Its throughput is the body's
 //! bytes, so the cost per byte shows whether it grows faster than what is sent; the bytes
-//! are printed too.
+//! are printed too. `request/openai/cached_{1000,10000}` is the same call as the agent
+//! makes it, with the transcript's body cache: every message's JSON but the last (new each
+//! turn) comes from the cache.
 //!
 //! `cargo bench --bench e2e`
 
@@ -43,7 +53,7 @@ use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use pagent::CancelToken;
-use pagent::llm::{OpenAiCompat, OpenAiResponses, Provider, Request};
+use pagent::llm::{BodyCache, OpenAiCompat, OpenAiResponses, Provider, Request};
 use pagent::{Agent, AgentEvent, AssistantMessage, ContentBlock, Message, ToolCall};
 use pagent::{StopReason, ToolResultMessage};
 use serde::Deserialize;
@@ -264,12 +274,18 @@ struct Delta<'a> {
 
 /// Reads the reply over raw TCP, splits it into events at blank lines and parses each one.
 fn minimal_reader(addr: &str, prefix: &str) -> usize {
-    let mut stream = TcpStream::connect(addr).unwrap();
     let body =
         br#"{"model":"smollm2","messages":[{"role":"user","content":"Hello"}],"stream":true}"#;
+    read_events(addr, &format!("{prefix}/v1/chat/completions"), body, parse)
+}
+
+/// POSTs `body` to `path` over raw TCP and hands each event of the reply (split at blank
+/// lines) to `parse`; returns the sum of what it returned.
+fn read_events(addr: &str, path: &str, body: &[u8], parse: impl Fn(&[u8]) -> usize) -> usize {
+    let mut stream = TcpStream::connect(addr).unwrap();
     write!(
         stream,
-        "POST {prefix}/v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
         body.len()
     )
     .unwrap();
@@ -317,6 +333,28 @@ fn parse(event: &[u8]) -> usize {
         .count()
 }
 
+#[derive(Deserialize)]
+struct ResponsesEvent<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    delta: Option<std::borrow::Cow<'a, str>>,
+}
+
+/// The minimal reader of the Responses stream: the same raw TCP request and event split,
+/// each event's `data:` line (after its `event:` line) parsed into a borrowed struct of its
+/// `type` and `delta`.
+fn minimal_responses_reader(addr: &str, prefix: &str) -> usize {
+    let body = br#"{"model":"smollm2","input":[{"role":"user","content":"Hello"}],"stream":true}"#;
+    read_events(addr, &format!("{prefix}/v1/responses"), body, |event| {
+        let Some(at) = event.windows(7).position(|w| w == b"\ndata: ") else {
+            return 0;
+        };
+        let e: ResponsesEvent<'_> = serde_json::from_slice(&event[at + 7..]).unwrap();
+        usize::from(e.kind == "response.output_text.delta" && e.delta.is_some())
+    })
+}
+
 /// A transcript of `n` messages in turns of four: a question, a reply that calls a tool, the
 /// tool's result, an answer (about 1 KB a turn).
 fn transcript(n: usize) -> Vec<Arc<Message>> {
@@ -355,55 +393,125 @@ fn request_bench(c: &mut Criterion, server: &str) {
     let mut group = c.benchmark_group("request/openai");
     for n in [1_000, 10_000] {
         let request = Request::new("smollm2", transcript(n)).with_system_prompt("You are terse.");
-        let call = || {
+        let call = |request: &Request| {
             let end = provider
-                .stream(&request, &CancelToken::new(), &mut |e| {
+                .stream(request, &CancelToken::new(), &mut |e| {
                     black_box(e);
                     Ok(())
                 })
                 .unwrap();
             black_box(end);
         };
-        call();
+        call(&request);
         let bytes = LAST_BODY_BYTES.load(Ordering::SeqCst);
         println!("request/openai/{n}: {bytes} bytes sent");
         group.throughput(Throughput::Bytes(bytes as u64));
         group.bench_function(n.to_string(), |b| {
-            b.iter_custom(|iters| client_cpu(iters, call))
+            b.iter_custom(|iters| client_cpu(iters, || call(&request)))
+        });
+        // As the agent calls it: the transcript's body cache holds the JSON of every message
+        // but the last, which is new each turn.
+        let mut request = request.with_body_cache(BodyCache::new());
+        call(&request);
+        let mut turn = n;
+        group.bench_function(format!("cached_{n}"), |b| {
+            b.iter_custom(|iters| {
+                client_cpu(iters, || {
+                    turn += 1;
+                    let last = request.messages.len() - 1;
+                    request.messages[last] = Arc::new(Message::user(format!("Question {turn}")));
+                    call(&request);
+                })
+            })
         });
     }
     group.finish();
 }
 
-/// The two agents' CPU per delta, median of alternating runs, and their ratio: the
-/// Responses path against the Chat Completions path of the same reply.
-fn responses_against_chat(url: &str, name: &str) {
-    let per_delta = |run: &dyn Fn()| client_cpu(1, run).as_nanos() as f64 / DELTAS as f64;
-    let (mut chat, mut responses) = (Vec::new(), Vec::new());
+/// The four clients' CPU per delta in `mode`, medians of 15 runs each, the clients' runs
+/// alternating (so that all see the same machine load), and the ratios: each agent against
+/// the minimal reader of its API, and the Responses agent against the Chat Completions one.
+fn summary(server: &str, mode: &str) {
+    let clients = ["agent", "minimal", "agent_responses", "minimal_responses"];
+    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); clients.len()];
     for _ in 0..15 {
-        chat.push(per_delta(&|| agent_run(url)));
-        responses.push(per_delta(&|| agent_run_responses(url)));
+        for (client, samples) in clients.iter().zip(&mut samples) {
+            let cpu = client_cpu(1, || one_run(client, server, mode));
+            samples.push(cpu.as_nanos() as f64 / DELTAS as f64);
+        }
     }
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
-    let (c, r) = (median(&mut chat), median(&mut responses));
+    let m: Vec<f64> = samples
+        .iter_mut()
+        .map(|v| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        })
+        .collect();
     println!(
-        "responses/chat {name}: chat {c:.0} ns, responses {r:.0} ns per delta (CPU, median \
-         of 15 alternating runs): ratio {:.2}x",
-        r / c
+        "e2e {mode} (CPU per delta, median of 15 alternating runs): chat agent {:.0} ns, \
+         minimal {:.0} ns: {:.2}x; responses agent {:.0} ns, minimal {:.0} ns: {:.2}x; \
+         responses/chat agent {:.2}x",
+        m[0],
+        m[1],
+        m[0] / m[1],
+        m[2],
+        m[3],
+        m[2] / m[3],
+        m[2] / m[0]
     );
+}
+
+/// One run of `client` (`agent`, `agent_responses`, `minimal`, `minimal_responses`)
+/// against the server at `server` in `mode` (`bulk` or `per_token`). Not inlined, so that
+/// `valgrind --tool=callgrind --toggle-collect='*e2e::one_run*'` counts the client's
+/// instructions alone (the server's threads are not in it).
+#[inline(never)]
+fn one_run(client: &str, server: &str, mode: &str) {
+    let prefix = match mode {
+        "bulk" => "/bulk",
+        "per_token" => "",
+        other => panic!("no mode {other}"),
+    };
+    let addr = server.trim_start_matches("http://");
+    let url = format!("{server}{prefix}");
+    match client {
+        "agent" => agent_run(&url),
+        "agent_responses" => agent_run_responses(&url),
+        "minimal" => assert_eq!(minimal_reader(addr, prefix), DELTAS),
+        "minimal_responses" => assert_eq!(minimal_responses_reader(addr, prefix), DELTAS),
+        other => panic!("no client {other}"),
+    }
+}
+
+/// `E2E_RUNS=<client>,<mode>,<runs>`: that many runs of one client (see [`one_run`]), then
+/// exit, for instruction counts: the difference between `<runs>` and 1 run, divided by the
+/// runs between and by `DELTAS`, is the client's instructions per delta.
+fn counted_runs(server: &str) -> bool {
+    let Ok(spec) = std::env::var("E2E_RUNS") else {
+        return false;
+    };
+    let parts: Vec<&str> = spec.split(',').collect();
+    let [client, mode, runs] = parts[..] else {
+        panic!("E2E_RUNS=<client>,<mode>,<runs>, not {spec}");
+    };
+    for _ in 0..runs.parse::<usize>().unwrap() {
+        one_run(client, server, mode);
+    }
+    true
 }
 
 fn bench(c: &mut Criterion) {
     let server = serve();
+    if counted_runs(&server) {
+        return;
+    }
     let addr = server.trim_start_matches("http://").to_owned();
-    for (name, prefix) in [("per_token", ""), ("bulk", "/bulk")] {
-        responses_against_chat(&format!("{server}{prefix}"), name);
+    for mode in ["bulk", "per_token"] {
+        summary(&server, mode);
     }
     for (name, prefix) in [("per_token", ""), ("bulk", "/bulk")] {
         assert_eq!(minimal_reader(&addr, prefix), DELTAS);
+        assert_eq!(minimal_responses_reader(&addr, prefix), DELTAS);
         let url = format!("{server}{prefix}");
         let mut group = c.benchmark_group(format!("e2e/{name}"));
         group.throughput(Throughput::Elements(DELTAS as u64));
@@ -419,6 +527,13 @@ fn bench(c: &mut Criterion) {
             b.iter_custom(|iters| {
                 client_cpu(iters, || {
                     black_box(minimal_reader(&addr, prefix));
+                })
+            })
+        });
+        group.bench_function("minimal_responses_reader", |b| {
+            b.iter_custom(|iters| {
+                client_cpu(iters, || {
+                    black_box(minimal_responses_reader(&addr, prefix));
                 })
             })
         });

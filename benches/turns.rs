@@ -2,25 +2,30 @@
 //!
 //! `cargo bench --bench turns`
 //!
-//! Groups (each "wall" bench reports wall time per run, each "cpu" bench the client's CPU
+//! Groups (each "wall" bench reports wall time per run, each `_cpu` bench the client's CPU
 //! time per run: the process's user + system time from `getrusage` minus what the server
 //! threads spent, which each record their own):
 //! - `turns/agent_{1,20}`: a run of 1 and of 20 turns (19 tool calls, then a text reply)
 //!   through the full agent on `OpenAiCompat`;
 //! - `turns/minimal_{1,20}`: a minimal blocking client doing the same requests with ureq
-//!   directly (one pooled connection, each body read to its end);
-//! - `turns/agent_responses_{1,20}_cpu`: the full agent on `OpenAiResponses`, the same
-//!   turns as the Responses API streams them (a `function_call` item, then a text message);
+//!   directly (one pooled connection), each reply's events read into borrowed typed structs
+//!   and the next request built from the tool call it named;
+//! - `turns/agent_responses_{1,20}` and `turns/minimal_responses_{1,20}`: the same two
+//!   clients over the Responses API (a `function_call` item, then a text message);
 //! - `abort/to_return_*`, `abort/to_server_close_*`: from `abort()` on another thread to
 //!   `prompt` returning, and to the server seeing the connection close, while the run waits
 //!   for the headers (`headers`) and mid-stream (`stream`).
 //!
 //! The cost per extra turn is `(turns_20 - turns_1) / 19`; the summary printed first gives
-//! the medians and ratios from its own runs, side by side (the agent's and the minimal
-//! client's samples alternate), so that they come from one machine state.
+//! the medians and ratios from its own runs, side by side (the four clients' samples
+//! alternate), so that they come from one machine state.
+//!
+//! For instruction counts (callgrind), `TURNS_RUNS=<client>,<turns>,<runs>` makes that many
+//! runs of one client and exits (see `counted_runs`).
 
 mod cpu;
 use cpu::cpu_ns;
+use std::borrow::Cow;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
@@ -208,28 +213,144 @@ fn agent_run(provider: &Arc<dyn Provider>, turns: usize) {
     assert_eq!(result.stop_reason, RunStopReason::NoToolCalls, "{result:?}");
 }
 
-/// The same requests from a minimal blocking client: a body with as many tool results as
-/// the agent's request would hold, each reply read to its end.
+/// The same requests from a minimal blocking client: each reply's events read into
+/// borrowed typed structs (the tool call's id taken from it), and a body with the calls and
+/// results so far, as the agent's request would hold them.
 fn minimal_run(client: &ureq::Agent, url: &str, turns: usize) {
     let prompt = if turns == 1 { "one turn" } else { "go" };
-    for done in 0..turns {
+    let mut calls: Vec<String> = Vec::new();
+    let mut text = String::new();
+    for _ in 0..turns {
         let mut body = String::from("{\"model\":\"m\",\"stream\":true,\"messages\":[");
         body.push_str(&format!("{{\"role\":\"user\",\"content\":\"{prompt}\"}}"));
-        for i in 0..done {
+        for id in &calls {
             body.push_str(&format!(
-                ",{{\"role\":\"assistant\",\"tool_calls\":[{{\"id\":\"call_{i}\"}}]}},\
-                 {{\"role\":\"tool\",\"tool_call_id\":\"call_{i}\",\"content\":\"ok\"}}"
+                ",{{\"role\":\"assistant\",\"tool_calls\":[{{\"id\":\"{id}\",\"type\":\"function\",\
+                 \"function\":{{\"name\":\"echo\",\"arguments\":\"{{}}\"}}}}]}},\
+                 {{\"role\":\"tool\",\"tool_call_id\":\"{id}\",\"content\":\"ok\"}}"
             ));
         }
         body.push_str("]}");
-        let mut response = client
-            .post(&format!("{url}/v1/chat/completions"))
-            .header("content-type", "application/json")
-            .send(body.as_bytes())
-            .unwrap();
-        let text = response.body_mut().read_to_string().unwrap();
-        assert!(text.ends_with("[DONE]\n\n"));
+        let reply = post(client, &format!("{url}/v1/chat/completions"), &body);
+        let mut call = None;
+        for data in events(&reply) {
+            if data == "[DONE]" {
+                break;
+            }
+            let chunk: Chunk<'_> = serde_json::from_str(data).unwrap();
+            for delta in chunk.choices.into_iter().filter_map(|c| c.delta) {
+                text.push_str(delta.content.as_deref().unwrap_or(""));
+                for t in delta.tool_calls.into_iter().flatten() {
+                    call = t.id.map(|id| id.into_owned()).or(call);
+                }
+            }
+        }
+        match call {
+            Some(id) => calls.push(id),
+            None => break,
+        }
     }
+    assert_eq!((calls.len() + 1, text.as_str()), (turns, "done"));
+}
+
+/// The same over the Responses API: input items for the calls and their outputs, each
+/// reply's events read into borrowed typed structs.
+fn minimal_responses_run(client: &ureq::Agent, url: &str, turns: usize) {
+    let prompt = if turns == 1 { "one turn" } else { "go" };
+    let mut calls: Vec<String> = Vec::new();
+    let mut text = String::new();
+    for _ in 0..turns {
+        let mut body = String::from("{\"model\":\"m\",\"stream\":true,\"input\":[");
+        body.push_str(&format!("{{\"role\":\"user\",\"content\":\"{prompt}\"}}"));
+        for id in &calls {
+            body.push_str(&format!(
+                ",{{\"type\":\"function_call\",\"call_id\":\"{id}\",\"name\":\"echo\",\"arguments\":\"{{}}\"}},\
+                 {{\"type\":\"function_call_output\",\"call_id\":\"{id}\",\"output\":\"ok\"}}"
+            ));
+        }
+        body.push_str("]}");
+        let reply = post(client, &format!("{url}/v1/responses"), &body);
+        let mut call = None;
+        for data in events(&reply) {
+            let event: ResponsesEvent<'_> = serde_json::from_str(data).unwrap();
+            match &*event.kind {
+                "response.output_text.delta" => text.push_str(event.delta.as_deref().unwrap_or("")),
+                "response.output_item.done" => {
+                    if let Some(item) = event.item.filter(|i| i.kind == "function_call") {
+                        call = item.call_id.map(|id| id.into_owned());
+                    }
+                }
+                "response.completed" => break,
+                _ => {}
+            }
+        }
+        match call {
+            Some(id) => calls.push(id),
+            None => break,
+        }
+    }
+    assert_eq!((calls.len() + 1, text.as_str()), (turns, "done"));
+}
+
+/// POSTs `body` to `url` and reads the whole reply.
+fn post(client: &ureq::Agent, url: &str, body: &str) -> String {
+    let mut response = client
+        .post(url)
+        .header("content-type", "application/json")
+        .send(body.as_bytes())
+        .unwrap();
+    response.body_mut().read_to_string().unwrap()
+}
+
+/// The `data` of each event of an SSE body (events split at blank lines, one `data:` line
+/// each, after an `event:` line or not).
+fn events(body: &str) -> impl Iterator<Item = &str> {
+    body.split("\n\n")
+        .filter_map(|event| event.lines().find_map(|line| line.strip_prefix("data: ")))
+}
+
+#[derive(Deserialize)]
+struct Chunk<'a> {
+    #[serde(borrow)]
+    choices: Vec<Choice<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Choice<'a> {
+    #[serde(borrow)]
+    delta: Option<Delta<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Delta<'a> {
+    #[serde(borrow)]
+    content: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    tool_calls: Option<Vec<ToolDelta<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct ToolDelta<'a> {
+    #[serde(borrow)]
+    id: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct ResponsesEvent<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: Cow<'a, str>,
+    #[serde(borrow)]
+    delta: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    item: Option<ResponsesItem<'a>>,
+}
+
+#[derive(Deserialize)]
+struct ResponsesItem<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: Cow<'a, str>,
+    #[serde(borrow)]
+    call_id: Option<Cow<'a, str>>,
 }
 
 /// Wall and client CPU time of `f`.
@@ -276,39 +397,97 @@ impl Runs {
     }
 }
 
+/// The four clients of one server: the agent and the minimal client, on Chat Completions
+/// and on the Responses API.
+struct Clients {
+    url: String,
+    chat: Arc<dyn Provider>,
+    responses: Arc<dyn Provider>,
+    minimal: ureq::Agent,
+}
+
+impl Clients {
+    fn new() -> Clients {
+        let url = server(Mode::Turns, None);
+        Clients {
+            chat: provider(&url),
+            responses: responses_provider(&url),
+            minimal: ureq::Agent::config_builder().build().into(),
+            url,
+        }
+    }
+
+    /// One run of `turns` turns by `client`: `agent`, `minimal`, `agent_responses` or
+    /// `minimal_responses`. Not inlined, so that `valgrind --tool=callgrind
+    /// --toggle-collect='*turns::Clients::run*'` counts the client's instructions alone.
+    #[inline(never)]
+    fn run(&self, client: &str, turns: usize) {
+        match client {
+            "agent" => agent_run(&self.chat, turns),
+            "minimal" => minimal_run(&self.minimal, &self.url, turns),
+            "agent_responses" => agent_run(&self.responses, turns),
+            "minimal_responses" => minimal_responses_run(&self.minimal, &self.url, turns),
+            other => panic!("no client {other}"),
+        }
+    }
+}
+
+/// The clients of [`Clients::run`], in the summary's order.
+const CLIENTS: [&str; 4] = ["agent", "minimal", "agent_responses", "minimal_responses"];
+
+/// `TURNS_RUNS=<client>,<turns>,<runs>`: that many runs of `<turns>` turns by one client,
+/// then exit, for instruction counts: `(Ir(20 turns) - Ir(1 turn)) / 19` over the same
+/// number of runs is the client's instructions per extra turn.
+fn counted_runs() -> bool {
+    let Ok(spec) = std::env::var("TURNS_RUNS") else {
+        return false;
+    };
+    let parts: Vec<&str> = spec.split(',').collect();
+    let [client, turns, runs] = parts[..] else {
+        panic!("TURNS_RUNS=<client>,<turns>,<runs>, not {spec}");
+    };
+    let clients = Clients::new();
+    for _ in 0..runs.parse::<usize>().unwrap() {
+        clients.run(client, turns.parse().unwrap());
+    }
+    true
+}
+
 fn summary() {
-    let url = server(Mode::Turns, None);
-    let agent = provider(&url);
-    let responses = responses_provider(&url);
-    let client: ureq::Agent = ureq::Agent::config_builder().build().into();
-    // Warm up all three (connections, allocations).
+    let clients = Clients::new();
+    // Warm up all four (connections, allocations).
     for _ in 0..3 {
-        agent_run(&agent, TURNS);
-        agent_run(&responses, TURNS);
-        minimal_run(&client, &url, TURNS);
+        for client in CLIENTS {
+            clients.run(client, TURNS);
+        }
     }
     // The clients' samples alternate, so that all see the same machine load.
     let samples = 30;
-    let (mut a, mut r, mut m) = (Runs::default(), Runs::default(), Runs::default());
+    let mut runs: Vec<Runs> = CLIENTS.iter().map(|_| Runs::default()).collect();
     for _ in 0..samples {
-        a.sample(|t| agent_run(&agent, t));
-        r.sample(|t| agent_run(&responses, t));
-        m.sample(|t| minimal_run(&client, &url, t));
+        for (client, runs) in CLIENTS.iter().zip(&mut runs) {
+            runs.sample(|t| clients.run(client, t));
+        }
     }
-    let ((aw, ac), (rw, rc), (mw, mc)) =
-        (a.per_extra_turn(), r.per_extra_turn(), m.per_extra_turn());
+    let per: Vec<(Duration, Duration)> = runs.iter().map(Runs::per_extra_turn).collect();
     let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64().max(1e-9);
+    for (api, agent, minimal) in [
+        ("Chat Completions", per[0], per[1]),
+        ("the Responses API", per[2], per[3]),
+    ] {
+        let ((aw, ac), (mw, mc)) = (agent, minimal);
+        println!(
+            "per extra turn on {api} (median of {samples}): agent wall {aw:?} cpu {ac:?}; \
+             minimal client wall {mw:?} cpu {mc:?}; wall ratio {:.2}x, cpu ratio {:.2}x",
+            ratio(aw, mw),
+            ratio(ac, mc)
+        );
+    }
     println!(
-        "per extra turn (median of {samples}): agent wall {aw:?} cpu {ac:?}; minimal client \
-         wall {mw:?} cpu {mc:?}; wall ratio {:.2}x, cpu ratio {:.2}x",
-        ratio(aw, mw),
-        ratio(ac, mc)
-    );
-    println!(
-        "per extra turn (median of {samples}): agent on the Responses API wall {rw:?} cpu \
-         {rc:?}; against the agent on Chat Completions: wall {:.2}x, cpu {:.2}x",
-        ratio(rw, aw),
-        ratio(rc, ac)
+        "per extra turn: the agent on the Responses API against the agent on Chat \
+         Completions: wall {:.2}x, cpu {:.2}x",
+        ratio(per[2].0, per[0].0),
+        ratio(per[2].1, per[0].1)
     );
     for (name, mode) in [("headers", Mode::Silent), ("stream", Mode::OneEvent)] {
         let (back, close): (Vec<_>, Vec<_>) = (0..samples).map(|_| abort_once(mode)).unzip();
@@ -352,34 +531,25 @@ fn abort_once(mode: Mode) -> (Duration, Duration) {
 }
 
 fn turns(c: &mut Criterion) {
+    if counted_runs() {
+        return;
+    }
     summary();
-    let url = server(Mode::Turns, None);
-    let agent = provider(&url);
-    let responses = responses_provider(&url);
-    let client: ureq::Agent = ureq::Agent::config_builder().build().into();
+    let clients = Clients::new();
     let mut g = c.benchmark_group("turns");
     for n in [1, TURNS] {
-        g.bench_function(format!("agent_{n}"), |b| b.iter(|| agent_run(&agent, n)));
-        g.bench_function(format!("minimal_{n}"), |b| {
-            b.iter(|| minimal_run(&client, &url, n))
-        });
-        g.bench_function(format!("agent_{n}_cpu"), |b| {
-            b.iter_custom(|iters| (0..iters).map(|_| measure(|| agent_run(&agent, n)).1).sum())
-        });
-        g.bench_function(format!("agent_responses_{n}_cpu"), |b| {
-            b.iter_custom(|iters| {
-                (0..iters)
-                    .map(|_| measure(|| agent_run(&responses, n)).1)
-                    .sum()
-            })
-        });
-        g.bench_function(format!("minimal_{n}_cpu"), |b| {
-            b.iter_custom(|iters| {
-                (0..iters)
-                    .map(|_| measure(|| minimal_run(&client, &url, n)).1)
-                    .sum()
-            })
-        });
+        for client in CLIENTS {
+            g.bench_function(format!("{client}_{n}"), |b| {
+                b.iter(|| clients.run(client, n))
+            });
+            g.bench_function(format!("{client}_{n}_cpu"), |b| {
+                b.iter_custom(|iters| {
+                    (0..iters)
+                        .map(|_| measure(|| clients.run(client, n)).1)
+                        .sum()
+                })
+            });
+        }
     }
     g.finish();
     let mut g = c.benchmark_group("abort");
