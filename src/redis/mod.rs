@@ -141,10 +141,12 @@
 //! there is none, the next step waits for one with a blocking `XREADGROUP`, the third round
 //! trip). The earlier batches (with the event log, the prompt and the reply's first events,
 //! so that mirrors see a reply start at once) are sent ahead without waiting, and the last
-//! script goes behind them without waiting for their replies either. A reply that ends
-//! within 5 ms of the prompt (or of the last batch) goes with that last script; a longer
-//! one is sent within 5 ms of its end. A [`Worker::on_end`] callback adds a round trip (it
-//! is called once the run's writes landed, before the end is recorded), and so does
+//! script goes behind them without waiting for their replies either. What is not sent
+//! yet when the run ends goes with that last script: the whole run on a fast model with
+//! the event log off, else at least the final reply, the turn's end and `AgentEnd`; a
+//! message that waits longer than 5 ms goes in a batch of its own, without waiting. A
+//! [`Worker::on_end`] callback adds a round trip (it is called once the run's writes
+//! landed, before the end is recorded), and so does
 //! [`Worker::step`] called on its own (it reads no entry ahead: the one it would read
 //! could wait in its hands until the next call). A run that calls tools also waits for
 //! its batch at each reply with tool calls (tools run only while the lease is known to be
