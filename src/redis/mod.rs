@@ -179,13 +179,15 @@
 //! of those rounds; 80,000/s and more when the machine was briefly quiet) one worker reaches
 //! 39% of the two-round-trip floor with the log off (53% of the four-round-trip floor
 //! before). With two round trips that floor no longer bounds a prompt: Redis's own CPU per
-//! prompt (the scripts' 25 commands and the reads and replies of three commands, about
+//! prompt (its 25 commands, and reading and answering the three sent from outside, about
 //! 70-85 µs) is several bare round trips, so one Redis runs at most about 12,000 prompts/s
 //! of this kind whatever its clients do. Against the floor of the same commands (Redis's
-//! CPU for them, plus what two `XADD` round trips cost beyond Redis's CPU: what a client
-//! that spent nothing itself would get) one worker reaches 78% with the log off and 71%
-//! with it on; the rest is the worker's own CPU (building the agent, the run, the JSON). More
-//! workers than cores are bound by the cores (two here, shared with Redis).
+//! CPU for them plus the bare round trips: what a client that spent nothing itself would
+//! get) one worker reaches about 52% with the log off (65% in its quickest runs) and 66%
+//! with it on: a prompt's time is the worker's CPU plus Redis's, one after the other (their
+//! sum matches the time per prompt), and the worker's share (building the agent, the run,
+//! the JSON, the Redis client) is the rest. More workers than cores are bound by the cores
+//! (two here, shared with Redis).
 //!
 //! Memory per conversation (`MEMORY USAGE`, Redis 7, measured with `fleet memory`):
 //! - the transcript: the messages' JSON plus a few bytes each (about 3.2 KB for 10 short
