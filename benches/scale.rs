@@ -20,8 +20,9 @@
 //!   CPU per agent run (the whole client process, thread start included), and per agent,
 //!   running and idle: resident memory growth, the part of it in the run threads' stacks
 //!   (each thread's stack mapping, from `/proc/self/smaps`), the rest ("beyond the stack"),
-//!   and the heap in use (`mallinfo2`); threads and sockets left per idle agent; runs that
-//!   failed, and retries. The server's listen backlog is std's (128): a burst of 10,000
+//!   and the heap in use (`mallinfo2`); idle, the RSS again after `malloc_trim(0)` (what
+//!   the allocator kept of the runs' freed memory, for reuse, goes back to the system);
+//!   threads and sockets left per idle agent; runs that failed, and retries. The server's listen backlog is std's (128): a burst of 10,000
 //!   connects overflows it (see the README).
 //! - the per-delta cost of fold + store + dispatch is in `cargo bench --bench fold`.
 
@@ -122,7 +123,8 @@ const STACK: usize = 256 * 1024;
 const SERVER_STACK: usize = 64 * 1024;
 
 fn main() {
-    let mut args = std::env::args().skip(1);
+    // `cargo bench` adds `--bench`: options are not ours.
+    let mut args = std::env::args().skip(1).filter(|a| !a.starts_with("--"));
     match args.next().as_deref() {
         Some("threads") => threads(),
         Some("agents") => agents_part(args.next()),
@@ -282,6 +284,7 @@ struct Round {
     run_stack_kib: f64,
     run_heap_kib: f64,
     idle_rss_kib: f64,
+    trimmed_rss_kib: f64,
     idle_heap_kib: f64,
     idle_threads: f64,
     idle_fds: f64,
@@ -290,7 +293,7 @@ struct Round {
 }
 
 impl Round {
-    const FIELDS: usize = 11;
+    const FIELDS: usize = 12;
 
     fn to_line(self) -> String {
         let v = [
@@ -300,6 +303,7 @@ impl Round {
             self.run_stack_kib,
             self.run_heap_kib,
             self.idle_rss_kib,
+            self.trimmed_rss_kib,
             self.idle_heap_kib,
             self.idle_threads,
             self.idle_fds,
@@ -323,11 +327,12 @@ impl Round {
             run_stack_kib: v[3],
             run_heap_kib: v[4],
             idle_rss_kib: v[5],
-            idle_heap_kib: v[6],
-            idle_threads: v[7],
-            idle_fds: v[8],
-            failed: v[9],
-            retries: v[10],
+            trimmed_rss_kib: v[6],
+            idle_heap_kib: v[7],
+            idle_threads: v[8],
+            idle_fds: v[9],
+            failed: v[10],
+            retries: v[11],
         })
     }
 }
@@ -526,6 +531,11 @@ fn round(
     // Idle: the agents alive, their threads gone (their stacks in glibc's cache, counted apart).
     let (idle_rss, idle_heap, idle_stacks) = (rss_bytes(), heap_bytes(), stack_rss_bytes());
     let (idle_tasks, idle_fds) = (count_dir("/proc/self/task"), count_dir("/proc/self/fd"));
+    // What of that RSS is the allocator's free memory, kept for reuse: given back, then
+    // measured again.
+    // SAFETY: malloc_trim only releases free memory of the allocator.
+    unsafe { libc::malloc_trim(0) };
+    let trimmed_rss = rss_bytes();
     drop(alive);
     let per = |bytes: i64| bytes as f64 / n as f64 / 1024.0;
     let diff = |a: u64, b: u64| a as i64 - b as i64;
@@ -537,6 +547,7 @@ fn round(
         run_stack_kib: per(run_stack),
         run_heap_kib: per(diff(run_heap, heap)),
         idle_rss_kib: per(diff(idle_rss, rss) - diff(idle_stacks, stacks)),
+        trimmed_rss_kib: per(diff(trimmed_rss, rss) - diff(idle_stacks, stacks)),
         idle_heap_kib: per(diff(idle_heap, heap)),
         idle_threads: (idle_tasks as f64 - tasks as f64) / n as f64,
         idle_fds: (idle_fds as f64 - fds as f64) / n as f64,
@@ -564,12 +575,10 @@ fn agents_part(sizes: Option<String>) {
     );
     println!(
         "| N | CPU per run | vs N = 10 | running: RSS per agent | of it stack | beyond the \
-         stack | heap | idle: RSS per agent | heap | threads per idle agent | sockets per idle \
-         agent | failed runs | retries | wall |"
+         stack | heap | idle: RSS per agent | after malloc_trim | heap | threads per idle \
+         agent | sockets per idle agent | failed runs | retries | wall |"
     );
-    println!(
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
-    );
+    println!("|{}", " --- |".repeat(15));
     let mut at_10 = None;
     for n in sizes {
         let mut rounds = Vec::new();
@@ -599,11 +608,12 @@ fn agents_part(sizes: Option<String>) {
         let retries: f64 = rounds.iter().map(|r| r.retries).sum();
         println!(
             "| {n} | {cpu:.2} ms | {:.2}x | {rss:.0} KiB | {stack:.0} KiB | {beyond:.0} KiB | \
-             {:.0} KiB | {:.0} KiB | {:.0} KiB | {:.2} | {:.2} | {failed} of {} | {retries} | \
-             {:.0} ms |",
+             {:.0} KiB | {:.0} KiB | {:.0} KiB | {:.0} KiB | {:.2} | {:.2} | {failed} of {} | \
+             {retries} | {:.0} ms |",
             cpu / base,
             m(|r| r.run_heap_kib),
             m(|r| r.idle_rss_kib),
+            m(|r| r.trimmed_rss_kib),
             m(|r| r.idle_heap_kib),
             m(|r| r.idle_threads),
             m(|r| r.idle_fds),
