@@ -39,7 +39,9 @@ pub(crate) fn debug_url(url: &str) -> String {
 }
 use super::{CancelToken, OnEvent, ReplyEnd, StreamEvent};
 use crate::{Error, TimeoutPhase};
-use ureq::unversioned::transport::{ConnectProxyConnector, Connector, RustlsConnector};
+use ureq::unversioned::transport::{
+    ConnectProxyConnector, ConnectionDetails, Connector, RustlsConnector, Transport,
+};
 
 /// The most of an error body we read (of it, at most `ERROR_MESSAGE_LIMIT` bytes go into
 /// the error message).
@@ -519,7 +521,7 @@ impl HttpClient {
             // feature of ureq is off).
             let connector = ConnectProxyConnector::default()
                 .chain(Tcp)
-                .chain(RustlsConnector::default())
+                .chain(SharedTls)
                 .chain(Ready);
             ureq::Agent::with_parts(
                 config,
@@ -691,6 +693,30 @@ impl HttpClient {
                 self.idle_timeout,
             ),
         })
+    }
+}
+
+/// The TLS link of every client in the process: one rustls configuration (its root
+/// certificates, about 25 KB) built on the first `https` connection and shared, with its
+/// cache of TLS sessions (a resumed session skips most of a handshake), where ureq's
+/// connector per client built one per provider. Sound because every client's TLS settings
+/// are ureq's defaults: the connector keeps the first configuration it built.
+static TLS: std::sync::LazyLock<RustlsConnector> =
+    std::sync::LazyLock::new(RustlsConnector::default);
+
+/// [`TLS`] as a link of a client's chain.
+#[derive(Debug)]
+struct SharedTls;
+
+impl<In: Transport> Connector<In> for SharedTls {
+    type Out = <RustlsConnector as Connector<In>>::Out;
+
+    fn connect(
+        &self,
+        details: &ConnectionDetails<'_>,
+        chained: Option<In>,
+    ) -> Result<Option<Self::Out>, ureq::Error> {
+        TLS.connect(details, chained)
     }
 }
 
