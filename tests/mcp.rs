@@ -20,6 +20,8 @@ mod oauth;
 mod process;
 #[allow(dead_code)]
 mod replay;
+#[path = "mcp/sampling.rs"]
+mod sampling;
 #[path = "mcp/scripted.rs"]
 mod scripted;
 #[allow(dead_code)]

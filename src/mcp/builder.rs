@@ -12,6 +12,7 @@ use serde_json::Value;
 use super::client::{Handle, Inner};
 use super::elicit::{Answerer, Answers, Elicitation, ElicitationAnswer, Root};
 use super::era::{self, Choice};
+use super::sampling::{Sampler, SamplingReply, SamplingRequest};
 use super::session::{NotificationHook, Router, Session, Trace, Transport};
 use super::{Client, Direction, Era, McpError, http, stdio};
 use crate::cancel::CancelToken;
@@ -291,6 +292,61 @@ impl ClientBuilder {
     #[must_use]
     pub fn elicit_through_agent(mut self) -> ClientBuilder {
         self.answers.elicitation = Some(Answerer::Agent);
+        self
+    }
+
+    /// Answers the server's requests for a model reply (`sampling/createMessage`) with
+    /// `hook`, and declares the `sampling` capability. Defaults to none: the capability is
+    /// not declared, and a server that asks anyway is told the method is not supported.
+    /// (Sampling is deprecated in the 2026-07-28 revision; servers of that era ask in their
+    /// `input_required` results, answered the same way.)
+    ///
+    /// # Contract
+    /// Called once per request, on a thread of the client's, as
+    /// [`ClientBuilder::on_elicitation`]'s hook is: it may block while a person approves
+    /// the request or a model replies. Return the reply, or `Err` with the reason to refuse
+    /// it (the server gets error `-1`). The token is cancelled when the request it came with
+    /// is given up (an abort of the run). The request's `modelPreferences` are advice; its
+    /// `includeContext` is the hook's to honour or not. A panic is a refusal.
+    #[must_use]
+    pub fn on_sampling(
+        mut self,
+        hook: impl Fn(&SamplingRequest, &CancelToken) -> Result<SamplingReply, String>
+        + Send
+        + Sync
+        + 'static,
+    ) -> ClientBuilder {
+        self.answers.sampling = Some(Sampler::Hook(Arc::new(
+            move |request: &SamplingRequest, cancel: &CancelToken| {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook(request, cancel)))
+                    .unwrap_or_else(|_| Err("the sampling hook panicked".into()))
+            },
+        )));
+        self
+    }
+
+    /// Answers the server's requests for a model reply (`sampling/createMessage`) by
+    /// asking `provider` for `model` (the agent's own provider, shared, for instance), and
+    /// declares the `sampling` capability. Defaults to none (see
+    /// [`ClientBuilder::on_sampling`]; the last of the two called wins).
+    ///
+    /// # Contract
+    /// The provider is sent the request's messages (text and images) and its system prompt,
+    /// for `model` whatever the server's `modelPreferences` hint at; the reply's text, cut
+    /// at the first of the request's `stopSequences` (then `stopReason: "stopSequence"`),
+    /// goes back with the model the provider named and `"maxTokens"` for a reply cut by
+    /// its length, else `"endTurn"`. `maxTokens` and `temperature` are not passed on (a
+    /// provider's request has no such settings: configure the provider); `includeContext`
+    /// adds nothing (as `"none"`). No person approves the request: use
+    /// [`ClientBuilder::on_sampling`] to ask one first. A failed model call is error
+    /// `-32603` to the server; an abort of the run gives the model call up.
+    #[must_use]
+    pub fn sample_with(
+        mut self,
+        provider: impl crate::llm::Provider + 'static,
+        model: impl Into<String>,
+    ) -> ClientBuilder {
+        self.answers.sampling = Some(Sampler::Provider(Arc::new(provider), model.into()));
         self
     }
 

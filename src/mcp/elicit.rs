@@ -38,6 +38,7 @@ pub(crate) enum Answerer {
 pub(crate) struct Answers {
     pub(crate) elicitation: Option<Answerer>,
     pub(crate) roots: Option<Vec<Root>>,
+    pub(crate) sampling: Option<super::sampling::Sampler>,
 }
 
 impl fmt::Debug for Answers {
@@ -45,13 +46,14 @@ impl fmt::Debug for Answers {
         f.debug_struct("Answers")
             .field("elicitation", &self.elicitation.is_some())
             .field("roots", &self.roots)
+            .field("sampling", &self.sampling)
             .finish()
     }
 }
 
 impl Answers {
     /// What the client declares: elicitation (form and URL) when a hook answers it, roots
-    /// when a list was given. Never sampling: the client does not implement it.
+    /// when a list was given, sampling when a hook or a provider answers it.
     pub(crate) fn capabilities(&self) -> Value {
         let mut caps = Map::new();
         if self.elicitation.is_some() {
@@ -59,6 +61,9 @@ impl Answers {
         }
         if self.roots.is_some() {
             caps.insert("roots".into(), json!({"listChanged": false}));
+        }
+        if self.sampling.is_some() {
+            caps.insert("sampling".into(), json!({}));
         }
         Value::Object(caps)
     }
@@ -68,6 +73,7 @@ impl Answers {
         match method {
             "elicitation/create" => self.elicitation.is_some(),
             "roots/list" => self.roots.is_some(),
+            "sampling/createMessage" => self.sampling.is_some(),
             _ => false,
         }
     }
@@ -129,6 +135,11 @@ impl Answers {
                     .collect();
                 Ok(json!({"roots": roots}))
             }
+            "sampling/createMessage" => self
+                .sampling
+                .as_ref()
+                .ok_or_else(not_supported)?
+                .answer(server, params, cancel),
             _ => Err(not_supported()),
         }
     }
@@ -191,6 +202,7 @@ mod tests {
                 },
             ))),
             roots: None,
+            sampling: None,
         };
         let params = json!({"message": "How old?", "requestedSchema": form()});
         let got = answers
@@ -213,6 +225,7 @@ mod tests {
                 },
             ))),
             roots: None,
+            sampling: None,
         };
         assert_eq!(
             answers

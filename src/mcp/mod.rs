@@ -242,6 +242,7 @@ mod oauth_flow;
 mod process;
 mod protocol;
 mod resources;
+mod sampling;
 mod session;
 mod stdio;
 mod tool;
@@ -258,4 +259,5 @@ pub use resources::{
     PromptArgument, PromptInfo, PromptMessage, PromptResult, ResourceContents, ResourceInfo,
     ResourceTemplate,
 };
+pub use sampling::{SamplingReply, SamplingRequest};
 pub use tool::McpTool;

@@ -15,6 +15,13 @@ a URLElicitationRequiredError (-32042, elicitation `sign-in-N` for the Nth refus
 the argument `complete` (default true) is true, the server then says that a stranger's
 elicitation and `sign-in-N` are complete (`notifications/elicitation/complete`), as if the
 user had signed in, and answers the next call with `signed in after N refusals`.
+
+Its tool `sample` asks the client for a model reply (`sampling/createMessage`) with the
+argument `request` as the params, and answers with the JSON of what it got back (a result, or
+`{"error": ..}`). With `--stateless` the server speaks 2026-07-28: it answers `server/discover`,
+and `sample` asks in an `input_required` result (input request `model`, with a
+`requestState`), answering the retry with the JSON of its `inputResponses.model` and the
+`requestState` it echoed.
 """
 
 import json
@@ -47,6 +54,7 @@ def question(n, schema):
 
 lines = iter(sys.stdin)
 signed_in, refusals = False, 0
+stateless = "--stateless" in sys.argv[1:]
 for line in lines:
     message = json.loads(line)
     id, method = message.get("id"), message.get("method")
@@ -55,13 +63,42 @@ for line in lines:
         send({"jsonrpc": "2.0", "id": id, "result": {
             "protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
             "serverInfo": {"name": "asker", "version": "1.0"}}})
+    elif method == "server/discover" and stateless:
+        send({"jsonrpc": "2.0", "id": id, "result": {
+            "supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}},
+            "serverInfo": {"name": "asker", "version": "1.0"}}})
     elif method == "server/discover":
         send({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "Method not found"}})
     elif method == "tools/list":
         send({"jsonrpc": "2.0", "id": id, "result": {"tools": [
             {"name": "ask", "description": "Asks the user.", "inputSchema": {"type": "object"}},
             {"name": "sign_in", "description": "Needs a sign-in.",
+             "inputSchema": {"type": "object"}},
+            {"name": "sample", "description": "Asks for a model reply.",
              "inputSchema": {"type": "object"}}]}})
+    elif method == "tools/call" and params.get("name") == "sample":
+        def reply(got):
+            text = json.dumps(got, sort_keys=True, separators=(",", ":"))
+            send({"jsonrpc": "2.0", "id": id, "result": {
+                "content": [{"type": "text", "text": text}]}})
+        asked = (params.get("arguments") or {}).get("request")
+        if stateless and "inputResponses" in params:
+            reply({"got": params["inputResponses"].get("model"),
+                   "state": params.get("requestState")})
+        elif stateless:
+            send({"jsonrpc": "2.0", "id": id, "result": {
+                "resultType": "input_required", "requestState": "opaque-1",
+                "inputRequests": {"model": {"method": "sampling/createMessage",
+                                            "params": asked}}}})
+        else:
+            qid = f"s{id}"
+            send({"jsonrpc": "2.0", "id": qid, "method": "sampling/createMessage",
+                  "params": asked})
+            for answer in lines:
+                answer = json.loads(answer)
+                if answer.get("id") == qid and "method" not in answer:
+                    reply(answer.get("result", {"error": answer.get("error")}))
+                    break
     elif method == "tools/call" and params.get("name") == "sign_in":
         if signed_in:
             send({"jsonrpc": "2.0", "id": id, "result": {"content": [

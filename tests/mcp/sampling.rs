@@ -1,0 +1,275 @@
+//! Sampling: a server's `sampling/createMessage` during a tool call, answered through a
+//! provider (the scripted Faux) or the program's hook, in both eras (a request of the
+//! server's own; an `input_required` result), refused, and given up by an abort. Against
+//! the small scripted server tests/mcp/elicit_server.py (its tool `sample`).
+
+use pagent::mcp::{SamplingReply, SamplingRequest};
+use pagent::{AssistantMessage, ContentBlock, Image, StopReason, UserMessage};
+
+use super::*;
+
+/// The scripted server, in the session era or (`stateless`) the 2026-07-28 one.
+fn sampler(stateless: bool) -> ClientBuilder {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/elicit_server.py");
+    let mut builder = Client::stdio("python3").arg(script.display().to_string());
+    if stateless {
+        builder = builder.arg("--stateless");
+    }
+    builder
+        .call_timeout(Duration::from_secs(30))
+        .shutdown_grace(Duration::from_millis(200))
+}
+
+/// A 1x1 PNG, base64.
+const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==";
+
+/// The server's request: three messages (text, an assistant's, an image and text), a system
+/// prompt, the limits and a model hint.
+fn request() -> Value {
+    json!({
+        "messages": [
+            {"role": "user", "content": {"type": "text", "text": "What is this?"}},
+            {"role": "assistant", "content": {"type": "text", "text": "Show me."}},
+            {"role": "user", "content": [
+                {"type": "image", "data": PNG, "mimeType": "image/png"},
+                {"type": "text", "text": "This."},
+            ]},
+        ],
+        "systemPrompt": "Answer in three words.",
+        "maxTokens": 50,
+        "temperature": 0.2,
+        "stopSequences": ["STOP"],
+        "includeContext": "none",
+        "modelPreferences": {"hints": [{"name": "claude-haiku"}, {"name": "small"}], "speedPriority": 0.9},
+    })
+}
+
+/// The messages the provider is sent for [`request`].
+fn messages() -> Vec<Arc<Message>> {
+    let png: pagent::Blob = serde_json::from_value(json!(PNG)).unwrap();
+    vec![
+        Message::user("What is this?"),
+        Message::Assistant(AssistantMessage::new(
+            vec![ContentBlock::text("Show me.")],
+            StopReason::Stop,
+        )),
+        Message::User(UserMessage::from_parts([
+            Image::new("image/png", png).into(),
+            pagent::Part::text("This."),
+        ])),
+    ]
+    .into_iter()
+    .map(Arc::new)
+    .collect()
+}
+
+/// An agent whose model calls `sample` with [`request`], then answers "done".
+fn sample_agent(client: &Client) -> Agent {
+    let faux = Faux::default()
+        .reply(FauxReply::tool_call(
+            "sample",
+            json!({"request": request()}),
+        ))
+        .reply(FauxReply::text("done"));
+    agent_with(&faux, client.tools().unwrap())
+}
+
+/// The run's lines around its one call of `sample`, whose result is `end`.
+fn sampled(end: &str) -> Vec<String> {
+    [
+        opening("go"),
+        vec![
+            "MessageStart(assistant)".into(),
+            format!(
+                "MessageUpdate*([call_1:sample]{})",
+                json!({"request": request()})
+            ),
+            "MessageEnd(assistant tool_use \"\" [call_1])".into(),
+            "ToolStart(call_1)".into(),
+            "ToolExecute(call_1)".into(),
+            end.to_owned(),
+        ],
+        results(&["call_1"]),
+        lines(&["TurnEnd(1 continuing)", "TurnStart(2)"]),
+        text_reply("done"),
+        lines(&["TurnEnd(2 no_tool_calls)", "AgentEnd(no_tool_calls)"]),
+    ]
+    .concat()
+}
+
+/// The tool's result text as the recorder shows it.
+fn ended(got: Value) -> String {
+    format!("ToolEnd(call_1 {:?})", got.to_string())
+}
+
+#[test]
+fn a_servers_sampling_request_is_answered_by_the_provider_in_both_eras() {
+    for stateless in [false, true] {
+        let model = Faux::default()
+            .reply(FauxReply::text("A red dot.STOP and more"))
+            .record_requests(1);
+        let traffic = Traffic::default();
+        let client = traffic
+            .attach(sampler(stateless))
+            .sample_with(model.clone(), "small-model")
+            .connect()
+            .unwrap();
+        assert_eq!(
+            client.server_info().era,
+            if stateless {
+                Era::Stateless
+            } else {
+                Era::Session
+            }
+        );
+        let agent = sample_agent(&client);
+        let rec = Recorder::attach(&agent);
+        let result = bounded(move || agent.prompt("go").map(|r| r.stop_reason));
+        assert_eq!(result.unwrap(), RunStopReason::NoToolCalls);
+        // The provider got the server's messages and system prompt, for the model given.
+        let asked = model.requests();
+        assert_eq!(asked.len(), 1);
+        assert_eq!(asked[0].model, "small-model");
+        assert_eq!(asked[0].system_prompt, "Answer in three words.");
+        assert_eq!(asked[0].messages, messages());
+        // The server got the text up to the stop sequence.
+        let answer = json!({
+            "role": "assistant",
+            "content": {"type": "text", "text": "A red dot."},
+            "model": "small-model",
+            "stopReason": "stopSequence",
+        });
+        let got = if stateless {
+            json!({"got": answer, "state": "opaque-1"})
+        } else {
+            answer
+        };
+        assert_eq!(rec.lines(), sampled(&ended(got)), "stateless: {stateless}");
+        // Declared, in the handshake or every request's `_meta`.
+        for sent in traffic.sent() {
+            let caps = match sent["method"].as_str() {
+                Some("initialize") => &sent["params"]["capabilities"],
+                _ if stateless => {
+                    &sent["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"]
+                }
+                _ => continue,
+            };
+            assert_eq!(caps, &json!({"sampling": {}}), "{sent}");
+        }
+        client.close();
+    }
+}
+
+#[test]
+fn the_programs_hook_sees_the_whole_request_and_may_refuse_it() {
+    let seen = Arc::new(Mutex::new(Vec::<SamplingRequest>::new()));
+    let log = seen.clone();
+    let client = sampler(false)
+        .on_sampling(move |request, _| {
+            log.lock().unwrap().push(request.clone());
+            if request.messages.len() == 3 {
+                Err("the user said no".into())
+            } else {
+                Ok(SamplingReply::new("m", "yes"))
+            }
+        })
+        .connect()
+        .unwrap();
+    let agent = sample_agent(&client);
+    let rec = Recorder::attach(&agent);
+    let result = bounded(move || agent.prompt("go").map(|r| r.stop_reason));
+    assert_eq!(result.unwrap(), RunStopReason::NoToolCalls);
+    assert_eq!(
+        rec.lines(),
+        sampled(&ended(json!({"error": {
+            "code": -1,
+            "message": "sampling refused: the user said no",
+        }})))
+    );
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 1);
+    let r = &seen[0];
+    assert_eq!(r.server, "asker");
+    assert_eq!(
+        r.messages.iter().cloned().map(Arc::new).collect::<Vec<_>>(),
+        messages()
+    );
+    assert_eq!(r.system_prompt.as_deref(), Some("Answer in three words."));
+    assert_eq!(r.max_tokens, 50);
+    assert_eq!(r.temperature, Some(0.2));
+    assert_eq!(r.stop_sequences, ["STOP"]);
+    assert_eq!(r.model_hints, ["claude-haiku", "small"]);
+    assert_eq!(r.model_preferences["speedPriority"], json!(0.9));
+    assert_eq!(r.include_context.as_deref(), Some("none"));
+    client.close();
+}
+
+#[test]
+fn a_client_without_sampling_neither_declares_it_nor_answers_it() {
+    let traffic = Traffic::default();
+    let client = traffic.attach(sampler(false)).connect().unwrap();
+    let agent = sample_agent(&client);
+    let rec = Recorder::attach(&agent);
+    let result = bounded(move || agent.prompt("go").map(|r| r.stop_reason));
+    assert_eq!(result.unwrap(), RunStopReason::NoToolCalls);
+    assert_eq!(
+        rec.lines(),
+        sampled(&ended(json!({"error": {
+            "code": -32601,
+            "message": "method not supported by the client",
+        }})))
+    );
+    let hello = traffic
+        .sent()
+        .into_iter()
+        .find(|m| m["method"] == "initialize");
+    assert_eq!(hello.unwrap()["params"]["capabilities"], json!({}));
+    client.close();
+}
+
+#[test]
+fn an_abort_while_the_model_replies_gives_the_sampling_up_and_ends_the_run() {
+    let model = Faux::default()
+        .reply(FauxReply::text("Thinking").then_stall(Duration::from_secs(60)))
+        .record_requests(1);
+    let client = sampler(false)
+        .sample_with(model.clone(), "m")
+        .connect()
+        .unwrap();
+    let agent = sample_agent(&client);
+    let rec = Recorder::attach(&agent);
+    let handle = agent.handle();
+    let aborter = std::thread::spawn(move || {
+        let until = Instant::now() + Duration::from_secs(15);
+        while model.requests().is_empty() {
+            assert!(Instant::now() < until, "the model was never asked");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        assert!(handle.abort());
+    });
+    let result = bounded(move || agent.prompt("go").map(|r| r.stop_reason));
+    aborter.join().unwrap();
+    assert_eq!(result.unwrap(), RunStopReason::Cancelled);
+    let events = rec.lines();
+    assert_eq!(
+        events,
+        [
+            opening("go"),
+            vec![
+                "MessageStart(assistant)".into(),
+                format!(
+                    "MessageUpdate*([call_1:sample]{})",
+                    json!({"request": request()})
+                ),
+                "MessageEnd(assistant tool_use \"\" [call_1])".into(),
+                "ToolStart(call_1)".into(),
+                "ToolExecute(call_1)".into(),
+                "ToolEnd(call_1 error \"aborted\")".into(),
+            ],
+            results(&["call_1"]),
+            lines(&["TurnEnd(1 cancelled)", "AgentEnd(cancelled)"]),
+        ]
+        .concat()
+    );
+    client.close();
+}
