@@ -63,7 +63,7 @@ impl Answers {
             caps.insert("roots".into(), json!({"listChanged": false}));
         }
         if self.sampling.is_some() {
-            caps.insert("sampling".into(), json!({}));
+            caps.insert("sampling".into(), json!({"tools": {}}));
         }
         Value::Object(caps)
     }

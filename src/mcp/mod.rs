@@ -54,7 +54,8 @@
 //!   HTTP also in the `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` headers, and the
 //!   `Mcp-Param-*` headers of the arguments a tool marks with `x-mcp-header`). A server
 //!   that needs something of the client answers `input_required` (MRTR): its questions are
-//!   answered ([`ClientBuilder::on_elicitation`], [`ClientBuilder::root`]) and the request
+//!   answered ([`ClientBuilder::on_elicitation`], [`ClientBuilder::root`],
+//!   [`ClientBuilder::sample_with`]) and the request
 //!   sent again with a new id, the answers and the server's `requestState` exactly as it
 //!   came. Change notifications come on a `subscriptions/listen` request the client keeps
 //!   open on a thread of its own, for what the server's capabilities announce and the
@@ -99,7 +100,8 @@
 //! | elicitation as events of the run, answered through the agent (a UI, the wire server's `elicitation/answer`, an ACP client's `elicitation/create`) | both eras (a request of the server, or an `input_required` result) | [`ClientBuilder::elicit_through_agent`], [`AgentEvent::ElicitationStart`](crate::AgentEvent::ElicitationStart), [`AgentHandle::answer_elicitation`](crate::AgentHandle::answer_elicitation) |
 //! | URL mode's completion (`notifications/elicitation/complete`) and `URLElicitationRequiredError` (-32042): the URLs shown, the completion waited for, the request sent again | 2025-11-25 on | [`Client::elicitation_completed`], see [Elicitation](#elicitation) |
 //! | roots | 2024-11-05 on (deprecated in 2026-07-28) | [`ClientBuilder::root`] |
-//! | sampling | 2024-11-05 on (deprecated in 2026-07-28) | not declared, not implemented (a server that asks is told the method is not supported) |
+//! | sampling (`sampling/createMessage`: text and image messages, `systemPrompt`, `stopSequences`; `maxTokens`, `temperature`, `modelPreferences` to the hook, hints advisory; `includeContext` adds nothing) | 2024-11-05 on (deprecated in 2026-07-28: an `input_required` request then) | [`ClientBuilder::sample_with`] (a provider), [`ClientBuilder::on_sampling`] (the program's hook, which may refuse), [`SamplingRequest`], [`SamplingReply`]; declared only when configured |
+//! | sampling with tools (`tools`, `toolChoice`, `tool_use` / `tool_result` content) | 2025-11-25 on | `sampling.tools` declared with sampling; [`SamplingRequest::tools`], [`SamplingReply::tool_calls`]; `toolChoice: none` sends no tools, `required` is advice |
 //! | logging, completion, tasks | | not implemented (log messages reach [`ClientBuilder::on_notification`]) |
 //! | Streamable HTTP: session, GET stream, resumption | 2025-03-26 to 2025-11-25 | see [Transports](#transports) |
 //! | stateless requests: `server/discover`, `_meta`, `resultType`, MRTR, `subscriptions/listen`, standard and `x-mcp-header` headers | 2026-07-28 | see [Eras](#eras) |
@@ -166,7 +168,7 @@
 //! sends a message over [`ClientBuilder::max_message_bytes`] ends the connection with
 //! [`McpError::Protocol`] or [`McpError::TooLarge`]; a server that stays silent runs into
 //! the timeout ([`McpError::Timeout`]). The server's own requests are answered (`ping`;
-//! elicitation and roots by their hooks, on the thread of the request they came with or a
+//! elicitation, roots and sampling by their hooks, on the thread of the request they came with or a
 //! pool of four, never on a reading thread; an error for the others), its notifications of
 //! progress and tool-list changes are used, and the rest go to
 //! [`ClientBuilder::on_notification`].

@@ -3,8 +3,11 @@
 //! server's own; an `input_required` result), refused, and given up by an abort. Against
 //! the small scripted server tests/mcp/elicit_server.py (its tool `sample`).
 
+use pagent::llm::ToolDefinition;
 use pagent::mcp::{SamplingReply, SamplingRequest};
-use pagent::{AssistantMessage, ContentBlock, Image, StopReason, UserMessage};
+use pagent::{
+    AssistantMessage, ContentBlock, Image, StopReason, ToolCall, ToolResultMessage, UserMessage,
+};
 
 use super::*;
 
@@ -154,7 +157,7 @@ fn a_servers_sampling_request_is_answered_by_the_provider_in_both_eras() {
                 }
                 _ => continue,
             };
-            assert_eq!(caps, &json!({"sampling": {}}), "{sent}");
+            assert_eq!(caps, &json!({"sampling": {"tools": {}}}), "{sent}");
         }
         client.close();
     }
@@ -271,5 +274,138 @@ fn an_abort_while_the_model_replies_gives_the_sampling_up_and_ends_the_run() {
         ]
         .concat()
     );
+    client.close();
+}
+
+#[test]
+fn sampling_with_tools_gives_the_provider_the_tools_calls_and_results_and_the_server_its_call() {
+    let asked = json!({
+        "messages": [
+            {"role": "user", "content": {"type": "text", "text": "Weather in Paris, then Lyon?"}},
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "t1", "name": "weather", "input": {"city": "Paris"}},
+            ]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "toolUseId": "t1", "content": [{"type": "text", "text": "18C"}]},
+            ]},
+        ],
+        "tools": [{"name": "weather", "description": "The weather in a city.",
+                   "inputSchema": {"type": "object", "properties": {"city": {"type": "string"}}}}],
+        "toolChoice": {"mode": "auto"},
+        "maxTokens": 100,
+    });
+    let model = Faux::default()
+        .reply(FauxReply::tool_call("weather", json!({"city": "Lyon"})))
+        .record_requests(1);
+    let client = sampler(false)
+        .sample_with(model.clone(), "m")
+        .connect()
+        .unwrap();
+    let faux = Faux::default()
+        .reply(FauxReply::tool_call("sample", json!({"request": asked})))
+        .reply(FauxReply::text("done"));
+    let agent = agent_with(&faux, client.tools().unwrap());
+    let rec = Recorder::attach(&agent);
+    let result = bounded(move || agent.prompt("go").map(|r| r.stop_reason));
+    assert_eq!(result.unwrap(), RunStopReason::NoToolCalls);
+    let sent = model.requests();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(
+        sent[0].tools[..],
+        [ToolDefinition::new(
+            "weather",
+            "The weather in a city.",
+            json!({"type": "object", "properties": {"city": {"type": "string"}}})
+        )]
+    );
+    let expected: Vec<Arc<Message>> = vec![
+        Message::user("Weather in Paris, then Lyon?"),
+        Message::Assistant(AssistantMessage::new(
+            vec![ContentBlock::ToolCall(ToolCall::new(
+                "t1",
+                "weather",
+                r#"{"city":"Paris"}"#,
+            ))],
+            StopReason::ToolUse,
+        )),
+        Message::ToolResult(ToolResultMessage::new("t1", "weather", "18C")),
+    ]
+    .into_iter()
+    .map(Arc::new)
+    .collect();
+    assert_eq!(sent[0].messages, expected);
+    let lines_seen = rec.lines();
+    let end = lines_seen
+        .iter()
+        .find(|l| l.starts_with("ToolEnd(call_1"))
+        .unwrap();
+    let text: String = serde_json::from_str(
+        end.strip_prefix("ToolEnd(call_1 ")
+            .unwrap()
+            .strip_suffix(')')
+            .unwrap(),
+    )
+    .unwrap();
+    let got: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        got,
+        json!({
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": got["content"][0]["id"], "name": "weather", "input": {"city": "Lyon"}}],
+            "model": "m",
+            "stopReason": "toolUse",
+        })
+    );
+    assert!(
+        got["content"][0]["id"]
+            .as_str()
+            .is_some_and(|id| !id.is_empty()),
+        "{got}"
+    );
+    client.close();
+}
+
+#[test]
+fn the_python_sdks_create_message_is_answered_by_the_provider_with_and_without_tools() {
+    let Some(dir) = installed() else { return };
+    let server = PyServer::launch(&dir.join("venv/bin/python"), "url_server.py", &["{port}"]);
+    let model = Faux::default()
+        .reply(FauxReply::text("Hello."))
+        .reply(FauxReply::tool_call("weather", json!({"city": "Oslo"})))
+        .record_requests(2);
+    let client = Client::http(&server.url)
+        .call_timeout(Duration::from_secs(30))
+        .sample_with(model.clone(), "m")
+        .connect()
+        .unwrap();
+    let plain = client
+        .call_tool("sample", json!({}), &CancelToken::new(), &mut |_| {})
+        .unwrap();
+    let got: Value = serde_json::from_str(&plain.text()).unwrap();
+    assert_eq!(
+        got,
+        json!({"role": "assistant", "content": {"type": "text", "text": "Hello."},
+               "model": "m", "stopReason": "endTurn"})
+    );
+    let with_tools = client
+        .call_tool(
+            "sample",
+            json!({"tools": true}),
+            &CancelToken::new(),
+            &mut |_| {},
+        )
+        .unwrap();
+    let got: Value = serde_json::from_str(&with_tools.text()).unwrap();
+    assert_eq!(got["stopReason"], "toolUse", "{got}");
+    assert_eq!(got["content"][0]["type"], "tool_use", "{got}");
+    assert_eq!(got["content"][0]["name"], "weather", "{got}");
+    assert_eq!(got["content"][0]["input"], json!({"city": "Oslo"}), "{got}");
+    let asked = model.requests();
+    assert_eq!(asked.len(), 2);
+    assert_eq!(asked[0].system_prompt, "Be brief.");
+    assert_eq!(asked[0].messages, vec![Arc::new(Message::user("Hi?"))]);
+    assert!(asked[0].tools.is_empty());
+    assert_eq!(asked[1].tools.len(), 1);
+    assert_eq!(asked[1].tools[0].name, "weather");
     client.close();
 }
