@@ -156,7 +156,7 @@ fn play(mut stream: TcpStream, steps: &[Step]) -> std::io::Result<()> {
             }
             Step::Hold(time) => {
                 stream.set_read_timeout(Some(*time))?;
-                if matches!((&stream).read(&mut [0; 64]), Ok(0)) {
+                if super::loopback::closed((&stream).read(&mut [0; 64])) {
                     return Ok(());
                 }
             }
@@ -169,7 +169,7 @@ fn play(mut stream: TcpStream, steps: &[Step]) -> std::io::Result<()> {
 /// True when the client closed the connection (it sends nothing after its request).
 fn hung_up(stream: &TcpStream) -> bool {
     stream.set_nonblocking(true).unwrap();
-    let closed = matches!((&*stream).read(&mut [0; 64]), Ok(0));
+    let closed = super::loopback::closed((&*stream).read(&mut [0; 64]));
     stream.set_nonblocking(false).unwrap();
     closed
 }

@@ -251,8 +251,9 @@ fn write_reply(
     if let Some(stall) = reply.stall.filter(|s| !s.is_zero()) {
         // Nothing is sent; a read wakes when the client closes the connection (the client
         // sends nothing more after its request: the reply says `Connection: close`).
+        // A close with unread bytes in the client's buffer arrives as a reset.
         stream.set_read_timeout(Some(stall))?;
-        if matches!((&stream).read(&mut [0; 64]), Ok(0)) {
+        if closed((&stream).read(&mut [0; 64])) {
             *hung_up.lock().unwrap() += 1;
             return Ok(());
         }
@@ -261,6 +262,18 @@ fn write_reply(
         stream.write_all(b"0\r\n\r\n")?;
     }
     stream.flush()
+}
+
+/// True when a read's result says the peer closed the connection: an end of file, or a reset
+/// (a peer that closes with bytes it never read sends a reset instead of a FIN).
+pub fn closed(read: std::io::Result<usize>) -> bool {
+    match read {
+        Ok(n) => n == 0,
+        Err(e) => matches!(
+            e.kind(),
+            std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted
+        ),
+    }
 }
 
 // ---- an agent with one tool, on a provider pointed at the loopback server ----
