@@ -5,13 +5,15 @@
 //! `elicitation/create`, scoped to the session and the tool call. The client's answer goes
 //! back to the server ([`AgentHandle::answer_elicitation`]); a question given up meanwhile
 //! (the prompt cancelled, the server gone: its `ElicitationEnd`) is withdrawn with
-//! `$/cancel_request`.
+//! `$/cancel_request`. When the server says a URL-mode question it asked is complete
+//! (`notifications/elicitation/complete`), the client is told with ACP's
+//! `elicitation/complete`, for the URL questions sent to it only.
 //!
 //! [`ClientBuilder::elicit_through_agent`]: crate::mcp::ClientBuilder::elicit_through_agent
 //! [`AgentHandle::answer_elicitation`]: crate::AgentHandle::answer_elicitation
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 use serde_json::{Value, json};
@@ -63,11 +65,51 @@ struct Asked {
 /// The questions of one session sent and not answered yet, by question id.
 type Open = Arc<Mutex<HashMap<String, Asked>>>;
 
+/// The `elicitationId`s of the servers' URL questions sent to the client in one session,
+/// whose completion the client is told of (once). Holds the connection weakly: the MCP
+/// clients that report completions belong to the session, which the connection holds.
+#[derive(Clone, Default)]
+#[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+pub(super) struct Completions {
+    sent: Arc<Mutex<HashSet<String>>>,
+    shared: Weak<Shared>,
+}
+
+impl Completions {
+    pub(super) fn new(shared: &Arc<Shared>) -> Completions {
+        Completions {
+            sent: Arc::default(),
+            shared: Arc::downgrade(shared),
+        }
+    }
+
+    /// A server said the URL question `id` is complete: the client is told when it was
+    /// shown that question (an id it never saw is not passed on).
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(super) fn complete(&self, id: &str) {
+        if !self.sent.lock().remove(id) {
+            return;
+        }
+        if let Some(shared) = self.shared.upgrade() {
+            let _ = shared
+                .peer
+                .notify("elicitation/complete", &json!({ "elicitationId": id }));
+        }
+    }
+}
+
 /// Relays the questions of `agent`'s tool calls to the client, for the session `session_id`.
-pub(super) fn relay(agent: &Agent, shared: &Arc<Shared>, session_id: &str, modes: Modes) {
+pub(super) fn relay(
+    agent: &Agent,
+    shared: &Arc<Shared>,
+    session_id: &str,
+    modes: Modes,
+    completions: &Completions,
+) {
     if !modes.any() {
         return;
     }
+    let completions = completions.clone();
     let open: Open = Arc::default();
     let (shared, session_id, handle) = (shared.clone(), session_id.to_owned(), agent.handle());
     agent
@@ -90,6 +132,13 @@ pub(super) fn relay(agent: &Agent, shared: &Arc<Shared>, session_id: &str, modes
                         request: None,
                     },
                 );
+                if let ElicitationMode::Url {
+                    id: Some(server_id),
+                    ..
+                } = &request.mode
+                {
+                    completions.sent.lock().insert(server_id.clone());
+                }
                 let params = params(&session_id, tool_call_id, id, request);
                 let (shared, handle, open, id) =
                     (shared.clone(), handle.clone(), open.clone(), id.clone());

@@ -359,7 +359,14 @@ where
         } = opening;
         let shared = self.shared;
         let modes = elicit::Modes::of(&shared.client_capabilities.lock());
-        let connected = servers::connect(servers, cwd, &shared.options, setup, modes.any())?;
+        let completions = elicit::Completions::new(shared);
+        let connected = servers::connect(
+            servers,
+            cwd,
+            &shared.options,
+            setup,
+            modes.any().then_some(&completions),
+        )?;
         let info = SessionInfo {
             id: id.clone(),
             cwd: cwd.clone(),
@@ -390,7 +397,7 @@ where
         let agent = permission_hook(builder, shared, &info, mode_ask.clone())
             .build()
             .map_err(failed)?;
-        elicit::relay(&agent, shared, id, modes);
+        elicit::relay(&agent, shared, id, modes, &completions);
         let settings = Settings::new(&shared.options, &agent, mode_ask);
         let meta = Meta {
             cwd: cwd.clone(),

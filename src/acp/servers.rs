@@ -41,7 +41,7 @@ pub(super) fn connect(
     _cwd: &Path,
     _options: &Options,
     _setup: &CancelToken,
-    _elicit: bool,
+    _elicit: Option<&super::elicit::Completions>,
 ) -> Result<Connected, Refusal> {
     if servers.is_empty() {
         return Ok(Connected::default());
@@ -71,14 +71,14 @@ pub(super) fn connect(
 ///
 /// With `elicit` (the client shows elicitations), the servers' questions go through the
 /// session's agent ([`crate::mcp::ClientBuilder::elicit_through_agent`]), to be relayed to
-/// the client (see `super::elicit`).
+/// the client (see `super::elicit`), and their completions of URL questions go to it.
 #[cfg(feature = "mcp")]
 pub(super) fn connect(
     servers: &[McpServer],
     cwd: &Path,
     options: &Options,
     setup: &CancelToken,
-    elicit: bool,
+    elicit: Option<&super::elicit::Completions>,
 ) -> Result<Connected, Refusal> {
     if let Some(McpServer::Http { name, .. }) = servers
         .iter()
@@ -113,10 +113,20 @@ pub(super) fn connect(
             Some(prefix) => builder.prefix(prefix.clone()),
             None => builder,
         };
-        let builder = if elicit {
-            builder.elicit_through_agent()
-        } else {
-            builder
+        let builder = match elicit {
+            Some(completions) => {
+                let completions = completions.clone();
+                builder
+                    .elicit_through_agent()
+                    .on_notification(move |method, params| {
+                        if method == "notifications/elicitation/complete"
+                            && let Some(id) = params["elicitationId"].as_str()
+                        {
+                            completions.complete(id);
+                        }
+                    })
+            }
+            None => builder,
         };
         let tools = builder.connect().and_then(|client| {
             connected.connections.clients.push(client.clone());

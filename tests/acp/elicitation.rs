@@ -172,7 +172,34 @@ fn a_url_question_goes_to_a_client_that_shows_urls_and_a_bad_answer_cancels_it()
     client.close().expect("a clean end");
 }
 
-/// What the relay writes (a form, a URL, a withdrawal) is what the protocol's published
+#[test]
+fn a_url_questions_completion_reaches_the_client_that_was_shown_it() {
+    let (mut client, session) = asked_session(
+        json!({"elicitation": {"url": {}}}),
+        json!({"schema": "url", "complete": true}),
+    );
+    client.request(3, "session/prompt", prompt_of(&session, "go"));
+    let (ask, _) = until_request(&client, "elicitation/create");
+    assert_eq!(ask["params"]["elicitationId"], "sign-in-1");
+    client.send(json!({"jsonrpc": "2.0", "id": ask["id"], "result": {"action": "accept"}}));
+    let seen = client.until_response(3);
+    // Told once, for the question it was shown, before the prompt's answer; a completion of
+    // an elicitation it never saw is not passed on.
+    let completions: Vec<&Value> = seen
+        .iter()
+        .filter(|m| m["method"] == "elicitation/complete")
+        .collect();
+    assert_eq!(
+        completions,
+        [&json!({"jsonrpc": "2.0", "method": "elicitation/complete",
+                 "params": {"elicitationId": "sign-in-1"}})],
+        "{seen:?}"
+    );
+    assert_eq!(tool_text(&seen), r#"[{"action":"accept"}]"#);
+    client.close().expect("a clean end");
+}
+
+/// What the relay writes (a form, a URL, a withdrawal, a completion) is what the protocol's published
 /// schema describes: checked with ajv against the SDK's schema, as tests/acp/client.mjs
 /// checks the other lines.
 #[test]
@@ -194,12 +221,17 @@ fn every_line_of_the_relay_validates_against_the_sdks_schema() {
     client.close().expect("a clean end");
     let (mut client, session) = asked_session(
         json!({"elicitation": {"url": {}}}),
-        json!({"schema": "url"}),
+        json!({"schema": "url", "complete": true}),
     );
     client.request(3, "session/prompt", prompt_of(&session, "go"));
     let (url, _) = until_request(&client, "elicitation/create");
-    client.send(json!({"jsonrpc": "2.0", "id": url["id"], "result": {"action": "decline"}}));
-    client.until_response(3);
+    client.send(json!({"jsonrpc": "2.0", "id": url["id"], "result": {"action": "accept"}}));
+    let seen = client.until_response(3);
+    let completed = seen
+        .iter()
+        .find(|m| m["method"] == "elicitation/complete")
+        .unwrap_or_else(|| panic!("a completion in {seen:?}"))
+        .clone();
     client.close().expect("a clean end");
     for (method, side, suffix, params) in [
         ("elicitation/create", "client", "Request", &form["params"]),
@@ -209,6 +241,12 @@ fn every_line_of_the_relay_validates_against_the_sdks_schema() {
             "protocol",
             "Notification",
             &withdrawn["params"],
+        ),
+        (
+            "elicitation/complete",
+            "client",
+            "Notification",
+            &completed["params"],
         ),
     ] {
         if let Err(why) = schema_check(method, side, suffix, params) {

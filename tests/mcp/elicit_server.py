@@ -6,7 +6,9 @@ questions in the middle of its tool calls (`elicitation/create`), for tests/mcp/
 - `schema`: `"good"` (a form with a required `name` and a `polite` boolean defaulting to true),
   `"bad"` (a nested object, no form) or `"url"` (a URL-mode question);
 - `leave` (default false): exit right after sending the questions, as a server that
-  disconnects while the user is answering.
+  disconnects while the user is answering;
+- `complete` (default false): once every question is answered, say that a stranger's
+  elicitation and each URL question are complete (`notifications/elicitation/complete`).
 It answers the call with the JSON list of what each question got back (a result or an error),
 in the order it sent them.
 
@@ -132,5 +134,11 @@ for line in lines:
                 got[reply["id"]] = reply.get("result", {"error": reply.get("error")})
                 if len(got) == len(asked):
                     break
+        if args.get("complete"):
+            done = ["someone-else"] + [question(n, schema).get("elicitationId")
+                                       for n in range(1, count + 1)]
+            for eid in filter(None, done):
+                send({"jsonrpc": "2.0", "method": "notifications/elicitation/complete",
+                      "params": {"elicitationId": eid}})
         text = json.dumps([got.get(qid) for qid in asked], sort_keys=True, separators=(",", ":"))
         send({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": text}]}})
