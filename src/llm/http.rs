@@ -772,6 +772,14 @@ fn failed(ctx: &Ctx, e: ureq::Error, target: &Target, secret: Option<&Secrets<'_
                 clip(e.to_string(), secret, ERROR_MESSAGE_LIMIT)
             ));
         }
+        // A reply that is not HTTP, or whose head is larger than the buffer: the same
+        // request would get the same answer, so it is not a failed connection to retry.
+        e @ (ureq::Error::Protocol(_) | ureq::Error::LargeResponseHeader(..)) => {
+            return Error::Stream(format!(
+                "{target}: the reply's head cannot be read: {}",
+                clip(e.to_string(), secret, ERROR_MESSAGE_LIMIT)
+            ));
+        }
         ureq::Error::Io(io) => io.to_string(),
         other => other.to_string(),
     };

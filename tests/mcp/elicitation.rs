@@ -614,18 +614,25 @@ fn a_url_the_server_requires_is_shown_and_the_call_sent_again_once_it_is_complet
 
 #[test]
 fn a_declined_url_or_one_never_completed_leaves_the_call_with_the_servers_error() {
-    for (answer, args) in [
-        (ElicitationAnswer::Decline, json!({})),
+    // A decline ends the call at once; a completion that never comes, at the call timeout
+    // (which also bounds the Python server's answers: seconds, not less, on a slow machine).
+    for (answer, args, timeout) in [
+        (
+            ElicitationAnswer::Decline,
+            json!({}),
+            Duration::from_secs(60),
+        ),
         (
             ElicitationAnswer::Accept(Value::Null),
             json!({"complete": false}),
+            Duration::from_secs(3),
         ),
     ] {
         let traffic = Traffic::default();
         let given = answer.clone();
         let client = traffic
             .attach(asker())
-            .call_timeout(Duration::from_millis(500))
+            .call_timeout(timeout)
             .on_elicitation(move |_, _| given.clone())
             .connect()
             .unwrap();

@@ -135,6 +135,45 @@ fn a_header_longer_than_8_kib_is_refused_at_build_and_a_shorter_one_is_sent_whol
     assert_eq!(server.requests()[0].header("x-long"), Some(fits.as_str()));
 }
 
+/// A reply whose head is over the 16 KiB the connection reads, or that is not HTTP at all,
+/// would be the same again: one request, an `Error::Stream` naming it, no retry.
+#[test]
+fn a_reply_head_too_large_or_not_http_is_a_stream_error_never_retried() {
+    let mut large = support::Reply::sse(SSE_TEXT);
+    large
+        .headers
+        .push(("x-large".into(), "v".repeat(17 * 1024)));
+    let server = Server::start(vec![large, support::Reply::sse(SSE_TEXT)]);
+    let error = agent_on(openai(&server.url)).prompt("Hi").unwrap_err();
+    assert!(
+        matches!(error.error(), Error::Stream(m) if m.contains("the reply's head cannot be read")),
+        "{error:?}"
+    );
+    assert_eq!(server.requests().len(), 1);
+
+    // A server that answers with something else than HTTP, to every connection.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = accepted.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(8) {
+            let Ok(mut stream) = stream else { return };
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let _ = std::io::Write::write_all(&mut stream, b"SSH-2.0-OpenSSH_9.2\r\n");
+            // Held until the client hangs up, so the reply is what it reads.
+            let _ = std::io::Read::read(&mut stream, &mut [0; 64 * 1024]);
+            let _ = std::io::Read::read(&mut stream, &mut [0; 64]);
+        }
+    });
+    let error = agent_on(openai(&url)).prompt("Hi").unwrap_err();
+    assert!(
+        matches!(error.error(), Error::Stream(m) if m.contains("the reply's head cannot be read")),
+        "{error:?}"
+    );
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
 /// The base URL's query string went into the middle of the request's URL
 /// (`/v1?key=..`+`/chat/completions`), and `Debug` showed it.
 #[test]
