@@ -223,26 +223,24 @@ fn connections_reset_before_the_reply_are_retried_past_the_count_of_a_status() {
 #[test]
 fn a_server_that_starts_listening_late_is_waited_for() {
     let healthy = healthy_lines();
-    // A port that was just free: refused until the server listens on it.
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    // A port bound but not listening: connects are refused until the server listens on
+    // it, and no one else can take the port meanwhile.
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    socket.bind(&any.into()).unwrap();
+    let port = socket.local_addr().unwrap().as_socket().unwrap().port();
     let url = format!("http://127.0.0.1:{port}");
-    let run = std::thread::spawn({
-        let url = url.clone();
-        move || {
-            // Waits of at least 25, 50, 100, 200, 400, 400 ms: 1.2 s in all.
-            let retry = RetryPolicy::new().initial_delay(Duration::from_millis(50));
-            let (agent, rec) = agent_at(&url, retry);
-            let result = agent.prompt("Hi").map(|r| r.text());
-            (result, rec.lines())
-        }
-    });
-    // Refused at least once before the server is up.
-    std::thread::sleep(Duration::from_millis(100));
-    let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
+    let retry = RetryPolicy::new().initial_delay(Duration::from_millis(50));
+    let (agent, rec) = agent_at(&url, retry);
+    let run = std::thread::spawn(move || agent.prompt("Hi").map(|r| r.text()));
+    // Refused at least once before the server is up: it listens after the first retry.
+    let until = Instant::now() + Duration::from_secs(20);
+    while !rec.lines().iter().any(|l| l.starts_with("retry ")) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    socket.listen(128).unwrap();
+    let listener: TcpListener = socket.into();
     listener.set_nonblocking(true).unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline && !run.is_finished() {
@@ -254,7 +252,8 @@ fn a_server_that_starts_listening_late_is_waited_for() {
             Err(_) => std::thread::sleep(Duration::from_millis(2)),
         }
     }
-    let (result, lines) = run.join().unwrap();
+    let result = run.join().unwrap();
+    let lines = rec.lines();
     assert_eq!(result.as_deref(), Ok("Hello"), "{lines:#?}");
     let (rest, retries) = split_retries(lines);
     assert_eq!(rest, healthy);
