@@ -18,8 +18,8 @@ the argument `complete` (default true) is true, the server then says that a stra
 elicitation and `sign-in-N` are complete (`notifications/elicitation/complete`), as if the
 user had signed in, and answers the next call with `signed in after N refusals`.
 
-Its tool `sample` asks the client for a model reply (`sampling/createMessage`) with the
-argument `request` as the params, and answers with the JSON of what it got back (a result, or
+Its tool `sample` asks the client for a model reply (`sampling/createMessage`, or the
+argument `method` instead, such as `roots/list`) with the argument `request` as the params, and answers with the JSON of what it got back (a result, or
 `{"error": ..}`). With `--stateless` the server speaks 2026-07-28: it answers `server/discover`,
 and `sample` asks in an `input_required` result (input request `model`, with a
 `requestState`), answering the retry with the JSON of its `inputResponses.model` and the
@@ -84,18 +84,18 @@ for line in lines:
             send({"jsonrpc": "2.0", "id": id, "result": {
                 "content": [{"type": "text", "text": text}]}})
         asked = (params.get("arguments") or {}).get("request")
+        # Another question of the client's instead, such as `roots/list`.
+        question = (params.get("arguments") or {}).get("method", "sampling/createMessage")
         if stateless and "inputResponses" in params:
             reply({"got": params["inputResponses"].get("model"),
                    "state": params.get("requestState")})
         elif stateless:
             send({"jsonrpc": "2.0", "id": id, "result": {
                 "resultType": "input_required", "requestState": "opaque-1",
-                "inputRequests": {"model": {"method": "sampling/createMessage",
-                                            "params": asked}}}})
+                "inputRequests": {"model": {"method": question, "params": asked}}}})
         else:
             qid = f"s{id}"
-            send({"jsonrpc": "2.0", "id": qid, "method": "sampling/createMessage",
-                  "params": asked})
+            send({"jsonrpc": "2.0", "id": qid, "method": question, "params": asked})
             for answer in lines:
                 answer = json.loads(answer)
                 if answer.get("id") == qid and "method" not in answer:

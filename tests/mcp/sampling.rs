@@ -230,6 +230,59 @@ fn a_client_without_sampling_neither_declares_it_nor_answers_it() {
     client.close();
 }
 
+/// Roots are the client's other answer: declared only when given, listed as given, in both
+/// eras (a server request, or an `input_required` result's input request).
+#[test]
+fn roots_given_are_declared_and_listed_to_the_server_in_both_eras() {
+    let ask = json!({"method": "roots/list", "request": {}});
+    let never = CancelToken::new();
+    for stateless in [false, true] {
+        let traffic = Traffic::default();
+        let client = traffic
+            .attach(sampler(stateless))
+            .root("file:///work/project", Some("project"))
+            .root("file:///tmp/scratch", None)
+            .connect()
+            .unwrap();
+        let got = client
+            .call_tool("sample", ask.clone(), &never, &mut |_| {})
+            .unwrap();
+        let roots = json!({"roots": [
+            {"uri": "file:///work/project", "name": "project"},
+            {"uri": "file:///tmp/scratch"},
+        ]});
+        let expected = if stateless {
+            json!({"got": roots, "state": "opaque-1"})
+        } else {
+            roots
+        };
+        let got: Value = serde_json::from_str(&got.text()).unwrap();
+        assert_eq!(got, expected, "stateless: {stateless}");
+        for sent in traffic.sent() {
+            let caps = match sent["method"].as_str() {
+                Some("initialize") => &sent["params"]["capabilities"],
+                _ if stateless => {
+                    &sent["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"]
+                }
+                _ => continue,
+            };
+            assert_eq!(caps, &json!({"roots": {"listChanged": false}}), "{sent}");
+        }
+        client.close();
+    }
+    // Without roots: not declared (above, an empty handshake) and not answered.
+    let client = sampler(false).connect().unwrap();
+    let got = client
+        .call_tool("sample", ask, &never, &mut |_| {})
+        .unwrap();
+    let got: Value = serde_json::from_str(&got.text()).unwrap();
+    assert_eq!(
+        got,
+        json!({"error": {"code": -32601, "message": "method not supported by the client"}})
+    );
+    client.close();
+}
+
 #[test]
 fn an_abort_while_the_model_replies_gives_the_sampling_up_and_ends_the_run() {
     let model = Faux::default()
