@@ -3,7 +3,7 @@
 use std::io::{BufRead, Write};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -472,15 +472,34 @@ impl<'a> Server<'a> {
                     .respond(&id, &answer(e.result(), Some(ErrorInfo::from(e.error())))),
             };
         };
-        if runs.submit(move || served.run(run)).is_err() {
-            // Not taken: the claim went with the job.
-            self.busy.store(false, Ordering::Release);
-            return Err(refused(
-                codes::RUN_ACTIVE,
-                "the last run's thread has not finished yet; send the prompt again",
-            ));
+        // No run of the server's is active (`busy` was free), so a pool without a free thread
+        // only has threads still returning from runs that answered already: a prompt sent on
+        // the last answer waits for one of them (briefly, bounded), rather than be refused.
+        let job: Box<dyn FnOnce() + Send + 'scope> = Box::new(move || served.run(run));
+        let job = Arc::new(parking_lot::Mutex::new(Some(job)));
+        let until = Instant::now() + Duration::from_secs(2);
+        loop {
+            let slot = job.clone();
+            let taken = runs.submit(move || {
+                if let Some(job) = slot.lock().take() {
+                    job();
+                }
+            });
+            if taken.is_ok() {
+                return Ok(None);
+            }
+            if Instant::now() >= until {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
         }
-        Ok(None)
+        // Not taken: dropping the job gives its claim up.
+        drop(job.lock().take());
+        self.busy.store(false, Ordering::Release);
+        Err(refused(
+            codes::RUN_ACTIVE,
+            "the last run's thread has not finished yet; send the prompt again",
+        ))
     }
 }
 
