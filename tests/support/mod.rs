@@ -167,7 +167,8 @@ impl Server {
         }
     }
 
-    /// How many connections the client closed while their reply was stalled.
+    /// How many connections the client closed while their reply was stalled, or before the
+    /// reply reached its stall.
     pub fn hung_up(&self) -> usize {
         *self.hung_up.lock().unwrap()
     }
@@ -187,7 +188,19 @@ fn serve(stream: TcpStream, reply: &Reply, log: &Mutex<Vec<Recorded>>, hung_up: 
         return;
     };
     log.lock().unwrap().push(request);
-    let _ = write_reply(stream, reply, hung_up);
+    let wrote = write_reply(stream, reply, hung_up);
+    // A client that leaves before a stalled reply reached its stall (the test saw the request
+    // logged and closed at once) makes a write fail instead of the stall's read: the same
+    // hang-up.
+    if reply.stall.is_some_and(|s| !s.is_zero()) && wrote.is_err_and(|e| gone(&e)) {
+        *hung_up.lock().unwrap() += 1;
+    }
+}
+
+/// True when a write failed because the peer closed the connection.
+fn gone(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset};
+    matches!(e.kind(), BrokenPipe | ConnectionReset | ConnectionAborted)
 }
 
 /// Reads one request (its head and a `content-length` body) from `stream`.
@@ -269,10 +282,7 @@ fn write_reply(
 pub fn closed(read: std::io::Result<usize>) -> bool {
     match read {
         Ok(n) => n == 0,
-        Err(e) => matches!(
-            e.kind(),
-            std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted
-        ),
+        Err(e) => gone(&e),
     }
 }
 
