@@ -687,6 +687,13 @@ fn authorizing(asked: &Arc<AtomicUsize>) -> OAuth {
 
 /// What a first connect sends: refused, discovery, registration, the code's token, the
 /// request again with it.
+/// A session-era client of `server`'s `/mcp`, authorized by `oauth`.
+fn guarded_client(server: &Scripted, oauth: OAuth) -> pagent::mcp::ClientBuilder {
+    Client::http(format!("{}/mcp", server.url))
+        .era(Era::Session)
+        .oauth(oauth)
+}
+
 fn first_connect() -> Vec<String> {
     [
         "POST /mcp initialize",
@@ -713,9 +720,7 @@ fn an_expired_token_is_refreshed_before_the_next_request_which_carries_the_new_o
     }));
     let server = guarded(&issuer);
     let asked = Arc::new(AtomicUsize::new(0));
-    let client = Client::http(format!("{}/mcp", server.url))
-        .era(Era::Session)
-        .oauth(authorizing(&asked))
+    let client = guarded_client(&server, authorizing(&asked))
         .connect()
         .unwrap();
     client.ping().unwrap();
@@ -755,9 +760,7 @@ fn a_token_refused_on_a_live_connection_is_refreshed_once_for_two_threads_then_a
     let issuer = Arc::new(Mutex::new(Issuer::default()));
     let server = guarded(&issuer);
     let asked = Arc::new(AtomicUsize::new(0));
-    let client = Client::http(format!("{}/mcp", server.url))
-        .era(Era::Session)
-        .oauth(authorizing(&asked))
+    let client = guarded_client(&server, authorizing(&asked))
         .connect()
         .unwrap();
     client.ping().unwrap();
@@ -856,15 +859,14 @@ fn the_loopback_listener_refuses_other_requests_and_states_and_takes_the_redirec
     let server = guarded(&issuer);
     let statuses = Arc::new(Mutex::new(Vec::new()));
     let listener = Arc::new(Mutex::new(String::new()));
-    let client = Client::http(format!("{}/mcp", server.url))
-        .era(Era::Session)
-        .oauth(
-            OAuth::new()
-                .authorize_in_browser(crowded_browser(statuses.clone(), listener.clone()))
-                .authorization_timeout(Duration::from_secs(20)),
-        )
-        .connect()
-        .unwrap();
+    let client = guarded_client(
+        &server,
+        OAuth::new()
+            .authorize_in_browser(crowded_browser(statuses.clone(), listener.clone()))
+            .authorization_timeout(Duration::from_secs(20)),
+    )
+    .connect()
+    .unwrap();
     client.ping().unwrap();
     client.close();
     assert_eq!(*statuses.lock().unwrap(), [404, 400, 400, 200]);
@@ -901,18 +903,17 @@ fn the_loopback_listener_gives_up_when_no_redirect_comes_in_time() {
     let shown = Arc::new(Mutex::new(Vec::new()));
     let log = shown.clone();
     let started = Instant::now();
-    let err = Client::http(format!("{}/mcp", server.url))
-        .era(Era::Session)
-        .oauth(
-            OAuth::new()
-                .authorize_in_browser(move |url| {
-                    log.lock().unwrap().push(url.to_owned());
-                    Ok(())
-                })
-                .authorization_timeout(Duration::from_millis(300)),
-        )
-        .connect()
-        .unwrap_err();
+    let err = guarded_client(
+        &server,
+        OAuth::new()
+            .authorize_in_browser(move |url| {
+                log.lock().unwrap().push(url.to_owned());
+                Ok(())
+            })
+            .authorization_timeout(Duration::from_millis(300)),
+    )
+    .connect()
+    .unwrap_err();
     assert!(started.elapsed() < Duration::from_secs(15));
     assert_eq!(
         err,
@@ -922,11 +923,12 @@ fn the_loopback_listener_gives_up_when_no_redirect_comes_in_time() {
     );
     assert_eq!(shown.lock().unwrap().len(), 1);
     // A program's `open` that fails fails the flow with its reason, without waiting.
-    let err = Client::http(format!("{}/mcp", server.url))
-        .era(Era::Session)
-        .oauth(OAuth::new().authorize_in_browser(|_| Err("no browser here".into())))
-        .connect()
-        .unwrap_err();
+    let err = guarded_client(
+        &server,
+        OAuth::new().authorize_in_browser(|_| Err("no browser here".into())),
+    )
+    .connect()
+    .unwrap_err();
     assert_eq!(
         err,
         McpError::Auth("the user's authorization was not obtained: no browser here".into())
@@ -1103,9 +1105,7 @@ fn tokens_codes_and_secrets_never_show_in_an_error_or_a_debug() {
     }));
     let server = guarded(&issuer);
     let asked = Arc::new(AtomicUsize::new(0));
-    let err = Client::http(format!("{}/mcp", server.url))
-        .era(Era::Session)
-        .oauth(authorizing(&asked))
+    let err = guarded_client(&server, authorizing(&asked))
         .connect()
         .unwrap_err();
     let exchanged = server
@@ -1141,9 +1141,7 @@ fn tokens_codes_and_secrets_never_show_in_an_error_or_a_debug() {
             .client_credentials("m2m", token("cs", 2))
     ));
     let oauth = authorizing(&asked).store(FileStore::new(dir.join("tokens.json")));
-    let builder = Client::http(format!("{}/mcp", server.url))
-        .era(Era::Session)
-        .oauth(oauth);
+    let builder = guarded_client(&server, oauth);
     secret_free(&format!("{builder:?}"));
     let client = builder.connect().unwrap();
     let err = client.ping().unwrap_err();
@@ -1272,9 +1270,7 @@ fn a_workload_identity_is_exchanged_for_a_token_and_a_refused_one_is_told_once_w
     // A token the server does not trust: the error says so once, without the token; no
     // other grant is tried.
     let server = guarded(&issuer);
-    let err = Client::http(format!("{}/mcp", server.url))
-        .era(Era::Session)
-        .oauth(workload("forged-Zq7Xw3Vb9Ty2Rk5Lm8"))
+    let err = guarded_client(&server, workload("forged-Zq7Xw3Vb9Ty2Rk5Lm8"))
         .connect()
         .unwrap_err();
     assert!(
