@@ -573,9 +573,14 @@ impl PyServer {
             .stdout(Stdio::null())
             .spawn()
             .unwrap();
+        let scheme = if args.contains(&"--tls") {
+            "https"
+        } else {
+            "http"
+        };
         let mut server = PyServer {
             child,
-            url: format!("http://127.0.0.1:{port}/mcp"),
+            url: format!("{scheme}://127.0.0.1:{port}/mcp"),
         };
         let until = Instant::now() + Duration::from_secs(30);
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
@@ -599,6 +604,53 @@ impl Drop for PyServer {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+#[test]
+fn python_sdk_server_over_https_is_reached_with_its_root_and_refused_by_name_without() {
+    let Some(dir) = installed() else { return };
+    let tls = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/tls");
+    let (cert, key) = (tls.join("server.pem"), tls.join("server.key"));
+    let server = PyServer::start(
+        &dir,
+        &["--tls", cert.to_str().unwrap(), key.to_str().unwrap()],
+    );
+    let ca = std::fs::read(tls.join("ca.pem")).unwrap();
+    let client = Client::http(&server.url)
+        .root_certificates(&ca)
+        .connect()
+        .unwrap();
+    assert_eq!(client.server_info().name, "pagent-http-test");
+    let tools = client.tools().unwrap();
+    let sum = call(find(&tools, "add"), json!({"a": 2, "b": 3})).unwrap();
+    assert_eq!(sum.to_text(), "5");
+    client.close();
+
+    let port = server
+        .url
+        .split(':')
+        .nth(2)
+        .unwrap()
+        .trim_end_matches("/mcp");
+    let refused = Client::http(&server.url).connect().unwrap_err();
+    assert_eq!(
+        refused,
+        McpError::Transport(pagent::Error::Config(format!(
+            "POST https://127.0.0.1:{port}/mcp: the TLS handshake failed (io: invalid peer \
+             certificate: UnknownIssuer): a server whose authority is not a public one needs \
+             its roots given (`root_certificates`)"
+        )))
+    );
+    let unreadable = Client::http(&server.url)
+        .root_certificates("no certificate")
+        .connect()
+        .unwrap_err();
+    assert_eq!(
+        unreadable,
+        McpError::Transport(pagent::Error::Config(
+            "the root certificates hold no PEM certificate (`-----BEGIN CERTIFICATE-----`)".into()
+        ))
+    );
 }
 
 #[test]

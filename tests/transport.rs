@@ -10,6 +10,8 @@ mod support;
 mod config;
 #[path = "transport/redaction.rs"]
 mod redaction;
+#[path = "transport/tls.rs"]
+mod tls;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

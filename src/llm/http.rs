@@ -10,6 +10,7 @@
 //! once. Either way the connection is closed, so the server learns at once that the client
 //! left, and no thread or socket is left behind.
 
+use std::io;
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
 
@@ -24,6 +25,7 @@ use super::sse;
 // In-stream errors are decoded by the providers as `http::api_error`.
 pub(crate) use super::body::{Body, for_each_event};
 pub(crate) use super::error_text::api_error;
+use super::tls::TlsSettings;
 use super::transport::{Ctx, Ready, Stage, Tcp};
 pub(crate) use super::url::BaseUrl;
 pub(crate) use super::url::Target;
@@ -59,6 +61,8 @@ pub(crate) struct HttpClient {
     pub(crate) idle_timeout: Duration,
     pub(crate) retry: RetryPolicy,
     pub(crate) max_event_bytes: usize,
+    /// Roots and a client certificate for `https`, when given.
+    pub(crate) tls: TlsSettings,
     // Built on first use so that the setters above can change it; shared by clones after.
     agent: OnceLock<ureq::Agent>,
 }
@@ -71,6 +75,7 @@ impl Default for HttpClient {
             idle_timeout: Duration::from_secs(120),
             retry: RetryPolicy::new(),
             max_event_bytes: sse::DEFAULT_MAX_EVENT_BYTES,
+            tls: TlsSettings::default(),
             agent: OnceLock::new(),
         }
     }
@@ -84,6 +89,7 @@ impl std::fmt::Debug for HttpClient {
             .field("idle_timeout", &self.idle_timeout)
             .field("retry", &self.retry)
             .field("max_event_bytes", &self.max_event_bytes)
+            .field("custom_tls", &self.tls.is_custom())
             .finish_non_exhaustive()
     }
 }
@@ -133,6 +139,7 @@ impl Endpoint {
         if let Err(e) = &self.base {
             return Err(scrub_error(e.clone(), Some(&secrets)));
         }
+        self.http.tls.check()?;
         for (name, value) in &self.headers {
             let bad = |why: &str| {
                 let shown = clip(name.clone(), Some(&secrets), 60);
@@ -509,7 +516,10 @@ impl HttpClient {
             // ureq's default (128 KiB each way) would be resident per connection. A
             // response head must fit the input: a larger one is refused by name, not taken
             // for a closed connection.
+            // Certificates of its own need a TLS configuration of its own.
+            let own_tls = self.tls.is_custom().then(RustlsConnector::default);
             let config = ureq::Agent::config_builder()
+                .tls_config(self.tls.config())
                 .input_buffer_size(TLS_BUFFER)
                 .output_buffer_size(TLS_BUFFER)
                 .max_response_header_size(TLS_BUFFER - 1)
@@ -521,7 +531,7 @@ impl HttpClient {
             // feature of ureq is off).
             let connector = ConnectProxyConnector::default()
                 .chain(Tcp)
-                .chain(SharedTls)
+                .chain(Tls(own_tls))
                 .chain(Ready);
             ureq::Agent::with_parts(
                 config,
@@ -552,6 +562,7 @@ impl HttpClient {
         cancel: &CancelToken,
         on_event: &mut dyn FnMut(StreamEvent),
     ) -> Result<Body, Error> {
+        self.tls.check()?;
         let mut attempt = 0;
         loop {
             let error = match self.attempt(post, extra, target, to, secret, cancel) {
@@ -678,7 +689,7 @@ impl HttpClient {
                 request.call()
             }
         }
-        .map_err(|e| failed(&ctx, e, target, secret))?;
+        .map_err(|e| failed(&ctx, e, target, secret, &self.tls))?;
         drop(entered);
         let status = response.status().as_u16();
         let (parts, body) = response.into_parts();
@@ -699,16 +710,17 @@ impl HttpClient {
 /// The TLS link of every client in the process: one rustls configuration (its root
 /// certificates, about 25 KB) built on the first `https` connection and shared, with its
 /// cache of TLS sessions (a resumed session skips most of a handshake), where ureq's
-/// connector per client built one per provider. Sound because every client's TLS settings
-/// are ureq's defaults: the connector keeps the first configuration it built.
+/// connector per client built one per provider. Sound because it serves only clients whose
+/// TLS settings are ureq's defaults: the connector keeps the first configuration it built.
 static TLS: std::sync::LazyLock<RustlsConnector> =
     std::sync::LazyLock::new(RustlsConnector::default);
 
-/// [`TLS`] as a link of a client's chain.
+/// The TLS link of a client's chain: [`TLS`], or the client's own connector when it was
+/// given certificates ([`TlsSettings`]).
 #[derive(Debug)]
-struct SharedTls;
+struct Tls(Option<RustlsConnector>);
 
-impl<In: Transport> Connector<In> for SharedTls {
+impl<In: Transport> Connector<In> for Tls {
     type Out = <RustlsConnector as Connector<In>>::Out;
 
     fn connect(
@@ -716,7 +728,7 @@ impl<In: Transport> Connector<In> for SharedTls {
         details: &ConnectionDetails<'_>,
         chained: Option<In>,
     ) -> Result<Option<Self::Out>, ureq::Error> {
-        TLS.connect(details, chained)
+        self.0.as_ref().unwrap_or(&TLS).connect(details, chained)
     }
 }
 
@@ -736,18 +748,62 @@ pub(crate) fn cancelled(cancel: &CancelToken) -> Error {
     }
 }
 
+/// Whether `e` is a certificate the TLS layer refused, on either side: a server's the client
+/// does not trust, or the client's (or its lack) the server did not take. With TLS 1.3 the
+/// server checks the client's certificate after the client finished its handshake, so the
+/// refusal comes as the first read's error, past the handshake stage. Trying again would
+/// get the same answer.
+fn refused_certificate(e: &ureq::Error) -> bool {
+    use rustls::AlertDescription as Alert;
+    let tls = match e {
+        ureq::Error::Rustls(tls) => tls,
+        ureq::Error::Io(io) => match io.get_ref().and_then(|e| e.downcast_ref()) {
+            Some(tls) => tls,
+            None => return false,
+        },
+        _ => return false,
+    };
+    match tls {
+        rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented => true,
+        rustls::Error::AlertReceived(alert) => matches!(
+            alert,
+            Alert::CertificateRequired
+                | Alert::BadCertificate
+                | Alert::UnsupportedCertificate
+                | Alert::CertificateRevoked
+                | Alert::CertificateExpired
+                | Alert::CertificateUnknown
+                | Alert::UnknownCA
+                | Alert::AccessDenied
+        ),
+        _ => false,
+    }
+}
+
 /// The error of a request that failed before its reply started.
-fn failed(ctx: &Ctx, e: ureq::Error, target: &Target, secret: Option<&Secrets<'_>>) -> Error {
+fn failed(
+    ctx: &Ctx,
+    e: ureq::Error,
+    target: &Target,
+    secret: Option<&Secrets<'_>>,
+    tls: &TlsSettings,
+) -> Error {
     if ctx.cancel.is_cancelled() {
         return cancelled(&ctx.cancel);
     }
-    if ctx.stage() == Stage::Tls {
+    if ctx.stage() == Stage::Tls || refused_certificate(&e) {
         let why = match ctx.timed_out() {
             Some(_) => "no TLS handshake within the connect timeout".to_owned(),
             None => clip(e.to_string(), secret, ERROR_MESSAGE_LIMIT),
         };
         // A certificate the client refuses is a TLS server all the same.
-        let hint = if why.to_ascii_lowercase().contains("certificate") {
+        let lower = why.to_ascii_lowercase();
+        let hint = if lower.contains("unknownissuer") {
+            ": a server whose authority is not a public one needs its roots given \
+             (`root_certificates`)"
+        } else if lower.contains("certificaterequired") {
+            ": the server asks for a client certificate (`client_certificate`)"
+        } else if lower.contains("certificate") {
             ""
         } else {
             ": the server may not speak TLS (check http:// vs https:// in the base URL)"
@@ -780,7 +836,24 @@ fn failed(ctx: &Ctx, e: ureq::Error, target: &Target, secret: Option<&Secrets<'_
                 clip(e.to_string(), secret, ERROR_MESSAGE_LIMIT)
             ));
         }
-        ureq::Error::Io(io) => io.to_string(),
+        ureq::Error::Io(io) => {
+            let mut why = io.to_string();
+            // A server that refuses the client for want of a certificate (with TLS 1.3, after
+            // the client's handshake) may close before its alert is read: the request's
+            // write then fails. Retried (a closed connection proves nothing), and named.
+            let closed = matches!(
+                io.kind(),
+                io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+            );
+            if closed && ctx.stage() == Stage::Http && target.is_https() && !tls.has_client() {
+                why.push_str(
+                    "; the server closed the connection right after the TLS handshake, as \
+                     one that requires a client certificate does when it gets none \
+                     (`client_certificate`)",
+                );
+            }
+            why
+        }
         other => other.to_string(),
     };
     Error::Connection(format!(

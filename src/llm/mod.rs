@@ -66,6 +66,11 @@
 //!   model call serializes only the messages it has not sent before; the body goes to the
 //!   socket as its pieces, never joined into one buffer, and a retry sends the same pieces.
 //!   A cached body is byte for byte the body written without the cache.
+//! - **TLS**: `https` trusts Mozilla's roots, shared by every client of the process;
+//!   `root_certificates(pem)` trusts a private authority (or a self-signed server) instead,
+//!   `client_certificate(pem)` answers a server that asks for one (mutual TLS). A
+//!   certificate refused on either side is an [`Error::Config`] that says which setting it
+//!   wants, never retried.
 //! - **Prompt caching**: [`Anthropic`] places `cache_control` breakpoints by default
 //!   ([`PromptCache`]); the OpenAI providers take a `prompt_cache_key`. Each reply's
 //!   [`Usage`](crate::Usage) has the cache reads and writes the server reported.
@@ -174,6 +179,33 @@ macro_rules! http_setters {
                 self
             }
 
+            /// Trusts only the certificates in `pem` (one or more PEM `CERTIFICATE`
+            /// sections, as in a CA bundle file) for `https`, in place of the built-in roots
+            /// (Mozilla's): a server behind a private authority, or a self-signed one (give
+            /// its own certificate). Defaults to the built-in roots. A text with no
+            /// certificate, or one that is not a valid X.509 certificate, fails
+            /// [`Provider::check`](crate::llm::Provider::check) (and so the agent's `build`)
+            /// with [`Error::Config`](crate::Error::Config) naming it.
+            #[must_use]
+            pub fn root_certificates(mut self, pem: impl AsRef<[u8]>) -> $provider {
+                self.endpoint.http.tls.set_roots(pem.as_ref());
+                self.endpoint.http = self.endpoint.http.changed();
+                self
+            }
+
+            /// A certificate to present to a server that asks for one (mutual TLS, as some
+            /// gateways require): `pem` holds the certificate, the chain up to the
+            /// authority if any, and the private key (PKCS#8, PKCS#1 or SEC1). Defaults to
+            /// none. A text without a certificate or a key fails
+            /// [`Provider::check`](crate::llm::Provider::check) with
+            /// [`Error::Config`](crate::Error::Config).
+            #[must_use]
+            pub fn client_certificate(mut self, pem: impl AsRef<[u8]>) -> $provider {
+                self.endpoint.http.tls.set_client(pem.as_ref());
+                self.endpoint.http = self.endpoint.http.changed();
+                self
+            }
+
             /// How transient failures are retried. Defaults to
             /// [`RetryPolicy::new`](crate::llm::RetryPolicy::new).
             #[must_use]
@@ -208,6 +240,7 @@ mod responses;
 mod retry;
 mod sockbuf;
 pub mod sse;
+pub(crate) mod tls;
 mod transport;
 mod url;
 

@@ -320,6 +320,15 @@ impl Target {
     }
 }
 
+impl Target {
+    /// Whether the request goes over TLS.
+    pub(crate) fn is_https(&self) -> bool {
+        self.0
+            .split_once(' ')
+            .is_some_and(|(_, url)| url.starts_with("https://"))
+    }
+}
+
 impl fmt::Display for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)

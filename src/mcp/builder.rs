@@ -16,12 +16,14 @@ use super::sampling::{Sampler, SamplingReply, SamplingRequest};
 use super::session::{NotificationHook, Router, Session, Trace, Transport};
 use super::{Client, Direction, Era, McpError, http, stdio};
 use crate::cancel::CancelToken;
+use crate::llm::tls::TlsSettings;
 
 pub(super) enum Kind {
     Stdio(stdio::Spawn),
     Http {
         url: String,
         headers: Vec<(String, String)>,
+        tls: TlsSettings,
     },
 }
 
@@ -49,10 +51,12 @@ impl fmt::Debug for ClientBuilder {
                 .field("args", &spawn.args),
             // Header values may be credentials, and so may the URL's user info and query
             // (shown as the providers show their base URL).
-            Kind::Http { url, headers } => d.field("url", &crate::llm::http::debug_url(url)).field(
-                "headers",
-                &headers.iter().map(|(k, _)| k).collect::<Vec<_>>(),
-            ),
+            Kind::Http { url, headers, .. } => {
+                d.field("url", &crate::llm::http::debug_url(url)).field(
+                    "headers",
+                    &headers.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+                )
+            }
         };
         d.field("oauth", &self.oauth)
             .field("prefix", &self.prefix)
@@ -162,6 +166,30 @@ impl ClientBuilder {
     pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> ClientBuilder {
         if let Kind::Http { headers, .. } = &mut self.kind {
             headers.push((name.into(), value.into()));
+        }
+        self
+    }
+
+    /// Trusts only the certificates in `pem` (PEM `CERTIFICATE` sections) for an `https`
+    /// server, and its authorization server, in place of the built-in roots (Mozilla's): a
+    /// server behind a private authority, or a self-signed one (HTTP only). A text with no
+    /// certificate, or one that is not a valid X.509 certificate, fails
+    /// [`ClientBuilder::connect`] with [`McpError::Transport`] naming it.
+    #[must_use]
+    pub fn root_certificates(mut self, pem: impl AsRef<[u8]>) -> ClientBuilder {
+        if let Kind::Http { tls, .. } = &mut self.kind {
+            tls.set_roots(pem.as_ref());
+        }
+        self
+    }
+
+    /// A certificate (its chain and private key, in `pem`) to present to a server that asks
+    /// for one (mutual TLS; HTTP only). A text without a certificate or a key fails
+    /// [`ClientBuilder::connect`] with [`McpError::Transport`].
+    #[must_use]
+    pub fn client_certificate(mut self, pem: impl AsRef<[u8]>) -> ClientBuilder {
+        if let Kind::Http { tls, .. } = &mut self.kind {
+            tls.set_client(pem.as_ref());
         }
         self
     }
@@ -400,10 +428,11 @@ impl ClientBuilder {
                 let t = Arc::new(t);
                 (t.clone(), Some(pid), Handle::Stdio(t))
             }
-            Kind::Http { url, headers } => {
+            Kind::Http { url, headers, tls } => {
                 let t = http::HttpTransport::new(
                     url.clone(),
                     headers.clone(),
+                    tls.clone(),
                     self.max_message_bytes,
                     &router,
                     self.oauth.clone(),

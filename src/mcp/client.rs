@@ -119,6 +119,7 @@ impl Client {
         ClientBuilder::new(Kind::Http {
             url: url.into(),
             headers: Vec::new(),
+            tls: crate::llm::tls::TlsSettings::default(),
         })
     }
 

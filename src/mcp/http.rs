@@ -67,6 +67,7 @@ use crate::llm::http::{
     scrub,
 };
 use crate::llm::sse;
+use crate::llm::tls::TlsSettings;
 
 /// How long an answer to the server, a detached `notifications/cancelled` and the closing
 /// DELETE may take.
@@ -154,16 +155,22 @@ impl HttpTransport {
     pub(crate) fn new(
         url: String,
         headers: Vec<(String, String)>,
+        tls: TlsSettings,
         max_message_bytes: usize,
         router: &Arc<Router>,
         oauth: Option<OAuth>,
     ) -> Result<HttpTransport, McpError> {
         // Checked once here; `Target` itself is per request (it is not `Send`).
         BaseUrl::parse(&url).map_err(McpError::Transport)?;
+        tls.check().map_err(McpError::Transport)?;
         let mut http = HttpClient::default();
         http.max_event_bytes = max_message_bytes;
+        http.tls = tls.clone();
+        // The authorization server is reached with the same certificates.
+        let mut for_auth = HttpClient::default();
+        for_auth.tls = tls;
         let auth = oauth
-            .map(|o| Auth::new(o, &url, HttpClient::default().changed()))
+            .map(|o| Auth::new(o, &url, for_auth.changed()))
             .transpose()?;
         let inner = Arc::new(Inner {
             url: Mutex::new(url),

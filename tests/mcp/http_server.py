@@ -79,4 +79,9 @@ async def counting(scope, receive, send):
     await app(scope, receive, send)
 
 
-uvicorn.run(counting, host="127.0.0.1", port=port, log_level="warning")
+# `--tls CERT KEY`: https with that certificate (tests/data/tls).
+tls = {}
+if "--tls" in sys.argv[2:]:
+    at = sys.argv.index("--tls")
+    tls = {"ssl_certfile": sys.argv[at + 1], "ssl_keyfile": sys.argv[at + 2]}
+uvicorn.run(counting, host="127.0.0.1", port=port, log_level="warning", **tls)
