@@ -9,11 +9,16 @@
 //! not been sent yet), and a connection that failed is dropped, the next call opening a new
 //! one. What a failure mid-command means is the caller's to say: [`Conn::call`] retries
 //! once on a new connection only the commands that may run twice.
+//!
+//! A connection loads the scripts its user runs when it opens ([`scripts::load`]); a
+//! script call answered `NOSCRIPT` (the server's script cache was emptied) ran nothing, and
+//! is sent again once on a new connection, which loads them again.
 
 use std::time::{Duration, Instant};
 
 use ::redis::ConnectionLike;
 
+use super::scripts::{self, Script};
 use super::{Redis, map_err};
 use crate::error::Error;
 
@@ -43,14 +48,18 @@ pub(crate) struct Conn {
     redis: Redis,
     conn: Option<::redis::Connection>,
     used: Instant,
+    /// Loaded on each new connection.
+    scripts: &'static [&'static Script],
 }
 
 impl Conn {
-    pub(crate) fn new(redis: &Redis) -> Conn {
+    /// A connection to `redis` that runs `scripts` (loaded on each new connection).
+    pub(crate) fn new(redis: &Redis, scripts: &'static [&'static Script]) -> Conn {
         Conn {
             redis: redis.clone(),
             conn: None,
             used: Instant::now(),
+            scripts,
         }
     }
 
@@ -78,7 +87,7 @@ impl Conn {
             }
         }
         if self.conn.is_none() {
-            self.conn = Some(self.redis.connect()?);
+            self.conn = Some(self.redis.connect_with(self.scripts)?);
         }
         self.used = Instant::now();
         let conn = self.conn.as_mut().expect("OK because it was just filled");
@@ -100,6 +109,12 @@ impl Conn {
         let (conn, kept) = self.ready()?;
         match f(conn) {
             Ok(v) => Ok(v),
+            Err(e) if scripts::missing(&e) => {
+                // Nothing ran: once more, on a connection that loads the scripts.
+                self.conn = None;
+                let (conn, _) = self.ready()?;
+                f(conn).map_err(|e| self.failed(&e))
+            }
             Err(e) if broken(&e, conn) => {
                 self.conn = None;
                 let mut error = map_err(&e, false);

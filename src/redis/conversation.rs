@@ -95,7 +95,7 @@ impl Worker {
                     // failure: it may not be reachable; the entry is tried again).
                     let lease = key("lease");
                     let _ = writer.link.call(Again::Safe, |c| {
-                        scripts::eval(scripts::DROP_LEASE, &[&lease])
+                        scripts::eval(&scripts::DROP_LEASE, &[&lease])
                             .arg(&token)
                             .query::<i64>(c)
                     });
@@ -115,7 +115,7 @@ impl Worker {
         let mut writer = self.shared.writer.lock();
         let link = &mut writer.link;
         let reply: Vec<::redis::Value> = link.call(Again::Safe, |c| {
-            scripts::eval(scripts::BEGIN, &keys)
+            scripts::eval(&scripts::BEGIN, &keys)
                 .arg(token)
                 .arg(millis(self.config.lease))
                 .arg(PAGE)
@@ -275,7 +275,7 @@ impl Worker {
             ["lease", "meta", "inbox", "messages", "events"].map(|w| redis.key(conversation, w));
         let queue = redis.queue_key();
         let mut cmd = scripts::eval(
-            scripts::END,
+            &scripts::END,
             &[&keys[0], &keys[1], &keys[2], &queue, &keys[3], &keys[4]],
         );
         cmd.arg(token)
@@ -348,7 +348,7 @@ impl Worker {
         let keys = ["lease", "meta", "inbox"].map(|w| redis.key(conversation, w));
         let dead = redis.dead_key();
         let reply: Vec<i64> = self.shared.writer.lock().link.call(Again::Unsafe, |c| {
-            scripts::eval(scripts::FAIL, &[&keys[0], &keys[1], &keys[2], &dead])
+            scripts::eval(&scripts::FAIL, &[&keys[0], &keys[1], &keys[2], &dead])
                 .arg(token)
                 .arg(id)
                 .arg(error.to_string())

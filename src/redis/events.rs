@@ -73,7 +73,7 @@ impl EventLog {
     pub fn new(redis: &Redis, conversation: &str) -> EventLog {
         EventLog {
             inner: Arc::new(Mutex::new(LogInner {
-                conn: Conn::new(redis),
+                conn: Conn::new(redis, &[]),
                 key: redis.key(conversation, "events"),
                 error: check_name(conversation).err(),
             })),
@@ -211,7 +211,7 @@ impl RemoteMirror {
     /// `State::default()`. Does not connect (the first read does).
     pub fn new(redis: &Redis, conversation: &str) -> RemoteMirror {
         RemoteMirror {
-            conn: Conn::new(redis),
+            conn: Conn::new(redis, scripts::FOR_MIRROR),
             messages: redis.key(conversation, "messages"),
             key: redis.key(conversation, "events"),
             name: check_name(conversation),
@@ -359,7 +359,7 @@ impl RemoteMirror {
     fn checked_read(&mut self) -> Result<Read, Error> {
         let (key, last) = (&self.key, &self.last_id);
         let reply: Vec<::redis::Value> = self.conn.call(Again::Safe, |c| {
-            scripts::eval(scripts::READ, &[key])
+            scripts::eval(&scripts::READ, &[key])
                 .arg(last)
                 .arg(READ_COUNT)
                 .query(c)
@@ -437,7 +437,7 @@ impl RemoteMirror {
         let (events, list) = (&self.key, &self.messages);
         let (last, added, elements): (String, u64, Vec<Vec<u8>>) =
             self.conn.call(Again::Safe, |c| {
-                scripts::eval(scripts::SNAPSHOT, &[list, events])
+                scripts::eval(&scripts::SNAPSHOT, &[list, events])
                     .arg(if messages { "1" } else { "0" })
                     .query(c)
             })?;

@@ -285,15 +285,19 @@ impl Redis {
         self
     }
 
-    /// A new connection, with the timeouts set.
-    pub(crate) fn connect(&self) -> Result<::redis::Connection, Error> {
-        let conn = self
+    /// A new connection, with the timeouts set, that loaded `scripts`.
+    pub(crate) fn connect_with(
+        &self,
+        scripts: &[&scripts::Script],
+    ) -> Result<::redis::Connection, Error> {
+        let mut conn = self
             .client
             .get_connection_with_timeout(self.timeout)
             .map_err(|e| map_err(&e, true))?;
         conn.set_read_timeout(Some(self.timeout))
             .and_then(|()| conn.set_write_timeout(Some(self.timeout)))
             .map_err(|e| map_err(&e, false))?;
+        scripts::load(&mut conn, scripts).map_err(|e| map_err(&e, false))?;
         Ok(conn)
     }
 

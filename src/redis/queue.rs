@@ -48,7 +48,7 @@ impl Queue {
     pub fn new(redis: &Redis) -> Queue {
         Queue {
             redis: redis.clone(),
-            conn: Arc::new(Mutex::new(Conn::new(redis))),
+            conn: Arc::new(Mutex::new(Conn::new(redis, scripts::FOR_QUEUE))),
         }
     }
 
@@ -102,7 +102,7 @@ impl Queue {
         let queue = self.redis.queue_key();
         let request = request_id();
         self.conn.lock().call(Again::Idempotent, |c| {
-            scripts::eval(scripts::REQUEST, &[&inbox, &queue])
+            scripts::eval(&scripts::REQUEST, &[&inbox, &queue])
                 .arg(&request)
                 .arg(kind)
                 .arg(text)

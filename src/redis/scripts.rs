@@ -10,11 +10,14 @@
 //! leaves a hole) and returns 1 without doing anything when it was applied already (so it
 //! can be sent again on a new connection when its reply was lost).
 
+use std::sync::OnceLock;
+
 /// Queues a request: an inbox entry and its announcement on the queue, once per request id
 /// (a request sent again after its reply was lost finds its entry among the inbox's last).
 /// KEYS: inbox, queue. ARGV: request id, kind, text, conversation. Returns the inbox entry
 /// id.
-pub(crate) const REQUEST: &str = r"#!lua
+pub(crate) static REQUEST: Script = Script::new(
+    r"#!lua
 local recent = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 32)
 for _, e in ipairs(recent) do
   local f = e[2]
@@ -25,7 +28,8 @@ end
 local id = redis.call('XADD', KEYS[1], '*', 'kind', ARGV[2], 'text', ARGV[3], 'request', ARGV[1])
 redis.call('XADD', KEYS[2], '*', 'conversation', ARGV[4])
 return id
-";
+",
+);
 
 /// Takes the lease (or keeps it, when it is ours already: the call may be a retry) and reads
 /// what a run needs. KEYS: lease, meta, inbox, messages. ARGV: token, lease ms, page size,
@@ -35,7 +39,8 @@ return id
 /// not be dropped then), and its writes are refused from now on. Returns `{0}` when
 /// another worker holds the lease, else `{1, done, started, failed, inbox entries after
 /// done (16), transcript length, the first page of the transcript}`.
-pub(crate) const BEGIN: &str = r"#!lua
+pub(crate) static BEGIN: Script = Script::new(
+    r"#!lua
 local held = redis.call('GET', KEYS[1])
 if held and held ~= ARGV[1] and string.sub(held, 1, #ARGV[4]) ~= ARGV[4] then return {0} end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
@@ -47,7 +52,8 @@ local n = redis.call('LLEN', KEYS[4])
 local page = {}
 if #inbox > 0 then page = redis.call('LRANGE', KEYS[4], 0, tonumber(ARGV[3]) - 1) end
 return {1, meta[1] or '', meta[2] or '', meta[3] or '', inbox, n, page}
-";
+",
+);
 
 /// The Lua of applying a batch of a run's writes, shared by [`WRITE`] and [`END`]:
 /// `apply(token, n, messages, events, meta, cap, started, first)` checks that batch `n` of
@@ -83,14 +89,14 @@ end
 /// stream cap, the inbox entry whose prompt the batch stores (or ''), then pairs of (`m`,
 /// message JSON) and (`e`, event line). Returns 1 (applied, now or before), 0 (the lease
 /// is not ours), -1 (an earlier batch is missing).
-pub(crate) const WRITE: &str = concat!(
+pub(crate) static WRITE: Script = Script::new(concat!(
     "#!lua\n",
     apply_batch!(),
     r"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 return apply(ARGV[1], ARGV[2], KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[4], 5)
 "
-);
+));
 
 /// Ends a run (or a request that runs nothing), with the run's last batch of writes when
 /// it is given (one round trip for both): applies that batch as [`WRITE`] does, records
@@ -102,7 +108,7 @@ return apply(ARGV[1], ARGV[2], KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[4], 5)
 /// number, the event stream cap, the inbox entry whose prompt it stores (or ''), and pairs
 /// as [`WRITE`] takes them. Returns `{1}` released, `{0, entries}` more to do, `{-1}` the
 /// lease is not ours, `{-2}` a write of the run is missing.
-pub(crate) const END: &str = concat!(
+pub(crate) static END: Script = Script::new(concat!(
     "#!lua\n",
     apply_batch!(),
     r"
@@ -135,14 +141,15 @@ if ARGV[4] ~= '' then
 end
 return {1}
 "
-);
+));
 
 /// Records that the inbox entry ARGV[2] failed; at the ARGV[4]th failure in a row moves it
 /// to the dead-letter stream with its error and records it done. Frees the lease either
 /// way. KEYS: lease, meta, inbox, dead. ARGV: token, entry id, error, max failures,
 /// conversation, kind, text. Returns `{1, failures}` (to be tried again), `{2, failures}`
 /// (dead-lettered), `{-1}` (the lease is not ours).
-pub(crate) const FAIL: &str = r"#!lua
+pub(crate) static FAIL: Script = Script::new(
+    r"#!lua
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1} end
 local failed = redis.call('HGET', KEYS[2], 'failed')
 local count = 1
@@ -161,29 +168,35 @@ if count >= tonumber(ARGV[4]) then
 end
 redis.call('HSET', KEYS[2], 'failed', ARGV[2] .. ' ' .. count)
 return {1, count}
-";
+",
+);
 
 /// Extends the lease if it is still ours, and keeps the queue entry fresh (so no other
 /// worker claims it). KEYS: lease, queue. ARGV: token, lease ms, group, consumer, queue
 /// entry. Returns 1, or 0 when the lease is not ours.
-pub(crate) const RENEW: &str = r"#!lua
+pub(crate) static RENEW: Script = Script::new(
+    r"#!lua
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('XCLAIM', KEYS[2], ARGV[3], ARGV[4], 0, ARGV[5], 'JUSTID')
 return 1
-";
+",
+);
 
 /// Deletes the lease if it is still ours. KEYS: lease. ARGV: token.
-pub(crate) const DROP_LEASE: &str = r"#!lua
+pub(crate) static DROP_LEASE: Script = Script::new(
+    r"#!lua
 if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
 return 1
-";
+",
+);
 
 /// Reads a stream's entries after ARGV[1] (exclusive), at most ARGV[2], together with what
 /// tells whether entries after ARGV[1] were deleted before they were read. KEYS: events.
 /// Returns `{exists, length, first id, max deleted id, entries added, last id, after
 /// exists, entries}`, with `after exists` 1 when the entry ARGV[1] itself is still there.
-pub(crate) const READ: &str = r"
+pub(crate) static READ: Script = Script::new(
+    r"
 if redis.call('EXISTS', KEYS[1]) == 0 then return {0} end
 local info = redis.call('XINFO', 'STREAM', KEYS[1])
 local f = {}
@@ -195,12 +208,14 @@ if ARGV[1] ~= '0-0' and #redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1]) > 0 the
 local entries = redis.call('XRANGE', KEYS[1], '(' .. ARGV[1], '+', 'COUNT', ARGV[2])
 return {1, f['length'], first, f['max-deleted-entry-id'], f['entries-added'],
   f['last-generated-id'], present, entries}
-";
+",
+);
 
 /// A conversation's transcript and the last id of its event stream, read at one instant.
 /// KEYS: messages, events. ARGV: '1' to read the transcript. Returns `{last id or '0-0',
 /// entries added, messages (or none)}`.
-pub(crate) const SNAPSHOT: &str = r"
+pub(crate) static SNAPSHOT: Script = Script::new(
+    r"
 local last, added = '0-0', 0
 if redis.call('EXISTS', KEYS[2]) == 1 then
   local info = redis.call('XINFO', 'STREAM', KEYS[2])
@@ -212,11 +227,80 @@ end
 local messages = {}
 if ARGV[1] == '1' then messages = redis.call('LRANGE', KEYS[1], 0, -1) end
 return {last, added, messages}
-";
+",
+);
 
-/// Runs `script` with `keys` and `args` as an `EVAL` command.
-pub(crate) fn eval(script: &str, keys: &[&str]) -> ::redis::Cmd {
-    let mut cmd = ::redis::cmd("EVAL");
-    cmd.arg(script).arg(keys.len()).arg(keys);
+/// A script of the fleet, run by its SHA1 (`EVALSHA`) on connections that loaded it.
+///
+/// Every connection that runs scripts loads them when it opens (`SCRIPT LOAD`, one round
+/// trip, [`load`]), so a call sends its arguments and not the script's text (1-2 KB) and
+/// Redis does not hash that text again at each call. A server whose script cache was
+/// emptied (`SCRIPT FLUSH`, a restart, a failover to a replica that never loaded them)
+/// answers `NOSCRIPT`, which ran nothing: the connection is then dropped and the call sent
+/// again on a new one, which loads the scripts first (see [`super::conn`]).
+pub(crate) struct Script {
+    body: &'static str,
+    /// The SHA1 Redis gave when it loaded `body`: the same on every server.
+    sha: OnceLock<String>,
+}
+
+impl Script {
+    const fn new(body: &'static str) -> Script {
+        Script {
+            body,
+            sha: OnceLock::new(),
+        }
+    }
+}
+
+/// Loads `scripts` on `conn` (a new connection), in one round trip.
+pub(crate) fn load(
+    conn: &mut ::redis::Connection,
+    scripts: &[&Script],
+) -> ::redis::RedisResult<()> {
+    if scripts.is_empty() {
+        return Ok(());
+    }
+    let mut pipe = ::redis::pipe();
+    for script in scripts {
+        pipe.cmd("SCRIPT").arg("LOAD").arg(script.body);
+    }
+    let shas: Vec<String> = pipe.query(conn)?;
+    for (script, sha) in scripts.iter().zip(shas) {
+        let _ = script.sha.set(sha);
+    }
+    Ok(())
+}
+
+/// Runs `script` with `keys`: an `EVALSHA` once any connection loaded it, else an `EVAL`
+/// with its text (which also caches it in Redis).
+pub(crate) fn eval(script: &Script, keys: &[&str]) -> ::redis::Cmd {
+    let mut cmd = match script.sha.get() {
+        Some(sha) => {
+            let mut cmd = ::redis::cmd("EVALSHA");
+            cmd.arg(sha.as_str());
+            cmd
+        }
+        None => {
+            let mut cmd = ::redis::cmd("EVAL");
+            cmd.arg(script.body);
+            cmd
+        }
+    };
+    cmd.arg(keys.len()).arg(keys);
     cmd
 }
+
+/// Whether `e` is Redis saying it does not have the script: nothing ran.
+pub(crate) fn missing(e: &::redis::RedisError) -> bool {
+    e.code() == Some("NOSCRIPT")
+}
+
+/// What the worker's own connection runs.
+pub(crate) static FOR_WORKER: &[&Script] = &[&BEGIN, &WRITE, &END, &FAIL, &DROP_LEASE];
+/// What the worker's side connection runs.
+pub(crate) static FOR_SIDE: &[&Script] = &[&RENEW];
+/// What a [`super::Queue`] runs.
+pub(crate) static FOR_QUEUE: &[&Script] = &[&REQUEST];
+/// What a [`super::RemoteMirror`] runs.
+pub(crate) static FOR_MIRROR: &[&Script] = &[&READ, &SNAPSHOT];

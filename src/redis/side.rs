@@ -183,7 +183,7 @@ impl Conn {
         }
         if self.conn.is_none() {
             shared.lock().client = None;
-            let mut c = self.redis.connect().ok()?;
+            let mut c = self.redis.connect_with(scripts::FOR_SIDE).ok()?;
             let id: i64 = ::redis::cmd("CLIENT").arg("ID").query(&mut c).ok()?;
             shared.lock().client = Some(id);
             self.conn = Some(c);
@@ -260,7 +260,7 @@ fn run(shared: &(Mutex<State>, Condvar), redis: &Redis, name: &str, group: &'sta
         };
         if let Some((lease, token, entry, lease_for)) = renew {
             let renewed = conn.get(lock).map(|c| {
-                scripts::eval(scripts::RENEW, &[&lease, &queue])
+                scripts::eval(&scripts::RENEW, &[&lease, &queue])
                     .arg(&token)
                     .arg(millis(lease_for))
                     .arg(group)

@@ -58,7 +58,7 @@ impl Store {
     pub fn new(redis: &Redis) -> Store {
         Store {
             redis: redis.clone(),
-            conn: Arc::new(Mutex::new(Conn::new(redis))),
+            conn: Arc::new(Mutex::new(Conn::new(redis, &[]))),
         }
     }
 
@@ -201,7 +201,7 @@ impl Transcript {
     pub(crate) fn new(redis: &Redis, conversation: &str) -> Transcript {
         Transcript {
             inner: Arc::new(Mutex::new(Inner {
-                conn: Conn::new(redis),
+                conn: Conn::new(redis, &[]),
                 messages: redis.key(conversation, "messages"),
                 error: check_name(conversation).err(),
             })),

@@ -66,7 +66,7 @@ pub(crate) struct Link {
 impl Link {
     pub(crate) fn new(redis: &Redis) -> Link {
         Link {
-            conn: Conn::new(redis),
+            conn: Conn::new(redis, scripts::FOR_WORKER),
             sent: VecDeque::new(),
         }
     }
@@ -194,7 +194,15 @@ impl Link {
                         first = failed;
                     }
                 }
-                Err(e) if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() => {
+                // `NOSCRIPT`: the script cache was emptied, and this command ran nothing
+                // (nor did any batch or end behind it, each of which waits for this one):
+                // as after a break, they all go again on a connection that loads them.
+                Err(e)
+                    if e.is_io_error()
+                        || e.is_timeout()
+                        || e.is_connection_dropped()
+                        || scripts::missing(&e) =>
+                {
                     let error = self.conn.failed(&e);
                     self.conn.reset();
                     if retried {
@@ -380,7 +388,7 @@ impl RunWrites {
     fn batch(&mut self) -> Option<Vec<u8>> {
         let batch = self.take()?;
         let keys: Vec<&str> = self.keys.iter().map(String::as_str).collect();
-        let mut cmd = scripts::eval(scripts::WRITE, &keys);
+        let mut cmd = scripts::eval(&scripts::WRITE, &keys);
         cmd.arg(&self.token).arg(batch.number);
         batch.args(&mut cmd);
         Some(cmd.get_packed_command())

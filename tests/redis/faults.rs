@@ -58,16 +58,7 @@ fn a_worker_paused_past_its_lease_writes_nothing_to_the_transcript_or_the_event_
     let after = runs_in_stream(&redis, "c");
     assert_eq!(after, before, "w0 appended events after losing its lease");
     // w0's run broke off; w1's resumed from the stored prompt and answered once.
-    assert_eq!(
-        after,
-        [
-            "AgentStart",
-            "user \"Hello\"",
-            "AgentStart",
-            "assistant stop \"answer to Hello\"",
-            "AgentEnd no_tool_calls",
-        ]
-    );
+    assert_eq!(after, runs(&answer, true));
     let (state, _) = folded(&redis, "c");
     assert_eq!(
         state
@@ -77,6 +68,22 @@ fn a_worker_paused_past_its_lease_writes_nothing_to_the_transcript_or_the_event_
             .collect::<Vec<_>>(),
         stored(&store, "c")
     );
+}
+
+/// The runs [`runs_in_stream`] describes for a conversation whose prompts ran once each,
+/// `answers` listing each prompt with its answer (as [`answered`] does); with
+/// `first_broken`, the first prompt's run broke off once its prompt was stored and another
+/// run resumed it (that run has no prompt of its own).
+fn runs(answers: &[String], first_broken: bool) -> Vec<String> {
+    let mut runs = Vec::new();
+    for (i, pair) in answers.chunks(2).enumerate() {
+        runs.extend(["AgentStart".to_string(), pair[0].clone()]);
+        if i == 0 && first_broken {
+            runs.push("AgentStart".into());
+        }
+        runs.extend([pair[1].clone(), "AgentEnd no_tool_calls".into()]);
+    }
+    runs
 }
 
 /// An in-process worker's steps, on the test thread.
@@ -121,16 +128,11 @@ fn connections_the_server_closed_while_idle_cost_no_phantom_run_and_no_claim_wai
     }
     let answers = answered(&prompts, |p| format!("answer to {p}"));
     assert_eq!(described(&store, "c"), answers);
-    let mut runs = Vec::new();
-    for pair in answers.chunks(2) {
-        runs.extend([
-            "AgentStart".to_string(),
-            pair[0].clone(),
-            pair[1].clone(),
-            "AgentEnd no_tool_calls".into(),
-        ]);
-    }
-    assert_eq!(runs_in_stream(&redis, "c"), runs, "a phantom run");
+    assert_eq!(
+        runs_in_stream(&redis, "c"),
+        runs(&answers, false),
+        "a phantom run"
+    );
 }
 
 #[test]
@@ -153,19 +155,7 @@ fn a_redis_restart_between_runs_costs_no_phantom_run_and_no_claim_wait() {
     step_until_done(&worker, &server.url(), "restart-between", &second);
     let answers = answered(&["One".into(), "Two".into()], |p| format!("answer to {p}"));
     assert_eq!(described(&store, "c"), answers);
-    assert_eq!(
-        runs_in_stream(&redis, "c"),
-        [
-            "AgentStart",
-            "user \"One\"",
-            "assistant stop \"answer to One\"",
-            "AgentEnd no_tool_calls",
-            "AgentStart",
-            "user \"Two\"",
-            "assistant stop \"answer to Two\"",
-            "AgentEnd no_tool_calls",
-        ]
-    );
+    assert_eq!(runs_in_stream(&redis, "c"), runs(&answers, false));
 }
 
 #[test]
@@ -215,13 +205,10 @@ fn a_run_broken_by_a_redis_restart_is_taken_up_again_without_waiting_for_its_own
     );
     assert_eq!(
         runs_in_stream(&redis, "c"),
-        [
-            "AgentStart",
-            "user \"Hello\"",
-            "AgentStart",
-            "assistant stop \"answer to Hello\"",
-            "AgentEnd no_tool_calls",
-        ]
+        runs(
+            &answered(&["Hello".into()], |p| format!("answer to {p}")),
+            true
+        )
     );
 }
 
@@ -683,8 +670,8 @@ fn setters_on_clones_and_names_with_braces_behave() {
     ));
 }
 
-/// Text only the script that ends a run ([`pagent::redis`]'s `END`) carries: it is sent with
-/// each call (`EVAL`).
+/// Text only the script that ends a run ([`pagent::redis`]'s `END`) carries: the proxy
+/// marks its calls by the SHA1 it learns when a connection loads it.
 const END_SCRIPT: &str = "'ended'";
 
 #[test]
@@ -731,16 +718,11 @@ fn the_end_of_a_run_carrying_its_last_writes_applies_once_when_it_is_cut_or_drop
     }
     let answers = answered(&prompts, |p| format!("answer to {p}"));
     assert_eq!(described(&store, "c"), answers);
-    let mut runs = Vec::new();
-    for pair in answers.chunks(2) {
-        runs.extend([
-            "AgentStart".to_string(),
-            pair[0].clone(),
-            pair[1].clone(),
-            "AgentEnd no_tool_calls".into(),
-        ]);
-    }
-    assert_eq!(runs_in_stream(&direct, "c"), runs, "a write applied twice");
+    assert_eq!(
+        runs_in_stream(&direct, "c"),
+        runs(&answers, false),
+        "a write applied twice"
+    );
     // The queue entries of the "b" prompts find their prompt done: acknowledged, deleted.
     let mut conn = raw(&url);
     let queued = |conn: &mut redis::Connection| -> usize {
@@ -923,4 +905,65 @@ fn run_for_ending_with_a_queue_entry_read_ahead_runs_it_before_it_returns() {
         .query(&mut conn)
         .unwrap();
     assert_eq!(queued, 0, "nothing left in the queue");
+}
+
+#[test]
+fn a_script_cache_flushed_between_runs_and_mid_run_is_loaded_again_and_each_write_applies_once() {
+    // A server of its own: emptying the shared server's script cache would reach every
+    // other test's connections.
+    let server = RedisServer::start(false);
+    let proxy = proxy::Proxy::start(server.port);
+    let redis = Redis::open(&proxy.url()).unwrap().prefix("flush");
+    let direct = Redis::open(&server.url()).unwrap().prefix("flush");
+    let store = Store::new(&direct);
+    let queue = Queue::new(&redis);
+    let worker = Worker::new(&redis, "w", |_, messages| {
+        Agent::builder()
+            .provider(answering(Duration::from_millis(300)).chunk_chars(2))
+            .messages(messages)
+            .build()
+    })
+    .unwrap()
+    .lease(Duration::from_millis(600))
+    .claim_after(Duration::from_secs(60));
+    let mut conn = raw(&server.url());
+    // The cache emptied right before a call of each script: the queue's request, the
+    // start of a run, a batch of writes sent ahead (with the end behind it), the end, and
+    // the lease's renewal (each reply takes 300 ms, past a third of the lease).
+    let markers = [
+        "'XREVRANGE'",
+        "'HMGET'",
+        "ARGV[4], 5)",
+        "'ended'",
+        "'XCLAIM'",
+    ];
+    let mut prompts = Vec::new();
+    for (i, marker) in markers.into_iter().enumerate() {
+        proxy.fault_requests_with(marker, proxy::Fault::FlushScripts, 1);
+        let text = format!("Prompt {i}");
+        let id = queue.prompt("c", &text).unwrap();
+        prompts.push(text);
+        step_until_done(&worker, &server.url(), "flush", &id);
+        assert_eq!(proxy.faulted(), i + 1, "the cache emptied before {marker}");
+    }
+    // Emptied between runs: every kept connection finds its scripts gone.
+    for i in 0..2 {
+        redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query::<()>(&mut conn)
+            .unwrap();
+        let text = format!("Between {i}");
+        let id = queue.prompt("c", &text).unwrap();
+        prompts.push(text);
+        step_until_done(&worker, &server.url(), "flush", &id);
+    }
+    let answers = answered(&prompts, |p| format!("answer to {p}"));
+    assert_eq!(described(&store, "c"), answers);
+    // No run broke off, none ran twice, no write applied twice.
+    assert_eq!(runs_in_stream(&redis, "c"), runs(&answers, false));
+    let lease: Option<String> = redis::cmd("GET")
+        .arg("flush:{c}:lease")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(lease, None, "the lease was released");
 }

@@ -4,6 +4,10 @@
 //! the next requests that contain given bytes (a script's text): forwards and cuts, drops
 //! and cuts, or holds them (never forwarded, the connection left open, as a worker that
 //! died right then would leave it).
+//!
+//! Scripts go by their SHA1 (`EVALSHA`), their text only in the `SCRIPT LOAD` of a new
+//! connection: the proxy learns the SHA1 of each script it sees loaded (asking the server),
+//! and a marker found in a script's text marks the calls of that script too.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -25,6 +29,8 @@ pub(crate) enum Fault {
     DropAndCut,
     /// Never forward it, nor anything after it on its connection; leave the connection open.
     Hold,
+    /// Empty the server's script cache (`SCRIPT FLUSH`), then forward it.
+    FlushScripts,
 }
 
 struct Marked {
@@ -44,6 +50,9 @@ struct Shared {
     /// Client sides of the open connections, with their server sides.
     open: Mutex<Vec<(TcpStream, TcpStream)>>,
     stop: AtomicBool,
+    upstream: u16,
+    /// The scripts loaded through the proxy: (text, SHA1).
+    scripts: Mutex<Vec<(Vec<u8>, Vec<u8>)>>,
 }
 
 impl Proxy {
@@ -51,7 +60,10 @@ impl Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         listener.set_nonblocking(true).unwrap();
-        let shared: Arc<Shared> = Arc::default();
+        let shared = Arc::new(Shared {
+            upstream,
+            ..Shared::default()
+        });
         let s = shared.clone();
         std::thread::spawn(move || {
             while !s.stop.load(Ordering::Acquire) {
@@ -129,6 +141,7 @@ fn forward_requests(
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
+        learn_scripts(shared, &buf[..n]);
         let fault = marked_fault(shared, &buf[..n]);
         if fault == Some(Fault::Hold) {
             // Swallow the rest until the client goes away.
@@ -137,6 +150,15 @@ fn forward_requests(
         }
         if fault == Some(Fault::DropAndCut) {
             break;
+        }
+        if fault == Some(Fault::FlushScripts) {
+            let mut server = TcpStream::connect(("127.0.0.1", shared.upstream)).unwrap();
+            server
+                .write_all(b"*2\r\n$6\r\nSCRIPT\r\n$5\r\nFLUSH\r\n")
+                .unwrap();
+            let mut ok = [0u8; 5];
+            server.read_exact(&mut ok).unwrap();
+            assert_eq!(&ok, b"+OK\r\n");
         }
         let cut = fault == Some(Fault::ForwardThenCut)
             || shared
@@ -161,15 +183,90 @@ fn forward_requests(
     let _ = client.shutdown(Shutdown::Both);
 }
 
-/// The fault for a request read as `bytes`, counted, if it carries the marker.
+fn contains(bytes: &[u8], part: &[u8]) -> bool {
+    bytes.windows(part.len()).any(|w| w == part)
+}
+
+/// The commands of `bytes` (RESP arrays of bulk strings), as far as they are whole.
+fn commands(bytes: &[u8]) -> Vec<Vec<&[u8]>> {
+    fn line(bytes: &[u8], at: &mut usize) -> Option<usize> {
+        let end = *at + bytes.get(*at..)?.windows(2).position(|w| w == b"\r\n")?;
+        let n = std::str::from_utf8(&bytes[*at + 1..end])
+            .ok()?
+            .parse()
+            .ok()?;
+        *at = end + 2;
+        Some(n)
+    }
+    let mut out = Vec::new();
+    let mut at = 0;
+    while bytes.get(at) == Some(&b'*') {
+        let Some(n) = line(bytes, &mut at) else { break };
+        let mut args = Vec::new();
+        for _ in 0..n {
+            let Some(len) = line(bytes, &mut at) else {
+                return out;
+            };
+            let Some(arg) = bytes.get(at..at + len) else {
+                return out;
+            };
+            args.push(arg);
+            at += len + 2;
+        }
+        out.push(args);
+    }
+    out
+}
+
+/// Records the SHA1 of each script that `bytes` loads (`SCRIPT LOAD`), asked of the server.
+fn learn_scripts(shared: &Shared, bytes: &[u8]) {
+    for args in commands(bytes) {
+        let [script, load, body] = args[..] else {
+            continue;
+        };
+        if !script.eq_ignore_ascii_case(b"SCRIPT") || !load.eq_ignore_ascii_case(b"LOAD") {
+            continue;
+        }
+        if shared
+            .scripts
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(b, _)| b == body)
+        {
+            continue;
+        }
+        let mut server = TcpStream::connect(("127.0.0.1", shared.upstream)).unwrap();
+        let mut request =
+            format!("*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n${}\r\n", body.len()).into_bytes();
+        request.extend_from_slice(body);
+        request.extend_from_slice(b"\r\n");
+        server.write_all(&request).unwrap();
+        // `$40\r\n<sha1>\r\n`
+        let mut reply = [0u8; 47];
+        server.read_exact(&mut reply).unwrap();
+        let sha = reply[5..45].to_vec();
+        shared.scripts.lock().unwrap().push((body.to_vec(), sha));
+    }
+}
+
+/// The fault for a request read as `bytes`, counted, if it carries the marker or calls a
+/// script whose text does (not the loading of scripts).
 fn marked_fault(shared: &Shared, bytes: &[u8]) -> Option<Fault> {
     let mut marked = shared.marked.lock().unwrap();
     let m = marked.as_mut()?;
-    if m.left == 0
-        || !bytes
-            .windows(m.marker.len())
-            .any(|w| w == m.marker.as_slice())
-    {
+    if m.left == 0 || contains(bytes, b"SCRIPT\r\n$4\r\nLOAD") {
+        return None;
+    }
+    let called = || {
+        shared
+            .scripts
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(body, sha)| contains(body, &m.marker) && contains(bytes, sha))
+    };
+    if !contains(bytes, &m.marker) && !called() {
         return None;
     }
     m.left -= 1;
