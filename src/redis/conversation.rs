@@ -137,12 +137,13 @@ impl Worker {
             .get(4)
             .and_then(|v| ::redis::from_redis_value_ref(v).ok())
             .unwrap_or_default();
-        let total = usize::try_from(int(reply.get(5))).unwrap_or(0);
         let mut elements: Vec<Vec<u8>> = reply
-            .get(6)
+            .get(5)
             .and_then(|v| ::redis::from_redis_value_ref(v).ok())
             .unwrap_or_default();
-        while !inbox.ids.is_empty() && elements.len() < total {
+        // A full page may have more after it.
+        let mut last = elements.len();
+        while !inbox.ids.is_empty() && last == PAGE {
             let start = elements.len();
             let page: Vec<Vec<u8>> = link.call(Again::Safe, |c| {
                 ::redis::cmd("LRANGE")
@@ -151,9 +152,7 @@ impl Worker {
                     .arg(start + PAGE - 1)
                     .query(c)
             })?;
-            if page.is_empty() {
-                break;
-            }
+            last = page.len();
             elements.extend(page);
         }
         // Elements that are not a message are skipped, as `Store::load` skips them.

@@ -38,46 +38,63 @@ return id
 /// run that already broke off (Redis restarted or refused its writes, and the lease could
 /// not be dropped then), and its writes are refused from now on. Returns `{0}` when
 /// another worker holds the lease, else `{1, done, started, failed, inbox entries after
-/// done (16), transcript length, the first page of the transcript}`.
+/// done (16), the first page of the transcript (none when the inbox has nothing to do)}`:
+/// a page shorter than the page size is the whole transcript.
+///
+/// Four commands when the conversation is free: the lease is set only where none is held
+/// (`SET NX GET`), and set again only when the one held is this worker's.
 pub(crate) static BEGIN: Script = Script::new(
     r"#!lua
-local held = redis.call('GET', KEYS[1])
-if held and held ~= ARGV[1] and string.sub(held, 1, #ARGV[4]) ~= ARGV[4] then return {0} end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+local held = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
+if held then
+  if held ~= ARGV[1] and string.sub(held, 1, #ARGV[4]) ~= ARGV[4] then return {0} end
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+end
 local meta = redis.call('HMGET', KEYS[2], 'done', 'started', 'failed')
 local from = '-'
 if meta[1] then from = '(' .. meta[1] end
 local inbox = redis.call('XRANGE', KEYS[3], from, '+', 'COUNT', 16)
-local n = redis.call('LLEN', KEYS[4])
 local page = {}
 if #inbox > 0 then page = redis.call('LRANGE', KEYS[4], 0, tonumber(ARGV[3]) - 1) end
-return {1, meta[1] or '', meta[2] or '', meta[3] or '', inbox, n, page}
+return {1, meta[1] or '', meta[2] or '', meta[3] or '', inbox, page}
 ",
 );
 
 /// The Lua of applying a batch of a run's writes, shared by [`WRITE`] and [`END`]:
-/// `apply(token, n, messages, events, meta, cap, started, first)` checks that batch `n` of
-/// lease `token` is the next one (returns 1 without doing anything when it was applied
-/// already, -1 when an earlier batch is missing), then appends the pairs of `ARGV` from
-/// `first` on in order ((`m`, message JSON) to the transcript, (`e`, event line) to the
-/// event stream), records `started` (when not ''), and `meta.wrote = "<token> <n>"`.
+/// `apply(token, n, wrote, messages, events, cap, started, first, set)` checks that batch
+/// `n` of lease `token` is the next one after `wrote` (`meta.wrote` as read; returns 1
+/// without doing anything when it was applied already, -1 when an earlier batch is
+/// missing), then appends the pairs of `ARGV` from `first` on ((`m`, message JSON) to the
+/// transcript, in order, with one `RPUSH`; (`e`, event line) to the event stream, in
+/// order), and adds to `set` the fields of `meta` to write: `started` (when not '') and
+/// `wrote = "<token> <n>"` (the caller writes them with one `HSET`).
 macro_rules! apply_batch {
     () => {
         r"
-local function apply(token, n, messages, events, meta, cap, started, first)
-  local wrote = redis.call('HGET', meta, 'wrote')
+local function apply(token, n, wrote, messages, events, cap, started, first, set)
   local this = token .. ' ' .. n
   if wrote == this then return 1 end
   if tonumber(n) > 1 and wrote ~= token .. ' ' .. (tonumber(n) - 1) then return -1 end
+  local pushed = {}
   for i = first, #ARGV, 2 do
     if ARGV[i] == 'm' then
-      redis.call('RPUSH', messages, ARGV[i + 1])
+      pushed[#pushed + 1] = ARGV[i + 1]
+      -- Lua unpacks at most a few thousand values at once.
+      if #pushed == 1000 then
+        redis.call('RPUSH', messages, unpack(pushed))
+        pushed = {}
+      end
     else
       redis.call('XADD', events, 'MAXLEN', '~', cap, '*', 'line', ARGV[i + 1])
     end
   end
-  if started ~= '' then redis.call('HSET', meta, 'started', started) end
-  redis.call('HSET', meta, 'wrote', this)
+  if #pushed > 0 then redis.call('RPUSH', messages, unpack(pushed)) end
+  if started ~= '' then
+    set[#set + 1] = 'started'
+    set[#set + 1] = started
+  end
+  set[#set + 1] = 'wrote'
+  set[#set + 1] = this
   return 1
 end
 "
@@ -94,7 +111,11 @@ pub(crate) static WRITE: Script = Script::new(concat!(
     apply_batch!(),
     r"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-return apply(ARGV[1], ARGV[2], KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[4], 5)
+local set = {}
+local wrote = redis.call('HGET', KEYS[4], 'wrote')
+local applied = apply(ARGV[1], ARGV[2], wrote, KEYS[2], KEYS[3], ARGV[3], ARGV[4], 5, set)
+if #set > 0 then redis.call('HSET', KEYS[4], unpack(set)) end
+return applied
 "
 ));
 
@@ -108,6 +129,8 @@ return apply(ARGV[1], ARGV[2], KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[4], 5)
 /// number, the event stream cap, the inbox entry whose prompt it stores (or ''), and pairs
 /// as [`WRITE`] takes them. Returns `{1}` released, `{0, entries}` more to do, `{-1}` the
 /// lease is not ours, `{-2}` a write of the run is missing.
+///
+/// `meta` is read with one `HMGET` and written with one `HSET`.
 pub(crate) static END: Script = Script::new(concat!(
     "#!lua\n",
     apply_batch!(),
@@ -116,25 +139,35 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   if redis.call('HGET', KEYS[2], 'ended') == ARGV[1] then return {1} end
   return {-1}
 end
-if #ARGV > 6 and apply(ARGV[1], ARGV[7], KEYS[5], KEYS[6], KEYS[2], ARGV[8], ARGV[9], 10) ~= 1 then
+local meta = redis.call('HMGET', KEYS[2], 'wrote', 'done', 'failed')
+local set = {}
+if #ARGV > 6 then
+  if apply(ARGV[1], ARGV[7], meta[1], KEYS[5], KEYS[6], ARGV[8], ARGV[9], 10, set) ~= 1 then
+    return {-2}
+  end
+elseif ARGV[2] ~= '' and meta[1] ~= ARGV[2] then
   return {-2}
 end
-if ARGV[2] ~= '' and redis.call('HGET', KEYS[2], 'wrote') ~= ARGV[2] then return {-2} end
+local done = meta[2]
 if ARGV[3] ~= '' then
-  redis.call('HSET', KEYS[2], 'done', ARGV[3])
-  redis.call('HDEL', KEYS[2], 'failed')
-  redis.call('XTRIM', KEYS[3], 'MINID', ARGV[3])
+  done = ARGV[3]
+  set[#set + 1] = 'done'
+  set[#set + 1] = done
+  if meta[3] then redis.call('HDEL', KEYS[2], 'failed') end
+  redis.call('XTRIM', KEYS[3], 'MINID', done)
 end
-local done = redis.call('HGET', KEYS[2], 'done')
 local from = '-'
 if done then from = '(' .. done end
 local more = redis.call('XRANGE', KEYS[3], from, '+', 'COUNT', 16)
 if #more > 0 then
+  if #set > 0 then redis.call('HSET', KEYS[2], unpack(set)) end
   redis.call('PEXPIRE', KEYS[1], ARGV[6])
   return {0, more}
 end
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[2], 'ended', ARGV[1])
+set[#set + 1] = 'ended'
+set[#set + 1] = ARGV[1]
+redis.call('HSET', KEYS[2], unpack(set))
 if ARGV[4] ~= '' then
   redis.call('XACK', KEYS[4], ARGV[5], ARGV[4])
   redis.call('XDEL', KEYS[4], ARGV[4])

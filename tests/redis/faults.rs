@@ -932,8 +932,8 @@ fn a_script_cache_flushed_between_runs_and_mid_run_is_loaded_again_and_each_writ
     // the lease's renewal (each reply takes 300 ms, past a third of the lease).
     let markers = [
         "'XREVRANGE'",
-        "'HMGET'",
-        "ARGV[4], 5)",
+        "'NX'",
+        "ARGV[4], 5, set)",
         "'ended'",
         "'XCLAIM'",
     ];
@@ -966,4 +966,42 @@ fn a_script_cache_flushed_between_runs_and_mid_run_is_loaded_again_and_each_writ
         .query(&mut conn)
         .unwrap();
     assert_eq!(lease, None, "the lease was released");
+}
+
+#[test]
+fn a_stored_transcript_of_whole_pages_or_more_reaches_the_agent_whole() {
+    let redis = shared("pages");
+    let prefix = format!("t{}-pages", std::process::id());
+    let store = Store::new(&redis);
+    let seen = Arc::new(AtomicUsize::new(0));
+    let s = seen.clone();
+    let worker = Worker::new(&redis, "w", move |_, messages| {
+        s.store(messages.len(), Ordering::Release);
+        Agent::builder()
+            .provider(answering(Duration::ZERO))
+            .messages(messages)
+            .build()
+    })
+    .unwrap()
+    .claim_after(Duration::from_secs(60));
+    let url = shared_url();
+    // The script that starts a run returns a first page of 500 elements; the rest is read
+    // page by page until one is not full.
+    for len in [499, 500, 1000, 1001] {
+        let name = format!("c{len}");
+        let messages: Vec<Message> = (0..len)
+            .map(|i| Message::user(format!("m{i}")))
+            .collect();
+        store.save(&name, &messages).unwrap();
+        let id = Queue::new(&redis).prompt(&name, "Hello").unwrap();
+        wait_within("the answer", Duration::from_secs(10), || {
+            let _ = worker.step(Duration::from_millis(100));
+            done_of(&mut raw(&url), &prefix, &name).as_ref() == Some(&id)
+        });
+        assert_eq!(seen.load(Ordering::Acquire), len, "the agent got it whole");
+        let stored = stored(&store, &name);
+        assert_eq!(stored.len(), len + 2);
+        assert_eq!(stored[..len], messages[..]);
+        store.delete(&name).unwrap();
+    }
 }
