@@ -386,6 +386,7 @@ impl Worker {
         if shared.retry_own.swap(false, Ordering::AcqRel) {
             // Those read ahead are among them.
             shared.ahead.lock().clear();
+            shared.side.hold(Vec::new(), true);
             let own: Option<::redis::streams::StreamReadReply> = link.call(Again::Safe, |c| {
                 ::redis::cmd("XREADGROUP")
                     .arg("GROUP")
@@ -427,6 +428,9 @@ impl Worker {
         }
         let ahead = std::mem::take(&mut *shared.ahead.lock());
         if !ahead.is_empty() {
+            // Each waits for those before it in this step.
+            let held = ahead.iter().map(|e| e.id.clone()).collect();
+            shared.side.hold(held, true);
             return Ok((ahead, false));
         }
         let block = millis(wait).max(1);
@@ -487,7 +491,14 @@ impl Worker {
     /// it may have taken are pending under this worker, and read again as its own.
     pub(super) fn keep_ahead(&self, read: Option<::redis::Value>) {
         match read.map(::redis::from_redis_value::<Option<::redis::streams::StreamReadReply>>) {
-            Some(Ok(read)) => self.shared.ahead.lock().extend(ids(read)),
+            Some(Ok(read)) => {
+                let read = ids(read);
+                // They wait while the conversation in hand runs on (its inbox may hold
+                // more): kept fresh with its lease, past `claim_after` if need be.
+                let held = read.iter().map(|e| e.id.clone()).collect();
+                self.shared.side.hold(held, false);
+                self.shared.ahead.lock().extend(read);
+            }
             _ => self.shared.retry_own.store(true, Ordering::Release),
         }
     }

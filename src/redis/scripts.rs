@@ -204,14 +204,18 @@ return {1, count}
 ",
 );
 
-/// Extends the lease if it is still ours, and keeps the queue entry fresh (so no other
-/// worker claims it). KEYS: lease, queue. ARGV: token, lease ms, group, consumer, queue
-/// entry. Returns 1, or 0 when the lease is not ours.
+/// Extends the lease if it is still ours, and keeps the queue entries fresh (so no other
+/// worker claims them): the conversation's, and those the worker read ahead, which wait in
+/// its hands until the conversation is done. KEYS: lease, queue. ARGV: token, lease ms,
+/// group, consumer, the queue entries. Returns 1, or 0 when the lease is not ours.
 pub(crate) static RENEW: Script = Script::new(
     r"#!lua
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-redis.call('XCLAIM', KEYS[2], ARGV[3], ARGV[4], 0, ARGV[5], 'JUSTID')
+local claim = {'XCLAIM', KEYS[2], ARGV[3], ARGV[4], 0}
+for i = 5, #ARGV do claim[#claim + 1] = ARGV[i] end
+claim[#claim + 1] = 'JUSTID'
+redis.call(unpack(claim))
 return 1
 ",
 );

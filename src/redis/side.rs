@@ -56,6 +56,9 @@ struct State {
     generation: u64,
     /// The side connection's `CLIENT ID`, while it is open.
     client: Option<i64>,
+    /// Queue entries read ahead, in the worker's hands until the held conversation is
+    /// done: kept fresh with its lease.
+    ahead: Vec<String>,
     /// A read of the inbox is (about to be) under way.
     reading: bool,
     /// Until when the side thread sleeps, while it does (it looks at the state again
@@ -108,6 +111,8 @@ impl Side {
     pub(crate) fn begin(&self, follow: Follow) {
         let mut state = self.shared.0.lock();
         let next_renewal = Instant::now() + follow.lease_for / 3;
+        // Kept fresh as the conversation's own from now on.
+        state.ahead.retain(|e| *e != follow.entry);
         state.generation += 1;
         state.job = Some(Job {
             after: String::new(),
@@ -158,6 +163,17 @@ impl Side {
         state.generation += 1;
         state.job = None;
         if state.reading { state.client } else { None }
+    }
+
+    /// Keeps the queue entries `ahead` fresh with the lease from now on, besides those
+    /// already kept (or instead of them, with `replace`).
+    pub(crate) fn hold(&self, ahead: Vec<String>, replace: bool) {
+        let mut state = self.shared.0.lock();
+        if replace {
+            state.ahead = ahead;
+        } else {
+            state.ahead.extend(ahead);
+        }
     }
 
     /// Whether the lease was found lost since [`Side::begin`].
@@ -240,6 +256,7 @@ fn run(shared: &(Mutex<State>, Condvar), redis: &Redis, name: &str, group: &'sta
                     job.follow.token.clone(),
                     job.follow.entry.clone(),
                     job.follow.lease_for,
+                    state.ahead.clone(),
                 )
             });
             let block = job
@@ -258,7 +275,7 @@ fn run(shared: &(Mutex<State>, Condvar), redis: &Redis, name: &str, group: &'sta
                 block,
             )
         };
-        if let Some((lease, token, entry, lease_for)) = renew {
+        if let Some((lease, token, entry, lease_for, ahead)) = renew {
             let renewed = conn.get(lock).map(|c| {
                 scripts::eval(&scripts::RENEW, &[&lease, &queue])
                     .arg(&token)
@@ -266,6 +283,7 @@ fn run(shared: &(Mutex<State>, Condvar), redis: &Redis, name: &str, group: &'sta
                     .arg(group)
                     .arg(name)
                     .arg(&entry)
+                    .arg(&ahead)
                     .query::<i64>(c)
             });
             let mut state = lock.lock();

@@ -989,9 +989,7 @@ fn a_stored_transcript_of_whole_pages_or_more_reaches_the_agent_whole() {
     // page by page until one is not full.
     for len in [499, 500, 1000, 1001] {
         let name = format!("c{len}");
-        let messages: Vec<Message> = (0..len)
-            .map(|i| Message::user(format!("m{i}")))
-            .collect();
+        let messages: Vec<Message> = (0..len).map(|i| Message::user(format!("m{i}"))).collect();
         store.save(&name, &messages).unwrap();
         let id = Queue::new(&redis).prompt(&name, "Hello").unwrap();
         wait_within("the answer", Duration::from_secs(10), || {
@@ -1004,4 +1002,59 @@ fn a_stored_transcript_of_whole_pages_or_more_reaches_the_agent_whole() {
         assert_eq!(stored[..len], messages[..]);
         store.delete(&name).unwrap();
     }
+}
+
+#[test]
+fn a_queue_entry_read_ahead_is_kept_claimed_while_its_worker_runs_on_past_claim_after() {
+    let redis = shared("ahead-kept");
+    let prefix = format!("t{}-ahead-kept", std::process::id());
+    let store = Store::new(&redis);
+    for c in ["a", "b"] {
+        store.delete(c).unwrap();
+    }
+    let queue = Queue::new(&redis);
+    // a has two prompts in its inbox: the end of the first run reads b's queue entry
+    // ahead and finds the second prompt to run, which takes longer than `claim_after`.
+    let id_a1 = queue.prompt("a", "One").unwrap();
+    let id_b = queue.prompt("b", "Two").unwrap();
+    let id_a2 = queue.prompt("a", "Three").unwrap();
+    let worker = |name: &str, built: Arc<AtomicUsize>| {
+        Worker::new(&redis, name, move |_, messages| {
+            built.fetch_add(1, Ordering::AcqRel);
+            let faux = Faux::default().otherwise(|request| {
+                let prompt = last_user(&request.messages);
+                let slow = if prompt == "Three" { 2500 } else { 0 };
+                FauxReply::text(format!("answer to {prompt}")).delay(Duration::from_millis(slow))
+            });
+            Agent::builder().provider(faux).messages(messages).build()
+        })
+        .unwrap()
+        .lease(Duration::from_millis(600))
+        .claim_after(Duration::from_millis(1500))
+    };
+    let w1 = InProcess::start(worker("w1", Arc::default()));
+    let mut conn = raw(&shared_url());
+    wait_until("a's first answer", || {
+        done_of(&mut conn, &prefix, "a").as_ref() == Some(&id_a1)
+    });
+    // b's entry is in w1's hands now. w2 claims what stays pending 1.5 s.
+    let built_by_w2 = Arc::new(AtomicUsize::new(0));
+    let w2 = InProcess::start(worker("w2", built_by_w2.clone()));
+    wait_until("every answer", || {
+        done_of(&mut conn, &prefix, "a").as_ref() == Some(&id_a2)
+            && done_of(&mut conn, &prefix, "b").as_ref() == Some(&id_b)
+    });
+    drop((w1, w2));
+    assert_eq!(
+        built_by_w2.load(Ordering::Acquire),
+        0,
+        "w2 claimed an entry w1 held and ran it"
+    );
+    let answer = |p: &str| format!("answer to {p}");
+    let a = answered(&["One".into(), "Three".into()], answer);
+    assert_eq!(described(&store, "a"), a);
+    assert_eq!(runs_in_stream(&redis, "a"), runs(&a, false));
+    let b = answered(&["Two".into()], answer);
+    assert_eq!(described(&store, "b"), b);
+    assert_eq!(runs_in_stream(&redis, "b"), runs(&b, false));
 }
