@@ -155,10 +155,15 @@
 //!
 //! Counted with `INFO commandstats` over `cargo run --release --features redis --example
 //! fleet -- bench 1 2000 [nolog]` (one worker, 2,000 prompts, each its own conversation,
-//! Faux): per prompt, one `XREADGROUP` and two scripts with the event log off (25 commands
-//! in all, the scripts' own counted), one `XREADGROUP` and three scripts with it on (43.5
-//! commands); it was four round trips and 27 / 49.5 commands before the end took the last
-//! writes and the next entry along.
+//! Faux): per prompt, one `XREADGROUP` and two scripts with the event log off (16 commands
+//! in all, the scripts' own counted), one `XREADGROUP` and three scripts with it on (35.5
+//! commands). The scripts go by their SHA1 (`EVALSHA`: each connection loads them when it
+//! opens, and a flushed script cache is loaded again), so a call carries its arguments,
+//! not the script's 1-2 KB of text for Redis to hash again; the script that starts a run
+//! runs four commands on a free conversation, the one that ends it nine (the transcript's
+//! messages with one `RPUSH`, `meta` read with one `HMGET` and written with one `HSET`).
+//! It was 25 / 43.5 commands before, and four round trips with 27 / 49.5 before the end
+//! took the last writes and the next entry along.
 //!
 //! Throughput, one prompt per queue entry, Faux, Redis 7.0 on the same 2-core machine, which
 //! other builds kept busy throughout (load average 6 to 12: figures vary by two to four
