@@ -21,13 +21,44 @@ use crate::types::StreamEvent;
 /// costs O(size of the piece + `TAIL`), never O(length of the text). Read it with
 /// `to_string()` (via `Display`) or walk [`Text::chunks`]. Equality compares the characters,
 /// not how they were cut.
-#[derive(Clone, Default)]
+#[derive(Default)]
 pub struct Text {
     // Behind one `Arc` (and absent for short texts) to keep `Text` small: it is moved and
     // cloned with every event that carries a partial reply.
     sealed: Option<Arc<Vector<Arc<str>>>>,
     tail: Arc<str>,
     len: usize,
+}
+
+impl Clone for Text {
+    fn clone(&self) -> Text {
+        Text {
+            sealed: self.sealed.clone(),
+            tail: self.tail.clone(),
+            len: self.len,
+        }
+    }
+
+    /// Takes only the pieces that differ: the state's copy of a streaming reply is refreshed
+    /// from the next partial at every delta, and all but the tail are the same `Arc`s (each
+    /// skipped saves two atomic reference-count operations).
+    fn clone_from(&mut self, source: &Text) {
+        clone_arc_from(&mut self.sealed, &source.sealed);
+        if !Arc::ptr_eq(&self.tail, &source.tail) {
+            self.tail = source.tail.clone();
+        }
+        self.len = source.len;
+    }
+}
+
+/// `target.clone_from(source)` for an optional `Arc`, without touching the count of one
+/// that is already the same.
+fn clone_arc_from<T: ?Sized>(target: &mut Option<Arc<T>>, source: &Option<Arc<T>>) {
+    match (&*target, source) {
+        (Some(a), Some(b)) if Arc::ptr_eq(a, b) => {}
+        (None, None) => {}
+        _ => *target = source.clone(),
+    }
 }
 
 impl Text {
@@ -134,7 +165,7 @@ impl<'de> Deserialize<'de> for Text {
 }
 
 /// One block of a streaming reply.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum PartialBlock {
     /// Visible text.
@@ -157,12 +188,64 @@ pub enum PartialBlock {
     },
 }
 
+impl Clone for PartialBlock {
+    fn clone(&self) -> PartialBlock {
+        match self {
+            PartialBlock::Text(t) => PartialBlock::Text(t.clone()),
+            PartialBlock::Thinking { text, signature } => PartialBlock::Thinking {
+                text: text.clone(),
+                signature: signature.clone(),
+            },
+            PartialBlock::ToolCall {
+                id,
+                name,
+                arguments,
+            } => PartialBlock::ToolCall {
+                id: id.clone(),
+                name: name.clone(),
+                arguments: arguments.clone(),
+            },
+        }
+    }
+
+    /// As [`Text::clone_from`]: a block of the same kind keeps the pieces it shares.
+    fn clone_from(&mut self, source: &PartialBlock) {
+        match (self, source) {
+            (PartialBlock::Text(t), PartialBlock::Text(s)) => t.clone_from(s),
+            (
+                PartialBlock::Thinking { text, signature },
+                PartialBlock::Thinking {
+                    text: t,
+                    signature: s,
+                },
+            ) => {
+                text.clone_from(t);
+                clone_arc_from(signature, s);
+            }
+            (
+                PartialBlock::ToolCall {
+                    id,
+                    name,
+                    arguments,
+                },
+                PartialBlock::ToolCall {
+                    id: i,
+                    name: n,
+                    arguments: a,
+                },
+            ) if Arc::ptr_eq(id, i) && Arc::ptr_eq(name, n) => arguments.clone_from(a),
+            (target, source) => *target = source.clone(),
+        }
+    }
+}
+
 /// An assistant reply as far as it has streamed.
 ///
 /// # Performance
 /// `clone` is O(1) and [`PartialMessage::apply`] is O(size of the delta): a million deltas into
-/// one reply stay linear in total.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// one reply stay linear in total. `clone_from` onto the partial of the previous delta costs
+/// the pieces that changed (the text's tail, nearly always).
+#[derive(Debug, Default, PartialEq, Eq)]
 pub struct PartialMessage {
     settled: Arc<Settled>,
     // The last block, on its own. Deltas nearly always go to it, and the partial is shared
@@ -183,6 +266,23 @@ struct Settled {
     calls: Vector<usize>,
     usage: Usage,
     model: Arc<str>,
+}
+
+impl Clone for PartialMessage {
+    fn clone(&self) -> PartialMessage {
+        PartialMessage {
+            settled: self.settled.clone(),
+            last: self.last.clone(),
+        }
+    }
+
+    fn clone_from(&mut self, source: &PartialMessage) {
+        if !Arc::ptr_eq(&self.settled, &source.settled) {
+            self.settled = source.settled.clone();
+        }
+        // `Option::clone_from` hands both `Some` to `PartialBlock::clone_from`.
+        self.last.clone_from(&source.last);
+    }
 }
 
 impl PartialMessage {

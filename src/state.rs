@@ -258,7 +258,11 @@ impl State {
                 }
             }
             AgentEvent::MessageUpdate { message, delta } => {
-                s.streaming_message = Some(message.clone());
+                // Onto the partial of the previous delta: only what changed is taken.
+                match &mut s.streaming_message {
+                    Some(p) => p.clone_from(message),
+                    None => s.streaming_message = Some(message.clone()),
+                }
                 if let StreamEvent::Retry { .. } = delta {
                     s.retry = Some(delta.clone());
                 } else if s.retry.is_some() {

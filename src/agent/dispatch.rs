@@ -74,6 +74,18 @@ pub(crate) struct Listener {
 
 type List = Arc<Vec<Arc<Listener>>>;
 
+/// The listener list as one stream of deltas last read it: each delta uses it again while
+/// no `subscribe`, `unsubscribe` or `close` changed the list (a load of the list's version,
+/// where the list's lock and `Arc` cost four atomic read-modify-writes per delta).
+///
+/// Which listeners are called is the same either way: a listener removed since is still
+/// in the copy but marked inactive at once, so it is never called again. Only its drop
+/// waits: the copy keeps it until the next delta or the end of the reply, whichever comes
+/// first, and drops it then on the run thread, with no lock held (as a dispatch under way
+/// does for the event it is delivering).
+#[derive(Default)]
+pub(crate) struct Listeners(Option<(u64, List)>);
+
 /// The part of an agent that handles and threads share: the published state, the queues and
 /// the listeners.
 pub(crate) struct Shared {
@@ -85,6 +97,9 @@ pub(crate) struct Shared {
     // Set when the agent is dropped: the listeners are released and none is added again, so
     // a listener holding a handle never keeps the agent's listeners and channels alive.
     closed: AtomicBool,
+    // Bumped with every change of `listeners` (under its lock): a stream of deltas reads the
+    // list again only when it changed (see `Listeners`).
+    version: AtomicU64,
     next_id: AtomicU64,
     // How many wakers are subscribed: a change outside events (`update`) looks for them only
     // when there is one.
@@ -100,6 +115,7 @@ impl Shared {
             state: RwLock::new(Arc::new(state)),
             listeners: RwLock::new(Arc::new(Vec::new())),
             closed: AtomicBool::new(false),
+            version: AtomicU64::new(0),
             next_id: AtomicU64::new(1),
             wakers: AtomicUsize::new(0),
             run_token: Mutex::new(None),
@@ -227,6 +243,32 @@ impl Shared {
     ) -> R {
         let r = self.fold(event, before);
         let listeners = self.listeners.read().clone();
+        self.deliver(event, &listeners);
+        r
+    }
+
+    /// As [`Shared::emit`] for one of a stream of deltas (a `MessageUpdate`): the listener
+    /// list is read again only when it changed since the last delta of the same stream.
+    pub(crate) fn emit_update(&self, event: &AgentEvent, cache: &mut Listeners) {
+        self.fold(event, |_| ());
+        let version = self.version.load(Ordering::Acquire);
+        if cache.0.as_ref().is_none_or(|(v, _)| *v != version) {
+            let fresh = {
+                let current = self.listeners.read();
+                // Read under the lock that every change holds: the pair is consistent.
+                (self.version.load(Ordering::Acquire), current.clone())
+            };
+            // The list replaced (and a listener removed since) is dropped here, with no
+            // lock held.
+            cache.0 = Some(fresh);
+        }
+        if let Some((_, list)) = &cache.0 {
+            self.deliver(event, list);
+        }
+    }
+
+    /// Calls every active listener with `event`, in registration order, no lock held.
+    fn deliver(&self, event: &AgentEvent, listeners: &[Arc<Listener>]) {
         // The channels that dropped this event (at most one event each): rare, so no
         // allocation unless one did.
         let mut dropped: Vec<u64> = Vec::new();
@@ -262,7 +304,6 @@ impl Shared {
                 }
             });
         }
-        r
     }
 
     fn record_panic(&self, id: u64, event: &AgentEvent, message: String) {
@@ -301,7 +342,7 @@ impl Shared {
         if waker {
             self.wakers.fetch_add(1, Ordering::AcqRel);
         }
-        let old = Self::replace(current, next);
+        let old = self.replace(current, next);
         drop(old);
         if let Some(stats) = stats {
             self.update(|next| next.channels.push_back(stats));
@@ -309,8 +350,13 @@ impl Shared {
         id
     }
 
-    fn replace(current: RwLockUpgradableReadGuard<'_, List>, next: Vec<Arc<Listener>>) -> List {
+    fn replace(
+        &self,
+        current: RwLockUpgradableReadGuard<'_, List>,
+        next: Vec<Arc<Listener>>,
+    ) -> List {
         let mut w = RwLockUpgradableReadGuard::upgrade(current);
+        self.version.fetch_add(1, Ordering::AcqRel);
         std::mem::replace(&mut *w, Arc::new(next))
     }
 
@@ -334,7 +380,7 @@ impl Shared {
         next.remove(pos);
         // The removed listener (a closure and what it captured) is dropped with no lock held:
         // its drop is user code, which may subscribe or unsubscribe.
-        let old = Self::replace(current, next);
+        let old = self.replace(current, next);
         drop(old);
         if channel {
             self.update(|next| {
@@ -356,7 +402,7 @@ impl Shared {
             l.active.store(false, Ordering::Release);
         }
         self.wakers.store(0, Ordering::Release);
-        let old = Self::replace(current, Vec::new());
+        let old = self.replace(current, Vec::new());
         drop(old);
         // The state stays as the agent left it (`State::channels` included): a handle reads
         // its last snapshot.

@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 
 use super::builder::{Config, ToolNames};
 use super::context::RunContext;
+use super::dispatch::Listeners;
 use super::guard;
 use super::hooks::TurnSetup;
 use super::output::RunOutput;
@@ -354,22 +355,21 @@ pub(crate) struct Run<'a> {
 }
 
 impl Run<'_> {
-    // Inlined: a streamed delta is built where it is handed to the dispatch (no copy of the
-    // event on its way), and with the `tracing` feature costs two checks more.
+    // Inlined: an event is built where it is handed to the dispatch (no copy of the event on
+    // its way), and with the `tracing` feature costs two checks more.
     #[inline(always)]
     pub(crate) fn emit(&self, event: AgentEvent) {
-        drop(self.emit_back(event));
-    }
-
-    /// As [`Run::emit`], and gives the event back once its listeners returned: the reply's
-    /// partial goes into each `MessageUpdate` and comes back out for the next delta, moved
-    /// rather than cloned and dropped per delta.
-    #[inline(always)]
-    fn emit_back(&self, event: AgentEvent) -> AgentEvent {
         // A span the event ends closes once its listeners returned.
         let _closing = self.trace.observe(&event, &self.config.tool_defs);
         self.inner.shared.emit(&event);
-        event
+    }
+
+    /// As [`Run::emit`] for a delta of the reply, by reference (its partial is taken back
+    /// after): `listeners` is the list the last delta read (see `dispatch::Listeners`).
+    #[inline(always)]
+    fn emit_update(&self, event: &AgentEvent, listeners: &mut Listeners) {
+        let _closing = self.trace.observe(event, &self.config.tool_defs);
+        self.inner.shared.emit_update(event, listeners);
     }
 
     /// Counts `usage` (of a model call outside the replies: a compaction's) in the run's.
@@ -684,6 +684,8 @@ impl Run<'_> {
                 let partial = &mut partial;
                 let too_large = &mut too_large;
                 let mut size = 0u64;
+                // The listener list as the last delta read it (dropped with the stream).
+                let mut listeners = Listeners::default();
                 guard::catch(|| {
                     provider.stream(&request, &cancel, &mut |delta| {
                         // Nothing of the reply is taken after an abort (or the run deadline):
@@ -700,7 +702,10 @@ impl Run<'_> {
                         // OK because it is put back below, after every event.
                         let mut message = partial.take().expect("the partial between deltas");
                         message.push(&delta);
-                        let event = self.emit_back(AgentEvent::MessageUpdate { message, delta });
+                        // Built where it stays: handed on by reference, and only the
+                        // partial moves out again (the whole event is 144 bytes).
+                        let event = AgentEvent::MessageUpdate { message, delta };
+                        self.emit_update(&event, &mut listeners);
                         if let AgentEvent::MessageUpdate { message, .. } = event {
                             *partial = Some(message);
                         }

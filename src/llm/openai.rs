@@ -732,8 +732,12 @@ struct Decoder {
     model: Option<String>,
 }
 
-// The chunk types borrow from the event's text: a delta's strings are copied once, into the
-// event handed on, and fields we do not need are skipped without being stored.
+// The chunk types are small (a `Chunk` fits in 128 bytes): each is moved a few times on its
+// way out of serde's visitors, and a larger one is moved by a `memcpy` call, which reads back
+// what was just stored field by field (a store-forwarding stall each time). A delta's
+// strings are copied once, into the event handed on (`Box<str>` is a `String` without its
+// capacity: serde makes it of a `String` of exact size, and it becomes one again for free),
+// and fields we do not need are skipped without being stored.
 
 /// What the first chunk says of the whole reply. Read from the first chunk only: later
 /// chunks repeat it, and skipping a field costs less than reading it.
@@ -754,6 +758,9 @@ struct Chunk<'a> {
     #[serde(borrow)]
     error: Option<&'a RawValue>,
 }
+
+// See above: a larger chunk is copied by a call at every move.
+const _: () = assert!(std::mem::size_of::<Chunk<'static>>() <= 128);
 
 /// The `choices` of a chunk: nearly always one, kept without allocating; any more follow.
 #[derive(Default)]
@@ -795,20 +802,17 @@ impl<'de: 'a, 'a> Deserialize<'de> for Choices<'a> {
 struct Choice<'a> {
     #[serde(borrow)]
     delta: Option<Delta<'a>>,
-    #[serde(borrow)]
-    finish_reason: Option<Cow<'a, str>>,
+    finish_reason: Option<Box<str>>,
 }
 
 #[derive(Deserialize)]
 struct Delta<'a> {
+    content: Option<Box<str>>,
+    reasoning_content: Option<Box<str>>,
+    reasoning: Option<Box<str>>,
+    // Boxed: few deltas carry calls.
     #[serde(borrow)]
-    content: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    reasoning_content: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    reasoning: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    tool_calls: Option<Vec<ToolDelta<'a>>>,
+    tool_calls: Option<Box<Vec<ToolDelta<'a>>>>,
 }
 
 #[derive(Deserialize)]
@@ -878,7 +882,7 @@ impl Decode for Decoder {
                 self.delta(delta, out)?;
             }
             if let Some(reason) = choice.finish_reason {
-                self.finish = Some(reason.into_owned());
+                self.finish = Some(reason.into_string());
             }
         }
         if let Some(u) = chunk.usage {
@@ -934,16 +938,16 @@ impl Decoder {
         {
             if !text.is_empty() {
                 out.emit(StreamEvent::ThinkingDelta {
-                    text: text.into_owned(),
+                    text: text.into_string(),
                 })?;
             }
         }
         if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
             out.emit(StreamEvent::TextDelta {
-                text: text.into_owned(),
+                text: text.into_string(),
             })?;
         }
-        for call in delta.tool_calls.into_iter().flatten() {
+        for call in delta.tool_calls.into_iter().flat_map(|calls| *calls) {
             // Servers that send one call per delta may leave out `index`.
             let key = call
                 .index
