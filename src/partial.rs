@@ -546,6 +546,66 @@ mod tests {
         StreamEvent::TextDelta { text: t.into() }
     }
 
+    /// `clone_from` onto the partial of the previous event (as the state's copy is
+    /// refreshed at every delta) gives what `clone` gives, through every kind of change: a
+    /// new block of each kind, appends, a tail that is sealed, a signature, usage, and
+    /// arguments of an earlier call; and it keeps the pieces it already shared.
+    #[test]
+    fn clone_from_the_next_partial_equals_its_clone() {
+        let long = "y".repeat(Text::TAIL + 7);
+        let mut events = vec![
+            StreamEvent::ThinkingDelta { text: "th".into() },
+            StreamEvent::ThinkingDelta { text: "ink".into() },
+            StreamEvent::ThinkingSignature {
+                signature: "sig".into(),
+            },
+            text("Hel"),
+            text("lo"),
+            text(&long),
+        ];
+        events.extend((0..100).map(|i| text(&format!(" w{i}"))));
+        events.extend([
+            StreamEvent::ToolCallStart {
+                id: "a".into(),
+                name: "f".into(),
+            },
+            StreamEvent::ToolCallDelta {
+                index: 0,
+                arguments: "{\"x\"".into(),
+            },
+            StreamEvent::ToolCallStart {
+                id: "b".into(),
+                name: "g".into(),
+            },
+            StreamEvent::ToolCallDelta {
+                index: 0,
+                arguments: ":1}".into(),
+            },
+            StreamEvent::Usage {
+                usage: Usage::default(),
+            },
+            text("after"),
+        ]);
+        let mut p = PartialMessage::new("m");
+        let mut copy = p.clone();
+        for (i, e) in events.iter().enumerate() {
+            p.push(e);
+            copy.clone_from(&p);
+            assert_eq!(copy, p, "after event {i}");
+            assert_eq!(copy.text(), p.text());
+            assert!(Arc::ptr_eq(&copy.settled, &p.settled), "after event {i}");
+        }
+        // A copy of another reply altogether becomes this one.
+        let mut other = PartialMessage::new("n").apply(&text("zzz"));
+        other.clone_from(&p);
+        assert_eq!(other, p);
+        let mut empty = PartialMessage::new("n");
+        empty.clone_from(&p);
+        assert_eq!(empty, p);
+        p.clone_from(&PartialMessage::new("n"));
+        assert_eq!(p, PartialMessage::new("n"));
+    }
+
     #[test]
     fn deltas_assemble_blocks_in_order() {
         let mut p = PartialMessage::new("m");

@@ -870,3 +870,107 @@ fn a_drop_updates_channel_never_waits_and_keeps_every_lifecycle_event() {
         updates(&all) - updates(&got)
     );
 }
+
+/// The deltas of one reply read the listener list again only when it changed: every change
+/// between two deltas (a listener subscribed or removed by a listener, one subscribed from
+/// another thread) holds from the next delta on, a removed listener is not called again,
+/// not even for the delta under way, and it is dropped by the next delta.
+#[test]
+fn changes_to_the_listeners_between_deltas_hold_from_the_next_delta() {
+    let agent = Arc::new(streaming(10));
+    let handle = agent.handle();
+    // The number of the update being dispatched, counted by the first listener.
+    let update = Arc::new(AtomicUsize::new(0));
+    let count = update.clone();
+    agent
+        .subscribe(move |e| {
+            if let AgentEvent::MessageUpdate { .. } = e {
+                count.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+        .keep();
+    // A listener that logs the numbers of the updates it is called for.
+    let logger = |log: &Arc<Mutex<Vec<usize>>>| {
+        let (log, update) = (log.clone(), update.clone());
+        move |e: &AgentEvent| {
+            if let AgentEvent::MessageUpdate { .. } = e {
+                log.lock().unwrap().push(update.load(Ordering::SeqCst));
+            }
+        }
+    };
+    let [late, removed, from_thread] = [(); 3].map(|_| Arc::new(Mutex::new(Vec::new())));
+    let marker = Arc::new(Marker);
+    let removed_alive = Arc::downgrade(&marker);
+    let (to_thread, thread_rx) = std::sync::mpsc::channel::<()>();
+    let (thread_tx, from_other) = std::sync::mpsc::channel::<()>();
+    let other = {
+        let (handle, log) = (handle.clone(), logger(&from_thread));
+        std::thread::spawn(move || {
+            thread_rx.recv_timeout(PATIENCE).unwrap();
+            handle.subscribe(log).keep();
+            thread_tx.send(()).unwrap();
+        })
+    };
+    let (to_thread, from_other) = (Mutex::new(to_thread), Mutex::new(from_other));
+    let late_id = Mutex::new(None);
+    let removed_id = Arc::new(Mutex::new(None));
+    let _driver = {
+        let (handle, late_log, removed_id, update) = (
+            handle.clone(),
+            logger(&late),
+            removed_id.clone(),
+            update.clone(),
+        );
+        agent.subscribe(move |e| {
+            if !matches!(e, AgentEvent::MessageUpdate { .. }) {
+                return;
+            }
+            match update.load(Ordering::SeqCst) {
+                3 => {
+                    *late_id.lock().unwrap() = Some(handle.subscribe(late_log.clone()).keep());
+                    assert!(handle.unsubscribe(removed_id.lock().unwrap().unwrap()));
+                    to_thread.lock().unwrap().send(()).unwrap();
+                    from_other.lock().unwrap().recv_timeout(PATIENCE).unwrap();
+                }
+                4 => assert!(
+                    removed_alive.upgrade().is_none(),
+                    "the removed listener was kept past the next delta"
+                ),
+                6 => assert!(handle.unsubscribe(late_id.lock().unwrap().unwrap())),
+                _ => {}
+            }
+        })
+    };
+    let removed_log = logger(&removed);
+    let id = agent
+        .subscribe(move |e| {
+            let _ = &marker;
+            removed_log(e);
+        })
+        .keep();
+    *removed_id.lock().unwrap() = Some(id);
+    let a = agent.clone();
+    let result = bounded(move || a.prompt("hi").unwrap());
+    assert_eq!(result.text(), "x".repeat(10));
+    other.join().unwrap();
+    // The checks made in the listeners (a panic there is caught and counted).
+    let state = agent.snapshot();
+    assert_eq!(state.listener_panics, 0, "{:?}", state.last_listener_panic);
+    let updates = update.load(Ordering::SeqCst);
+    assert!(updates >= 10, "{updates} updates");
+    assert_eq!(
+        *removed.lock().unwrap(),
+        [1, 2],
+        "removed during the third update"
+    );
+    assert_eq!(
+        *late.lock().unwrap(),
+        [4, 5],
+        "subscribed at the third, removed at the sixth"
+    );
+    assert_eq!(
+        *from_thread.lock().unwrap(),
+        (4..=updates).collect::<Vec<_>>(),
+        "subscribed from another thread during the third"
+    );
+}

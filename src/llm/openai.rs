@@ -8,7 +8,6 @@ use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use serde_json::value::RawValue;
 
 use super::http::{self, Call, Decode, Emitter, Endpoint};
 use super::parts::{Base64, Collected, DataUrl, DocumentText};
@@ -753,10 +752,9 @@ struct Head<'a> {
 struct Chunk<'a> {
     #[serde(default, borrow)]
     choices: Choices<'a>,
-    // Boxed and borrowed: they come once a reply, and a small chunk is cheaper to move.
+    // Boxed: they come once a reply (or never), and a small chunk is cheaper to move.
     usage: Option<Box<WireUsage>>,
-    #[serde(borrow)]
-    error: Option<&'a RawValue>,
+    error: Option<Box<Value>>,
 }
 
 // See above: a larger chunk is copied by a call at every move.
@@ -766,7 +764,7 @@ const _: () = assert!(std::mem::size_of::<Chunk<'static>>() <= 128);
 #[derive(Default)]
 struct Choices<'a> {
     first: Option<Choice<'a>>,
-    rest: Vec<Choice<'a>>,
+    rest: Box<[Choice<'a>]>,
 }
 
 impl<'de: 'a, 'a> Deserialize<'de> for Choices<'a> {
@@ -784,14 +782,15 @@ impl<'de: 'a, 'a> Deserialize<'de> for Choices<'a> {
             }
 
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Choices<'a>, A::Error> {
-                let mut out = Choices {
-                    first: seq.next_element()?,
-                    rest: Vec::new(),
-                };
+                let first = seq.next_element()?;
+                let mut rest = Vec::new();
                 while let Some(choice) = seq.next_element()? {
-                    out.rest.push(choice);
+                    rest.push(choice);
                 }
-                Ok(out)
+                Ok(Choices {
+                    first,
+                    rest: rest.into_boxed_slice(),
+                })
             }
         }
         d.deserialize_any(Visit(std::marker::PhantomData))
@@ -812,7 +811,7 @@ struct Delta<'a> {
     reasoning: Option<Box<str>>,
     // Boxed: few deltas carry calls.
     #[serde(borrow)]
-    tool_calls: Option<Box<Vec<ToolDelta<'a>>>>,
+    tool_calls: Option<Box<[ToolDelta<'a>]>>,
 }
 
 #[derive(Deserialize)]
@@ -866,7 +865,6 @@ impl Decode for Decoder {
         let chunk: Chunk<'_> = serde_json::from_str(data)
             .map_err(|e| Error::Stream(format!("a chunk is not valid json ({e})")))?;
         if let Some(error) = chunk.error {
-            let error = serde_json::from_str(error.get()).unwrap_or(Value::Null);
             return Err(http::api_error(&error));
         }
         if !self.head_read {
@@ -877,7 +875,7 @@ impl Decode for Decoder {
             }
         }
         let Choices { first, rest } = chunk.choices;
-        for choice in first.into_iter().chain(rest) {
+        for choice in first.into_iter().chain(rest.into_vec()) {
             if let Some(delta) = choice.delta {
                 self.delta(delta, out)?;
             }
@@ -947,7 +945,7 @@ impl Decoder {
                 text: text.into_string(),
             })?;
         }
-        for call in delta.tool_calls.into_iter().flat_map(|calls| *calls) {
+        for call in delta.tool_calls.into_iter().flat_map(Vec::from) {
             // Servers that send one call per delta may leave out `index`.
             let key = call
                 .index

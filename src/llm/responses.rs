@@ -825,10 +825,17 @@ struct Typed<'a> {
     kind: Cow<'a, str>,
 }
 
+/// A string borrowed from the event's text unless it has escapes. serde borrows a
+/// `Cow<str>` field only where it is the field's whole type: an `Option<Cow<str>>` is always
+/// copied into a `String` (an allocation per delta for the item id), an
+/// `Option<Borrowed>` is not.
+#[derive(Deserialize)]
+struct Borrowed<'a>(#[serde(borrow)] Cow<'a, str>);
+
 #[derive(Deserialize)]
 struct Delta<'a> {
     #[serde(borrow)]
-    item_id: Option<Cow<'a, str>>,
+    item_id: Option<Borrowed<'a>>,
     #[serde(borrow)]
     delta: Cow<'a, str>,
 }
@@ -836,7 +843,7 @@ struct Delta<'a> {
 #[derive(Deserialize)]
 struct SummaryPart<'a> {
     #[serde(borrow)]
-    item_id: Option<Cow<'a, str>>,
+    item_id: Option<Borrowed<'a>>,
     #[serde(default)]
     summary_index: u64,
 }
@@ -844,7 +851,7 @@ struct SummaryPart<'a> {
 #[derive(Deserialize)]
 struct ArgumentsDone<'a> {
     #[serde(borrow)]
-    item_id: Option<Cow<'a, str>>,
+    item_id: Option<Borrowed<'a>>,
     #[serde(borrow)]
     arguments: Cow<'a, str>,
 }
@@ -987,7 +994,8 @@ impl Decode for Decoder {
         match &*kind {
             "response.output_text.delta" | "response.refusal.delta" => {
                 let d: Delta<'_> = parse(data, &kind)?;
-                if let Some(Item::Message { text }) = self.item(d.item_id.as_deref()) {
+                if let Some(Item::Message { text }) = self.item(d.item_id.as_ref().map(|id| &*id.0))
+                {
                     *text = true;
                 }
                 if !d.delta.is_empty() {
@@ -998,7 +1006,9 @@ impl Decode for Decoder {
             }
             "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
                 let d: Delta<'_> = parse(data, &kind)?;
-                if let Some(Item::Reasoning { text, .. }) = self.item(d.item_id.as_deref()) {
+                if let Some(Item::Reasoning { text, .. }) =
+                    self.item(d.item_id.as_ref().map(|id| &*id.0))
+                {
                     *text = true;
                 }
                 if !d.delta.is_empty() {
@@ -1007,7 +1017,9 @@ impl Decode for Decoder {
             }
             "response.reasoning_summary_part.added" => {
                 let p: SummaryPart<'_> = parse(data, &kind)?;
-                if let Some(Item::Reasoning { text, parts }) = self.item(p.item_id.as_deref()) {
+                if let Some(Item::Reasoning { text, parts }) =
+                    self.item(p.item_id.as_ref().map(|id| &*id.0))
+                {
                     *parts = (*parts).max(p.summary_index + 1);
                     // Parts of a summary are paragraphs.
                     if p.summary_index > 0 && *text {
@@ -1017,7 +1029,7 @@ impl Decode for Decoder {
             }
             "response.function_call_arguments.delta" => {
                 let d: Delta<'_> = parse(data, &kind)?;
-                let index = self.call(d.item_id.as_deref(), &kind)?;
+                let index = self.call(d.item_id.as_ref().map(|id| &*id.0), &kind)?;
                 if !d.delta.is_empty() {
                     out.emit(StreamEvent::ToolCallDelta {
                         index,
@@ -1027,7 +1039,7 @@ impl Decode for Decoder {
             }
             "response.function_call_arguments.done" => {
                 let d: ArgumentsDone<'_> = parse(data, &kind)?;
-                let index = self.call(d.item_id.as_deref(), &kind)?;
+                let index = self.call(d.item_id.as_ref().map(|id| &*id.0), &kind)?;
                 self.whole_arguments(index, &d.arguments, out)?;
             }
             "response.output_item.added" => {
