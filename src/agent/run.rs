@@ -217,6 +217,9 @@ fn run_claimed_with(
         Err(e) => (RunStopReason::Error, Some(e)),
     };
     *inner.context.lock() = std::mem::take(&mut run.context).into_memory();
+    // The connection buffers this thread reused from turn to turn go now: an idle agent
+    // holds none.
+    crate::llm::release_thread_buffers();
     // The outcome is decided here, as the claim goes: an abort that landed after the loop's
     // last check (in a `TurnEnd` listener, say) still makes the run `Cancelled`, so an
     // `abort()` that returned true is never lost.

@@ -9,12 +9,14 @@ use std::time::{Duration, Instant};
 use super::CancelToken;
 use super::error_text::{Secrets, scrub_read};
 use super::http::cancelled;
+use super::sockbuf;
 use super::sse;
 use super::transport::Ctx;
 use super::url::Target;
 use crate::{Error, TimeoutPhase};
 
-const READ_BUFFER: usize = 8 * 1024;
+/// 8 KiB: the size of a request's first output buffer, so that the two are one spare.
+const READ_BUFFER: usize = sockbuf::OUTPUT_MIN;
 /// How long the rest of a reply (the end of its chunked body) may take once its last event
 /// came, to keep the connection for the next request; past it the connection is dropped.
 const DRAIN_TIMEOUT: Duration = Duration::from_millis(250);
@@ -33,31 +35,22 @@ pub(crate) struct Body {
     buf: ReadBuffer,
 }
 
-thread_local! {
-    /// The read buffer of the thread's last reply, kept for its next one.
-    static SPARE: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
-}
-
-/// A reply's read buffer: [`READ_BUFFER`] bytes, taken from the thread's spare and given
-/// back when the reply is dropped, so that a run reuses one buffer for all its model calls
-/// (a fresh one is zeroed, which costs more than the reads of a short reply).
+/// A reply's read buffer: [`READ_BUFFER`] bytes, taken from the thread's spare buffers and
+/// given back when the reply is dropped (see `sockbuf`), so that a run reuses the same
+/// buffers for all its model calls: this one is the request's output buffer, given back as
+/// the reply was awaited (a fresh one is zeroed, which costs more than the reads of a
+/// short reply).
 struct ReadBuffer(Vec<u8>);
 
 impl ReadBuffer {
     fn take() -> ReadBuffer {
-        let mut buf = SPARE.with(std::cell::Cell::take);
-        if buf.len() != READ_BUFFER {
-            buf = vec![0; READ_BUFFER];
-        }
-        ReadBuffer(buf)
+        ReadBuffer(sockbuf::take(READ_BUFFER))
     }
 }
 
 impl Drop for ReadBuffer {
     fn drop(&mut self) {
-        let buf = std::mem::take(&mut self.0);
-        // `try_with`: the thread may be ending, its spare already gone.
-        let _ = SPARE.try_with(|spare| spare.set(buf));
+        sockbuf::give(std::mem::take(&mut self.0));
     }
 }
 

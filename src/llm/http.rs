@@ -110,6 +110,45 @@ pub(crate) struct Endpoint {
     /// What the model takes besides text; checked before each request is sent.
     pub(crate) accepts: super::Accepts,
     pub(crate) http: HttpClient,
+    /// The URL and target of the model calls' path, made at the first call (see
+    /// [`Prepared`]); emptied when the key or a header changes (the target is scrubbed of
+    /// them).
+    prepared: OnceLock<Prepared>,
+}
+
+/// What a model call to one path needs of the base URL, made once per endpoint: the URL,
+/// parsed as ureq takes it, and the target errors name, scrubbed of the secrets. Neither
+/// changes between calls, so a call clones them instead of writing, scrubbing and parsing
+/// them again.
+#[derive(Clone)]
+struct Prepared {
+    path: &'static str,
+    url: Url,
+    target: Target,
+}
+
+/// Where a request goes: the URL as text (ureq parses it), or parsed once already.
+#[derive(Clone)]
+pub(crate) enum Url {
+    Text(String),
+    Parsed(ureq::http::Uri),
+}
+
+impl From<String> for Url {
+    fn from(url: String) -> Url {
+        Url::Text(url)
+    }
+}
+
+impl Url {
+    /// The URL of a model call: parsed now, if it parses (else as text, so that ureq's
+    /// error names it, as for any request).
+    fn parsed(url: String) -> Url {
+        match url.parse::<ureq::http::Uri>() {
+            Ok(uri) => Url::Parsed(uri),
+            Err(_) => Url::Text(url),
+        }
+    }
 }
 
 impl Endpoint {
@@ -122,7 +161,29 @@ impl Endpoint {
             headers: Vec::new(),
             accepts: super::Accepts::all(),
             http: HttpClient::default(),
+            prepared: OnceLock::new(),
         }
+    }
+
+    /// Sets the key sent with every request.
+    pub(crate) fn set_api_key(&mut self, key: String) {
+        self.api_key = Some(key);
+        self.prepared = OnceLock::new();
+    }
+
+    /// The URL and target of a model call to `path` below the base URL: made at the first
+    /// call to the endpoint's path and kept (a call to another path makes its own).
+    fn prepared(&self, base: &BaseUrl, path: &'static str, secret: Option<&Secrets<'_>>) -> Prepared {
+        let make = || Prepared {
+            path,
+            url: Url::parsed(base.request_url(path)),
+            target: base.target(path, secret),
+        };
+        let prepared = self.prepared.get_or_init(make);
+        if prepared.path == path {
+            return prepared.clone();
+        }
+        make()
     }
 
     /// The host and port of the base URL (none for one that did not parse).
@@ -164,6 +225,7 @@ impl Endpoint {
     pub(crate) fn add_header(&mut self, name: String, value: String) {
         self.headers
             .push((name.trim().to_owned(), value.trim().to_owned()));
+        self.prepared = OnceLock::new();
     }
 
     /// What no text may show: the key, the credential headers' values and the credentials
@@ -223,7 +285,7 @@ impl Endpoint {
     /// or a broken reply.
     pub(crate) fn stream(
         &self,
-        call: Call<'_>,
+        call: Call,
         decoder: impl Decode,
         cancel: &CancelToken,
         on_event: &mut OnEvent<'_>,
@@ -237,7 +299,7 @@ impl Endpoint {
 
     fn stream_unscrubbed(
         &self,
-        mut call: Call<'_>,
+        mut call: Call,
         mut decoder: impl Decode,
         secret: Option<&Secrets<'_>>,
         cancel: &CancelToken,
@@ -256,12 +318,12 @@ impl Endpoint {
         });
         // The body bytes move into the request as they are: serialized once per model call,
         // and every attempt sends these same bytes.
+        let Prepared { url, target, .. } = self.prepared(base, call.path, secret);
         let post = Post {
-            url: base.request_url(call.path),
+            url,
             headers: call.headers,
             body: call.body,
         };
-        let target = base.target(call.path, secret);
         let to = Redirects {
             base,
             path: call.path,
@@ -329,7 +391,7 @@ impl Endpoint {
                     .any(|(custom, _)| custom.eq_ignore_ascii_case(name))
             });
             let post = Post {
-                url: base.request_url(path),
+                url: base.request_url(path).into(),
                 headers,
                 body: body.unwrap_or_default(),
             };
@@ -362,9 +424,9 @@ impl Endpoint {
 }
 
 /// One streamed request of a provider: what differs between providers.
-pub(crate) struct Call<'a> {
+pub(crate) struct Call {
     /// Appended to the base URL.
-    pub(crate) path: &'a str,
+    pub(crate) path: &'static str,
     /// The provider's headers; the content type is added.
     pub(crate) headers: Vec<(&'static str, String)>,
     /// The JSON body, as its pieces.
@@ -451,7 +513,7 @@ pub(crate) enum Method {
 
 /// What a request sends: its body one buffer, or a model call's pieces.
 pub(crate) struct Post<B = Vec<u8>> {
-    pub(crate) url: String,
+    pub(crate) url: Url,
     pub(crate) headers: Vec<(&'static str, String)>,
     pub(crate) body: B,
 }
@@ -672,16 +734,23 @@ impl HttpClient {
             );
         let response = match method {
             Method::Post => {
-                let mut request = self.agent().post(&post.url);
+                let mut request = match &post.url {
+                    Url::Text(url) => self.agent().post(url),
+                    Url::Parsed(uri) => self.agent().post(uri.clone()),
+                };
                 for (name, value) in headers {
                     request = request.header(name, value);
                 }
                 post.body.send(request)
             }
             Method::Get | Method::Delete => {
+                let url = match &post.url {
+                    Url::Text(url) => url.clone(),
+                    Url::Parsed(uri) => uri.to_string(),
+                };
                 let mut request = match method {
-                    Method::Get => self.agent().get(&post.url),
-                    _ => self.agent().delete(&post.url),
+                    Method::Get => self.agent().get(url),
+                    _ => self.agent().delete(url),
                 };
                 for (name, value) in headers {
                     request = request.header(name, value);

@@ -99,7 +99,7 @@ macro_rules! http_setters {
             #[doc = $key_doc]
             #[must_use]
             pub fn api_key(mut self, key: impl Into<String>) -> $provider {
-                self.endpoint.api_key = Some(key.into());
+                self.endpoint.set_api_key(key.into());
                 self
             }
 
@@ -256,6 +256,8 @@ pub use faux::{Faux, FauxReply};
 pub use openai::{OPENAI_BASE_URL, OpenAiCompat};
 pub use parts::Accepts;
 pub(crate) use parts::TextParts;
+/// Frees the connection buffers the thread kept for its next request (a run ended).
+pub(crate) use sockbuf::release_thread as release_thread_buffers;
 pub use pieces::BodyCache;
 pub use responses::OpenAiResponses;
 pub use retry::RetryPolicy;

@@ -367,6 +367,9 @@ pub(crate) struct Builder {
     old: Option<Vec<Option<Slot>>>,
     /// Where in `old` the next message is looked for first.
     cursor: usize,
+    /// How many of `old`'s pieces are still there: none left, a message is new (the
+    /// messages a turn appended come after all the cached ones), no index is built.
+    left: usize,
     /// Where each of `old`'s messages is, built at the first message out of order.
     index: Option<HashMap<usize, usize, BuildHasherDefault<AddressHasher>>>,
 }
@@ -398,6 +401,7 @@ impl Builder {
             old.into_iter().map(Some).collect()
         });
         Builder {
+            left: old.as_ref().map_or(0, Vec::len),
             body,
             old,
             cursor: 0,
@@ -445,6 +449,7 @@ impl Builder {
             .is_some_and(|s| s.message.as_ptr() as usize == address);
         let at = match next {
             true => Some(self.cursor),
+            false if self.left == 0 => None,
             false => {
                 let index = self.index.get_or_insert_with(|| {
                     let mut index = HashMap::default();
@@ -462,6 +467,7 @@ impl Builder {
         let slot = match at.and_then(|i| old[i].take().map(|slot| (i, slot))) {
             Some((i, slot)) => {
                 self.cursor = i + 1;
+                self.left -= 1;
                 slot
             }
             None => {

@@ -17,6 +17,20 @@
 //!   doubles when a write sent it full (a body larger than the buffer: fewer, larger
 //!   writes), and is freed as soon as the reply is awaited: a request is sent whole before
 //!   its reply is read, and the reply may stream for minutes.
+//!
+//! # Reused while a run goes on
+//! A freed buffer is not given back to the allocator at once: the thread keeps it as a
+//! spare ([`take`], [`give`]) for its next request, until its run ends
+//! ([`release_thread`]). A turn's buffers are then the last turn's, not allocated and
+//! zeroed again (zeroing a fresh 12 KiB cost more than sending a short request). The
+//! reply's read buffer (`body`) takes from the same spares: the output, given back as the
+//! reply is awaited, is the read buffer of that reply, and the read buffer, given back when
+//! the reply is dropped, is the next request's output. So the spares add nothing to what a
+//! request holds at its peak: one output or read buffer, and the input. The spares are
+//! per thread, at most [`SPARES`] of them, none larger than [`SPARE_MAX`]; an idle agent
+//! holds none (its run ended), and a thread that ends drops its own.
+
+use std::cell::RefCell;
 
 use ureq::unversioned::transport::Buffers;
 
@@ -29,6 +43,57 @@ pub(crate) const MAX: usize = 128 * 1024;
 /// The least scratch space given to ureq for a request body beside the output (ureq reads
 /// into it only a chunked body, which pagent never sends: its bodies have a length).
 const MIN_TMP: usize = 1024;
+/// How many freed buffers a thread keeps for its next request: the input, and the output
+/// or the read buffer.
+const SPARES: usize = 2;
+/// The largest buffer kept as a spare (a larger one, grown by a bulk reply, is freed).
+pub(crate) const SPARE_MAX: usize = 32 * 1024;
+
+thread_local! {
+    /// The thread's spare buffers (empty `Vec`s for none), see the module docs.
+    static SPARE: RefCell<[Vec<u8>; SPARES]> = const { RefCell::new([Vec::new(), Vec::new()]) };
+}
+
+/// A buffer of `len` bytes: a spare of the thread of that length (its old bytes still in
+/// it: every user writes before it reads), else a new one.
+pub(crate) fn take(len: usize) -> Vec<u8> {
+    let spare = SPARE.try_with(|spare| {
+        let mut spare = spare.borrow_mut();
+        spare
+            .iter_mut()
+            .find(|b| b.len() == len)
+            .map(std::mem::take)
+    });
+    match spare {
+        Ok(Some(buf)) => buf,
+        _ => vec![0; len],
+    }
+}
+
+/// Keeps `buf` as one of the thread's spares when there is room and it is not too large;
+/// else frees it.
+pub(crate) fn give(buf: Vec<u8>) {
+    if buf.is_empty() || buf.len() > SPARE_MAX {
+        return;
+    }
+    // `try_with`: the thread may be ending, its spares already gone.
+    let _ = SPARE.try_with(|spare| {
+        if let Some(slot) = spare.borrow_mut().iter_mut().find(|b| b.is_empty()) {
+            *slot = buf;
+        }
+    });
+}
+
+/// Frees the thread's spares (its run ended).
+pub(crate) fn release_thread() {
+    let _ = SPARE.try_with(|spare| *spare.borrow_mut() = [Vec::new(), Vec::new()]);
+}
+
+/// The bytes the thread's spares hold (for tests).
+#[cfg(test)]
+fn spare_bytes() -> usize {
+    SPARE.with(|spare| spare.borrow().iter().map(Vec::len).sum())
+}
 
 /// See the module docs.
 #[derive(Debug)]
@@ -68,6 +133,8 @@ impl SockBuffers {
             return;
         }
         let input_size = self.input_size.max(self.input.len()).min(MAX);
+        give(std::mem::take(&mut self.input));
+        give(std::mem::take(&mut self.output));
         *self = SockBuffers {
             input_size,
             ..SockBuffers::default()
@@ -89,7 +156,7 @@ impl SockBuffers {
 
     /// Frees the output buffer (the request is sent; the next one starts small again).
     pub(crate) fn free_output(&mut self) {
-        self.output = Vec::new();
+        give(std::mem::take(&mut self.output));
         self.output_size = OUTPUT_MIN;
     }
 
@@ -108,19 +175,27 @@ impl SockBuffers {
             // Full (a head that does not fit yet): grow.
             self.input_size = (self.input.len() * 2).clamp(INPUT_MIN, MAX);
         }
-        if self.input.len() < self.input_size {
+        if self.input.is_empty() {
+            self.input = take(self.input_size);
+        } else if self.input.len() < self.input_size {
             self.input.resize(self.input_size, 0);
         }
+    }
+
+    /// The output buffer at its size: the one it has, or a spare or new one (grown: the old
+    /// content is not needed, as ureq writes it from 0 each time).
+    fn sized_output(&mut self) -> &mut [u8] {
+        if self.output.len() != self.output_size {
+            give(std::mem::take(&mut self.output));
+            self.output = take(self.output_size);
+        }
+        &mut self.output
     }
 }
 
 impl Buffers for SockBuffers {
     fn output(&mut self) -> &mut [u8] {
-        if self.output.len() != self.output_size {
-            // Grown: the old content is not needed (ureq writes it from 0 each time).
-            self.output = vec![0; self.output_size];
-        }
-        &mut self.output
+        self.sized_output()
     }
 
     fn input(&self) -> &[u8] {
@@ -156,9 +231,7 @@ impl Buffers for SockBuffers {
             let wanted = self.filled + MIN_TMP;
             self.input.resize(wanted, 0);
         }
-        if self.output.len() != self.output_size {
-            self.output = vec![0; self.output_size];
-        }
+        self.sized_output();
         (&mut self.input[self.filled..], &mut self.output)
     }
 
@@ -217,6 +290,44 @@ mod tests {
             b.input_consume(room);
         }
         assert_eq!(b.input_append_buf().len(), MAX);
+    }
+
+    #[test]
+    fn a_turns_buffers_are_the_last_turns_until_the_run_ends() {
+        release_thread();
+        let mut b = SockBuffers::default();
+        // A request: output, then input; the output goes when the reply is awaited, and is
+        // the reply's read buffer; the input goes as the connection is pooled.
+        let output = b.output().as_ptr();
+        let input = b.input_append_buf().as_ptr();
+        b.input_appended(100);
+        b.free_output();
+        assert_eq!(spare_bytes(), OUTPUT_MIN);
+        let read = take(OUTPUT_MIN);
+        assert_eq!(read.as_ptr(), output);
+        b.input_consume(100);
+        b.release();
+        give(read);
+        assert_eq!(spare_bytes(), OUTPUT_MIN + INPUT_MIN);
+        // The next request takes the same two buffers, nothing allocated.
+        assert_eq!(b.output().as_ptr(), output);
+        assert_eq!(b.input_append_buf().as_ptr(), input);
+        assert_eq!(spare_bytes(), 0);
+        b.free_output();
+        b.release();
+        // At most two are kept, none larger than the most.
+        give(vec![0; 100]);
+        give(vec![0; SPARE_MAX + 1]);
+        assert_eq!(spare_bytes(), OUTPUT_MIN + INPUT_MIN);
+        release_thread();
+        assert_eq!(spare_bytes(), 0);
+        give(vec![0; SPARE_MAX + 1]);
+        assert_eq!(spare_bytes(), 0);
+        // A size no spare has is allocated anew.
+        give(vec![0; INPUT_MIN]);
+        assert_eq!(take(2 * INPUT_MIN).len(), 2 * INPUT_MIN);
+        assert_eq!(spare_bytes(), INPUT_MIN);
+        release_thread();
     }
 
     #[test]

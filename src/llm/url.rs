@@ -9,7 +9,7 @@
 //! user info is sent as ureq sends it (HTTP basic authentication). Neither is ever shown.
 
 use std::fmt;
-use std::rc::Rc;
+use std::sync::Arc;
 
 use super::error_text::{Secrets, clip, is_credential_header};
 use crate::Error;
@@ -305,9 +305,10 @@ pub(crate) fn debug_unparsed(url: &str) -> String {
 }
 
 /// The request as errors name it: the method and the URL without user info, query or
-/// fragment (where keys may hide), with the port always shown.
+/// fragment (where keys may hide), with the port always shown. Shared: made once per
+/// endpoint and path (`http::Prepared`), cloned into each request.
 #[derive(Clone)]
-pub(crate) struct Target(Rc<str>);
+pub(crate) struct Target(Arc<str>);
 
 impl Target {
     /// The target of a POST to `url`.

@@ -445,7 +445,7 @@ impl Inner {
                 headers.push(("content-type", "application/json".to_owned()));
             }
             let post = Post {
-                url: url.clone(),
+                url: url.clone().into(),
                 headers,
                 body: body.to_vec(),
             };

@@ -1065,7 +1065,7 @@ impl Auth {
         }
         let target = Target::parse(url, None).map_err(McpError::Transport)?;
         let post = Post {
-            url: url.to_owned(),
+            url: url.to_owned().into(),
             headers,
             body,
         };
