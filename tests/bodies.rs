@@ -253,6 +253,45 @@ fn a_cache_handed_to_another_dialect_never_sends_the_first_ones_pieces() {
     }
 }
 
+/// The tools' JSON is kept while the requests hand the same list (as an agent does, turn
+/// after turn), and written again for another list, or for another dialect given the same
+/// cache: each body is the bytes of a fresh one.
+#[test]
+fn the_tools_are_written_again_only_for_another_list_or_dialect() {
+    let messages: Vec<Arc<Message>> = (0..6).map(|i| Arc::new(message(i))).collect();
+    let tools = |name: &str, schema: serde_json::Value| -> Request {
+        Request::new("m", messages.clone()).with_tools(vec![
+            ToolDefinition::new(name, "Looks.", schema),
+            ToolDefinition::new("other", "Other.", serde_json::json!({"type": "object"})),
+        ])
+    };
+    let first = tools("look", serde_json::json!({"type": "object"}));
+    // The same length and names, another schema: the list, not its length, decides.
+    let second = tools(
+        "look",
+        serde_json::json!({"type": "object", "properties": {"q": {"type": "string"}}}),
+    );
+    let cache = BodyCache::new();
+    for round in 0..2 {
+        for (name, write) in writers() {
+            for (step, request) in [("first", &first), ("second", &second), ("first", &first)] {
+                let fresh = bytes(&write, request);
+                for again in 0..2 {
+                    let cached = bytes(&write, &request.clone().with_body_cache(cache.clone()));
+                    assert!(
+                        fresh == cached,
+                        "{name}, round {round}, {step} list, call {again}: the cached body \
+                         differs:\n{}\n{}",
+                        String::from_utf8_lossy(&fresh),
+                        String::from_utf8_lossy(&cached)
+                    );
+                }
+            }
+            assert_ne!(bytes(&write, &first), bytes(&write, &second), "{name}");
+        }
+    }
+}
+
 /// A provider that records each request it is given, then calls the real one.
 struct Recording<P> {
     inner: P,

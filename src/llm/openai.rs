@@ -8,6 +8,7 @@ use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::http::{self, Call, Decode, Emitter, Endpoint};
 use super::parts::{Base64, Collected, DataUrl, DocumentText};
@@ -185,9 +186,16 @@ impl OpenAiCompat {
         };
         let capacity = super::parts::arena_capacity(request);
         let mut b = Builder::new(request.body_cache.as_ref(), dialect, capacity);
+        let tools = (!request.tools.is_empty()).then(|| {
+            b.tools_json(&request.tools, |tools| {
+                // OK because writing to a String cannot fail, and the tools serialize.
+                serde_json::to_string(&Tools(tools)).expect("the tools serialize")
+            })
+        });
         let head = Body {
             provider: self,
             request,
+            tools: tools.as_deref(),
             head: true,
         };
         let messages = |b: &mut Builder| write_messages(b, request);
@@ -219,6 +227,8 @@ super::http_setters!(
 struct Body<'a> {
     provider: &'a OpenAiCompat,
     request: &'a Request,
+    /// The request's tools as JSON, from the body cache (`None` for no tools).
+    tools: Option<&'a RawValue>,
     head: bool,
 }
 
@@ -245,8 +255,8 @@ impl Serialize for Body<'_> {
                 include_usage: true
             }
         );
-        if !r.tools.is_empty() {
-            field!("tools", &Tools(&r.tools));
+        if let Some(tools) = self.tools {
+            field!("tools", tools);
         }
         if let Some(output) = &r.output {
             field!(

@@ -40,8 +40,10 @@ use std::ops::Range;
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
+use serde_json::value::RawValue;
 
 use crate::message::Message;
+use crate::types::ToolDefinition;
 
 /// The request JSON of each message of one transcript, kept between model calls so that a
 /// call serializes only what was appended since the last one.
@@ -98,6 +100,7 @@ impl BodyCache {
         entries.spare_chunks = Vec::new();
         entries.bytes = 0;
         entries.epoch += 1;
+        entries.tools = None;
     }
 }
 
@@ -132,6 +135,17 @@ struct Entries {
     bytes: usize,
     /// Counts the clears: a body built before one does not bring its pieces back.
     epoch: u64,
+    /// The JSON of the tools the last request sent.
+    tools: Option<ToolsJson>,
+}
+
+/// The JSON of a request's tools, kept (as a message's piece is) while the request hands
+/// the same list: the agent's `Arc` of its definitions, unchanged from turn to turn.
+struct ToolsJson {
+    /// Keeps the address taken, as a slot's `Weak` does; never upgraded.
+    tools: Weak<[ToolDefinition]>,
+    dialect: Dialect,
+    json: Arc<RawValue>,
 }
 
 /// One message's piece, kept.
@@ -409,6 +423,34 @@ impl Builder {
         }
     }
 
+    /// The JSON of `tools` as `write` writes it: kept in the cache and written again only
+    /// when the request hands another list (or another dialect asks); written each time
+    /// without a cache.
+    pub(crate) fn tools_json(
+        &self,
+        tools: &Arc<[ToolDefinition]>,
+        write: impl FnOnce(&[ToolDefinition]) -> String,
+    ) -> Arc<RawValue> {
+        let Some((home, _, dialect)) = &self.body.home else {
+            return raw(write(tools));
+        };
+        let mut entries = home.lock();
+        if let Some(kept) = &entries.tools
+            && kept.dialect == *dialect
+            && std::ptr::addr_eq(kept.tools.as_ptr(), Arc::as_ptr(tools))
+            && kept.tools.as_ptr().len() == tools.len()
+        {
+            return kept.json.clone();
+        }
+        let json = raw(write(tools));
+        entries.tools = Some(ToolsJson {
+            tools: Arc::downgrade(tools),
+            dialect: *dialect,
+            json: json.clone(),
+        });
+        json
+    }
+
     /// Appends glue: whatever `write` writes, for this request alone.
     pub(crate) fn glue(&mut self, write: impl FnOnce(&mut Vec<u8>)) {
         let start = self.body.arena.len();
@@ -529,6 +571,14 @@ impl Builder {
         }
         self.body
     }
+}
+
+/// `json` as a value to write as it is.
+fn raw(json: String) -> Arc<RawValue> {
+    // OK because the writers write JSON, which `from_string` only checks.
+    RawValue::from_string(json)
+        .expect("the tools serialize as JSON")
+        .into()
 }
 
 /// Writes `value` as one element of a piece: a comma, then its JSON.

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::http::{Call, Decode, Emitter, Endpoint};
 use super::parts::{Collected, DataUrl, DocumentText};
@@ -259,10 +260,17 @@ impl OpenAiResponses {
             true => chained(&request.messages),
             false => (None, &request.messages[..]),
         };
+        let tools = (!request.tools.is_empty()).then(|| {
+            b.tools_json(&request.tools, |tools| {
+                // OK because writing to a String cannot fail, and the tools serialize.
+                serde_json::to_string(&Tools(tools)).expect("the tools serialize")
+            })
+        });
         let head = Body {
             provider: self,
             request,
             previous,
+            tools: tools.as_deref(),
             head: true,
         };
         let input = |b: &mut Builder| write_input(b, messages, documents);
@@ -297,6 +305,8 @@ struct Body<'a> {
     request: &'a Request,
     /// The reply chained from.
     previous: Option<&'a str>,
+    /// The request's tools as JSON, from the body cache (`None` for no tools).
+    tools: Option<&'a RawValue>,
     head: bool,
 }
 
@@ -322,8 +332,8 @@ impl serde::Serialize for Body<'_> {
         if let Some(id) = self.previous {
             field!("previous_response_id", id);
         }
-        if !r.tools.is_empty() {
-            field!("tools", &Tools(&r.tools));
+        if let Some(tools) = self.tools {
+            field!("tools", tools);
         }
         if let Some(output) = &r.output {
             field!(
