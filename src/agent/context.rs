@@ -93,13 +93,14 @@ impl Run<'_> {
     /// The model's window: set on the builder, else learnt (the server, an overflow), else
     /// known for the model, else asked of the server when the policy needs it.
     fn window(&mut self) -> Option<u64> {
-        let model = self.config.model.clone();
+        // Borrowed: asked twice a turn, the model's name is copied only to be kept.
+        let model = &self.config.model;
         let learnt = self
             .context
             .memory
             .learnt
             .as_ref()
-            .filter(|(m, _)| *m == model)
+            .filter(|(m, _)| m == model)
             .map(|(_, w)| *w);
         let set = self.config.context_window;
         // A smaller window an overflow named wins over the one set: the server decides.
@@ -109,9 +110,10 @@ impl Run<'_> {
             (None, Some(l)) => return Some(l),
             (None, None) => {}
         }
-        if let Some(w) = known_window(&model) {
+        if let Some(w) = known_window(model) {
             return Some(w);
         }
+        let model = model.clone();
         let asked = self.context.memory.asked.as_deref() == Some(model.as_str());
         if !asked && self.config.context_policy.needs_window() {
             self.context.memory.asked = Some(model.clone());

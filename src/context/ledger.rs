@@ -128,9 +128,11 @@ impl Ledger {
                 ..Ledger::default()
             };
         }
-        let start = self.len();
-        for m in messages.skip(start).iter() {
-            self.push(m, counter);
+        // By index: a turn appends a few messages, and `skip` would build a list of them.
+        for i in self.len()..messages.len() {
+            if let Some(m) = messages.get(i) {
+                self.push(m, counter);
+            }
         }
     }
 

@@ -66,14 +66,14 @@ const KNOWN: &[(&str, u64)] = &[
 /// assert_eq!(known_window("smollm2"), None);
 /// ```
 pub fn known_window(model: &str) -> Option<u64> {
-    let id = model
-        .rsplit('/')
-        .next()
-        .unwrap_or(model)
-        .to_ascii_lowercase();
+    let id = model.rsplit('/').next().unwrap_or(model).as_bytes();
+    // The prefixes are lower case; the id is compared without case, and not copied (the
+    // agent asks twice a turn).
     KNOWN
         .iter()
-        .filter(|(prefix, _)| id.starts_with(prefix))
+        .filter(|(prefix, _)| {
+            id.len() >= prefix.len() && id[..prefix.len()].eq_ignore_ascii_case(prefix.as_bytes())
+        })
         .max_by_key(|(prefix, _)| prefix.len())
         .map(|(_, window)| *window)
 }
@@ -154,6 +154,11 @@ mod tests {
         assert_eq!(known_window("openrouter/openai/o1-mini"), Some(128_000));
         assert_eq!(known_window(""), None);
         assert_eq!(known_window("qwen2.5:0.5b"), None);
+        // Matched without case against lower-case prefixes.
+        for (prefix, window) in KNOWN {
+            assert_eq!(prefix.to_ascii_lowercase(), *prefix);
+            assert_eq!(known_window(&prefix.to_ascii_uppercase()), Some(*window));
+        }
     }
 
     #[test]

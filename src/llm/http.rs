@@ -656,22 +656,16 @@ impl HttpClient {
             headers,
             mut body,
         } = self.exchange(Method::Post, post, extra, target, secret, cancel)?;
-        let header = |name: &str| {
-            headers
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned)
-        };
+        // Borrowed from the reply's head: read once per model call.
+        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
         let retry_after = parse_retry_after(
-            header("retry-after-ms").as_deref(),
-            header("retry-after").as_deref(),
+            header("retry-after-ms"),
+            header("retry-after"),
             SystemTime::now(),
         );
         let content_type = header("content-type").unwrap_or_default();
         if (300..400).contains(&status) {
-            let location = to
-                .base
-                .redirect_target(to.path, header("location").as_deref());
+            let location = to.base.redirect_target(to.path, header("location"));
             let location = clip(location, secret, ERROR_MESSAGE_LIMIT);
             return Err(Error::Http {
                 status,
@@ -696,7 +690,7 @@ impl HttpClient {
             let text = body.read_text(CONTENT_TYPE_SNIPPET as u64 * 4, secret)?;
             let start = clip(text.trim().to_owned(), secret, CONTENT_TYPE_SNIPPET);
             return Err(Error::ContentType {
-                content_type: clip(content_type, secret, 100),
+                content_type: clip(content_type.to_owned(), secret, 100),
                 message: format!("status {status} from {target}; the body starts: {start:?}"),
             });
         }

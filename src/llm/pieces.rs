@@ -137,6 +137,10 @@ struct Entries {
     epoch: u64,
     /// The JSON of the tools the last request sent.
     tools: Option<ToolsJson>,
+    /// How many bytes the last request wrote for itself alone (its glue): about what the
+    /// next writes, so its arena is allocated at that size (a small allocation is cheaper
+    /// than the first guess's 4 KiB).
+    arena: usize,
 }
 
 /// The JSON of a request's tools, kept (as a message's piece is) while the request hands
@@ -236,6 +240,7 @@ impl Drop for Payload {
         // Unless the cache was cleared, or written in another dialect, meanwhile.
         if entries.epoch == epoch && entries.dialect == Some(dialect) {
             entries.bytes = self.slots.iter().map(|s| s.bytes.len()).sum();
+            entries.arena = self.arena.len();
             entries.slots = std::mem::take(&mut self.slots);
             entries.spare_slots = std::mem::take(&mut self.spare);
             self.chunks.clear();
@@ -398,9 +403,11 @@ impl Builder {
     /// one.
     pub(crate) fn new(cache: Option<&BodyCache>, dialect: Dialect, capacity: usize) -> Builder {
         let mut body = Payload::default();
-        body.arena.reserve(capacity);
         let old = cache.map(|c| {
             let mut entries = c.entries.lock();
+            if entries.arena > 0 {
+                body.arena.reserve(entries.arena + entries.arena / 4 + 64);
+            }
             let old = match entries.dialect == Some(dialect) {
                 true => std::mem::take(&mut entries.slots),
                 false => Vec::new(),
@@ -414,6 +421,9 @@ impl Builder {
             // In place (`Option<Slot>` has the size of a `Slot`): no allocation.
             old.into_iter().map(Some).collect()
         });
+        if body.arena.capacity() == 0 {
+            body.arena.reserve(capacity);
+        }
         Builder {
             left: old.as_ref().map_or(0, Vec::len),
             body,
