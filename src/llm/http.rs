@@ -173,7 +173,12 @@ impl Endpoint {
 
     /// The URL and target of a model call to `path` below the base URL: made at the first
     /// call to the endpoint's path and kept (a call to another path makes its own).
-    fn prepared(&self, base: &BaseUrl, path: &'static str, secret: Option<&Secrets<'_>>) -> Prepared {
+    fn prepared(
+        &self,
+        base: &BaseUrl,
+        path: &'static str,
+        secret: Option<&Secrets<'_>>,
+    ) -> Prepared {
         let make = || Prepared {
             path,
             url: Url::parsed(base.request_url(path)),

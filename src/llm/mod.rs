@@ -256,11 +256,11 @@ pub use faux::{Faux, FauxReply};
 pub use openai::{OPENAI_BASE_URL, OpenAiCompat};
 pub use parts::Accepts;
 pub(crate) use parts::TextParts;
-/// Frees the connection buffers the thread kept for its next request (a run ended).
-pub(crate) use sockbuf::release_thread as release_thread_buffers;
 pub use pieces::BodyCache;
 pub use responses::OpenAiResponses;
 pub use retry::RetryPolicy;
+/// Frees the connection buffers the thread kept for its next request (a run ended).
+pub(crate) use sockbuf::release_thread as release_thread_buffers;
 
 /// What one model call gets.
 ///
