@@ -57,11 +57,18 @@ impl Worker {
             return Ok(true);
         }
         let key = |what| redis.key(conversation, what);
-        let token = format!(
-            "{}{}",
-            shared.owner,
-            shared.tokens.fetch_add(1, Ordering::Relaxed)
-        );
+        // The start of this entry's run may have been sent ahead, under a token of its own,
+        // while the last run went on; any other start sent ahead is of no use now.
+        let ahead = shared.begun_ahead.lock().take();
+        let token = match ahead {
+            Some((id, token)) if id == entry => token,
+            other => {
+                if other.is_some() {
+                    shared.writer.lock().link.forget_begun();
+                }
+                self.new_token()
+            }
+        };
         let Some(begun) = self.begin(conversation, &token)? else {
             // Another worker holds the conversation. It holds an entry of its own that it
             // acknowledges only after draining the inbox, which this request is already in:
@@ -108,20 +115,25 @@ impl Worker {
     /// Takes the lease and reads `meta`, the inbox after `done` and the transcript, in one
     /// round trip (more for a transcript longer than a page). `None` when another worker
     /// holds the lease.
+    ///
+    /// When this start was sent ahead under `token` ([`Worker::begin_ahead`]) less than a
+    /// third of the lease ago, its reply is taken instead: the lease it took holds at least
+    /// two thirds of the lease longer, so no other worker wrote the conversation since (and
+    /// this worker ran only the conversation it had in hand, another one). Older, it is
+    /// sent again (with the same token: it takes the lease again, or keeps it).
     fn begin(&self, conversation: &str, token: &str) -> Result<Option<Begun>, Error> {
         let redis = &self.shared.redis;
         let keys = ["lease", "meta", "inbox", "messages"].map(|w| redis.key(conversation, w));
         let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
         let mut writer = self.shared.writer.lock();
         let link = &mut writer.link;
-        let reply: Vec<::redis::Value> = link.call(Again::Safe, |c| {
-            scripts::eval(&scripts::BEGIN, &keys)
-                .arg(token)
-                .arg(millis(self.config.lease))
-                .arg(PAGE)
-                .arg(&self.shared.owner)
-                .query(c)
-        })?;
+        let reply: Vec<::redis::Value> = match link.take_begun(token, self.config.lease / 3)? {
+            Some(reply) => ::redis::from_redis_value(reply).map_err(|e| Error::Io {
+                kind: std::io::ErrorKind::InvalidData,
+                message: format!("redis: the start of a run answered {e}"),
+            })?,
+            None => link.call(Again::Safe, |c| self.begin_cmd(&keys, token).query(c))?,
+        };
         let int = |v: Option<&::redis::Value>| {
             v.and_then(|v| ::redis::from_redis_value_ref::<i64>(v).ok())
                 .unwrap_or(0)
@@ -167,6 +179,58 @@ impl Worker {
         }))
     }
 
+    /// The script that starts a run of the conversation of `keys` under `token`.
+    fn begin_cmd(&self, keys: &[&str], token: &str) -> ::redis::Cmd {
+        let mut cmd = scripts::eval(&scripts::BEGIN, keys);
+        cmd.arg(token)
+            .arg(millis(self.config.lease))
+            .arg(PAGE)
+            .arg(&self.shared.owner);
+        cmd
+    }
+
+    /// A lease token no other run has.
+    fn new_token(&self) -> String {
+        let shared = &self.shared;
+        format!(
+            "{}{}",
+            shared.owner,
+            shared.tokens.fetch_add(1, Ordering::Relaxed)
+        )
+    }
+
+    /// Sends the start of the next queue entry's run ahead (when one was read ahead, is of
+    /// another conversation than `current`, and none was sent yet), so that Redis runs it
+    /// while this worker runs `current`'s: the next run then starts without a round trip.
+    fn begin_ahead(&self, current: &str) {
+        let shared = &self.shared;
+        let mut begun = shared.begun_ahead.lock();
+        if begun.is_some() {
+            return;
+        }
+        let next = shared.ahead.lock().first().map(|e| {
+            let conversation: String = e.get("conversation").unwrap_or_default();
+            (e.id.clone(), conversation)
+        });
+        let Some((id, conversation)) = next else {
+            return;
+        };
+        if conversation == current || check_name(&conversation).is_err() {
+            return;
+        }
+        let redis = &shared.redis;
+        let keys = ["lease", "meta", "inbox", "messages"].map(|w| redis.key(&conversation, w));
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let token = self.new_token();
+        let packed = self.begin_cmd(&keys, &token).get_packed_command();
+        shared
+            .writer
+            .lock()
+            .link
+            .begin_ahead(token.clone(), &packed);
+        *begun = Some((id, token));
+    }
+
     /// Runs the conversation's inbox entries after `done`, in order, until none is left and
     /// the lease is released (with the queue entry acknowledged).
     fn drain(
@@ -203,6 +267,7 @@ impl Worker {
             }
             let done_now = match job {
                 Some((id, kind, text)) => {
+                    self.begin_ahead(conversation);
                     let resume = started == id;
                     let ran = self.run(
                         conversation,

@@ -81,8 +81,10 @@ pub(super) struct Shared {
     /// How many [`Worker::run_for`] calls are under way: while one is, the end of each
     /// conversation reads the next queue entry in the same round trip.
     pub(super) reading_ahead: AtomicUsize,
-    /// Queue entries read ahead, handled at the next step.
+    /// Queue entries read ahead, handled one per step.
     pub(super) ahead: Mutex<Vec<::redis::streams::StreamId>>,
+    /// The first of them whose run's start was sent ahead: its id and lease token.
+    pub(super) begun_ahead: Mutex<Option<(String, String)>>,
 }
 
 impl fmt::Debug for Worker {
@@ -133,6 +135,7 @@ impl Worker {
                 last_claim: Mutex::new(None),
                 reading_ahead: AtomicUsize::new(0),
                 ahead: Mutex::new(Vec::new()),
+                begun_ahead: Mutex::new(None),
             }),
             config: Arc::new(Config {
                 factory: Arc::new(factory),
@@ -209,9 +212,8 @@ impl Worker {
         self.configure(|c| c.on_end = Some(Arc::new(f)))
     }
 
-    /// Makes [`Worker::run_for`] return after the entry it is handling (and the one it
-    /// read ahead with that entry's end, if any; within a second when it is waiting for
-    /// work).
+    /// Makes [`Worker::run_for`] return after the entry it is handling (and the ones it
+    /// read ahead, at most two; within a second when it is waiting for work).
     pub fn stop(&self) {
         self.shared.stop.store(true, Ordering::Release);
     }
@@ -426,13 +428,14 @@ impl Worker {
                 return Ok((claimed.claimed, true));
             }
         }
-        let ahead = std::mem::take(&mut *shared.ahead.lock());
+        let mut ahead = shared.ahead.lock();
         if !ahead.is_empty() {
-            // Each waits for those before it in this step.
+            // One at a time: while it runs, the start of the next one's run goes ahead.
             let held = ahead.iter().map(|e| e.id.clone()).collect();
             shared.side.hold(held, true);
-            return Ok((ahead, false));
+            return Ok((vec![ahead.remove(0)], false));
         }
+        drop(ahead);
         let block = millis(wait).max(1);
         let timeout = shared.redis.call_timeout() + wait;
         // Not retried on a new connection: the entries it was given before the connection
@@ -469,9 +472,15 @@ impl Worker {
     /// The command that reads the next new queue entry without blocking, when the end of
     /// a conversation is to read ahead (a [`Worker::run_for`] is under way and not told to
     /// stop).
+    ///
+    /// It keeps two entries in hand: the next one to run (whose run's start goes ahead
+    /// while the current one runs, see `begin_ahead`) and the one after it.
     pub(super) fn read_ahead(&self) -> Option<::redis::Cmd> {
         let shared = &self.shared;
-        if shared.reading_ahead.load(Ordering::Acquire) == 0 || shared.stop.load(Ordering::Acquire)
+        let held = shared.ahead.lock().len();
+        if shared.reading_ahead.load(Ordering::Acquire) == 0
+            || shared.stop.load(Ordering::Acquire)
+            || held >= 2
         {
             return None;
         }
@@ -480,7 +489,7 @@ impl Worker {
             .arg(GROUP)
             .arg(&shared.name)
             .arg("COUNT")
-            .arg(1)
+            .arg(2 - held)
             .arg("STREAMS")
             .arg(shared.redis.queue_key())
             .arg(">");

@@ -133,17 +133,23 @@
 //!
 //! # Capacity
 //! Round trips per prompt, for a worker on a short reply (one prompt per queue entry), with
-//! or without the event log: two while the queue has work, three when it waits for some.
-//! One script takes the lease and reads `meta`, the inbox and the transcript; one script
-//! appends the run's last batch of writes, checks that the earlier batches landed, records
-//! the run done, releases the lease and acknowledges the queue entry, and in the same round
-//! trip [`Worker::run_for`] reads the next queue entry (`XREADGROUP` without blocking; when
-//! there is none, the next step waits for one with a blocking `XREADGROUP`, the third round
-//! trip). The earlier batches (with the event log, the prompt and the reply's first events,
-//! so that mirrors see a reply start at once) are sent ahead without waiting, and the last
-//! script goes behind them without waiting for their replies either. What is not sent
-//! yet when the run ends goes with that last script: the whole run on a fast model with
-//! the event log off, else at least the final reply, the turn's end and `AgentEnd`; a
+//! or without the event log: one waited for while the queue has work, three when it waits
+//! for some. One script takes the lease and reads `meta`, the inbox and the transcript;
+//! one script appends the run's last batch of writes, checks that the earlier batches
+//! landed, records the run done, releases the lease and acknowledges the queue entry, and
+//! in the same round trip [`Worker::run_for`] reads the next queue entries (`XREADGROUP`
+//! without blocking, so that two are in hand; when there is none, the next step waits for
+//! one with a blocking `XREADGROUP`). While one run goes on, the script that starts the
+//! next entry's run (of another conversation) is sent ahead: Redis runs it meanwhile, its
+//! reply comes with the end's, and the next run starts at once (its lease was taken then,
+//! and is renewed from its start; a reply older than a third of the lease, when the run
+//! before took that long, is not trusted: the script is sent again). So a prompt waits for
+//! one round trip, and Redis's work for the start of a run overlaps the worker's for the
+//! run before. The earlier batches (with the event log, the prompt and the reply's first
+//! events, so that mirrors see a reply start at once) are sent ahead without waiting, and
+//! the last script goes behind them without waiting for their replies either. What is not
+//! sent yet when the run ends goes with that last script: the whole run on a fast model
+//! with the event log off, else at least the final reply, the turn's end and `AgentEnd`; a
 //! message that waits longer than 5 ms goes in a batch of its own, without waiting. A
 //! [`Worker::on_end`] callback adds a round trip (it is called once the run's writes
 //! landed, before the end is recorded), and so does

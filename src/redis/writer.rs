@@ -43,6 +43,10 @@ enum Sent {
     /// A read sent after an end (the next queue entry): not sent again after a break, its
     /// reply returned by [`Link::settle_end`] when it came.
     Then,
+    /// The start of the next conversation's run ([`scripts::BEGIN`]) under this lease
+    /// token, sent ahead while the current run goes on: its reply is kept for that run
+    /// ([`Link::take_begun`]). Not sent again after a break (the run then sends it itself).
+    Begin(String, Instant),
     /// A command whose reply does not matter (`CLIENT UNBLOCK`).
     Ignore,
 }
@@ -52,7 +56,7 @@ impl Sent {
     fn again(&self) -> Option<&[u8]> {
         match self {
             Sent::Write(packed) | Sent::End(packed) => Some(packed),
-            Sent::Then | Sent::Ignore => None,
+            Sent::Then | Sent::Begin(..) | Sent::Ignore => None,
         }
     }
 }
@@ -61,6 +65,8 @@ impl Sent {
 pub(crate) struct Link {
     pub(crate) conn: Conn,
     sent: VecDeque<Sent>,
+    /// The reply of a [`Sent::Begin`]: its token, when it was sent, the reply.
+    begun: Option<(String, Instant, ::redis::Value)>,
 }
 
 impl Link {
@@ -68,6 +74,48 @@ impl Link {
         Link {
             conn: Conn::new(redis, scripts::FOR_WORKER),
             sent: VecDeque::new(),
+            begun: None,
+        }
+    }
+
+    /// Sends `packed`, the start of a run under `token` ([`scripts::BEGIN`]), ahead: Redis
+    /// runs it while the current run goes on, and its reply is read with the next ones.
+    pub(crate) fn begin_ahead(&mut self, token: String, packed: &[u8]) {
+        self.begun = None;
+        let sent = Sent::Begin(token, Instant::now());
+        if self.send(sent, packed).is_err() {
+            // Given up with the connection: the run sends its own.
+            self.sent.retain(|s| !matches!(s, Sent::Begin(..)));
+        }
+    }
+
+    /// The reply of the start sent ahead under `token`, if it came and was sent less than
+    /// `fresh` ago (the lease it took still holds then, so what it read is as it is: no
+    /// other worker can have written since). Reads the replies sent ahead first.
+    ///
+    /// # Errors
+    /// As [`Link::settle`].
+    pub(crate) fn take_begun(
+        &mut self,
+        token: &str,
+        fresh: Duration,
+    ) -> Result<Option<::redis::Value>, Error> {
+        self.settle()?;
+        Ok(self
+            .begun
+            .take()
+            .filter(|(t, sent, _)| t == token && sent.elapsed() < fresh)
+            .map(|(_, _, reply)| reply))
+    }
+
+    /// Forgets a start sent ahead (another entry is handled first).
+    pub(crate) fn forget_begun(&mut self) {
+        self.begun = None;
+        for sent in &mut self.sent {
+            if let Sent::Begin(token, _) = sent {
+                // Its reply, still to come, is not kept.
+                token.clear();
+            }
         }
     }
 
@@ -159,6 +207,10 @@ impl Link {
             let is_write = matches!(next, Sent::Write(_) | Sent::End(_));
             let is_end = matches!(next, Sent::End(_));
             let is_then = matches!(next, Sent::Then);
+            let begin = match next {
+                Sent::Begin(token, at) => Some((token.clone(), *at)),
+                _ => None,
+            };
             let Some(conn) = self.conn.current() else {
                 // Lost before its replies were read.
                 if retried {
@@ -177,6 +229,12 @@ impl Link {
                 Ok(value) if is_then => {
                     self.sent.pop_front();
                     then = Some(value);
+                }
+                Ok(value) if begin.is_some() => {
+                    self.sent.pop_front();
+                    if let Some((token, at)) = begin.filter(|(t, _)| !t.is_empty()) {
+                        self.begun = Some((token, at, value));
+                    }
                 }
                 Ok(value) => {
                     self.sent.pop_front();

@@ -1058,3 +1058,139 @@ fn a_queue_entry_read_ahead_is_kept_claimed_while_its_worker_runs_on_past_claim_
     assert_eq!(described(&store, "b"), b);
     assert_eq!(runs_in_stream(&redis, "b"), runs(&b, false));
 }
+
+/// A worker whose factory counts the agents it built per conversation, answering each
+/// prompt after `slow(prompt)`.
+fn counting_worker(
+    redis: &Redis,
+    name: &str,
+    built: Arc<Mutex<Vec<String>>>,
+    slow: fn(&str) -> u64,
+) -> Worker {
+    Worker::new(redis, name, move |conversation, messages| {
+        built.lock().unwrap().push(conversation.to_string());
+        let faux = Faux::default().otherwise(move |request| {
+            let prompt = last_user(&request.messages);
+            FauxReply::text(format!("answer to {prompt}"))
+                .delay(Duration::from_millis(slow(&prompt)))
+        });
+        Agent::builder().provider(faux).messages(messages).build()
+    })
+    .unwrap()
+    .claim_after(Duration::from_secs(60))
+}
+
+#[test]
+fn the_start_of_a_run_sent_ahead_whose_reply_was_lost_or_that_never_arrived_is_sent_by_its_run() {
+    let proxy = proxy_to_shared();
+    let prefix = format!("t{}-begin-ahead", std::process::id());
+    let redis = Redis::open(&proxy.url()).unwrap().prefix(&prefix);
+    let direct = shared("begin-ahead");
+    let store = Store::new(&direct);
+    let queue = Queue::new(&direct);
+    let mut conn = raw(&shared_url());
+    let faults = [proxy::Fault::ForwardThenCut, proxy::Fault::DropAndCut];
+    for (round, fault) in faults.into_iter().enumerate() {
+        let names: Vec<String> = ["a", "b", "c", "d"]
+            .iter()
+            .map(|c| format!("{c}{round}"))
+            .collect();
+        for c in &names {
+            store.delete(c).unwrap();
+        }
+        // The first run (a's) has nothing read ahead; its end reads b's and c's entries,
+        // and b's run sends the start of c's ahead: the third start of a run.
+        proxy.fault_requests_after("'NX'", 2, fault, 1);
+        let ids: Vec<String> = names
+            .iter()
+            .map(|c| queue.prompt(c, "Hello").unwrap())
+            .collect();
+        let built = Arc::new(Mutex::new(Vec::new()));
+        let worker = counting_worker(&redis, &format!("w{round}"), built.clone(), |_| 0);
+        let running = worker.clone();
+        let run = std::thread::spawn(move || running.run_for(Duration::from_secs(20)));
+        // `claim_after` is 60 s: an entry left waiting for a claim fails this.
+        wait_within("every answer", Duration::from_secs(10), || {
+            names
+                .iter()
+                .zip(&ids)
+                .all(|(c, id)| done_of(&mut conn, &prefix, c).as_ref() == Some(id))
+        });
+        worker.stop();
+        run.join().unwrap().unwrap();
+        assert_eq!(
+            proxy.faulted(),
+            round + 1,
+            "{fault:?} done to the start of c's run"
+        );
+        assert_eq!(*built.lock().unwrap(), names, "each run once, in order");
+        let answers = answered(&["Hello".into()], |p| format!("answer to {p}"));
+        for c in &names {
+            assert_eq!(described(&store, c), answers, "{c}");
+            assert_eq!(runs_in_stream(&direct, c), runs(&answers, false), "{c}");
+            let lease: Option<String> = redis::cmd("GET")
+                .arg(format!("{prefix}:{{{c}}}:lease"))
+                .query(&mut conn)
+                .unwrap();
+            assert_eq!(lease, None, "{c}'s lease was released");
+        }
+    }
+    let queued: usize = redis::cmd("XLEN")
+        .arg(format!("{prefix}:{{queue}}"))
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(queued, 0, "nothing left in the queue");
+}
+
+#[test]
+fn the_start_of_a_run_sent_ahead_is_not_used_once_its_lease_may_have_expired() {
+    let redis = shared("stale-begin");
+    let prefix = format!("t{}-stale-begin", std::process::id());
+    let store = Store::new(&redis);
+    for c in ["a", "b", "c"] {
+        store.delete(c).unwrap();
+    }
+    let queue = Queue::new(&redis);
+    let id_a = queue.prompt("a", "One").unwrap();
+    let id_b = queue.prompt("b", "Two").unwrap();
+    let id_c1 = queue.prompt("c", "Three").unwrap();
+    // b's run (which sends the start of c's ahead, with a lease of 600 ms) takes 1.5 s:
+    // c's lease expires meanwhile, and another worker runs c.
+    let built = Arc::new(Mutex::new(Vec::new()));
+    let slow = |prompt: &str| if prompt == "Two" { 1500 } else { 0 };
+    let w1 = counting_worker(&redis, "w1", built.clone(), slow).lease(Duration::from_millis(600));
+    let w1 = InProcess::start(w1);
+    wait_until("b's prompt stored", || {
+        store.load("b").is_ok_and(|l| l.messages.len() == 1)
+    });
+    std::thread::sleep(Duration::from_millis(700));
+    let id_c2 = queue.prompt("c", "Four").unwrap();
+    let w2 = counting_worker(&redis, "w2", Arc::default(), slow);
+    let url = shared_url();
+    wait_within("w2 running c", Duration::from_secs(10), || {
+        let _ = w2.step(Duration::from_millis(100));
+        done_of(&mut raw(&url), &prefix, "c").as_ref() == Some(&id_c2)
+    });
+    let mut conn = raw(&url);
+    wait_until("w1 done with b and c's entry", || {
+        done_of(&mut conn, &prefix, "b").as_ref() == Some(&id_b) && {
+            let pending: redis::Value = redis::cmd("XPENDING")
+                .arg(format!("{prefix}:{{queue}}"))
+                .arg("workers")
+                .query(&mut conn)
+                .unwrap();
+            matches!(&pending, redis::Value::Array(v) if v.first() == Some(&redis::Value::Int(0)))
+        }
+    });
+    drop(w1);
+    assert_eq!(done_of(&mut conn, &prefix, "a"), Some(id_a));
+    // w1 read c again (what it read ahead was older than a third of the lease): c was
+    // done, and w1 built no agent for it.
+    assert_eq!(*built.lock().unwrap(), ["a", "b"]);
+    let _ = id_c1;
+    let c = answered(&["Three".into(), "Four".into()], |p| {
+        format!("answer to {p}")
+    });
+    assert_eq!(described(&store, "c"), c);
+    assert_eq!(runs_in_stream(&redis, "c"), runs(&c, false));
+}

@@ -36,6 +36,8 @@ pub(crate) enum Fault {
 struct Marked {
     marker: Vec<u8>,
     fault: Fault,
+    /// How many requests with the marker pass before the fault.
+    skip: usize,
     /// How many more requests with the marker get the fault.
     left: usize,
 }
@@ -109,9 +111,15 @@ impl Proxy {
     /// Does `fault` to each of the next `n` requests whose bytes (as read in one piece)
     /// contain `marker`.
     pub(crate) fn fault_requests_with(&self, marker: &str, fault: Fault, n: usize) {
+        self.fault_requests_after(marker, 0, fault, n);
+    }
+
+    /// As [`Proxy::fault_requests_with`], after `skip` requests with `marker` passed.
+    pub(crate) fn fault_requests_after(&self, marker: &str, skip: usize, fault: Fault, n: usize) {
         *self.shared.marked.lock().unwrap() = Some(Marked {
             marker: marker.as_bytes().to_vec(),
             fault,
+            skip,
             left: n,
         });
     }
@@ -267,6 +275,10 @@ fn marked_fault(shared: &Shared, bytes: &[u8]) -> Option<Fault> {
             .any(|(body, sha)| contains(body, &m.marker) && contains(bytes, sha))
     };
     if !contains(bytes, &m.marker) && !called() {
+        return None;
+    }
+    if m.skip > 0 {
+        m.skip -= 1;
         return None;
     }
     m.left -= 1;
