@@ -113,9 +113,9 @@ impl Run<'_> {
         if let Some(w) = known_window(model) {
             return Some(w);
         }
-        let model = model.clone();
         let asked = self.context.memory.asked.as_deref() == Some(model.as_str());
         if !asked && self.config.context_policy.needs_window() {
+            let model = model.clone();
             self.context.memory.asked = Some(model.clone());
             let provider = self.config.provider.clone();
             let cancel = self.cancel.clone();
