@@ -23,7 +23,10 @@
 //!   and the heap in use (`mallinfo2`); idle, the RSS again after `malloc_trim(0)` (what
 //!   the allocator kept of the runs' freed memory, for reuse, goes back to the system);
 //!   threads and sockets left per idle agent; runs that failed, and retries. The server's listen backlog is std's (128): a burst of 10,000
-//!   connects overflows it (see the README).
+//!   connects overflows it (see the README). With `SCALE_TLS=1` the same over `https`: the
+//!   server speaks TLS 1.3 with tests/data/tls/server.pem, each agent's provider trusts
+//!   tests/data/tls/ca.pem (`root_certificates`), so each connection also holds its TLS
+//!   state and the process the one rustls configuration of those providers.
 //! - the per-delta cost of fold + store + dispatch is in `cargo bench --bench fold`.
 
 mod cpu;
@@ -180,8 +183,66 @@ fn reply_halves() -> (Vec<u8>, Vec<u8>) {
     (first, events[half..].to_vec())
 }
 
+/// Whether the round is over TLS (`SCALE_TLS=1`, inherited by the round and server processes).
+fn tls() -> bool {
+    std::env::var("SCALE_TLS").is_ok_and(|v| v == "1")
+}
+
+/// The certificates of tests/data/tls.
+const CA: &[u8] = include_bytes!("../tests/data/tls/ca.pem");
+const SERVER_CERT: &[u8] = include_bytes!("../tests/data/tls/server.pem");
+const SERVER_KEY: &[u8] = include_bytes!("../tests/data/tls/server.key");
+
+fn tls_config() -> Arc<rustls::ServerConfig> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let chain = CertificateDer::pem_slice_iter(SERVER_CERT)
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = PrivateKeyDer::from_pem_slice(SERVER_KEY).unwrap();
+    let config = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .unwrap();
+    Arc::new(config)
+}
+
+/// A connection of the server, plain or TLS, its request read and its reply's first half
+/// written; `None` when the client left first.
+fn accept(
+    stream: TcpStream,
+    tls: Option<&Arc<rustls::ServerConfig>>,
+    first: &[u8],
+) -> Option<Held> {
+    let mut held: Held = match tls {
+        None => Box::new(stream),
+        Some(config) => {
+            let mut stream = stream;
+            let mut conn = rustls::ServerConnection::new(config.clone()).ok()?;
+            while conn.is_handshaking() {
+                conn.complete_io(&mut stream).ok()?;
+            }
+            Box::new(rustls::StreamOwned::new(conn, stream))
+        }
+    };
+    let mut reader = BufReader::new(&mut held);
+    if !read_request(&mut reader) {
+        return None;
+    }
+    drop(reader);
+    held.write_all(first).ok()?;
+    held.flush().ok()?;
+    Some(held)
+}
+
+/// A connection the server holds.
+type Held = Box<dyn ReadWrite + Send>;
+
+trait ReadWrite: Read + Write {}
+impl<T: Read + Write> ReadWrite for T {}
+
 /// Reads one request (head and body); false when the client left first.
-fn read_request(reader: &mut BufReader<&TcpStream>) -> bool {
+fn read_request(reader: &mut impl BufRead) -> bool {
     let mut len = 0;
     loop {
         let mut line = String::new();
@@ -211,26 +272,28 @@ fn serve() {
     println!("{}", listener.local_addr().unwrap());
     let (first, rest) = reply_halves();
     let (first, rest) = (Arc::new(first), Arc::new(rest));
-    let held: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+    let tls = tls().then(tls_config);
+    let held: Arc<Mutex<Vec<Held>>> = Arc::default();
     let (tx, rx) = std::sync::mpsc::channel::<()>();
-    for _ in 0..4 {
-        let (listener, first, held, tx) = (
+    // A TLS handshake waits for the client's turns (10,000 client threads on a few cores):
+    // more threads accept, so that a slow client does not hold the queue behind it.
+    let accepting = if tls.is_some() { 64 } else { 4 };
+    for _ in 0..accepting {
+        let (listener, first, held, tx, tls) = (
             listener.try_clone().unwrap(),
             first.clone(),
             held.clone(),
             tx.clone(),
+            tls.clone(),
         );
         std::thread::Builder::new()
             .stack_size(SERVER_STACK)
             .spawn(move || {
                 for stream in listener.incoming() {
                     let Ok(stream) = stream else { continue };
-                    if !read_request(&mut BufReader::new(&stream)) {
+                    let Some(stream) = accept(stream, tls.as_ref(), &first) else {
                         continue;
-                    }
-                    if (&stream).write_all(&first).is_err() {
-                        continue;
-                    }
+                    };
                     held.lock().unwrap().push(stream);
                     let _ = tx.send(());
                 }
@@ -257,9 +320,10 @@ fn serve() {
         let line = line.unwrap();
         match line.trim() {
             "release" => {
-                let streams = std::mem::take(&mut *held.lock().unwrap());
-                for stream in &streams {
-                    let _ = (&*stream).write_all(&rest);
+                let mut streams = std::mem::take(&mut *held.lock().unwrap());
+                for stream in &mut streams {
+                    let _ = stream.write_all(&rest);
+                    let _ = stream.flush();
                 }
                 open.extend(streams);
             }
@@ -421,7 +485,7 @@ fn round_process(n: usize) {
     let mut control = server.stdin.take().unwrap();
     let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
     let addr = lines.next().unwrap().unwrap();
-    let url = format!("http://{addr}/v1");
+    let url = format!("{}://{addr}/v1", if tls() { "https" } else { "http" });
     // The server's lines: `held K` counted here, `ended` passed on.
     let held = Arc::new(AtomicUsize::new(0));
     let (ended_tx, ended) = std::sync::mpsc::channel();
@@ -488,8 +552,12 @@ fn round(
             }
             builder
                 .spawn(move || {
+                    let mut provider = OpenAiCompat::new(url);
+                    if tls() {
+                        provider = provider.root_certificates(CA);
+                    }
                     let agent = Agent::builder()
-                        .provider(OpenAiCompat::new(url))
+                        .provider(provider)
                         .model("m")
                         .build()
                         .unwrap();
@@ -569,9 +637,10 @@ fn agents_part(sizes: Option<String>) {
     let me = std::env::current_exe().expect("the bench's own path");
     println!("agents: limits raised: {limits}");
     println!(
-        "agents: one thread each ({} KiB stacks), a loopback server in another process; \
+        "agents: one thread each ({} KiB stacks), a loopback server in another process{}; \
          medians of {reps} rounds, each in a fresh process",
-        STACK / 1024
+        STACK / 1024,
+        if tls() { ", over TLS 1.3" } else { "" }
     );
     println!(
         "| N | CPU per run | vs N = 10 | running: RSS per agent | of it stack | beyond the \

@@ -11,7 +11,7 @@
 //! left, and no thread or socket is left behind.
 
 use std::io;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use super::error_text::{
@@ -584,7 +584,7 @@ impl HttpClient {
             // response head must fit the input: a larger one is refused by name, not taken
             // for a closed connection.
             // Certificates of its own need a TLS configuration of its own.
-            let own_tls = self.tls.is_custom().then(RustlsConnector::default);
+            let own_tls = self.tls.connector();
             let config = ureq::Agent::config_builder()
                 .tls_config(self.tls.config())
                 .input_buffer_size(TLS_BUFFER)
@@ -783,10 +783,10 @@ impl HttpClient {
 static TLS: std::sync::LazyLock<RustlsConnector> =
     std::sync::LazyLock::new(RustlsConnector::default);
 
-/// The TLS link of a client's chain: [`TLS`], or the client's own connector when it was
-/// given certificates ([`TlsSettings`]).
+/// The TLS link of a client's chain: [`TLS`], or the connector of the clients given the
+/// same certificates ([`TlsSettings::connector`]).
 #[derive(Debug)]
-struct Tls(Option<RustlsConnector>);
+struct Tls(Option<Arc<RustlsConnector>>);
 
 impl<In: Transport> Connector<In> for Tls {
     type Out = <RustlsConnector as Connector<In>>::Out;
@@ -796,7 +796,10 @@ impl<In: Transport> Connector<In> for Tls {
         details: &ConnectionDetails<'_>,
         chained: Option<In>,
     ) -> Result<Option<Self::Out>, ureq::Error> {
-        self.0.as_ref().unwrap_or(&TLS).connect(details, chained)
+        match &self.0 {
+            Some(own) => own.connect(details, chained),
+            None => TLS.connect(details, chained),
+        }
     }
 }
 
@@ -814,6 +817,25 @@ pub(crate) fn cancelled(cancel: &CancelToken) -> Error {
     } else {
         Error::Aborted
     }
+}
+
+/// Whether `e` says the peer reset or closed the connection (and not the TLS layer refused
+/// what it read).
+fn dropped_connection(e: &ureq::Error) -> bool {
+    let ureq::Error::Io(io) = e else {
+        return false;
+    };
+    let from_tls = io
+        .get_ref()
+        .is_some_and(|inner| inner.is::<rustls::Error>());
+    !from_tls
+        && matches!(
+            io.kind(),
+            io::ErrorKind::ConnectionReset
+                | io::ErrorKind::ConnectionAborted
+                | io::ErrorKind::UnexpectedEof
+                | io::ErrorKind::BrokenPipe
+        )
 }
 
 /// Whether `e` is a certificate the TLS layer refused, on either side: a server's the client
@@ -859,7 +881,11 @@ fn failed(
     if ctx.cancel.is_cancelled() {
         return cancelled(&ctx.cancel);
     }
-    if ctx.stage() == Stage::Tls || refused_certificate(&e) {
+    // A connection reset or closed in the handshake is a failed connection like one reset
+    // at its connect (a server's full accept queue, a restart): retried. A server that
+    // answers in something else than TLS, or a certificate refused, is told at once.
+    let dropped = ctx.timed_out().is_none() && dropped_connection(&e);
+    if (ctx.stage() == Stage::Tls && !dropped) || refused_certificate(&e) {
         let why = match ctx.timed_out() {
             Some(_) => "no TLS handshake within the connect timeout".to_owned(),
             None => clip(e.to_string(), secret, ERROR_MESSAGE_LIMIT),
@@ -906,6 +932,9 @@ fn failed(
         }
         ureq::Error::Io(io) => {
             let mut why = io.to_string();
+            if ctx.stage() == Stage::Tls {
+                why.push_str(" in the TLS handshake");
+            }
             // A server that refuses the client for want of a certificate (with TLS 1.3, after
             // the client's handshake) may close before its alert is read: the request's
             // write then fails. Retried (a closed connection proves nothing), and named.

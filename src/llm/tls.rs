@@ -8,11 +8,20 @@
 //! agent's `build`) naming what is wrong, instead of a certificate being dropped silently
 //! and every handshake failing later.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
+use parking_lot::Mutex;
 use ureq::tls::{Certificate, ClientCert, PemItem, PrivateKey, RootCerts, TlsConfig};
+use ureq::unversioned::transport::RustlsConnector;
 
 use crate::Error;
+
+/// The TLS connectors of clients given certificates, by what they were given: clients given
+/// the same ones (10,000 agents of one program, each with its provider) share one rustls
+/// configuration and its cache of sessions, as clients without certificates share theirs.
+/// A connector lives while a client holds it.
+#[allow(clippy::type_complexity)] // OK because it is read in one place.
+static CONNECTORS: Mutex<Vec<(Vec<u8>, Weak<RustlsConnector>)>> = Mutex::new(Vec::new());
 
 /// What a client was told about TLS; the default is nothing (the shared configuration).
 #[derive(Clone, Default)]
@@ -63,6 +72,47 @@ impl TlsSettings {
             Some(why) => Err(Error::Config(why.clone())),
             None => Ok(()),
         }
+    }
+
+    /// The connector of clients with these settings (`None` without any: the shared one).
+    pub(crate) fn connector(&self) -> Option<Arc<RustlsConnector>> {
+        if !self.is_custom() {
+            return None;
+        }
+        let key = self.fingerprint();
+        let mut all = CONNECTORS.lock();
+        all.retain(|(_, c)| c.strong_count() > 0);
+        if let Some(connector) = all
+            .iter()
+            .find(|(k, _)| *k == key)
+            .and_then(|(_, c)| c.upgrade())
+        {
+            return Some(connector);
+        }
+        let connector = Arc::new(RustlsConnector::default());
+        all.push((key, Arc::downgrade(&connector)));
+        Some(connector)
+    }
+
+    /// The settings as bytes, equal for equal settings: each root's and each client
+    /// certificate's DER and the key's, each after its length.
+    fn fingerprint(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut put = |bytes: &[u8]| {
+            out.extend_from_slice(&bytes.len().to_le_bytes());
+            out.extend_from_slice(bytes);
+        };
+        for cert in self.roots.iter().flat_map(|r| r.iter()) {
+            put(cert.der());
+        }
+        put(b"client");
+        if let Some(client) = &self.client {
+            for cert in client.certs() {
+                put(cert.der());
+            }
+            put(client.private_key().der());
+        }
+        out
     }
 
     /// ureq's TLS configuration for these settings.
@@ -155,6 +205,33 @@ mod tests {
         assert!(tls.check().is_ok());
         assert!(tls.is_custom());
         assert_eq!(tls.roots.as_ref().map(|r| r.len()), Some(2));
+    }
+
+    #[test]
+    fn clients_given_the_same_certificates_share_a_connector_while_one_holds_it() {
+        let with = |roots: &[u8], client: Option<&[u8]>| {
+            let mut tls = TlsSettings::default();
+            tls.set_roots(roots);
+            if let Some(pem) = client {
+                tls.set_client(pem);
+            }
+            tls
+        };
+        let client = [CLIENT, CLIENT_KEY].concat();
+        let a = with(CA, None).connector().unwrap();
+        let b = with(CA, None).connector().unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+        let c = with(CA, Some(&client)).connector().unwrap();
+        assert!(!Arc::ptr_eq(&a, &c));
+        assert!(Arc::ptr_eq(
+            &c,
+            &with(CA, Some(&client)).connector().unwrap()
+        ));
+        assert!(TlsSettings::default().connector().is_none());
+        // Gone with its last client.
+        let weak = Arc::downgrade(&a);
+        drop((a, b));
+        assert!(weak.upgrade().is_none());
     }
 
     #[test]

@@ -275,26 +275,108 @@ fn a_provider_debug_shows_no_user_info_query_or_key_even_for_a_bad_url() {
     }
 }
 
+/// A plain server on 127.0.0.1 that reads what comes first on each connection (a TLS hello,
+/// here) and answers it with `answer` then closes (`None`: it says nothing and waits for the
+/// client to close); its address and how many connections it took.
+fn plain_server(
+    answer: Option<&'static [u8]>,
+) -> (std::net::SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let taken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = taken.clone();
+    listener.set_nonblocking(true).unwrap();
+    std::thread::spawn(move || {
+        let until = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < until {
+            let Ok((mut stream, _)) = listener.accept() else {
+                std::thread::sleep(Duration::from_millis(2));
+                continue;
+            };
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let _ = stream.set_nonblocking(false);
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+            let _ = stream.read(&mut [0; 4096]);
+            match answer {
+                Some(answer) => {
+                    let _ = stream.write_all(answer);
+                }
+                // Held by a thread of its own until the client closes.
+                None => {
+                    std::thread::spawn(move || {
+                        while matches!(stream.read(&mut [0; 64]), Ok(n) if n > 0) {}
+                    });
+                }
+            }
+        }
+    });
+    (addr, taken)
+}
+
 #[test]
-fn tls_spoken_to_a_plain_http_server_fails_within_the_connect_timeout() {
-    for act in [Act::Silent, Act::whole(400, "text/plain", "bad request")] {
-        let probe = Probe::start(vec![act]);
-        let url = probe.url.replace("http://", "https://");
-        let provider = OpenAiCompat::new(format!("{url}/v1"))
-            .connect_timeout(Duration::from_millis(500))
-            .retry(support::fast_retries());
-        let message = config_error(provider);
-        assert!(
-            message.starts_with(&format!(
-                "POST https://127.0.0.1:{}/v1/chat/completions: the TLS handshake failed",
-                probe.addr.port()
-            )),
-            "{message}"
-        );
-        assert!(message.contains("may not speak TLS"), "{message}");
-        assert!(message.contains("http:// vs https://"), "{message}");
-        assert!(probe.accepted() <= 1, "not retried");
-    }
+fn tls_spoken_to_a_plain_http_server_fails_at_once_naming_the_scheme() {
+    // As nginx, Node and Go answer bytes that are not HTTP.
+    let (addr, taken) = plain_server(Some(
+        b"HTTP/1.1 400 Bad Request\r\ncontent-length: 11\r\nconnection: close\r\n\r\nBad Request",
+    ));
+    let provider = OpenAiCompat::new(format!("https://{addr}/v1")).retry(support::fast_retries());
+    let message = config_error(provider);
+    assert_eq!(
+        message,
+        format!(
+            "POST https://{addr}/v1/chat/completions: the TLS handshake failed (io: received \
+             corrupt message of type InvalidContentType): the server may not speak TLS (check \
+             http:// vs https:// in the base URL)"
+        )
+    );
+    assert_eq!(
+        taken.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "not retried"
+    );
+
+    // One that sends nothing: within the connect timeout.
+    let (addr, taken) = plain_server(None);
+    let url = format!("https://{addr}");
+    let provider = OpenAiCompat::new(format!("{url}/v1"))
+        .connect_timeout(Duration::from_millis(500))
+        .retry(support::fast_retries());
+    let message = config_error(provider);
+    assert_eq!(
+        message,
+        format!(
+            "POST {url}/v1/chat/completions: the TLS handshake failed (no TLS handshake within \
+             the connect timeout): the server may not speak TLS (check http:// vs https:// in \
+             the base URL)"
+        )
+    );
+    assert_eq!(
+        taken.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "not retried"
+    );
+}
+
+#[test]
+fn a_server_that_closes_in_the_tls_handshake_is_retried_as_a_failed_connection() {
+    // A plain server that closes on bytes it cannot read, or an overloaded TLS one: the
+    // client cannot tell them apart, and a connection closed is retried.
+    let (addr, taken) = plain_server(Some(b""));
+    let provider = OpenAiCompat::new(format!("https://{addr}/v1")).retry(support::fast_retries());
+    let failed = agent_on(provider).prompt("Hi").unwrap_err();
+    assert_eq!(failed.kind(), ErrorKind::Connection);
+    let Error::Connection(message) = failed.into_error() else {
+        panic!("a connection error")
+    };
+    assert_eq!(
+        message,
+        format!(
+            "POST https://{addr}/v1/chat/completions: unexpected end of file in the TLS \
+             handshake (gave up after 7 attempts)"
+        )
+    );
+    assert_eq!(taken.load(std::sync::atomic::Ordering::SeqCst), 7);
 }
 
 #[test]

@@ -56,6 +56,13 @@ struct TlsServer {
 impl TlsServer {
     /// `ask_client`: the server requires a client certificate of tests/data/tls/ca.pem.
     fn start(reply: &'static str, ask_client: bool) -> TlsServer {
+        TlsServer::dropping(reply, ask_client, 0)
+    }
+
+    /// As [`TlsServer::start`], but the first `drop` connections are given up in the
+    /// handshake, once the client's hello was read: the odd ones reset, the even ones
+    /// closed.
+    fn dropping(reply: &'static str, ask_client: bool, drop: usize) -> TlsServer {
         let chain: Vec<CertificateDer<'static>> =
             CertificateDer::pem_slice_iter(&pem("server.pem"))
                 .collect::<Result<_, _>>()
@@ -99,7 +106,16 @@ impl TlsServer {
                     std::thread::sleep(Duration::from_millis(2));
                     continue;
                 };
-                accepted.fetch_add(1, Ordering::SeqCst);
+                let n = accepted.fetch_add(1, Ordering::SeqCst) + 1;
+                if n <= drop {
+                    let _ = tcp.set_nonblocking(false);
+                    let _ = tcp.set_read_timeout(Some(Duration::from_secs(10)));
+                    let _ = (&tcp).read(&mut [0; 512]);
+                    if n % 2 == 1 {
+                        let _ = socket2::SockRef::from(&tcp).set_linger(Some(Duration::ZERO));
+                    }
+                    continue;
+                }
                 let config = config.clone();
                 let (requests, refused, presented) =
                     (requests.clone(), refused.clone(), presented.clone());
@@ -247,6 +263,32 @@ fn a_private_authoritys_server_is_reached_with_its_root_over_one_connection_for_
 fn run_error(provider: impl Provider + 'static) -> Error {
     let (agent, _) = support::agent(provider, "m");
     agent.prompt("Hi").unwrap_err().into_error()
+}
+
+#[test]
+fn a_connection_reset_or_closed_in_the_handshake_is_retried_as_a_failed_connection() {
+    let server = TlsServer::dropping(CHAT_REPLY, false, 2);
+    let (agent, rec) = support::agent(chat(&server).root_certificates(pem("ca.pem")), "m");
+    assert_eq!(agent.prompt("Hi").unwrap().text(), "Hello there");
+    let port = server.url.rsplit(':').next().unwrap();
+    let retries: Vec<String> = rec
+        .lines()
+        .into_iter()
+        .filter(|l| l.starts_with("retry "))
+        .map(|l| l.split_once(" ms: ").unwrap().1.to_owned())
+        .collect();
+    let target = format!("POST https://127.0.0.1:{port}/v1/chat/completions");
+    assert_eq!(
+        retries,
+        [
+            format!(
+                "connection failed: {target}: Connection reset by peer (os error 104) in the TLS handshake"
+            ),
+            format!("connection failed: {target}: unexpected end of file in the TLS handshake"),
+        ]
+    );
+    assert_eq!(server.accepted.load(Ordering::SeqCst), 3);
+    assert_eq!(server.requests(), ["POST /v1/chat/completions HTTP/1.1"]);
 }
 
 #[test]
