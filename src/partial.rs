@@ -16,17 +16,20 @@ use crate::types::StreamEvent;
 
 /// Text that grows by appending, shared between snapshots.
 ///
-/// Short appends go into a small tail that is copied on write (at most [`Text::TAIL`] bytes);
-/// a full tail is sealed into a persistent vector of pieces. Cloning is O(1) and appending
-/// costs O(size of the piece + `TAIL`), never O(length of the text). Read it with
-/// `to_string()` (via `Display`) or walk [`Text::chunks`]. Equality compares the characters,
-/// not how they were cut.
+/// Short appends go into a small tail (at most [`Text::TAIL`] bytes), appended in place while
+/// no other clone holds it and copied on write when one does; a full tail is sealed into a
+/// persistent vector of pieces. Cloning is O(1) and appending costs O(size of the piece +
+/// `TAIL`), never O(length of the text). Read it with `to_string()` (via `Display`) or walk
+/// [`Text::chunks`]. Equality compares the characters, not how they were cut.
 #[derive(Default)]
 pub struct Text {
     // Behind one `Arc` (and absent for short texts) to keep `Text` small: it is moved and
     // cloned with every event that carries a partial reply.
     sealed: Option<Arc<Vector<Arc<str>>>>,
-    tail: Arc<str>,
+    // `None` while empty. The agent lets go of the published state's share before each
+    // delta (see `PartialMessage::release_tail`), so a streaming reply's tail is nearly
+    // always appended to where it is: no allocation and no copy of what it holds.
+    tail: Option<Arc<String>>,
     len: usize,
 }
 
@@ -44,9 +47,7 @@ impl Clone for Text {
     /// skipped saves two atomic reference-count operations).
     fn clone_from(&mut self, source: &Text) {
         clone_arc_from(&mut self.sealed, &source.sealed);
-        if !Arc::ptr_eq(&self.tail, &source.tail) {
-            self.tail = source.tail.clone();
-        }
+        clone_arc_from(&mut self.tail, &source.tail);
         self.len = source.len;
     }
 }
@@ -62,12 +63,16 @@ fn clone_arc_from<T: ?Sized>(target: &mut Option<Arc<T>>, source: &Option<Arc<T>
 }
 
 impl Text {
-    /// The most bytes the copied-on-write tail holds before it is sealed.
+    /// The most bytes the tail holds before it is sealed.
     pub const TAIL: usize = 256;
 
     /// Empty text.
     pub fn new() -> Text {
         Text::default()
+    }
+
+    fn tail(&self) -> &str {
+        self.tail.as_deref().map_or("", String::as_str)
     }
 
     /// Appends `piece`.
@@ -76,26 +81,37 @@ impl Text {
             return;
         }
         self.len += piece.len();
-        let joined_len = self.tail.len() + piece.len();
+        let joined_len = self.tail().len() + piece.len();
         if joined_len <= Text::TAIL {
-            // Joined on the stack, so the new tail costs one allocation (the `Arc`).
-            let mut joined = [0u8; Text::TAIL];
-            joined[..self.tail.len()].copy_from_slice(self.tail.as_bytes());
-            joined[self.tail.len()..joined_len].copy_from_slice(piece.as_bytes());
-            // OK because two whole UTF-8 strings joined are UTF-8.
-            let joined = std::str::from_utf8(&joined[..joined_len]).expect("joined UTF-8");
-            self.tail = Arc::from(joined);
+            if let Some(tail) = self.tail.as_mut().and_then(Arc::get_mut) {
+                tail.push_str(piece);
+                return;
+            }
+            // Shared (or none yet): a new tail, with room to grow in place after.
+            let mut joined = String::with_capacity((2 * joined_len).clamp(32, Text::TAIL));
+            joined.push_str(self.tail());
+            joined.push_str(piece);
+            self.tail = Some(Arc::new(joined));
             return;
         }
         let sealed = Arc::make_mut(self.sealed.get_or_insert_default());
-        if !self.tail.is_empty() {
-            sealed.push_back(std::mem::take(&mut self.tail));
+        if let Some(tail) = self.tail.take() {
+            sealed.push_back(Arc::from(tail.as_str()));
         }
         if piece.len() > Text::TAIL {
             sealed.push_back(Arc::from(piece));
         } else {
-            self.tail = Arc::from(piece);
+            let mut tail = String::with_capacity(Text::TAIL);
+            tail.push_str(piece);
+            self.tail = Some(Arc::new(tail));
         }
+    }
+
+    /// Drops this clone's share of the tail, leaving the text without it (its `len` still
+    /// counting it) until `clone_from` makes it whole again: only for a copy that is
+    /// refreshed right after, so that the clone being appended to holds the tail alone.
+    fn release_tail(&mut self) {
+        self.tail = None;
     }
 
     /// Length in bytes.
@@ -114,7 +130,7 @@ impl Text {
             .iter()
             .flat_map(|v| v.iter())
             .map(|c| &**c)
-            .chain(std::iter::once(&*self.tail))
+            .chain(std::iter::once(self.tail()))
             .filter(|c| !c.is_empty())
     }
 }
@@ -318,6 +334,21 @@ impl PartialMessage {
             self.last.as_mut()
         } else {
             Arc::make_mut(&mut self.settled).done.get_mut(index)
+        }
+    }
+
+    /// Drops this copy's share of the last block's text tail, the piece a delta appends to:
+    /// for the published state's copy of the reply, under the publication lock and
+    /// refreshed with `clone_from` right after, so that the partial the next delta goes into
+    /// holds the tail alone and appends to it in place (see `dispatch`).
+    pub(crate) fn release_tail(&mut self) {
+        match &mut self.last {
+            Some(PartialBlock::Text(text))
+            | Some(PartialBlock::Thinking { text, .. })
+            | Some(PartialBlock::ToolCall {
+                arguments: text, ..
+            }) => text.release_tail(),
+            None => {}
         }
     }
 
@@ -544,6 +575,43 @@ mod tests {
 
     fn text(t: &str) -> StreamEvent {
         StreamEvent::TextDelta { text: t.into() }
+    }
+
+    fn tail_of(p: &PartialMessage) -> *const String {
+        match &p.last {
+            Some(PartialBlock::Text(t)) => t.tail.as_ref().map_or(std::ptr::null(), Arc::as_ptr),
+            _ => std::ptr::null(),
+        }
+    }
+
+    /// The agent's cycle per delta: the published copy lets go of the tail, the delta is
+    /// pushed, the copy is refreshed. The tail then grows where it is (the same buffer until
+    /// it is sealed), and a clone kept elsewhere (a snapshot, an event in a channel) still
+    /// reads what it held: its tail is copied on write.
+    #[test]
+    fn a_tail_no_other_clone_holds_grows_in_place_and_a_held_one_is_copied() {
+        let mut p = PartialMessage::new("m").apply(&text("a"));
+        let mut published = p.clone();
+        let mut expected = String::from("a");
+        let mut in_place = 0;
+        for i in 0..100 {
+            published.release_tail();
+            let before = tail_of(&p);
+            p.push(&text("bc"));
+            expected.push_str("bc");
+            in_place += usize::from(tail_of(&p) == before);
+            published.clone_from(&p);
+            assert_eq!(published, p, "delta {i}");
+            assert_eq!(p.text(), expected);
+        }
+        // All but the first (its tail was shared) and the seal.
+        assert!(in_place >= 97, "{in_place} of 100 in place");
+        let held = p.clone();
+        p.push(&text("d"));
+        assert_eq!(held.text(), expected);
+        expected.push('d');
+        assert_eq!(p.text(), expected);
+        assert_ne!(tail_of(&held), tail_of(&p));
     }
 
     /// `clone_from` onto the partial of the previous event (as the state's copy is

@@ -247,10 +247,32 @@ impl Shared {
         r
     }
 
-    /// As [`Shared::emit`] for one of a stream of deltas (a `MessageUpdate`): the listener
-    /// list is read again only when it changed since the last delta of the same stream.
-    pub(crate) fn emit_update(&self, event: &AgentEvent, cache: &mut Listeners) {
-        self.fold(event, |_| ());
+    /// As [`Shared::emit`] for one of a stream of deltas (a `MessageUpdate`), which `push`
+    /// completes first (it applies the delta to the partial the event carries), in the same
+    /// publication: the listener list is read again only when it changed since the last
+    /// delta of the same stream.
+    ///
+    /// The published state's copy of the partial lets go of its share of the text tail
+    /// before `push` runs, so that the partial `push` appends to holds it alone (unless a
+    /// snapshot or an event kept elsewhere shares it) and appends in place; the fold then
+    /// takes it back. The write lock is held from before the release to after the fold, and
+    /// when the state is folded in place nobody else holds it: no one ever sees the copy
+    /// without its tail. (When a copy of the state is folded, its release does nothing for
+    /// the published state, which still shares the tail: the tail is copied on write.)
+    pub(crate) fn emit_update(
+        &self,
+        event: &mut AgentEvent,
+        push: impl FnOnce(&mut AgentEvent),
+        cache: &mut Listeners,
+    ) {
+        self.publish(|state| {
+            if let Some(partial) = &mut state.streaming_message {
+                partial.release_tail();
+            }
+            push(event);
+            state.fold(event);
+        });
+        let event = &*event;
         let version = self.version.load(Ordering::Acquire);
         if cache.0.as_ref().is_none_or(|(v, _)| *v != version) {
             let fresh = {

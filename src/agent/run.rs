@@ -370,9 +370,15 @@ impl Run<'_> {
     /// As [`Run::emit`] for a delta of the reply, by reference (its partial is taken back
     /// after): `listeners` is the list the last delta read (see `dispatch::Listeners`).
     #[inline(always)]
-    fn emit_update(&self, event: &AgentEvent, listeners: &mut Listeners) {
+    fn emit_update(
+        &self,
+        event: &mut AgentEvent,
+        push: impl FnOnce(&mut AgentEvent),
+        listeners: &mut Listeners,
+    ) {
+        // The spans read only the delta, which the event holds already.
         let _closing = self.trace.observe(event, &self.config.tool_defs);
-        self.inner.shared.emit_update(event, listeners);
+        self.inner.shared.emit_update(event, push, listeners);
     }
 
     /// Counts `usage` (of a model call outside the replies: a compaction's) in the run's.
@@ -703,12 +709,18 @@ impl Run<'_> {
                             return Err(Error::ReplyTooLarge { limit });
                         }
                         // OK because it is put back below, after every event.
-                        let mut message = partial.take().expect("the partial between deltas");
-                        message.push(&delta);
+                        let message = partial.take().expect("the partial between deltas");
                         // Built where it stays: handed on by reference, and only the
                         // partial moves out again (the whole event is 144 bytes).
-                        let event = AgentEvent::MessageUpdate { message, delta };
-                        self.emit_update(&event, &mut listeners);
+                        let mut event = AgentEvent::MessageUpdate { message, delta };
+                        // The delta goes into the partial as the event is published (see
+                        // `Shared::emit_update`: in place, nearly always).
+                        let push = |event: &mut AgentEvent| {
+                            if let AgentEvent::MessageUpdate { message, delta } = event {
+                                message.push(delta);
+                            }
+                        };
+                        self.emit_update(&mut event, push, &mut listeners);
                         if let AgentEvent::MessageUpdate { message, .. } = event {
                             *partial = Some(message);
                         }
