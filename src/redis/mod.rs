@@ -171,38 +171,41 @@
 //! It was 25 / 43.5 commands before, and four round trips with 27 / 49.5 before the end
 //! took the last writes and the next entry along.
 //!
-//! Throughput, one prompt per queue entry, Faux, Redis 7.0 on the same 2-core machine, which
-//! other builds kept busy throughout (load average 6 to 12: figures vary by two to four
-//! times between rounds, so each is a median of 9 or 18 rounds). Each round ran
+//! Throughput, one prompt per queue entry, Faux, Redis 7.0 on the same 2-core machine,
+//! which other builds kept fully busy (no idle time in any round, load average 8 to 29:
+//! figures vary by two to three times between rounds; medians of 7 rounds). Each round ran
 //! `redis-benchmark -c W -n 5000 -q XADD rb '*' f v`, then `fleet -- bench W 1000 [nolog]`
-//! with the four-round-trip build and with this one, each followed by the `XADD` again:
+//! with the build before (two round trips, `EVAL`, 25 commands) and with this one, each
+//! followed by the `XADD` again:
 //!
-//! | workers | event log | prompts/s, 4 round trips | prompts/s, 2 | speed-up in the same round | CPU per prompt: worker, Redis |
+//! | workers | event log | prompts/s before | prompts/s now | speed-up in the same round | CPU per prompt now (before): worker, Redis |
 //! |---|---|---|---|---|---|
-//! | 1 | off | 4,250 | 5,300 | 1.35 | 50 µs, 85 µs |
-//! | 1 | on | 3,830 | 4,690 | 1.22 | 90 µs, 136 µs |
-//! | 2 | off | 6,580 | 5,140 | 0.97 | 65 µs, 80 µs |
-//! | 2 | on | 4,230 | 5,340 | 1.30 | 90 µs, 131 µs |
-//! | 4 | off | 5,390 | 9,010 | 1.44 | 50 µs, 68 µs |
-//! | 4 | on | 4,350 | 4,580 | 1.13 | 80 µs, 120 µs |
+//! | 1 | off | 4,130 | 4,410 | 1.14 | 100 µs (100), 132 µs (147) |
+//! | 1 | on | 2,000 | 2,840 | 1.10 | 130 µs (170), 214 µs (267) |
+//! | 2 | off | 4,680 | 5,370 | 1.17 | 80 µs (100), 108 µs (134) |
+//! | 2 | on | 2,150 | 4,080 | 1.31 | 150 µs (170), 214 µs (243) |
+//! | 4 | off | 4,610 | 6,210 | 1.18 | 100 µs (90), 117 µs (127) |
+//! | 4 | on | 2,700 | 3,400 | 1.15 | 140 µs (170), 207 µs (234) |
 //!
-//! Against the floor of bare round trips (`XADD` at 30,000/s with one connection, the median
-//! of those rounds; 80,000/s and more when the machine was briefly quiet) one worker reaches
-//! 39% of the two-round-trip floor with the log off (53% of the four-round-trip floor
-//! before). With two round trips that floor no longer bounds a prompt: Redis's own CPU per
-//! prompt (its 25 commands, and reading and answering the three sent from outside, about
-//! 70-85 µs) is several bare round trips, so one Redis runs at most about 12,000 prompts/s
-//! of this kind whatever its clients do. Against the floor of the same commands (Redis's
-//! CPU for them plus the bare round trips: what a client that spent nothing itself would
-//! get) one worker reaches about 52% with the log off (65% in its quickest runs) and 66%
-//! with it on: a prompt's time is the worker's CPU plus Redis's, one after the other (their
-//! sum matches the time per prompt), and the worker's share (building the agent, the run,
-//! the JSON, the Redis client) is the rest. More workers than cores are bound by the cores
-//! (two here, shared with Redis). In a quieter spell (half the machine idle in four of
-//! seven rounds, `XADD` at 52,000-59,000/s), one worker ran 7,970 prompts/s with the log
-//! off (4,950 before; 1.43 times in the same round, median) and 5,200 with it on (4,090;
-//! 1.32 times): 24% and 17% of the two-round-trip floor of bare round trips (42% and 35%
-//! of the four-round-trip one before), 73% and 72% of the floor of the same commands.
+//! Counted in instructions (callgrind, which no load disturbs): Redis runs 456,000 per prompt
+//! with the log off (535,000 before, -15%) and 716,000 with it on (862,000, -17%), the
+//! prompt's queueing and the bench's reading back included; the worker's thread runs
+//! 350,000 per prompt with the log off (338,000 before) and 538,000 with it on (525,000):
+//! about a quarter of that is the `redis` crate's reply parser, a fifth the agent factory,
+//! a fifth the run.
+//!
+//! The floor of bare round trips is not within reach, and no client can reach it: one bare
+//! `XADD` round trip costs Redis about 11,400 instructions (callgrind, over
+//! `redis-benchmark -c 1 XADD`), a prompt (queued, run, read back) about 40 times that;
+//! Redis's CPU for a prompt's commands alone was 70-85 µs when the machine was quiet, so one
+//! Redis serves at most about 12,000 prompts/s of this kind whatever its clients do, and
+//! the one round trip a prompt now waits for is a small part of its time: one worker runs
+//! at 15% of the one-round-trip floor (`XADD` at 28,000/s in those rounds). A prompt must at
+//! least take the lease and read the conversation (one script), record it done, release the
+//! lease and acknowledge its queue entry (a second), and read the next entry: 3 commands
+//! from outside and 13 inside the scripts, each of them dearer than the bare `XADD`. What
+//! is left is CPU on both sides, one after the other where they cannot overlap: the
+//! worker's (its Redis client first) and Redis's scripts.
 //!
 //! Memory per conversation (`MEMORY USAGE`, Redis 7, measured with `fleet memory`):
 //! - the transcript: the messages' JSON plus a few bytes each (about 3.2 KB for 10 short
