@@ -42,6 +42,9 @@ pub(crate) struct RunContext {
     overflowed: bool,
     /// Whether the current model call is the retry of an overflowed one.
     retrying: bool,
+    /// The well-known window of the model last asked about (asked twice a turn; the model
+    /// may change between turns).
+    known: Option<(String, Option<u64>)>,
 }
 
 impl RunContext {
@@ -110,7 +113,15 @@ impl Run<'_> {
             (None, Some(l)) => return Some(l),
             (None, None) => {}
         }
-        if let Some(w) = known_window(model) {
+        let known = match &self.context.known {
+            Some((m, w)) if m == model => *w,
+            _ => {
+                let w = known_window(model);
+                self.context.known = Some((model.clone(), w));
+                w
+            }
+        };
+        if let Some(w) = known {
             return Some(w);
         }
         let asked = self.context.memory.asked.as_deref() == Some(model.as_str());
