@@ -577,6 +577,19 @@ mod tests {
         StreamEvent::TextDelta { text: t.into() }
     }
 
+    /// Reasoning in two pieces closed by its signature, then "Hello" in two.
+    fn signed_thinking_then_hello() -> Vec<StreamEvent> {
+        vec![
+            StreamEvent::ThinkingDelta { text: "th".into() },
+            StreamEvent::ThinkingDelta { text: "ink".into() },
+            StreamEvent::ThinkingSignature {
+                signature: "sig".into(),
+            },
+            text("Hel"),
+            text("lo"),
+        ]
+    }
+
     fn tail_of(p: &PartialMessage) -> *const String {
         match &p.last {
             Some(PartialBlock::Text(t)) => t.tail.as_ref().map_or(std::ptr::null(), Arc::as_ptr),
@@ -620,17 +633,8 @@ mod tests {
     /// arguments of an earlier call; and it keeps the pieces it already shared.
     #[test]
     fn clone_from_the_next_partial_equals_its_clone() {
-        let long = "y".repeat(Text::TAIL + 7);
-        let mut events = vec![
-            StreamEvent::ThinkingDelta { text: "th".into() },
-            StreamEvent::ThinkingDelta { text: "ink".into() },
-            StreamEvent::ThinkingSignature {
-                signature: "sig".into(),
-            },
-            text("Hel"),
-            text("lo"),
-            text(&long),
-        ];
+        let mut events = signed_thinking_then_hello();
+        events.push(text(&"y".repeat(Text::TAIL + 7)));
         events.extend((0..100).map(|i| text(&format!(" w{i}"))));
         events.extend([
             StreamEvent::ToolCallStart {
@@ -677,14 +681,7 @@ mod tests {
     #[test]
     fn deltas_assemble_blocks_in_order() {
         let mut p = PartialMessage::new("m");
-        for e in [
-            StreamEvent::ThinkingDelta { text: "th".into() },
-            StreamEvent::ThinkingDelta { text: "ink".into() },
-            StreamEvent::ThinkingSignature {
-                signature: "sig".into(),
-            },
-            text("Hel"),
-            text("lo"),
+        for e in signed_thinking_then_hello().into_iter().chain([
             StreamEvent::ToolCallStart {
                 id: "a".into(),
                 name: "f".into(),
@@ -705,7 +702,7 @@ mod tests {
                 index: 1,
                 arguments: ":2}".into(),
             },
-        ] {
+        ]) {
             p.push(&e);
         }
         let m = p.to_message(StopReason::ToolUse);
