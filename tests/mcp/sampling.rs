@@ -23,6 +23,31 @@ fn sampler(stateless: bool) -> ClientBuilder {
         .shutdown_grace(Duration::from_millis(200))
 }
 
+/// What the scripted server's tool returns for `answer`: as it is in the session era, with
+/// the state of its `input_required` round in the stateless one.
+fn in_era(answer: Value, stateless: bool) -> Value {
+    if stateless {
+        json!({"got": answer, "state": "opaque-1"})
+    } else {
+        answer
+    }
+}
+
+/// Asserts that every message `traffic` saw declared `caps`: in the handshake (session era),
+/// or in every request's `_meta` (stateless).
+fn assert_declared(traffic: &Traffic, stateless: bool, caps: Value) {
+    for sent in traffic.sent() {
+        let declared = match sent["method"].as_str() {
+            Some("initialize") => &sent["params"]["capabilities"],
+            _ if stateless => {
+                &sent["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"]
+            }
+            _ => continue,
+        };
+        assert_eq!(declared, &caps, "{sent}");
+    }
+}
+
 /// A 1x1 PNG, base64.
 const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==";
 
@@ -142,23 +167,10 @@ fn a_servers_sampling_request_is_answered_by_the_provider_in_both_eras() {
             "model": "small-model",
             "stopReason": "stopSequence",
         });
-        let got = if stateless {
-            json!({"got": answer, "state": "opaque-1"})
-        } else {
-            answer
-        };
+        let got = in_era(answer, stateless);
         assert_eq!(rec.lines(), sampled(&ended(got)), "stateless: {stateless}");
         // Declared, in the handshake or every request's `_meta`.
-        for sent in traffic.sent() {
-            let caps = match sent["method"].as_str() {
-                Some("initialize") => &sent["params"]["capabilities"],
-                _ if stateless => {
-                    &sent["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"]
-                }
-                _ => continue,
-            };
-            assert_eq!(caps, &json!({"sampling": {"tools": {}}}), "{sent}");
-        }
+        assert_declared(&traffic, stateless, json!({"sampling": {"tools": {}}}));
         client.close();
     }
 }
@@ -251,23 +263,13 @@ fn roots_given_are_declared_and_listed_to_the_server_in_both_eras() {
             {"uri": "file:///work/project", "name": "project"},
             {"uri": "file:///tmp/scratch"},
         ]});
-        let expected = if stateless {
-            json!({"got": roots, "state": "opaque-1"})
-        } else {
-            roots
-        };
         let got: Value = serde_json::from_str(&got.text()).unwrap();
-        assert_eq!(got, expected, "stateless: {stateless}");
-        for sent in traffic.sent() {
-            let caps = match sent["method"].as_str() {
-                Some("initialize") => &sent["params"]["capabilities"],
-                _ if stateless => {
-                    &sent["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"]
-                }
-                _ => continue,
-            };
-            assert_eq!(caps, &json!({"roots": {"listChanged": false}}), "{sent}");
-        }
+        assert_eq!(got, in_era(roots, stateless), "stateless: {stateless}");
+        assert_declared(
+            &traffic,
+            stateless,
+            json!({"roots": {"listChanged": false}}),
+        );
         client.close();
     }
     // Without roots: not declared (above, an empty handshake) and not answered.

@@ -224,6 +224,15 @@ fn proxy_to_shared() -> proxy::Proxy {
     proxy::Proxy::start(upstream)
 }
 
+/// A test's Redis through a proxy of its own (`redis`) and directly (`direct`), both under the
+/// test's prefix (as [`shared`] makes it for `test`).
+fn proxied(test: &str) -> (proxy::Proxy, String, Redis, Redis) {
+    let proxy = proxy_to_shared();
+    let prefix = format!("t{}-{test}", std::process::id());
+    let redis = Redis::open(&proxy.url()).unwrap().prefix(&prefix);
+    (proxy, prefix, redis, shared(test))
+}
+
 #[test]
 fn a_queue_call_cut_after_sending_is_sent_again_once_and_only_an_unknown_outcome_says_so() {
     let redis_url = shared_url();
@@ -676,10 +685,7 @@ const END_SCRIPT: &str = "'ended'";
 
 #[test]
 fn the_end_of_a_run_carrying_its_last_writes_applies_once_when_it_is_cut_or_dropped() {
-    let proxy = proxy_to_shared();
-    let prefix = format!("t{}-end-cut", std::process::id());
-    let redis = Redis::open(&proxy.url()).unwrap().prefix(&prefix);
-    let direct = shared("end-cut");
+    let (proxy, prefix, redis, direct) = proxied("end-cut");
     let store = Store::new(&direct);
     store.delete("c").unwrap();
     let queue = Queue::new(&direct);
@@ -814,10 +820,7 @@ fn a_worker_killed_with_the_end_of_its_run_unsent_has_the_prompt_answered_once_b
 
 #[test]
 fn a_queue_entry_read_ahead_with_an_end_whose_reply_was_lost_is_run_without_a_claim_wait() {
-    let proxy = proxy_to_shared();
-    let prefix = format!("t{}-ahead-cut", std::process::id());
-    let redis = Redis::open(&proxy.url()).unwrap().prefix(&prefix);
-    let direct = shared("ahead-cut");
+    let (proxy, prefix, redis, direct) = proxied("ahead-cut");
     let store = Store::new(&direct);
     let queue = Queue::new(&direct);
     let mut conn = raw(&shared_url());
@@ -1082,10 +1085,7 @@ fn counting_worker(
 
 #[test]
 fn the_start_of_a_run_sent_ahead_whose_reply_was_lost_or_that_never_arrived_is_sent_by_its_run() {
-    let proxy = proxy_to_shared();
-    let prefix = format!("t{}-begin-ahead", std::process::id());
-    let redis = Redis::open(&proxy.url()).unwrap().prefix(&prefix);
-    let direct = shared("begin-ahead");
+    let (proxy, prefix, redis, direct) = proxied("begin-ahead");
     let store = Store::new(&direct);
     let queue = Queue::new(&direct);
     let mut conn = raw(&shared_url());

@@ -203,8 +203,9 @@ fn gone(e: &std::io::Error) -> bool {
     matches!(e.kind(), BrokenPipe | ConnectionReset | ConnectionAborted)
 }
 
-/// Reads one request (its head and a `content-length` body) from `stream`.
-pub fn read_request(stream: &TcpStream) -> Option<Recorded> {
+/// Reads one request (its head and a `content-length` body) from `stream` (bytes past it
+/// are not kept: the client waits for the reply before it sends another).
+pub fn read_request(stream: impl Read) -> Option<Recorded> {
     let mut reader = BufReader::new(stream);
     let mut line = String::new();
     reader.read_line(&mut line).ok()?;
