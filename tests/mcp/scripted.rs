@@ -50,7 +50,8 @@ pub enum Step {
     Data(String),
     Pause(Duration),
     /// Writes every text sent to a channel whose sender goes into this slot (so a test
-    /// writes to the stream only while it is open), until the client leaves.
+    /// writes to the stream only while it is open), until the client leaves. The sender is
+    /// in the slot before the reply's head is written: a client that saw the head finds it.
     Open(Arc<Mutex<Option<Sender<String>>>>),
     /// Sends nothing for this long, or until the client closes the connection.
     Hold(Duration),
@@ -128,9 +129,18 @@ fn play(mut stream: TcpStream, steps: &[Step]) -> std::io::Result<()> {
         write!(stream, "{:x}\r\n{text}\r\n", text.len())?;
         stream.flush()
     };
+    // The stream counts as open from its head on: the slot is filled before the head leaves.
+    let mut open = None;
     for step in steps {
         match step {
             Step::Head(status, headers) => {
+                for step in steps {
+                    if let Step::Open(slot) = step {
+                        let (tx, rx) = crossbeam_channel::unbounded::<String>();
+                        *slot.lock().unwrap() = Some(tx);
+                        open = Some(rx);
+                    }
+                }
                 let mut head = format!("HTTP/1.1 {status} Scripted\r\n");
                 for (n, v) in headers {
                     head.push_str(&format!("{n}: {v}\r\n"));
@@ -143,8 +153,11 @@ fn play(mut stream: TcpStream, steps: &[Step]) -> std::io::Result<()> {
             Step::Data(text) => chunk(&mut stream, text)?,
             Step::Pause(time) => std::thread::sleep(*time),
             Step::Open(slot) => {
-                let (tx, rx) = crossbeam_channel::unbounded::<String>();
-                *slot.lock().unwrap() = Some(tx);
+                let rx = open.take().unwrap_or_else(|| {
+                    let (tx, rx) = crossbeam_channel::unbounded::<String>();
+                    *slot.lock().unwrap() = Some(tx);
+                    rx
+                });
                 let until = Instant::now() + LIFETIME;
                 while Instant::now() < until {
                     if let Ok(text) = rx.recv_timeout(Duration::from_millis(50)) {
