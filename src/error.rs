@@ -163,7 +163,7 @@ pub enum Error {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum TimeoutPhase {
-    /// Opening the connection.
+    /// Opening the connection: the TCP connect and, for `https`, the TLS handshake.
     Connect,
     /// Waiting for the reply to start: from sending the request to the first event of the
     /// stream (keep-alive comments do not count).

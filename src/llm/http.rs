@@ -882,14 +882,13 @@ fn failed(
         return cancelled(&ctx.cancel);
     }
     // A connection reset or closed in the handshake is a failed connection like one reset
-    // at its connect (a server's full accept queue, a restart): retried. A server that
-    // answers in something else than TLS, or a certificate refused, is told at once.
-    let dropped = ctx.timed_out().is_none() && dropped_connection(&e);
+    // at its connect (a server's full accept queue, a restart), and a handshake that did not
+    // end within the connect timeout is a connect timeout (a server too busy to answer yet):
+    // both retried. A server that answers in something else than TLS, or a certificate
+    // refused, is told at once.
+    let dropped = ctx.timed_out().is_some() || dropped_connection(&e);
     if (ctx.stage() == Stage::Tls && !dropped) || refused_certificate(&e) {
-        let why = match ctx.timed_out() {
-            Some(_) => "no TLS handshake within the connect timeout".to_owned(),
-            None => clip(e.to_string(), secret, ERROR_MESSAGE_LIMIT),
-        };
+        let why = clip(e.to_string(), secret, ERROR_MESSAGE_LIMIT);
         // A certificate the client refuses is a TLS server all the same.
         let lower = why.to_ascii_lowercase();
         let hint = if lower.contains("unknownissuer") {

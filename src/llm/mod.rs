@@ -144,10 +144,12 @@ macro_rules! http_setters {
                 &self.endpoint.base_url
             }
 
-            /// How long connecting (TCP and TLS) may take. Defaults to 10 s. An `https` URL
-            /// whose server does not complete a TLS handshake in this time fails with
-            /// [`Error::Config`](crate::Error::Config) saying it may not speak TLS. A DNS
-            /// lookup is not bounded by it (nor interrupted by an abort).
+            /// How long connecting (TCP and TLS) may take. Defaults to 10 s. A connect or a
+            /// TLS handshake not done in this time is a connect timeout
+            /// ([`TimeoutPhase::Connect`](crate::TimeoutPhase::Connect)), retried as the
+            /// retry policy says (a server too busy to accept or to answer the handshake yet
+            /// is not told from one that never will). A DNS lookup is not bounded by it (nor
+            /// interrupted by an abort).
             #[must_use]
             pub fn connect_timeout(mut self, timeout: std::time::Duration) -> $provider {
                 self.endpoint.http.connect_timeout = timeout;

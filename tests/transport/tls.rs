@@ -53,16 +53,26 @@ struct TlsServer {
     presented: Arc<Mutex<Vec<Vec<u8>>>>,
 }
 
+/// How the server gives up a connection in the handshake, once the client's hello was read.
+#[derive(Clone, Copy)]
+enum GiveUp {
+    Reset,
+    Close,
+    /// Answers nothing, holding the connection until the client closes it (a server too
+    /// busy to go on with the handshake).
+    Stall,
+}
+
 impl TlsServer {
     /// `ask_client`: the server requires a client certificate of tests/data/tls/ca.pem.
     fn start(reply: &'static str, ask_client: bool) -> TlsServer {
-        TlsServer::dropping(reply, ask_client, 0)
+        TlsServer::giving_up(reply, ask_client, &[])
     }
 
-    /// As [`TlsServer::start`], but the first `drop` connections are given up in the
-    /// handshake, once the client's hello was read: the odd ones reset, the even ones
-    /// closed.
-    fn dropping(reply: &'static str, ask_client: bool, drop: usize) -> TlsServer {
+    /// As [`TlsServer::start`], but the first connections are given up in the handshake, one
+    /// for each of `first`, in order.
+    fn giving_up(reply: &'static str, ask_client: bool, first: &[GiveUp]) -> TlsServer {
+        let first = first.to_vec();
         let chain: Vec<CertificateDer<'static>> =
             CertificateDer::pem_slice_iter(&pem("server.pem"))
                 .collect::<Result<_, _>>()
@@ -106,13 +116,21 @@ impl TlsServer {
                     std::thread::sleep(Duration::from_millis(2));
                     continue;
                 };
-                let n = accepted.fetch_add(1, Ordering::SeqCst) + 1;
-                if n <= drop {
+                let n = accepted.fetch_add(1, Ordering::SeqCst);
+                if let Some(&how) = first.get(n) {
                     let _ = tcp.set_nonblocking(false);
                     let _ = tcp.set_read_timeout(Some(Duration::from_secs(10)));
                     let _ = (&tcp).read(&mut [0; 512]);
-                    if n % 2 == 1 {
-                        let _ = socket2::SockRef::from(&tcp).set_linger(Some(Duration::ZERO));
+                    match how {
+                        GiveUp::Reset => {
+                            let _ = socket2::SockRef::from(&tcp).set_linger(Some(Duration::ZERO));
+                        }
+                        GiveUp::Close => {}
+                        GiveUp::Stall => {
+                            std::thread::spawn(move || {
+                                while matches!((&tcp).read(&mut [0; 64]), Ok(n) if n > 0) {}
+                            });
+                        }
                     }
                     continue;
                 }
@@ -245,7 +263,7 @@ fn run_error(provider: impl Provider + 'static) -> Error {
 
 #[test]
 fn a_connection_reset_or_closed_in_the_handshake_is_retried_as_a_failed_connection() {
-    let server = TlsServer::dropping(CHAT_REPLY, false, 2);
+    let server = TlsServer::giving_up(CHAT_REPLY, false, &[GiveUp::Reset, GiveUp::Close]);
     let (agent, rec) = support::agent(chat(&server).root_certificates(pem("ca.pem")), "m");
     assert_eq!(agent.prompt("Hi").unwrap().text(), "Hello there");
     let port = server.url.rsplit(':').next().unwrap();
@@ -265,6 +283,25 @@ fn a_connection_reset_or_closed_in_the_handshake_is_retried_as_a_failed_connecti
             format!("connection failed: {target}: unexpected end of file in the TLS handshake"),
         ]
     );
+    assert_eq!(server.accepted.load(Ordering::SeqCst), 3);
+    assert_eq!(server.requests(), ["POST /v1/chat/completions"]);
+}
+
+#[test]
+fn a_handshake_not_ended_within_the_connect_timeout_is_retried_as_a_connect_timeout() {
+    let server = TlsServer::giving_up(CHAT_REPLY, false, &[GiveUp::Stall, GiveUp::Stall]);
+    let provider = chat(&server)
+        .root_certificates(pem("ca.pem"))
+        .connect_timeout(Duration::from_millis(300));
+    let (agent, rec) = support::agent(provider, "m");
+    assert_eq!(agent.prompt("Hi").unwrap().text(), "Hello there");
+    let retries: Vec<String> = rec
+        .lines()
+        .into_iter()
+        .filter(|l| l.starts_with("retry "))
+        .map(|l| l.split_once(" ms: ").unwrap().1.to_owned())
+        .collect();
+    assert_eq!(retries, ["timed out connecting", "timed out connecting"]);
     assert_eq!(server.accepted.load(Ordering::SeqCst), 3);
     assert_eq!(server.requests(), ["POST /v1/chat/completions"]);
 }
