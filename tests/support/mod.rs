@@ -372,6 +372,15 @@ impl Recorder {
         self.0.lock().unwrap().clone()
     }
 
+    /// The error each retry announced, in order (the text after `retry N after M ms: `).
+    pub fn retried(&self) -> Vec<String> {
+        self.lines()
+            .into_iter()
+            .filter(|l| l.starts_with("retry "))
+            .map(|l| l.split_once(" ms: ").unwrap().1.to_owned())
+            .collect()
+    }
+
     /// One line per event; runs of deltas of one kind are merged into one line with their
     /// count and joined text, so long streams compare exactly yet briefly.
     pub fn lines(&self) -> Vec<String> {

@@ -267,12 +267,7 @@ fn a_connection_reset_or_closed_in_the_handshake_is_retried_as_a_failed_connecti
     let (agent, rec) = support::agent(chat(&server).root_certificates(pem("ca.pem")), "m");
     assert_eq!(agent.prompt("Hi").unwrap().text(), "Hello there");
     let port = server.url.rsplit(':').next().unwrap();
-    let retries: Vec<String> = rec
-        .lines()
-        .into_iter()
-        .filter(|l| l.starts_with("retry "))
-        .map(|l| l.split_once(" ms: ").unwrap().1.to_owned())
-        .collect();
+    let retries = rec.retried();
     let target = format!("POST https://127.0.0.1:{port}/v1/chat/completions");
     assert_eq!(
         retries,
@@ -295,12 +290,7 @@ fn a_handshake_not_ended_within_the_connect_timeout_is_retried_as_a_connect_time
         .connect_timeout(Duration::from_millis(300));
     let (agent, rec) = support::agent(provider, "m");
     assert_eq!(agent.prompt("Hi").unwrap().text(), "Hello there");
-    let retries: Vec<String> = rec
-        .lines()
-        .into_iter()
-        .filter(|l| l.starts_with("retry "))
-        .map(|l| l.split_once(" ms: ").unwrap().1.to_owned())
-        .collect();
+    let retries = rec.retried();
     assert_eq!(retries, ["timed out connecting", "timed out connecting"]);
     assert_eq!(server.accepted.load(Ordering::SeqCst), 3);
     assert_eq!(server.requests(), ["POST /v1/chat/completions"]);
