@@ -405,6 +405,31 @@ fn done_of(conn: &mut redis::Connection, prefix: &str, conversation: &str) -> Op
         .unwrap()
 }
 
+/// How many entries of the fleet's queue are not handled yet: pending under a worker, or
+/// not handed to one. (Handled entries are acknowledged and trimmed from the stream in whole
+/// nodes, so its length counts some handled ones too.)
+fn unhandled(conn: &mut redis::Connection, prefix: &str) -> usize {
+    let queue = format!("{prefix}:{{queue}}");
+    let groups: Vec<HashMap<String, redis::Value>> = redis::cmd("XINFO")
+        .arg("GROUPS")
+        .arg(&queue)
+        .query(conn)
+        .unwrap();
+    let group = groups
+        .iter()
+        .find(|g| g.get("name") == Some(&redis::Value::BulkString(b"workers".to_vec())))
+        .expect("the queue has the workers' group");
+    let pending: usize = redis::from_redis_value_ref(&group["pending"]).unwrap();
+    let delivered: String = redis::from_redis_value_ref(&group["last-delivered-id"]).unwrap();
+    let undelivered: Vec<redis::Value> = redis::cmd("XRANGE")
+        .arg(&queue)
+        .arg(format!("({delivered}"))
+        .arg("+")
+        .query(conn)
+        .unwrap();
+    pending + undelivered.len()
+}
+
 /// The transcript a conversation must end with: each prompt, then its one answer.
 fn answered(prompts: &[String], answer: impl Fn(&str) -> String) -> Vec<String> {
     prompts

@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::Redis;
 use super::conn::Again;
 use super::conversation::Failure;
 use super::side::{Side, millis};
 use super::writer::Writer;
+use super::{Redis, scripts};
 use crate::agent::Agent;
 use crate::error::Error;
 use crate::message::Message;
@@ -515,16 +515,9 @@ impl Worker {
     pub(super) fn ack(&self, entry: &str) -> Result<(), Error> {
         let queue = self.shared.redis.queue_key();
         self.shared.writer.lock().link.call(Again::Safe, |c| {
-            ::redis::pipe()
-                .cmd("XACK")
-                .arg(&queue)
+            scripts::eval(&scripts::ACK, &[&queue])
                 .arg(GROUP)
                 .arg(entry)
-                .ignore()
-                .cmd("XDEL")
-                .arg(&queue)
-                .arg(entry)
-                .ignore()
                 .query::<()>(c)
         })
     }

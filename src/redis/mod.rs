@@ -68,12 +68,17 @@
 //! | `pagent:{c}:inbox` | stream | requests: field `kind` (`prompt`, `steer`, `follow_up`, `abort`), `text`, `request` (the request's own id) |
 //! | `pagent:{c}:meta` | hash | `done`: the last inbox entry handled; `started`: the inbox entry whose prompt is the last one in the transcript; `wrote`: the last write batch of the lease (`<token> <n>`); `failed`: the entry failing and how often; `ended`: the last lease released |
 //! | `pagent:{c}:lease` | string, expiring | the token of the worker that runs the conversation |
-//! | `pagent:{queue}` | stream + group `workers` | one entry per request: field `conversation` |
+//! | `pagent:{queue}` | stream + group `workers` | one entry per request: field `conversation`; handled entries are trimmed in whole stream nodes (see below) |
 //! | `pagent:{dead}` | stream | dead letters: fields `conversation`, `entry`, `kind`, `text`, `error`, `failures` |
 //!
 //! A conversation's name is any string without `{` or `}` (every call refuses them with
 //! [`Error::Config`]). The queue is the one key every worker reads: its entries only say
-//! "look at conversation c", each a few dozen bytes.
+//! "look at conversation c", each a few dozen bytes. A handled entry is acknowledged, and
+//! the queue trimmed (`XTRIM MINID ~`) up to the oldest entry still pending under any
+//! worker: handled entries go in whole stream nodes, not one by one, so the queue's length
+//! (`XLEN`) counts up to a node of them (`stream-node-max-entries`, 100 by default) beside
+//! what is left to do. What is left to do is the group's pending count plus its lag
+//! (`XINFO GROUPS`).
 //!
 //! # Guarantees
 //! - **One run per conversation at a time, across the fleet, and a worker that lost its
@@ -161,15 +166,18 @@
 //!
 //! Counted with `INFO commandstats` over `cargo run --release --features redis --example
 //! fleet -- bench 1 2000 [nolog]` (one worker, 2,000 prompts, each its own conversation,
-//! Faux): per prompt, one `XREADGROUP` and two scripts with the event log off (16 commands
-//! in all, the scripts' own counted), one `XREADGROUP` and three scripts with it on (35.5
+//! Faux): per prompt, one `XREADGROUP` and two scripts with the event log off (17 commands
+//! in all, the scripts' own counted), one `XREADGROUP` and three scripts with it on (36
 //! commands). The scripts go by their SHA1 (`EVALSHA`: each connection loads them when it
 //! opens, and a flushed script cache is loaded again), so a call carries its arguments,
 //! not the script's 1-2 KB of text for Redis to hash again; the script that starts a run
-//! runs four commands on a free conversation, the one that ends it nine (the transcript's
-//! messages with one `RPUSH`, `meta` read with one `HMGET` and written with one `HSET`).
-//! It was 25 / 43.5 commands before, and four round trips with 27 / 49.5 before the end
-//! took the last writes and the next entry along.
+//! runs four commands on a free conversation, the one that ends it ten (the transcript's
+//! messages with one `RPUSH`, `meta` read with one `HMGET` and written with one `HSET`, the
+//! queue entry acknowledged and the queue trimmed in whole nodes: an `XDEL` of the queue's
+//! first entry made Redis scan the node for the next one, a trim of whole nodes scans
+//! nothing). It was 16 / 35 commands with an `XDEL` per entry, 25 / 43.5 before
+//! `EVALSHA`, and four round trips with 27 / 49.5 before the end took the last writes and
+//! the next entry along.
 //!
 //! Throughput, one prompt per queue entry, Faux, Redis 7.0 on the same 2-core machine,
 //! which other builds kept fully busy (no idle time in any round, load average 8 to 29:
@@ -187,12 +195,18 @@
 //! | 4 | off | 4,610 | 6,210 | 1.18 | 100 µs (90), 117 µs (127) |
 //! | 4 | on | 2,700 | 3,400 | 1.15 | 140 µs (170), 207 µs (234) |
 //!
-//! Counted in instructions (callgrind, which no load disturbs): Redis runs 456,000 per prompt
-//! with the log off (535,000 before, -15%) and 716,000 with it on (862,000, -17%), the
-//! prompt's queueing and the bench's reading back included; the worker's thread runs
-//! 350,000 per prompt with the log off (338,000 before) and 538,000 with it on (525,000):
-//! about a quarter of that is the `redis` crate's reply parser, a fifth the agent factory,
-//! a fifth the run.
+//! Counted in instructions (callgrind, which no load disturbs; the difference of `bench 1
+//! 1300` and `bench 1 300` on a `redis-server` under callgrind): Redis runs 456,000 per
+//! prompt with the log off (535,000 before `EVALSHA`, -15%) and 716,000 with it on (862,000,
+//! -17%), the prompt's queueing and the bench's reading back included. Of that, the
+//! prompt's three scripts and its `XREADGROUP` cost 350,000 with the log off (383,000 with
+//! an `XDEL` per queue entry, -9%) and 614,000 with it on (644,000, -5%): the commands the
+//! scripts run 77,000, the Lua around them 207,000 (each `EVALSHA` about 7,700 before its
+//! script runs, each argument of a call about 1,200, each `redis.call` about 2,600 beside
+//! the command's own work: measured on one call each under callgrind), the `XREADGROUP`
+//! 50,000 (Redis walks the stream node from its start to the group's position). The
+//! worker's thread runs 169,000 per prompt with the log off: a quarter of it the `redis`
+//! crate's reply parser, a sixth the agent factory, a sixth the run.
 //!
 //! The floor of bare round trips is not within reach, and no client can reach it: one bare
 //! `XADD` round trip costs Redis about 11,400 instructions (callgrind, over

@@ -101,6 +101,50 @@ end
     };
 }
 
+/// The Lua of acknowledging a queue entry, shared by [`END`] and [`ACK`]:
+/// `ack(queue, group, entry)` acknowledges `entry`, then drops the queue's handled entries
+/// in whole stream nodes (`XTRIM MINID ~`): those before both `entry` and the group's oldest
+/// pending entry. Each of them was delivered (the group hands entries out in order, and
+/// `entry` was handed out) and is not pending: it was acknowledged. An entry pending under
+/// any worker, dead or alive, and every entry not delivered yet, stay.
+///
+/// Not `XDEL` per entry: deleting the queue's first entry makes Redis scan the stream node
+/// from its start for the new first one (and find the entry from there), about 50 entries
+/// a call on a node of 100; a node trimmed whole costs no scan. So the queue's length
+/// (`XLEN`) counts up to a node of handled entries too.
+macro_rules! ack_entry {
+    () => {
+        r"
+local function before(a, b)
+  local am, as = string.match(a, '^(%d+)-(%d+)$')
+  local bm, bs = string.match(b, '^(%d+)-(%d+)$')
+  if #am ~= #bm then return #am < #bm end
+  if am ~= bm then return am < bm end
+  if #as ~= #bs then return #as < #bs end
+  return as < bs
+end
+local function ack(queue, group, entry)
+  redis.call('XACK', queue, group, entry)
+  local min = entry
+  local oldest = redis.call('XPENDING', queue, group, '-', '+', 1)
+  if #oldest > 0 and before(oldest[1][1], min) then min = oldest[1][1] end
+  redis.call('XTRIM', queue, 'MINID', '~', min)
+end
+"
+    };
+}
+
+/// Acknowledges a queue entry that runs nothing (see `ack_entry!`). KEYS: queue. ARGV:
+/// group, entry. Returns 1.
+pub(crate) static ACK: Script = Script::new(concat!(
+    "#!lua\n",
+    ack_entry!(),
+    r"
+ack(KEYS[1], ARGV[1], ARGV[2])
+return 1
+"
+));
+
 /// Appends a batch of a run's writes in order, if the lease is still ours and this batch is
 /// the next one. KEYS: lease, messages, events, meta. ARGV: token, batch number, event
 /// stream cap, the inbox entry whose prompt the batch stores (or ''), then pairs of (`m`,
@@ -130,10 +174,12 @@ return applied
 /// as [`WRITE`] takes them. Returns `{1}` released, `{0, entries}` more to do, `{-1}` the
 /// lease is not ours, `{-2}` a write of the run is missing.
 ///
-/// `meta` is read with one `HMGET` and written with one `HSET`.
+/// `meta` is read with one `HMGET` and written with one `HSET`; the queue entry is
+/// acknowledged as [`ACK`] does it.
 pub(crate) static END: Script = Script::new(concat!(
     "#!lua\n",
     apply_batch!(),
+    ack_entry!(),
     r"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   if redis.call('HGET', KEYS[2], 'ended') == ARGV[1] then return {1} end
@@ -168,10 +214,7 @@ redis.call('DEL', KEYS[1])
 set[#set + 1] = 'ended'
 set[#set + 1] = ARGV[1]
 redis.call('HSET', KEYS[2], unpack(set))
-if ARGV[4] ~= '' then
-  redis.call('XACK', KEYS[4], ARGV[5], ARGV[4])
-  redis.call('XDEL', KEYS[4], ARGV[4])
-end
+if ARGV[4] ~= '' then ack(KEYS[4], ARGV[5], ARGV[4]) end
 return {1}
 "
 ));
@@ -334,7 +377,7 @@ pub(crate) fn missing(e: &::redis::RedisError) -> bool {
 }
 
 /// What the worker's own connection runs.
-pub(crate) static FOR_WORKER: &[&Script] = &[&BEGIN, &WRITE, &END, &FAIL, &DROP_LEASE];
+pub(crate) static FOR_WORKER: &[&Script] = &[&BEGIN, &WRITE, &END, &FAIL, &DROP_LEASE, &ACK];
 /// What the worker's side connection runs.
 pub(crate) static FOR_SIDE: &[&Script] = &[&RENEW];
 /// What a [`super::Queue`] runs.

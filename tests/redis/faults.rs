@@ -729,17 +729,11 @@ fn the_end_of_a_run_carrying_its_last_writes_applies_once_when_it_is_cut_or_drop
         runs(&answers, false),
         "a write applied twice"
     );
-    // The queue entries of the "b" prompts find their prompt done: acknowledged, deleted.
+    // The queue entries of the "b" prompts find their prompt done: acknowledged.
     let mut conn = raw(&url);
-    let queued = |conn: &mut redis::Connection| -> usize {
-        redis::cmd("XLEN")
-            .arg(format!("{prefix}:{{queue}}"))
-            .query(conn)
-            .unwrap()
-    };
-    wait_within("the queue emptied", Duration::from_secs(10), || {
+    wait_within("the queue handled", Duration::from_secs(10), || {
         let _ = worker.step(Duration::from_millis(100));
-        queued(&mut conn) == 0
+        unhandled(&mut conn, &prefix) == 0
     });
     assert_eq!(described(&store, "c"), answers, "nothing run again");
     let lease: Option<String> = redis::cmd("GET")
@@ -903,11 +897,11 @@ fn run_for_ending_with_a_queue_entry_read_ahead_runs_it_before_it_returns() {
         described(&store, "b"),
         answered(&["Two".into()], |p| format!("answer to {p}"))
     );
-    let queued: usize = redis::cmd("XLEN")
-        .arg(format!("{prefix}:{{queue}}"))
-        .query(&mut conn)
-        .unwrap();
-    assert_eq!(queued, 0, "nothing left in the queue");
+    assert_eq!(
+        unhandled(&mut conn, &prefix),
+        0,
+        "nothing left in the queue"
+    );
 }
 
 #[test]
@@ -1135,11 +1129,11 @@ fn the_start_of_a_run_sent_ahead_whose_reply_was_lost_or_that_never_arrived_is_s
             assert_eq!(lease, None, "{c}'s lease was released");
         }
     }
-    let queued: usize = redis::cmd("XLEN")
-        .arg(format!("{prefix}:{{queue}}"))
-        .query(&mut conn)
-        .unwrap();
-    assert_eq!(queued, 0, "nothing left in the queue");
+    assert_eq!(
+        unhandled(&mut conn, &prefix),
+        0,
+        "nothing left in the queue"
+    );
 }
 
 #[test]

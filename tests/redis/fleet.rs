@@ -386,6 +386,95 @@ fn a_queue_entry_replayed_after_its_prompt_was_answered_runs_nothing() {
     );
 }
 
+#[test]
+fn handled_queue_entries_are_trimmed_and_none_pending_or_not_yet_delivered_is_dropped() {
+    // More entries than a stream node holds (100 by default), so that whole nodes can go.
+    const ENTRIES: usize = 250;
+    const DEAD: usize = 3;
+    const HANDLED: usize = 200;
+    let redis = shared("trim");
+    let prefix = format!("t{}-trim", std::process::id());
+    let queue_key = format!("{prefix}:{{queue}}");
+    let store = Store::new(&redis);
+    let names: Vec<String> = (0..ENTRIES).map(|i| format!("c{i}")).collect();
+    queue_prompts(&redis, &store, &names, 1);
+    let mut conn = raw(&shared_url());
+    let ids = |conn: &mut redis::Connection| -> Vec<String> {
+        let range: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+            .arg(&queue_key)
+            .arg("-")
+            .arg("+")
+            .query(conn)
+            .unwrap();
+        range.ids.into_iter().map(|e| e.id).collect()
+    };
+    let queued = ids(&mut conn);
+    assert_eq!(queued.len(), ENTRIES);
+    let factory = |_: &str, messages: Vec<Message>| {
+        Agent::builder()
+            .provider(answering(Duration::ZERO))
+            .messages(messages)
+            .build()
+    };
+    // (It makes the workers' group.)
+    let worker = Worker::new(&redis, "w", factory)
+        .unwrap()
+        .claim_after(PATIENCE);
+    // A worker that dies holding the first entries: they stay pending under it.
+    redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg("workers")
+        .arg("dead")
+        .arg("COUNT")
+        .arg(DEAD)
+        .arg("STREAMS")
+        .arg(&queue_key)
+        .arg(">")
+        .query::<redis::Value>(&mut conn)
+        .unwrap();
+    for _ in 0..HANDLED {
+        assert_eq!(worker.step(Duration::from_secs(1)), Ok(1));
+    }
+    // The dead worker's entries, older than every handled one, and those not handed out yet
+    // are all still there.
+    let left = ids(&mut conn);
+    let unacknowledged: Vec<&String> = queued[..DEAD]
+        .iter()
+        .chain(&queued[DEAD + HANDLED..])
+        .collect();
+    for id in &unacknowledged {
+        assert!(left.contains(id), "{id} was dropped while unacknowledged");
+    }
+    assert_eq!(unhandled(&mut conn, &prefix), ENTRIES - HANDLED);
+    // Another worker claims the dead one's entries, then handles the rest: every prompt is
+    // answered once, and the handled entries went, but for at most the last stream node.
+    let other = Worker::new(&redis, "w2", factory)
+        .unwrap()
+        .claim_after(Duration::from_millis(1));
+    wait_within("every entry handled", Duration::from_secs(60), || {
+        let _ = other.step(Duration::from_millis(50));
+        unhandled(&mut conn, &prefix) == 0
+    });
+    for name in &names {
+        assert_eq!(
+            described(&store, name),
+            answered(&prompts_of(name, 1), |p| format!("answer to {p}")),
+            "{name}"
+        );
+    }
+    let node: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("stream-node-max-entries")
+        .query(&mut conn)
+        .unwrap();
+    let node: usize = node[1].parse().unwrap();
+    let length: usize = redis::cmd("XLEN").arg(&queue_key).query(&mut conn).unwrap();
+    assert!(
+        length <= node,
+        "{length} entries left, more than a stream node ({node})"
+    );
+}
+
 /// The README's example, on the shared server.
 #[test]
 fn the_readme_fleet_example_runs() {
