@@ -1434,3 +1434,193 @@ fn a_wire_client_tells_a_401_from_a_429_from_a_timeout() {
         assert_eq!(mirror.state().timeline(), state.timeline());
     }
 }
+
+// ---- Chat Completions chunks, field by field ----
+
+/// A Chat Completions reply of these raw `data:` payloads, then `[DONE]`.
+fn chunks(payloads: &[&str]) -> String {
+    let events: String = payloads.iter().map(|p| format!("data: {p}\n\n")).collect();
+    events + "data: [DONE]\n\n"
+}
+
+/// One reply of `OpenAiCompat` to `stream`, from a server of its own.
+fn chat_reply(stream: String) -> (Result<pagent::AssistantMessage, Error>, Vec<StreamEvent>) {
+    let server = Server::start_exact(vec![Reply::sse(stream)]);
+    stream_once(&openai(&server))
+}
+
+const STOP: &str = r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#;
+
+#[test]
+fn chat_chunks_of_every_field_shape_give_exactly_their_events() {
+    let start = |id: &str, name: &str| StreamEvent::ToolCallStart {
+        id: id.into(),
+        name: name.into(),
+    };
+    let args = |index, arguments: &str| StreamEvent::ToolCallDelta {
+        index,
+        arguments: arguments.into(),
+    };
+    let (text, thinking) = (StreamEvent::text, StreamEvent::thinking);
+    let nothing = Vec::<StreamEvent>::new;
+    let cases: Vec<(&str, Vec<&str>, Vec<StreamEvent>, StopReason)> = vec![
+        (
+            "text, as llama-server sends it",
+            vec![
+                r#"{"choices":[{"finish_reason":null,"index":0,"delta":{"content":" tok1"}}],"created":1795993459,"id":"chatcmpl-1","model":"smollm2","object":"chat.completion.chunk"}"#,
+                STOP,
+            ],
+            vec![text(" tok1")],
+            StopReason::Stop,
+        ),
+        (
+            "escaped text",
+            vec![
+                r#"{"choices":[{"delta":{"content":"a\"b\\c\n\t\u00e9\ud83d\ude00\/"}}]}"#,
+                STOP,
+            ],
+            vec![text("a\"b\\c\n\té\u{1F600}/")],
+            StopReason::Stop,
+        ),
+        (
+            "reasoning before text, whatever the field order",
+            vec![
+                r#"{"choices":[{"delta":{"content":"B","reasoning":"R","reasoning_content":"A"}}]}"#,
+                STOP,
+            ],
+            vec![thinking("A"), thinking("R"), text("B")],
+            StopReason::Stop,
+        ),
+        (
+            "each reasoning field alone, one escaped",
+            vec![
+                r#"{"choices":[{"delta":{"reasoning_content":"x\"y"}}]}"#,
+                r#"{"choices":[{"delta":{"reasoning":"z"}}]}"#,
+                STOP,
+            ],
+            vec![thinking("x\"y"), thinking("z")],
+            StopReason::Stop,
+        ),
+        (
+            "empty and null strings, null and missing deltas and choices",
+            vec![
+                r#"{"choices":[{"delta":{"content":"","reasoning_content":null,"reasoning":""}}]}"#,
+                r#"{"choices":[{"delta":null,"finish_reason":null}]}"#,
+                r#"{"choices":[{"index":0}]}"#,
+                r#"{"choices":[{}]}"#,
+                r#"{"choices":null}"#,
+                r#"{"choices":[]}"#,
+                r#"{"id":"x"}"#,
+                r#"{}"#,
+                STOP,
+            ],
+            nothing(),
+            StopReason::Stop,
+        ),
+        (
+            "unknown fields of every kind, at every level",
+            vec![
+                r#"{"x":{"y":[1,{"z":null}]},"choices":[{"logprobs":{"content":[{"token":"\u00e9","bytes":[195,169]}]},"delta":{"role":"assistant","refusal":null,"audio":{"a":[true,false]},"content":"Hi","n":-1.5e3},"index":0}],"usage":null,"error":null,"created":1,"s":"\"}"}"#,
+                STOP,
+            ],
+            vec![text("Hi")],
+            StopReason::Stop,
+        ),
+        (
+            "a call in fragments",
+            vec![
+                r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"get_weather","arguments":""}}]}}]}"#,
+                r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"city\":"}}]}}]}"#,
+                r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"call_a","function":{"name":"get_weather","arguments":"\"Oslo\"}"}}]}}]}"#,
+                r#"{"choices":[{"delta":{},"finish_reason":"tool_calls"}]}"#,
+            ],
+            vec![
+                start("call_a", "get_weather"),
+                args(0, "{\"city\":"),
+                args(0, "\"Oslo\"}"),
+            ],
+            StopReason::ToolUse,
+        ),
+        (
+            "calls without index or id, two in one delta, text beside them, finish `stop`",
+            vec![
+                r#"{"choices":[{"delta":{"content":"ok","tool_calls":[{"function":{"name":"a","arguments":"{}"}}]}}]}"#,
+                r#"{"choices":[{"delta":{"tool_calls":[{"index":3,"function":{"name":"b"}},{"index":3,"function":{"arguments":"[1]"}}]}}]}"#,
+                STOP,
+            ],
+            vec![
+                text("ok"),
+                start("call_0", "a"),
+                args(0, "{}"),
+                start("call_3", "b"),
+                args(1, "[1]"),
+            ],
+            StopReason::ToolUse,
+        ),
+        (
+            "two choices in one chunk, each with its delta and finish",
+            vec![
+                r#"{"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":"stop"},{"index":1,"delta":{"content":"b","reasoning":"c"},"finish_reason":"length"}]}"#,
+            ],
+            vec![text("a"), thinking("c"), text("b")],
+            StopReason::Length,
+        ),
+        (
+            "a finish, then the usage chunk",
+            vec![
+                r#"{"choices":[{"delta":{"content":"x"},"finish_reason":"length"}]}"#,
+                r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7,"prompt_tokens_details":{"cached_tokens":3},"completion_tokens_details":{"reasoning_tokens":1}}}"#,
+            ],
+            vec![
+                text("x"),
+                StreamEvent::Usage {
+                    usage: {
+                        let mut u = pagent::Usage::default();
+                        (u.input, u.output, u.cache_read, u.reasoning, u.total) = (5, 2, 3, 1, 7);
+                        u
+                    },
+                },
+            ],
+            StopReason::Length,
+        ),
+    ];
+    for (name, payloads, events, stop) in cases {
+        let (result, seen) = chat_reply(chunks(&payloads));
+        assert_eq!(seen, events, "{name}");
+        assert_eq!(result.map(|m| m.stop_reason), Ok(stop), "{name}");
+    }
+}
+
+#[test]
+fn a_malformed_chat_chunk_is_a_stream_error_and_gives_nothing_of_itself() {
+    let good = r#"{"choices":[{"delta":{"content":"Hi"}}]}"#;
+    let malformed = [
+        r#"{"choices":[{"delta":{"content":"lost"}}]"#,
+        r#"{"choices":[{"delta":{"content":"lost"}}]} x"#,
+        r#"{"choices":[{"delta":{"content":"lost"}}],"usage":{"prompt_tokens":"many"}}"#,
+        r#"{"choices":[{"delta":{"content":"lost"}},{"delta":{"content":5}}]}"#,
+        r#"{"choices":[{"delta":{"content":"lost","content":"again"}}]}"#,
+        r#"{"choices":[{"delta":{"content":"lost"},"delta":null}]}"#,
+        r#"{"choices":[{"delta":{"content":"lost"}}],"choices":[]}"#,
+        r#"{"choices":[{"delta":{"content":"lost","reasoning":["no"]}}]}"#,
+        r#"{"choices":[{"delta":{"content":"lost","tool_calls":{"index":0}}}]}"#,
+        r#"{"choices":[{"delta":{"content":"lost"},"finish_reason":7}]}"#,
+        r#"{"choices":[{"delta":"lost"}]}"#,
+        r#"{"choices":{"delta":{"content":"lost"}}}"#,
+        r#"{"choices":[{"delta":{"content":"bad \x escape"}}]}"#,
+        r#"{"choices":[{"delta":{"content":"lost"}}],}"#,
+        r#"[{"choices":[]}]"#,
+        "lost",
+    ];
+    for payload in malformed {
+        let (result, seen) = chat_reply(chunks(&[good, payload, STOP]));
+        assert_eq!(seen, vec![StreamEvent::text("Hi")], "{payload}");
+        match result {
+            Err(Error::Stream(message)) => assert!(
+                message.starts_with("a chunk is not valid json ("),
+                "{payload}: {message}"
+            ),
+            other => panic!("{payload}: {other:?}"),
+        }
+    }
+}

@@ -230,6 +230,7 @@ pub(crate) use http_setters;
 
 mod anthropic;
 mod body;
+mod chat_stream;
 mod count;
 mod env;
 mod error_text;

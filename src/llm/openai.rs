@@ -1,25 +1,23 @@
 //! `OpenAiCompat`: the OpenAI Chat Completions API, as OpenAI, Ollama, vLLM, llama.cpp,
 //! LM Studio, OpenRouter, DeepSeek and others serve it.
 
-use std::borrow::Cow;
 use std::fmt;
 
-use serde::de::{self, Deserializer, SeqAccess, Visitor};
+use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::http::{self, Call, Decode, Emitter, Endpoint};
+use super::chat_stream::Decoder;
+use super::http::{Call, Endpoint};
 use super::parts::{Base64, Collected, DataUrl, DocumentText};
 use super::pieces::{self, Builder, Dialect, Kind, Payload, Piece, Side, element};
 use super::{
-    CancelToken, OnEvent, Provider, ReplyEnd, Request, StreamEvent, TextParts, ThinkingLevel,
-    ToolDefinition,
+    CancelToken, OnEvent, Provider, ReplyEnd, Request, TextParts, ThinkingLevel, ToolDefinition,
 };
 use crate::Error;
 use crate::content::{Part, Source};
-use crate::message::{AssistantMessage, ContentBlock, Message, StopReason, Usage};
+use crate::message::{AssistantMessage, ContentBlock, Message};
 use crate::output::OpenAiFormat;
 
 /// The default base URL, OpenAI's.
@@ -728,262 +726,5 @@ impl Provider for OpenAiCompat {
             self.clone(),
             self.endpoint.clone(),
         )))
-    }
-}
-
-#[derive(Default)]
-struct Decoder {
-    // The server's `index` of each call we started, in our call order.
-    calls: Vec<u64>,
-    finish: Option<String>,
-    head_read: bool,
-    id: Option<String>,
-    model: Option<String>,
-}
-
-// The chunk types are small (a `Chunk` fits in 128 bytes): each is moved a few times on its
-// way out of serde's visitors, and a larger one is moved by a `memcpy` call, which reads back
-// what was just stored field by field (a store-forwarding stall each time). A delta's
-// strings are copied once, into the event handed on (`Box<str>` is a `String` without its
-// capacity: serde makes it of a `String` of exact size, and it becomes one again for free),
-// and fields we do not need are skipped without being stored.
-
-/// What the first chunk says of the whole reply. Read from the first chunk only: later
-/// chunks repeat it, and skipping a field costs less than reading it.
-#[derive(Deserialize)]
-struct Head<'a> {
-    #[serde(borrow)]
-    id: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    model: Option<Cow<'a, str>>,
-}
-
-#[derive(Deserialize)]
-struct Chunk<'a> {
-    #[serde(default, borrow)]
-    choices: Choices<'a>,
-    // Boxed: they come once a reply (or never), and a small chunk is cheaper to move.
-    usage: Option<Box<WireUsage>>,
-    error: Option<Box<Value>>,
-}
-
-// See above: a larger chunk is copied by a call at every move.
-const _: () = assert!(std::mem::size_of::<Chunk<'static>>() <= 128);
-
-/// The `choices` of a chunk: nearly always one, kept without allocating; any more follow.
-#[derive(Default)]
-struct Choices<'a> {
-    first: Option<Choice<'a>>,
-    rest: Box<[Choice<'a>]>,
-}
-
-impl<'de: 'a, 'a> Deserialize<'de> for Choices<'a> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Choices<'a>, D::Error> {
-        struct Visit<'a>(std::marker::PhantomData<Choice<'a>>);
-        impl<'de: 'a, 'a> Visitor<'de> for Visit<'a> {
-            type Value = Choices<'a>;
-
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a list of choices")
-            }
-
-            fn visit_unit<E: de::Error>(self) -> Result<Choices<'a>, E> {
-                Ok(Choices::default())
-            }
-
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Choices<'a>, A::Error> {
-                let first = seq.next_element()?;
-                let mut rest = Vec::new();
-                while let Some(choice) = seq.next_element()? {
-                    rest.push(choice);
-                }
-                Ok(Choices {
-                    first,
-                    rest: rest.into_boxed_slice(),
-                })
-            }
-        }
-        d.deserialize_any(Visit(std::marker::PhantomData))
-    }
-}
-
-#[derive(Deserialize)]
-struct Choice<'a> {
-    #[serde(borrow)]
-    delta: Option<Delta<'a>>,
-    finish_reason: Option<Box<str>>,
-}
-
-#[derive(Deserialize)]
-struct Delta<'a> {
-    content: Option<Box<str>>,
-    reasoning_content: Option<Box<str>>,
-    reasoning: Option<Box<str>>,
-    // Boxed: few deltas carry calls.
-    #[serde(borrow)]
-    tool_calls: Option<Box<[ToolDelta<'a>]>>,
-}
-
-#[derive(Deserialize)]
-struct ToolDelta<'a> {
-    index: Option<u64>,
-    #[serde(borrow)]
-    id: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    function: Option<FunctionDelta<'a>>,
-}
-
-#[derive(Deserialize)]
-struct FunctionDelta<'a> {
-    #[serde(borrow)]
-    name: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    arguments: Option<Cow<'a, str>>,
-}
-
-#[derive(Deserialize)]
-struct WireUsage {
-    #[serde(default)]
-    prompt_tokens: u64,
-    #[serde(default)]
-    completion_tokens: u64,
-    #[serde(default)]
-    total_tokens: u64,
-    prompt_tokens_details: Option<PromptDetails>,
-    completion_tokens_details: Option<CompletionDetails>,
-}
-
-#[derive(Deserialize)]
-struct PromptDetails {
-    #[serde(default)]
-    cached_tokens: u64,
-}
-
-#[derive(Deserialize)]
-struct CompletionDetails {
-    #[serde(default)]
-    reasoning_tokens: u64,
-}
-
-impl Decode for Decoder {
-    /// Handles one `data:` payload; true at `[DONE]`.
-    fn event(&mut self, data: &str, out: &mut Emitter<'_, '_>) -> Result<bool, Error> {
-        // A chunk is longer: the common case costs a length check.
-        if data.len() < 16 && data.trim() == "[DONE]" {
-            return Ok(true);
-        }
-        let chunk: Chunk<'_> = serde_json::from_str(data)
-            .map_err(|e| Error::Stream(format!("a chunk is not valid json ({e})")))?;
-        if let Some(error) = chunk.error {
-            return Err(http::api_error(&error));
-        }
-        if !self.head_read {
-            self.head_read = true;
-            if let Ok(head) = serde_json::from_str::<Head<'_>>(data) {
-                self.id = head.id.map(Cow::into_owned);
-                self.model = head.model.filter(|m| !m.is_empty()).map(Cow::into_owned);
-            }
-        }
-        let Choices { first, rest } = chunk.choices;
-        for choice in first.into_iter().chain(rest.into_vec()) {
-            if let Some(delta) = choice.delta {
-                self.delta(delta, out)?;
-            }
-            if let Some(reason) = choice.finish_reason {
-                self.finish = Some(reason.into_string());
-            }
-        }
-        if let Some(u) = chunk.usage {
-            let usage = Usage {
-                input: u.prompt_tokens,
-                output: u.completion_tokens,
-                cache_read: u.prompt_tokens_details.map_or(0, |d| d.cached_tokens),
-                reasoning: u
-                    .completion_tokens_details
-                    .map_or(0, |d| d.reasoning_tokens),
-                total: u
-                    .total_tokens
-                    .max(u.prompt_tokens.saturating_add(u.completion_tokens)),
-                ..Usage::default()
-            };
-            out.emit(StreamEvent::Usage { usage })?;
-        }
-        Ok(false)
-    }
-
-    fn finish(self, _ended: bool) -> Result<ReplyEnd, Error> {
-        let Some(reason) = self.finish else {
-            return Err(Error::Stream(
-                "the stream ended before a finish_reason".into(),
-            ));
-        };
-        let stop = match reason.as_str() {
-            "length" => StopReason::Length,
-            "tool_calls" | "function_call" => StopReason::ToolUse,
-            "content_filter" => {
-                return Err(Error::Api {
-                    kind: reason,
-                    message: "the reply was stopped by the content filter".into(),
-                });
-            }
-            // Some servers say `stop` for a reply that calls tools.
-            _ if !self.calls.is_empty() => StopReason::ToolUse,
-            _ => StopReason::Stop,
-        };
-        Ok(ReplyEnd {
-            stop_reason: stop,
-            response_id: self.id,
-            model: self.model,
-        })
-    }
-}
-
-impl Decoder {
-    fn delta(&mut self, delta: Delta<'_>, out: &mut Emitter<'_, '_>) -> Result<(), Error> {
-        for text in [delta.reasoning_content, delta.reasoning]
-            .into_iter()
-            .flatten()
-        {
-            if !text.is_empty() {
-                out.emit(StreamEvent::ThinkingDelta {
-                    text: text.into_string(),
-                })?;
-            }
-        }
-        if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
-            out.emit(StreamEvent::TextDelta {
-                text: text.into_string(),
-            })?;
-        }
-        for call in delta.tool_calls.into_iter().flat_map(Vec::from) {
-            // Servers that send one call per delta may leave out `index`.
-            let key = call
-                .index
-                .unwrap_or(self.calls.len().saturating_sub(1) as u64);
-            let (name, arguments) = match call.function {
-                Some(f) => (f.name, f.arguments),
-                None => (None, None),
-            };
-            let index = match self.calls.iter().position(|&k| k == key) {
-                Some(i) => i,
-                None => {
-                    self.calls.push(key);
-                    let id = match call.id {
-                        Some(id) => id.into_owned(),
-                        None => format!("call_{key}"),
-                    };
-                    let name = name.map(Cow::into_owned).unwrap_or_default();
-                    out.emit(StreamEvent::ToolCallStart { id, name })?;
-                    self.calls.len() - 1
-                }
-            };
-            if let Some(arguments) = arguments.filter(|a| !a.is_empty()) {
-                out.emit(StreamEvent::ToolCallDelta {
-                    index,
-                    arguments: arguments.into_owned(),
-                })?;
-            }
-        }
-        Ok(())
     }
 }
