@@ -7,8 +7,10 @@
 //!
 //! Writes of one lease are numbered: `meta.wrote` holds `<token> <n>` of the last one
 //! applied. A write checks that it is the next one (so a write after a failed one never
-//! leaves a hole) and returns 1 without doing anything when it was applied already (so it
-//! can be sent again on a new connection when its reply was lost).
+//! leaves a hole) and returns 1 without doing anything when it, or a later write of the
+//! lease, was applied already (so the writes whose replies were lost can be sent again, in
+//! order, on a new connection: each one that landed is recognised, the first one too when
+//! later ones landed after it).
 
 use std::sync::OnceLock;
 
@@ -63,8 +65,8 @@ return {1, meta[1] or '', meta[2] or '', meta[3] or '', inbox, page}
 /// The Lua of applying a batch of a run's writes, shared by [`WRITE`] and [`END`]:
 /// `apply(token, n, wrote, messages, events, cap, started, first, set)` checks that batch
 /// `n` of lease `token` is the next one after `wrote` (`meta.wrote` as read; returns 1
-/// without doing anything when it was applied already, -1 when an earlier batch is
-/// missing), then appends the pairs of `ARGV` from `first` on ((`m`, message JSON) to the
+/// without doing anything when it or a later batch of the lease was applied already, -1
+/// when an earlier batch is missing), then appends the pairs of `ARGV` from `first` on ((`m`, message JSON) to the
 /// transcript, in order, with one `RPUSH`; (`e`, event line) to the event stream, in
 /// order), and adds to `set` the fields of `meta` to write: `started` (when not '') and
 /// `wrote = "<token> <n>"` (the caller writes them with one `HSET`).
@@ -73,8 +75,15 @@ macro_rules! apply_batch {
         r"
 local function apply(token, n, wrote, messages, events, cap, started, first, set)
   local this = token .. ' ' .. n
-  if wrote == this then return 1 end
-  if tonumber(n) > 1 and wrote ~= token .. ' ' .. (tonumber(n) - 1) then return -1 end
+  -- The last batch of this lease applied (0: none). Batches sent again after a break come
+  -- in their order, behind later ones that landed already: each of them was applied.
+  local last = 0
+  if wrote then
+    local lease, m = string.match(wrote, '^(.*) (%d+)$')
+    if lease == token then last = tonumber(m) end
+  end
+  if tonumber(n) <= last then return 1 end
+  if tonumber(n) > last + 1 then return -1 end
   local pushed = {}
   for i = first, #ARGV, 2 do
     if ARGV[i] == 'm' then

@@ -679,9 +679,40 @@ fn setters_on_clones_and_names_with_braces_behave() {
     ));
 }
 
+/// Text only the script that appends a batch of a run's writes ([`pagent::redis`]'s
+/// `WRITE`) carries.
+const WRITE_SCRIPT: &str = "KEYS[4], 'wrote'";
+
 /// Text only the script that ends a run ([`pagent::redis`]'s `END`) carries: the proxy
 /// marks its calls by the SHA1 it learns when a connection loads it.
 const END_SCRIPT: &str = "'ended'";
+
+#[test]
+fn writes_sent_again_after_a_break_apply_once_though_a_later_write_of_the_run_had_landed() {
+    let (proxy, prefix, redis, direct) = proxied("resend-order");
+    let store = Store::new(&direct);
+    store.delete("c").unwrap();
+    // The reply comes late: the prompt's batch goes on its own (within 5 ms of its end),
+    // and the batches after it and the run's end follow without its reply being read. The
+    // first batch and the request after it are applied and their replies lost: the unread
+    // ones go again on a new connection, the first one behind a later one that landed.
+    let worker = Worker::new(&redis, "w", |_, messages| {
+        Agent::builder()
+            .provider(answering(Duration::from_millis(300)))
+            .messages(messages)
+            .build()
+    })
+    .unwrap()
+    .lease(Duration::from_secs(5))
+    .claim_after(Duration::from_secs(60));
+    let id = Queue::new(&direct).prompt("c", "Hello").unwrap();
+    proxy.fault_requests_with(WRITE_SCRIPT, proxy::Fault::SilenceThenCut, 1);
+    step_until_done(&worker, &shared_url(), &prefix, &id);
+    assert_eq!(proxy.faulted(), 1, "the first batch's reply was lost");
+    let answers = answered(&["Hello".into()], |p| format!("answer to {p}"));
+    assert_eq!(described(&store, "c"), answers, "a write applied twice");
+    assert_eq!(runs_in_stream(&direct, "c"), runs(&answers, false));
+}
 
 #[test]
 fn the_end_of_a_run_carrying_its_last_writes_applies_once_when_it_is_cut_or_dropped() {

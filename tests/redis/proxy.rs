@@ -2,8 +2,9 @@
 //! ways, and on demand closes every connection (as a server `timeout` or a NAT does), cuts
 //! one after forwarding a request and before its reply comes back, or does something to
 //! the next requests that contain given bytes (a script's text): forwards and cuts, drops
-//! and cuts, or holds them (never forwarded, the connection left open, as a worker that
-//! died right then would leave it).
+//! and cuts, holds them (never forwarded, the connection left open, as a worker that died
+//! right then would leave it), or forwards them and the request after them unanswered and
+//! then cuts.
 //!
 //! Scripts go by their SHA1 (`EVALSHA`), their text only in the `SCRIPT LOAD` of a new
 //! connection: the proxy learns the SHA1 of each script it sees loaded (asking the server),
@@ -31,6 +32,9 @@ pub(crate) enum Fault {
     Hold,
     /// Empty the server's script cache (`SCRIPT FLUSH`), then forward it.
     FlushScripts,
+    /// Forward it and the next request of its connection, passing back no reply of either
+    /// (both applied, neither answered), then cut the connection.
+    SilenceThenCut,
 }
 
 struct Marked {
@@ -80,9 +84,13 @@ impl Proxy {
                         let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
                         // A cut under way on this connection: its replies are dropped.
                         let cutting = Arc::new(AtomicBool::new(false));
-                        let (up, cut) = (s.clone(), cutting.clone());
-                        std::thread::spawn(move || forward_requests(client, server, &up, &cut));
-                        std::thread::spawn(move || copy(s2, c2, &cutting));
+                        // Replies are read and dropped, the connection left open.
+                        let silent = Arc::new(AtomicBool::new(false));
+                        let (up, cut, quiet) = (s.clone(), cutting.clone(), silent.clone());
+                        std::thread::spawn(move || {
+                            forward_requests(client, server, &up, &cut, &quiet)
+                        });
+                        std::thread::spawn(move || copy(s2, c2, &cutting, &silent));
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(5)),
                 }
@@ -142,6 +150,7 @@ fn forward_requests(
     mut server: TcpStream,
     shared: &Shared,
     cutting: &AtomicBool,
+    silent: &AtomicBool,
 ) {
     let mut buf = [0u8; 16 * 1024];
     loop {
@@ -150,7 +159,15 @@ fn forward_requests(
             Ok(n) => n,
         };
         learn_scripts(shared, &buf[..n]);
-        let fault = marked_fault(shared, &buf[..n]);
+        let fault = if silent.load(Ordering::Acquire) {
+            // The request after a silenced one: forwarded, then the connection is cut.
+            Some(Fault::ForwardThenCut)
+        } else {
+            marked_fault(shared, &buf[..n])
+        };
+        if fault == Some(Fault::SilenceThenCut) {
+            silent.store(true, Ordering::Release);
+        }
         if fault == Some(Fault::Hold) {
             // Swallow the rest until the client goes away.
             while matches!(client.read(&mut buf), Ok(n) if n > 0) {}
@@ -286,12 +303,13 @@ fn marked_fault(shared: &Shared, bytes: &[u8]) -> Option<Fault> {
     Some(m.fault)
 }
 
-fn copy(mut from: TcpStream, mut to: TcpStream, cutting: &AtomicBool) {
+fn copy(mut from: TcpStream, mut to: TcpStream, cutting: &AtomicBool, silent: &AtomicBool) {
     let mut buf = [0u8; 16 * 1024];
     loop {
         match from.read(&mut buf) {
             Ok(0) | Err(_) => break,
             Ok(_) if cutting.load(Ordering::Acquire) => break,
+            Ok(_) if silent.load(Ordering::Acquire) => {}
             Ok(n) => {
                 if to.write_all(&buf[..n]).is_err() {
                     break;
