@@ -107,6 +107,9 @@ fn writers() -> Vec<(&'static str, Writer)> {
     let text_docs = Anthropic::new("http://x")
         .accepts(Accepts::all().documents(false))
         .prompt_cache(PromptCache::auto().one_hour(true));
+    // The same dialect as `anthropic`, other breakpoints (kept JSON must not cross over).
+    let one_hour = Anthropic::new("http://x").prompt_cache(PromptCache::auto().one_hour(true));
+    let no_breakpoints = Anthropic::new("http://x").prompt_cache(PromptCache::off());
     let responses = OpenAiResponses::new("http://x/v1");
     let chained = OpenAiResponses::new("http://x/v1").previous_response_id(true);
     let extra = OpenAiCompat::new("http://x/v1").extra_body(serde_json::json!({"model": "o"}));
@@ -123,6 +126,14 @@ fn writers() -> Vec<(&'static str, Writer)> {
         (
             "anthropic text documents",
             Box::new(move |r, o| text_docs.write_body(r, o).unwrap()),
+        ),
+        (
+            "anthropic one hour",
+            Box::new(move |r, o| one_hour.write_body(r, o).unwrap()),
+        ),
+        (
+            "anthropic no breakpoints",
+            Box::new(move |r, o| no_breakpoints.write_body(r, o).unwrap()),
         ),
         (
             "responses",
@@ -271,24 +282,63 @@ fn the_tools_are_written_again_only_for_another_list_or_dialect() {
         "look",
         serde_json::json!({"type": "object", "properties": {"q": {"type": "string"}}}),
     );
+    same_as_fresh(
+        "list",
+        &[("first", &first), ("second", &second), ("first", &first)],
+    );
+    for (name, write) in writers() {
+        assert_ne!(bytes(&write, &first), bytes(&write, &second), "{name}");
+    }
+}
+
+/// With one cache for all the writers, twice over: each body of `steps`, written twice,
+/// equals the body written without a cache (`what` names the steps' kind).
+fn same_as_fresh(what: &str, steps: &[(&str, &Request)]) {
     let cache = BodyCache::new();
     for round in 0..2 {
         for (name, write) in writers() {
-            for (step, request) in [("first", &first), ("second", &second), ("first", &first)] {
+            for &(step, request) in steps {
                 let fresh = bytes(&write, request);
                 for again in 0..2 {
                     let cached = bytes(&write, &request.clone().with_body_cache(cache.clone()));
                     assert!(
                         fresh == cached,
-                        "{name}, round {round}, {step} list, call {again}: the cached body \
+                        "{name}, round {round}, {step} {what}, call {again}: the cached body \
                          differs:\n{}\n{}",
                         String::from_utf8_lossy(&fresh),
                         String::from_utf8_lossy(&cached)
                     );
                 }
             }
-            assert_ne!(bytes(&write, &first), bytes(&write, &second), "{name}");
         }
+    }
+}
+
+/// The system prompt's JSON is kept while the requests hand the same text, and written
+/// again for another text (of the same length too), or for another dialect or breakpoint
+/// given the same cache: each body is the bytes of a fresh one.
+#[test]
+fn the_system_prompt_is_written_again_only_for_another_text_or_dialect() {
+    let messages: Vec<Arc<Message>> = (0..6).map(|i| Arc::new(message(i))).collect();
+    let with = |system: &str| request(&messages).with_system_prompt(system);
+    // The same length, another text (and one a JSON string must escape).
+    let first = with("Be terse.");
+    let second = with("Be tense.");
+    let quoted = with("Say \"hi\"\n");
+    let none = with("");
+    same_as_fresh(
+        "prompt",
+        &[
+            ("first", &first),
+            ("second", &second),
+            ("first", &first),
+            ("quoted", &quoted),
+            ("none", &none),
+            ("first", &first),
+        ],
+    );
+    for (name, write) in writers() {
+        assert_ne!(bytes(&write, &first), bytes(&write, &second), "{name}");
     }
 }
 

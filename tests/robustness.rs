@@ -695,3 +695,103 @@ fn repair_requests_off_leaves_the_last_unanswered_call_of_a_history_alone() {
         "{refused}"
     );
 }
+
+/// A hole in the middle of a transcript handed over is repaired in every request of a tool
+/// loop, not only in the first. Each request checks only what its view appended since the
+/// last check (a turn costs O(new messages)), which holds only while the part checked
+/// before had no hole: a check that kept going from there would send the later requests
+/// with the call unanswered.
+#[test]
+fn a_hole_in_the_middle_is_repaired_in_every_request_of_a_tool_loop() {
+    let (faux, log) = faux_with_log(vec![
+        FauxReply::tool_call("echo", json!({"x": 1})),
+        FauxReply::tool_call("echo", json!({"x": 2})),
+        FauxReply::text("done"),
+    ]);
+    let agent = Agent::builder()
+        .provider(faux)
+        .model("m")
+        .tool(echo())
+        .messages([
+            Message::user("a"),
+            calls_reply(&["c1", "c2"]),
+            result("c1", "one", false),
+            Message::user("b"),
+        ])
+        .build()
+        .unwrap();
+    agent.prompt("next").unwrap();
+    let sent: Vec<Vec<String>> = log
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|s| described(&s.messages))
+        .collect();
+    let head = [
+        r#"user "a""#,
+        r#"assistant tool_use "" [c1 c2]"#,
+        "tool_result c1",
+        "tool_result c2",
+        r#"user "b""#,
+        r#"user "next""#,
+    ];
+    let expect = |turns: usize| -> Vec<String> {
+        let mut v = lines(&head);
+        for n in 1..=turns {
+            v.push(format!(r#"assistant tool_use "" [call_{n}]"#));
+            v.push(format!("tool_result call_{n}"));
+        }
+        v
+    };
+    assert_eq!(sent, [expect(0), expect(1), expect(2)]);
+    for (i, s) in log.lock().unwrap().iter().enumerate() {
+        assert_eq!(s.messages[3], result("c2", NO_RESULT, true), "request {i}");
+    }
+    // The transcript keeps the hole: it is repaired in requests only.
+    assert_eq!(described(&transcript(&agent)[..4])[3], r#"user "b""#);
+}
+
+/// A `transform_context` hook may hand back anything, turn after turn: its messages are
+/// checked whole every time. Here it passes the view unchanged three times, then swaps the
+/// first result for a note, so that the request has the length of a grown view and the same
+/// message where the last check ended: it must still carry a result for that call.
+#[test]
+fn a_result_a_transform_swaps_out_after_some_turns_is_sent_repaired() {
+    let (faux, log) = faux_with_log(vec![
+        FauxReply::tool_call("echo", json!({"x": 1})),
+        FauxReply::tool_call("echo", json!({"x": 2})),
+        FauxReply::tool_call("echo", json!({"x": 3})),
+        FauxReply::text("done"),
+    ]);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = calls.clone();
+    let agent = Agent::builder()
+        .provider(faux)
+        .model("m")
+        .tool(echo())
+        .transform_context(move |mut messages| {
+            if seen.fetch_add(1, Ordering::SeqCst) == 3 {
+                messages[2] = Arc::new(Message::user("pruned"));
+            }
+            messages
+        })
+        .build()
+        .unwrap();
+    agent.prompt("go").unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 4);
+    let sent = log.lock().unwrap()[3].messages.clone();
+    assert_eq!(
+        described(&sent),
+        [
+            r#"user "go""#,
+            r#"assistant tool_use "" [call_1]"#,
+            "tool_result call_1",
+            r#"user "pruned""#,
+            r#"assistant tool_use "" [call_2]"#,
+            "tool_result call_2",
+            r#"assistant tool_use "" [call_3]"#,
+            "tool_result call_3",
+        ]
+    );
+    assert_eq!(sent[2], result("call_1", NO_RESULT, true));
+}

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::guard;
 use super::run::Run;
-use crate::context::ledger::Ledger;
+use crate::context::ledger::{Ledger, ViewKey};
 use crate::context::summarize::{self, Summarizer};
 use crate::context::{
     COMPACTION_PROMPT, Compaction, CompactionReason, ContextPolicy, ContextUsage, known_window,
@@ -15,6 +15,7 @@ use crate::context::{
 };
 use crate::event::AgentEvent;
 use crate::kind::ErrorInfo;
+use crate::list::List;
 use crate::llm::{Request, TokenCounter};
 use crate::message::{AssistantMessage, Message};
 use crate::{Error, RunStopReason};
@@ -45,6 +46,12 @@ pub(crate) struct RunContext {
     /// The well-known window of the model last asked about (asked twice a turn; the model
     /// may change between turns).
     known: Option<(String, Option<u64>)>,
+    /// What the last request's repair check found of its view (see `repair::Checked`).
+    pub(crate) checked: Option<super::repair::Checked>,
+    /// The transcript as the ledger was last brought up to it, and how many messages the run
+    /// had appended then: the ledger is synced again only when the run appended more.
+    transcript: List<Arc<Message>>,
+    synced: Option<usize>,
 }
 
 impl RunContext {
@@ -81,15 +88,20 @@ impl Run<'_> {
         self.config.token_counter.clone()
     }
 
-    /// Brings the ledger up to the transcript and the current system prompt and tools.
+    /// Brings the ledger up to the transcript and the current system prompt and tools. The
+    /// transcript is read again only when the run appended to it since the last time (asked
+    /// four times a turn, it changed at most twice).
     fn sync_context(&mut self) {
         let counter = self.counter();
         let guarded = counter.as_deref().map(Guarded);
         let counter = guarded.as_ref().map(|g| g as &dyn TokenCounter);
-        let messages = self.inner.shared.snapshot().messages.clone();
         let ledger = &mut self.context.memory.ledger;
-        ledger.keep_first_user = self.config.context_policy.keep_first_user();
-        ledger.sync(&messages, counter);
+        if self.context.synced != Some(self.appended.len()) {
+            self.context.transcript = self.inner.shared.snapshot().messages.clone();
+            self.context.synced = Some(self.appended.len());
+            ledger.keep_first_user = self.config.context_policy.keep_first_user();
+            ledger.sync(&self.context.transcript, counter);
+        }
         ledger.set_fixed(&self.config.system_prompt, &self.config.tool_defs, counter);
     }
 
@@ -354,11 +366,15 @@ impl Run<'_> {
     /// The messages this request sends: the view of the ledger, shared with the transcript.
     pub(crate) fn context_view(&mut self) -> Vec<Arc<Message>> {
         self.sync_context();
-        let messages = self.inner.shared.snapshot().messages.clone();
         let ledger = &self.context.memory.ledger;
         self.context.sent = ledger.estimate();
         self.context.sent_len = ledger.len();
-        ledger.view(&messages)
+        ledger.view(&self.context.transcript)
+    }
+
+    /// The key of the view [`Run::context_view`] cut last (see `Ledger::view_key`).
+    pub(crate) fn view_key(&self) -> ViewKey {
+        self.context.memory.ledger.view_key()
     }
 
     /// After the reply: notes the server's count, and decides whether an overflow is sent

@@ -10,8 +10,11 @@
 //! Two repairs, both placing a synthesized error result ([`NO_RESULT`]) right after the
 //! assistant message's existing results, in call order, and both off with
 //! `repair_requests(false)`:
-//! - [`repair`] runs on the messages of every model request, after `transform_context`, so
-//!   the request is always valid. It never changes the transcript.
+//! - [`Run::repair_request`] runs on the messages of every model request, after `transform_context`, so
+//!   the request is always valid. It never changes the transcript. A request whose messages
+//!   are the context policy's view as the last request's was cut, of the transcript grown
+//!   since, is checked from where the last check's verdict could change ([`Checked`]): a
+//!   turn costs O(what it appended), not O(transcript).
 //! - At the start of a run, when the transcript ends with an assistant message whose calls
 //!   are not all answered (only results after it), [`Run::answer_unanswered`] appends the
 //!   missing results as real messages (`MessageStart` / `MessageEnd` in the first turn,
@@ -23,17 +26,17 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::run::Run;
+use crate::context::ledger::ViewKey;
 use crate::message::{Message, ToolCall, ToolResultMessage};
 
 /// The text of a result synthesized for a call that has none.
 pub(crate) const NO_RESULT: &str = "no result: this tool call was never answered (the run that \
                                     made it ended before its result was recorded)";
 
-/// `messages` with a synthesized error result for every tool call that has none, placed right
-/// after that assistant message's existing results. Returns `messages` itself, unchanged,
-/// when nothing is missing (the common case: one pass, no allocation).
-pub(crate) fn repair(messages: Vec<Arc<Message>>) -> Vec<Arc<Message>> {
-    let holes = holes(&messages);
+/// `messages` with the results of `holes` put in place: a synthesized error result for every
+/// tool call that has none, right after that assistant message's existing results. Returns
+/// `messages` itself, unchanged, when nothing is missing (the common case: no allocation).
+fn fill(messages: Vec<Arc<Message>>, holes: Vec<(usize, ToolResultMessage)>) -> Vec<Arc<Message>> {
     if holes.is_empty() {
         return messages;
     }
@@ -49,11 +52,11 @@ pub(crate) fn repair(messages: Vec<Arc<Message>>) -> Vec<Arc<Message>> {
     out
 }
 
-/// The missing results of `messages`, each with the index it goes in front of (the length,
-/// for the end), in order.
-fn holes(messages: &[Arc<Message>]) -> Vec<(usize, ToolResultMessage)> {
+/// The missing results of the calls of `messages[from..]`, each with the index it goes in
+/// front of (the length, for the end), in order.
+fn holes(messages: &[Arc<Message>], from: usize) -> Vec<(usize, ToolResultMessage)> {
     let mut holes = Vec::new();
-    for (i, m) in messages.iter().enumerate() {
+    for (i, m) in messages.iter().enumerate().skip(from) {
         let Some(reply) = m.as_assistant() else {
             continue;
         };
@@ -82,6 +85,67 @@ fn holes(messages: &[Arc<Message>]) -> Vec<(usize, ToolResultMessage)> {
         }
     }
     holes
+}
+
+/// What the last repair check of a run found: a view of the context policy's (no
+/// `transform_context`) without a hole but maybe at its end, which the next check reads only
+/// from `resume` on when its view has the same key and grew from this one.
+///
+/// Sound because the verdict on an assistant message depends only on the messages after it
+/// up to the first one that is not a tool result: for every message before `resume` (the
+/// last one that is not a tool result) those lie in the prefix checked, which a view with
+/// the same key of a grown transcript repeats unchanged (see [`ViewKey`]). Within a run the
+/// transcript only grows; the ledger's key changes when it starts over, slides, or gains a
+/// summary.
+#[derive(Debug)]
+pub(crate) struct Checked {
+    key: ViewKey,
+    len: usize,
+    /// The last message of the prefix checked, to tell a grown view from another one.
+    last: Arc<Message>,
+    resume: usize,
+}
+
+impl Run<'_> {
+    /// The messages of this turn's request, repaired (see [`fill`]); `view` is the key
+    /// of the context policy's view when `messages` is that view, untransformed.
+    pub(crate) fn repair_request(
+        &mut self,
+        messages: Vec<Arc<Message>>,
+        view: Option<ViewKey>,
+    ) -> Vec<Arc<Message>> {
+        let checked = self.context.checked.take();
+        let from = match (&checked, view) {
+            (Some(c), Some(key))
+                if c.key == key
+                    && messages
+                        .get(c.len - 1)
+                        .is_some_and(|m| Arc::ptr_eq(m, &c.last)) =>
+            {
+                c.resume
+            }
+            _ => 0,
+        };
+        let holes = holes(&messages, from);
+        // Kept only for a view with no hole but at its end: one before would have to be
+        // found again, and the skip would miss it.
+        let n = messages.len();
+        if let (Some(key), Some(last)) = (view, messages.last())
+            && holes.iter().all(|(at, _)| *at == n)
+        {
+            let resume = messages
+                .iter()
+                .rposition(|m| !matches!(&**m, Message::ToolResult(_)))
+                .unwrap_or(0);
+            self.context.checked = Some(Checked {
+                key,
+                len: n,
+                last: last.clone(),
+                resume,
+            });
+        }
+        fill(messages, holes)
+    }
 }
 
 /// The calls among `calls` whose id none of `results` answers, in call order.
@@ -167,9 +231,11 @@ mod tests {
         Message::ToolResult(Run::tool_result(&call(id), "ok", false))
     }
 
-    /// `repair` on owned messages, for readable expectations.
+    /// The repair of owned messages, for readable expectations.
     fn fix(messages: Vec<Message>) -> Vec<Message> {
-        repair(messages.into_iter().map(Arc::new).collect())
+        let messages: Vec<_> = messages.into_iter().map(Arc::new).collect();
+        let holes = holes(&messages, 0);
+        fill(messages, holes)
             .into_iter()
             .map(Arc::unwrap_or_clone)
             .collect()

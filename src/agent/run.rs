@@ -17,7 +17,7 @@ use super::{FinalTurn, Inner, Queue, QueueMode, RunResult};
 use crate::cancel::CancelToken;
 use crate::event::{AgentEvent, RunStopReason};
 use crate::llm::{Request, StreamEvent};
-use crate::message::{AssistantMessage, Message, StopReason, ToolResultMessage, Usage};
+use crate::message::{AssistantMessage, Message, StopReason, ToolCall, ToolResultMessage, Usage};
 use crate::output::OutputSchema;
 use crate::partial::PartialMessage;
 use crate::trace::RunTrace;
@@ -342,7 +342,9 @@ pub(crate) struct Run<'a> {
     pub(crate) trace: RunTrace,
     pub(crate) config: Config,
     pub(crate) cancel: CancelToken,
-    appended: Vec<Arc<Message>>,
+    /// What the run appended to the transcript, in order: within a run the transcript
+    /// changes only by these (`replace_messages` waits for the run).
+    pub(crate) appended: Vec<Arc<Message>>,
     usage: Usage,
     pub(crate) turn: u32,
     /// Whether this turn is the final answer turn after `max_turns` (see [`FinalTurn`]), or
@@ -442,7 +444,6 @@ impl Run<'_> {
             self.prepare_context();
             let (reply, error) = self.stream_reply();
             let usage = reply.usage;
-            let calls: Vec<_> = reply.tool_calls().cloned().collect();
             let reply_msg = Arc::new(Message::Assistant(reply));
             self.emit(AgentEvent::MessageEnd {
                 message: reply_msg.clone(),
@@ -451,6 +452,8 @@ impl Run<'_> {
             self.usage += usage;
             // OK because `reply_msg` was built from an assistant message just above.
             let reply = reply_msg.as_assistant().expect("an assistant reply");
+            // Borrowed from the reply, which the transcript shares.
+            let calls: Vec<&ToolCall> = reply.tool_calls().collect();
             let results = if self.final_turn {
                 self.settle_final(&calls, reply)
             } else {
@@ -634,11 +637,14 @@ impl Run<'_> {
     /// the context policy sends them, then as `transform_context` leaves them.
     fn request(&mut self) -> Result<Request, Error> {
         let mut messages = self.context_view();
+        // The view's key, while `messages` is that view (see `repair::Checked`).
+        let mut view = Some(self.view_key());
         if let Some(hook) = &self.config.hooks.transform_context {
             messages = guard::must("the transform_context hook", || hook(messages))?;
+            view = None;
         }
         if self.config.repair_requests {
-            messages = repair::repair(messages);
+            messages = self.repair_request(messages, view);
         }
         // pagent v5 withholds the tools from its final answer turn.
         let tools = if self.final_turn && self.config.final_turn == FinalTurn::ToolsWithheld {

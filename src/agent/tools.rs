@@ -43,7 +43,7 @@ impl Run<'_> {
     /// result messages; returns the results in call order.
     pub(crate) fn run_tools(
         &mut self,
-        calls: &[ToolCall],
+        calls: &[&ToolCall],
         reply: &AssistantMessage,
     ) -> Vec<Arc<ToolResultMessage>> {
         if calls.is_empty() {
@@ -91,7 +91,7 @@ impl Run<'_> {
                 }
                 batch.started[index] = Some(Instant::now());
                 self.emit(AgentEvent::ToolStart {
-                    call: call.clone(),
+                    call: ToolCall::clone(call),
                     at: Some(crate::types::now_ms()),
                 });
                 let settled = if let Some(text) = not_run {
@@ -124,22 +124,23 @@ impl Run<'_> {
                     self.run_here(index, &tool, args, &mut batch);
                     continue;
                 };
-                let (updates, call_id) = (tx.clone(), call.id.clone());
+                let call_id: Arc<str> = Arc::from(call.id.as_str());
+                let (updates, update_id) = (tx.clone(), call_id.clone());
                 let events = tx.clone();
                 let ctx = ToolContext::new(
-                    call.id.clone(),
+                    call_id.clone(),
                     self.cancel.clone(),
                     Updates::Sink(Box::new(move |output| {
                         // The run thread may be gone only after the tool returned; ignore
                         // then.
                         let _ = updates.send(ToolMsg::Update {
-                            call_id: call_id.clone(),
+                            call_id: update_id.to_string(),
                             output,
                         });
                     })),
                 )
                 .with_asker(Asker::new(
-                    call.id.clone(),
+                    call_id,
                     self.inner.elicitations.clone(),
                     move |event| {
                         let _ = events.send(ToolMsg::Event(event));
@@ -187,7 +188,7 @@ impl Run<'_> {
     /// starts, so there is no `ToolStart` / `ToolEnd`. Returns the results in call order.
     pub(crate) fn settle_final(
         &mut self,
-        calls: &[ToolCall],
+        calls: &[&ToolCall],
         reply: &AssistantMessage,
     ) -> Vec<Arc<ToolResultMessage>> {
         let text = not_run(reply).unwrap_or(if self.answering() {
@@ -372,12 +373,14 @@ impl Run<'_> {
         args: serde_json::Value,
         batch: &mut Batch<'_>,
     ) {
-        let call = &batch.calls[index];
+        let call = batch.calls[index];
         let shared = self.inner.shared.clone();
-        let (call_id, tool_name) = (call.id.clone(), batch.tool_name(&call.id));
+        // One copy of the id for the context, its updates and its questions.
+        let call_id: Arc<str> = Arc::from(call.id.as_str());
+        let (update_id, tool_name) = (call_id.clone(), batch.tool_name(&call.id));
         let updates = Updates::direct(move |output| {
             shared.emit(&AgentEvent::ToolUpdate {
-                call_id: call_id.clone(),
+                call_id: update_id.to_string(),
                 tool_name: tool_name.clone(),
                 partial: output,
             });
@@ -385,12 +388,12 @@ impl Run<'_> {
         let asker = {
             let shared = self.inner.shared.clone();
             Asker::here(
-                call.id.clone(),
+                call_id.clone(),
                 self.inner.elicitations.clone(),
                 move |event| shared.emit(&event),
             )
         };
-        let ctx = ToolContext::new(call.id.clone(), self.cancel.clone(), updates).with_asker(asker);
+        let ctx = ToolContext::new(call_id, self.cancel.clone(), updates).with_asker(asker);
         let scope = self.trace.tool(&call.id);
         let outcome = scope.in_scope(|| guard::catch(|| tool.execute(args, &ctx)));
         let outcome = outcome.unwrap_or_else(|panic| {
@@ -406,7 +409,7 @@ impl Run<'_> {
 
     /// Records the outcome of call `index`, whose tool ran: its result and `ToolEnd`.
     fn ran(&mut self, index: usize, outcome: Result<ToolOutput, ToolError>, batch: &mut Batch<'_>) {
-        let call = &batch.calls[index];
+        let call = batch.calls[index];
         let result = match outcome {
             Ok(out) => ToolResultMessage {
                 content: out.content,
@@ -426,7 +429,7 @@ impl Run<'_> {
         ran: bool,
         batch: &mut Batch<'_>,
     ) {
-        let call = &batch.calls[index];
+        let call = batch.calls[index];
         if ran && let Some(hook) = &self.config.hooks.after_tool_call {
             let given = result.clone();
             result = guard::catch(|| hook(call, given)).unwrap_or_else(|panic| {
@@ -491,7 +494,7 @@ fn not_run(reply: &AssistantMessage) -> Option<&'static str> {
 /// (by call index), and how many workers are running.
 struct Batch<'c> {
     rx: Receiver<ToolMsg>,
-    calls: &'c [ToolCall],
+    calls: &'c [&'c ToolCall],
     results: Vec<Option<Arc<ToolResultMessage>>>,
     // When each call's `ToolStart` went out, for its `ToolEnd`'s duration.
     started: Vec<Option<Instant>>,

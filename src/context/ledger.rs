@@ -80,6 +80,18 @@ pub(crate) struct Ledger {
     slide: usize,
     /// Whether the first user message is sent when it falls out of the view.
     pub(crate) keep_first_user: bool,
+    /// How many times the ledger started over on a transcript that did not grow from the
+    /// one counted (see [`Ledger::view_key`]).
+    restarts: u64,
+}
+
+/// What a view is cut with besides the transcript (see [`Ledger::view_key`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ViewKey {
+    restarts: u64,
+    start: usize,
+    pinned: Option<usize>,
+    summary: Option<usize>,
 }
 
 impl Default for Ledger {
@@ -96,6 +108,7 @@ impl Default for Ledger {
             ratio: 1.0,
             slide: 0,
             keep_first_user: false,
+            restarts: 0,
         }
     }
 }
@@ -125,6 +138,7 @@ impl Ledger {
                 keep_first_user: self.keep_first_user,
                 fixed: self.fixed,
                 fixed_of: self.fixed_of.take(),
+                restarts: self.restarts + 1,
                 ..Ledger::default()
             };
         }
@@ -261,6 +275,19 @@ impl Ledger {
             estimated,
             self.len().saturating_sub(sent) as u64,
         )
+    }
+
+    /// What the view is cut with besides the transcript: where its run of transcript
+    /// messages starts, what goes in front of it, and the transcript it counts. Two views of
+    /// one ledger with the same key, the second of a transcript grown from the first's, are
+    /// the same messages, the second followed by what the transcript grew by.
+    pub(crate) fn view_key(&self) -> ViewKey {
+        ViewKey {
+            restarts: self.restarts,
+            start: self.start(),
+            pinned: self.pinned(),
+            summary: self.summary().map(|(i, _)| i),
+        }
     }
 
     /// The messages the next request sends, shared with `messages` (the transcript the
@@ -518,6 +545,42 @@ mod tests {
         assert_eq!(l.usage(None).omitted, dropped as u64);
         // Already within the budget: nothing moves.
         assert_eq!(l.slide(total), 0);
+    }
+
+    /// The key stays while the transcript only grows, and a view with the same key of a
+    /// grown transcript starts with the view before; a slide, a summary and a transcript
+    /// counted from the start each change it.
+    #[test]
+    fn the_view_key_changes_whenever_the_view_is_cut_otherwise() {
+        let mut t = transcript(10, 50);
+        let mut l = Ledger::default();
+        l.sync(&t, None);
+        let key = l.view_key();
+        let before = l.view(&t);
+        t.push_back(user("more"));
+        l.sync(&t, None);
+        assert_eq!(l.view_key(), key);
+        let grown = l.view(&t);
+        assert!(before.iter().zip(&grown).all(|(a, b)| Arc::ptr_eq(a, b)));
+        assert_eq!(grown.len(), before.len() + 1);
+        let total = l.used();
+        assert!(l.slide(total / 2) > 0);
+        let slid = l.view_key();
+        assert_ne!(slid, key);
+        t.push_back(summary("so far", l.start() as u64 + 2));
+        l.sync(&t, None);
+        let summarized = l.view_key();
+        assert_ne!(summarized, slid);
+        // Another transcript (not grown from this one) of a greater length.
+        let mut other = transcript(12, 50);
+        other.push_back(user("x"));
+        l.sync(&other, None);
+        assert_ne!(l.view_key(), summarized);
+        assert_ne!(
+            l.view_key(),
+            key,
+            "counted from the start: another key than the first"
+        );
     }
 
     #[test]

@@ -245,22 +245,55 @@ impl Anthropic {
             cache: self.cache.transcript.then_some(self.cache.control()),
             documents: self.endpoint.accepts.takes_documents(),
         };
+        let dialect = Dialect {
+            api: "anthropic",
+            documents: turns.documents,
+        };
+        let capacity = super::parts::arena_capacity(request);
+        let mut b = Builder::new(request.body_cache.as_ref(), dialect, capacity);
+        // The system prompt's and the tools' JSON come from the body cache while the agent
+        // hands the same ones (but with a structured answer's tool, written after them).
+        let system_cache = self.cache.system.then_some(self.cache.control());
+        let system = (!request.system_prompt.is_empty()).then(|| {
+            b.system_json(&request.system_prompt, form(system_cache), |text| {
+                let system = System {
+                    text,
+                    cache: system_cache,
+                };
+                // OK because writing to a String cannot fail.
+                serde_json::to_string(&system).expect("the system prompt serializes")
+            })
+        });
+        let tools_cache = self.cache.tools.then_some(self.cache.control());
+        let cached_tools = (!request.tools.is_empty() && answer_tool.is_none()).then(|| {
+            b.tools_json(&request.tools, form(tools_cache), |tools| {
+                let tools = Tools {
+                    tools,
+                    cache: tools_cache,
+                    answer: None,
+                };
+                // OK because writing to a String cannot fail, and the tools serialize.
+                serde_json::to_string(&tools).expect("the tools serialize")
+            })
+        });
+        let written_tools = answer_tool.as_ref().map(|(name, schema)| Tools {
+            tools: &request.tools,
+            cache: tools_cache,
+            answer: Some(WireTool {
+                name,
+                description: "Give your final answer: its input is the answer.",
+                input_schema: schema,
+                cache_control: None,
+            }),
+        });
         let tail = Tail {
             stream: true,
-            system: (!request.system_prompt.is_empty()).then_some(System {
-                text: &request.system_prompt,
-                cache: self.cache.system.then_some(self.cache.control()),
-            }),
-            tools: (!request.tools.is_empty() || answer_tool.is_some()).then(|| Tools {
-                tools: &request.tools,
-                cache: self.cache.tools.then_some(self.cache.control()),
-                answer: answer_tool.as_ref().map(|(name, schema)| WireTool {
-                    name,
-                    description: "Give your final answer: its input is the answer.",
-                    input_schema: schema,
-                    cache_control: None,
-                }),
-            }),
+            system: system.as_deref(),
+            tools: match (cached_tools.as_deref(), written_tools) {
+                (Some(json), _) => Some(ToolsField::Cached(json)),
+                (None, Some(tools)) => Some(ToolsField::Written(tools)),
+                (None, None) => None,
+            },
             tool_choice,
             output_config,
             thinking: budget.map(|budget_tokens| Thinking {
@@ -270,12 +303,6 @@ impl Anthropic {
             // The API accepts no temperature with extended thinking.
             temperature: self.temperature.filter(|_| budget.is_none()),
         };
-        let dialect = Dialect {
-            api: "anthropic",
-            documents: turns.documents,
-        };
-        let capacity = super::parts::arena_capacity(request);
-        let mut b = Builder::new(request.body_cache.as_ref(), dialect, capacity);
         let messages = |b: &mut Builder| turns.write(b);
         pieces::object(&mut b, &head, "messages", Some(&messages), &tail);
         b.finish()
@@ -296,9 +323,9 @@ struct Head<'a> {
 struct Tail<'a> {
     stream: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
-    system: Option<System<'a>>,
+    system: Option<&'a RawValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    tools: Option<Tools<'a>>,
+    tools: Option<ToolsField<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_choice: Option<ToolChoice<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -457,6 +484,32 @@ impl Serialize for System<'_> {
                 cache_control: cache,
             }]),
         }
+    }
+}
+
+/// The body's tools: their JSON from the body cache, or written now (with a structured
+/// answer's tool after them).
+enum ToolsField<'a> {
+    Cached(&'a RawValue),
+    Written(Tools<'a>),
+}
+
+impl Serialize for ToolsField<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            ToolsField::Cached(json) => json.serialize(s),
+            ToolsField::Written(tools) => tools.serialize(s),
+        }
+    }
+}
+
+/// What a cache breakpoint adds to the JSON it ends, as the body cache keys that JSON (see
+/// `Builder::tools_json`): nothing, a breakpoint, or one with its ttl (`1h`).
+fn form(cache: Option<CacheControl>) -> &'static str {
+    match cache {
+        None => "",
+        Some(CacheControl { ttl: None, .. }) => "breakpoint",
+        Some(CacheControl { ttl: Some(ttl), .. }) => ttl,
     }
 }
 
@@ -799,6 +852,15 @@ fn tool_input(arguments: &str) -> &RawValue {
     serde_json::from_str::<&RawValue>(arguments).unwrap_or(empty)
 }
 
+/// The headers of every Messages call: the API version, and the key when there is one.
+fn own_headers(endpoint: &Endpoint) -> Vec<(&'static str, String)> {
+    let mut headers = vec![("anthropic-version", ANTHROPIC_VERSION.to_owned())];
+    if let Some(key) = &endpoint.api_key {
+        headers.push(("x-api-key", key.clone()));
+    }
+    headers
+}
+
 impl Provider for Anthropic {
     /// Streams one Messages reply. Blocks until the reply ends, fails, times out, or
     /// `cancel` fires (which returns [`Error::Aborted`] at once).
@@ -808,10 +870,6 @@ impl Provider for Anthropic {
         cancel: &CancelToken,
         on_event: &mut OnEvent<'_>,
     ) -> Result<ReplyEnd, Error> {
-        let mut headers = vec![("anthropic-version", ANTHROPIC_VERSION.to_owned())];
-        if let Some(key) = &self.endpoint.api_key {
-            headers.push(("x-api-key", key.clone()));
-        }
         super::parts::check(request, self.endpoint.accepts, cannot_carry)?;
         let answer = self.answer_tool(request);
         if let Some((name, schema)) = &answer
@@ -828,7 +886,7 @@ impl Provider for Anthropic {
         };
         let call = Call {
             path: "/v1/messages",
-            headers,
+            headers: own_headers,
             body: self.payload(request),
         };
         self.endpoint.stream(call, decoder, cancel, on_event)

@@ -125,6 +125,26 @@ struct Prepared {
     path: &'static str,
     url: Url,
     target: Target,
+    /// The call's headers as ureq takes them, in the order they are sent (see
+    /// [`Endpoint::model_headers`]); `None` when one does not convert, which the call then
+    /// sends as text for ureq to refuse by name, as before.
+    headers: Option<Built>,
+}
+
+/// Headers made into ureq's types once: a call clones them (no copy of a value, no parse
+/// of a name).
+pub(crate) type Built = Arc<[(ureq::http::HeaderName, ureq::http::HeaderValue)]>;
+
+/// `headers` as ureq's types, or `None` when one does not convert.
+fn built(headers: &[(&str, String)]) -> Option<Built> {
+    headers
+        .iter()
+        .map(|(name, value)| {
+            let name = ureq::http::HeaderName::from_bytes(name.as_bytes()).ok()?;
+            let value = ureq::http::HeaderValue::from_str(value).ok()?;
+            Some((name, value))
+        })
+        .collect()
 }
 
 /// Where a request goes: the URL as text (ureq parses it), or parsed once already.
@@ -171,18 +191,21 @@ impl Endpoint {
         self.prepared = OnceLock::new();
     }
 
-    /// The URL and target of a model call to `path` below the base URL: made at the first
-    /// call to the endpoint's path and kept (a call to another path makes its own).
+    /// The URL, target and headers of a model call to `path` below the base URL, with the
+    /// provider's headers `own`: made at the first call to the endpoint's path and kept (a
+    /// call to another path makes its own).
     fn prepared(
         &self,
         base: &BaseUrl,
         path: &'static str,
+        own: OwnHeaders,
         secret: Option<&Secrets<'_>>,
     ) -> Prepared {
         let make = || Prepared {
             path,
             url: Url::parsed(base.request_url(path)),
             target: base.target(path, secret),
+            headers: built(&self.model_headers(own)),
         };
         let prepared = self.prepared.get_or_init(make);
         if prepared.path == path {
@@ -231,6 +254,25 @@ impl Endpoint {
         self.headers
             .push((name.trim().to_owned(), value.trim().to_owned()));
         self.prepared = OnceLock::new();
+    }
+
+    /// Whether a custom header replaces the provider's header `name` (names compared
+    /// without case).
+    fn replaced(&self, name: &str) -> bool {
+        self.headers
+            .iter()
+            .any(|(custom, _)| custom.eq_ignore_ascii_case(name))
+    }
+
+    /// A model call's headers, in the order they are sent: the provider's own (`own`), the
+    /// content type, each left out when a custom header has its name, then the custom
+    /// headers.
+    fn model_headers(&self, own: OwnHeaders) -> Vec<(&str, String)> {
+        let mut headers: Vec<(&str, String)> = own(self);
+        headers.push(("content-type", "application/json".to_owned()));
+        headers.retain(|(name, _)| !self.replaced(name));
+        headers.extend(self.headers.iter().map(|(n, v)| (n.as_str(), v.clone())));
+        headers
     }
 
     /// What no text may show: the key, the credential headers' values and the credentials
@@ -304,7 +346,7 @@ impl Endpoint {
 
     fn stream_unscrubbed(
         &self,
-        mut call: Call,
+        call: Call,
         mut decoder: impl Decode,
         secret: Option<&Secrets<'_>>,
         cancel: &CancelToken,
@@ -312,21 +354,27 @@ impl Endpoint {
     ) -> Result<ReplyEnd, Error> {
         self.check()?;
         let base = self.base.as_ref().map_err(Clone::clone)?;
-        call.headers
-            .push(("content-type", "application/json".to_owned()));
-        // A custom header replaces the provider's own of the same name.
-        call.headers.retain(|(name, _)| {
-            !self
-                .headers
-                .iter()
-                .any(|(custom, _)| custom.eq_ignore_ascii_case(name))
-        });
         // The body bytes move into the request as they are: serialized once per model call,
         // and every attempt sends these same bytes.
-        let Prepared { url, target, .. } = self.prepared(base, call.path, secret);
+        let Prepared {
+            url,
+            target,
+            headers,
+            ..
+        } = self.prepared(base, call.path, call.headers, secret);
+        let (headers, built, extra) = match headers {
+            Some(built) => (Vec::new(), Some(built), &[][..]),
+            None => {
+                let mut own = (call.headers)(self);
+                own.push(("content-type", "application/json".to_owned()));
+                own.retain(|(name, _)| !self.replaced(name));
+                (own, None, &self.headers[..])
+            }
+        };
         let post = Post {
             url,
-            headers: call.headers,
+            headers,
+            built,
             body: call.body,
         };
         let to = Redirects {
@@ -334,17 +382,11 @@ impl Endpoint {
             path: call.path,
         };
         // A retry notice adds nothing to the reply, so the agent never refuses one.
-        let mut body = self.http.open(
-            &post,
-            &self.headers,
-            &target,
-            &to,
-            secret,
-            cancel,
-            &mut |event| {
-                let _ = on_event(event);
-            },
-        )?;
+        let mut body =
+            self.http
+                .open(&post, extra, &target, &to, secret, cancel, &mut |event| {
+                    let _ = on_event(event);
+                })?;
         let mut out = Emitter { on_event };
         let ended = for_each_event(&mut body, self.http.max_event_bytes, cancel, |event| {
             decoder.event(event.data, &mut out)
@@ -389,15 +431,11 @@ impl Endpoint {
             };
             // A custom header replaces the provider's own of the same name, as on a model
             // call.
-            headers.retain(|(name, _)| {
-                !self
-                    .headers
-                    .iter()
-                    .any(|(custom, _)| custom.eq_ignore_ascii_case(name))
-            });
+            headers.retain(|(name, _)| !self.replaced(name));
             let post = Post {
                 url: base.request_url(path).into(),
                 headers,
+                built: None,
                 body: body.unwrap_or_default(),
             };
             let target = base.target(path, secret);
@@ -428,12 +466,25 @@ impl Endpoint {
     }
 }
 
+/// The headers a provider sends with every model call, made of its endpoint (the key).
+pub(crate) type OwnHeaders = fn(&Endpoint) -> Vec<(&'static str, String)>;
+
+/// The headers of the OpenAI APIs (Chat Completions, Responses): the key as a bearer token,
+/// when there is one.
+pub(crate) fn bearer(endpoint: &Endpoint) -> Vec<(&'static str, String)> {
+    let key = endpoint.api_key.as_ref();
+    key.map(|key| ("authorization", format!("Bearer {key}")))
+        .into_iter()
+        .collect()
+}
+
 /// One streamed request of a provider: what differs between providers.
 pub(crate) struct Call {
     /// Appended to the base URL.
     pub(crate) path: &'static str,
-    /// The provider's headers; the content type is added.
-    pub(crate) headers: Vec<(&'static str, String)>,
+    /// The provider's headers; the content type and the custom headers are added. Asked
+    /// once per endpoint and path (see [`Endpoint::model_headers`]).
+    pub(crate) headers: OwnHeaders,
     /// The JSON body, as its pieces.
     pub(crate) body: Payload,
 }
@@ -520,6 +571,8 @@ pub(crate) enum Method {
 pub(crate) struct Post<B = Vec<u8>> {
     pub(crate) url: Url,
     pub(crate) headers: Vec<(&'static str, String)>,
+    /// Headers sent after `headers`, made into ureq's types already (a model call's).
+    pub(crate) built: Option<Built>,
     pub(crate) body: B,
 }
 
@@ -739,6 +792,9 @@ impl HttpClient {
                 };
                 for (name, value) in headers {
                     request = request.header(name, value);
+                }
+                for (name, value) in post.built.iter().flat_map(|b| b.iter()) {
+                    request = request.header(name.clone(), value.clone());
                 }
                 post.body.send(request)
             }

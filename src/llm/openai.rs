@@ -185,7 +185,7 @@ impl OpenAiCompat {
         let capacity = super::parts::arena_capacity(request);
         let mut b = Builder::new(request.body_cache.as_ref(), dialect, capacity);
         let tools = (!request.tools.is_empty()).then(|| {
-            b.tools_json(&request.tools, |tools| {
+            b.tools_json(&request.tools, "", |tools| {
                 // OK because writing to a String cannot fail, and the tools serialize.
                 serde_json::to_string(&Tools(tools)).expect("the tools serialize")
             })
@@ -322,9 +322,11 @@ fn write_messages(b: &mut Builder, r: &Request) {
     b.raw(b"[");
     let mut first = true;
     if !r.system_prompt.is_empty() {
-        b.json(&Wire::System {
-            content: &r.system_prompt,
+        let system = b.system_json(&r.system_prompt, "", |content| {
+            // OK because writing to a String cannot fail.
+            serde_json::to_string(&Wire::System { content }).expect("a message serializes")
         });
+        b.raw(system.get().as_bytes());
         first = false;
     }
     // The tool results of the current run that have attached parts.
@@ -686,14 +688,10 @@ impl Provider for OpenAiCompat {
         cancel: &CancelToken,
         on_event: &mut OnEvent<'_>,
     ) -> Result<ReplyEnd, Error> {
-        let mut headers = Vec::new();
-        if let Some(key) = &self.endpoint.api_key {
-            headers.push(("authorization", format!("Bearer {key}")));
-        }
         super::parts::check(request, self.endpoint.accepts, cannot_carry)?;
         let call = Call {
             path: "/chat/completions",
-            headers,
+            headers: super::http::bearer,
             body: self.payload(request),
         };
         self.endpoint

@@ -171,7 +171,9 @@ impl Accepts {
 }
 
 /// Checks every part of `request` against `accepts`, and against what the provider's API
-/// cannot carry (`api` says why not, naming the API, or `None`).
+/// cannot carry (`api` says why not, naming the API, or `None`). Text is never refused and
+/// every API carries it: only the other parts are asked about (a request is mostly text, and
+/// this runs over the whole transcript every turn).
 pub(crate) fn check(
     request: &Request,
     accepts: Accepts,
@@ -179,6 +181,9 @@ pub(crate) fn check(
 ) -> Result<(), Error> {
     for (i, message) in request.messages.iter().enumerate() {
         for (j, part) in message.parts().iter().enumerate() {
+            if let Part::Text { .. } = part {
+                continue;
+            }
             let (why, taken) = match (accepts.refuses(part), api(part), malformed(part)) {
                 (_, _, Some(why)) => (why, false),
                 (Some(why), _, _) => (why, true),

@@ -101,6 +101,7 @@ impl BodyCache {
         entries.bytes = 0;
         entries.epoch += 1;
         entries.tools = None;
+        entries.system = None;
     }
 }
 
@@ -136,19 +137,26 @@ struct Entries {
     /// Counts the clears: a body built before one does not bring its pieces back.
     epoch: u64,
     /// The JSON of the tools the last request sent.
-    tools: Option<ToolsJson>,
+    tools: Option<Kept<Weak<[ToolDefinition]>>>,
+    /// The JSON of the system prompt the last request sent.
+    system: Option<Kept<String>>,
     /// How many bytes the last request wrote for itself alone (its glue): about what the
     /// next writes, so its arena is allocated at that size (a small allocation is cheaper
     /// than the first guess's 4 KiB).
     arena: usize,
 }
 
-/// The JSON of a request's tools, kept (as a message's piece is) while the request hands
-/// the same list: the agent's `Arc` of its definitions, unchanged from turn to turn.
-struct ToolsJson {
-    /// Keeps the address taken, as a slot's `Weak` does; never upgraded.
-    tools: Weak<[ToolDefinition]>,
+/// JSON kept beside the pieces (a request's tools', its system prompt's) with what it was
+/// written of, in which dialect and form: written again only when one of them changes.
+/// The tools are the agent's `Arc` of its definitions, unchanged from turn to turn (a
+/// `Weak` keeps the address taken, as a slot's does; never upgraded); the system prompt is
+/// each request's own copy of the text, compared, which costs a fraction of escaping it
+/// again.
+struct Kept<K> {
+    of: K,
     dialect: Dialect,
+    /// What else the writer put in (an Anthropic cache breakpoint, say).
+    form: &'static str,
     json: Arc<RawValue>,
 }
 
@@ -433,29 +441,73 @@ impl Builder {
         }
     }
 
-    /// The JSON of `tools` as `write` writes it: kept in the cache and written again only
-    /// when the request hands another list (or another dialect asks); written each time
-    /// without a cache.
+    /// The JSON of `tools` as `write` writes it in its `form` (what else it writes that the
+    /// dialect does not say, `""` for nothing): kept in the cache and written again only
+    /// when the request hands another list (or another dialect or form asks); written each
+    /// time without a cache.
     pub(crate) fn tools_json(
         &self,
         tools: &Arc<[ToolDefinition]>,
+        form: &'static str,
         write: impl FnOnce(&[ToolDefinition]) -> String,
     ) -> Arc<RawValue> {
+        self.kept(
+            |entries| &mut entries.tools,
+            |kept: &Weak<[ToolDefinition]>| {
+                std::ptr::addr_eq(kept.as_ptr(), Arc::as_ptr(tools))
+                    && kept.as_ptr().len() == tools.len()
+            },
+            || Arc::downgrade(tools),
+            form,
+            || write(tools),
+        )
+    }
+
+    /// The JSON of the system prompt `text` as `write` writes it in its `form` (see
+    /// [`Builder::tools_json`]): kept in the cache and written again only for another text,
+    /// dialect or form; written each time without a cache.
+    pub(crate) fn system_json(
+        &self,
+        text: &str,
+        form: &'static str,
+        write: impl FnOnce(&str) -> String,
+    ) -> Arc<RawValue> {
+        self.kept(
+            |entries| &mut entries.system,
+            |kept: &String| kept == text,
+            || text.to_owned(),
+            form,
+            || write(text),
+        )
+    }
+
+    /// The JSON `write` writes, from the cache's `slot` when it was written of the same
+    /// thing (`same`), dialect and form, else written and kept there with `of()`.
+    fn kept<K>(
+        &self,
+        slot: impl FnOnce(&mut Entries) -> &mut Option<Kept<K>>,
+        same: impl FnOnce(&K) -> bool,
+        of: impl FnOnce() -> K,
+        form: &'static str,
+        write: impl FnOnce() -> String,
+    ) -> Arc<RawValue> {
         let Some((home, _, dialect)) = &self.body.home else {
-            return raw(write(tools));
+            return raw(write());
         };
         let mut entries = home.lock();
-        if let Some(kept) = &entries.tools
+        let slot = slot(&mut entries);
+        if let Some(kept) = slot
             && kept.dialect == *dialect
-            && std::ptr::addr_eq(kept.tools.as_ptr(), Arc::as_ptr(tools))
-            && kept.tools.as_ptr().len() == tools.len()
+            && kept.form == form
+            && same(&kept.of)
         {
             return kept.json.clone();
         }
-        let json = raw(write(tools));
-        entries.tools = Some(ToolsJson {
-            tools: Arc::downgrade(tools),
+        let json = raw(write());
+        *slot = Some(Kept {
+            of: of(),
             dialect: *dialect,
+            form,
             json: json.clone(),
         });
         json
@@ -472,12 +524,6 @@ impl Builder {
     /// Appends these bytes as glue.
     pub(crate) fn raw(&mut self, bytes: &[u8]) {
         self.glue(|out| out.extend_from_slice(bytes));
-    }
-
-    /// Appends `value` as JSON glue.
-    pub(crate) fn json(&mut self, value: &impl serde::Serialize) {
-        // OK because writing to a Vec cannot fail, and every value here serializes.
-        self.glue(|out| serde_json::to_writer(out, value).expect("the body serializes"));
     }
 
     /// The piece of `message`, from the cache or written by `write` now.
@@ -587,7 +633,7 @@ impl Builder {
 fn raw(json: String) -> Arc<RawValue> {
     // OK because the writers write JSON, which `from_string` only checks.
     RawValue::from_string(json)
-        .expect("the tools serialize as JSON")
+        .expect("the tools and the system prompt serialize as JSON")
         .into()
 }
 

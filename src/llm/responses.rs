@@ -261,9 +261,15 @@ impl OpenAiResponses {
             false => (None, &request.messages[..]),
         };
         let tools = (!request.tools.is_empty()).then(|| {
-            b.tools_json(&request.tools, |tools| {
+            b.tools_json(&request.tools, "", |tools| {
                 // OK because writing to a String cannot fail, and the tools serialize.
                 serde_json::to_string(&Tools(tools)).expect("the tools serialize")
+            })
+        });
+        let system = (!request.system_prompt.is_empty()).then(|| {
+            b.system_json(&request.system_prompt, "", |text| {
+                // OK because writing to a String cannot fail.
+                serde_json::to_string(text).expect("a string serializes")
             })
         });
         let head = Body {
@@ -271,6 +277,7 @@ impl OpenAiResponses {
             request,
             previous,
             tools: tools.as_deref(),
+            system: system.as_deref(),
             head: true,
         };
         let input = |b: &mut Builder| write_input(b, messages, documents);
@@ -307,6 +314,8 @@ struct Body<'a> {
     previous: Option<&'a str>,
     /// The request's tools as JSON, from the body cache (`None` for no tools).
     tools: Option<&'a RawValue>,
+    /// The system prompt as JSON, from the body cache (`None` for none).
+    system: Option<&'a RawValue>,
     head: bool,
 }
 
@@ -324,8 +333,8 @@ impl serde::Serialize for Body<'_> {
         }
         if self.head {
             field!("model", &r.model);
-            if !r.system_prompt.is_empty() {
-                field!("instructions", &r.system_prompt);
+            if let Some(system) = self.system {
+                field!("instructions", system);
             }
             return map.end();
         }
@@ -763,14 +772,10 @@ impl Provider for OpenAiResponses {
         cancel: &CancelToken,
         on_event: &mut OnEvent<'_>,
     ) -> Result<ReplyEnd, Error> {
-        let mut headers = Vec::new();
-        if let Some(key) = &self.endpoint.api_key {
-            headers.push(("authorization", format!("Bearer {key}")));
-        }
         super::parts::check(request, self.endpoint.accepts, cannot_carry)?;
         let call = Call {
             path: "/responses",
-            headers,
+            headers: super::http::bearer,
             body: self.payload(request),
         };
         self.endpoint

@@ -447,6 +447,7 @@ impl Inner {
             let post = Post {
                 url: url.clone().into(),
                 headers,
+                built: None,
                 body: body.to_vec(),
             };
             let reply = self.with_secrets(|secrets| {

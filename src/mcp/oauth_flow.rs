@@ -1067,6 +1067,7 @@ impl Auth {
         let post = Post {
             url: url.to_owned().into(),
             headers,
+            built: None,
             body,
         };
         let outcome = self

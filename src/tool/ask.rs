@@ -78,7 +78,7 @@ impl Waiting {
 
 /// How one tool call asks: its id, its way to publish events, the agent's open questions.
 pub(crate) struct Asker {
-    call_id: String,
+    call_id: Arc<str>,
     emit: Box<dyn Fn(AgentEvent) + Send + Sync>,
     // A call run on the run thread publishes its events there, and only from there.
     thread: Option<ThreadId>,
@@ -88,7 +88,7 @@ pub(crate) struct Asker {
 impl Asker {
     /// An asker for a call run on a worker: `emit` sends the events to the run thread.
     pub(crate) fn new(
-        call_id: String,
+        call_id: Arc<str>,
         waiting: Arc<Waiting>,
         emit: impl Fn(AgentEvent) + Send + Sync + 'static,
     ) -> Asker {
@@ -102,7 +102,7 @@ impl Asker {
 
     /// An asker for a call run on this (the run) thread: `emit` publishes at once.
     pub(crate) fn here(
-        call_id: String,
+        call_id: Arc<str>,
         waiting: Arc<Waiting>,
         emit: impl Fn(AgentEvent) + Send + Sync + 'static,
     ) -> Asker {
@@ -141,7 +141,7 @@ impl Asker {
         };
         (self.emit)(AgentEvent::ElicitationStart {
             id: id.clone(),
-            tool_call_id: self.call_id.clone(),
+            tool_call_id: self.call_id.to_string(),
             request: request.clone(),
         });
         let timer = cancel.timer();
@@ -162,7 +162,7 @@ impl Asker {
             .unwrap_or(ElicitationAnswer::Cancel);
         (self.emit)(AgentEvent::ElicitationEnd {
             id,
-            tool_call_id: self.call_id.clone(),
+            tool_call_id: self.call_id.to_string(),
             answer: answer.clone(),
         });
         answer

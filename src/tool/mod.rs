@@ -168,7 +168,8 @@ where
 
 /// What a running tool gets besides its arguments.
 pub struct ToolContext {
-    call_id: String,
+    // Shared with the call's updates and questions: one copy of the id per call.
+    call_id: Arc<str>,
     cancel: CancelToken,
     updates: Updates,
     // How the call asks the user a question (elicitation) as an event of the run; none for
@@ -221,7 +222,7 @@ impl Direct {
 }
 
 impl ToolContext {
-    pub(crate) fn new(call_id: String, cancel: CancelToken, updates: Updates) -> ToolContext {
+    pub(crate) fn new(call_id: Arc<str>, cancel: CancelToken, updates: Updates) -> ToolContext {
         ToolContext {
             call_id,
             cancel,
@@ -243,7 +244,7 @@ impl ToolContext {
     /// A context for calling a tool directly, outside an agent (in a test, say): updates go
     /// nowhere, and the token is never cancelled unless you cancel it.
     pub fn detached(cancel: CancelToken) -> ToolContext {
-        ToolContext::new(String::new(), cancel, Updates::Nowhere)
+        ToolContext::new(Arc::from(""), cancel, Updates::Nowhere)
     }
 
     /// The id of the call being run.
