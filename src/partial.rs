@@ -27,7 +27,7 @@ pub struct Text {
     // cloned with every event that carries a partial reply.
     sealed: Option<Arc<Vector<Arc<str>>>>,
     // `None` while empty. The agent lets go of the published state's share before each
-    // delta (see `PartialMessage::release_tail`), so a streaming reply's tail is nearly
+    // delta (see `PartialMessage::release_for`), so a streaming reply's tail is nearly
     // always appended to where it is: no allocation and no copy of what it holds.
     tail: Option<Arc<String>>,
     len: usize,
@@ -107,10 +107,17 @@ impl Text {
         }
     }
 
-    /// Drops this clone's share of the tail, leaving the text without it (its `len` still
-    /// counting it) until `clone_from` makes it whole again: only for a copy that is
-    /// refreshed right after, so that the clone being appended to holds the tail alone.
-    fn release_tail(&mut self) {
+    /// Drops this clone's share of the tail, and of the sealed pieces too when appending
+    /// `added` bytes will seal the tail (the pieces are then pushed to), leaving the text
+    /// without them (its `len` still counting them) until `clone_from` makes it whole
+    /// again: only for a copy that is refreshed right after, so that the clone being
+    /// appended to holds what it writes to alone. (Shared, the sealed pieces would be
+    /// copied at every seal: for the persistent vector, its chunks of up to 64 pieces, a
+    /// reference count each.)
+    fn release_for(&mut self, added: usize) {
+        if self.tail().len() + added > Text::TAIL {
+            self.sealed = None;
+        }
         self.tail = None;
     }
 
@@ -337,17 +344,24 @@ impl PartialMessage {
         }
     }
 
-    /// Drops this copy's share of the last block's text tail, the piece a delta appends to:
-    /// for the published state's copy of the reply, under the publication lock and
-    /// refreshed with `clone_from` right after, so that the partial the next delta goes into
-    /// holds the tail alone and appends to it in place (see `dispatch`).
-    pub(crate) fn release_tail(&mut self) {
+    /// Drops this copy's share of what `delta` writes to in the last block's text: its
+    /// tail, the piece a delta appends to, and its sealed pieces when the delta seals the
+    /// tail (see `Text::release_for`). For the published state's copy of the reply, under
+    /// the publication lock and refreshed with `clone_from` right after, so that the
+    /// partial the delta goes into holds those alone and writes to them in place (see
+    /// `dispatch`).
+    pub(crate) fn release_for(&mut self, delta: &StreamEvent) {
+        let added = match delta {
+            StreamEvent::TextDelta { text } | StreamEvent::ThinkingDelta { text } => text.len(),
+            StreamEvent::ToolCallDelta { arguments, .. } => arguments.len(),
+            _ => 0,
+        };
         match &mut self.last {
             Some(PartialBlock::Text(text))
             | Some(PartialBlock::Thinking { text, .. })
             | Some(PartialBlock::ToolCall {
                 arguments: text, ..
-            }) => text.release_tail(),
+            }) => text.release_for(added),
             None => {}
         }
     }
@@ -608,7 +622,7 @@ mod tests {
         let mut expected = String::from("a");
         let mut in_place = 0;
         for i in 0..100 {
-            published.release_tail();
+            published.release_for(&text("bc"));
             let before = tail_of(&p);
             p.push(&text("bc"));
             expected.push_str("bc");
@@ -625,6 +639,58 @@ mod tests {
         expected.push('d');
         assert_eq!(p.text(), expected);
         assert_ne!(tail_of(&held), tail_of(&p));
+    }
+
+    /// The sealed pieces of the last block's text, and how many there are.
+    fn sealed_of(p: &PartialMessage) -> (*const Vector<Arc<str>>, usize) {
+        match &p.last {
+            Some(PartialBlock::Text(t)) => t
+                .sealed
+                .as_ref()
+                .map_or((std::ptr::null(), 0), |v| (Arc::as_ptr(v), v.len())),
+            _ => (std::ptr::null(), 0),
+        }
+    }
+
+    /// The same cycle through seals: the published copy lets go of the sealed pieces too
+    /// when the delta seals the tail, so the seal pushes to them where they are (no copy of
+    /// the persistent vector's chunk of pieces, a reference count each); a clone kept
+    /// elsewhere still reads what it held, its pieces copied on write.
+    #[test]
+    fn a_seal_no_other_clone_shares_pushes_in_place_and_a_held_one_is_copied() {
+        let piece = "x".repeat(100);
+        let mut p = PartialMessage::new("m");
+        let mut published = p.clone();
+        let mut expected = String::new();
+        let (mut seals, mut in_place) = (0, 0);
+        for i in 0..200 {
+            let delta = text(&piece);
+            published.release_for(&delta);
+            let before = sealed_of(&p);
+            p.push(&delta);
+            expected.push_str(&piece);
+            let after = sealed_of(&p);
+            if after.1 != before.1 {
+                seals += 1;
+                in_place += usize::from(after.0 == before.0);
+            }
+            published.clone_from(&p);
+            assert_eq!(published, p, "delta {i}");
+            assert_eq!(p.text(), expected, "delta {i}");
+        }
+        // Every seal but the first, which makes the pieces.
+        assert!(seals > 60, "{seals} seals");
+        assert_eq!(in_place, seals - 1);
+        let held = p.clone();
+        let held_text = held.text();
+        for _ in 0..3 {
+            published.release_for(&text(&piece));
+            p.push(&text(&piece));
+            published.clone_from(&p);
+        }
+        assert_eq!(held.text(), held_text);
+        assert_eq!(p.text(), held_text + &piece.repeat(3));
+        assert_ne!(sealed_of(&held).0, sealed_of(&p).0);
     }
 
     /// `clone_from` onto the partial of the previous event (as the state's copy is

@@ -362,6 +362,58 @@ fn streaming(deltas: usize) -> Agent {
         .unwrap()
 }
 
+/// Snapshots kept from a listener, at every delta or at some, read what the reply was when
+/// they were taken, through every seal of the text's tail, in reasoning and in text: the
+/// published copy of the reply lets go of the pieces a delta writes to (so that they are
+/// written in place when nobody else holds them), and a kept snapshot must never see them
+/// change, nor lose any.
+#[test]
+fn snapshots_kept_while_a_long_reply_streams_read_what_it_was_when_taken() {
+    let letters = |n: usize, from: u8| -> String {
+        (0..n).map(|i| char::from(from + (i % 26) as u8)).collect()
+    };
+    let (thinking, text) = (letters(1500, b'a'), letters(2500, b'A'));
+    for keep_every in [1, 7] {
+        let reply = FauxReply::empty()
+            .then_thinking(thinking.clone())
+            .then_text(text.clone());
+        let agent = Agent::builder()
+            .provider(Faux::default().chunk_chars(37).reply(reply))
+            .model("m")
+            .build()
+            .unwrap();
+        let handle = agent.handle();
+        let kept = Arc::new(Mutex::new(Vec::new()));
+        let sink = kept.clone();
+        let deltas = AtomicUsize::new(0);
+        let _sub = agent.subscribe(move |e| {
+            if let AgentEvent::MessageUpdate { message, .. } = e
+                && deltas
+                    .fetch_add(1, Ordering::SeqCst)
+                    .is_multiple_of(keep_every)
+            {
+                let seen = (message.thinking(), message.text());
+                sink.lock().unwrap().push((seen, handle.snapshot()));
+            }
+        });
+        agent.prompt("go").unwrap();
+        let kept = kept.lock().unwrap();
+        assert!(kept.len() >= 4000 / 37 / keep_every, "{} kept", kept.len());
+        for (i, ((thought, said), snapshot)) in kept.iter().enumerate() {
+            let reply = snapshot.streaming_message.as_ref().expect("the reply");
+            assert_eq!(
+                (&reply.thinking(), &reply.text()),
+                (thought, said),
+                "snapshot {i} of every {keep_every}"
+            );
+            assert!(thinking.starts_with(thought.as_str()) && text.starts_with(said.as_str()));
+        }
+        let last = &kept.last().unwrap().0;
+        assert_eq!(last.0, thinking);
+        assert!(text.len() - last.1.len() <= 37 * keep_every);
+    }
+}
+
 /// Every event the agent's listeners saw, in order (a callback listener, registered first).
 fn everything(agent: &Agent) -> Arc<Mutex<Vec<AgentEvent>>> {
     let all = Arc::new(Mutex::new(Vec::new()));

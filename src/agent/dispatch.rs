@@ -253,9 +253,9 @@ impl Shared {
     /// delta of the same stream.
     ///
     /// The published state's copy of the partial lets go of its share of the text tail
-    /// before `push` runs, so that the partial `push` appends to holds it alone (unless a
-    /// snapshot or an event kept elsewhere shares it) and appends in place; the fold then
-    /// takes it back. The write lock is held from before the release to after the fold, and
+    /// (and of the sealed pieces, when the delta seals the tail) before `push` runs, so
+    /// that the partial `push` appends to holds them alone (unless a snapshot or an event
+    /// kept elsewhere shares them) and appends in place; the fold then takes them back. The write lock is held from before the release to after the fold, and
     /// when the state is folded in place nobody else holds it: no one ever sees the copy
     /// without its tail. (When a copy of the state is folded, its release does nothing for
     /// the published state, which still shares the tail: the tail is copied on write.)
@@ -266,8 +266,10 @@ impl Shared {
         cache: &mut Listeners,
     ) {
         self.publish(|state| {
-            if let Some(partial) = &mut state.streaming_message {
-                partial.release_tail();
+            if let (Some(partial), AgentEvent::MessageUpdate { delta, .. }) =
+                (&mut state.streaming_message, &*event)
+            {
+                partial.release_for(delta);
             }
             push(event);
             state.fold(event);
