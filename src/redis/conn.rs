@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 
 use ::redis::ConnectionLike;
 
+use super::wire::Wire;
+
 use super::scripts::{self, Script};
 use super::{Redis, map_err};
 use crate::error::Error;
@@ -46,7 +48,7 @@ pub(crate) enum Again {
 /// One connection to Redis, opened on first use and again after a failure.
 pub(crate) struct Conn {
     redis: Redis,
-    conn: Option<::redis::Connection>,
+    conn: Option<Wire>,
     used: Instant,
     /// Loaded on each new connection.
     scripts: &'static [&'static Script],
@@ -74,7 +76,7 @@ impl Conn {
     /// # Errors
     /// [`Error::Connection`] or [`Error::Timeout`] when no connection could be made: nothing
     /// was sent.
-    pub(crate) fn ready(&mut self) -> Result<(&mut ::redis::Connection, bool), Error> {
+    pub(crate) fn ready(&mut self) -> Result<(&mut Wire, bool), Error> {
         let mut kept = self.conn.is_some();
         if kept && self.used.elapsed() >= IDLE_CHECK {
             let alive = self
@@ -104,7 +106,7 @@ impl Conn {
     pub(crate) fn call<T>(
         &mut self,
         again: Again,
-        mut f: impl FnMut(&mut ::redis::Connection) -> ::redis::RedisResult<T>,
+        mut f: impl FnMut(&mut Wire) -> ::redis::RedisResult<T>,
     ) -> Result<T, Error> {
         let (conn, kept) = self.ready()?;
         match f(conn) {
@@ -166,20 +168,18 @@ impl Conn {
     }
 
     /// The open connection, if any, as it is (no check).
-    pub(crate) fn current(&mut self) -> Option<&mut ::redis::Connection> {
+    pub(crate) fn current(&mut self) -> Option<&mut Wire> {
         self.conn.as_mut()
     }
 }
 
 /// Whether `e` may have left `conn` unusable (a half-read reply, a closed socket).
-fn broken(e: &::redis::RedisError, conn: &::redis::Connection) -> bool {
+fn broken(e: &::redis::RedisError, conn: &Wire) -> bool {
     e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || !conn.is_open()
 }
 
 /// Reads one reply of a command sent with `send_packed_command`, as `T`.
-pub(crate) fn reply<T: ::redis::FromRedisValue>(
-    conn: &mut ::redis::Connection,
-) -> ::redis::RedisResult<T> {
+pub(crate) fn reply<T: ::redis::FromRedisValue>(conn: &mut Wire) -> ::redis::RedisResult<T> {
     let value = conn.recv_response()?.extract_error()?;
     Ok(::redis::from_redis_value(value)?)
 }

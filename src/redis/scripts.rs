@@ -14,6 +14,7 @@
 
 use std::sync::OnceLock;
 
+use super::wire::Wire;
 /// Queues a request: an inbox entry and its announcement on the queue, once per request id
 /// (a request sent again after its reply was lost finds its entry among the inbox's last).
 /// KEYS: inbox, queue. ARGV: request id, kind, text, conversation. Returns the inbox entry
@@ -343,10 +344,7 @@ impl Script {
 }
 
 /// Loads `scripts` on `conn` (a new connection), in one round trip.
-pub(crate) fn load(
-    conn: &mut ::redis::Connection,
-    scripts: &[&Script],
-) -> ::redis::RedisResult<()> {
+pub(crate) fn load(conn: &mut Wire, scripts: &[&Script]) -> ::redis::RedisResult<()> {
     if scripts.is_empty() {
         return Ok(());
     }

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use super::wire::Wire;
 use super::{Redis, scripts};
 use crate::agent::AgentHandle;
 use crate::message::Message;
@@ -185,12 +186,12 @@ impl Side {
 /// The side connection and its id.
 struct Conn {
     redis: Redis,
-    conn: Option<::redis::Connection>,
+    conn: Option<Wire>,
     used: Instant,
 }
 
 impl Conn {
-    fn get(&mut self, shared: &Mutex<State>) -> Option<&mut ::redis::Connection> {
+    fn get(&mut self, shared: &Mutex<State>) -> Option<&mut Wire> {
         if self.used.elapsed() >= super::conn::IDLE_CHECK
             && let Some(c) = &mut self.conn
             && ::redis::cmd("PING").query::<String>(c).is_err()

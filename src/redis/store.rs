@@ -6,6 +6,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::conn::{Again, Conn};
+use super::wire::Wire;
 use super::{Redis, check_name};
 use crate::error::Error;
 use crate::event::AgentEvent;
@@ -66,7 +67,7 @@ impl Store {
     fn call<T>(
         &self,
         again: Again,
-        f: impl FnMut(&mut ::redis::Connection) -> ::redis::RedisResult<T>,
+        f: impl FnMut(&mut Wire) -> ::redis::RedisResult<T>,
     ) -> Result<T, Error> {
         self.conn.lock().call(again, f)
     }

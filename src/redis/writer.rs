@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use super::conn::{Again, Conn, reply};
+use super::wire::Wire;
 use super::{Redis, scripts};
 use crate::agent::AgentHandle;
 use crate::error::Error;
@@ -286,7 +287,7 @@ impl Link {
     pub(crate) fn call<T>(
         &mut self,
         again: Again,
-        f: impl FnMut(&mut ::redis::Connection) -> ::redis::RedisResult<T>,
+        f: impl FnMut(&mut Wire) -> ::redis::RedisResult<T>,
     ) -> Result<T, Error> {
         self.settle()?;
         self.conn.call(again, f)

@@ -688,6 +688,54 @@ const WRITE_SCRIPT: &str = "KEYS[4], 'wrote'";
 const END_SCRIPT: &str = "'ended'";
 
 #[test]
+fn a_reply_corrupted_or_cut_in_the_middle_is_a_typed_error_and_every_write_applies_once() {
+    let (proxy, prefix, redis, direct) = proxied("reply-faults");
+    let store = Store::new(&direct);
+    store.delete("c").unwrap();
+    let queue = Queue::new(&direct);
+    let worker = echo_worker(&redis, "w");
+    let url = shared_url();
+    let mut prompts = Vec::new();
+    let mut expected_faults = 0;
+    for (i, fault) in [proxy::Fault::CorruptReply, proxy::Fault::CutReply]
+        .into_iter()
+        .enumerate()
+    {
+        // The end of the run applied, its reply unreadable: it goes again on a new
+        // connection and is recognised.
+        let text = format!("Prompt {i}");
+        let id = queue.prompt("c", &text).unwrap();
+        prompts.push(text);
+        proxy.fault_requests_with(END_SCRIPT, fault, 1);
+        expected_faults += 1;
+        step_until_done(&worker, &url, &prefix, &id);
+        assert_eq!(proxy.faulted(), expected_faults, "{fault:?}");
+    }
+    let answers = answered(&prompts, |p| format!("answer to {p}"));
+    assert_eq!(described(&store, "c"), answers);
+    assert_eq!(runs_in_stream(&direct, "c"), runs(&answers, false));
+    // A read whose reply is unreadable twice (the first try and the one on a new
+    // connection) is a typed error saying so; the next one reads on a new connection.
+    let through = Store::new(&redis);
+    // Its connection kept: a failure on it is tried again once on a new one.
+    assert_eq!(through.load("c").unwrap().messages.len(), answers.len());
+    for fault in [proxy::Fault::CorruptReply, proxy::Fault::CutReply] {
+        proxy.fault_requests_with("LRANGE", fault, 2);
+        let failed = through.load("c").map(|l| l.messages.len());
+        match (&fault, &failed) {
+            (proxy::Fault::CorruptReply, Err(Error::Connection(why))) => {
+                assert!(why.contains("malformed reply"), "{why}");
+            }
+            (proxy::Fault::CutReply, Err(Error::Connection(why))) => {
+                assert!(why.contains("closed the connection"), "{why}");
+            }
+            _ => panic!("{fault:?}: {failed:?}"),
+        }
+        assert_eq!(through.load("c").unwrap().messages.len(), answers.len());
+    }
+}
+
+#[test]
 fn writes_sent_again_after_a_break_apply_once_though_a_later_write_of_the_run_had_landed() {
     let (proxy, prefix, redis, direct) = proxied("resend-order");
     let store = Store::new(&direct);

@@ -3,8 +3,8 @@
 //! one after forwarding a request and before its reply comes back, or does something to
 //! the next requests that contain given bytes (a script's text): forwards and cuts, drops
 //! and cuts, holds them (never forwarded, the connection left open, as a worker that died
-//! right then would leave it), or forwards them and the request after them unanswered and
-//! then cuts.
+//! right then would leave it), forwards them and the request after them unanswered and
+//! then cuts, or forwards them and corrupts their reply or cuts it in the middle.
 //!
 //! Scripts go by their SHA1 (`EVALSHA`), their text only in the `SCRIPT LOAD` of a new
 //! connection: the proxy learns the SHA1 of each script it sees loaded (asking the server),
@@ -12,7 +12,7 @@
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -35,7 +35,17 @@ pub(crate) enum Fault {
     /// Forward it and the next request of its connection, passing back no reply of either
     /// (both applied, neither answered), then cut the connection.
     SilenceThenCut,
+    /// Forward it, and pass its reply back with its first byte replaced by one RESP does
+    /// not have.
+    CorruptReply,
+    /// Forward it, pass back the first half of its reply, then cut the connection.
+    CutReply,
 }
+
+/// What [`copy`] does to the next reply it passes back.
+const PASS: u8 = 0;
+const CORRUPT: u8 = 1;
+const CUT: u8 = 2;
 
 struct Marked {
     marker: Vec<u8>,
@@ -86,11 +96,11 @@ impl Proxy {
                         let cutting = Arc::new(AtomicBool::new(false));
                         // Replies are read and dropped, the connection left open.
                         let silent = Arc::new(AtomicBool::new(false));
-                        let (up, cut, quiet) = (s.clone(), cutting.clone(), silent.clone());
-                        std::thread::spawn(move || {
-                            forward_requests(client, server, &up, &cut, &quiet)
-                        });
-                        std::thread::spawn(move || copy(s2, c2, &cutting, &silent));
+                        let mangle = Arc::new(AtomicU8::new(PASS));
+                        let faults = (cutting.clone(), silent.clone(), mangle.clone());
+                        let up = s.clone();
+                        std::thread::spawn(move || forward_requests(client, server, &up, &faults));
+                        std::thread::spawn(move || copy(s2, c2, &cutting, &silent, &mangle));
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(5)),
                 }
@@ -149,8 +159,7 @@ fn forward_requests(
     mut client: TcpStream,
     mut server: TcpStream,
     shared: &Shared,
-    cutting: &AtomicBool,
-    silent: &AtomicBool,
+    (cutting, silent, mangle): &(Arc<AtomicBool>, Arc<AtomicBool>, Arc<AtomicU8>),
 ) {
     let mut buf = [0u8; 16 * 1024];
     loop {
@@ -165,8 +174,11 @@ fn forward_requests(
         } else {
             marked_fault(shared, &buf[..n])
         };
-        if fault == Some(Fault::SilenceThenCut) {
-            silent.store(true, Ordering::Release);
+        match fault {
+            Some(Fault::SilenceThenCut) => silent.store(true, Ordering::Release),
+            Some(Fault::CorruptReply) => mangle.store(CORRUPT, Ordering::Release),
+            Some(Fault::CutReply) => mangle.store(CUT, Ordering::Release),
+            _ => {}
         }
         if fault == Some(Fault::Hold) {
             // Swallow the rest until the client goes away.
@@ -303,13 +315,32 @@ fn marked_fault(shared: &Shared, bytes: &[u8]) -> Option<Fault> {
     Some(m.fault)
 }
 
-fn copy(mut from: TcpStream, mut to: TcpStream, cutting: &AtomicBool, silent: &AtomicBool) {
+fn copy(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    cutting: &AtomicBool,
+    silent: &AtomicBool,
+    mangle: &AtomicU8,
+) {
     let mut buf = [0u8; 16 * 1024];
     loop {
         match from.read(&mut buf) {
             Ok(0) | Err(_) => break,
             Ok(_) if cutting.load(Ordering::Acquire) => break,
             Ok(_) if silent.load(Ordering::Acquire) => {}
+            Ok(n) if mangle.load(Ordering::Acquire) == CORRUPT => {
+                mangle.store(PASS, Ordering::Release);
+                buf[0] = b'?';
+                if to.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+            Ok(n) if mangle.load(Ordering::Acquire) == CUT => {
+                mangle.store(PASS, Ordering::Release);
+                let _ = to.write_all(&buf[..n / 2]);
+                let _ = from.shutdown(Shutdown::Both);
+                break;
+            }
             Ok(n) => {
                 if to.write_all(&buf[..n]).is_err() {
                     break;
