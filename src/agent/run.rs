@@ -672,8 +672,9 @@ impl Run<'_> {
     /// (each one folded into the partial that its `MessageUpdate` carries); the provider adds
     /// only how it ended. So the message always equals what the events showed.
     fn stream_reply(&mut self) -> (AssistantMessage, Option<Error>) {
-        let model = self.config.model.clone();
-        self.trace.open_chat(&model, self.turn);
+        // Borrowed: the reply's copy is the partial's, made once.
+        let model = &self.config.model;
+        self.trace.open_chat(model, self.turn);
         self.emit(AgentEvent::MessageStart {
             message: Arc::new(Message::Assistant(AssistantMessage {
                 model: model.clone(),
@@ -681,7 +682,7 @@ impl Run<'_> {
             })),
         });
         // In `Some` but while a `MessageUpdate` carries it to the listeners.
-        let mut partial = Some(PartialMessage::new(&model));
+        let mut partial = Some(PartialMessage::new(model));
         let limit = self.config.max_reply_bytes;
         // Set when the reply reached its size limit: from then on every event is refused
         // and dropped, whatever the provider does, and the reply ends with that error.
@@ -739,7 +740,8 @@ impl Run<'_> {
             Ok(_) if too_large => Ok(Err(Error::ReplyTooLarge { limit })),
             other => other,
         };
-        let partial = partial.unwrap_or_else(|| PartialMessage::new(&model));
+        let model = &self.config.model;
+        let partial = partial.unwrap_or_else(|| PartialMessage::new(model));
         let (mut reply, error) = match outcome {
             Ok(Ok(end)) => {
                 let mut reply = partial.to_message(end.stop_reason);
@@ -782,7 +784,7 @@ impl Run<'_> {
             }
         };
         if reply.model.is_empty() {
-            reply.model = model;
+            reply.model = model.clone();
         }
         self.trace.reply_failed(error.as_ref());
         (reply, error)

@@ -79,8 +79,7 @@ impl Run<'_> {
         let mut batch = Batch {
             rx,
             calls,
-            results: vec![None; calls.len()],
-            started: vec![None; calls.len()],
+            done: vec![(None, None); calls.len()],
             running: 0,
         };
         std::thread::scope(|scope| {
@@ -89,7 +88,7 @@ impl Run<'_> {
                 while batch.running >= cap {
                     self.receive(&mut batch);
                 }
-                batch.started[index] = Some(Instant::now());
+                batch.done[index].0 = Some(Instant::now());
                 self.emit(AgentEvent::ToolStart {
                     call: ToolCall::clone(call),
                     at: Some(crate::types::now_ms()),
@@ -169,10 +168,10 @@ impl Run<'_> {
             }
         });
         let results: Vec<Arc<ToolResultMessage>> = batch
-            .results
+            .done
             .into_iter()
             .zip(calls)
-            .map(|(r, call)| {
+            .map(|((_, r), call)| {
                 // OK because every call was either settled or its worker reported Done.
                 r.unwrap_or_else(|| Arc::new(Run::tool_result(call, CANCELLED, true)))
             })
@@ -443,9 +442,11 @@ impl Run<'_> {
         let result = Arc::new(result);
         self.emit(AgentEvent::ToolEnd {
             result: result.clone(),
-            duration: batch.started[index].map(|t| crate::types::whole_micros(t.elapsed())),
+            duration: batch.done[index]
+                .0
+                .map(|t| crate::types::whole_micros(t.elapsed())),
         });
-        batch.results[index] = Some(result);
+        batch.done[index].1 = Some(result);
     }
 }
 
@@ -495,9 +496,9 @@ fn not_run(reply: &AssistantMessage) -> Option<&'static str> {
 struct Batch<'c> {
     rx: Receiver<ToolMsg>,
     calls: &'c [&'c ToolCall],
-    results: Vec<Option<Arc<ToolResultMessage>>>,
-    // When each call's `ToolStart` went out, for its `ToolEnd`'s duration.
-    started: Vec<Option<Instant>>,
+    /// By call: when its `ToolStart` went out (for its `ToolEnd`'s duration), and its
+    /// result (one list: one allocation a batch).
+    done: Vec<(Option<Instant>, Option<Arc<ToolResultMessage>>)>,
     running: usize,
 }
 
