@@ -180,20 +180,21 @@
 //! the next entry along.
 //!
 //! Throughput, one prompt per queue entry, Faux, Redis 7.0 on the same 2-core machine,
-//! which other builds kept fully busy (no idle time in any round, load average 8 to 29:
-//! figures vary by two to three times between rounds; medians of 7 rounds). Each round ran
-//! `redis-benchmark -c W -n 5000 -q XADD rb '*' f v`, then `fleet -- bench W 1000 [nolog]`
-//! with the build before (two round trips, `EVAL`, 25 commands) and with this one, each
-//! followed by the `XADD` again:
+//! which other builds kept busy (figures vary by two to three times between rounds;
+//! medians of 9 rounds). Each round ran `redis-benchmark -c W -n 5000 -q XADD rb '*' f v`,
+//! then `fleet -- bench W 1000 [nolog]` with the build before (an `XDEL` per queue entry,
+//! the `redis` crate's parser, 16 / 35 commands) and with this one, each followed by the
+//! `XADD` again. Wall time did not tell them apart on this machine (the speed-up in the same
+//! round swung from 0.4 to 2.6); the CPU per prompt fell:
 //!
-//! | workers | event log | prompts/s before | prompts/s now | speed-up in the same round | CPU per prompt now (before): worker, Redis |
-//! |---|---|---|---|---|---|
-//! | 1 | off | 4,130 | 4,410 | 1.14 | 100 µs (100), 132 µs (147) |
-//! | 1 | on | 2,000 | 2,840 | 1.10 | 130 µs (170), 214 µs (267) |
-//! | 2 | off | 4,680 | 5,370 | 1.17 | 80 µs (100), 108 µs (134) |
-//! | 2 | on | 2,150 | 4,080 | 1.31 | 150 µs (170), 214 µs (243) |
-//! | 4 | off | 4,610 | 6,210 | 1.18 | 100 µs (90), 117 µs (127) |
-//! | 4 | on | 2,700 | 3,400 | 1.15 | 140 µs (170), 207 µs (234) |
+//! | workers | event log | prompts/s before | prompts/s now | speed-up in the same round | `XADD -c W` /s | CPU per prompt now (before): worker, Redis |
+//! |---|---|---|---|---|---|---|
+//! | 1 | off | 6,700 | 6,810 | 0.97 | 36,100 | 60 µs (70), 106 µs (109) |
+//! | 1 | on | 3,570 | 4,150 | 1.06 | 40,300 | 100 µs (110), 189 µs (180) |
+//! | 2 | off | 6,200 | 7,050 | 1.02 | 57,200 | 60 µs (70), 102 µs (96) |
+//! | 2 | on | 3,950 | 3,920 | 0.97 | 54,000 | 110 µs (120), 167 µs (167) |
+//! | 4 | off | 7,120 | 6,710 | 1.30 | 62,000 | 60 µs (80), 101 µs (109) |
+//! | 4 | on | 5,060 | 4,640 | 0.96 | 62,700 | 90 µs (100), 167 µs (158) |
 //!
 //! Counted in instructions (callgrind, which no load disturbs; the difference of `bench 1
 //! 1300` and `bench 1 300` on a `redis-server` under callgrind): Redis runs 456,000 per
@@ -208,10 +209,10 @@
 //! worker's thread ran 169,000 per prompt with the log off, a quarter of it in the `redis`
 //! crate's reply parser; its connections now read replies with a small RESP2 reader of
 //! this module's own (a malformed, cut or oversized reply is an error that closes the
-//! connection, never a panic or an allocation of what was only announced), and it runs
-//! 139,000 (-18%; callgrind on the worker's thread, `bench 1 700` less `bench 1 200`): a
-//! fifth the agent factory, a fifth the run, a fifth formatting key names, a tenth packing
-//! commands, a tenth reading replies.
+//! connection, never a panic or an allocation of what was only announced), and key names
+//! are put together without `format!`: it runs 118,000 (-30%; callgrind on the worker's
+//! thread, `bench 1 700` less `bench 1 200`), a quarter of it the agent factory, a quarter
+//! the run, an eighth reading replies, a tenth packing commands.
 //!
 //! The floor of bare round trips is not within reach, and no client can reach it: one bare
 //! `XADD` round trip costs Redis about 11,400 instructions (callgrind, over
@@ -219,10 +220,14 @@
 //! Redis's CPU for a prompt's commands alone was 70-85 µs when the machine was quiet, so one
 //! Redis serves at most about 12,000 prompts/s of this kind whatever its clients do, and
 //! the one round trip a prompt now waits for is a small part of its time: one worker runs
-//! at 15% of the one-round-trip floor (`XADD` at 28,000/s in those rounds). A prompt must at
-//! least take the lease and read the conversation (one script), record it done, release the
-//! lease and acknowledge its queue entry (a second), and read the next entry: 3 commands
-//! from outside and 13 inside the scripts, each of them dearer than the bare `XADD`. What
+//! at 16% of the one-round-trip floor with the log off (`XADD` at 36,000/s in those
+//! rounds), 8% with it on. The prompt's own commands cost Redis about 31 bare `XADD` round
+//! trips of work (350,000 instructions), three fifths of it Lua around the commands: the
+//! scripts are what fence every write and keep each step atomic, and Redis Functions
+//! (`FCALL`) run through the same Lua calling code in Redis 7, so they would not cost less.
+//! A prompt must at least take the lease and read the conversation (one script), record it
+//! done, release the lease and acknowledge its queue entry (a second), and read the next
+//! entry: 3 commands from outside and 14 inside the scripts, each of them dearer than the bare `XADD`. What
 //! is left is CPU on both sides, one after the other where they cannot overlap: the
 //! worker's (its Redis client first) and Redis's scripts.
 //!
@@ -334,12 +339,14 @@ impl Redis {
 
     /// The key `<prefix>:{<conversation>}:<what>`.
     pub(crate) fn key(&self, conversation: &str, what: &str) -> String {
-        format!("{}:{{{conversation}}}:{what}", self.prefix)
+        // Not `format!`: a worker makes a score of keys per prompt, and formatting them
+        // cost it a seventh of its instructions.
+        [self.prefix.as_str(), ":{", conversation, "}:", what].concat()
     }
 
     /// The fleet's queue stream.
     pub(crate) fn queue_key(&self) -> String {
-        format!("{}:{{queue}}", self.prefix)
+        [self.prefix.as_str(), ":{queue}"].concat()
     }
 
     /// The fleet's dead-letter stream.
