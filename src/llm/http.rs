@@ -716,11 +716,6 @@ impl HttpClient {
         } = self.exchange(Method::Post, post, extra, target, secret, cancel)?;
         // Borrowed from the reply's head: read once per model call.
         let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-        let retry_after = parse_retry_after(
-            header("retry-after-ms"),
-            header("retry-after"),
-            SystemTime::now(),
-        );
         let content_type = header("content-type").unwrap_or_default();
         if (300..400).contains(&status) {
             let location = to.base.redirect_target(to.path, header("location"));
@@ -735,6 +730,12 @@ impl HttpClient {
             });
         }
         if status >= 400 {
+            // Read only for a failure: a reply that streams has no use for it.
+            let retry_after = parse_retry_after(
+                header("retry-after-ms"),
+                header("retry-after"),
+                SystemTime::now(),
+            );
             let text = body.read_text(ERROR_BODY_LIMIT, secret)?;
             let message = clip(error_message(status, &text), secret, ERROR_MESSAGE_LIMIT);
             return Err(Error::Http {
