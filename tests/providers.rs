@@ -1609,6 +1609,13 @@ fn a_malformed_chat_chunk_is_a_stream_error_and_gives_nothing_of_itself() {
         r#"{"choices":{"delta":{"content":"lost"}}}"#,
         r#"{"choices":[{"delta":{"content":"bad \x escape"}}]}"#,
         r#"{"choices":[{"delta":{"content":"lost"}}],}"#,
+        r#"{"choices":[{"delta":{"content":"lost","tool_calls":[{"index":"0"}]}}]}"#,
+        r#"{"choices":[{"delta":{"content":"lost","tool_calls":[null]}}]}"#,
+        r#"{"choices":[{"delta":{"content":"lost","tool_calls":[{"id":"a","id":"b"}]}}]}"#,
+        r#"{"choices":[{"delta":{"content":"lost","tool_calls":[{"function":"f"}]}}]}"#,
+        r#"{"choices":[{"delta":{"content":"lost","tool_calls":[{"function":{"arguments":5}}]}}]}"#,
+        r#"{"choices":[{"delta":{"content":"lost","tool_calls":[{"function":{"name":"a","name":"b"}}]}}]}"#,
+        r#"{"choices":[{"delta":{"content":"lost"}}],"id":{"unclosed":}"#,
         r#"[{"choices":[]}]"#,
         "lost",
     ];
@@ -1623,4 +1630,41 @@ fn a_malformed_chat_chunk_is_a_stream_error_and_gives_nothing_of_itself() {
             other => panic!("{payload}: {other:?}"),
         }
     }
+}
+
+#[test]
+fn a_chat_replys_id_and_model_are_its_first_chunks_wherever_they_lie() {
+    let reply = |first: &str| {
+        let (result, _) = chat_reply(chunks(&[
+            first,
+            r#"{"id":"later","model":"later","choices":[{"delta":{"content":"b"}}]}"#,
+            STOP,
+        ]));
+        let message = result.unwrap();
+        let text = message.text();
+        (message.response_id, message.model, text)
+    };
+    let (id, model) = (Some("chatcmpl-1".to_owned()), "served".to_owned());
+    let text = "ab".to_owned();
+    assert_eq!(
+        reply(r#"{"choices":[{"delta":{"content":"a"}}],"id":"chatcmpl-1","model":"served"}"#),
+        (id.clone(), model.clone(), text.clone())
+    );
+    assert_eq!(
+        reply(r#"{"model":"served","id":"chatcmpl-1","choices":[{"delta":{"content":"a"}}]}"#),
+        (id.clone(), model.clone(), text.clone())
+    );
+    // A field that is not a string says nothing; an empty model is none.
+    assert_eq!(
+        reply(r#"{"id":7,"model":"served","choices":[{"delta":{"content":"a"}}]}"#),
+        (None, model, text.clone())
+    );
+    assert_eq!(
+        reply(r#"{"id":"chatcmpl-1","model":"","choices":[{"delta":{"content":"a"}}]}"#),
+        (id, "m".to_owned(), text.clone())
+    );
+    assert_eq!(
+        reply(r#"{"model":{"name":"x"},"choices":[{"delta":{"content":"a"}}]}"#),
+        (None, "m".to_owned(), text)
+    );
 }

@@ -14,7 +14,10 @@
 //! What is read is what the derived types read, with the same meaning: unknown fields are
 //! skipped, `null` is an absent field, a field given twice is an error, a value of the wrong
 //! type is an error, and a chunk is emitted only once it parsed whole (a malformed chunk
-//! emits nothing of itself, and fails the reply with [`Error::Stream`]).
+//! emits nothing of itself, and fails the reply with [`Error::Stream`]). The reply's `id`
+//! and `model` are read from the first chunk in the same pass (they were a second parse of
+//! it: per tool turn, most of the cost of its chunks), leniently: a value that is not a
+//! string is ignored, as it was.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -38,16 +41,6 @@ pub(super) struct Decoder {
     model: Option<String>,
 }
 
-/// What the first chunk says of the whole reply. Read from the first chunk only: later
-/// chunks repeat it, and skipping a field costs less than reading it.
-#[derive(Deserialize)]
-struct Head<'a> {
-    #[serde(borrow)]
-    id: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    model: Option<Cow<'a, str>>,
-}
-
 /// One chunk, as far as the decoder reads it: filled in place (see the module docs).
 #[derive(Default)]
 struct Chunk<'a> {
@@ -58,6 +51,12 @@ struct Chunk<'a> {
     // Boxed: they come once a reply (or never).
     usage: Option<Box<WireUsage>>,
     error: Option<Box<Value>>,
+    /// Whether to read what the chunk says of the whole reply, its `id` and `model`: in the
+    /// first chunk only (later ones repeat them, and skipping a field costs less than
+    /// reading it). Read in the same pass; a value that is not a string is ignored.
+    head: bool,
+    id: Option<String>,
+    model: Option<String>,
 }
 
 /// A choice and its delta together: an absent or `null` delta has no field set. Strings are
@@ -67,25 +66,17 @@ struct Choice<'a> {
     content: Option<Cow<'a, str>>,
     reasoning_content: Option<Cow<'a, str>>,
     reasoning: Option<Cow<'a, str>>,
-    // Boxed: few deltas carry calls.
-    tool_calls: Option<Box<[ToolDelta<'a>]>>,
+    // Empty (no allocation) but in the deltas that carry calls.
+    tool_calls: Vec<ToolDelta<'a>>,
     finish_reason: Option<Cow<'a, str>>,
 }
 
-#[derive(Deserialize)]
+/// A call delta and its `function` together: an absent or `null` function has no field set.
+#[derive(Default)]
 struct ToolDelta<'a> {
     index: Option<u64>,
-    #[serde(borrow)]
     id: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    function: Option<FunctionDelta<'a>>,
-}
-
-#[derive(Deserialize)]
-struct FunctionDelta<'a> {
-    #[serde(borrow)]
     name: Option<Cow<'a, str>>,
-    #[serde(borrow)]
     arguments: Option<Cow<'a, str>>,
 }
 
@@ -115,8 +106,12 @@ struct CompletionDetails {
 
 /// The fields each level reads, by position; any other key is skipped.
 const CHUNK_FIELDS: &[&str] = &["choices", "usage", "error"];
+// The first chunk's: those of every chunk, then the reply's.
+const HEAD_FIELDS: &[&str] = &["choices", "usage", "error", "id", "model"];
 const CHOICE_FIELDS: &[&str] = &["delta", "finish_reason"];
 const DELTA_FIELDS: &[&str] = &["content", "reasoning_content", "reasoning", "tool_calls"];
+const CALL_FIELDS: &[&str] = &["index", "id", "function"];
+const FUNCTION_FIELDS: &[&str] = &["name", "arguments"];
 
 /// The position of a map key in `fields`, `fields.len()` for any other key.
 struct Key(&'static [&'static str]);
@@ -177,10 +172,11 @@ fn read_map<'de, A: MapAccess<'de>>(
     Ok(())
 }
 
-/// Fills a chunk.
-struct InChunk<'c, 'a>(&'c mut Chunk<'a>);
+/// Fills a chunk; `HEAD`: the first one, with the reply's `id` and `model` (a visitor of
+/// its own, so that the others look for none of these keys).
+struct InChunk<'c, 'a, const HEAD: bool>(&'c mut Chunk<'a>);
 
-impl<'de> Visitor<'de> for InChunk<'_, 'de> {
+impl<'de, const HEAD: bool> Visitor<'de> for InChunk<'_, 'de, HEAD> {
     type Value = ();
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -189,14 +185,35 @@ impl<'de> Visitor<'de> for InChunk<'_, 'de> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         let chunk = self.0;
-        read_map(&mut map, CHUNK_FIELDS, |map, i| {
+        // A constant list where the key is looked for: the names are compared inline.
+        let fields = if HEAD { HEAD_FIELDS } else { CHUNK_FIELDS };
+        let mut seen = 0;
+        while let Some(i) = map.next_key_seed(Key(fields))? {
             match i {
-                0 => map.next_value_seed(OrNull(InChoices(&mut *chunk)))?,
-                1 => chunk.usage = map.next_value()?,
-                _ => chunk.error = map.next_value()?,
+                // `id` and `model` are not checked for repeats: the chunk's own fields are.
+                0..3 => {
+                    first_time(&mut seen, i, fields)?;
+                    match i {
+                        0 => map.next_value_seed(OrNull(InChoices(&mut *chunk)))?,
+                        1 => chunk.usage = map.next_value()?,
+                        _ => chunk.error = map.next_value()?,
+                    }
+                }
+                3 | 4 if HEAD => {
+                    if let Value::String(text) = map.next_value()? {
+                        *(if i == 3 {
+                            &mut chunk.id
+                        } else {
+                            &mut chunk.model
+                        }) = Some(text);
+                    }
+                }
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
             }
-            Ok(())
-        })
+        }
+        Ok(())
     }
 }
 
@@ -317,10 +334,91 @@ impl<'de> Visitor<'de> for InDelta<'_, 'de> {
             0 => map.next_value_seed(text(&mut choice.content)),
             1 => map.next_value_seed(text(&mut choice.reasoning_content)),
             2 => map.next_value_seed(text(&mut choice.reasoning)),
-            _ => {
-                choice.tool_calls = map.next_value()?;
+            _ => map.next_value_seed(OrNull(InCalls(&mut choice.tool_calls))),
+        })
+    }
+}
+
+/// Fills the call deltas of a choice (a list).
+struct InCalls<'c, 'a>(&'c mut Vec<ToolDelta<'a>>);
+
+impl<'de> Read<'de> for InCalls<'_, 'de> {
+    fn read<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for InCalls<'_, 'de> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a list of tool calls")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let calls = self.0;
+        loop {
+            let mut call = ToolDelta::default();
+            if seq.next_element_seed(InCall(&mut call))?.is_none() {
+                return Ok(());
+            }
+            calls.push(call);
+        }
+    }
+}
+
+/// Fills a call delta (an object).
+struct InCall<'c, 'a>(&'c mut ToolDelta<'a>);
+
+impl<'de> DeserializeSeed<'de> for InCall<'_, 'de> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for InCall<'_, 'de> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a tool call")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let call = self.0;
+        read_map(&mut map, CALL_FIELDS, |map, i| match i {
+            0 => {
+                call.index = map.next_value()?;
                 Ok(())
             }
+            1 => map.next_value_seed(text(&mut call.id)),
+            _ => map.next_value_seed(OrNull(InFunction(&mut *call))),
+        })
+    }
+}
+
+/// Fills the `function` fields of a call delta (an object).
+struct InFunction<'c, 'a>(&'c mut ToolDelta<'a>);
+
+impl<'de> Read<'de> for InFunction<'_, 'de> {
+    fn read<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for InFunction<'_, 'de> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a function")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let call = self.0;
+        read_map(&mut map, FUNCTION_FIELDS, |map, i| match i {
+            0 => map.next_value_seed(text(&mut call.name)),
+            _ => map.next_value_seed(text(&mut call.arguments)),
         })
     }
 }
@@ -365,7 +463,11 @@ impl<'de> Visitor<'de> for Text<'_, 'de> {
 /// Reads `data` into `chunk`, whole: trailing characters are an error.
 fn read_chunk<'a>(data: &'a str, chunk: &mut Chunk<'a>) -> serde_json::Result<()> {
     let mut d = serde_json::Deserializer::from_str(data);
-    d.deserialize_map(InChunk(chunk))?;
+    if chunk.head {
+        d.deserialize_map(InChunk::<true>(chunk))?;
+    } else {
+        d.deserialize_map(InChunk::<false>(chunk))?;
+    }
     d.end()
 }
 
@@ -376,18 +478,19 @@ impl Decode for Decoder {
         if data.len() < 16 && data.trim() == "[DONE]" {
             return Ok(true);
         }
-        let mut chunk = Chunk::default();
+        let mut chunk = Chunk {
+            head: !self.head_read,
+            ..Chunk::default()
+        };
         read_chunk(data, &mut chunk)
             .map_err(|e| Error::Stream(format!("a chunk is not valid json ({e})")))?;
         if let Some(error) = &chunk.error {
             return Err(http::api_error(error));
         }
-        if !self.head_read {
+        if chunk.head {
             self.head_read = true;
-            if let Ok(head) = serde_json::from_str::<Head<'_>>(data) {
-                self.id = head.id.map(Cow::into_owned);
-                self.model = head.model.filter(|m| !m.is_empty()).map(Cow::into_owned);
-            }
+            self.id = chunk.id.take();
+            self.model = chunk.model.take().filter(|m| !m.is_empty());
         }
         self.choice(&mut chunk.first, out)?;
         for choice in &mut chunk.rest {
@@ -457,8 +560,11 @@ impl Decoder {
                 text: text.into_owned(),
             })?;
         }
-        for call in choice.tool_calls.take().into_iter().flat_map(Vec::from) {
-            self.call(call, out)?;
+        // Looked at first: even an empty `drain` costs its drop.
+        if !choice.tool_calls.is_empty() {
+            for call in choice.tool_calls.drain(..) {
+                self.call(call, out)?;
+            }
         }
         if let Some(reason) = choice.finish_reason.take() {
             self.finish = Some(reason.into_owned());
@@ -473,15 +579,17 @@ impl Decoder {
         let key = call
             .index
             .unwrap_or(self.calls.len().saturating_sub(1) as u64);
-        let (name, arguments) = match call.function {
-            Some(f) => (f.name, f.arguments),
-            None => (None, None),
-        };
+        let ToolDelta {
+            id,
+            name,
+            arguments,
+            ..
+        } = call;
         let index = match self.calls.iter().position(|&k| k == key) {
             Some(i) => i,
             None => {
                 self.calls.push(key);
-                let id = match call.id {
+                let id = match id {
                     Some(id) => id.into_owned(),
                     None => format!("call_{key}"),
                 };
