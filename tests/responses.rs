@@ -279,6 +279,25 @@ fn items_sent_whole_without_deltas_are_read() {
     assert_eq!(rec.lines()[9], "args[0] x1 \"{\\\"city\\\":\\\"Oslo\\\"}\"");
 }
 
+/// The event's `type` is read from the start of its text when it comes first unescaped;
+/// an escaped one, or one after other fields, is parsed: the same events either way.
+#[test]
+fn an_event_type_escaped_or_not_first_is_read_as_well() {
+    let sse = concat!(
+        "data: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_e\"}}\n\n",
+        "data: {\"type\":\"response.output_item.added\",\"item\":{\"type\":\"message\",\"id\":\"m_e\",\"content\":[]}}\n\n",
+        "data: {\"type\":\"response.output_text.delta\",\"item_id\":\"m_e\",\"delta\":\"a\"}\n\n",
+        "data: {\"type\":\"response.output_text.d\\u0065lta\",\"item_id\":\"m_e\",\"delta\":\"b\"}\n\n",
+        "data: {\"type\":\"\\u0072esponse.output_text.delta\",\"item_id\":\"m_e\",\"delta\":\"c\"}\n\n",
+        "data: {\"item_id\":\"m_e\",\"type\":\"response.output_text.delta\",\"delta\":\"d\"}\n\n",
+        "data: {\"type\":\"response.output_text.\\\"delta\",\"item_id\":\"m_e\",\"delta\":\"not a delta\"}\n\n",
+        "data: {\"type\":\"response.completed\",\"response\":{\"id\":\"resp_e\",\"status\":\"completed\"}}\n\n",
+    );
+    let server = Server::start(vec![Reply::sse(sse)]);
+    let (agent, _) = agent(responses(&server), "m");
+    assert_eq!(agent.prompt("Hi").unwrap().text(), "abcd");
+}
+
 // ---- the request ----
 
 fn transcript() -> Vec<Arc<Message>> {

@@ -987,9 +987,10 @@ struct OutputDetails {
 /// OpenAI and llama.cpp do), which saves parsing the event twice; else parsed.
 fn event_type(data: &str) -> Result<Cow<'_, str>, Error> {
     if let Some(rest) = data.strip_prefix("{\"type\":\"")
-        // 16 bytes at a time (`str::find` looks at one word at a time), once per event.
-        && let Some(end) = memchr::memchr(b'"', rest.as_bytes())
-        && !rest[..end].contains('\\')
+        // 16 bytes at a time (`str::find` looks at one word at a time), once per event, for
+        // the closing quote or an escape before it (then the text is not the type).
+        && let Some(end) = memchr::memchr2(b'"', b'\\', rest.as_bytes())
+        && rest.as_bytes()[end] == b'"'
     {
         return Ok(Cow::Borrowed(&rest[..end]));
     }
