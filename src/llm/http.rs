@@ -578,19 +578,21 @@ pub(crate) struct Post<B = Vec<u8>> {
 
 /// A body [`HttpClient::exchange`] can send.
 pub(crate) trait SendBytes {
-    /// Sends `request` with these bytes as its body.
+    /// Sends `request` through `agent` with these bytes as its body.
     fn send(
         &self,
-        request: ureq::RequestBuilder<ureq::typestate::WithBody>,
+        agent: &ureq::Agent,
+        request: ureq::http::Request<()>,
     ) -> Result<ureq::http::Response<ureq::Body>, ureq::Error>;
 }
 
 impl SendBytes for Vec<u8> {
     fn send(
         &self,
-        request: ureq::RequestBuilder<ureq::typestate::WithBody>,
+        agent: &ureq::Agent,
+        request: ureq::http::Request<()>,
     ) -> Result<ureq::http::Response<ureq::Body>, ureq::Error> {
-        request.send(&self[..])
+        agent.run(request.map(|()| &self[..]))
     }
 }
 
@@ -599,13 +601,46 @@ impl SendBytes for Payload {
     /// joined into one buffer.
     fn send(
         &self,
-        request: ureq::RequestBuilder<ureq::typestate::WithBody>,
+        agent: &ureq::Agent,
+        mut request: ureq::http::Request<()>,
     ) -> Result<ureq::http::Response<ureq::Body>, ureq::Error> {
+        request.headers_mut().append(
+            ureq::http::header::CONTENT_LENGTH,
+            ureq::http::HeaderValue::from(self.len()),
+        );
         let mut reader = self.reader();
-        request
-            .header("content-length", self.len())
-            .send(ureq::SendBody::from_reader(&mut reader))
+        agent.run(request.map(|()| ureq::SendBody::from_reader(&mut reader)))
     }
+}
+
+/// A POST of `post`'s URL with its headers (`headers`, then the built ones), without a body
+/// yet: made as `http`'s request directly (ureq's builder moves itself at each header), with
+/// the errors ureq's builder gives for a URL that does not parse or a header that does not
+/// convert.
+fn post_request<'h, B>(
+    post: &Post<B>,
+    headers: impl Iterator<Item = (&'h str, &'h str)>,
+) -> Result<ureq::http::Request<()>, ureq::Error> {
+    let uri = match &post.url {
+        Url::Text(url) => url
+            .parse::<ureq::http::Uri>()
+            .map_err(ureq::http::Error::from)?,
+        Url::Parsed(uri) => uri.clone(),
+    };
+    let mut request = ureq::http::Request::new(());
+    *request.method_mut() = ureq::http::Method::POST;
+    *request.uri_mut() = uri;
+    let map = request.headers_mut();
+    for (name, value) in headers {
+        let name =
+            ureq::http::HeaderName::from_bytes(name.as_bytes()).map_err(ureq::http::Error::from)?;
+        let value = ureq::http::HeaderValue::from_str(value).map_err(ureq::http::Error::from)?;
+        map.append(name, value);
+    }
+    for (name, value) in post.built.iter().flat_map(|b| b.iter()) {
+        map.append(name.clone(), value.clone());
+    }
+    Ok(request)
 }
 
 /// Where the redirect of a provider's request points, for its error: the base URL and the
@@ -786,19 +821,8 @@ impl HttpClient {
                     .map(|(name, value)| (name.as_str(), value.as_str())),
             );
         let response = match method {
-            Method::Post => {
-                let mut request = match &post.url {
-                    Url::Text(url) => self.agent().post(url),
-                    Url::Parsed(uri) => self.agent().post(uri.clone()),
-                };
-                for (name, value) in headers {
-                    request = request.header(name, value);
-                }
-                for (name, value) in post.built.iter().flat_map(|b| b.iter()) {
-                    request = request.header(name.clone(), value.clone());
-                }
-                post.body.send(request)
-            }
+            Method::Post => post_request(post, headers)
+                .and_then(|request| post.body.send(self.agent(), request)),
             Method::Get | Method::Delete => {
                 let url = match &post.url {
                     Url::Text(url) => url.clone(),
