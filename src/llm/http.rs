@@ -792,7 +792,8 @@ impl HttpClient {
     }
     /// Sends one request (`method`: a POST of `post.body`, or a GET or a DELETE without a
     /// body) with `post.headers` and `extra` headers, and waits for the headers of its reply,
-    /// once, without retries: the status, the headers, and the body to read.
+    /// without retries (but for a kept connection found closed by the server as the request
+    /// went out, which is resent on a new one): the status, the headers, and the body to read.
     ///
     /// # Errors
     /// [`Error::Config`] for a bad URL, [`Error::Timeout`] naming the phase,
@@ -809,8 +810,51 @@ impl HttpClient {
         if cancel.is_cancelled() {
             return Err(cancelled(cancel));
         }
-        let ctx = Ctx::new(cancel, self.connect_timeout, self.first_byte_timeout);
-        let entered = ctx.enter();
+        let mut resent = 0;
+        let (ctx, response) = loop {
+            let ctx = Ctx::new(cancel, self.connect_timeout, self.first_byte_timeout);
+            let entered = ctx.enter();
+            let sent = self.send_once(method, post, extra);
+            drop(entered);
+            match sent {
+                Ok(response) => break (ctx, response),
+                // A kept connection the server closed as the request went out (its idle
+                // timeout, a restart), before a byte of the reply: the server dropped the
+                // connection, not the request, so it goes again on a new one, as browsers
+                // resend on a reused connection. A connection made for this request is not.
+                Err(e)
+                    if resent < MAX_RESENDS
+                        && ctx.stage() == Stage::Idle
+                        && !cancel.is_cancelled()
+                        && dropped_connection(&e) =>
+                {
+                    resent += 1;
+                }
+                Err(e) => return Err(failed(&ctx, e, target, secret, &self.tls)),
+            }
+        };
+        let status = response.status().as_u16();
+        let (parts, body) = response.into_parts();
+        Ok(Reply {
+            status,
+            headers: parts.headers,
+            body: Body::new(
+                body.into_reader(),
+                target.clone(),
+                ctx,
+                self.first_byte_timeout,
+                self.idle_timeout,
+            ),
+        })
+    }
+
+    /// Sends one request on a kept connection or a new one, within the call's context.
+    fn send_once<B: SendBytes>(
+        &self,
+        method: Method,
+        post: &Post<B>,
+        extra: &[(String, String)],
+    ) -> Result<ureq::http::Response<ureq::Body>, ureq::Error> {
         let headers = post
             .headers
             .iter()
@@ -820,7 +864,7 @@ impl HttpClient {
                     .iter()
                     .map(|(name, value)| (name.as_str(), value.as_str())),
             );
-        let response = match method {
+        match method {
             Method::Post => post_request(post, headers)
                 .and_then(|request| post.body.send(self.agent(), request)),
             Method::Get | Method::Delete => {
@@ -838,23 +882,12 @@ impl HttpClient {
                 request.call()
             }
         }
-        .map_err(|e| failed(&ctx, e, target, secret, &self.tls))?;
-        drop(entered);
-        let status = response.status().as_u16();
-        let (parts, body) = response.into_parts();
-        Ok(Reply {
-            status,
-            headers: parts.headers,
-            body: Body::new(
-                body.into_reader(),
-                target.clone(),
-                ctx,
-                self.first_byte_timeout,
-                self.idle_timeout,
-            ),
-        })
     }
 }
+
+/// How many times one request goes again on a new connection after kept ones were found
+/// closed by the server (as many as a pool may hold dead at once, bounded).
+const MAX_RESENDS: u32 = 3;
 
 /// The TLS link of every client in the process: one rustls configuration (its root
 /// certificates, about 25 KB) built on the first `https` connection and shared, with its

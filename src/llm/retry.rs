@@ -19,6 +19,13 @@ use crate::Error;
 ///
 /// [`max_connect_retries`]: RetryPolicy::max_connect_retries
 ///
+/// Not counted, and not announced: a kept connection that the server closed as the request
+/// went out on it (its idle timeout, a restart), before any byte of the reply. The server
+/// dropped the connection, not the request, so the request goes again at once on a new
+/// connection (at most 3 times), as browsers resend on a reused connection; the same on a
+/// connection made for the request is a failed connection as above. MCP's requests over
+/// HTTP are resent so too.
+///
 /// The wait before retry `n` (from 1) is `initial_delay * 2^(n-1)`, capped at `max_delay`,
 /// with jitter: a random point in its upper half, so that many clients that failed together
 /// do not come back together. When the server says how long to wait (`retry-after-ms`, or

@@ -506,3 +506,80 @@ fn a_relative_redirect_is_named_against_the_request_url() {
         )
     );
 }
+
+/// A server on 127.0.0.1 whose first connection answers one request, is kept, and is closed
+/// by the server as the next request on it comes (read, then no reply: the race of a server
+/// closing an idle connection with a request under way); later connections answer each
+/// request. `fresh_too`: the first request of the second connection is closed on too. Its
+/// address, the connections it took and the requests it read.
+fn closing_kept_server(
+    fresh_too: bool,
+) -> (
+    std::net::SocketAddr,
+    Arc<std::sync::atomic::AtomicUsize>,
+    Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use std::io::Write;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    const REPLY: &str = "data: {\"choices\":[{\"delta\":{\"content\":\"Hello\"}}]}\n\n\
+                         data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n\
+                         data: [DONE]\n\n";
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (taken, read) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (connections, requests) = (taken.clone(), read.clone());
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(8) {
+            let Ok(mut stream) = stream else { return };
+            let n = connections.fetch_add(1, Ordering::SeqCst);
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+            for i in 0.. {
+                if support::read_request(&stream).is_none() {
+                    break;
+                }
+                requests.fetch_add(1, Ordering::SeqCst);
+                if (n == 0 && i == 1) || (fresh_too && n == 1 && i == 0) {
+                    break;
+                }
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n",
+                    REPLY.len()
+                );
+                if stream.write_all(head.as_bytes()).is_err()
+                    || stream.write_all(REPLY.as_bytes()).is_err()
+                {
+                    break;
+                }
+            }
+        }
+    });
+    (addr, taken, read)
+}
+
+#[test]
+fn a_kept_connection_the_server_closes_as_a_request_goes_out_is_resent_on_a_new_one() {
+    use std::sync::atomic::Ordering;
+    let (addr, taken, read) = closing_kept_server(false);
+    let provider = OpenAiCompat::new(format!("http://{addr}/v1")).retry(support::fast_retries());
+    let (agent, rec) = support::agent(provider, "m");
+    assert_eq!(agent.prompt("one").unwrap().text(), "Hello");
+    assert_eq!(agent.prompt("two").unwrap().text(), "Hello");
+    // Silently: no retry announced, the retry policy's count untouched.
+    assert_eq!(rec.retried(), Vec::<String>::new());
+    assert_eq!(taken.load(Ordering::SeqCst), 2);
+    assert_eq!(read.load(Ordering::SeqCst), 3);
+
+    // A new connection closed so is a failed connection, for the retry policy to judge.
+    let (addr, taken, read) = closing_kept_server(true);
+    let provider = OpenAiCompat::new(format!("http://{addr}/v1")).retry(support::fast_retries());
+    let (agent, rec) = support::agent(provider, "m");
+    assert_eq!(agent.prompt("one").unwrap().text(), "Hello");
+    assert_eq!(agent.prompt("two").unwrap().text(), "Hello");
+    let target = format!("POST http://{addr}/v1/chat/completions");
+    assert_eq!(
+        rec.retried(),
+        [format!("connection failed: {target}: Peer disconnected")]
+    );
+    assert_eq!(taken.load(Ordering::SeqCst), 3);
+    assert_eq!(read.load(Ordering::SeqCst), 4);
+}
