@@ -265,6 +265,10 @@ fn chat_ctrl_c_at_the_prompt_ends_it() {
     let mut seen = String::new();
     stdin.write_all(b"what is 1+1?\n").unwrap();
     read_until(&output, &mut seen, "The answer is 2.\n");
+    // The reply's last line comes before its run ends: the chat answering a command proves
+    // it is back at the prompt (a Ctrl-C before that interrupts the run ending).
+    stdin.write_all(b"/help\n").unwrap();
+    read_until(&output, &mut seen, "/quit  end the chat");
     interrupt(&child);
     assert_eq!(wait_bounded(&mut child).code(), Some(130));
     drop(stdin);
