@@ -40,10 +40,16 @@
 //! makes it, with the transcript's body cache: every message's JSON but the last (new each
 //! turn) comes from the cache.
 //!
+//! The clients run on the first CPU the process may use and the loopback server's threads on
+//! the last (`cpu::pin`): left to the scheduler, a client and its server sometimes shared a
+//! CPU and sometimes not, which moved one client's cost per turn by 3x between runs (a
+//! wake-up across CPUs costs what a turn does) and swapped which client looked cheaper.
+//! `BENCH_PIN=same` puts the servers on the clients' CPU, `BENCH_PIN=off` pins nothing.
+//!
 //! `cargo bench --bench e2e`
 
 mod cpu;
-use cpu::cpu_ns;
+use cpu::{Side, cpu_ns, pin};
 use std::hint::black_box;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -159,6 +165,7 @@ fn serve() -> String {
     let url = format!("http://{}", listener.local_addr().unwrap());
     let events = Arc::new((events(), responses_events()));
     std::thread::spawn(move || {
+        pin(Side::Server);
         for stream in listener.incoming() {
             let events = events.clone();
             std::thread::spawn(move || reply(stream.unwrap(), &events));
@@ -501,6 +508,7 @@ fn counted_runs(server: &str) -> bool {
 }
 
 fn bench(c: &mut Criterion) {
+    pin(Side::Client);
     let server = serve();
     if counted_runs(&server) {
         return;

@@ -1,5 +1,11 @@
 //! The cost of a turn, and how fast an abort reaches the server, against a loopback server.
 //!
+//! The clients run on the first CPU the process may use and the loopback server's threads on
+//! the last (`cpu::pin`): left to the scheduler, a client and its server sometimes shared a
+//! CPU and sometimes not, which moved one client's cost per turn by 3x between runs (a
+//! wake-up across CPUs costs what a turn does) and swapped which client looked cheaper.
+//! `BENCH_PIN=same` puts the servers on the clients' CPU, `BENCH_PIN=off` pins nothing.
+//!
 //! `cargo bench --bench turns`
 //!
 //! Groups (each "wall" bench reports wall time per run, each `_cpu` bench the client's CPU
@@ -24,7 +30,7 @@
 //! runs of one client and exits (see `counted_runs`).
 
 mod cpu;
-use cpu::cpu_ns;
+use cpu::{Side, cpu_ns, pin};
 use std::borrow::Cow;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -61,6 +67,7 @@ fn server(mode: Mode, closed: Option<Sender<Instant>>) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     std::thread::spawn(move || {
+        pin(Side::Server);
         for stream in listener.incoming() {
             let Ok(stream) = stream else { return };
             let closed = closed.clone();
@@ -531,6 +538,7 @@ fn abort_once(mode: Mode) -> (Duration, Duration) {
 }
 
 fn turns(c: &mut Criterion) {
+    pin(Side::Client);
     if counted_runs() {
         return;
     }
