@@ -28,9 +28,12 @@
 //! reading side. Criterion reports it per delta (the throughput element); the ratio of the
 //! two is the library's cost per delta over the bare minimum.
 //!
-//! Two server modes: `e2e/per_token/*` writes each event on its own, as a model server
-//! flushes each token; `e2e/bulk/*` writes the whole reply at once, so the reads are large
-//! and what remains is the processing per delta.
+//! Three server modes: `e2e/per_token/*` writes each event on its own, as a model server
+//! flushes each token, as fast as it can (the client, slower, then reads several events at
+//! a time); `e2e/bulk/*` writes the whole reply at once, so the reads are large and what
+//! remains is the processing per delta; `paced` (in the summary and `E2E_RUNS` only: a run
+//! takes 2000 pauses) pauses [`PACE`] after each event, so that each event is a read of its
+//! own, as a model server's tokens arrive: the cost of a read is then part of each delta.
 //!
 //! `request/openai/{1000,10000}` times one model call of `OpenAiCompat` with a transcript of
 //! that many messages (shared `Arc`s, as the agent hands them over) and a one-delta reply:
@@ -65,6 +68,10 @@ use pagent::{StopReason, ToolResultMessage};
 use serde::Deserialize;
 
 const DELTAS: usize = 2000;
+
+/// The pause after each event in the `paced` mode: long enough that the client has read
+/// the event before the next is written, as a model server's tokens arrive.
+const PACE: Duration = Duration::from_micros(100);
 
 /// CPU time the server's reply threads spent, in nanoseconds.
 static SERVER_CPU_NS: AtomicU64 = AtomicU64::new(0);
@@ -188,6 +195,7 @@ fn write_reply(stream: &TcpStream, both: &(Vec<Vec<u8>>, Vec<Vec<u8>>)) {
     let mut len = 0;
     let mut bulk = false;
     let mut short = false;
+    let mut paced = false;
     loop {
         let mut line = String::new();
         if reader.read_line(&mut line).unwrap() == 0 {
@@ -199,6 +207,7 @@ fn write_reply(stream: &TcpStream, both: &(Vec<Vec<u8>>, Vec<Vec<u8>>)) {
         }
         bulk |= line.starts_with("POST /bulk/");
         short |= line.starts_with("POST /short/");
+        paced |= line.starts_with("POST /paced/");
         if line.starts_with("POST ") && line.contains("/responses ") {
             events = &both.1[..];
         }
@@ -228,6 +237,9 @@ fn write_reply(stream: &TcpStream, both: &(Vec<Vec<u8>>, Vec<Vec<u8>>)) {
     for event in events {
         if out.write_all(event).is_err() {
             return;
+        }
+        if paced {
+            std::thread::sleep(PACE);
         }
     }
 }
@@ -469,7 +481,7 @@ fn summary(server: &str, mode: &str) {
 }
 
 /// One run of `client` (`agent`, `agent_responses`, `minimal`, `minimal_responses`)
-/// against the server at `server` in `mode` (`bulk` or `per_token`). Not inlined, so that
+/// against the server at `server` in `mode` (`bulk`, `per_token` or `paced`). Not inlined, so that
 /// `valgrind --tool=callgrind --toggle-collect='*e2e::one_run*'` counts the client's
 /// instructions alone (the server's threads are not in it).
 #[inline(never)]
@@ -477,6 +489,7 @@ fn one_run(client: &str, server: &str, mode: &str) {
     let prefix = match mode {
         "bulk" => "/bulk",
         "per_token" => "",
+        "paced" => "/paced",
         other => panic!("no mode {other}"),
     };
     let addr = server.trim_start_matches("http://");
@@ -514,7 +527,7 @@ fn bench(c: &mut Criterion) {
         return;
     }
     let addr = server.trim_start_matches("http://").to_owned();
-    for mode in ["bulk", "per_token"] {
+    for mode in ["bulk", "per_token", "paced"] {
         summary(&server, mode);
     }
     for (name, prefix) in [("per_token", ""), ("bulk", "/bulk")] {
