@@ -126,6 +126,14 @@ impl Text {
         self.len
     }
 
+    /// The text as one `String`, allocated once at its length (`to_string` goes through
+    /// the formatter and grows its buffer).
+    pub(crate) fn joined(&self) -> String {
+        let mut out = String::with_capacity(self.len);
+        self.chunks().for_each(|c| out.push_str(c));
+        out
+    }
+
     /// True when no byte was appended.
     pub fn is_empty(&self) -> bool {
         self.len == 0
@@ -268,9 +276,13 @@ impl Clone for PartialBlock {
 /// `clone` is O(1) and [`PartialMessage::apply`] is O(size of the delta): a million deltas into
 /// one reply stay linear in total. `clone_from` onto the partial of the previous delta costs
 /// the pieces that changed (the text's tail, nearly always).
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Default)]
 pub struct PartialMessage {
-    settled: Arc<Settled>,
+    // Shared with the state's `model` (see `PartialMessage::from_message_in`).
+    model: Arc<str>,
+    // `None` while it would be empty (no block but the last, no call, no usage): a reply
+    // of text alone never needs one, and a new partial costs no allocation.
+    settled: Option<Arc<Settled>>,
     // The last block, on its own. Deltas nearly always go to it, and the partial is shared
     // with every snapshot and event that holds it: in the persistent vector, each delta
     // would copy the vector's whole leaf (dozens of blocks) to write one of them. Invariant,
@@ -288,21 +300,42 @@ struct Settled {
     // Block index of each tool call, by call order, so argument fragments find their block.
     calls: Vector<usize>,
     usage: Usage,
-    model: Arc<str>,
 }
+
+impl Settled {
+    fn is_empty(&self) -> bool {
+        self.done.is_empty() && self.calls.is_empty() && self.usage == Usage::default()
+    }
+}
+
+impl PartialEq for PartialMessage {
+    /// Compares what the partials hold, not whether their settled part is absent or empty.
+    fn eq(&self, other: &PartialMessage) -> bool {
+        let settled = match (&self.settled, &other.settled) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
+            (None, None) => true,
+            (Some(s), None) | (None, Some(s)) => s.is_empty(),
+        };
+        settled && self.model == other.model && self.last == other.last
+    }
+}
+
+impl Eq for PartialMessage {}
 
 impl Clone for PartialMessage {
     fn clone(&self) -> PartialMessage {
         PartialMessage {
+            model: self.model.clone(),
             settled: self.settled.clone(),
             last: self.last.clone(),
         }
     }
 
     fn clone_from(&mut self, source: &PartialMessage) {
-        if !Arc::ptr_eq(&self.settled, &source.settled) {
-            self.settled = source.settled.clone();
+        if !Arc::ptr_eq(&self.model, &source.model) {
+            self.model = source.model.clone();
         }
+        clone_arc_from(&mut self.settled, &source.settled);
         // `Option::clone_from` hands both `Some` to `PartialBlock::clone_from`.
         self.last.clone_from(&source.last);
     }
@@ -311,36 +344,47 @@ impl Clone for PartialMessage {
 impl PartialMessage {
     /// An empty reply from `model`.
     pub fn new(model: &str) -> PartialMessage {
+        PartialMessage::with_model(Arc::from(model))
+    }
+
+    /// An empty reply from `model`, sharing it.
+    pub(crate) fn with_model(model: Arc<str>) -> PartialMessage {
         PartialMessage {
-            settled: Arc::new(Settled {
-                model: Arc::from(model),
-                ..Settled::default()
-            }),
+            model,
+            settled: None,
             last: None,
         }
     }
 
+    fn settled_mut(&mut self) -> &mut Settled {
+        Arc::make_mut(self.settled.get_or_insert_default())
+    }
+
+    fn done_len(&self) -> usize {
+        self.settled.as_ref().map_or(0, |s| s.done.len())
+    }
+
     fn block_len(&self) -> usize {
-        self.settled.done.len() + usize::from(self.last.is_some())
+        self.done_len() + usize::from(self.last.is_some())
     }
 
     fn push_block(&mut self, block: PartialBlock) {
         if let Some(previous) = self.last.replace(block) {
-            Arc::make_mut(&mut self.settled).done.push_back(previous);
+            self.settled_mut().done.push_back(previous);
         }
     }
 
     fn push_call(&mut self, block: PartialBlock) {
         let index = self.block_len();
-        Arc::make_mut(&mut self.settled).calls.push_back(index);
+        self.settled_mut().calls.push_back(index);
         self.push_block(block);
     }
 
     fn block_mut(&mut self, index: usize) -> Option<&mut PartialBlock> {
-        if index == self.settled.done.len() {
+        if index == self.done_len() {
             self.last.as_mut()
         } else {
-            Arc::make_mut(&mut self.settled).done.get_mut(index)
+            self.settled_mut().done.get_mut(index)
         }
     }
 
@@ -411,7 +455,10 @@ impl PartialMessage {
                 arguments: Text::new(),
             }),
             StreamEvent::ToolCallDelta { index, arguments } => {
-                let block = self.settled.calls.get(*index).copied();
+                let block = self
+                    .settled
+                    .as_ref()
+                    .and_then(|s| s.calls.get(*index).copied());
                 match block.and_then(|b| self.block_mut(b)) {
                     Some(PartialBlock::ToolCall { arguments: a, .. }) => a.push_str(arguments),
                     // A fragment for a call that never started: keep the text rather than
@@ -423,14 +470,17 @@ impl PartialMessage {
                     }),
                 }
             }
-            StreamEvent::Usage { usage } => Arc::make_mut(&mut self.settled).usage = *usage,
+            StreamEvent::Usage { usage } => self.settled_mut().usage = *usage,
             StreamEvent::Retry { .. } => {}
         }
     }
 
     /// The blocks so far.
     pub fn blocks(&self) -> impl Iterator<Item = &PartialBlock> {
-        self.settled.done.iter().chain(self.last.as_ref())
+        self.settled
+            .iter()
+            .flat_map(|s| s.done.iter())
+            .chain(self.last.as_ref())
     }
 
     /// The number of blocks.
@@ -496,42 +546,58 @@ impl PartialMessage {
 
     /// The usage reported so far.
     pub fn usage(&self) -> Usage {
-        self.settled.usage
+        self.settled
+            .as_ref()
+            .map_or_else(Usage::default, |s| s.usage)
     }
 
     /// The model that produces the reply.
     pub fn model(&self) -> &str {
-        &self.settled.model
+        &self.model
     }
 
     /// The finished message with `stop_reason`.
     pub fn to_message(&self, stop_reason: StopReason) -> AssistantMessage {
+        self.to_message_with(stop_reason, &mut KeptCalls::default())
+    }
+
+    /// As [`PartialMessage::to_message`], its calls taken from `kept` where it holds them
+    /// as this partial does (rather than copied from the partial's).
+    pub(crate) fn to_message_with(
+        &self,
+        stop_reason: StopReason,
+        kept: &mut KeptCalls,
+    ) -> AssistantMessage {
+        let mut call = 0;
         let content = self
             .blocks()
             .map(|b| match b {
-                PartialBlock::Text(t) => ContentBlock::Text {
-                    text: t.to_string(),
-                },
+                PartialBlock::Text(t) => ContentBlock::Text { text: t.joined() },
                 PartialBlock::Thinking { text, signature } => ContentBlock::Thinking {
-                    thinking: text.to_string(),
+                    thinking: text.joined(),
                     signature: signature.as_deref().map(str::to_owned),
                 },
                 PartialBlock::ToolCall {
                     id,
                     name,
                     arguments,
-                } => ContentBlock::ToolCall(ToolCall {
-                    id: id.to_string(),
-                    name: name.to_string(),
-                    arguments: arguments.to_string(),
-                }),
+                } => {
+                    call += 1;
+                    ContentBlock::ToolCall(kept.take(call - 1, id, name, arguments).unwrap_or_else(
+                        || ToolCall {
+                            id: String::from(&**id),
+                            name: String::from(&**name),
+                            arguments: arguments.joined(),
+                        },
+                    ))
+                }
             })
             .collect();
         AssistantMessage {
             content,
             stop_reason,
-            usage: self.settled.usage,
-            model: self.settled.model.to_string(),
+            usage: self.usage(),
+            model: String::from(&*self.model),
             response_id: None,
             error_message: None,
         }
@@ -539,7 +605,22 @@ impl PartialMessage {
 
     /// The partial that holds everything `message` holds (its stop reason aside).
     pub fn from_message(message: &AssistantMessage) -> PartialMessage {
-        let mut p = PartialMessage::new(&message.model);
+        PartialMessage::from_message_with(message, Arc::from(message.model.as_str()))
+    }
+
+    /// As [`PartialMessage::from_message`], sharing `model` when it is the message's (the
+    /// state's model, as a `MessageStart` is folded: no copy of it for each reply).
+    pub(crate) fn from_message_in(message: &AssistantMessage, model: &Arc<str>) -> PartialMessage {
+        if **model == *message.model {
+            PartialMessage::from_message_with(message, model.clone())
+        } else {
+            PartialMessage::from_message(message)
+        }
+    }
+
+    /// The partial of `message`, whose model is `model`.
+    fn from_message_with(message: &AssistantMessage, model: Arc<str>) -> PartialMessage {
+        let mut p = PartialMessage::with_model(model);
         for block in &message.content {
             match block {
                 ContentBlock::Text { text } => {
@@ -559,8 +640,78 @@ impl PartialMessage {
                 }),
             }
         }
-        Arc::make_mut(&mut p.settled).usage = message.usage;
+        if message.usage != Usage::default() {
+            p.settled_mut().usage = message.usage;
+        }
         p
+    }
+}
+
+/// The strings of a reply's call deltas, kept once their listeners returned: the finished
+/// reply's calls take them (see [`PartialMessage::to_message_with`]) rather than copies of
+/// the partial's. Files the deltas as [`PartialMessage::push`] does, by call order; the
+/// first call in place (a reply nearly always has at most one).
+#[derive(Debug, Default)]
+pub(crate) struct KeptCalls {
+    first: Option<ToolCall>,
+    rest: Vec<Option<ToolCall>>,
+}
+
+impl KeptCalls {
+    /// Keeps what `delta` (pushed into the partial) holds of a call.
+    pub(crate) fn keep(&mut self, delta: StreamEvent) {
+        match delta {
+            StreamEvent::ToolCallStart { id, name } => self.push(ToolCall {
+                id,
+                name,
+                arguments: String::new(),
+            }),
+            StreamEvent::ToolCallDelta { index, arguments } => match self.get_mut(index) {
+                Some(call) if call.arguments.is_empty() => call.arguments = arguments,
+                Some(call) => call.arguments.push_str(&arguments),
+                // As the partial does: a fragment of a call that never started.
+                None => self.push(ToolCall {
+                    id: String::new(),
+                    name: String::new(),
+                    arguments,
+                }),
+            },
+            _ => {}
+        }
+    }
+
+    fn push(&mut self, call: ToolCall) {
+        if self.first.is_none() && self.rest.is_empty() {
+            self.first = Some(call);
+        } else {
+            self.rest.push(Some(call));
+        }
+    }
+
+    fn get_mut(&mut self, index: usize) -> Option<&mut ToolCall> {
+        match index {
+            0 => self.first.as_mut(),
+            i => self.rest.get_mut(i - 1).and_then(Option::as_mut),
+        }
+    }
+
+    /// The call at `index`, when it is the one the partial holds (else the partial's is
+    /// copied: nothing kept is ever trusted blindly).
+    fn take(&mut self, index: usize, id: &str, name: &str, arguments: &Text) -> Option<ToolCall> {
+        let slot = match index {
+            0 => &mut self.first,
+            i => self.rest.get_mut(i - 1)?,
+        };
+        let same = slot.as_ref().is_some_and(|c| {
+            c.id == id
+                && c.name == name
+                && c.arguments.len() == arguments.len()
+                && arguments
+                    .chunks()
+                    .flat_map(str::bytes)
+                    .eq(c.arguments.bytes())
+        });
+        if same { slot.take() } else { None }
     }
 }
 
@@ -731,7 +882,11 @@ mod tests {
             copy.clone_from(&p);
             assert_eq!(copy, p, "after event {i}");
             assert_eq!(copy.text(), p.text());
-            assert!(Arc::ptr_eq(&copy.settled, &p.settled), "after event {i}");
+            let shared = match (&copy.settled, &p.settled) {
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                (a, b) => a.is_none() && b.is_none(),
+            };
+            assert!(shared, "after event {i}");
         }
         // A copy of another reply altogether becomes this one.
         let mut other = PartialMessage::new("n").apply(&text("zzz"));
@@ -851,5 +1006,79 @@ mod tests {
                 ContentBlock::text("answer"),
             ]
         );
+    }
+
+    /// The finished reply takes the strings of the call deltas once their listeners
+    /// returned (no copy of the partial's), and is the same reply `to_message` makes:
+    /// calls in several fragments, two calls, a fragment of a call that never started.
+    #[test]
+    fn the_finished_reply_takes_the_kept_strings_of_its_calls() {
+        let deltas = vec![
+            text("Calling."),
+            StreamEvent::ToolCallStart {
+                id: "call_1".into(),
+                name: "add".into(),
+            },
+            StreamEvent::ToolCallDelta {
+                index: 0,
+                arguments: "{\"a\":".into(),
+            },
+            StreamEvent::ToolCallDelta {
+                index: 0,
+                arguments: "1}".into(),
+            },
+            StreamEvent::ToolCallStart {
+                id: "call_2".into(),
+                name: "echo".into(),
+            },
+            StreamEvent::ToolCallDelta {
+                index: 1,
+                arguments: "{}".into(),
+            },
+            StreamEvent::ToolCallDelta {
+                index: 7,
+                arguments: "lost".into(),
+            },
+        ];
+        let mut p = PartialMessage::new("m");
+        let mut kept = KeptCalls::default();
+        let mut ids = Vec::new();
+        for d in deltas {
+            p.push(&d);
+            if let StreamEvent::ToolCallStart { id, .. } = &d {
+                ids.push(id.as_ptr());
+            }
+            kept.keep(d);
+        }
+        let copied = p.to_message(StopReason::ToolUse);
+        let reply = p.to_message_with(StopReason::ToolUse, &mut kept);
+        assert_eq!(reply, copied);
+        let calls: Vec<&ToolCall> = reply.tool_calls().collect();
+        assert_eq!(calls.len(), 3);
+        assert_eq!(calls[0].arguments, "{\"a\":1}");
+        assert_eq!(
+            (calls[2].id.as_str(), calls[2].arguments.as_str()),
+            ("", "lost")
+        );
+        // The deltas' own buffers, not copies.
+        assert_eq!(calls[0].id.as_ptr(), ids[0]);
+        assert_eq!(calls[1].id.as_ptr(), ids[1]);
+    }
+
+    /// What was kept is used only where it is what the partial holds.
+    #[test]
+    fn kept_strings_that_differ_from_the_partial_are_not_used() {
+        let mut p = PartialMessage::new("m");
+        p.push(&StreamEvent::ToolCallStart {
+            id: "call_1".into(),
+            name: "add".into(),
+        });
+        let mut kept = KeptCalls::default();
+        kept.keep(StreamEvent::ToolCallStart {
+            id: "other".into(),
+            name: "add".into(),
+        });
+        let reply = p.to_message_with(StopReason::ToolUse, &mut kept);
+        assert_eq!(reply, p.to_message(StopReason::ToolUse));
     }
 }

@@ -251,10 +251,11 @@ impl State {
             AgentEvent::MessageStart { message } => {
                 if let Message::Assistant(m) = &**message {
                     s.is_streaming_reply = true;
-                    s.streaming_message = Some(PartialMessage::from_message(m));
                     if !m.model.is_empty() && *s.model != *m.model {
                         s.model = Arc::from(m.model.as_str());
                     }
+                    // Sharing the state's model, the reply's nearly always.
+                    s.streaming_message = Some(PartialMessage::from_message_in(m, &s.model));
                 }
             }
             AgentEvent::MessageUpdate { message, delta } => {

@@ -19,7 +19,7 @@ use crate::event::{AgentEvent, RunStopReason};
 use crate::llm::{Request, StreamEvent};
 use crate::message::{AssistantMessage, Message, StopReason, ToolCall, ToolResultMessage, Usage};
 use crate::output::OutputSchema;
-use crate::partial::PartialMessage;
+use crate::partial::{KeptCalls, PartialMessage};
 use crate::trace::RunTrace;
 use crate::{Error, ErrorInfo, RunError, TimeoutPhase};
 
@@ -210,6 +210,8 @@ fn run_claimed_with(
         retried: 0,
         context: RunContext::new(memory),
         output,
+        emit_here: None,
+        empty_reply: None,
     };
     run.emit(AgentEvent::AgentStart);
     let (mut stop_reason, error) = match guard::must("the agent loop", || run.turns(input)) {
@@ -357,6 +359,13 @@ pub(crate) struct Run<'a> {
     pub(crate) context: RunContext,
     /// The structured answer of a run with an output schema (see `agent::output`).
     pub(crate) output: Option<RunOutput>,
+    /// How a tool run on this thread publishes its events: made for the run's first such
+    /// call, shared by all of them.
+    emit_here: Option<crate::tool::Emit>,
+    /// The empty reply a `MessageStart` announces, of the model in `Config::model`, and
+    /// that model shared, for the reply's partial: made again only when the model changes
+    /// (their own for each reply cost three allocations a turn).
+    empty_reply: Option<(Arc<Message>, Arc<str>)>,
 }
 
 impl Run<'_> {
@@ -367,6 +376,43 @@ impl Run<'_> {
         // A span the event ends closes once its listeners returned.
         let _closing = self.trace.observe(&event, &self.config.tool_defs);
         self.inner.shared.emit(&event);
+    }
+
+    /// As [`Run::emit`], giving the event back once its listeners returned: what it owns
+    /// (a call's id and name, its arguments) goes on into the next event or the result,
+    /// rather than being copied again.
+    #[inline(always)]
+    pub(crate) fn emit_back(&self, event: AgentEvent) -> AgentEvent {
+        let _closing = self.trace.observe(&event, &self.config.tool_defs);
+        self.inner.shared.emit(&event);
+        event
+    }
+
+    /// How a tool run on this thread publishes its events (see `emit_here`).
+    pub(crate) fn emit_here(&mut self) -> crate::tool::Emit {
+        self.emit_here
+            .get_or_insert_with(|| {
+                let shared = self.inner.shared.clone();
+                Arc::new(move |event| shared.emit(&event))
+            })
+            .clone()
+    }
+
+    /// The empty reply of `Config::model`, as a `MessageStart` announces it, and the model.
+    fn empty_reply(&mut self) -> (Arc<Message>, Arc<str>) {
+        let model = &self.config.model;
+        match &self.empty_reply {
+            Some((m, name)) if **name == **model => (m.clone(), name.clone()),
+            _ => {
+                let m = Arc::new(Message::Assistant(AssistantMessage {
+                    model: model.clone(),
+                    ..AssistantMessage::default()
+                }));
+                let made = (m, Arc::from(model.as_str()));
+                self.empty_reply = Some(made.clone());
+                made
+            }
+        }
     }
 
     /// As [`Run::emit`] for a delta of the reply, by reference (its partial is taken back
@@ -452,12 +498,20 @@ impl Run<'_> {
             self.usage += usage;
             // OK because `reply_msg` was built from an assistant message just above.
             let reply = reply_msg.as_assistant().expect("an assistant reply");
-            // Borrowed from the reply, which the transcript shares.
-            let calls: Vec<&ToolCall> = reply.tool_calls().collect();
-            let results = if self.final_turn {
-                self.settle_final(&calls, reply)
+            // Borrowed from the reply, which the transcript shares; in a list only when
+            // there are two or more.
+            let (first, many): (Option<&ToolCall>, Vec<&ToolCall>);
+            let calls: &[&ToolCall] = if reply.tool_calls().nth(1).is_some() {
+                many = reply.tool_calls().collect();
+                &many
             } else {
-                self.run_tools(&calls, reply)
+                first = reply.tool_calls().next();
+                first.as_slice()
+            };
+            let results = if self.final_turn {
+                self.settle_final(calls, reply)
+            } else {
+                self.run_tools(calls, reply)
             };
 
             let stop = self.decide(reply, !calls.is_empty(), &mut follow_up_due);
@@ -612,12 +666,8 @@ impl Run<'_> {
             ..AssistantMessage::default()
         };
         let msg = Arc::new(Message::Assistant(reply));
-        self.emit(AgentEvent::MessageStart {
-            message: Arc::new(Message::Assistant(AssistantMessage {
-                model: self.config.model.clone(),
-                ..AssistantMessage::default()
-            })),
-        });
+        let (message, _) = self.empty_reply();
+        self.emit(AgentEvent::MessageStart { message });
         self.emit(AgentEvent::MessageEnd {
             message: msg.clone(),
         });
@@ -672,17 +722,13 @@ impl Run<'_> {
     /// (each one folded into the partial that its `MessageUpdate` carries); the provider adds
     /// only how it ended. So the message always equals what the events showed.
     fn stream_reply(&mut self) -> (AssistantMessage, Option<Error>) {
-        // Borrowed: the reply's copy is the partial's, made once.
-        let model = &self.config.model;
-        self.trace.open_chat(model, self.turn);
-        self.emit(AgentEvent::MessageStart {
-            message: Arc::new(Message::Assistant(AssistantMessage {
-                model: model.clone(),
-                ..AssistantMessage::default()
-            })),
-        });
+        let (message, shared_model) = self.empty_reply();
+        self.trace.open_chat(&self.config.model, self.turn);
+        self.emit(AgentEvent::MessageStart { message });
         // In `Some` but while a `MessageUpdate` carries it to the listeners.
-        let mut partial = Some(PartialMessage::new(model));
+        let mut partial = Some(PartialMessage::with_model(shared_model.clone()));
+        // The strings of the call deltas, for the finished reply (see `KeptCalls`).
+        let mut kept = KeptCalls::default();
         let limit = self.config.max_reply_bytes;
         // Set when the reply reached its size limit: from then on every event is refused
         // and dropped, whatever the provider does, and the reply ends with that error.
@@ -698,6 +744,7 @@ impl Run<'_> {
                 let provider = self.config.provider.clone();
                 let cancel = self.cancel.clone();
                 let partial = &mut partial;
+                let kept = &mut kept;
                 let too_large = &mut too_large;
                 let mut size = 0u64;
                 // The listener list as the last delta read it (dropped with the stream).
@@ -728,8 +775,9 @@ impl Run<'_> {
                             }
                         };
                         self.emit_update(&mut event, push, &mut listeners);
-                        if let AgentEvent::MessageUpdate { message, .. } = event {
+                        if let AgentEvent::MessageUpdate { message, delta } = event {
                             *partial = Some(message);
+                            kept.keep(delta);
                         }
                         Ok(())
                     })
@@ -741,10 +789,10 @@ impl Run<'_> {
             other => other,
         };
         let model = &self.config.model;
-        let partial = partial.unwrap_or_else(|| PartialMessage::new(model));
+        let partial = partial.unwrap_or_else(|| PartialMessage::with_model(shared_model));
         let (mut reply, error) = match outcome {
             Ok(Ok(end)) => {
-                let mut reply = partial.to_message(end.stop_reason);
+                let mut reply = partial.to_message_with(end.stop_reason, &mut kept);
                 reply.response_id = end.response_id;
                 if let Some(model) = end.model {
                     reply.model = model;
@@ -759,17 +807,17 @@ impl Run<'_> {
             // The run deadline passed: whatever the provider made of it, the turn failed.
             Ok(Err(_)) if self.cancel.is_timed_out() => {
                 let e = Error::Timeout(TimeoutPhase::Run);
-                let mut reply = partial.to_message(StopReason::Error);
+                let mut reply = partial.to_message_with(StopReason::Error, &mut kept);
                 reply.error_message = Some(e.to_string());
                 (reply, Some(e))
             }
             Ok(Err(e)) if e.is_aborted() || self.cancel.is_cancelled() => {
-                let mut reply = partial.to_message(StopReason::Aborted);
+                let mut reply = partial.to_message_with(StopReason::Aborted, &mut kept);
                 reply.error_message = Some(Error::Aborted.to_string());
                 (reply, None)
             }
             Ok(Err(e)) => {
-                let mut reply = partial.to_message(StopReason::Error);
+                let mut reply = partial.to_message_with(StopReason::Error, &mut kept);
                 reply.error_message = Some(e.to_string());
                 (reply, Some(e))
             }
@@ -778,7 +826,7 @@ impl Run<'_> {
                     source: "the provider",
                     message,
                 };
-                let mut reply = partial.to_message(StopReason::Error);
+                let mut reply = partial.to_message_with(StopReason::Error, &mut kept);
                 reply.error_message = Some(e.to_string());
                 (reply, Some(e))
             }

@@ -16,9 +16,10 @@
 //! call of the batch gets exactly one result.
 
 use std::sync::Arc;
+use std::thread::Scope;
 use std::time::Instant;
 
-use crossbeam_channel::Receiver;
+use crossbeam_channel::{Receiver, Sender};
 
 use super::SteeringPolicy;
 use super::guard::{self, ToolMsg, Worker};
@@ -52,17 +53,23 @@ impl Run<'_> {
         let not_run = not_run(reply);
         // Asked once per call, before any runs. A tool whose `sequential()` panics makes the
         // batch sequential (the cautious answer), and its calls get an error result.
-        let asked: Vec<Option<Result<bool, String>>> = calls
+        let slots: Vec<Slot> = calls
             .iter()
-            .map(|c| {
-                let (tool, name) = self.find_tool(&c.name)?;
-                Some(guard::catch(|| tool.sequential()).map_err(|panic| {
-                    format!("the tool `{name}` panicked in `sequential()`: {panic}")
-                }))
+            .map(|c| Slot {
+                asked: self.find_tool(&c.name).map(|(tool, name)| {
+                    guard::catch(|| tool.sequential()).map_err(|panic| {
+                        format!("the tool `{name}` panicked in `sequential()`: {panic}")
+                    })
+                }),
+                started: None,
+                id: None,
+                name: None,
             })
             .collect();
         let sequential = self.config.max_parallel_tools <= 1
-            || asked.iter().any(|a| !matches!(a, None | Some(Ok(false))));
+            || slots
+                .iter()
+                .any(|s| !matches!(s.asked, None | Some(Ok(false))));
         let cap = if sequential {
             1
         } else {
@@ -79,107 +86,147 @@ impl Run<'_> {
         let mut batch = Batch {
             rx,
             calls,
-            done: vec![(None, None); calls.len()],
+            slots,
+            results: vec![None; calls.len()],
             running: 0,
         };
-        std::thread::scope(|scope| {
-            for (index, call) in calls.iter().enumerate() {
-                // Wait for a free slot, publishing what finished meanwhile.
-                while batch.running >= cap {
+        match &tx {
+            // Calls run on this thread start no thread: no scope either.
+            None => self.start_calls(&mut batch, cap, not_run, None),
+            Some(tx) => std::thread::scope(|scope| {
+                self.start_calls(&mut batch, cap, not_run, Some((tx, scope)));
+                while batch.running > 0 {
                     self.receive(&mut batch);
                 }
-                batch.done[index].0 = Some(Instant::now());
-                self.emit(AgentEvent::ToolStart {
-                    call: ToolCall::clone(call),
-                    at: Some(crate::types::now_ms()),
-                });
-                let settled = if let Some(text) = not_run {
-                    Err(Run::tool_result(call, text, true))
-                } else if let Some(Err(text)) = &asked[index] {
-                    Err(Run::tool_result(call, text.as_str(), true))
-                } else if self.cancel.is_cancelled() {
-                    Err(Run::tool_result(call, CANCELLED, true))
-                } else if self.config.steering_policy == SteeringPolicy::AtToolBoundary
-                    && self.steering_queued()
-                {
-                    Err(Run::tool_result(call, SKIPPED, true))
-                } else {
-                    self.prepare(call, &mut batch)
-                };
-                let (tool, args, rewritten) = match settled {
-                    Ok(ready) => ready,
-                    Err(result) => {
-                        self.finish(index, result, false, &mut batch);
-                        continue;
-                    }
-                };
-                self.emit(AgentEvent::ToolExecute {
-                    call_id: call.id.clone(),
-                    tool_name: call.name.clone(),
-                    arguments: args.clone(),
-                    rewritten,
-                });
-                let Some(tx) = &tx else {
-                    self.run_here(index, &tool, args, &mut batch);
-                    continue;
-                };
-                let call_id: Arc<str> = Arc::from(call.id.as_str());
-                let (updates, update_id) = (tx.clone(), call_id.clone());
-                let events = tx.clone();
-                let ctx = ToolContext::new(
-                    call_id.clone(),
-                    self.cancel.clone(),
-                    Updates::Sink(Box::new(move |output| {
-                        // The run thread may be gone only after the tool returned; ignore
-                        // then.
-                        let _ = updates.send(ToolMsg::Update {
-                            call_id: update_id.to_string(),
-                            output,
-                        });
-                    })),
-                )
-                .with_asker(Asker::new(
-                    call_id,
-                    self.inner.elicitations.clone(),
-                    move |event| {
-                        let _ = events.send(ToolMsg::Event(event));
-                    },
-                ));
-                let worker = Worker::new(index, tx.clone());
-                let name = call.name.clone();
-                // The worker runs the tool inside the call's span (feature `tracing`).
-                let span = self.trace.tool(&call.id);
-                batch.running += 1;
-                // `work` catches the tool's panics, and `worker` reports the call done
-                // whatever happens: also when the thread cannot start (the closure, and the
-                // worker in it, are dropped then), so that error needs no handling here.
-                // The catch keeps a panic of our own code from reaching the scope, which
-                // would raise it again on this thread.
-                let _ = std::thread::Builder::new()
-                    .name("pagent-tool".into())
-                    .spawn_scoped(scope, move || {
-                        let _ = guard::catch(|| {
-                            span.in_scope(|| work(worker, &name, &tool, args, ctx))
-                        });
-                    });
-            }
-            while batch.running > 0 {
-                self.receive(&mut batch);
-            }
-        });
+            }),
+        }
+        for (slot, call) in batch.results.iter_mut().zip(calls) {
+            // Every call was either settled or its worker reported Done: this is a
+            // safety net.
+            slot.get_or_insert_with(|| Arc::new(Run::tool_result(call, CANCELLED, true)));
+        }
+        // In place: the list of results becomes the one `TurnEnd` carries.
         let results: Vec<Arc<ToolResultMessage>> = batch
-            .done
+            .results
             .into_iter()
-            .zip(calls)
-            .map(|((_, r), call)| {
-                // OK because every call was either settled or its worker reported Done.
-                r.unwrap_or_else(|| Arc::new(Run::tool_result(call, CANCELLED, true)))
-            })
+            // OK because every slot was filled just above.
+            .map(|r| r.expect("every call has a result"))
             .collect();
         for r in &results {
             self.append(Message::ToolResult(ToolResultMessage::clone(r)));
         }
         results
+    }
+
+    /// Starts (or settles) each call of the batch in order: its `ToolStart`, its checks, its
+    /// `ToolExecute`, then its tool, on this thread or, with `workers`, on a scoped thread.
+    fn start_calls<'scope, 'env>(
+        &mut self,
+        batch: &mut Batch<'_>,
+        cap: usize,
+        not_run: Option<&'static str>,
+        workers: Option<(&Sender<ToolMsg>, &'scope Scope<'scope, 'env>)>,
+    ) {
+        let calls = batch.calls;
+        for (index, call) in calls.iter().enumerate() {
+            // Wait for a free slot, publishing what finished meanwhile.
+            while batch.running >= cap {
+                self.receive(batch);
+            }
+            batch.slots[index].started = Some(Instant::now());
+            let start = self.emit_back(AgentEvent::ToolStart {
+                call: ToolCall::clone(call),
+                at: Some(crate::types::now_ms()),
+            });
+            // The event's copy of the id and name goes on into the call's next event and
+            // its result, rather than being copied again.
+            if let AgentEvent::ToolStart { call: started, .. } = start {
+                batch.slots[index].id = Some(started.id);
+                batch.slots[index].name = Some(started.name);
+            }
+            let settled = if let Some(text) = not_run {
+                Err(text.to_owned())
+            } else if let Some(Err(text)) = &batch.slots[index].asked {
+                Err(text.clone())
+            } else if self.cancel.is_cancelled() {
+                Err(CANCELLED.to_owned())
+            } else if self.config.steering_policy == SteeringPolicy::AtToolBoundary
+                && self.steering_queued()
+            {
+                Err(SKIPPED.to_owned())
+            } else {
+                self.prepare(call, batch)
+            };
+            let (tool, args, rewritten) = match settled {
+                Ok(ready) => ready,
+                Err(text) => {
+                    let result = batch.result(index, text, true);
+                    self.finish(index, result, false, batch);
+                    continue;
+                }
+            };
+            let (call_id, tool_name) = batch.names(index);
+            let execute = self.emit_back(AgentEvent::ToolExecute {
+                call_id,
+                tool_name,
+                arguments: args,
+                rewritten,
+            });
+            // The tool gets the arguments the event carried (no copy of them either).
+            let AgentEvent::ToolExecute {
+                call_id,
+                tool_name,
+                arguments: args,
+                ..
+            } = execute
+            else {
+                unreachable!("emit_back gives back the event it was given")
+            };
+            batch.slots[index].id = Some(call_id);
+            batch.slots[index].name = Some(tool_name);
+            let Some((tx, scope)) = workers else {
+                self.run_here(index, &tool, args, batch);
+                continue;
+            };
+            let call_id: Arc<str> = Arc::from(call.id.as_str());
+            let (updates, update_id) = (tx.clone(), call_id.clone());
+            let events = tx.clone();
+            let ctx = ToolContext::new(
+                call_id.clone(),
+                self.cancel.clone(),
+                Updates::Sink(Box::new(move |output| {
+                    // The run thread may be gone only after the tool returned; ignore
+                    // then.
+                    let _ = updates.send(ToolMsg::Update {
+                        call_id: update_id.to_string(),
+                        output,
+                    });
+                })),
+            )
+            .with_asker(Asker::new(
+                call_id,
+                self.inner.elicitations.clone(),
+                Arc::new(move |event| {
+                    let _ = events.send(ToolMsg::Event(event));
+                }),
+            ));
+            let worker = Worker::new(index, tx.clone());
+            let name = call.name.clone();
+            // The worker runs the tool inside the call's span (feature `tracing`).
+            let span = self.trace.tool(&call.id);
+            batch.running += 1;
+            // `work` catches the tool's panics, and `worker` reports the call done
+            // whatever happens: also when the thread cannot start (the closure, and the
+            // worker in it, are dropped then), so that error needs no handling here.
+            // The catch keeps a panic of our own code from reaching the scope, which
+            // would raise it again on this thread.
+            let _ = std::thread::Builder::new()
+                .name("pagent-tool".into())
+                .spawn_scoped(scope, move || {
+                    let _ =
+                        guard::catch(|| span.in_scope(|| work(worker, &name, &tool, args, ctx)));
+                });
+        }
     }
 
     /// Settles the calls of the final answer turn after `max_turns` (see `FinalTurn`)
@@ -217,13 +264,12 @@ impl Run<'_> {
 
     /// Looks the tool up, parses and validates the arguments, asks `before_tool_call` (and
     /// validates rewritten arguments again). Returns the tool, the arguments it runs with,
-    /// and whether the hook rewrote them.
+    /// and whether the hook rewrote them; or the text of the call's error result.
     fn prepare(
         &mut self,
         call: &ToolCall,
         batch: &mut Batch<'_>,
-    ) -> Result<(Arc<dyn Tool>, serde_json::Value, bool), ToolResultMessage> {
-        let fail = |text: String| Run::tool_result(call, text, true);
+    ) -> Result<(Arc<dyn Tool>, serde_json::Value, bool), String> {
         let Some((tool, name)) = self.find_tool(&call.name) else {
             let names = self.config.tool_names.get(&self.config.tools);
             // pagent's wording, byte for byte: the names as Python writes a sorted list of
@@ -239,13 +285,13 @@ impl Run<'_> {
             for panic in names.iter().filter_map(|n| n.as_ref().err()) {
                 text.push_str(&format!(" (and one whose `name()` panicked: {panic})"));
             }
-            return Err(fail(text));
+            return Err(text);
         };
         let mut args = call.parse_arguments().map_err(|e| {
-            fail(format!(
+            format!(
                 "invalid JSON in the arguments of `{}`: {e}; the arguments must be one JSON object",
                 call.name
-            ))
+            )
         })?;
         let validate = |args: &serde_json::Value| match guard::catch(|| tool.validate(args)) {
             Ok(checked) => checked,
@@ -254,20 +300,20 @@ impl Run<'_> {
             )),
         };
         // Before the hook: nobody is asked to approve a call that cannot run.
-        validate(&args).map_err(fail)?;
+        validate(&args)?;
         let mut rewritten = false;
         if let Some(decision) = self.ask_before_tool_call(call, &args, batch) {
-            let decision = decision.map_err(fail)?;
+            let decision = decision?;
             if self.cancel.is_cancelled() {
-                return Err(fail(CANCELLED.to_owned()));
+                return Err(CANCELLED.to_owned());
             }
             match decision {
                 ToolDecision::Allow => {}
                 ToolDecision::Block(reason) => {
-                    return Err(fail(format!("blocked: {reason}")));
+                    return Err(format!("blocked: {reason}"));
                 }
                 ToolDecision::Rewrite(new_args) => {
-                    validate(&new_args).map_err(fail)?;
+                    validate(&new_args)?;
                     args = new_args;
                     rewritten = true;
                 }
@@ -373,25 +419,23 @@ impl Run<'_> {
         batch: &mut Batch<'_>,
     ) {
         let call = batch.calls[index];
-        let shared = self.inner.shared.clone();
         // One copy of the id for the context, its updates and its questions.
         let call_id: Arc<str> = Arc::from(call.id.as_str());
-        let (update_id, tool_name) = (call_id.clone(), batch.tool_name(&call.id));
-        let updates = Updates::direct(move |output| {
-            shared.emit(&AgentEvent::ToolUpdate {
-                call_id: update_id.to_string(),
-                tool_name: tool_name.clone(),
-                partial: output,
-            });
-        });
-        let asker = {
-            let shared = self.inner.shared.clone();
-            Asker::here(
-                call_id.clone(),
-                self.inner.elicitations.clone(),
-                move |event| shared.emit(&event),
-            )
+        // The name goes with the updates, and comes back for the result.
+        let tool_name = match batch.calls.iter().position(|c| c.id == call.id) {
+            Some(first) if first != index => batch.tool_name(&call.id),
+            _ => batch.slots[index]
+                .name
+                .take()
+                .unwrap_or_else(|| call.name.clone()),
         };
+        let emit = self.emit_here();
+        let asker = Asker::here(
+            call_id.clone(),
+            self.inner.elicitations.clone(),
+            emit.clone(),
+        );
+        let updates = Updates::direct(emit, tool_name);
         let ctx = ToolContext::new(call_id, self.cancel.clone(), updates).with_asker(asker);
         let scope = self.trace.tool(&call.id);
         let outcome = scope.in_scope(|| guard::catch(|| tool.execute(args, &ctx)));
@@ -402,20 +446,29 @@ impl Run<'_> {
             )))
         });
         ctx.publish_pending();
-        drop(ctx);
+        // The context goes before the result is recorded (its name with it).
+        let name = ctx.into_tool_name();
+        let slot = &mut batch.slots[index];
+        if slot.name.is_none() {
+            slot.name = name.filter(|n| *n == call.name);
+        }
         self.ran(index, outcome, batch);
     }
 
     /// Records the outcome of call `index`, whose tool ran: its result and `ToolEnd`.
     fn ran(&mut self, index: usize, outcome: Result<ToolOutput, ToolError>, batch: &mut Batch<'_>) {
-        let call = batch.calls[index];
         let result = match outcome {
-            Ok(out) => ToolResultMessage {
-                content: out.content,
-                details: out.details,
-                ..Run::tool_result(call, String::new(), false)
-            },
-            Err(e) => Run::tool_result(call, e.0, true),
+            Ok(out) => {
+                let (tool_call_id, tool_name) = batch.names(index);
+                ToolResultMessage {
+                    tool_call_id,
+                    tool_name,
+                    content: out.content,
+                    is_error: false,
+                    details: out.details,
+                }
+            }
+            Err(e) => batch.result(index, e.0, true),
         };
         self.finish(index, result, true, batch);
     }
@@ -442,11 +495,11 @@ impl Run<'_> {
         let result = Arc::new(result);
         self.emit(AgentEvent::ToolEnd {
             result: result.clone(),
-            duration: batch.done[index]
-                .0
+            duration: batch.slots[index]
+                .started
                 .map(|t| crate::types::whole_micros(t.elapsed())),
         });
-        batch.done[index].1 = Some(result);
+        batch.results[index] = Some(result);
     }
 }
 
@@ -491,18 +544,46 @@ fn not_run(reply: &AssistantMessage) -> Option<&'static str> {
     }
 }
 
-/// The calls of one reply while they are handled: the workers' channel, the results so far
-/// (by call index), and how many workers are running.
+/// The calls of one reply while they are handled: the workers' channel, what is known of
+/// each call, the results so far (by call index), and how many workers are running.
 struct Batch<'c> {
     rx: Receiver<ToolMsg>,
     calls: &'c [&'c ToolCall],
-    /// By call: when its `ToolStart` went out (for its `ToolEnd`'s duration), and its
-    /// result (one list: one allocation a batch).
-    done: Vec<(Option<Instant>, Option<Arc<ToolResultMessage>>)>,
+    slots: Vec<Slot>,
+    /// By call: its result. Becomes the list of results (see `run_tools`).
+    results: Vec<Option<Arc<ToolResultMessage>>>,
     running: usize,
 }
 
+/// One call of a batch while it is handled.
+struct Slot {
+    /// Its tool's answer to `sequential()` (`None`: no such tool).
+    asked: Option<Result<bool, String>>,
+    /// When its `ToolStart` went out (for its `ToolEnd`'s duration).
+    started: Option<Instant>,
+    /// The call's id and name as its last event carried them, given back once its
+    /// listeners returned: the call's next event, then its result, take them from here
+    /// rather than copy the call's again.
+    id: Option<String>,
+    name: Option<String>,
+}
+
 impl Batch<'_> {
+    /// The id and name of call `index` for its next event or its result.
+    fn names(&mut self, index: usize) -> (String, String) {
+        let (call, slot) = (self.calls[index], &mut self.slots[index]);
+        (
+            slot.id.take().unwrap_or_else(|| call.id.clone()),
+            slot.name.take().unwrap_or_else(|| call.name.clone()),
+        )
+    }
+
+    /// The result of call `index` with this text.
+    fn result(&mut self, index: usize, content: String, is_error: bool) -> ToolResultMessage {
+        let (id, name) = self.names(index);
+        ToolResultMessage::new(id, name, content).with_is_error(is_error)
+    }
+
     /// The name a `ToolUpdate` of the call `call_id` carries: that of the first call with
     /// this id.
     fn tool_name(&self, call_id: &str) -> String {

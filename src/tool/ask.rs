@@ -77,9 +77,11 @@ impl Waiting {
 }
 
 /// How one tool call asks: its id, its way to publish events, the agent's open questions.
+#[derive(Clone)]
 pub(crate) struct Asker {
     call_id: Arc<str>,
-    emit: Box<dyn Fn(AgentEvent) + Send + Sync>,
+    // Shared: a call run on the run thread uses the run's, made once for all its calls.
+    emit: super::Emit,
     // A call run on the run thread publishes its events there, and only from there.
     thread: Option<ThreadId>,
     waiting: Arc<Waiting>,
@@ -87,25 +89,17 @@ pub(crate) struct Asker {
 
 impl Asker {
     /// An asker for a call run on a worker: `emit` sends the events to the run thread.
-    pub(crate) fn new(
-        call_id: Arc<str>,
-        waiting: Arc<Waiting>,
-        emit: impl Fn(AgentEvent) + Send + Sync + 'static,
-    ) -> Asker {
+    pub(crate) fn new(call_id: Arc<str>, waiting: Arc<Waiting>, emit: super::Emit) -> Asker {
         Asker {
             call_id,
-            emit: Box::new(emit),
+            emit,
             thread: None,
             waiting,
         }
     }
 
     /// An asker for a call run on this (the run) thread: `emit` publishes at once.
-    pub(crate) fn here(
-        call_id: Arc<str>,
-        waiting: Arc<Waiting>,
-        emit: impl Fn(AgentEvent) + Send + Sync + 'static,
-    ) -> Asker {
+    pub(crate) fn here(call_id: Arc<str>, waiting: Arc<Waiting>, emit: super::Emit) -> Asker {
         Asker {
             thread: Some(std::thread::current().id()),
             ..Asker::new(call_id, waiting, emit)
@@ -213,7 +207,7 @@ pub(crate) fn within<R>(ctx: &ToolContext, f: impl FnOnce() -> R) -> R {
             CURRENT.with(|c| *c.borrow_mut() = previous);
         }
     }
-    let asker = ctx.asker().filter(|a| a.may_ask()).cloned();
+    let asker = ctx.asker().filter(|a| a.may_ask()).cloned().map(Arc::new);
     let _reset = Reset(CURRENT.with(|c| c.replace(asker)));
     f()
 }

@@ -38,6 +38,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use crate::cancel::CancelToken;
+use crate::event::AgentEvent;
 use crate::types::ToolDefinition;
 pub use crate::types::ToolOutput;
 
@@ -174,7 +175,7 @@ pub struct ToolContext {
     updates: Updates,
     // How the call asks the user a question (elicitation) as an event of the run; none for
     // a detached context.
-    asker: Option<Arc<ask::Asker>>,
+    asker: Option<ask::Asker>,
 }
 
 /// Where the updates of a running tool go.
@@ -188,35 +189,53 @@ pub(crate) enum Updates {
     Direct(Direct),
 }
 
-/// The updates of a tool that runs on the run thread: published by `publish` (which emits
-/// the `ToolUpdate` event) from that thread as they are made. An update made from another
-/// thread (one the tool started) cannot be published from there, as events come only from
-/// the run thread: it waits in `later` until the tool makes an update from the run thread
-/// or returns.
+/// The updates of a tool that runs on the run thread: published by `emit` (the run's, which
+/// publishes an event) as `ToolUpdate` events of `tool_name` from that thread as they are
+/// made. An update made from another thread (one the tool started) cannot be published from
+/// there, as events come only from the run thread: it waits in `later` until the tool makes
+/// an update from the run thread or returns.
+///
+/// `emit` is shared by every call of the run, so a call that makes no update costs no
+/// allocation for them.
 pub(crate) struct Direct {
     run_thread: ThreadId,
-    publish: Box<dyn Fn(ToolOutput) + Send + Sync>,
+    emit: Emit,
+    tool_name: String,
     later: Mutex<Vec<ToolOutput>>,
 }
 
+/// How a call run on the run thread publishes an event of its own (an update, a question):
+/// the run's, one for all its calls.
+pub(crate) type Emit = Arc<dyn Fn(AgentEvent) + Send + Sync>;
+
 impl Updates {
-    /// Updates published at once by `publish`, from the calling (run) thread.
-    pub(crate) fn direct(publish: impl Fn(ToolOutput) + Send + Sync + 'static) -> Updates {
+    /// Updates published at once through `emit` as `ToolUpdate` events of `tool_name`, from
+    /// the calling (run) thread.
+    pub(crate) fn direct(emit: Emit, tool_name: String) -> Updates {
         Updates::Direct(Direct {
             run_thread: std::thread::current().id(),
-            publish: Box::new(publish),
+            emit,
+            tool_name,
             later: Mutex::new(Vec::new()),
         })
     }
 }
 
 impl Direct {
+    fn publish(&self, call_id: &str, output: ToolOutput) {
+        (self.emit)(AgentEvent::ToolUpdate {
+            call_id: call_id.to_owned(),
+            tool_name: self.tool_name.clone(),
+            partial: output,
+        });
+    }
+
     /// Publishes the updates made from other threads, in the order they were made. Never
     /// under the lock: publishing runs the listeners.
-    fn publish_later(&self) {
+    fn publish_later(&self, call_id: &str) {
         let later = std::mem::take(&mut *self.later.lock());
         for output in later {
-            (self.publish)(output);
+            self.publish(call_id, output);
         }
     }
 }
@@ -233,11 +252,11 @@ impl ToolContext {
 
     /// The context with the call's way to ask the user.
     pub(crate) fn with_asker(mut self, asker: ask::Asker) -> ToolContext {
-        self.asker = Some(Arc::new(asker));
+        self.asker = Some(asker);
         self
     }
 
-    pub(crate) fn asker(&self) -> Option<&Arc<ask::Asker>> {
+    pub(crate) fn asker(&self) -> Option<&ask::Asker> {
         self.asker.as_ref()
     }
 
@@ -283,8 +302,8 @@ impl ToolContext {
             Updates::Direct(direct) => {
                 let output = partial.into();
                 if std::thread::current().id() == direct.run_thread {
-                    direct.publish_later();
-                    (direct.publish)(output);
+                    direct.publish_later(&self.call_id);
+                    direct.publish(&self.call_id, output);
                 } else {
                     direct.later.lock().push(output);
                 }
@@ -293,7 +312,7 @@ impl ToolContext {
     }
 
     /// Asks the user `question` and waits for the answer: the run publishes an
-    /// [`AgentEvent::ElicitationStart`](crate::AgentEvent::ElicitationStart) (listed in
+    /// [`AgentEvent::ElicitationStart`] (listed in
     /// [`State::elicitations`](crate::State::elicitations)) and, once it is answered
     /// ([`AgentHandle::answer_elicitation`](crate::AgentHandle::answer_elicitation): a UI, the
     /// wire server's client, an ACP client) or given up, its `ElicitationEnd`, both before
@@ -320,7 +339,16 @@ impl ToolContext {
     /// run thread made from other threads. Called on the run thread once the tool returned.
     pub(crate) fn publish_pending(&self) {
         if let Updates::Direct(direct) = &self.updates {
-            direct.publish_later();
+            direct.publish_later(&self.call_id);
+        }
+    }
+
+    /// Gives back the tool name the updates of a call run on the run thread carried, once
+    /// the call is over (its result carries it next).
+    pub(crate) fn into_tool_name(self) -> Option<String> {
+        match self.updates {
+            Updates::Direct(direct) => Some(direct.tool_name),
+            _ => None,
         }
     }
 }
