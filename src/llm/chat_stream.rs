@@ -34,8 +34,8 @@ use crate::message::{StopReason, Usage};
 #[derive(Default)]
 pub(super) struct Decoder {
     // The server's `index` of each call we started, in our call order.
-    calls: Vec<u64>,
-    finish: Option<String>,
+    calls: Keys,
+    finish: Option<Finish>,
     head_read: bool,
     id: Option<String>,
     model: Option<String>,
@@ -66,9 +66,16 @@ struct Choice<'a> {
     content: Option<Cow<'a, str>>,
     reasoning_content: Option<Cow<'a, str>>,
     reasoning: Option<Cow<'a, str>>,
-    // Empty (no allocation) but in the deltas that carry calls.
-    tool_calls: Vec<ToolDelta<'a>>,
+    // The first in place: no allocation but for a delta of several calls.
+    tool_calls: Calls<'a>,
     finish_reason: Option<Cow<'a, str>>,
+}
+
+/// The call deltas of a choice, in order.
+#[derive(Default)]
+struct Calls<'a> {
+    first: Option<ToolDelta<'a>>,
+    rest: Vec<ToolDelta<'a>>,
 }
 
 /// A call delta and its `function` together: an absent or `null` function has no field set.
@@ -340,7 +347,7 @@ impl<'de> Visitor<'de> for InDelta<'_, 'de> {
 }
 
 /// Fills the call deltas of a choice (a list).
-struct InCalls<'c, 'a>(&'c mut Vec<ToolDelta<'a>>);
+struct InCalls<'c, 'a>(&'c mut Calls<'a>);
 
 impl<'de> Read<'de> for InCalls<'_, 'de> {
     fn read<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
@@ -362,7 +369,11 @@ impl<'de> Visitor<'de> for InCalls<'_, 'de> {
             if seq.next_element_seed(InCall(&mut call))?.is_none() {
                 return Ok(());
             }
-            calls.push(call);
+            if calls.first.is_none() {
+                calls.first = Some(call);
+            } else {
+                calls.rest.push(call);
+            }
         }
     }
 }
@@ -520,24 +531,79 @@ impl Decode for Decoder {
                 "the stream ended before a finish_reason".into(),
             ));
         };
-        let stop = match reason.as_str() {
-            "length" => StopReason::Length,
-            "tool_calls" | "function_call" => StopReason::ToolUse,
-            "content_filter" => {
+        let stop = match reason {
+            Finish::Length => StopReason::Length,
+            Finish::ToolCalls => StopReason::ToolUse,
+            Finish::ContentFilter => {
                 return Err(Error::Api {
-                    kind: reason,
+                    kind: "content_filter".to_owned(),
                     message: "the reply was stopped by the content filter".into(),
                 });
             }
             // Some servers say `stop` for a reply that calls tools.
-            _ if !self.calls.is_empty() => StopReason::ToolUse,
-            _ => StopReason::Stop,
+            Finish::Other if !self.calls.is_empty() => StopReason::ToolUse,
+            Finish::Other => StopReason::Stop,
         };
         Ok(ReplyEnd {
             stop_reason: stop,
             response_id: self.id,
             model: self.model,
         })
+    }
+}
+
+/// A `finish_reason`, as far as the end of the reply depends on it (kept as it comes, a
+/// copy of its text a reply).
+#[derive(Clone, Copy)]
+enum Finish {
+    Length,
+    ToolCalls,
+    ContentFilter,
+    Other,
+}
+
+impl Finish {
+    fn of(reason: &str) -> Finish {
+        match reason {
+            "length" => Finish::Length,
+            "tool_calls" | "function_call" => Finish::ToolCalls,
+            "content_filter" => Finish::ContentFilter,
+            _ => Finish::Other,
+        }
+    }
+}
+
+/// The server's `index` of each call started, in call order: the first one in place (a
+/// reply nearly always has at most one call, and then no list is allocated).
+#[derive(Default)]
+struct Keys {
+    first: Option<u64>,
+    rest: Vec<u64>,
+}
+
+impl Keys {
+    fn len(&self) -> usize {
+        usize::from(self.first.is_some()) + self.rest.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.first.is_none()
+    }
+
+    fn position(&self, key: u64) -> Option<usize> {
+        match self.first {
+            Some(k) if k == key => Some(0),
+            Some(_) => self.rest.iter().position(|&k| k == key).map(|i| i + 1),
+            None => None,
+        }
+    }
+
+    fn push(&mut self, key: u64) {
+        if self.first.is_none() {
+            self.first = Some(key);
+        } else {
+            self.rest.push(key);
+        }
     }
 }
 
@@ -560,14 +626,17 @@ impl Decoder {
                 text: text.into_owned(),
             })?;
         }
-        // Looked at first: even an empty `drain` costs its drop.
-        if !choice.tool_calls.is_empty() {
-            for call in choice.tool_calls.drain(..) {
-                self.call(call, out)?;
+        if let Some(call) = choice.tool_calls.first.take() {
+            self.call(call, out)?;
+            // Looked at first: even an empty `drain` costs its drop.
+            if !choice.tool_calls.rest.is_empty() {
+                for call in choice.tool_calls.rest.drain(..) {
+                    self.call(call, out)?;
+                }
             }
         }
         if let Some(reason) = choice.finish_reason.take() {
-            self.finish = Some(reason.into_owned());
+            self.finish = Some(Finish::of(&reason));
         }
         Ok(())
     }
@@ -585,7 +654,7 @@ impl Decoder {
             arguments,
             ..
         } = call;
-        let index = match self.calls.iter().position(|&k| k == key) {
+        let index = match self.calls.position(key) {
             Some(i) => i,
             None => {
                 self.calls.push(key);
