@@ -544,6 +544,14 @@ impl PartialMessage {
             .collect()
     }
 
+    /// The ids of the tool calls so far, in call order, as the partial shares them.
+    pub(crate) fn call_ids(&self) -> impl Iterator<Item = &Arc<str>> {
+        self.blocks().filter_map(|b| match b {
+            PartialBlock::ToolCall { id, .. } => Some(id),
+            _ => None,
+        })
+    }
+
     /// The usage reported so far.
     pub fn usage(&self) -> Usage {
         self.settled

@@ -369,7 +369,10 @@ impl Run<'_> {
         let ledger = &self.context.memory.ledger;
         self.context.sent = ledger.estimate();
         self.context.sent_len = ledger.len();
-        ledger.view(&self.context.transcript)
+        // Into the last request's list (given back after its reply, see `Run::spares`).
+        let mut view = std::mem::take(&mut self.spares.messages);
+        ledger.view_into(&self.context.transcript, &mut view);
+        view
     }
 
     /// The key of the view [`Run::context_view`] cut last (see `Ledger::view_key`).

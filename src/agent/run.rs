@@ -212,6 +212,7 @@ fn run_claimed_with(
         output,
         emit_here: None,
         empty_reply: None,
+        spares: Spares::default(),
     };
     run.emit(AgentEvent::AgentStart);
     let (mut stop_reason, error) = match guard::must("the agent loop", || run.turns(input)) {
@@ -366,6 +367,18 @@ pub(crate) struct Run<'a> {
     /// that model shared, for the reply's partial: made again only when the model changes
     /// (their own for each reply cost three allocations a turn).
     empty_reply: Option<(Arc<Message>, Arc<str>)>,
+    /// What one turn's model call leaves for the next (see [`Spares`]).
+    pub(crate) spares: Spares,
+}
+
+/// What a turn's model call leaves for the next turn's, to be filled again rather than
+/// allocated: the request's message list (emptied) and model name, and the shared ids of
+/// the reply's calls (in call order), which their tool contexts take.
+#[derive(Default)]
+pub(crate) struct Spares {
+    pub(crate) messages: Vec<Arc<Message>>,
+    model: Option<String>,
+    pub(crate) call_ids: Vec<Arc<str>>,
 }
 
 impl Run<'_> {
@@ -703,11 +716,15 @@ impl Run<'_> {
             self.config.tool_defs.clone()
         };
         let output = self.output_request(!tools.is_empty());
+        let model = match self.spares.model.take() {
+            Some(m) if m == self.config.model => m,
+            _ => self.config.model.clone(),
+        };
         Ok(Request {
             system_prompt: self.config.system_prompt.clone(),
             messages,
             tools,
-            model: self.config.model.clone(),
+            model,
             thinking: self.config.thinking,
             output,
             body_cache: Some(self.inner.body_cache.clone()),
@@ -749,7 +766,7 @@ impl Run<'_> {
                 let mut size = 0u64;
                 // The listener list as the last delta read it (dropped with the stream).
                 let mut listeners = Listeners::default();
-                guard::catch(|| {
+                let outcome = guard::catch(|| {
                     provider.stream(&request, &cancel, &mut |delta| {
                         // Nothing of the reply is taken after an abort (or the run deadline):
                         // what a run emits once aborted is bounded by its structure, which
@@ -781,7 +798,17 @@ impl Run<'_> {
                         }
                         Ok(())
                     })
-                })
+                });
+                // The request's list and model name serve the next request.
+                let Request {
+                    mut messages,
+                    model,
+                    ..
+                } = request;
+                messages.clear();
+                self.spares.messages = messages;
+                self.spares.model = Some(model);
+                outcome
             }
         };
         let outcome = match outcome {
@@ -834,6 +861,9 @@ impl Run<'_> {
         if reply.model.is_empty() {
             reply.model = model.clone();
         }
+        // Shared with the contexts of the calls (see `Spares`).
+        self.spares.call_ids.clear();
+        self.spares.call_ids.extend(partial.call_ids().cloned());
         self.trace.reply_failed(error.as_ref());
         (reply, error)
     }

@@ -64,6 +64,7 @@ impl Run<'_> {
                 started: None,
                 id: None,
                 name: None,
+                result: None,
             })
             .collect();
         let sequential = self.config.max_parallel_tools <= 1
@@ -87,7 +88,6 @@ impl Run<'_> {
             rx,
             calls,
             slots,
-            results: vec![None; calls.len()],
             running: 0,
         };
         match &tx {
@@ -100,17 +100,18 @@ impl Run<'_> {
                 }
             }),
         }
-        for (slot, call) in batch.results.iter_mut().zip(calls) {
+        for (slot, call) in batch.slots.iter_mut().zip(calls) {
             // Every call was either settled or its worker reported Done: this is a
             // safety net.
-            slot.get_or_insert_with(|| Arc::new(Run::tool_result(call, CANCELLED, true)));
+            slot.result
+                .get_or_insert_with(|| Arc::new(Run::tool_result(call, CANCELLED, true)));
         }
-        // In place: the list of results becomes the one `TurnEnd` carries.
+        // In place: the list of the calls becomes the list of results `TurnEnd` carries.
         let results: Vec<Arc<ToolResultMessage>> = batch
-            .results
+            .slots
             .into_iter()
             // OK because every slot was filled just above.
-            .map(|r| r.expect("every call has a result"))
+            .map(|s| s.result.expect("every call has a result"))
             .collect();
         for r in &results {
             self.append(Message::ToolResult(ToolResultMessage::clone(r)));
@@ -188,7 +189,7 @@ impl Run<'_> {
                 self.run_here(index, &tool, args, batch);
                 continue;
             };
-            let call_id: Arc<str> = Arc::from(call.id.as_str());
+            let call_id = self.call_id(index, call);
             let (updates, update_id) = (tx.clone(), call_id.clone());
             let events = tx.clone();
             let ctx = ToolContext::new(
@@ -250,6 +251,15 @@ impl Run<'_> {
             self.append(Message::ToolResult(ToolResultMessage::clone(r)));
         }
         results
+    }
+
+    /// The id of call `index` of the reply, as the reply's partial shared it (see
+    /// `Spares::call_ids`); a copy when it is not that one.
+    fn call_id(&self, index: usize, call: &ToolCall) -> Arc<str> {
+        match self.spares.call_ids.get(index) {
+            Some(id) if **id == *call.id => id.clone(),
+            _ => Arc::from(call.id.as_str()),
+        }
     }
 
     /// The tool the model calls `name`, and that name. The tools' names are asked once per
@@ -420,7 +430,7 @@ impl Run<'_> {
     ) {
         let call = batch.calls[index];
         // One copy of the id for the context, its updates and its questions.
-        let call_id: Arc<str> = Arc::from(call.id.as_str());
+        let call_id = self.call_id(index, call);
         // The name goes with the updates, and comes back for the result.
         let tool_name = match batch.calls.iter().position(|c| c.id == call.id) {
             Some(first) if first != index => batch.tool_name(&call.id),
@@ -499,7 +509,7 @@ impl Run<'_> {
                 .started
                 .map(|t| crate::types::whole_micros(t.elapsed())),
         });
-        batch.results[index] = Some(result);
+        batch.slots[index].result = Some(result);
     }
 }
 
@@ -550,8 +560,6 @@ struct Batch<'c> {
     rx: Receiver<ToolMsg>,
     calls: &'c [&'c ToolCall],
     slots: Vec<Slot>,
-    /// By call: its result. Becomes the list of results (see `run_tools`).
-    results: Vec<Option<Arc<ToolResultMessage>>>,
     running: usize,
 }
 
@@ -566,6 +574,8 @@ struct Slot {
     /// rather than copy the call's again.
     id: Option<String>,
     name: Option<String>,
+    /// Its result, once it has one.
+    result: Option<Arc<ToolResultMessage>>,
 }
 
 impl Batch<'_> {

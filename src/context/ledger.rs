@@ -293,8 +293,17 @@ impl Ledger {
     /// The messages the next request sends, shared with `messages` (the transcript the
     /// ledger counted).
     pub(crate) fn view(&self, messages: &List<Arc<Message>>) -> Vec<Arc<Message>> {
+        let mut out = Vec::new();
+        self.view_into(messages, &mut out);
+        out
+    }
+
+    /// As [`Ledger::view`], into `out` (emptied first): a list kept from the last request
+    /// is filled again without a new allocation.
+    pub(crate) fn view_into(&self, messages: &List<Arc<Message>>, out: &mut Vec<Arc<Message>>) {
         let start = self.start();
-        let mut out = Vec::with_capacity(messages.len().saturating_sub(start) + 2);
+        out.clear();
+        out.reserve(messages.len().saturating_sub(start) + 2);
         if let Some(i) = self.pinned() {
             out.extend(messages.get(i).cloned());
         }
@@ -313,7 +322,6 @@ impl Ledger {
             }
             out.push(m.clone());
         }
-        out
     }
 
     /// Notes the server's count of a request whose view was estimated at `estimate`, and of
