@@ -26,7 +26,7 @@ use super::sse;
 pub(crate) use super::body::{Body, for_each_event};
 pub(crate) use super::error_text::api_error;
 use super::tls::TlsSettings;
-use super::transport::{Ctx, Ready, Stage, Tcp};
+use super::transport::{Ctx, Ready, Resolve, Stage, Tcp};
 pub(crate) use super::url::BaseUrl;
 pub(crate) use super::url::Target;
 use super::url::debug_unparsed;
@@ -52,6 +52,23 @@ const ERROR_BODY_LIMIT: u64 = 64 * 1024;
 const TLS_BUFFER: usize = 16 * 1024;
 /// The most of a body that is not an event stream shown in the error.
 const CONTENT_TYPE_SNIPPET: usize = 200;
+/// The `user-agent` of every request.
+const USER_AGENT: &str = concat!("pagent/", env!("CARGO_PKG_VERSION"));
+
+/// The `host` header of a request to `uri`, as ureq writes it: the host, with the port
+/// when it is not the scheme's.
+fn host_header(uri: &ureq::http::Uri) -> Option<String> {
+    let host = uri.host()?;
+    let default = match uri.scheme_str()? {
+        "http" => 80,
+        "https" => 443,
+        _ => return None,
+    };
+    Some(match uri.port_u16() {
+        Some(port) if port != default => format!("{host}:{port}"),
+        _ => host.to_owned(),
+    })
+}
 
 /// Client settings common to the HTTP providers, and the ureq agent built from them.
 #[derive(Clone)]
@@ -131,20 +148,22 @@ struct Prepared {
     headers: Option<Built>,
 }
 
-/// Headers made into ureq's types once: a call clones them (no copy of a value, no parse
-/// of a name).
-pub(crate) type Built = Arc<[(ureq::http::HeaderName, ureq::http::HeaderValue)]>;
+/// Headers made into ureq's map once, with a `content-length` for the body's to replace: a
+/// call clones the map (no name parsed or hashed, no value copied).
+pub(crate) type Built = Arc<ureq::http::HeaderMap>;
 
-/// `headers` as ureq's types, or `None` when one does not convert.
+/// `headers` as ureq's map, or `None` when one does not convert.
 fn built(headers: &[(&str, String)]) -> Option<Built> {
-    headers
-        .iter()
-        .map(|(name, value)| {
-            let name = ureq::http::HeaderName::from_bytes(name.as_bytes()).ok()?;
-            let value = ureq::http::HeaderValue::from_str(value).ok()?;
-            Some((name, value))
-        })
-        .collect()
+    let mut map = ureq::http::HeaderMap::with_capacity(headers.len() + 1);
+    for (name, value) in headers {
+        let name = ureq::http::HeaderName::from_bytes(name.as_bytes()).ok()?;
+        map.append(name, ureq::http::HeaderValue::from_str(value).ok()?);
+    }
+    map.insert(
+        ureq::http::header::CONTENT_LENGTH,
+        ureq::http::HeaderValue::from_static("0"),
+    );
+    Some(Arc::new(map))
 }
 
 /// Where a request goes: the URL as text (ureq parses it), or parsed once already.
@@ -201,11 +220,14 @@ impl Endpoint {
         own: OwnHeaders,
         secret: Option<&Secrets<'_>>,
     ) -> Prepared {
-        let make = || Prepared {
-            path,
-            url: Url::parsed(base.request_url(path)),
-            target: base.target(path, secret),
-            headers: built(&self.model_headers(own)),
+        let make = || {
+            let url = Url::parsed(base.request_url(path));
+            Prepared {
+                path,
+                headers: built(&self.model_headers(own, &url)),
+                url,
+                target: base.target(path, secret),
+            }
         };
         let prepared = self.prepared.get_or_init(make);
         if prepared.path == path {
@@ -264,14 +286,31 @@ impl Endpoint {
             .any(|(custom, _)| custom.eq_ignore_ascii_case(name))
     }
 
-    /// A model call's headers, in the order they are sent: the provider's own (`own`), the
-    /// content type, each left out when a custom header has its name, then the custom
-    /// headers.
-    fn model_headers(&self, own: OwnHeaders) -> Vec<(&str, String)> {
-        let mut headers: Vec<(&str, String)> = own(self);
+    /// A model call's headers, in the order they are sent: [`Endpoint::provider_headers`],
+    /// then the custom headers.
+    fn model_headers(&self, own: OwnHeaders, url: &Url) -> Vec<(&str, String)> {
+        let mut headers: Vec<(&str, String)> = self.provider_headers(own, url);
+        headers.extend(self.headers.iter().map(|(n, v)| (n.as_str(), v.clone())));
+        headers
+    }
+
+    /// The headers of a model call to `url` besides the custom ones: the user agent,
+    /// `accept` and `host` that ureq would add (made here once per endpoint, where ureq
+    /// formats them for every request), the provider's own (`own`) and the content type,
+    /// each left out when a custom header has its name.
+    fn provider_headers(&self, own: OwnHeaders, url: &Url) -> Vec<(&'static str, String)> {
+        let mut headers = vec![
+            ("user-agent", USER_AGENT.to_owned()),
+            ("accept", "*/*".to_owned()),
+        ];
+        if let Url::Parsed(uri) = url
+            && let Some(host) = host_header(uri)
+        {
+            headers.push(("host", host));
+        }
+        headers.extend(own(self));
         headers.push(("content-type", "application/json".to_owned()));
         headers.retain(|(name, _)| !self.replaced(name));
-        headers.extend(self.headers.iter().map(|(n, v)| (n.as_str(), v.clone())));
         headers
     }
 
@@ -364,12 +403,11 @@ impl Endpoint {
         } = self.prepared(base, call.path, call.headers, secret);
         let (headers, built, extra) = match headers {
             Some(built) => (Vec::new(), Some(built), &[][..]),
-            None => {
-                let mut own = (call.headers)(self);
-                own.push(("content-type", "application/json".to_owned()));
-                own.retain(|(name, _)| !self.replaced(name));
-                (own, None, &self.headers[..])
-            }
+            None => (
+                self.provider_headers(call.headers, &url),
+                None,
+                &self.headers[..],
+            ),
         };
         let post = Post {
             url,
@@ -571,7 +609,8 @@ pub(crate) enum Method {
 pub(crate) struct Post<B = Vec<u8>> {
     pub(crate) url: Url,
     pub(crate) headers: Vec<(&'static str, String)>,
-    /// Headers sent after `headers`, made into ureq's types already (a model call's).
+    /// Headers sent before `headers`, made into ureq's types already (a model call's, which
+    /// then has no others).
     pub(crate) built: Option<Built>,
     pub(crate) body: B,
 }
@@ -604,16 +643,35 @@ impl SendBytes for Payload {
         agent: &ureq::Agent,
         mut request: ureq::http::Request<()>,
     ) -> Result<ureq::http::Response<ureq::Body>, ureq::Error> {
-        request.headers_mut().append(
+        // In place of the built headers' (see [`Built`]).
+        request.headers_mut().insert(
             ureq::http::header::CONTENT_LENGTH,
-            ureq::http::HeaderValue::from(self.len()),
+            content_length(self.len()),
         );
         let mut reader = self.reader();
         agent.run(request.map(|()| ureq::SendBody::from_reader(&mut reader)))
     }
 }
 
-/// A POST of `post`'s URL with its headers (`headers`, then the built ones), without a body
+/// The `content-length` of a body of `len` bytes, made in one allocation (`http`'s
+/// `From<u64>` makes two).
+fn content_length(len: usize) -> ureq::http::HeaderValue {
+    let mut digits = [0; 20];
+    let mut at = digits.len();
+    let mut n = len;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    // OK because digits are visible ASCII, which a header value takes.
+    ureq::http::HeaderValue::from_bytes(&digits[at..]).expect("digits are a header value")
+}
+
+/// A POST of `post`'s URL with its headers (the built ones, then `headers`), without a body
 /// yet: made as `http`'s request directly (ureq's builder moves itself at each header), with
 /// the errors ureq's builder gives for a URL that does not parse or a header that does not
 /// convert.
@@ -631,14 +689,14 @@ fn post_request<'h, B>(
     *request.method_mut() = ureq::http::Method::POST;
     *request.uri_mut() = uri;
     let map = request.headers_mut();
+    if let Some(built) = &post.built {
+        map.clone_from(built);
+    }
     for (name, value) in headers {
         let name =
             ureq::http::HeaderName::from_bytes(name.as_bytes()).map_err(ureq::http::Error::from)?;
         let value = ureq::http::HeaderValue::from_str(value).map_err(ureq::http::Error::from)?;
         map.append(name, value);
-    }
-    for (name, value) in post.built.iter().flat_map(|b| b.iter()) {
-        map.append(name.clone(), value.clone());
     }
     Ok(request)
 }
@@ -680,7 +738,7 @@ impl HttpClient {
                 .max_response_header_size(TLS_BUFFER - 1)
                 .max_redirects(0)
                 .http_status_as_error(false)
-                .user_agent(concat!("pagent/", env!("CARGO_PKG_VERSION")))
+                .user_agent(USER_AGENT)
                 .build();
             // ureq's default chain, with our TCP link and the `Ready` mark (no SOCKS: that
             // feature of ureq is off).
@@ -688,11 +746,7 @@ impl HttpClient {
                 .chain(Tcp)
                 .chain(Tls(own_tls))
                 .chain(Ready);
-            ureq::Agent::with_parts(
-                config,
-                connector,
-                ureq::unversioned::resolver::DefaultResolver::default(),
-            )
+            ureq::Agent::with_parts(config, connector, Resolve::default())
         })
     }
 

@@ -27,20 +27,24 @@
 //!   shut down unless its reply ended normally (an error reply, a reply left half read):
 //!   only a reply read to its end leaves its socket pooled for the next request.
 //!
-//! Limits: a DNS lookup (ureq's resolver, on the run thread) cannot be interrupted; a host
-//! given as an IP address needs none.
+//! Limits: a DNS lookup (ureq's, on the run thread, when a new connection is opened to a
+//! host name: [`Resolve`]) cannot be interrupted; a host given as an IP address needs none.
 //!
 //! ureq's `unversioned` transport API is exempt from its semver promises; `Cargo.toml`
 //! pins ureq's minor version for that reason.
 
 use std::cell::{Cell, RefCell};
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpStream};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use ureq::config::{Config, IpFamily};
+use ureq::http::Uri;
+use ureq::http::uri::Authority;
+use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
 use ureq::unversioned::transport::{
     Buffers, ConnectionDetails, Connector, Either, NextTimeout, Transport,
 };
@@ -75,8 +79,11 @@ pub(crate) struct Ctx {
     deadline: Cell<(Instant, TimeoutPhase)>,
     /// Set when an I/O ran out of time: the phase whose deadline passed.
     timed_out: Cell<Option<TimeoutPhase>>,
-    /// The sockets this request used, with their cancel hooks.
-    sockets: RefCell<Vec<(u64, Arc<TcpStream>)>>,
+    /// The socket this request used, with its cancel hook: a request uses one (no
+    /// allocation for it), and those it used before it in `more` (a kept connection found
+    /// closed, a proxy's).
+    socket: RefCell<Option<(u64, Arc<TcpStream>)>>,
+    more: RefCell<Vec<(u64, Arc<TcpStream>)>>,
     /// Set once the reply ended normally: its socket may stay in ureq's pool.
     keep: Cell<bool>,
 }
@@ -104,7 +111,8 @@ impl Ctx {
             first_byte_timeout,
             deadline: Cell::new((now + first_byte_timeout, TimeoutPhase::FirstByte)),
             timed_out: Cell::new(None),
-            sockets: RefCell::new(Vec::new()),
+            socket: RefCell::new(None),
+            more: RefCell::new(Vec::new()),
             keep: Cell::new(false),
         })
     }
@@ -182,7 +190,10 @@ impl Ctx {
             let _ = for_hook.shutdown(Shutdown::Both);
         });
         match hook {
-            Some(id) => self.sockets.borrow_mut().push((id, stream.clone())),
+            Some(id) => {
+                let previous = self.socket.replace(Some((id, stream.clone())));
+                self.more.borrow_mut().extend(previous);
+            }
             None => return Err(aborted()),
         }
         Ok(())
@@ -195,7 +206,8 @@ impl Drop for Ctx {
     /// reply was an error, or was left half read, never goes back to the pool, and the
     /// server learns at once that the client left.
     fn drop(&mut self) {
-        for (id, socket) in self.sockets.take() {
+        let socket = self.socket.take();
+        for (id, socket) in socket.into_iter().chain(self.more.take()) {
             self.cancel.remove_hook(id);
             if !self.keep.get() {
                 let _ = socket.shutdown(Shutdown::Both);
@@ -249,11 +261,25 @@ impl<In: Transport> Connector<In> for Tcp {
                 "a request outside of a provider call",
             )));
         };
+        // A host named, not given as an address: looked up now, for a new connection only
+        // (see [`Resolve`]), before the connect timeout starts, as ureq's resolver did.
+        let looked_up;
+        let addrs = match details.addrs.is_empty() {
+            true => {
+                looked_up = DefaultResolver::default().resolve(
+                    details.uri,
+                    details.config,
+                    details.timeout,
+                )?;
+                &looked_up
+            }
+            false => &details.addrs,
+        };
         ctx.stage.set(Stage::Tcp);
         ctx.connect_deadline
             .set(Instant::now() + ctx.connect_timeout);
         let mut last = None;
-        for addr in &details.addrs {
+        for addr in addrs {
             match connect_one(&ctx, *addr) {
                 Ok(stream) => {
                     if details.needs_tls() {
@@ -279,6 +305,78 @@ impl<In: Transport> Connector<In> for Tcp {
             io::Error::new(io::ErrorKind::NotFound, "the host has no address")
         })))
     }
+}
+
+/// ureq's resolver, which runs before every request, even one that goes out on a pooled
+/// connection: a host given as an IP address is read as it is (ureq's own formats the host
+/// and port and parses them back, on every request), and a host name is left for [`Tcp`] to
+/// look up when it opens a new connection (no lookup for a request on a pooled one; the
+/// lookup and its errors are ureq's). A proxy that wants its target resolved by the client
+/// gets ureq's resolver as it is. The last address read is kept: a client's requests go
+/// to one host, whose address is then found by comparing the host and port.
+#[derive(Debug, Default)]
+pub(crate) struct Resolve {
+    last: parking_lot::Mutex<Option<(Authority, bool, SocketAddr)>>,
+}
+
+impl Resolver for Resolve {
+    fn resolve(
+        &self,
+        uri: &Uri,
+        config: &Config,
+        timeout: NextTimeout,
+    ) -> Result<ResolvedSocketAddrs, ureq::Error> {
+        if config.proxy().is_some_and(|p| p.resolve_target()) {
+            return DefaultResolver::default().resolve(uri, config, timeout);
+        }
+        let mut addrs = self.empty();
+        let (Some(authority), https) = (uri.authority(), uri.scheme_str() == Some("https")) else {
+            return Ok(addrs);
+        };
+        let mut last = self.last.lock();
+        let addr = match &*last {
+            Some((of, tls, addr)) if of == authority && *tls == https => Some(*addr),
+            _ => {
+                let addr = ip_literal(uri);
+                if let Some(addr) = addr {
+                    *last = Some((authority.clone(), https, addr));
+                }
+                addr
+            }
+        };
+        drop(last);
+        let wanted = |ip: &SocketAddr| match config.ip_family() {
+            IpFamily::Any => true,
+            IpFamily::Ipv4Only => ip.is_ipv4(),
+            IpFamily::Ipv6Only => ip.is_ipv6(),
+        };
+        if let Some(addr) = addr.filter(wanted) {
+            addrs.push(addr);
+        }
+        Ok(addrs)
+    }
+}
+
+/// The address of `uri` when its host is an IP address, with the port it names or its
+/// scheme's.
+fn ip_literal(uri: &Uri) -> Option<SocketAddr> {
+    let authority = uri.authority()?;
+    let host = authority.host();
+    // `[::1]` is how a URL writes an IPv6 address.
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    let ip: IpAddr = host.parse().ok()?;
+    let port = match authority.port_u16() {
+        Some(port) => port,
+        None => match uri.scheme_str()? {
+            "http" => 80,
+            "https" => 443,
+            _ => return None,
+        },
+    };
+    Some(SocketAddr::new(ip, port))
 }
 
 /// Connects to `addr` within the time left, the socket registered with the cancel token
@@ -573,6 +671,33 @@ mod tests {
             broken: false,
         };
         (sock, server)
+    }
+
+    #[test]
+    fn an_ip_address_is_read_as_it_is_and_a_name_is_left_for_the_connect() {
+        let resolve = Resolve::default();
+        let agent = ureq::Agent::new_with_defaults();
+        let config = agent.config();
+        let at = |url: &str| -> Vec<SocketAddr> {
+            let uri: Uri = url.parse().unwrap();
+            resolve
+                .resolve(&uri, config, NextTimeout::default())
+                .unwrap()
+                .iter()
+                .copied()
+                .collect()
+        };
+        let addr = |a: &str| vec![a.parse::<SocketAddr>().unwrap()];
+        assert_eq!(at("http://127.0.0.1:8080/v1"), addr("127.0.0.1:8080"));
+        // Again, from what it kept; then another host and port.
+        assert_eq!(at("http://127.0.0.1:8080/v1"), addr("127.0.0.1:8080"));
+        assert_eq!(at("http://127.0.0.1:8081/v1"), addr("127.0.0.1:8081"));
+        assert_eq!(at("http://[::1]:9/v1"), addr("[::1]:9"));
+        assert_eq!(at("http://user:pw@10.0.0.1/v1"), addr("10.0.0.1:80"));
+        // The port of the scheme: a kept address of the same host is not taken for it.
+        assert_eq!(at("https://10.0.0.1/v1"), addr("10.0.0.1:443"));
+        assert_eq!(at("http://localhost:9/v1"), vec![]);
+        assert_eq!(at("http://example.com/v1"), vec![]);
     }
 
     #[test]

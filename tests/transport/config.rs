@@ -583,3 +583,115 @@ fn a_kept_connection_the_server_closes_as_a_request_goes_out_is_resent_on_a_new_
     assert_eq!(taken.load(Ordering::SeqCst), 3);
     assert_eq!(read.load(Ordering::SeqCst), 4);
 }
+
+// ---- the request head, and where it goes ----
+
+/// The head of a model call as ureq wrote it when it added the user agent, `accept` and
+/// `host` itself, in the same order: pagent now makes them once per endpoint.
+#[test]
+fn a_model_call_sends_the_head_ureq_wrote_in_its_order() {
+    let server = Server::start(vec![support::Reply::sse(SSE_TEXT)]);
+    let chat = openai(&server.url).header("X-Title", "pagent");
+    assert_eq!(agent_on(chat).prompt("Hi").unwrap().text(), "Hello");
+    let request = &server.requests()[0];
+    let names: Vec<String> = request
+        .headers
+        .iter()
+        .map(|(n, _)| n.to_ascii_lowercase())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "user-agent",
+            "accept",
+            "host",
+            "content-type",
+            "x-title",
+            "content-length"
+        ]
+    );
+    assert_eq!(
+        request.header("user-agent"),
+        Some(concat!("pagent/", env!("CARGO_PKG_VERSION")))
+    );
+    assert_eq!(request.header("accept"), Some("*/*"));
+    assert_eq!(
+        request.header("host"),
+        Some(server.url.trim_start_matches("http://"))
+    );
+    assert_eq!(
+        request.header("content-length"),
+        Some(&*request.body.len().to_string())
+    );
+}
+
+/// A custom `host`, `user-agent` or `accept` replaces pagent's own, as it replaced ureq's.
+#[test]
+fn custom_host_user_agent_and_accept_headers_replace_the_defaults() {
+    let server = Server::start(vec![support::Reply::sse(SSE_TEXT)]);
+    let chat = openai(&server.url)
+        .header("Host", "gateway.example")
+        .header("User-Agent", "app/1")
+        .header("Accept", "text/event-stream");
+    assert_eq!(agent_on(chat).prompt("Hi").unwrap().text(), "Hello");
+    let request = &server.requests()[0];
+    for (name, value) in [
+        ("host", "gateway.example"),
+        ("user-agent", "app/1"),
+        ("accept", "text/event-stream"),
+    ] {
+        let all: Vec<&str> = request
+            .headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+            .collect();
+        assert_eq!(all, [value], "{name}");
+    }
+}
+
+/// An IPv6 address in the base URL is connected to as it is (no lookup), and the `host`
+/// header names it in brackets with its port.
+#[test]
+fn an_ipv6_address_is_connected_to_and_named_in_the_host_header() {
+    use std::io::Write;
+    let Ok(listener) = std::net::TcpListener::bind("[::1]:0") else {
+        eprintln!("no IPv6 loopback here: skipped");
+        return;
+    };
+    let port = listener.local_addr().unwrap().port();
+    let server = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        let request = support::read_request(&stream).unwrap();
+        let reply = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n\
+             {SSE_TEXT}",
+            SSE_TEXT.len()
+        );
+        stream.write_all(reply.as_bytes()).unwrap();
+        request
+    });
+    let agent = agent_on(openai(&format!("http://[::1]:{port}")));
+    assert_eq!(agent.prompt("Hi").unwrap().text(), "Hello");
+    let request = server.join().unwrap();
+    assert_eq!(request.header("host"), Some(&*format!("[::1]:{port}")));
+}
+
+/// A host name that does not resolve is a failed connection naming the URL, retried as
+/// one.
+#[test]
+fn a_host_name_that_does_not_resolve_is_a_failed_connection_naming_the_url() {
+    let url = "http://no-such-host.invalid:9/v1";
+    let agent = agent_on(OpenAiCompat::new(url).retry(RetryPolicy::none()));
+    let error = agent.prompt("Hi").unwrap_err().into_error();
+    assert_eq!(error.kind(), ErrorKind::Connection, "{error}");
+    let text = error.to_string();
+    assert!(
+        text.starts_with(&format!("connection failed: POST {url}/chat/completions: ")),
+        "{text}"
+    );
+    let agent = agent_on(OpenAiCompat::new(url).retry(support::fast_retries()));
+    let error = agent.prompt("Hi").unwrap_err().into_error();
+    assert_eq!(error.kind(), ErrorKind::Connection, "{error}");
+    assert!(error.to_string().contains("(gave up after "), "{error}");
+}
