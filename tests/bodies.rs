@@ -24,7 +24,8 @@ const PDF: &[u8] = b"%PDF-1.7 tiny";
 /// Message `i` of a conversation that holds every kind of message in turn: text prompts,
 /// prompts with images and documents, replies with text, tool calls, Anthropic's signed
 /// thinking, the Responses API's reasoning items and unsigned thinking, empty replies, tool
-/// results with parts (images, documents) and errors, summaries of a compaction.
+/// results with parts (images, documents) and errors, summaries of a compaction, a prompt of
+/// 24 KB.
 fn message(i: usize) -> Message {
     let call = |n: usize| format!("call_{n}");
     match i % 12 {
@@ -94,7 +95,8 @@ fn message(i: usize) -> Message {
             )
             .into()]),
         ),
-        _ => Message::user(format!("Follow-up {i}")),
+        // Large: a piece kept in the buffer it was written into, not copied.
+        _ => Message::user(format!("Follow-up {i}: {}", "a long line ".repeat(2_000))),
     }
 }
 

@@ -98,6 +98,8 @@ impl BodyCache {
         entries.slots = Vec::new();
         entries.spare_slots = Vec::new();
         entries.spare_chunks = Vec::new();
+        entries.scratch = Vec::new();
+        entries.spare_arena = Vec::new();
         entries.bytes = 0;
         entries.epoch += 1;
         entries.tools = None;
@@ -133,6 +135,10 @@ struct Entries {
     /// none as long as the transcript.
     spare_slots: Vec<Slot>,
     spare_chunks: Vec<Chunk>,
+    /// The buffer small pieces are written into (see [`Bytes`]).
+    scratch: Vec<u8>,
+    /// The last body's arena, emptied: the next body's (see [`SPARE_ARENA`]).
+    spare_arena: Vec<u8>,
     bytes: usize,
     /// Counts the clears: a body built before one does not bring its pieces back.
     epoch: u64,
@@ -164,13 +170,39 @@ struct Kept<K> {
 struct Slot {
     /// Keeps the address taken (see the module docs); never upgraded.
     message: Weak<Message>,
-    /// A `Vec`, not a `[u8]`: an `Arc<[u8]>` would copy the bytes (a 5 MB image's base64)
-    /// into its own allocation.
-    bytes: Arc<Vec<u8>>,
+    bytes: Bytes,
     /// Where the main piece ends and the second (Chat's attached parts) begins.
     split: usize,
     kind: Kind,
 }
+
+/// A piece's bytes. A small piece is copied into the `Arc`'s own allocation, from a buffer
+/// the cache keeps for writing them (one allocation per new message, where a `Vec` in an
+/// `Arc` takes two); a large one stays in the `Vec` it was written into, as copying it (a
+/// 5 MB image's base64) would cost more than the allocation saved.
+enum Bytes {
+    Small(Arc<[u8]>),
+    Large(Arc<Vec<u8>>),
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        match self {
+            Bytes::Small(bytes) => bytes,
+            Bytes::Large(bytes) => bytes,
+        }
+    }
+}
+
+/// The largest piece written into the cache's buffer and copied (see [`Bytes`]).
+const SMALL_PIECE: usize = 16 * 1024;
+
+/// The largest arena a cache keeps for the next body: a turn's body then allocates none for
+/// its glue (the fields, the system prompt and the tools' JSON, written again each call).
+const SPARE_ARENA: usize = 256 * 1024;
 
 /// What a message is, as the dialects group them (kept with its piece, so that a cached
 /// message is not read at all).
@@ -229,6 +261,9 @@ pub(crate) struct Payload {
     len: usize,
     /// The last request's list, emptied: it goes back as the next body's.
     spare: Vec<Slot>,
+    /// Where new small pieces are written before they are copied (see [`Bytes`]); goes
+    /// back to the cache with the slots.
+    scratch: Vec<u8>,
     /// The cache the slots go back to, its epoch and the dialect they were written in.
     home: Option<(Arc<Mutex<Entries>>, u64, Dialect)>,
 }
@@ -253,6 +288,11 @@ impl Drop for Payload {
             entries.spare_slots = std::mem::take(&mut self.spare);
             self.chunks.clear();
             entries.spare_chunks = std::mem::take(&mut self.chunks);
+            entries.scratch = std::mem::take(&mut self.scratch);
+            if self.arena.capacity() <= SPARE_ARENA {
+                self.arena.clear();
+                entries.spare_arena = std::mem::take(&mut self.arena);
+            }
         }
     }
 }
@@ -414,6 +454,7 @@ impl Builder {
         let old = cache.map(|c| {
             let mut entries = c.entries.lock();
             if entries.arena > 0 {
+                body.arena = std::mem::take(&mut entries.spare_arena);
                 body.arena.reserve(entries.arena + entries.arena / 4 + 64);
             }
             let old = match entries.dialect == Some(dialect) {
@@ -426,6 +467,7 @@ impl Builder {
             body.slots = std::mem::take(&mut entries.spare_slots);
             body.slots.reserve(old.len() + 4);
             body.chunks = std::mem::take(&mut entries.spare_chunks);
+            body.scratch = std::mem::take(&mut entries.scratch);
             // In place (`Option<Slot>` has the size of a `Slot`): no allocation.
             old.into_iter().map(Some).collect()
         });
@@ -569,16 +611,30 @@ impl Builder {
                 slot
             }
             None => {
-                let mut out = Vec::with_capacity(super::parts::message_capacity(message));
-                let split = write(message, &mut out);
-                // The estimate leaves room for escapes; what stays unused of a small piece
-                // is given back (a large one is written into about its size).
-                if out.capacity() - out.len() > out.len() / 8 + 64 {
-                    out.shrink_to_fit();
-                }
+                let capacity = super::parts::message_capacity(message);
+                let (split, bytes) = if capacity <= SMALL_PIECE {
+                    let out = &mut self.body.scratch;
+                    out.clear();
+                    let split = write(message, out);
+                    let bytes = Bytes::Small(Arc::from(&out[..]));
+                    // A piece far past the estimate does not keep the buffer that large.
+                    if out.capacity() > 4 * SMALL_PIECE {
+                        *out = Vec::new();
+                    }
+                    (split, bytes)
+                } else {
+                    let mut out = Vec::with_capacity(capacity);
+                    let split = write(message, &mut out);
+                    // The estimate leaves room for escapes; what stays unused is given back
+                    // when it is much.
+                    if out.capacity() - out.len() > out.len() / 8 + 64 {
+                        out.shrink_to_fit();
+                    }
+                    (split, Bytes::Large(Arc::new(out)))
+                };
                 Slot {
                     message: Arc::downgrade(message),
-                    bytes: Arc::new(out),
+                    bytes,
                     split,
                     kind: Kind::of(message),
                 }
