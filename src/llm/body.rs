@@ -209,7 +209,8 @@ impl Body {
 /// Each event is borrowed from the bytes just read where it lies whole within them (see
 /// [`sse::EventRef`]): a stream of events is neither copied nor allocated event by event,
 /// and none waits in a queue, so a read goes to the parser whole (what the parser holds
-/// between reads is the event it is in the middle of).
+/// between reads is the event it is in the middle of). Events come without their
+/// `event:` name, which no reader takes.
 ///
 /// The first event stops the first-byte timeout; keep-alive comments (`:` lines) are not
 /// events, so a server that sends only comments times out there. After it, any bytes,
@@ -220,7 +221,10 @@ pub(crate) fn for_each_event(
     cancel: &CancelToken,
     mut f: impl FnMut(&sse::EventRef<'_>) -> Result<bool, Error>,
 ) -> Result<bool, Error> {
-    let mut parser = sse::Parser::new().max_event_bytes(max_event_bytes);
+    // The readers take the data, the id and the retry of an event, never its name.
+    let mut parser = sse::Parser::new()
+        .max_event_bytes(max_event_bytes)
+        .without_names();
     while let Some(bytes) = body.next_chunk()? {
         let mut seen = false;
         let ended = parser.feed(bytes, &mut |event| {

@@ -90,6 +90,8 @@ pub struct Parser {
     // Inside a comment line, whose bytes are skipped.
     in_comment: bool,
     event: String,
+    // Whether `event:` names are kept (else only checked to be text, and events name none).
+    names: bool,
     // The data of the event being built: in this buffer, or where `data_at` says in the bytes
     // being fed (copied here only if the event does not end within them).
     data: String,
@@ -118,6 +120,7 @@ impl Parser {
             after_cr: false,
             in_comment: false,
             event: String::new(),
+            names: true,
             data: String::new(),
             data_at: Held::Owned,
             has_data: false,
@@ -135,6 +138,15 @@ impl Parser {
     #[must_use]
     pub fn max_event_bytes(mut self, bytes: usize) -> Parser {
         self.max_event_bytes = bytes;
+        self
+    }
+
+    /// Leaves the `event:` names out: each line is still checked to be text, but not
+    /// copied, and every event names none (for readers of the data alone: a Responses
+    /// stream names each of its events, which costs a copy per delta).
+    #[must_use]
+    pub(crate) fn without_names(mut self) -> Parser {
+        self.names = false;
         self
     }
 
@@ -319,6 +331,12 @@ impl Parser {
                 }
                 self.data.push_str(value);
                 self.has_data = true;
+            }
+            // Without names, a name of ASCII (they all are) needs no more than that check.
+            b"event" if !self.names => {
+                if !value.is_ascii() {
+                    self.checked(value);
+                }
             }
             b"event" => {
                 if let Some(value) = self.checked(value) {
@@ -527,19 +545,49 @@ mod tests {
             b"data: ok\n\ndata: a\ndata: \xff\n\n",
             b"data: ok\n\nother\xff: x\n\n",
         ] {
-            let mut p = Parser::new();
-            let mut seen = Vec::new();
-            let result = p.feed(input, &mut |e| {
-                seen.push(e.data.to_owned());
-                Ok(false)
-            });
-            assert!(
-                matches!(&result, Err(Error::Stream(m)) if m.contains("utf-8")),
-                "{result:?}"
-            );
-            assert_eq!(seen, ["ok"]);
-            assert!(p.feed(b"data: x\n\n", &mut |_| Ok(false)).is_err());
+            for names in [true, false] {
+                let mut p = match names {
+                    true => Parser::new(),
+                    false => Parser::new().without_names(),
+                };
+                let mut seen = Vec::new();
+                let result = p.feed(input, &mut |e| {
+                    seen.push(e.data.to_owned());
+                    Ok(false)
+                });
+                assert!(
+                    matches!(&result, Err(Error::Stream(m)) if m.contains("utf-8")),
+                    "{result:?}"
+                );
+                assert_eq!(seen, ["ok"]);
+                assert!(p.feed(b"data: x\n\n", &mut |_| Ok(false)).is_err());
+            }
         }
+    }
+
+    #[test]
+    fn a_parser_without_names_hands_on_the_rest_of_each_event() {
+        let mut p = Parser::new().without_names();
+        let mut seen = Vec::new();
+        let input = b"event: one\nid: 7\nretry: 20\ndata: a\n\nevent: two\ndata: b\n\n";
+        p.feed(input, &mut |e| {
+            seen.push((
+                e.event.to_owned(),
+                e.data.to_owned(),
+                e.id.map(str::to_owned),
+                e.retry,
+            ));
+            Ok(false)
+        })
+        .unwrap();
+        let id = Some("7".to_owned());
+        assert_eq!(
+            seen,
+            [
+                (String::new(), "a".to_owned(), id.clone(), Some(20)),
+                (String::new(), "b".to_owned(), id, Some(20)),
+            ]
+        );
     }
 
     #[test]
