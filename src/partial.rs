@@ -276,12 +276,13 @@ impl Clone for PartialBlock {
 /// `clone` is O(1) and [`PartialMessage::apply`] is O(size of the delta): a million deltas into
 /// one reply stay linear in total. `clone_from` onto the partial of the previous delta costs
 /// the pieces that changed (the text's tail, nearly always).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq, Eq)]
 pub struct PartialMessage {
     // Shared with the state's `model` (see `PartialMessage::from_message_in`).
     model: Arc<str>,
-    // `None` while it would be empty (no block but the last, no call, no usage): a reply
-    // of text alone never needs one, and a new partial costs no allocation.
+    // `None` exactly when it would be empty (no block but the last, no call, no usage),
+    // which keeps the derived equality meaningful: a reply of text alone never needs one,
+    // and a new partial costs no allocation.
     settled: Option<Arc<Settled>>,
     // The last block, on its own. Deltas nearly always go to it, and the partial is shared
     // with every snapshot and event that holds it: in the persistent vector, each delta
@@ -307,20 +308,6 @@ impl Settled {
         self.done.is_empty() && self.calls.is_empty() && self.usage == Usage::default()
     }
 }
-
-impl PartialEq for PartialMessage {
-    /// Compares what the partials hold, not whether their settled part is absent or empty.
-    fn eq(&self, other: &PartialMessage) -> bool {
-        let settled = match (&self.settled, &other.settled) {
-            (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
-            (None, None) => true,
-            (Some(s), None) | (None, Some(s)) => s.is_empty(),
-        };
-        settled && self.model == other.model && self.last == other.last
-    }
-}
-
-impl Eq for PartialMessage {}
 
 impl Clone for PartialMessage {
     fn clone(&self) -> PartialMessage {
@@ -470,7 +457,15 @@ impl PartialMessage {
                     }),
                 }
             }
-            StreamEvent::Usage { usage } => self.settled_mut().usage = *usage,
+            StreamEvent::Usage { usage } => {
+                if self.settled.is_some() || *usage != Usage::default() {
+                    self.settled_mut().usage = *usage;
+                }
+                // Kept absent when empty (see `PartialMessage::settled`).
+                if self.settled.as_ref().is_some_and(|s| s.is_empty()) {
+                    self.settled = None;
+                }
+            }
             StreamEvent::Retry { .. } => {}
         }
     }
@@ -1088,5 +1083,25 @@ mod tests {
         });
         let reply = p.to_message_with(StopReason::ToolUse, &mut kept);
         assert_eq!(reply, p.to_message(StopReason::ToolUse));
+    }
+
+    /// The settled part is absent exactly when empty, so that equality (derived) compares
+    /// what the partials hold: a zero usage, or a usage set back to zero, changes nothing.
+    #[test]
+    fn a_zero_usage_leaves_a_partial_equal_to_one_without_it() {
+        let zero = StreamEvent::Usage {
+            usage: Usage::default(),
+        };
+        let a = PartialMessage::new("m").apply(&text("hi"));
+        assert_eq!(a.apply(&zero), a);
+        let some = StreamEvent::Usage {
+            usage: Usage::new(1, 1),
+        };
+        assert_ne!(a.apply(&some), a);
+        assert_eq!(a.apply(&some).apply(&zero), a);
+        assert_eq!(
+            PartialMessage::from_message(&a.to_message(StopReason::Stop)),
+            a
+        );
     }
 }
