@@ -59,11 +59,7 @@ const USER_AGENT: &str = concat!("pagent/", env!("CARGO_PKG_VERSION"));
 /// when it is not the scheme's.
 fn host_header(uri: &ureq::http::Uri) -> Option<String> {
     let host = uri.host()?;
-    let default = match uri.scheme_str()? {
-        "http" => 80,
-        "https" => 443,
-        _ => return None,
-    };
+    let default = super::url::default_port(uri.scheme_str()?)?;
     Some(match uri.port_u16() {
         Some(port) if port != default => format!("{host}:{port}"),
         _ => host.to_owned(),

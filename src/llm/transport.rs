@@ -370,11 +370,7 @@ fn ip_literal(uri: &Uri) -> Option<SocketAddr> {
     let ip: IpAddr = host.parse().ok()?;
     let port = match authority.port_u16() {
         Some(port) => port,
-        None => match uri.scheme_str()? {
-            "http" => 80,
-            "https" => 443,
-            _ => return None,
-        },
+        None => super::url::default_port(uri.scheme_str()?)?,
     };
     Some(SocketAddr::new(ip, port))
 }

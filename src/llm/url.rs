@@ -48,15 +48,14 @@ impl BaseUrl {
                 "has no scheme: start it with http:// or https://".into()
             ));
         };
-        let (scheme, default_port) = match scheme.to_ascii_lowercase().as_str() {
-            "http" => ("http", 80),
-            "https" => ("https", 443),
-            _ => {
-                return Err(bad(format!(
-                    "has the unknown scheme `{}`: use http:// or https://",
-                    clip(scheme.to_owned(), None, 20)
-                )));
-            }
+        let Some(&(scheme, default_port)) = SCHEMES
+            .iter()
+            .find(|(known, _)| known.eq_ignore_ascii_case(scheme))
+        else {
+            return Err(bad(format!(
+                "has the unknown scheme `{}`: use http:// or https://",
+                clip(scheme.to_owned(), None, 20)
+            )));
         };
         let rest = rest.split('#').next().unwrap_or(rest);
         let (rest, query) = match rest.split_once('?') {
@@ -103,11 +102,11 @@ impl BaseUrl {
     fn check_with_ureq(&self) -> Result<(), String> {
         let uri = ureq::http::Uri::try_from(self.request_url(""))
             .map_err(|e| format!("is not a valid URL ({e})"))?;
-        let port = uri
-            .port_u16()
-            .unwrap_or(if self.scheme == "https" { 443 } else { 80 });
-        if port != self.port {
-            return Err(format!("is read with port {port}, not {}", self.port));
+        match uri.port_u16().or(default_port(self.scheme)) {
+            Some(port) if port != self.port => {
+                return Err(format!("is read with port {port}, not {}", self.port));
+            }
+            _ => {}
         }
         Ok(())
     }
@@ -230,6 +229,19 @@ impl BaseUrl {
 }
 
 /// `host[:port]` split; a bracketed IPv6 host keeps its brackets.
+/// The schemes a base URL may have, in lower case, each with the port a URL of it means
+/// when it names none.
+const SCHEMES: [(&str, u16); 2] = [("http", 80), ("https", 443)];
+
+/// The port a URL of `scheme` (in lower case) means when it names none; `None` for a scheme
+/// other than [`SCHEMES`].
+pub(crate) fn default_port(scheme: &str) -> Option<u16> {
+    SCHEMES
+        .iter()
+        .find(|(known, _)| *known == scheme)
+        .map(|&(_, port)| port)
+}
+
 fn split_port(host_port: &str) -> Result<(&str, Option<&str>), String> {
     if host_port.starts_with('[') {
         let Some(end) = host_port.find(']') else {
