@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use imbl::Vector;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use smallvec::SmallVec;
 
 use crate::message::{AssistantMessage, ContentBlock, StopReason, ToolCall, Usage};
 use crate::types::StreamEvent;
@@ -655,10 +656,7 @@ impl PartialMessage {
 /// the partial's. Files the deltas as [`PartialMessage::push`] does, by call order; the
 /// first call in place (a reply nearly always has at most one).
 #[derive(Debug, Default)]
-pub(crate) struct KeptCalls {
-    first: Option<ToolCall>,
-    rest: Vec<Option<ToolCall>>,
-}
+pub(crate) struct KeptCalls(SmallVec<[Option<ToolCall>; 1]>);
 
 impl KeptCalls {
     /// Keeps what `delta` (pushed into the partial) holds of a call.
@@ -684,27 +682,17 @@ impl KeptCalls {
     }
 
     fn push(&mut self, call: ToolCall) {
-        if self.first.is_none() && self.rest.is_empty() {
-            self.first = Some(call);
-        } else {
-            self.rest.push(Some(call));
-        }
+        self.0.push(Some(call));
     }
 
     fn get_mut(&mut self, index: usize) -> Option<&mut ToolCall> {
-        match index {
-            0 => self.first.as_mut(),
-            i => self.rest.get_mut(i - 1).and_then(Option::as_mut),
-        }
+        self.0.get_mut(index).and_then(Option::as_mut)
     }
 
     /// The call at `index`, when it is the one the partial holds (else the partial's is
     /// copied: nothing kept is ever trusted blindly).
     fn take(&mut self, index: usize, id: &str, name: &str, arguments: &Text) -> Option<ToolCall> {
-        let slot = match index {
-            0 => &mut self.first,
-            i => self.rest.get_mut(i - 1)?,
-        };
+        let slot = self.0.get_mut(index)?;
         let same = slot.as_ref().is_some_and(|c| {
             c.id == id
                 && c.name == name

@@ -25,6 +25,7 @@ use std::fmt;
 use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
+use smallvec::SmallVec;
 
 use super::http::{self, Decode, Emitter};
 use super::{ReplyEnd, StreamEvent};
@@ -71,12 +72,8 @@ struct Choice<'a> {
     finish_reason: Option<Cow<'a, str>>,
 }
 
-/// The call deltas of a choice, in order.
-#[derive(Default)]
-struct Calls<'a> {
-    first: Option<ToolDelta<'a>>,
-    rest: Vec<ToolDelta<'a>>,
-}
+/// The call deltas of a choice, in order: the first in place.
+type Calls<'a> = SmallVec<[ToolDelta<'a>; 1]>;
 
 /// A call delta and its `function` together: an absent or `null` function has no field set.
 #[derive(Default)]
@@ -369,11 +366,7 @@ impl<'de> Visitor<'de> for InCalls<'_, 'de> {
             if seq.next_element_seed(InCall(&mut call))?.is_none() {
                 return Ok(());
             }
-            if calls.first.is_none() {
-                calls.first = Some(call);
-            } else {
-                calls.rest.push(call);
-            }
+            calls.push(call);
         }
     }
 }
@@ -575,37 +568,7 @@ impl Finish {
 
 /// The server's `index` of each call started, in call order: the first one in place (a
 /// reply nearly always has at most one call, and then no list is allocated).
-#[derive(Default)]
-struct Keys {
-    first: Option<u64>,
-    rest: Vec<u64>,
-}
-
-impl Keys {
-    fn len(&self) -> usize {
-        usize::from(self.first.is_some()) + self.rest.len()
-    }
-
-    fn is_empty(&self) -> bool {
-        self.first.is_none()
-    }
-
-    fn position(&self, key: u64) -> Option<usize> {
-        match self.first {
-            Some(k) if k == key => Some(0),
-            Some(_) => self.rest.iter().position(|&k| k == key).map(|i| i + 1),
-            None => None,
-        }
-    }
-
-    fn push(&mut self, key: u64) {
-        if self.first.is_none() {
-            self.first = Some(key);
-        } else {
-            self.rest.push(key);
-        }
-    }
-}
+type Keys = SmallVec<[u64; 1]>;
 
 impl Decoder {
     /// Emits what one choice carries: its reasoning, text and call deltas, in that order,
@@ -626,13 +589,10 @@ impl Decoder {
                 text: text.into_owned(),
             })?;
         }
-        if let Some(call) = choice.tool_calls.first.take() {
-            self.call(call, out)?;
-            // Looked at first: even an empty `drain` costs its drop.
-            if !choice.tool_calls.rest.is_empty() {
-                for call in choice.tool_calls.rest.drain(..) {
-                    self.call(call, out)?;
-                }
+        // Looked at first: even an empty `drain` costs its drop.
+        if !choice.tool_calls.is_empty() {
+            for call in choice.tool_calls.drain(..) {
+                self.call(call, out)?;
             }
         }
         if let Some(reason) = choice.finish_reason.take() {
@@ -654,7 +614,7 @@ impl Decoder {
             arguments,
             ..
         } = call;
-        let index = match self.calls.position(key) {
+        let index = match self.calls.iter().position(|&k| k == key) {
             Some(i) => i,
             None => {
                 self.calls.push(key);
