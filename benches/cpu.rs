@@ -14,9 +14,10 @@ pub fn cpu_ns(who: libc::c_int) -> u64 {
     ns(usage.ru_utime) + ns(usage.ru_stime)
 }
 
-/// Where a thread of a bench runs: the clients on the first CPU the process may use, the
-/// loopback servers on the last (the same one when there is one), so that every client
-/// sees the same wake-ups from its server whatever the scheduler would have chosen.
+/// Where a thread of a bench runs. By default the clients and the loopback servers' threads
+/// share the first CPU the process may use, so that every client sees the same wake-ups from
+/// its server whatever the scheduler would have chosen; `BENCH_PIN=split` puts the servers
+/// on the last CPU instead, `BENCH_PIN=off` pins nothing.
 #[derive(Clone, Copy)]
 #[allow(dead_code)]
 pub enum Side {
@@ -25,29 +26,40 @@ pub enum Side {
 }
 
 /// Pins the calling thread (and the threads it spawns later) to its side's CPU.
+///
+/// The CPUs are those the process could use when it first called `pin` (kept): a thread
+/// spawned after the client was pinned inherits the client's one CPU, so its own affinity
+/// would offer the server no other.
 #[allow(dead_code)]
 pub fn pin(side: Side) {
+    static CPUS: std::sync::OnceLock<Vec<usize>> = std::sync::OnceLock::new();
     let mode = std::env::var("BENCH_PIN").unwrap_or_default();
     if mode == "off" {
         return;
     }
-    // SAFETY: `sched_getaffinity`/`sched_setaffinity` read and write only the zeroed set
-    // we pass, which lives across the calls; 0 is the calling thread.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return;
+    let cpus = CPUS.get_or_init(|| {
+        // SAFETY: `sched_getaffinity` writes only the zeroed set we pass, which lives across
+        // the call; 0 is the calling thread.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+                return Vec::new();
+            }
+            (0..libc::CPU_SETSIZE as usize)
+                .filter(|&c| libc::CPU_ISSET(c, &set))
+                .collect()
         }
-        let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
-            .filter(|&c| libc::CPU_ISSET(c, &set))
-            .collect();
-        let (Some(&first), Some(&last)) = (cpus.first(), cpus.last()) else {
-            return;
-        };
-        let cpu = match (side, mode.as_str()) {
-            (Side::Server, "same") | (Side::Client, _) => first,
-            (Side::Server, _) => last,
-        };
+    });
+    let (Some(&first), Some(&last)) = (cpus.first(), cpus.last()) else {
+        return;
+    };
+    let cpu = match (side, mode.as_str()) {
+        (Side::Server, "split") => last,
+        _ => first,
+    };
+    // SAFETY: `sched_setaffinity` reads only the set we pass, which lives across the call;
+    // 0 is the calling thread.
+    unsafe {
         let mut one: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_SET(cpu, &mut one);
         libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one);

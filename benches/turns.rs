@@ -1,10 +1,10 @@
 //! The cost of a turn, and how fast an abort reaches the server, against a loopback server.
 //!
-//! The clients run on the first CPU the process may use and the loopback server's threads on
-//! the last (`cpu::pin`): left to the scheduler, a client and its server sometimes shared a
-//! CPU and sometimes not, which moved one client's cost per turn by 3x between runs (a
-//! wake-up across CPUs costs what a turn does) and swapped which client looked cheaper.
-//! `BENCH_PIN=same` puts the servers on the clients' CPU, `BENCH_PIN=off` pins nothing.
+//! The clients and the loopback server's threads run on one CPU, the first the process may
+//! use (`cpu::pin`): left to the scheduler, a client and its server sometimes shared a CPU
+//! and sometimes not, which moved one client's cost per turn by 3x between runs (a wake-up
+//! across CPUs costs what a turn does) and swapped which client looked cheaper.
+//! `BENCH_PIN=split` puts the servers on the last CPU, `BENCH_PIN=off` pins nothing.
 //!
 //! `cargo bench --bench turns`
 //!
