@@ -145,6 +145,15 @@ fn add_tool() -> impl pagent::Tool {
     })
 }
 
+/// An agent on `faux` with the `add` tool.
+fn adder(faux: Faux) -> Agent {
+    Agent::builder()
+        .provider(faux)
+        .tool(add_tool())
+        .build()
+        .unwrap()
+}
+
 fn usage(input: u64, output: u64) -> Usage {
     Usage::new(input, output)
 }
@@ -248,11 +257,7 @@ fn two_tool_calls_in_one_reply() {
                 .usage(Usage::default()),
         )
         .reply(FauxReply::text("2 and 4.").usage(Usage::default()));
-    let agent = Agent::builder()
-        .provider(faux)
-        .tool(add_tool())
-        .build()
-        .unwrap();
+    let agent = adder(faux);
     let rec = Recorder::attach(&agent);
     agent.prompt("go").unwrap();
     let lines = rec.lines();
@@ -558,11 +563,7 @@ fn errored_reply_with_tool_calls_gets_synthesized_results() {
     let faux = Faux::default()
         .chunk_chars(100)
         .reply(FauxReply::tool_call("add", json!({"a": 1, "b": 2})).then_error("dropped"));
-    let agent = Agent::builder()
-        .provider(faux)
-        .tool(add_tool())
-        .build()
-        .unwrap();
+    let agent = adder(faux);
     let rec = Recorder::attach(&agent);
     agent.prompt("x").unwrap_err();
     assert_lines(
@@ -594,11 +595,7 @@ fn reply_cut_by_length_gets_synthesized_results_and_goes_on() {
                 .cut_by_length(),
         )
         .reply(FauxReply::text("Sorry."));
-    let agent = Agent::builder()
-        .provider(faux)
-        .tool(add_tool())
-        .build()
-        .unwrap();
+    let agent = adder(faux);
     let rec = Recorder::attach(&agent);
     let result = agent.prompt("x").unwrap();
     let lines = coarse(&rec);
@@ -639,11 +636,7 @@ fn unknown_tool_becomes_an_error_result() {
         .chunk_chars(100)
         .reply(FauxReply::tool_call("nope", json!({})))
         .reply(FauxReply::text("ok"));
-    let agent = Agent::builder()
-        .provider(faux)
-        .tool(add_tool())
-        .build()
-        .unwrap();
+    let agent = adder(faux);
     let rec = Recorder::attach(&agent);
     let result = agent.prompt("x").unwrap();
     assert_lines(
@@ -685,11 +678,7 @@ fn invalid_arguments_become_error_results() {
                 .then_tool_call("add", json!({"a": "one", "b": 2})),
         )
         .reply(FauxReply::text("ok"));
-    let agent = Agent::builder()
-        .provider(faux)
-        .tool(add_tool())
-        .build()
-        .unwrap();
+    let agent = adder(faux);
     let rec = Recorder::attach(&agent);
     agent.prompt("x").unwrap();
     assert_lines(
@@ -990,16 +979,71 @@ fn listener_may_call_snapshot_abort_subscribe_and_unsubscribe() {
     assert_eq!(agent.prompt("again").unwrap().text(), "two");
 }
 
+/// The run thread delivers each event to the listener list it used last while no
+/// `subscribe` or `unsubscribe` changed it: a listener subscribed mid-run (by a listener, at
+/// a call's `ToolStart`) gets every event from the next one on, unsubscribed (at the call's
+/// `ToolEnd`, by the listener called before it) it gets none after, and what it holds is let
+/// go by the time the run ends.
+#[test]
+fn a_listener_subscribed_mid_run_sees_exactly_the_events_until_it_is_removed() {
+    let faux = Faux::default()
+        .reply(FauxReply::tool_call("add", json!({"a": 40, "b": 2})))
+        .reply(FauxReply::text("42"));
+    let agent = adder(faux);
+    let rec = Recorder::attach(&agent);
+    let handle = agent.handle();
+    let seen: Arc<Mutex<Vec<AgentEvent>>> = Arc::default();
+    // What the listener subscribed mid-run holds, watched through a weak reference.
+    let held: Arc<Mutex<Option<std::sync::Weak<()>>>> = Arc::default();
+    let late = Arc::new(Mutex::new(None));
+    let (seen2, held2, late2) = (seen.clone(), held.clone(), late.clone());
+    let _sub = agent.subscribe(move |e| match e {
+        AgentEvent::ToolStart { .. } => {
+            let (seen, held) = (seen2.clone(), Arc::new(()));
+            *held2.lock().unwrap() = Some(Arc::downgrade(&held));
+            let sub = handle.subscribe(move |e| {
+                let _ = &held;
+                seen.lock().unwrap().push(e.clone());
+            });
+            *late2.lock().unwrap() = Some(sub.id());
+            sub.keep();
+        }
+        AgentEvent::ToolEnd { .. } => {
+            let id = late2
+                .lock()
+                .unwrap()
+                .take()
+                .expect("subscribed at ToolStart");
+            assert!(handle.unsubscribe(id));
+        }
+        _ => {}
+    });
+    assert_eq!(agent.prompt("x").unwrap().text(), "42");
+    let events = rec.events();
+    let start = events
+        .iter()
+        .position(|e| matches!(e, AgentEvent::ToolStart { .. }))
+        .unwrap();
+    let end = events
+        .iter()
+        .position(|e| matches!(e, AgentEvent::ToolEnd { .. }))
+        .unwrap();
+    assert_eq!(*seen.lock().unwrap(), events[start + 1..end]);
+    assert!(!seen.lock().unwrap().is_empty());
+    let held = held
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("subscribed at ToolStart");
+    assert!(held.upgrade().is_none(), "the removed listener was dropped");
+}
+
 #[test]
 fn channel_subscription_delivers_every_event_in_order() {
     let faux = Faux::default()
         .reply(FauxReply::tool_call("add", json!({"a": 40, "b": 2})))
         .reply(FauxReply::text("The answer is 42, as computed."));
-    let agent = Agent::builder()
-        .provider(faux)
-        .tool(add_tool())
-        .build()
-        .unwrap();
+    let agent = adder(faux);
     let rec = Recorder::attach(&agent);
     // A tiny capacity: the run must wait for the consumer, never drop.
     let rx = agent.subscribe_channel(1);
@@ -1420,11 +1464,7 @@ fn run_result_shares_the_transcripts_messages() {
         FauxReply::tool_call("add", json!({"a": 1, "b": 1})),
         FauxReply::text("done"),
     ]);
-    let agent = Agent::builder()
-        .provider(faux)
-        .tool(add_tool())
-        .build()
-        .unwrap();
+    let agent = adder(faux);
     let result = agent.prompt("go").unwrap();
     let s = agent.snapshot();
     assert_eq!(result.messages.len(), s.messages.len());

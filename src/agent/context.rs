@@ -15,7 +15,6 @@ use crate::context::{
 };
 use crate::event::AgentEvent;
 use crate::kind::ErrorInfo;
-use crate::list::List;
 use crate::llm::{Request, TokenCounter};
 use crate::message::{AssistantMessage, Message};
 use crate::{Error, RunStopReason};
@@ -48,9 +47,11 @@ pub(crate) struct RunContext {
     known: Option<(String, Option<u64>)>,
     /// What the last request's repair check found of its view (see `repair::Checked`).
     pub(crate) checked: Option<super::repair::Checked>,
-    /// The transcript as the ledger was last brought up to it, and how many messages the run
-    /// had appended then: the ledger is synced again only when the run appended more.
-    transcript: List<Arc<Message>>,
+    /// How many messages the run had appended when the ledger was last brought up to the
+    /// transcript: it is synced again only when the run appended more. The transcript itself
+    /// is read from a snapshot each time, never kept: a list kept beside the state's shares
+    /// its last node, and the state's next message would copy that node (its `Arc`s
+    /// counted up one by one) rather than append in place.
     synced: Option<usize>,
 }
 
@@ -97,10 +98,9 @@ impl Run<'_> {
         let counter = guarded.as_ref().map(|g| g as &dyn TokenCounter);
         let ledger = &mut self.context.memory.ledger;
         if self.context.synced != Some(self.appended.len()) {
-            self.context.transcript = self.inner.shared.snapshot().messages.clone();
             self.context.synced = Some(self.appended.len());
             ledger.keep_first_user = self.config.context_policy.keep_first_user();
-            ledger.sync(&self.context.transcript, counter);
+            ledger.sync(&self.inner.shared.snapshot().messages, counter);
         }
         ledger.set_fixed(&self.config.system_prompt, &self.config.tool_defs, counter);
     }
@@ -371,7 +371,10 @@ impl Run<'_> {
         self.context.sent_len = ledger.len();
         // Into the last request's list (given back after its reply, see `Run::spares`).
         let mut view = std::mem::take(&mut self.spares.messages);
-        ledger.view_into(&self.context.transcript, &mut view);
+        // The transcript the ledger was synced to: only the run appends to it meanwhile.
+        self.inner
+            .shared
+            .read(|state| ledger.view_into(&state.messages, &mut view));
         view
     }
 

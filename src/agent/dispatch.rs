@@ -74,13 +74,14 @@ pub(crate) struct Listener {
 
 type List = Arc<Vec<Arc<Listener>>>;
 
-/// The listener list as one stream of deltas last read it: each delta uses it again while
-/// no `subscribe`, `unsubscribe` or `close` changed the list (a load of the list's version,
-/// where the list's lock and `Arc` cost four atomic read-modify-writes per delta).
+/// The listener list as a run's last event read it: each event of the run thread uses it
+/// again while no `subscribe`, `unsubscribe` or `close` changed the list (a load of the
+/// list's version, where the list's lock and `Arc` cost four atomic read-modify-writes per
+/// event; a turn of a tool loop publishes about ten events, a reply one per delta).
 ///
 /// Which listeners are called is the same either way: a listener removed since is still
 /// in the copy but marked inactive at once, so it is never called again. Only its drop
-/// waits: the copy keeps it until the next delta or the end of the reply, whichever comes
+/// waits: the copy keeps it until the run's next event or the run's end, whichever comes
 /// first, and drops it then on the run thread, with no lock held (as a dispatch under way
 /// does for the event it is delivering).
 #[derive(Default)]
@@ -124,6 +125,14 @@ impl Shared {
 
     pub(crate) fn snapshot(&self) -> Arc<State> {
         self.state.read().clone()
+    }
+
+    /// What `f` reads of the published state, under the lock, with no snapshot taken (the
+    /// snapshot's `Arc` would cost two atomic operations more): for the run's own short
+    /// looks (are the queues empty? the transcript's view), never for user code, which
+    /// could call back into the agent while the lock is held.
+    pub(crate) fn read<R>(&self, f: impl FnOnce(&State) -> R) -> R {
+        f(&self.state.read())
     }
 
     /// Publishes a state change that is not an event (queues, settings, counters).
@@ -222,6 +231,12 @@ impl Shared {
     /// still emits must stay within the bound that lossless channels rely on (see
     /// `Agent::subscribe_channel`). The reply's deltas stop at the source (the loop refuses them).
     pub(crate) fn emit(&self, event: &AgentEvent) {
+        self.emit_cached(event, &mut Listeners::default());
+    }
+
+    /// As [`Shared::emit`], with the listener list `cache` holds while it is the current one
+    /// (the run thread's events: see [`Listeners`]).
+    pub(crate) fn emit_cached(&self, event: &AgentEvent, cache: &mut Listeners) {
         if let AgentEvent::ToolUpdate { .. } = event
             && self
                 .run_token
@@ -231,7 +246,26 @@ impl Shared {
         {
             return;
         }
-        self.emit_with(event, |_| ());
+        self.fold(event, |_| ());
+        self.deliver(event, self.listeners_in(cache));
+    }
+
+    /// The current listener list, from `cache` when no change was made since it was read
+    /// (the list's version, a load), else read again into it.
+    fn listeners_in<'c>(&self, cache: &'c mut Listeners) -> &'c List {
+        let version = self.version.load(Ordering::Acquire);
+        if cache.0.as_ref().is_none_or(|(v, _)| *v != version) {
+            let fresh = {
+                let current = self.listeners.read();
+                // Read under the lock that every change holds: the pair is consistent.
+                (self.version.load(Ordering::Acquire), current.clone())
+            };
+            // The list replaced (and a listener removed since) is dropped here, with no
+            // lock held.
+            cache.0 = Some(fresh);
+        }
+        // OK because it was filled just above when it was empty.
+        &cache.0.as_ref().expect("the list just read").1
     }
 
     /// As [`Shared::emit`], with a change `before` the fold in the same publication; returns
@@ -274,21 +308,7 @@ impl Shared {
             push(event);
             state.fold(event);
         });
-        let event = &*event;
-        let version = self.version.load(Ordering::Acquire);
-        if cache.0.as_ref().is_none_or(|(v, _)| *v != version) {
-            let fresh = {
-                let current = self.listeners.read();
-                // Read under the lock that every change holds: the pair is consistent.
-                (self.version.load(Ordering::Acquire), current.clone())
-            };
-            // The list replaced (and a listener removed since) is dropped here, with no
-            // lock held.
-            cache.0 = Some(fresh);
-        }
-        if let Some((_, list)) = &cache.0 {
-            self.deliver(event, list);
-        }
+        self.deliver(event, self.listeners_in(cache));
     }
 
     /// Calls every active listener with `event`, in registration order, no lock held.

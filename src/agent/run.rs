@@ -3,6 +3,7 @@
 //! `run` claims the agent, emits `AgentStart`, drives turns (input messages, one streamed
 //! model reply, its tool calls) until a stop reason, and always emits exactly one `AgentEnd`.
 
+use std::cell::RefCell;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -213,6 +214,7 @@ fn run_claimed_with(
         emit_here: None,
         empty_reply: None,
         spares: Spares::default(),
+        listeners: RefCell::default(),
     };
     run.emit(AgentEvent::AgentStart);
     let (mut stop_reason, error) = match guard::must("the agent loop", || run.turns(input)) {
@@ -313,15 +315,13 @@ fn continue_input(inner: &Inner) -> Result<Vec<Message>, Error> {
 /// queue (the common case, checked on a snapshot) publishes nothing: a message queued after
 /// that look goes to a later take, as it would had it come a moment later.
 fn take_queued(inner: &Inner, which: Queue, mode: QueueMode) -> Vec<Message> {
-    let state = inner.shared.snapshot();
-    let queue = match which {
-        Queue::Steering => &state.steering_queue,
-        Queue::FollowUp => &state.follow_up_queue,
-    };
-    if queue.is_empty() {
+    let empty = inner.shared.read(|state| match which {
+        Queue::Steering => state.steering_queue.is_empty(),
+        Queue::FollowUp => state.follow_up_queue.is_empty(),
+    });
+    if empty {
         return Vec::new();
     }
-    drop(state);
     inner.shared.update(|next| {
         let queue = match which {
             Queue::Steering => &mut next.steering_queue,
@@ -369,10 +369,13 @@ pub(crate) struct Run<'a> {
     empty_reply: Option<(Arc<Message>, Arc<str>)>,
     /// What one turn's model call leaves for the next (see [`Spares`]).
     pub(crate) spares: Spares,
+    /// The listener list the run's last event was delivered to, used again while it is
+    /// the current one (see `dispatch::Listeners`).
+    listeners: RefCell<Listeners>,
 }
 
 /// What a turn's model call leaves for the next turn's, to be filled again rather than
-/// allocated: the request's message list (emptied) and model name, and the shared ids of
+/// allocated: the request's message list (as it was sent) and model name, and the shared ids of
 /// the reply's calls (in call order), which their tool contexts take.
 #[derive(Default)]
 pub(crate) struct Spares {
@@ -388,7 +391,9 @@ impl Run<'_> {
     pub(crate) fn emit(&self, event: AgentEvent) {
         // A span the event ends closes once its listeners returned.
         let _closing = self.trace.observe(&event, &self.config.tool_defs);
-        self.inner.shared.emit(&event);
+        self.inner
+            .shared
+            .emit_cached(&event, &mut self.listeners.borrow_mut());
     }
 
     /// As [`Run::emit`], giving the event back once its listeners returned: what it owns
@@ -397,7 +402,9 @@ impl Run<'_> {
     #[inline(always)]
     pub(crate) fn emit_back(&self, event: AgentEvent) -> AgentEvent {
         let _closing = self.trace.observe(&event, &self.config.tool_defs);
-        self.inner.shared.emit(&event);
+        self.inner
+            .shared
+            .emit_cached(&event, &mut self.listeners.borrow_mut());
         event
     }
 
@@ -429,17 +436,14 @@ impl Run<'_> {
     }
 
     /// As [`Run::emit`] for a delta of the reply, by reference (its partial is taken back
-    /// after): `listeners` is the list the last delta read (see `dispatch::Listeners`).
+    /// after).
     #[inline(always)]
-    fn emit_update(
-        &self,
-        event: &mut AgentEvent,
-        push: impl FnOnce(&mut AgentEvent),
-        listeners: &mut Listeners,
-    ) {
+    fn emit_update(&self, event: &mut AgentEvent, push: impl FnOnce(&mut AgentEvent)) {
         // The spans read only the delta, which the event holds already.
         let _closing = self.trace.observe(event, &self.config.tool_defs);
-        self.inner.shared.emit_update(event, push, listeners);
+        self.inner
+            .shared
+            .emit_update(event, push, &mut self.listeners.borrow_mut());
     }
 
     /// Counts `usage` (of a model call outside the replies: a compaction's) in the run's.
@@ -448,7 +452,7 @@ impl Run<'_> {
     }
 
     pub(crate) fn steering_queued(&self) -> bool {
-        !self.inner.shared.snapshot().steering_queue.is_empty()
+        !self.inner.shared.read(|s| s.steering_queue.is_empty())
     }
 
     /// Appends a whole (non-streamed) message: `MessageStart` then `MessageEnd`.
@@ -582,7 +586,7 @@ impl Run<'_> {
         };
         if out_of_turns {
             return if self.steering_queued()
-                || !self.inner.shared.snapshot().follow_up_queue.is_empty()
+                || !self.inner.shared.read(|s| s.follow_up_queue.is_empty())
             {
                 RunStopReason::MaxTurns
             } else {
@@ -592,7 +596,7 @@ impl Run<'_> {
         if self.steering_queued() {
             return RunStopReason::Continuing;
         }
-        if !self.inner.shared.snapshot().follow_up_queue.is_empty() {
+        if !self.inner.shared.read(|s| s.follow_up_queue.is_empty()) {
             *follow_up_due = true;
             return RunStopReason::Continuing;
         }
@@ -764,8 +768,6 @@ impl Run<'_> {
                 let kept = &mut kept;
                 let too_large = &mut too_large;
                 let mut size = 0u64;
-                // The listener list as the last delta read it (dropped with the stream).
-                let mut listeners = Listeners::default();
                 let outcome = guard::catch(|| {
                     provider.stream(&request, &cancel, &mut |delta| {
                         // Nothing of the reply is taken after an abort (or the run deadline):
@@ -791,7 +793,7 @@ impl Run<'_> {
                                 message.push(delta);
                             }
                         };
-                        self.emit_update(&mut event, push, &mut listeners);
+                        self.emit_update(&mut event, push);
                         if let AgentEvent::MessageUpdate { message, delta } = event {
                             *partial = Some(message);
                             kept.keep(delta);
@@ -799,13 +801,11 @@ impl Run<'_> {
                         Ok(())
                     })
                 });
-                // The request's list and model name serve the next request.
+                // The request's list (as it was sent: the next view keeps what it sends
+                // again) and model name serve the next request.
                 let Request {
-                    mut messages,
-                    model,
-                    ..
+                    messages, model, ..
                 } = request;
-                messages.clear();
                 self.spares.messages = messages;
                 self.spares.model = Some(model);
                 outcome

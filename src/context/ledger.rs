@@ -298,17 +298,27 @@ impl Ledger {
         out
     }
 
-    /// As [`Ledger::view`], into `out` (emptied first): a list kept from the last request
-    /// is filled again without a new allocation.
+    /// As [`Ledger::view`], into `out`: the list of the last request, as it was sent. What
+    /// it holds in the same places as this view stays (compared by pointer), the rest is
+    /// replaced, so a turn counts up the `Arc`s of what it appended only, and fills the
+    /// list without a new allocation.
     pub(crate) fn view_into(&self, messages: &List<Arc<Message>>, out: &mut Vec<Arc<Message>>) {
         let start = self.start();
-        out.clear();
-        out.reserve(messages.len().saturating_sub(start) + 2);
-        if let Some(i) = self.pinned() {
-            out.extend(messages.get(i).cloned());
+        let mut kept = 0;
+        let mut place = |m: &Arc<Message>| {
+            if out.get(kept).is_some_and(|o| Arc::ptr_eq(o, m)) {
+                kept += 1;
+                return;
+            }
+            out.truncate(kept);
+            out.push(m.clone());
+            kept += 1;
+        };
+        if let Some(m) = self.pinned().and_then(|i| messages.get(i)) {
+            place(m);
         }
-        if let Some((i, _)) = self.summary() {
-            out.extend(messages.get(i).cloned());
+        if let Some(m) = self.summary().and_then(|(i, _)| messages.get(i)) {
+            place(m);
         }
         let mut skip = self
             .summaries
@@ -320,8 +330,9 @@ impl Ledger {
             if skip.next_if_eq(&i).is_some() {
                 continue;
             }
-            out.push(m.clone());
+            place(m);
         }
+        out.truncate(kept);
     }
 
     /// Notes the server's count of a request whose view was estimated at `estimate`, and of
@@ -589,6 +600,44 @@ mod tests {
             key,
             "counted from the start: another key than the first"
         );
+    }
+
+    /// Filled into the last request's list, the view is the same as one made afresh: the
+    /// messages it sends again in the same places are kept (no `Arc` counted up again),
+    /// whatever else the list held (a longer list, other messages, a slid view).
+    #[test]
+    fn a_view_into_the_last_list_keeps_what_it_sends_again() {
+        let mut t = transcript(4, 20);
+        let mut l = Ledger::default();
+        l.sync(&t, None);
+        let mut out = l.view(&t);
+        let counts = |list: &List<Arc<Message>>| -> Vec<usize> {
+            list.iter().map(Arc::strong_count).collect()
+        };
+        let before = counts(&t);
+        t.push_back(user("more"));
+        l.sync(&t, None);
+        l.view_into(&t, &mut out);
+        assert_eq!(out, l.view(&t));
+        assert!(out.iter().zip(t.iter()).all(|(a, b)| Arc::ptr_eq(a, b)));
+        // The messages kept were not counted up again (the one before last held by the
+        // ledger no more); the new one is in the list (and in the ledger's hands).
+        let n = before.len() - 1;
+        assert_eq!(counts(&t)[..n], before[..n]);
+        assert_eq!(counts(&t)[n..], [before[n] - 1, 3]);
+        // A list that a hook changed: another message in the middle, one more at the end.
+        out[3] = user("put in place by a hook");
+        out.push(user("and one more"));
+        l.view_into(&t, &mut out);
+        assert_eq!(out, l.view(&t));
+        assert!(out.iter().zip(t.iter()).all(|(a, b)| Arc::ptr_eq(a, b)));
+        assert_eq!(out.len(), t.len());
+        // A slid view drops the front: the list is cut to the view.
+        let total = l.used();
+        assert!(l.slide(total / 2) > 0);
+        l.view_into(&t, &mut out);
+        assert_eq!(out, l.view(&t));
+        assert_eq!(out.len(), t.len() - l.start());
     }
 
     #[test]
