@@ -7,10 +7,13 @@ mod support;
 
 use std::sync::Arc;
 
-use pagent::llm::{Accepts, Anthropic, Faux, FauxReply, OpenAiCompat, PromptCache, Request};
+use pagent::llm::{
+    Accepts, Anthropic, BodyCache, Faux, FauxReply, OpenAiCompat, PromptCache, Request,
+};
 use pagent::{
-    Agent, AgentEvent, AssistantMessage, Audio, Blob, ContentBlock, Document, Error, ErrorKind,
-    Image, Message, Part, StopReason, ToolCall, ToolOutput, ToolResultMessage, UserMessage, tool,
+    Agent, AgentEvent, AssistantMessage, Audio, Blob, CancelToken, ContentBlock, Document, Error,
+    ErrorKind, Image, Message, Part, StopReason, ToolCall, ToolOutput, ToolResultMessage,
+    UserMessage, tool,
 };
 use serde_json::{Value, json};
 use support::{Recorder, Reply, Server, fast_retries, lines};
@@ -253,6 +256,36 @@ fn a_part_the_model_does_not_take_fails_before_the_request_is_sent() {
         assert_eq!(*state.messages[0], Message::from(prompt));
         assert_eq!(state.error_kind, Some(ErrorKind::InvalidRequest(None)));
     }
+}
+
+/// The check holds for messages whose JSON the body cache already wrote: a message written
+/// for a model that takes images is refused by one that does not (the cache is kept per
+/// what the model takes), and a refused message stays refused on the next call, though its
+/// JSON is cached; the vision model's calls go out, the refused ones never do.
+#[test]
+fn the_check_holds_for_messages_the_body_cache_already_wrote() {
+    let server = Server::start(vec![
+        Reply::sse(support::data("written/openai_vision_reply.sse")),
+        Reply::sse(support::data("written/openai_vision_reply.sse")),
+    ]);
+    let vision = OpenAiCompat::new(format!("{}/v1", server.url)).retry(fast_retries());
+    let text = OpenAiCompat::new(format!("{}/v1", server.url)).accepts(Accepts::text());
+    let request = Request::new("m", vec![Arc::new(Message::from(looking()))])
+        .with_body_cache(BodyCache::default());
+    let call = |provider: &OpenAiCompat| {
+        use pagent::llm::Provider;
+        provider.stream(&request, &CancelToken::new(), &mut |_| Ok(()))
+    };
+    let refused = "unsupported content: message 0 (user), part 1: an image (image/png, 16 \
+                   bytes), which the model does not take (Accepts::images is off)";
+    call(&vision).unwrap();
+    for _ in 0..2 {
+        let e = call(&text).unwrap_err();
+        assert!(matches!(e, Error::UnsupportedContent(_)));
+        assert_eq!(e.to_string(), refused);
+    }
+    call(&vision).unwrap();
+    assert_eq!(server.requests().len(), 2);
 }
 
 /// A screenshot tool on a vision model over Chat Completions, replayed: the tool returns an

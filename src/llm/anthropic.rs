@@ -248,9 +248,10 @@ impl Anthropic {
         let dialect = Dialect {
             api: "anthropic",
             documents: turns.documents,
+            accepts: self.endpoint.accepts,
         };
         let capacity = super::parts::arena_capacity(request);
-        let mut b = Builder::new(request.body_cache.as_ref(), dialect, capacity);
+        let mut b = Builder::new(request.body_cache.as_ref(), dialect, cannot_carry, capacity);
         // The system prompt's and the tools' JSON come from the body cache while the agent
         // hands the same ones (but with a structured answer's tool, written after them).
         let system_cache = self.cache.system.then_some(self.cache.control());
@@ -870,7 +871,9 @@ impl Provider for Anthropic {
         cancel: &CancelToken,
         on_event: &mut OnEvent<'_>,
     ) -> Result<ReplyEnd, Error> {
-        super::parts::check(request, self.endpoint.accepts, cannot_carry)?;
+        let body = self
+            .payload(request)
+            .checked(request, self.endpoint.accepts, cannot_carry)?;
         let answer = self.answer_tool(request);
         if let Some((name, schema)) = &answer
             && schema.get("type").and_then(Value::as_str) != Some("object")
@@ -887,7 +890,7 @@ impl Provider for Anthropic {
         let call = Call {
             path: "/v1/messages",
             headers: own_headers,
-            body: self.payload(request),
+            body,
         };
         self.endpoint.stream(call, decoder, cancel, on_event)
     }

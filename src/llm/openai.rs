@@ -181,9 +181,10 @@ impl OpenAiCompat {
         let dialect = Dialect {
             api: "chat",
             documents: false,
+            accepts: self.endpoint.accepts,
         };
         let capacity = super::parts::arena_capacity(request);
-        let mut b = Builder::new(request.body_cache.as_ref(), dialect, capacity);
+        let mut b = Builder::new(request.body_cache.as_ref(), dialect, cannot_carry, capacity);
         let tools = (!request.tools.is_empty()).then(|| {
             b.tools_json(&request.tools, "", |tools| {
                 // OK because writing to a String cannot fail, and the tools serialize.
@@ -688,11 +689,13 @@ impl Provider for OpenAiCompat {
         cancel: &CancelToken,
         on_event: &mut OnEvent<'_>,
     ) -> Result<ReplyEnd, Error> {
-        super::parts::check(request, self.endpoint.accepts, cannot_carry)?;
+        let body = self
+            .payload(request)
+            .checked(request, self.endpoint.accepts, cannot_carry)?;
         let call = Call {
             path: "/chat/completions",
             headers: super::http::bearer,
-            body: self.payload(request),
+            body,
         };
         self.endpoint
             .stream(call, Decoder::default(), cancel, on_event)

@@ -172,8 +172,10 @@ impl Accepts {
 
 /// Checks every part of `request` against `accepts`, and against what the provider's API
 /// cannot carry (`api` says why not, naming the API, or `None`). Text is never refused and
-/// every API carries it: only the other parts are asked about (a request is mostly text, and
-/// this runs over the whole transcript every turn).
+/// every API carries it: only the other parts are asked about. The HTTP providers run it
+/// only when the body they built holds a message that [`refused`] marked, for the error
+/// that names it: the body cache keeps each message's mark with its JSON, so that a turn
+/// does not read every message of the transcript again.
 pub(crate) fn check(
     request: &Request,
     accepts: Accepts,
@@ -181,14 +183,8 @@ pub(crate) fn check(
 ) -> Result<(), Error> {
     for (i, message) in request.messages.iter().enumerate() {
         for (j, part) in message.parts().iter().enumerate() {
-            if let Part::Text { .. } = part {
+            let Some((why, taken)) = verdict(part, accepts, &api) else {
                 continue;
-            }
-            let (why, taken) = match (accepts.refuses(part), api(part), malformed(part)) {
-                (_, _, Some(why)) => (why, false),
-                (Some(why), _, _) => (why, true),
-                (None, Some(why), None) => (why, false),
-                (None, None, None) => continue,
             };
             let place = match &**message {
                 Message::ToolResult(r) => format!("tool_result of `{}`", r.tool_name),
@@ -207,6 +203,35 @@ pub(crate) fn check(
     }
     Ok(())
 }
+
+/// Why `part` cannot go (and whether it is the model that does not take it), or `None`.
+fn verdict(
+    part: &Part,
+    accepts: Accepts,
+    api: impl Fn(&Part) -> Option<&'static str>,
+) -> Option<(&'static str, bool)> {
+    if let Part::Text { .. } = part {
+        return None;
+    }
+    match (accepts.refuses(part), api(part), malformed(part)) {
+        (_, _, Some(why)) => Some((why, false)),
+        (Some(why), _, _) => Some((why, true)),
+        (None, Some(why), None) => Some((why, false)),
+        (None, None, None) => None,
+    }
+}
+
+/// Whether [`check`] refuses a part of `message`: the body cache asks it once per message,
+/// when the message's JSON is written, and keeps the answer with it.
+pub(crate) fn refused(message: &Message, accepts: Accepts, api: &Carry) -> bool {
+    message
+        .parts()
+        .iter()
+        .any(|part| verdict(part, accepts, api).is_some())
+}
+
+/// What a provider's API cannot carry (see [`check`]).
+pub(crate) type Carry = fn(&Part) -> Option<&'static str>;
 
 /// What is wrong with `part` whatever the model.
 fn malformed(part: &Part) -> Option<&'static str> {

@@ -42,6 +42,7 @@ use std::sync::{Arc, Weak};
 use parking_lot::Mutex;
 use serde_json::value::RawValue;
 
+use super::parts::{Accepts, Carry};
 use crate::message::Message;
 use crate::types::ToolDefinition;
 
@@ -124,6 +125,9 @@ pub(crate) struct Dialect {
     pub(crate) api: &'static str,
     /// Whether documents of text go as documents (else as text).
     pub(crate) documents: bool,
+    /// What the model takes: a piece's mark (see [`Slot::refused`]) holds for these, and
+    /// for the API's own limits (one per `api`).
+    pub(crate) accepts: Accepts,
 }
 
 #[derive(Default)]
@@ -174,6 +178,9 @@ struct Slot {
     /// Where the main piece ends and the second (Chat's attached parts) begins.
     split: usize,
     kind: Kind,
+    /// Whether the message has a part the dialect's model or API refuses
+    /// ([`super::parts::refused`]), worked out once, when the piece was written.
+    refused: bool,
 }
 
 /// A piece's bytes. A small piece is copied into the `Arc`'s own allocation, from a buffer
@@ -266,6 +273,8 @@ pub(crate) struct Payload {
     scratch: Vec<u8>,
     /// The cache the slots go back to, its epoch and the dialect they were written in.
     home: Option<(Arc<Mutex<Entries>>, u64, Dialect)>,
+    /// Whether a message of the body has a part its dialect refuses (see [`Slot::refused`]).
+    refused: bool,
 }
 
 /// A run of bytes of a body: of the arena, or of a slot's piece.
@@ -299,6 +308,21 @@ impl Drop for Payload {
 
 impl Payload {
     /// The body's length in bytes.
+    /// The body, or the content check's error ([`super::parts::check`], which names the
+    /// message and part) when a message of it has a part its dialect's model or API
+    /// refuses. Only then is the request's every part read.
+    pub(crate) fn checked(
+        self,
+        request: &super::Request,
+        accepts: Accepts,
+        carry: Carry,
+    ) -> Result<Payload, crate::Error> {
+        if self.refused {
+            super::parts::check(request, accepts, carry)?;
+        }
+        Ok(self)
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.len
     }
@@ -439,6 +463,9 @@ pub(crate) struct Builder {
     left: usize,
     /// Where each of `old`'s messages is, built at the first message out of order.
     index: Option<HashMap<usize, usize, BuildHasherDefault<AddressHasher>>>,
+    /// What the model takes, and what the API cannot carry: what a new piece's mark says.
+    accepts: Accepts,
+    carry: Carry,
 }
 
 /// Writes one message's piece (its elements, each after a comma; see [`element`]) at the end
@@ -448,8 +475,13 @@ pub(crate) type WriteMessage<'a> = dyn Fn(&Message, &mut Vec<u8>) -> usize + 'a;
 
 impl Builder {
     /// A body of `dialect`, its pieces taken from and given back to `cache` when there is
-    /// one.
-    pub(crate) fn new(cache: Option<&BodyCache>, dialect: Dialect, capacity: usize) -> Builder {
+    /// one; `carry` says what the dialect's API cannot carry (see [`Payload::checked`]).
+    pub(crate) fn new(
+        cache: Option<&BodyCache>,
+        dialect: Dialect,
+        carry: Carry,
+        capacity: usize,
+    ) -> Builder {
         let mut body = Payload::default();
         let old = cache.map(|c| {
             let mut entries = c.entries.lock();
@@ -480,6 +512,8 @@ impl Builder {
             old,
             cursor: 0,
             index: None,
+            accepts: dialect.accepts,
+            carry,
         }
     }
 
@@ -571,7 +605,10 @@ impl Builder {
     /// The piece of `message`, from the cache or written by `write` now.
     #[inline]
     pub(crate) fn piece(&mut self, message: &Arc<Message>, write: &WriteMessage<'_>) -> Piece {
+        let (accepts, carry) = (self.accepts, self.carry);
+        let refused = |message: &Message| super::parts::refused(message, accepts, &carry);
         let Some(old) = &mut self.old else {
+            self.body.refused |= refused(message);
             let arena = &mut self.body.arena;
             let start = arena.len();
             let split = write(message, arena);
@@ -637,9 +674,11 @@ impl Builder {
                     bytes,
                     split,
                     kind: Kind::of(message),
+                    refused: refused(message),
                 }
             }
         };
+        self.body.refused |= slot.refused;
         let piece = Piece {
             slot: self.body.slots.len(),
             main: 0..slot.split,

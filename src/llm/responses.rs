@@ -253,9 +253,10 @@ impl OpenAiResponses {
         let dialect = Dialect {
             api: "responses",
             documents,
+            accepts: self.endpoint.accepts,
         };
         let capacity = super::parts::arena_capacity(request);
-        let mut b = Builder::new(request.body_cache.as_ref(), dialect, capacity);
+        let mut b = Builder::new(request.body_cache.as_ref(), dialect, cannot_carry, capacity);
         let (previous, messages) = match self.chain {
             true => chained(&request.messages),
             false => (None, &request.messages[..]),
@@ -772,11 +773,13 @@ impl Provider for OpenAiResponses {
         cancel: &CancelToken,
         on_event: &mut OnEvent<'_>,
     ) -> Result<ReplyEnd, Error> {
-        super::parts::check(request, self.endpoint.accepts, cannot_carry)?;
+        let body = self
+            .payload(request)
+            .checked(request, self.endpoint.accepts, cannot_carry)?;
         let call = Call {
             path: "/responses",
             headers: super::http::bearer,
-            body: self.payload(request),
+            body,
         };
         self.endpoint
             .stream(call, Decoder::default(), cancel, on_event)
