@@ -48,10 +48,10 @@ pub(crate) struct RunContext {
     /// What the last request's repair check found of its view (see `repair::Checked`).
     pub(crate) checked: Option<super::repair::Checked>,
     /// How many messages the run had appended when the ledger was last brought up to the
-    /// transcript: it is synced again only when the run appended more. The transcript itself
-    /// is read from a snapshot each time, never kept: a list kept beside the state's shares
-    /// its last node, and the state's next message would copy that node (its `Arc`s
-    /// counted up one by one) rather than append in place.
+    /// transcript: it is synced again only when the run appended more. The transcript
+    /// itself is read from the published state each time, never kept: a list kept beside
+    /// the state's shares its last node, and the state's next message would copy that node
+    /// (its `Arc`s counted up one by one) rather than append in place.
     synced: Option<usize>,
 }
 

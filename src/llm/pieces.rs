@@ -307,7 +307,6 @@ impl Drop for Payload {
 }
 
 impl Payload {
-    /// The body's length in bytes.
     /// The body, or the content check's error ([`super::parts::check`], which names the
     /// message and part) when a message of it has a part its dialect's model or API
     /// refuses. Only then is the request's every part read.
@@ -323,6 +322,7 @@ impl Payload {
         Ok(self)
     }
 
+    /// The body's length in bytes.
     pub(crate) fn len(&self) -> usize {
         self.len
     }
