@@ -306,12 +306,10 @@ impl Ledger {
         let start = self.start();
         let mut kept = 0;
         let mut place = |m: &Arc<Message>| {
-            if out.get(kept).is_some_and(|o| Arc::ptr_eq(o, m)) {
-                kept += 1;
-                return;
+            if !out.get(kept).is_some_and(|o| Arc::ptr_eq(o, m)) {
+                out.truncate(kept);
+                out.push(m.clone());
             }
-            out.truncate(kept);
-            out.push(m.clone());
             kept += 1;
         };
         if let Some(m) = self.pinned().and_then(|i| messages.get(i)) {

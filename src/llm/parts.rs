@@ -223,7 +223,7 @@ fn verdict(
 
 /// Whether [`check`] refuses a part of `message`: the body cache asks it once per message,
 /// when the message's JSON is written, and keeps the answer with it.
-pub(crate) fn refused(message: &Message, accepts: Accepts, api: &Carry) -> bool {
+pub(crate) fn refused(message: &Message, accepts: Accepts, api: Carry) -> bool {
     message
         .parts()
         .iter()

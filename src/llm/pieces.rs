@@ -606,7 +606,7 @@ impl Builder {
     #[inline]
     pub(crate) fn piece(&mut self, message: &Arc<Message>, write: &WriteMessage<'_>) -> Piece {
         let (accepts, carry) = (self.accepts, self.carry);
-        let refused = |message: &Message| super::parts::refused(message, accepts, &carry);
+        let refused = |message: &Message| super::parts::refused(message, accepts, carry);
         let Some(old) = &mut self.old else {
             self.body.refused |= refused(message);
             let arena = &mut self.body.arena;
