@@ -623,6 +623,44 @@ fn mirror_replay_equals_published_snapshots() {
     }
 }
 
+/// A mirror started from the snapshot published with any event (in the middle of a reply
+/// too) folds the lines after it into exactly the snapshots the agent published for them.
+#[test]
+fn a_mirror_started_from_any_published_snapshot_goes_on_to_the_same_snapshots() {
+    for r in scenarios() {
+        let lines: Vec<&str> = r.native.lines().collect();
+        let mut mid_reply = 0;
+        for k in 1..lines.len() {
+            let start = &r.events[k - 1].1;
+            mid_reply += usize::from(start.streaming_message.is_some());
+            let mut mirror = Mirror::from_state(start.clone());
+            for (i, line) in lines.iter().enumerate().skip(k) {
+                let events = mirror.apply_line(line).unwrap();
+                let (published_event, published) = &r.events[i];
+                assert_eq!(
+                    &events,
+                    std::slice::from_ref(published_event),
+                    "{} line {}",
+                    r.name,
+                    i + 1
+                );
+                assert_eq!(
+                    &mirror.state().timeline(),
+                    published,
+                    "{} from line {k}, line {}",
+                    r.name,
+                    i + 1
+                );
+            }
+        }
+        assert!(
+            mid_reply > 0 || !r.native.contains("MessageUpdate"),
+            "{}: no snapshot in the middle of a reply",
+            r.name
+        );
+    }
+}
+
 /// Images and documents in a prompt, a tool's progress and its result come back from the
 /// native lines whole, and the agent holds each image's bytes once however many snapshots
 /// and messages carry it.

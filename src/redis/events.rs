@@ -13,20 +13,21 @@ use super::{Redis, check_name, scripts};
 use crate::error::{Error, TimeoutPhase};
 use crate::event::AgentEvent;
 use crate::state::State;
-use crate::wire::{Decoder, Mirror, encode_event_line};
+use crate::wire::codec::write_event;
+use crate::wire::{Decoder, Mirror};
 
 /// How many entries one read of a [`RemoteMirror`] asks for.
 const READ_COUNT: usize = 256;
 
 /// A listener that appends each event's native [wire](crate::wire) line to the
-/// conversation's event stream (`<prefix>:{<conversation>}:events`, field `line`), capped at
-/// [`EventLog::max_len`] entries.
+/// conversation's event stream (`<prefix>:{<conversation>}:events`, field `lines`, the line
+/// and its `\n`), capped at [`EventLog::max_len`] entries.
 ///
 /// One `XADD` per event, sent on the run thread before the next listener runs, so a
 /// [`RemoteMirror`] sees the events in order and as they happen. (A
 /// [`Worker`](super::Worker) writes its runs' events its own way, into the same stream: in
-/// batches, together with the transcript, fenced by its lease; see the module docs.) A
-/// cheap `Clone` handle;
+/// batches, together with the transcript, fenced by its lease, each batch's lines in one
+/// entry; see the module docs.) A cheap `Clone` handle;
 /// clones share the connection and the error. The first failure makes it silent from then
 /// on (a follower never sees a stream with a hole in the middle): check
 /// [`EventLog::error`].
@@ -103,7 +104,8 @@ impl EventLog {
         if let Some(e) = &inner.error {
             return Err(e.clone());
         }
-        let line = encode_event_line(event);
+        let mut line = Vec::new();
+        write_event(&mut line, event);
         let key = &inner.key;
         let result = inner.conn.call(Again::Unsafe, |c| {
             ::redis::cmd("XADD")
@@ -112,7 +114,7 @@ impl EventLog {
                 .arg("~")
                 .arg(self.max_len)
                 .arg("*")
-                .arg("line")
+                .arg("lines")
                 .arg(&line)
                 .query::<String>(c)
         });
@@ -183,7 +185,19 @@ pub struct RemoteMirror {
     /// After a resync in the middle of a reply: its deltas are skipped until the next
     /// message starts (the mirror never saw the reply's start).
     skip_deltas: bool,
-    buffered: VecDeque<(String, String)>,
+    buffered: VecDeque<Line>,
+}
+
+/// An event line read and not folded in yet, with its place in the stream.
+struct Line {
+    /// The entry it is in.
+    entry: Arc<str>,
+    /// Its number among the entry's lines, from 1.
+    index: usize,
+    /// Whether it is the entry's last line.
+    last: bool,
+    /// The line ('' for an entry with none).
+    text: String,
 }
 
 impl fmt::Debug for RemoteMirror {
@@ -204,6 +218,15 @@ struct Read {
     added: u64,
     present: bool,
     entries: Vec<(String, String)>,
+}
+
+/// The event lines of a stream entry: its field `lines` (one or more lines, each ending in a
+/// newline), or `line` (one line without it, as this module wrote them before 0.6).
+fn entry_lines(entry: &::redis::streams::StreamId) -> String {
+    entry
+        .get("lines")
+        .or_else(|| entry.get::<String>("line"))
+        .unwrap_or_default()
 }
 
 impl RemoteMirror {
@@ -232,9 +255,10 @@ impl RemoteMirror {
         self
     }
 
-    /// Reads only the entries after `id` (a [`RemoteMirror::last_id`] saved earlier, or
-    /// `"$"` for only what is appended from now on: resolved at the first read to the
-    /// stream's last entry then, once). Defaults to `"0-0"`: the whole stream.
+    /// Reads only the events after `id` (a [`RemoteMirror::last_id`] saved earlier, which
+    /// may name a place inside an entry, or `"$"` for only what is appended from now on:
+    /// resolved at the first read to the stream's last entry then, once). Defaults to
+    /// `"0-0"`: the whole stream.
     #[must_use]
     pub fn after(mut self, id: impl Into<String>) -> RemoteMirror {
         self.last_id = id.into();
@@ -247,10 +271,50 @@ impl RemoteMirror {
         self.mirror.state()
     }
 
-    /// The id of the last entry folded in (`"0-0"` or what [`RemoteMirror::after`] set
-    /// before the first; `"$"` resolved at the first read).
+    /// Where the mirror is: the id of the last entry folded in (`"0-0"` or what
+    /// [`RemoteMirror::after`] set before the first; `"$"` resolved at the first read), or
+    /// `"<id>#<k>"` while only the first `k` events of entry `<id>` are (an entry a
+    /// [`Worker`](super::Worker) writes holds a batch of events). Give it to
+    /// [`RemoteMirror::after`], with [`RemoteMirror::from_state`] and the state saved with
+    /// it, to go on from the next event.
     pub fn last_id(&self) -> &str {
         &self.last_id
+    }
+
+    /// Buffers the lines of `entries` (read after or, when part of it was folded, from the
+    /// entry [`place`] names), leaving out the lines already folded in.
+    fn buffer(&mut self, entries: impl IntoIterator<Item = (String, String)>) {
+        let (entry, folded) = place(&self.last_id);
+        let (partial, mut skip) = (entry.to_owned(), folded);
+        for (id, text) in entries {
+            let skip = if id == partial {
+                std::mem::take(&mut skip)
+            } else {
+                0
+            };
+            let entry: Arc<str> = id.into();
+            let count = text.split('\n').filter(|l| !l.is_empty()).count();
+            let before = self.buffered.len();
+            for (i, line) in text.split('\n').filter(|l| !l.is_empty()).enumerate() {
+                if i >= skip {
+                    self.buffered.push_back(Line {
+                        entry: entry.clone(),
+                        index: i + 1,
+                        last: i + 1 == count,
+                        text: line.to_owned(),
+                    });
+                }
+            }
+            if self.buffered.len() == before {
+                // Nothing to fold in: the entry is passed over all the same.
+                self.buffered.push_back(Line {
+                    entry,
+                    index: count,
+                    last: true,
+                    text: String::new(),
+                });
+            }
+        }
     }
 
     /// The next event, folded in: waits up to `wait` for one to be appended. `Ok(None)`
@@ -274,11 +338,24 @@ impl RemoteMirror {
             if self.buffered.is_empty() {
                 self.read(deadline.saturating_duration_since(Instant::now()))?;
             }
-            let Some((id, line)) = self.buffered.pop_front() else {
+            let Some(Line {
+                entry,
+                index,
+                last,
+                text: line,
+            }) = self.buffered.pop_front()
+            else {
                 return Ok(None);
             };
-            self.last_id = id;
-            self.offset = self.offset.map(|n| n + 1);
+            if last {
+                self.last_id = entry.to_string();
+                self.offset = self.offset.map(|n| n + 1);
+            } else {
+                self.last_id = format!("{entry}#{index}");
+            }
+            if line.is_empty() {
+                continue;
+            }
             if self.skip_deltas {
                 // A delta of the reply a resync came in the middle of: not folded, and not
                 // an answer either (`None` means nothing came in time): on to the next,
@@ -308,7 +385,7 @@ impl RemoteMirror {
         let read = self.checked_read()?;
         if read.exists {
             self.check(&read)?;
-        } else if self.last_id != "0-0" {
+        } else if place(&self.last_id).0 != "0-0" {
             return Err(Error::Behind {
                 missed: None,
                 message: format!(
@@ -323,14 +400,14 @@ impl RemoteMirror {
                 // The read reached the stream's end: the mirror knows its place.
                 self.offset = Some(read.added - read.entries.len() as u64);
             }
-            self.buffered.extend(read.entries);
+            self.buffer(read.entries);
             return Ok(());
         }
         // Nothing after `last_id` yet: wait for what comes next (appended after the check,
         // so nothing can be missing before it).
         let block = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1);
         let timeout = self.conn.redis().call_timeout() + wait;
-        let (key, last) = (&self.key, &self.last_id);
+        let (key, last) = (&self.key, place(&self.last_id).0);
         let reply: Option<::redis::streams::StreamReadReply> =
             self.conn.call(Again::Safe, |c| {
                 c.set_read_timeout(Some(timeout))?;
@@ -346,22 +423,27 @@ impl RemoteMirror {
                 c.set_read_timeout(Some(timeout - wait))?;
                 reply
             })?;
-        for stream in reply.into_iter().flat_map(|r| r.keys) {
-            for entry in stream.ids {
-                let line: String = entry.get("line").unwrap_or_default();
-                self.buffered.push_back((entry.id, line));
-            }
-        }
+        let entries = reply
+            .into_iter()
+            .flat_map(|r| r.keys)
+            .flat_map(|stream| stream.ids)
+            .map(|e| {
+                let lines = entry_lines(&e);
+                (e.id, lines)
+            });
+        self.buffer(entries.collect::<Vec<_>>());
         Ok(())
     }
 
     /// The entries after `last_id`, read with what tells whether some are missing.
     fn checked_read(&mut self) -> Result<Read, Error> {
-        let (key, last) = (&self.key, &self.last_id);
+        let (last, folded) = place(&self.last_id);
+        let (key, from) = (&self.key, if folded > 0 { "1" } else { "0" });
         let reply: Vec<::redis::Value> = self.conn.call(Again::Safe, |c| {
             scripts::eval(&scripts::READ, &[key])
                 .arg(last)
                 .arg(READ_COUNT)
+                .arg(from)
                 .query(c)
         })?;
         let get = |i: usize| reply.get(i);
@@ -389,8 +471,8 @@ impl RemoteMirror {
                 .ids
                 .into_iter()
                 .map(|e| {
-                    let line: String = e.get("line").unwrap_or_default();
-                    (e.id, line)
+                    let lines = entry_lines(&e);
+                    (e.id, lines)
                 })
                 .collect(),
         })
@@ -405,17 +487,16 @@ impl RemoteMirror {
             "the stream holds {} entries from {} (of {} appended), the mirror read up to {}",
             read.length, read.first, read.added, self.last_id
         );
-        let at = if self.last_id == "0-0" {
-            Some(0)
-        } else {
-            self.offset
-        };
-        let xdel = parse_id(&read.max_deleted) > parse_id(&self.last_id);
+        let (entry, folded) = place(&self.last_id);
+        let at = if entry == "0-0" { Some(0) } else { self.offset };
+        let xdel = parse_id(&read.max_deleted) > parse_id(entry);
         if read.present && !xdel {
             return Ok(());
         }
+        // Part of the entry folded in: the rest of it is missed when it is gone.
+        let partial = u64::from(folded > 0);
         match at {
-            Some(at) if deleted < at && !read.present => Err(Error::Behind {
+            Some(at) if deleted < at + partial && !read.present => Err(Error::Behind {
                 missed: None,
                 message: format!("{holds}, which the stream lost with its data"),
             }),
@@ -508,6 +589,15 @@ impl RemoteMirror {
                 Err(e) => return Err(e),
             }
         }
+    }
+}
+
+/// The entry a [`RemoteMirror::last_id`] names, and how many of its events were folded in
+/// when not all of them were (0 when all were).
+fn place(last_id: &str) -> (&str, usize) {
+    match last_id.split_once('#') {
+        Some((entry, k)) => (entry, k.parse().unwrap_or(0)),
+        None => (last_id, 0),
     }
 }
 

@@ -177,6 +177,11 @@ impl Worker {
     /// Records each run's events in the conversation's event stream (for
     /// [`super::RemoteMirror`]s) capped at about `max_len` entries, or not at all with
     /// `None`. Defaults to `Some(10_000)`.
+    ///
+    /// Each entry holds the events of one batch of the run's writes (see the module docs):
+    /// one or a few for a run's start and each message's end, those of up to 5 ms for a
+    /// streaming reply. So the cap keeps at least `max_len` events, usually several times
+    /// that.
     #[must_use]
     pub fn events(self, max_len: Option<usize>) -> Worker {
         self.configure(|c| c.events = max_len.map(|n| n.max(1)))

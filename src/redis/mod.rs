@@ -64,7 +64,7 @@
 //! | key | type | holds |
 //! |---|---|---|
 //! | `pagent:{c}:messages` | list | the transcript, one message (JSON, the session format) per element |
-//! | `pagent:{c}:events` | stream, capped | the native wire line of each event (field `line`) |
+//! | `pagent:{c}:events` | stream, capped | the native wire lines of the events (field `lines`: one or more lines, each ending in `\n`; an [`EventLog`] writes one event per entry, a [`Worker`] the events of a batch of writes) |
 //! | `pagent:{c}:inbox` | stream | requests: field `kind` (`prompt`, `steer`, `follow_up`, `abort`), `text`, `request` (the request's own id) |
 //! | `pagent:{c}:meta` | hash | `done`: the last inbox entry handled; `started`: the inbox entry whose prompt is the last one in the transcript; `wrote`: the last write batch of the lease (`<token> <n>`); `failed`: the entry failing and how often; `ended`: the last lease released |
 //! | `pagent:{c}:lease` | string, expiring | the token of the worker that runs the conversation |

@@ -67,10 +67,14 @@ return {1, meta[1] or '', meta[2] or '', meta[3] or '', inbox, page}
 /// `apply(token, n, wrote, messages, events, cap, started, first, set)` checks that batch
 /// `n` of lease `token` is the next one after `wrote` (`meta.wrote` as read; returns 1
 /// without doing anything when it or a later batch of the lease was applied already, -1
-/// when an earlier batch is missing), then appends the pairs of `ARGV` from `first` on ((`m`, message JSON) to the
-/// transcript, in order, with one `RPUSH`; (`e`, event line) to the event stream, in
-/// order), and adds to `set` the fields of `meta` to write: `started` (when not '') and
+/// when an earlier batch is missing), then appends `ARGV[first]` (the batch's event lines,
+/// each ending in a newline, or '' for none) to the event stream as one entry (field
+/// `lines`), and the messages' JSON of `ARGV` after it to the transcript, in order, with one
+/// `RPUSH`; and adds to `set` the fields of `meta` to write: `started` (when not '') and
 /// `wrote = "<token> <n>"` (the caller writes them with one `HSET`).
+///
+/// One `XADD` per batch, not per event: each `redis.call` and each argument costs Redis
+/// more than the entry's bytes do.
 macro_rules! apply_batch {
     () => {
         r"
@@ -85,20 +89,13 @@ local function apply(token, n, wrote, messages, events, cap, started, first, set
   end
   if tonumber(n) <= last then return 1 end
   if tonumber(n) > last + 1 then return -1 end
-  local pushed = {}
-  for i = first, #ARGV, 2 do
-    if ARGV[i] == 'm' then
-      pushed[#pushed + 1] = ARGV[i + 1]
-      -- Lua unpacks at most a few thousand values at once.
-      if #pushed == 1000 then
-        redis.call('RPUSH', messages, unpack(pushed))
-        pushed = {}
-      end
-    else
-      redis.call('XADD', events, 'MAXLEN', '~', cap, '*', 'line', ARGV[i + 1])
-    end
+  if ARGV[first] ~= '' then
+    redis.call('XADD', events, 'MAXLEN', '~', cap, '*', 'lines', ARGV[first])
   end
-  if #pushed > 0 then redis.call('RPUSH', messages, unpack(pushed)) end
+  -- Lua unpacks at most a few thousand values at once.
+  for i = first + 1, #ARGV, 1000 do
+    redis.call('RPUSH', messages, unpack(ARGV, i, math.min(i + 999, #ARGV)))
+  end
   if started ~= '' then
     set[#set + 1] = 'started'
     set[#set + 1] = started
@@ -157,8 +154,8 @@ return 1
 
 /// Appends a batch of a run's writes in order, if the lease is still ours and this batch is
 /// the next one. KEYS: lease, messages, events, meta. ARGV: token, batch number, event
-/// stream cap, the inbox entry whose prompt the batch stores (or ''), then pairs of (`m`,
-/// message JSON) and (`e`, event line). Returns 1 (applied, now or before), 0 (the lease
+/// stream cap, the inbox entry whose prompt the batch stores (or ''), the batch's event
+/// lines (or ''), then the messages' JSON. Returns 1 (applied, now or before), 0 (the lease
 /// is not ours), -1 (an earlier batch is missing).
 pub(crate) static WRITE: Script = Script::new(concat!(
     "#!lua\n",
@@ -180,8 +177,8 @@ return applied
 /// KEYS: lease, meta, inbox, queue, messages, events. ARGV: token, the last write expected
 /// (`<token> <n>`, or '' for none; with a batch, that batch's), the inbox entry done (or
 /// ''), the queue entry (or ''), the group, lease ms, then the batch or nothing: its
-/// number, the event stream cap, the inbox entry whose prompt it stores (or ''), and pairs
-/// as [`WRITE`] takes them. Returns `{1}` released, `{0, entries}` more to do, `{-1}` the
+/// number, the event stream cap, the inbox entry whose prompt it stores (or ''), its event
+/// lines and messages as [`WRITE`] takes them. Returns `{1}` released, `{0, entries}` more to do, `{-1}` the
 /// lease is not ours, `{-2}` a write of the run is missing.
 ///
 /// `meta` is read with one `HMGET` and written with one `HSET`; the queue entry is
@@ -281,7 +278,8 @@ return 1
 ",
 );
 
-/// Reads a stream's entries after ARGV[1] (exclusive), at most ARGV[2], together with what
+/// Reads a stream's entries after ARGV[1] (from it, when ARGV[3] is '1': a mirror that
+/// folded only part of that entry), at most ARGV[2], together with what
 /// tells whether entries after ARGV[1] were deleted before they were read. KEYS: events.
 /// Returns `{exists, length, first id, max deleted id, entries added, last id, after
 /// exists, entries}`, with `after exists` 1 when the entry ARGV[1] itself is still there.
@@ -295,7 +293,9 @@ local first = '0-0'
 if type(f['first-entry']) == 'table' then first = f['first-entry'][1] end
 local present = 0
 if ARGV[1] ~= '0-0' and #redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1]) > 0 then present = 1 end
-local entries = redis.call('XRANGE', KEYS[1], '(' .. ARGV[1], '+', 'COUNT', ARGV[2])
+local from = '(' .. ARGV[1]
+if ARGV[3] == '1' then from = ARGV[1] end
+local entries = redis.call('XRANGE', KEYS[1], from, '+', 'COUNT', ARGV[2])
 return {1, f['length'], first, f['max-deleted-entry-id'], f['entries-added'],
   f['last-generated-id'], present, entries}
 ",

@@ -1,8 +1,9 @@
 //! The worker's connection and the fenced writes of its runs: the transcript and the event
 //! log, in batches, pipelined.
 //!
-//! One script ([`scripts::WRITE`]) appends a batch: the messages that ended and the event
-//! lines since the last batch, in the order they happened, checked against the lease token
+//! One script ([`scripts::WRITE`]) appends a batch: the messages that ended since the last
+//! batch to the transcript, and the event lines since then, in the order they happened, as
+//! one entry of the event stream (one `XADD` a batch, not one an event), checked against the lease token
 //! and numbered, so a worker that lost its lease writes nothing anywhere (neither the
 //! transcript nor the event stream), and no batch lands after one that failed. Batches are
 //! sent without waiting for their reply (pipelined on the worker's connection, which Redis
@@ -29,7 +30,6 @@ use crate::agent::AgentHandle;
 use crate::error::Error;
 use crate::event::AgentEvent;
 use crate::message::Message;
-use crate::wire::encode_event_line;
 
 /// How long a live event (a streaming delta) may wait for others to share its batch.
 pub(crate) const LINGER: Duration = Duration::from_millis(5);
@@ -327,8 +327,10 @@ pub(crate) struct RunWrites {
     /// Whether a user message is among the buffered ops.
     user_buffered: bool,
     events: Option<usize>,
-    /// (`m` or `e`, payload), in order.
-    ops: Vec<(&'static str, Vec<u8>)>,
+    /// The buffered messages' JSON, in order.
+    messages: Vec<Vec<u8>>,
+    /// The buffered events' wire lines, each ending in a newline, in order.
+    lines: Vec<u8>,
     /// When the oldest buffered live event came.
     due: Option<Instant>,
     last_send: Option<Instant>,
@@ -355,7 +357,8 @@ impl RunWrites {
             started,
             user_buffered: false,
             events,
-            ops: Vec::new(),
+            messages: Vec::new(),
+            lines: Vec::new(),
             due: None,
             last_send: None,
             error: None,
@@ -396,13 +399,13 @@ impl RunWrites {
         if let AgentEvent::MessageEnd { message } = event {
             let json =
                 serde_json::to_vec(&**message).expect("OK because a message always serializes");
-            self.ops.push(("m", json));
+            self.messages.push(json);
             self.user_buffered |= matches!(**message, Message::User(_));
         } else if self.events.is_none() {
             return When::Later;
         }
         if self.events.is_some() {
-            self.ops.push(("e", encode_event_line(event).into_bytes()));
+            crate::wire::codec::write_event(&mut self.lines, event);
         }
         if when == When::Soon && matches!(event, AgentEvent::MessageEnd { .. }) {
             // A message waits at most `LINGER` from its end, whenever the last batch went.
@@ -421,7 +424,7 @@ impl RunWrites {
 
     /// What is buffered, as the batch numbered next.
     fn take(&mut self) -> Option<Batch> {
-        if self.ops.is_empty() {
+        if self.messages.is_empty() && self.lines.is_empty() {
             return None;
         }
         self.batch += 1;
@@ -439,7 +442,8 @@ impl RunWrites {
             number: self.batch,
             cap: self.events.unwrap_or(1),
             started,
-            ops: std::mem::take(&mut self.ops),
+            messages: std::mem::take(&mut self.messages),
+            lines: std::mem::take(&mut self.lines),
         })
     }
 
@@ -472,18 +476,19 @@ pub(crate) struct Batch {
     number: u64,
     cap: usize,
     started: String,
-    /// (`m` or `e`, payload), in order.
-    ops: Vec<(&'static str, Vec<u8>)>,
+    messages: Vec<Vec<u8>>,
+    /// The events' wire lines, each ending in a newline: one entry of the event stream.
+    lines: Vec<u8>,
 }
 
 impl Batch {
     /// Appends the batch's arguments after its number, as [`scripts::WRITE`] and
     /// [`scripts::END`] take them: the event stream cap, the inbox entry whose prompt it
-    /// stores (or ''), then the pairs.
+    /// stores (or ''), the event lines (or ''), then the messages.
     pub(crate) fn args(self, cmd: &mut ::redis::Cmd) {
-        cmd.arg(self.cap).arg(self.started);
-        for (op, payload) in self.ops {
-            cmd.arg(op).arg(payload);
+        cmd.arg(self.cap).arg(self.started).arg(self.lines);
+        for message in self.messages {
+            cmd.arg(message);
         }
     }
 
@@ -587,7 +592,8 @@ pub(crate) fn fail(state: &mut State, e: Error) {
     if let Some(run) = &mut state.run
         && run.error.is_none()
     {
-        run.ops.clear();
+        run.messages.clear();
+        run.lines.clear();
         run.abort.abort();
         run.error = Some(e);
     }

@@ -483,6 +483,15 @@ impl Decoder {
         self.max_line_len
     }
 
+    /// This decoder, going on with `reply` as the reply being streamed (a native stream
+    /// joined at a snapshot taken in the middle of a reply).
+    pub(crate) fn continuing(mut self, reply: Option<&PartialMessage>) -> Decoder {
+        if !matches!(self.mode, Mode::Pagent(_)) {
+            self.partial = reply.cloned();
+        }
+        self
+    }
+
     /// The reply being streamed, as far as the decoded lines tell.
     pub fn partial(&self) -> Option<&PartialMessage> {
         match &self.mode {

@@ -88,19 +88,27 @@ impl Mirror {
 
     /// A mirror that starts from `state`, usually the agent's snapshot before the lines. It
     /// reads any dialect, as [`Mirror::new`].
+    ///
+    /// A snapshot taken while a reply streamed (`streaming_message` is `Some`) is continued:
+    /// the native `MessageUpdate` lines that follow advance that reply, text and model
+    /// included, as the agent's own did.
     pub fn from_state(state: State) -> Mirror {
         Mirror {
-            decoder: Decoder::detecting(),
+            decoder: Decoder::detecting().continuing(state.streaming_message.as_ref()),
             state: Arc::new(state),
             joined_calls: 0,
         }
     }
 
     /// Uses `decoder` (to choose the dialect, or raise the line limit). Defaults to
-    /// [`Decoder::detecting`].
+    /// [`Decoder::detecting`]. A decoder at the start of its stream continues the reply of
+    /// the state, as [`Mirror::from_state`] says.
     #[must_use]
     pub fn decoder(mut self, decoder: Decoder) -> Mirror {
-        self.decoder = decoder;
+        self.decoder = match decoder.partial() {
+            None => decoder.continuing(self.state.streaming_message.as_ref()),
+            Some(_) => decoder,
+        };
         self
     }
 
