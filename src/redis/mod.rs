@@ -167,8 +167,8 @@
 //! Counted with `INFO commandstats` over `cargo run --release --features redis --example
 //! fleet -- bench 1 2000 [nolog]` (one worker, 2,000 prompts, each its own conversation,
 //! Faux): per prompt, one `XREADGROUP` and two scripts with the event log off (17 commands
-//! in all, the scripts' own counted), one `XREADGROUP` and three scripts with it on (36
-//! commands). The scripts go by their SHA1 (`EVALSHA`: each connection loads them when it
+//! in all, the scripts' own counted), one `XREADGROUP` and three scripts with it on (24
+//! commands: each batch's events go in one `XADD`; 36.5 with one `XADD` per event). The scripts go by their SHA1 (`EVALSHA`: each connection loads them when it
 //! opens, and a flushed script cache is loaded again), so a call carries its arguments,
 //! not the script's 1-2 KB of text for Redis to hash again; the script that starts a run
 //! runs four commands on a free conversation, the one that ends it ten (the transcript's
