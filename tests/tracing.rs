@@ -16,7 +16,7 @@ mod propagation;
 mod mcp;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use pagent::hooks::ToolDecision;
 use pagent::llm::{Faux, FauxReply, OpenAiCompat};
@@ -233,18 +233,28 @@ impl Recording {
     }
 }
 
+/// Held shared by every test that records and alone by the one that runs without a
+/// subscriber. tracing caches whether a span or event site is enabled once per process, when
+/// it is first reached, and while at most one subscriber exists it asks only the reaching
+/// thread's: a site first reached by the run without a subscriber, while one recording test
+/// runs, stays disabled for that test (its spans went missing under load). Recording tests
+/// may overlap (every one of them enables every site), and each subscriber made afterwards
+/// asks every site again.
+static SUBSCRIBERS: RwLock<()> = RwLock::new(());
+
 /// Runs `f` with a recording subscriber as this thread's default; returns what `f` returned
 /// and the recording.
 fn traced<R>(f: impl FnOnce() -> R) -> (R, Recording) {
-    let recording = Recording::default();
-    let subscriber = tracing_subscriber::registry().with(recording.clone());
-    let r = tracing::subscriber::with_default(subscriber, f);
-    (r, recording)
+    record_with(Recording::default(), f)
 }
 
 /// As [`traced`], with tool workers that leave their span late (see [`SlowToolExit`]).
 fn traced_slow_tool_exit<R>(f: impl FnOnce() -> R) -> (R, Recording) {
-    let recording = Recording(Arc::default(), SlowToolExit(true));
+    record_with(Recording(Arc::default(), SlowToolExit(true)), f)
+}
+
+fn record_with<R>(recording: Recording, f: impl FnOnce() -> R) -> (R, Recording) {
+    let _shared = SUBSCRIBERS.read().unwrap_or_else(|e| e.into_inner());
     let subscriber = tracing_subscriber::registry().with(recording.clone());
     let r = tracing::subscriber::with_default(subscriber, f);
     (r, recording)
@@ -987,6 +997,7 @@ fn contents_carry_images_and_documents_as_blob_and_uri_parts() {
 #[test]
 fn no_subscriber_no_spans_and_the_run_is_the_same() {
     // Spans made while nobody records are disabled, and the run does not change.
+    let _alone = SUBSCRIBERS.write().unwrap_or_else(|e| e.into_inner());
     let agent = content_agent(Some(true));
     let result = agent.prompt("Weather in Oslo?").unwrap();
     assert_eq!(result.text(), "Sunny in Oslo.");
