@@ -143,7 +143,8 @@
 //! one script appends the run's last batch of writes, checks that the earlier batches
 //! landed, records the run done, releases the lease and acknowledges the queue entry, and
 //! in the same round trip [`Worker::run_for`] reads the next queue entries (`XREADGROUP`
-//! without blocking, so that two are in hand; when there is none, the next step waits for
+//! without blocking, two at once when one is left in hand, so that every other end reads
+//! and two or three are in hand; when there is none, the next step waits for
 //! one with a blocking `XREADGROUP`). While one run goes on, the script that starts the
 //! next entry's run (of another conversation) is sent ahead: Redis runs it meanwhile, its
 //! reply comes with the end's, and the next run starts at once (its lease was taken then,
@@ -166,11 +167,13 @@
 //!
 //! Counted with `INFO commandstats` over `cargo run --release --features redis --example
 //! fleet -- bench 1 2000 [nolog]` (one worker, 2,000 prompts, each its own conversation,
-//! Faux): per prompt, one `XREADGROUP` and two scripts with the event log off (17 commands
-//! in all, the scripts' own counted), one `XREADGROUP` and three scripts with it on (24
-//! commands: each batch's events go in one `XADD`; 36.5 with one `XADD` per event). The scripts go by their SHA1 (`EVALSHA`: each connection loads them when it
-//! opens, and a flushed script cache is loaded again), so a call carries its arguments,
-//! not the script's 1-2 KB of text for Redis to hash again; the script that starts a run
+//! Faux): per prompt, half an `XREADGROUP` and two scripts with the event log off (16.5
+//! commands in all, the scripts' own counted; 17 with an `XREADGROUP` per prompt), half an
+//! `XREADGROUP` and three scripts with it on (23.5 commands: each batch's events go in one
+//! `XADD`; 24 with an `XREADGROUP` per prompt, 36.5 with one `XADD` per event). The
+//! scripts go by their SHA1 (`EVALSHA`: each connection loads them when it opens, and a
+//! flushed script cache is loaded again), so a call carries its arguments, not the
+//! script's 1-2 KB of text for Redis to hash again; the script that starts a run
 //! runs four commands on a free conversation, the one that ends it ten (the transcript's
 //! messages with one `RPUSH`, `meta` read with one `HMGET` and written with one `HSET`, the
 //! queue entry acknowledged and the queue trimmed in whole nodes: an `XDEL` of the queue's
@@ -179,33 +182,40 @@
 //! `EVALSHA`, and four round trips with 27 / 49.5 before the end took the last writes and
 //! the next entry along.
 //!
-//! Throughput, one prompt per queue entry, Faux, Redis 7.0 on the same 2-core machine,
-//! which other builds kept busy (figures vary by two to three times between rounds;
-//! medians of 9 rounds). Each round ran `redis-benchmark -c W -n 5000 -q XADD rb '*' f v`,
-//! then `fleet -- bench W 1000 [nolog]` with the build before (an `XDEL` per queue entry,
-//! the `redis` crate's parser, 16 / 35 commands) and with this one, each followed by the
-//! `XADD` again. Wall time did not tell them apart on this machine (the speed-up in the same
-//! round swung from 0.4 to 2.6); the CPU per prompt fell:
+//! Throughput, one prompt per queue entry, Faux, Redis 7.0 on a 2-core virtual machine
+//! whose host took a third of its CPU time (steal): figures swing by up to five times
+//! between rounds a minute apart, so they are medians of 7 rounds, and the instruction
+//! counts below are what tells builds apart. Each round ran, for W = 1, 2 and 4,
+//! `redis-benchmark -p PORT -c W -n 20000 -q XADD rb '*' f v`, then `fleet -- bench W 3000`
+//! and `fleet -- bench W 3000 nolog` with this build and the one before (an `XREADGROUP`
+//! per prompt; alternating which went first), then the `XADD` again:
 //!
-//! | workers | event log | prompts/s before | prompts/s now | speed-up in the same round | `XADD -c W` /s | CPU per prompt now (before): worker, Redis |
+//! | workers | event log | commands now (before) | prompts/s now (before) | `XADD -c W` /s | now / `XADD` | CPU per prompt now (before): worker, Redis |
 //! |---|---|---|---|---|---|---|
-//! | 1 | off | 6,700 | 6,810 | 0.97 | 36,100 | 60 µs (70), 106 µs (109) |
-//! | 1 | on | 3,570 | 4,150 | 1.06 | 40,300 | 100 µs (110), 189 µs (180) |
-//! | 2 | off | 6,200 | 7,050 | 1.02 | 57,200 | 60 µs (70), 102 µs (96) |
-//! | 2 | on | 3,950 | 3,920 | 0.97 | 54,000 | 110 µs (120), 167 µs (167) |
-//! | 4 | off | 7,120 | 6,710 | 1.30 | 62,000 | 60 µs (80), 101 µs (109) |
-//! | 4 | on | 5,060 | 4,640 | 0.96 | 62,700 | 90 µs (100), 167 µs (158) |
+//! | 1 | off | 16.5 (17) | 2,860 (3,580) | 20,400 | 14% | 150 µs (137), 195 µs (170) |
+//! | 1 | on | 23.5 (24) | 2,450 (3,390) | 20,400 | 12% | 170 µs (153), 236 µs (222) |
+//! | 2 | off | 16.5 (17) | 4,520 (4,930) | 42,100 | 11% | 130 µs (103), 141 µs (145) |
+//! | 2 | on | 23.5 (24) | 5,970 (3,130) | 42,100 | 14% | 117 µs (183), 162 µs (201) |
+//! | 4 | off | 16.5 (17) | 5,860 (8,060) | 57,300 | 10% | 117 µs (93), 119 µs (118) |
+//! | 4 | on | 23.5 (24) | 3,890 (5,340) | 57,300 | 7% | 170 µs (127), 177 µs (167) |
+//!
+//! (Half an hour earlier, 7 rounds of the build before alone ran 4,780 / 3,200 prompts/s
+//! with one worker, log off / on, 5,970 / 5,900 with two, 7,520 / 6,070 with four, against
+//! `XADD` at 21,000, 48,400 and 62,500/s: 23% / 15% of the floor with one worker. On an
+//! AMD EPYC guest, before the event log went in batches, 6,800 / 4,150 with one worker.)
 //!
 //! Counted in instructions (callgrind, which no load disturbs; the difference of `bench 1
-//! 1300` and `bench 1 300` on a `redis-server` under callgrind): Redis runs 456,000 per
-//! prompt with the log off (535,000 before `EVALSHA`, -15%) and 716,000 with it on (862,000,
-//! -17%), the prompt's queueing and the bench's reading back included. Of that, the
-//! prompt's three scripts and its `XREADGROUP` cost 350,000 with the log off (383,000 with
-//! an `XDEL` per queue entry, -9%) and 614,000 with it on (644,000, -5%): the commands the
-//! scripts run 77,000, the Lua around them 207,000 (each `EVALSHA` about 7,700 before its
-//! script runs, each argument of a call about 1,200, each `redis.call` about 2,600 beside
-//! the command's own work: measured on one call each under callgrind), the `XREADGROUP`
-//! 50,000 (Redis walks the stream node from its start to the group's position). The
+//! 1300` and `bench 1 300` on a `redis-server` under callgrind): Redis runs 433,000 per
+//! prompt with the log off (462,000 with an `XREADGROUP` per prompt, -6%; 535,000 before
+//! `EVALSHA`) and 551,000 with it on (581,000, -5%; 716,000 with an `XADD` per event,
+//! 862,000 before `EVALSHA`), the prompt's queueing and the bench's reading back included.
+//! Of that, when it read one entry per prompt, the prompt's three scripts and its
+//! `XREADGROUP` cost 350,000 with the log off and 614,000 with it on (an `XADD` per event):
+//! the commands the scripts run 77,000, the Lua around them 207,000 (each `EVALSHA` about
+//! 7,700 before its script runs, each argument of a call about 1,200, each `redis.call`
+//! about 2,600 beside the command's own work: measured on one call each under callgrind),
+//! the `XREADGROUP` 50,000 (Redis walks the stream node from its start to the group's
+//! position; half of it now, with two entries read at once). The
 //! worker's thread ran 169,000 per prompt with the log off, a quarter of it in the `redis`
 //! crate's reply parser; its connections now read replies with a small RESP2 reader of
 //! this module's own (a malformed, cut or oversized reply is an error that closes the
@@ -220,14 +230,15 @@
 //! Redis's CPU for a prompt's commands alone was 70-85 µs when the machine was quiet, so one
 //! Redis serves at most about 12,000 prompts/s of this kind whatever its clients do, and
 //! the one round trip a prompt now waits for is a small part of its time: one worker runs
-//! at 16% of the one-round-trip floor with the log off (`XADD` at 36,000/s in those
-//! rounds), 8% with it on. The prompt's own commands cost Redis about 31 bare `XADD` round
+//! at 14-23% of the one-round-trip floor with the log off (the `XADD -c 1` of the same
+//! rounds), 12-15% with it on. The prompt's own commands cost Redis about 31 bare `XADD` round
 //! trips of work (350,000 instructions), three fifths of it Lua around the commands: the
 //! scripts are what fence every write and keep each step atomic, and Redis Functions
 //! (`FCALL`) run through the same Lua calling code in Redis 7, so they would not cost less.
 //! A prompt must at least take the lease and read the conversation (one script), record it
 //! done, release the lease and acknowledge its queue entry (a second), and read the next
-//! entry: 3 commands from outside and 14 inside the scripts, each of them dearer than the bare `XADD`. What
+//! entry: 2.5 commands from outside and 14 inside the scripts, each of them dearer than
+//! the bare `XADD`. What
 //! is left is CPU on both sides, one after the other where they cannot overlap: the
 //! worker's (its Redis client first) and Redis's scripts.
 //!

@@ -494,3 +494,61 @@ fn the_readme_fleet_example_runs() {
         .unwrap();
     assert_eq!(state.messages.len(), 2);
 }
+
+#[test]
+fn a_prompt_costs_two_scripts_and_half_a_queue_read_and_with_the_event_log_one_script_more() {
+    // A server of its own: its command counts are this test's alone.
+    const PROMPTS: usize = 40;
+    let server = RedisServer::start(false);
+    let mut conn = raw(&server.url());
+    let redis = Redis::open(&server.url()).unwrap().prefix("cost");
+    let store = Store::new(&redis);
+    let factory = |_: &str, messages: Vec<Message>| {
+        Agent::builder()
+            .provider(answering(Duration::ZERO))
+            .messages(messages)
+            .build()
+    };
+    // Calls of each command since the last `CONFIG RESETSTAT`, by `INFO commandstats`.
+    let calls = |conn: &mut redis::Connection, command: &str| -> usize {
+        let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+            .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+    };
+    for (round, log) in [None, Some(1_000)].into_iter().enumerate() {
+        let names: Vec<String> = (0..PROMPTS).map(|i| format!("r{round}c{i}")).collect();
+        queue_prompts(&redis, &store, &names, 1);
+        let worker = Worker::new(&redis, &format!("w{round}"), factory)
+            .unwrap()
+            .events(log);
+        redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query::<()>(&mut conn)
+            .unwrap();
+        let running = worker.clone();
+        let run = std::thread::spawn(move || running.run_for(Duration::from_secs(60)));
+        wait_within("every prompt handled", Duration::from_secs(30), || {
+            unhandled(&mut conn, "cost") == 0
+        });
+        worker.stop();
+        run.join().unwrap().unwrap();
+        let scripts = calls(&mut conn, "evalsha");
+        let reads = calls(&mut conn, "xreadgroup");
+        for name in &names {
+            assert_eq!(store.load(name).unwrap().messages.len(), 2, "{name}");
+        }
+        // A run's start and its end; with the log, a batch of the reply's first events
+        // sent ahead. The queue is read ahead two entries at a time (and once more, blocking,
+        // for the first entry and while idle).
+        let per_prompt = if log.is_some() { 3 } else { 2 };
+        assert!(
+            (per_prompt * PROMPTS..=per_prompt * PROMPTS + 2).contains(&scripts),
+            "log {log:?}: {scripts} scripts for {PROMPTS} prompts"
+        );
+        assert!(
+            reads <= PROMPTS / 2 + 4,
+            "log {log:?}: {reads} queue reads for {PROMPTS} prompts"
+        );
+    }
+}
