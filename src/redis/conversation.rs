@@ -347,7 +347,12 @@ impl Worker {
             .arg(done.unwrap_or(""))
             .arg(entry)
             .arg(GROUP)
-            .arg(millis(self.config.lease));
+            .arg(millis(self.config.lease))
+            .arg(if entry.is_empty() || !self.trims() {
+                ""
+            } else {
+                "1"
+            });
         if let Some(batch) = batch {
             cmd.arg(batch.number());
             batch.args(&mut cmd);

@@ -23,6 +23,12 @@ pub(super) const GROUP: &str = "workers";
 /// The most queue entries [`Worker::run_for`] holds read ahead (see `read_ahead`).
 const READ_AHEAD: usize = 3;
 
+/// A worker trims the queue's handled entries at every this many ends of a run, the first
+/// one included (see `scripts::END`): a trim costs Redis about 38,000 instructions, near a
+/// tenth of a prompt's, and leaves at most one less than this many handled entries more
+/// per worker.
+const TRIM_EVERY: usize = 16;
+
 /// Builds the agent of a conversation from its stored transcript.
 type Factory = dyn Fn(&str, Vec<Message>) -> Result<Agent, Error> + Send + Sync;
 /// Called after each run with the conversation, the inbox entry id and the final state.
@@ -84,6 +90,9 @@ pub(super) struct Shared {
     /// How many [`Worker::run_for`] calls are under way: while one is, the end of each
     /// conversation reads the next queue entry in the same round trip.
     pub(super) reading_ahead: AtomicUsize,
+    /// Queue entries this worker acknowledged with a run's end: every [`TRIM_EVERY`]th end
+    /// trims the queue too.
+    pub(super) ends: AtomicUsize,
     /// Queue entries read ahead, handled one per step.
     pub(super) ahead: Mutex<Vec<::redis::streams::StreamId>>,
     /// The first of them whose run's start was sent ahead: its id and lease token.
@@ -137,6 +146,7 @@ impl Worker {
                 retry_own: AtomicBool::new(true),
                 last_claim: Mutex::new(None),
                 reading_ahead: AtomicUsize::new(0),
+                ends: AtomicUsize::new(0),
                 ahead: Mutex::new(Vec::new()),
                 begun_ahead: Mutex::new(None),
             }),
@@ -521,6 +531,14 @@ impl Worker {
             }
             _ => self.shared.retry_own.store(true, Ordering::Release),
         }
+    }
+
+    /// Whether the end of a run about to be sent trims the queue (every [`TRIM_EVERY`]th).
+    pub(super) fn trims(&self) -> bool {
+        self.shared
+            .ends
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(TRIM_EVERY)
     }
 
     pub(super) fn ack(&self, entry: &str) -> Result<(), Error> {

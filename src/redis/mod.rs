@@ -74,10 +74,11 @@
 //! A conversation's name is any string without `{` or `}` (every call refuses them with
 //! [`Error::Config`]). The queue is the one key every worker reads: its entries only say
 //! "look at conversation c", each a few dozen bytes. A handled entry is acknowledged, and
-//! the queue trimmed (`XTRIM MINID ~`) up to the oldest entry still pending under any
-//! worker: handled entries go in whole stream nodes, not one by one, so the queue's length
-//! (`XLEN`) counts up to a node of them (`stream-node-max-entries`, 100 by default) beside
-//! what is left to do. What is left to do is the group's pending count plus its lag
+//! at every 16th end of a run a worker trims the queue (`XTRIM MINID ~`) up to the oldest
+//! entry still pending under any worker: handled entries go in whole stream nodes, not one
+//! by one, so the queue's length (`XLEN`) counts up to a node of them
+//! (`stream-node-max-entries`, 100 by default) and 15 more per worker beside what is left
+//! to do. What is left to do is the group's pending count plus its lag
 //! (`XINFO GROUPS`).
 //!
 //! # Guarantees
@@ -167,18 +168,21 @@
 //!
 //! Counted with `INFO commandstats` over `cargo run --release --features redis --example
 //! fleet -- bench 1 2000 [nolog]` (one worker, 2,000 prompts, each its own conversation,
-//! Faux): per prompt, half an `XREADGROUP` and two scripts with the event log off (16.5
-//! commands in all, the scripts' own counted; 17 with an `XREADGROUP` per prompt), half an
-//! `XREADGROUP` and three scripts with it on (23.5 commands: each batch's events go in one
-//! `XADD`; 24 with an `XREADGROUP` per prompt, 36.5 with one `XADD` per event). The
+//! Faux): per prompt, half an `XREADGROUP` and two scripts with the event log off (14.6
+//! commands in all, the scripts' own counted; 16.5 with the queue trimmed at every end, 17
+//! with an `XREADGROUP` per prompt too), half an `XREADGROUP` and three scripts with it on
+//! (21.6 commands: each batch's events go in one `XADD`; 23.5 and 24 as before, 36.5 with
+//! one `XADD` per event). The
 //! scripts go by their SHA1 (`EVALSHA`: each connection loads them when it opens, and a
 //! flushed script cache is loaded again), so a call carries its arguments, not the
 //! script's 1-2 KB of text for Redis to hash again; the script that starts a run
-//! runs four commands on a free conversation, the one that ends it ten (the transcript's
+//! runs four commands on a free conversation, the one that ends it eight (the transcript's
 //! messages with one `RPUSH`, `meta` read with one `HMGET` and written with one `HSET`, the
-//! queue entry acknowledged and the queue trimmed in whole nodes: an `XDEL` of the queue's
-//! first entry made Redis scan the node for the next one, a trim of whole nodes scans
-//! nothing). It was 16 / 35 commands with an `XDEL` per entry, 25 / 43.5 before
+//! queue entry acknowledged), and two more at every 16th end of a worker, which trims the
+//! queue in whole nodes (an `XDEL` of the queue's first entry made Redis scan the node for
+//! the next one, a trim of whole nodes scans nothing; the oldest pending entry, which the
+//! trim must keep, is found with an `XPENDING`: the two cost Redis about 38,000
+//! instructions, a tenth of a prompt, when every end trimmed). It was 16 / 35 commands with an `XDEL` per entry, 25 / 43.5 before
 //! `EVALSHA`, and four round trips with 27 / 49.5 before the end took the last writes and
 //! the next entry along.
 //!
@@ -188,7 +192,9 @@
 //! counts below are what tells builds apart. Each round ran, for W = 1, 2 and 4,
 //! `redis-benchmark -p PORT -c W -n 20000 -q XADD rb '*' f v`, then `fleet -- bench W 3000`
 //! and `fleet -- bench W 3000 nolog` with this build and the one before (an `XREADGROUP`
-//! per prompt; alternating which went first), then the `XADD` again:
+//! per prompt; alternating which went first), then the `XADD` again (before the queue was
+//! trimmed at every 16th end only, which took a tenth of Redis's instructions per prompt
+//! away, below):
 //!
 //! | workers | event log | commands now (before) | prompts/s now (before) | `XADD -c W` /s | now / `XADD` | CPU per prompt now (before): worker, Redis |
 //! |---|---|---|---|---|---|---|
@@ -205,10 +211,11 @@
 //! AMD EPYC guest, before the event log went in batches, 6,800 / 4,150 with one worker.)
 //!
 //! Counted in instructions (callgrind, which no load disturbs; the difference of `bench 1
-//! 1300` and `bench 1 300` on a `redis-server` under callgrind): Redis runs 433,000 per
-//! prompt with the log off (462,000 with an `XREADGROUP` per prompt, -6%; 535,000 before
-//! `EVALSHA`) and 551,000 with it on (581,000, -5%; 716,000 with an `XADD` per event,
-//! 862,000 before `EVALSHA`), the prompt's queueing and the bench's reading back included.
+//! 1300` and `bench 1 300` on a `redis-server` under callgrind): Redis runs 389,000 per
+//! prompt with the log off (433,000 with the queue trimmed at every end, -10%; 462,000 with
+//! an `XREADGROUP` per prompt too, -6%; 535,000 before `EVALSHA`) and 512,000 with it on
+//! (551,000, -7%; 581,000, -5%; 716,000 with an `XADD` per event, 862,000 before
+//! `EVALSHA`), the prompt's queueing and the bench's reading back included.
 //! Of that, when it read one entry per prompt, the prompt's three scripts and its
 //! `XREADGROUP` cost 350,000 with the log off and 614,000 with it on (an `XADD` per event):
 //! the commands the scripts run 77,000, the Lua around them 207,000 (each `EVALSHA` about
@@ -226,21 +233,22 @@
 //!
 //! The floor of bare round trips is not within reach, and no client can reach it: one bare
 //! `XADD` round trip costs Redis about 11,400 instructions (callgrind, over
-//! `redis-benchmark -c 1 XADD`), a prompt (queued, run, read back) about 40 times that;
-//! Redis's CPU for a prompt's commands alone was 70-85 µs when the machine was quiet, so one
-//! Redis serves at most about 12,000 prompts/s of this kind whatever its clients do, and
-//! the one round trip a prompt now waits for is a small part of its time: one worker runs
-//! at 14-23% of the one-round-trip floor with the log off (the `XADD -c 1` of the same
-//! rounds), 12-15% with it on. The prompt's own commands cost Redis about 31 bare `XADD` round
-//! trips of work (350,000 instructions), three fifths of it Lua around the commands: the
-//! scripts are what fence every write and keep each step atomic, and Redis Functions
-//! (`FCALL`) run through the same Lua calling code in Redis 7, so they would not cost less.
-//! A prompt must at least take the lease and read the conversation (one script), record it
-//! done, release the lease and acknowledge its queue entry (a second), and read the next
-//! entry: 2.5 commands from outside and 14 inside the scripts, each of them dearer than
-//! the bare `XADD`. What
-//! is left is CPU on both sides, one after the other where they cannot overlap: the
-//! worker's (its Redis client first) and Redis's scripts.
+//! `redis-benchmark -c 1 XADD`), a prompt (queued, run, read back) about 34 times that (40
+//! before the two changes above); Redis's CPU for a prompt's commands alone was 70-85 µs
+//! when the machine was quiet, so one Redis serves at most about 12,000 prompts/s of this
+//! kind whatever its clients do, and the one round trip a prompt now waits for is a small
+//! part of its time: one worker runs at 14-23% of the one-round-trip floor with the log
+//! off (the `XADD -c 1` of the same rounds), 12-15% with it on. The prompt's own commands
+//! cost Redis about 31 bare `XADD` round trips of work (350,000 instructions when each end
+//! trimmed the queue and read one entry; about 280,000 now, by the totals above), three
+//! fifths of it Lua around the commands: the scripts are what fence every write and keep
+//! each step atomic, and Redis Functions (`FCALL`) run through the same Lua calling code in
+//! Redis 7, so they would not cost less. A prompt must at least take the lease and read the
+//! conversation (one script), record it done, release the lease and acknowledge its queue
+//! entry (a second), and read the next entry: 2.5 commands from outside and 12 inside the
+//! scripts, each of them dearer than the bare `XADD`. What is left is CPU on both sides,
+//! one after the other where they cannot overlap: the worker's (its Redis client first)
+//! and Redis's scripts.
 //!
 //! Memory per conversation (`MEMORY USAGE`, Redis 7, measured with `fleet memory`):
 //! - the transcript: the messages' JSON plus a few bytes each (about 3.2 KB for 10 short

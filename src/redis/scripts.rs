@@ -109,9 +109,9 @@ end
 }
 
 /// The Lua of acknowledging a queue entry, shared by [`END`] and [`ACK`]:
-/// `ack(queue, group, entry)` acknowledges `entry`, then drops the queue's handled entries
-/// in whole stream nodes (`XTRIM MINID ~`): those before both `entry` and the group's oldest
-/// pending entry. Each of them was delivered (the group hands entries out in order, and
+/// `ack(queue, group, entry, trim)` acknowledges `entry`, then, when `trim`, drops the
+/// queue's handled entries in whole stream nodes (`XTRIM MINID ~`): those before both
+/// `entry` and the group's oldest pending entry. Each of them was delivered (the group hands entries out in order, and
 /// `entry` was handed out) and is not pending: it was acknowledged. An entry pending under
 /// any worker, dead or alive, and every entry not delivered yet, stay.
 ///
@@ -130,8 +130,9 @@ local function before(a, b)
   if #as ~= #bs then return #as < #bs end
   return as < bs
 end
-local function ack(queue, group, entry)
+local function ack(queue, group, entry, trim)
   redis.call('XACK', queue, group, entry)
+  if not trim then return end
   local min = entry
   local oldest = redis.call('XPENDING', queue, group, '-', '+', 1)
   if #oldest > 0 and before(oldest[1][1], min) then min = oldest[1][1] end
@@ -141,13 +142,13 @@ end
     };
 }
 
-/// Acknowledges a queue entry that runs nothing (see `ack_entry!`). KEYS: queue. ARGV:
-/// group, entry. Returns 1.
+/// Acknowledges a queue entry that runs nothing and trims the queue (see `ack_entry!`).
+/// KEYS: queue. ARGV: group, entry. Returns 1.
 pub(crate) static ACK: Script = Script::new(concat!(
     "#!lua\n",
     ack_entry!(),
     r"
-ack(KEYS[1], ARGV[1], ARGV[2])
+ack(KEYS[1], ARGV[1], ARGV[2], true)
 return 1
 "
 ));
@@ -176,13 +177,14 @@ return applied
 /// entries (the lease is kept) or releases the lease and acknowledges the queue entry.
 /// KEYS: lease, meta, inbox, queue, messages, events. ARGV: token, the last write expected
 /// (`<token> <n>`, or '' for none; with a batch, that batch's), the inbox entry done (or
-/// ''), the queue entry (or ''), the group, lease ms, then the batch or nothing: its
+/// ''), the queue entry (or ''), the group, lease ms, whether to trim the queue ('1' or
+/// '': a worker trims at every `TRIM_EVERY`th end), then the batch or nothing: its
 /// number, the event stream cap, the inbox entry whose prompt it stores (or ''), its event
-/// lines and messages as [`WRITE`] takes them. Returns `{1}` released, `{0, entries}` more to do, `{-1}` the
-/// lease is not ours, `{-2}` a write of the run is missing.
+/// lines and messages as [`WRITE`] takes them. Returns `{1}` released, `{0, entries}` more
+/// to do, `{-1}` the lease is not ours, `{-2}` a write of the run is missing.
 ///
 /// `meta` is read with one `HMGET` and written with one `HSET`; the queue entry is
-/// acknowledged as [`ACK`] does it.
+/// acknowledged as [`ACK`] does it, the queue trimmed only when asked.
 pub(crate) static END: Script = Script::new(concat!(
     "#!lua\n",
     apply_batch!(),
@@ -194,8 +196,8 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
 end
 local meta = redis.call('HMGET', KEYS[2], 'wrote', 'done', 'failed')
 local set = {}
-if #ARGV > 6 then
-  if apply(ARGV[1], ARGV[7], meta[1], KEYS[5], KEYS[6], ARGV[8], ARGV[9], 10, set) ~= 1 then
+if #ARGV > 7 then
+  if apply(ARGV[1], ARGV[8], meta[1], KEYS[5], KEYS[6], ARGV[9], ARGV[10], 11, set) ~= 1 then
     return {-2}
   end
 elseif ARGV[2] ~= '' and meta[1] ~= ARGV[2] then
@@ -221,7 +223,7 @@ redis.call('DEL', KEYS[1])
 set[#set + 1] = 'ended'
 set[#set + 1] = ARGV[1]
 redis.call('HSET', KEYS[2], unpack(set))
-if ARGV[4] ~= '' then ack(KEYS[4], ARGV[5], ARGV[4]) end
+if ARGV[4] ~= '' then ack(KEYS[4], ARGV[5], ARGV[4], ARGV[7] ~= '') end
 return {1}
 "
 ));
