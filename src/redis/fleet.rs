@@ -495,7 +495,7 @@ impl Worker {
     /// ahead while the current one runs, see `begin_ahead`) and one or two after it. It
     /// reads when one is left, two at once: one `XREADGROUP` for every two prompts (Redis
     /// walks the stream's node up to the group's place for each, 50,000 instructions of a
-    /// prompt's 456,000 when it read one per prompt).
+    /// prompt's 462,000 when it read one per prompt).
     pub(super) fn read_ahead(&self) -> Option<::redis::Cmd> {
         let shared = &self.shared;
         let held = shared.ahead.lock().len();

@@ -111,9 +111,10 @@ end
 /// The Lua of acknowledging a queue entry, shared by [`END`] and [`ACK`]:
 /// `ack(queue, group, entry, trim)` acknowledges `entry`, then, when `trim`, drops the
 /// queue's handled entries in whole stream nodes (`XTRIM MINID ~`): those before both
-/// `entry` and the group's oldest pending entry. Each of them was delivered (the group hands entries out in order, and
-/// `entry` was handed out) and is not pending: it was acknowledged. An entry pending under
-/// any worker, dead or alive, and every entry not delivered yet, stay.
+/// `entry` and the group's oldest pending entry. Each of them was delivered (the group
+/// hands entries out in order, and `entry` was handed out) and is not pending: it was
+/// acknowledged. An entry pending under any worker, dead or alive, and every entry not
+/// delivered yet, stay.
 ///
 /// Not `XDEL` per entry: deleting the queue's first entry makes Redis scan the stream node
 /// from its start for the new first one (and find the entry from there), about 50 entries
