@@ -279,6 +279,58 @@ fn items_sent_whole_without_deltas_are_read() {
     assert_eq!(rec.lines()[9], "args[0] x1 \"{\\\"city\\\":\\\"Oslo\\\"}\"");
 }
 
+/// An item's fields are read in any order, its `type` last included; an item or part of
+/// another type is skipped whatever its fields hold (a field of a shape the decoder would
+/// refuse in a known item); a known item whose field has the wrong shape is a typed stream
+/// error, and the reply keeps what came before it.
+#[test]
+fn items_are_read_in_any_field_order_and_other_types_whatever_they_hold() {
+    let sse = concat!(
+        "data: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_o\"}}\n\n",
+        "data: {\"type\":\"response.output_item.added\",\"item\":{\"id\":\"ws_o\",\"content\":\"a string\",\"name\":{\"an\":\"object\"},\"arguments\":7,\"type\":\"web_search_call\"}}\n\n",
+        "data: {\"type\":\"response.output_item.done\",\"item\":{\"id\":3,\"summary\":null,\"type\":\"mcp_list_tools\"}}\n\n",
+        "data: {\"type\":\"response.output_item.done\",\"item\":{\"content\":[{\"text\":{\"not\":\"text\"},\"type\":\"output_image\"},{\"text\":\"Calling \\u00e9.\",\"type\":\"output_text\"}],\"id\":\"m_o\",\"type\":\"message\"}}\n\n",
+        "data: {\"type\":\"response.output_item.done\",\"item\":{\"arguments\":\"{}\",\"name\":\"get_weather\",\"call_id\":\"c_o\",\"id\":\"fc_o\",\"type\":\"function_call\"}}\n\n",
+        "data: {\"type\":\"response.completed\",\"response\":{\"id\":\"resp_o\",\"status\":\"completed\"}}\n\n",
+    );
+    let server = Server::start(vec![
+        Reply::sse(sse),
+        Reply::sse_file("written/responses_text.sse"),
+    ]);
+    let (first, rec) = agent(responses(&server), "m");
+    first.prompt("Hi").unwrap();
+    assert_eq!(
+        rec.lines()[5..8],
+        [
+            "text x1 \"Calling é.\"",
+            "call c_o get_weather",
+            "args[0] x1 \"{}\"",
+        ]
+    );
+
+    let sse = concat!(
+        "data: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_b\"}}\n\n",
+        "data: {\"type\":\"response.output_item.added\",\"item\":{\"type\":\"message\",\"id\":\"m_b\",\"content\":[]}}\n\n",
+        "data: {\"type\":\"response.output_text.delta\",\"item_id\":\"m_b\",\"delta\":\"Kept\"}\n\n",
+        "data: {\"type\":\"response.output_item.done\",\"item\":{\"type\":\"function_call\",\"id\":\"fc_b\",\"name\":[\"not a name\"]}}\n\n",
+    );
+    let server = Server::start(vec![Reply::sse(sse)]);
+    let (agent, _) = agent(responses(&server), "m");
+    let failed = agent.prompt("Hi").unwrap_err();
+    let Error::Stream(message) = failed.error() else {
+        panic!("not a stream error: {:?}", failed.error());
+    };
+    assert!(
+        message.starts_with("a response.output_item.done event is not as the API defines it"),
+        "{message}"
+    );
+    let partial = failed.result().messages[1].as_assistant().unwrap();
+    assert_eq!(
+        (partial.text(), partial.stop_reason),
+        ("Kept".to_owned(), StopReason::Error)
+    );
+}
+
 /// The event's `type` is read from the start of its text when it comes first unescaped;
 /// an escaped one, or one after other fields, is parsed: the same events either way.
 #[test]

@@ -880,52 +880,127 @@ struct ItemEvent<'a> {
     item: OutputItem<'a>,
 }
 
-#[derive(Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+/// An output item, as far as the decoder reads it. Read through [`FlatItem`], not as an
+/// internally tagged enum: serde reads such an enum by buffering the whole item into a tree
+/// of its own first (about 5,000 instructions and a dozen allocations per item, two items
+/// per tool call), to find its `type` wherever it stands.
 enum OutputItem<'a> {
     Message {
-        #[serde(borrow)]
         id: Option<Cow<'a, str>>,
-        #[serde(default, borrow)]
         content: Vec<OutputPart<'a>>,
     },
     Reasoning {
-        #[serde(borrow)]
         id: Option<Cow<'a, str>>,
-        #[serde(default, borrow)]
         summary: Vec<TextPart<'a>>,
-        #[serde(default, borrow)]
         content: Option<Vec<TextPart<'a>>>,
-        #[serde(borrow)]
         encrypted_content: Option<Cow<'a, str>>,
     },
     FunctionCall {
-        #[serde(borrow)]
         id: Option<Cow<'a, str>>,
-        #[serde(borrow)]
         call_id: Option<Cow<'a, str>>,
-        #[serde(default, borrow)]
         name: Cow<'a, str>,
-        #[serde(default, borrow)]
         arguments: Cow<'a, str>,
     },
-    #[serde(other)]
+    /// An item of another type (a web search, an MCP call), whatever its fields hold.
+    Other,
+}
+
+/// An item's fields in one pass, in any order: its `type`, and the fields the decoder may
+/// read as the JSON text they are (borrowed, not parsed), read as that type's fields once
+/// the type is known. So a field of another shape in an item of another type is no error,
+/// as with the tagged enum, and nothing is copied or buffered.
+#[derive(Deserialize)]
+struct FlatItem<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(borrow)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow)]
+    call_id: Option<&'a RawValue>,
+    #[serde(borrow)]
+    name: Option<&'a RawValue>,
+    #[serde(borrow)]
+    arguments: Option<&'a RawValue>,
+    #[serde(borrow)]
+    content: Option<&'a RawValue>,
+    #[serde(borrow)]
+    summary: Option<&'a RawValue>,
+    #[serde(borrow)]
+    encrypted_content: Option<&'a RawValue>,
+}
+
+/// Reads `raw` (a field of an item or part whose type is known now) as `T`; a missing or
+/// `null` field as `T::default()`.
+fn field<'a, T: Deserialize<'a> + Default, E: serde::de::Error>(
+    raw: Option<&'a RawValue>,
+) -> Result<T, E> {
+    match raw {
+        Some(raw) => serde_json::from_str(raw.get()).map_err(E::custom),
+        None => Ok(T::default()),
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for OutputItem<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let item = FlatItem::deserialize(d)?;
+        // `Option<Borrowed>`, not `Option<Cow>`: serde copies a `Cow` inside an `Option`.
+        let text = |raw| field::<Option<Borrowed<'a>>, D::Error>(raw).map(|s| s.map(|s| s.0));
+        Ok(match &*item.kind {
+            "message" => OutputItem::Message {
+                id: text(item.id)?,
+                content: field(item.content)?,
+            },
+            "reasoning" => OutputItem::Reasoning {
+                id: text(item.id)?,
+                summary: field(item.summary)?,
+                content: field(item.content)?,
+                encrypted_content: text(item.encrypted_content)?,
+            },
+            "function_call" => OutputItem::FunctionCall {
+                id: text(item.id)?,
+                call_id: text(item.call_id)?,
+                name: text(item.name)?.unwrap_or_default(),
+                arguments: text(item.arguments)?.unwrap_or_default(),
+            },
+            _ => OutputItem::Other,
+        })
+    }
+}
+
+/// A part of a message item, read as [`OutputItem`] is (see [`FlatPart`]).
+enum OutputPart<'a> {
+    OutputText { text: Cow<'a, str> },
+    Refusal { refusal: Cow<'a, str> },
     Other,
 }
 
 #[derive(Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-enum OutputPart<'a> {
-    OutputText {
-        #[serde(default, borrow)]
-        text: Cow<'a, str>,
-    },
-    Refusal {
-        #[serde(default, borrow)]
-        refusal: Cow<'a, str>,
-    },
-    #[serde(other)]
-    Other,
+struct FlatPart<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(borrow)]
+    text: Option<&'a RawValue>,
+    #[serde(borrow)]
+    refusal: Option<&'a RawValue>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for OutputPart<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let part = FlatPart::deserialize(d)?;
+        let text = |raw| {
+            field::<Option<Borrowed<'a>>, D::Error>(raw)
+                .map(|s| s.map_or(Cow::Borrowed(""), |s| s.0))
+        };
+        Ok(match &*part.kind {
+            "output_text" => OutputPart::OutputText {
+                text: text(part.text)?,
+            },
+            "refusal" => OutputPart::Refusal {
+                refusal: text(part.refusal)?,
+            },
+            _ => OutputPart::Other,
+        })
+    }
 }
 
 #[derive(Deserialize)]
@@ -943,11 +1018,11 @@ struct ResponseEvent<'a> {
 #[derive(Deserialize)]
 struct WireResponse<'a> {
     #[serde(borrow)]
-    id: Option<Cow<'a, str>>,
+    id: Option<Borrowed<'a>>,
     #[serde(borrow)]
-    model: Option<Cow<'a, str>>,
+    model: Option<Borrowed<'a>>,
     #[serde(borrow)]
-    status: Option<Cow<'a, str>>,
+    status: Option<Borrowed<'a>>,
     usage: Option<WireUsage>,
     #[serde(borrow)]
     incomplete_details: Option<Incomplete<'a>>,
@@ -957,7 +1032,7 @@ struct WireResponse<'a> {
 #[derive(Deserialize)]
 struct Incomplete<'a> {
     #[serde(borrow)]
-    reason: Option<Cow<'a, str>>,
+    reason: Option<Borrowed<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -1146,12 +1221,17 @@ impl Decoder {
     }
 
     fn head(&mut self, response: &WireResponse<'_>) {
-        if let Some(id) = &response.id {
-            self.id = Some(id.to_string());
-        }
-        if let Some(model) = response.model.as_ref().filter(|m| !m.is_empty()) {
-            self.model = Some(model.to_string());
-        }
+        // `response.created` and `response.completed` both carry them, nearly always the
+        // same: copied once.
+        let keep = |kept: &mut Option<String>, new: Option<&Borrowed<'_>>| {
+            if let Some(new) = new.filter(|new| !new.0.is_empty())
+                && kept.as_deref() != Some(&*new.0)
+            {
+                *kept = Some(new.0.to_string());
+            }
+        };
+        keep(&mut self.id, response.id.as_ref());
+        keep(&mut self.model, response.model.as_ref());
     }
 
     fn item_added(&mut self, item: OutputItem<'_>, out: &mut Emitter<'_, '_>) -> Result<(), Error> {
@@ -1344,8 +1424,9 @@ impl Decoder {
         let reason = response
             .incomplete_details
             .and_then(|d| d.reason)
+            .map(|r| r.0)
             .unwrap_or_default();
-        self.stop = Some(match response.status.as_deref() {
+        self.stop = Some(match response.status.as_ref().map(|s| &*s.0) {
             Some("failed") => {
                 let error = response.error.unwrap_or(Value::Null);
                 return Err(match error {
