@@ -882,8 +882,8 @@ struct ItemEvent<'a> {
 
 /// An output item, as far as the decoder reads it. Read through [`FlatItem`], not as an
 /// internally tagged enum: serde reads such an enum by buffering the whole item into a tree
-/// of its own first (about 5,000 instructions and a dozen allocations per item, two items
-/// per tool call), to find its `type` wherever it stands.
+/// of its own first, to find its `type` wherever it stands (that tree's code ran about 3,500
+/// instructions per item, two items per tool call; the whole read is 1,450 fewer now).
 enum OutputItem<'a> {
     Message {
         id: Option<Cow<'a, str>>,
