@@ -186,29 +186,27 @@
 //! `EVALSHA`, and four round trips with 27 / 49.5 before the end took the last writes and
 //! the next entry along.
 //!
-//! Throughput, one prompt per queue entry, Faux, Redis 7.0 on a 2-core virtual machine
-//! whose host took a third of its CPU time (steal): figures swing by up to five times
-//! between rounds a minute apart, so they are medians of 7 rounds, and the instruction
-//! counts below are what tells builds apart. Each round ran, for W = 1, 2 and 4,
-//! `redis-benchmark -p PORT -c W -n 20000 -q XADD rb '*' f v`, then `fleet -- bench W 3000`
-//! and `fleet -- bench W 3000 nolog` with this build and the one before (an `XREADGROUP`
-//! per prompt; alternating which went first), then the `XADD` again (before the queue was
-//! trimmed at every 16th end only, which took a tenth of Redis's instructions per prompt
-//! away, below):
+//! Throughput, one prompt per queue entry, Faux, Redis 7.0 on a quiet 2-core virtual
+//! machine (Intel Xeon, 2.8 GHz; `vmstat` 99% idle between rounds, steal under 2%). Each of
+//! 3 rounds ran, for W = 1, 2 and 4, `redis-benchmark -p PORT -c W -n 20000 -q XADD rb '*'
+//! f v`, then `fleet -- bench W 3000` and `fleet -- bench W 3000 nolog`, then the `XADD`
+//! again; the table gives the medians (the CPU column is one more run of each, as the bench
+//! prints it: the whole process, queueing and reading back included, and Redis):
 //!
-//! | workers | event log | commands now (before) | prompts/s now (before) | `XADD -c W` /s | now / `XADD` | CPU per prompt now (before): worker, Redis |
-//! |---|---|---|---|---|---|---|
-//! | 1 | off | 16.5 (17) | 2,860 (3,580) | 20,400 | 14% | 150 µs (137), 195 µs (170) |
-//! | 1 | on | 23.5 (24) | 2,450 (3,390) | 20,400 | 12% | 170 µs (153), 236 µs (222) |
-//! | 2 | off | 16.5 (17) | 4,520 (4,930) | 42,100 | 11% | 130 µs (103), 141 µs (145) |
-//! | 2 | on | 23.5 (24) | 5,970 (3,130) | 42,100 | 14% | 117 µs (183), 162 µs (201) |
-//! | 4 | off | 16.5 (17) | 5,860 (8,060) | 57,300 | 10% | 117 µs (93), 119 µs (118) |
-//! | 4 | on | 23.5 (24) | 3,890 (5,340) | 57,300 | 7% | 170 µs (127), 177 µs (167) |
+//! | workers | event log | commands per prompt | prompts/s (3 rounds) | `XADD -c W` /s | prompts / `XADD -c W` | prompts / `XADD -c 1` | CPU per prompt: process, Redis |
+//! |---|---|---|---|---|---|---|---|
+//! | 1 | off | 14.6 | **6,753** (6,631-6,764) | 16,490 | 41% | 41% | 73 µs, 97 µs |
+//! | 1 | on | 21.6 | 5,420 (5,410-5,604) | 16,490 | 33% | 33% | 87 µs, 144 µs |
+//! | 2 | off | 14.6 | **13,191** (13,087-13,712) | 30,940 | 43% | 80% | 50 µs, 73 µs |
+//! | 2 | on | 21.6 | 9,201 (8,587-9,290) | 30,940 | 30% | 56% | 83 µs, 96 µs |
+//! | 4 | off | 14.6 | **14,713** (14,536-16,030) | 61,740 | 24% | 89% | 50 µs, 59 µs |
+//! | 4 | on | 21.6 | 12,559 (10,999-13,019) | 61,740 | 20% | 76% | 63 µs, 85 µs |
 //!
-//! (Half an hour earlier, 7 rounds of the build before alone ran 4,780 / 3,200 prompts/s
-//! with one worker, log off / on, 5,970 / 5,900 with two, 7,520 / 6,070 with four, against
-//! `XADD` at 21,000, 48,400 and 62,500/s: 23% / 15% of the floor with one worker. On an
-//! AMD EPYC guest, before the event log went in batches, 6,800 / 4,150 with one worker.)
+//! On the same machine under load (its host took a third of its CPU time, and figures swung
+//! by up to five times between rounds a minute apart; medians of 7 rounds), the same build
+//! ran 2,860 / 2,450 prompts/s with one worker (log off / on) against `XADD` at 20,400/s
+//! (14% / 12%), 4,520 / 5,970 with two and 5,860 / 3,890 with four: what a build gains is
+//! told apart by the instruction counts below, which no load disturbs.
 //!
 //! Counted in instructions (callgrind, which no load disturbs; the difference of `bench 1
 //! 1300` and `bench 1 300` on a `redis-server` under callgrind): Redis runs 389,000 per
@@ -234,11 +232,12 @@
 //! The floor of bare round trips is not within reach, and no client can reach it: one bare
 //! `XADD` round trip costs Redis about 11,400 instructions (callgrind, over
 //! `redis-benchmark -c 1 XADD`), a prompt (queued, run, read back) about 34 times that (40
-//! before the two changes above); Redis's CPU for a prompt's commands alone was 70-85 µs
-//! when the machine was quiet, so one Redis serves at most about 12,000 prompts/s of this
-//! kind whatever its clients do, and the one round trip a prompt now waits for is a small
-//! part of its time: one worker runs at 14-23% of the one-round-trip floor with the log
-//! off (the `XADD -c 1` of the same rounds), 12-15% with it on. The prompt's own commands
+//! before the two changes above); Redis's CPU for a prompt, its queueing and reading back
+//! included, is 59-97 µs with the log off (the table), so one Redis serves at most about
+//! 10,000-17,000 prompts/s of this kind whatever its clients do (four workers reached
+//! 14,713, at best 16,030), and the one round trip a prompt now waits for is a small part
+//! of its time: one worker runs at 41% of the one-round-trip floor with the log off (the
+//! `XADD -c 1` of the same rounds; 14-23% under load), 33% with it on. The prompt's own commands
 //! cost Redis about 31 bare `XADD` round trips of work (350,000 instructions when each end
 //! trimmed the queue and read one entry; about 280,000 now, by the totals above), three
 //! fifths of it Lua around the commands: the scripts are what fence every write and keep
