@@ -516,6 +516,100 @@ fn a_connection_dropped_mid_reply_is_a_connection_error() {
     assert_eq!(text, "Hello wor");
 }
 
+/// Anthropic's events, blocks and deltas are read by their `type` wherever it stands, first,
+/// last or escaped; blocks, deltas and events of other types are skipped whatever their
+/// fields hold; a known block or delta without a field its type requires, and an event that
+/// is not JSON (one the decoder skips included), are typed stream errors that keep what
+/// streamed before them.
+#[test]
+fn anthropic_objects_are_read_by_their_type_wherever_it_stands() {
+    let events = [
+        r#"{"type":"message_start","message":{"id":"msg_o","model":"claude-x","usage":{"input_tokens":5}}}"#,
+        r#"{"index":0,"content_block":{"text":"","type":"text"},"type":"content_block_start"}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"text":"Sunny \u00e9","type":"text_delta"}}"#,
+        r#"{"type":"content_block_d\u0065lta","index":0,"delta":{"type":"text_delta","text":", warm"}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"citations_delta","citation":{"cited_text":"x"},"text":7}}"#,
+        r#"{"type":"content_block_stop","index":0}"#,
+        r#"{"type":"content_block_start","index":1,"content_block":{"type":"redacted_thinking","data":"abc","text":{"not":"text"},"id":3}}"#,
+        r#"{"type":"ping","anything":[1,{"a":null}]}"#,
+        r#"{"type":"a_future_event","index":"one","delta":7}"#,
+        r#"{"type":"content_block_start","index":2,"content_block":{"name":"get_weather","id":"toolu_o","input":{},"type":"tool_use"}}"#,
+        r#"{"type":"content_block_delta","index":2,"delta":{"partial_json":"{}","type":"input_json_delta"}}"#,
+        r#"{"usage":{"output_tokens":9},"delta":{"stop_reason":"tool_use"},"type":"message_delta"}"#,
+        r#"{"type":"message_stop"}"#,
+    ];
+    let stream: String = events.iter().map(|e| format!("data: {e}\n\n")).collect();
+    let server = Server::start(vec![
+        Reply::sse(stream),
+        Reply::sse_file("written/anthropic_text.sse"),
+    ]);
+    let (first, rec) = agent(anthropic(&server), "claude-x");
+    first.prompt("Hi").unwrap();
+    assert_eq!(
+        rec.lines()[4..11],
+        [
+            "MessageStart assistant",
+            "usage in=5 out=0 cache_read=0 cache_write=0 reasoning=0 total=5",
+            "text x2 \"Sunny é, warm\"",
+            "call toolu_o get_weather",
+            "args[0] x1 \"{}\"",
+            "usage in=5 out=9 cache_read=0 cache_write=0 reasoning=0 total=14",
+            "MessageEnd assistant ToolUse calls=1",
+        ]
+    );
+
+    let start = [
+        r#"{"type":"message_start","message":{"id":"msg_b"}}"#,
+        r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Kept"}}"#,
+    ];
+    for (bad, says) in [
+        (
+            r#"{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","name":"f"}}"#,
+            "missing field `id`",
+        ),
+        (
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":null}}"#,
+            "invalid type: null",
+        ),
+        (
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":["no"]}}"#,
+            "invalid type",
+        ),
+        (
+            r#"{"type":"content_block_start","index":1,"content_block":{"type":"text","text":null}}"#,
+            "invalid type: null",
+        ),
+        (r#"{"type":"ping","cut"#, "an event is not valid json"),
+        (
+            r#"{"type":"message_stop"} and more"#,
+            "an event is not valid json",
+        ),
+    ] {
+        let stream: String = start
+            .iter()
+            .chain([&bad])
+            .map(|e| format!("data: {e}\n\n"))
+            .collect();
+        let server = Server::start(vec![Reply::sse(stream)]);
+        let (agent, _) = agent(anthropic(&server), "claude-x");
+        let (error, result) = agent.prompt("Hi").unwrap_err().into_parts();
+        let Error::Stream(message) = &error else {
+            panic!("not a stream error for {bad}: {error:?}");
+        };
+        assert!(
+            message.starts_with("an event is not valid json") && message.contains(says),
+            "{bad}: {message}"
+        );
+        let reply = result.messages[1].as_assistant().unwrap();
+        assert_eq!(
+            (reply.text(), reply.stop_reason),
+            ("Kept".to_owned(), StopReason::Error),
+            "{bad}"
+        );
+    }
+}
+
 #[test]
 fn anthropic_error_event_is_an_api_error() {
     let stream = String::from_utf8(data("written/anthropic_error.sse")).unwrap();

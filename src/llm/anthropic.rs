@@ -3,6 +3,7 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use serde::de::IgnoredAny;
 use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -11,6 +12,7 @@ use serde_json::value::RawValue;
 use super::http::{self, Call, Decode, Emitter, Endpoint};
 use super::parts::{Base64, Collected, DocumentText};
 use super::pieces::{self, Builder, Dialect, Kind, Payload, Piece, Side};
+use super::tagged::{Borrowed, Raw, event_type, required, string};
 use super::{
     CancelToken, OnEvent, Provider, ReplyEnd, Request, StreamEvent, TextParts, ThinkingLevel,
     ToolDefinition,
@@ -934,100 +936,151 @@ struct Decoder {
     model: Option<String>,
 }
 
-// The event types borrow from the event's text: a delta's strings are copied once, into the
-// event handed on.
+// The events are read by their type (see `tagged`): each as the struct of its type, and the
+// block and delta inside as their type says. Their strings borrow from the event's text: a
+// delta's strings are copied once, into the event handed on.
 
 #[derive(Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-enum Event<'a> {
-    MessageStart {
-        #[serde(borrow)]
-        message: StartMessage<'a>,
-    },
-    ContentBlockStart {
-        index: u64,
-        #[serde(borrow)]
-        content_block: Block<'a>,
-    },
-    ContentBlockDelta {
-        index: u64,
-        #[serde(borrow)]
-        delta: Delta<'a>,
-    },
-    ContentBlockStop {},
-    MessageDelta {
-        #[serde(borrow)]
-        delta: MessageDelta<'a>,
-        usage: Option<WireUsage>,
-    },
-    MessageStop {},
-    Ping {},
-    Error {
-        error: Value,
-    },
-    #[serde(other)]
-    Unknown,
+struct MessageStart<'a> {
+    #[serde(borrow)]
+    message: StartMessage<'a>,
 }
 
 #[derive(Deserialize)]
 struct StartMessage<'a> {
     #[serde(borrow)]
-    id: Option<Cow<'a, str>>,
+    id: Option<Borrowed<'a>>,
     #[serde(borrow)]
-    model: Option<Cow<'a, str>>,
+    model: Option<Borrowed<'a>>,
     usage: Option<WireUsage>,
 }
 
 #[derive(Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+struct BlockStart<'a> {
+    index: u64,
+    #[serde(borrow)]
+    content_block: Block<'a>,
+}
+
+#[derive(Deserialize)]
+struct BlockDelta<'a> {
+    index: u64,
+    #[serde(borrow)]
+    delta: Delta<'a>,
+}
+
+#[derive(Deserialize)]
+struct MessageDeltaEvent<'a> {
+    #[serde(borrow)]
+    delta: MessageDelta<'a>,
+    usage: Option<WireUsage>,
+}
+
+#[derive(Deserialize)]
+struct ErrorEvent {
+    error: Value,
+}
+
+/// A content block as it starts.
 enum Block<'a> {
     Text {
-        #[serde(default, borrow)]
         text: Cow<'a, str>,
     },
     Thinking {
-        #[serde(default, borrow)]
         thinking: Cow<'a, str>,
     },
     ToolUse {
-        #[serde(borrow)]
         id: Cow<'a, str>,
-        #[serde(borrow)]
         name: Cow<'a, str>,
     },
-    #[serde(other)]
+    /// A block of another type (a server tool's, a redacted thinking block).
     Other,
 }
 
+/// A block's or a delta's type and the fields the decoder may read of either, as their JSON
+/// text.
+#[derive(Deserialize)]
+struct Flat<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(default, borrow)]
+    text: Raw<'a>,
+    #[serde(default, borrow)]
+    thinking: Raw<'a>,
+    #[serde(default, borrow)]
+    signature: Raw<'a>,
+    #[serde(default, borrow)]
+    partial_json: Raw<'a>,
+    #[serde(default, borrow)]
+    id: Raw<'a>,
+    #[serde(default, borrow)]
+    name: Raw<'a>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Block<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let block = Flat::deserialize(d)?;
+        Ok(match &*block.kind {
+            "text" => Block::Text {
+                text: string(block.text)?,
+            },
+            "thinking" => Block::Thinking {
+                thinking: string(block.thinking)?,
+            },
+            "tool_use" => Block::ToolUse {
+                id: required(block.id, "id")?,
+                name: required(block.name, "name")?,
+            },
+            _ => Block::Other,
+        })
+    }
+}
+
+/// A delta of a content block.
 // The variant names are the wire's type names (`text_delta`...).
 #[allow(clippy::enum_variant_names)]
-#[derive(Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
 enum Delta<'a> {
     TextDelta {
-        #[serde(borrow)]
         text: Cow<'a, str>,
     },
     ThinkingDelta {
-        #[serde(borrow)]
         thinking: Cow<'a, str>,
     },
     SignatureDelta {
-        #[serde(borrow)]
         signature: Cow<'a, str>,
     },
     InputJsonDelta {
-        #[serde(borrow)]
         partial_json: Cow<'a, str>,
     },
-    #[serde(other)]
+    /// A delta of another type (citations).
     Other,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Delta<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let delta = Flat::deserialize(d)?;
+        Ok(match &*delta.kind {
+            "text_delta" => Delta::TextDelta {
+                text: required(delta.text, "text")?,
+            },
+            "thinking_delta" => Delta::ThinkingDelta {
+                thinking: required(delta.thinking, "thinking")?,
+            },
+            "signature_delta" => Delta::SignatureDelta {
+                signature: required(delta.signature, "signature")?,
+            },
+            "input_json_delta" => Delta::InputJsonDelta {
+                partial_json: required(delta.partial_json, "partial_json")?,
+            },
+            _ => Delta::Other,
+        })
+    }
 }
 
 #[derive(Deserialize)]
 struct MessageDelta<'a> {
     #[serde(borrow)]
-    stop_reason: Option<Cow<'a, str>>,
+    stop_reason: Option<Borrowed<'a>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -1041,81 +1094,51 @@ struct WireUsage {
 impl Decode for Decoder {
     /// Handles one event; true at `message_stop`.
     fn event(&mut self, data: &str, out: &mut Emitter<'_, '_>) -> Result<bool, Error> {
-        let event: Event<'_> = serde_json::from_str(data)
-            .map_err(|e| Error::Stream(format!("an event is not valid json ({e})")))?;
-        match event {
-            Event::MessageStart { message } => {
-                self.id = message.id.map(Cow::into_owned);
-                self.model = message.model.filter(|m| !m.is_empty()).map(Cow::into_owned);
+        fn parse<'a, T: Deserialize<'a>>(data: &'a str) -> Result<T, Error> {
+            serde_json::from_str(data)
+                .map_err(|e| Error::Stream(format!("an event is not valid json ({e})")))
+        }
+        match &*event_type(data)? {
+            "content_block_delta" => {
+                let BlockDelta { index, delta } = parse(data)?;
+                self.delta(index, delta, out)?;
+            }
+            "message_start" => {
+                let MessageStart { message } = parse(data)?;
+                self.id = message.id.map(|id| id.0.into_owned());
+                self.model = message
+                    .model
+                    .filter(|m| !m.0.is_empty())
+                    .map(|m| m.0.into_owned());
                 self.usage(message.usage, out)?;
             }
-            Event::ContentBlockStart {
-                index,
-                content_block,
-            } => match content_block {
-                Block::Text { text } if !text.is_empty() => {
-                    out.emit(StreamEvent::text(text.into_owned()))?
-                }
-                Block::Thinking { thinking } if !thinking.is_empty() => {
-                    out.emit(StreamEvent::thinking(thinking.into_owned()))?
-                }
-                Block::ToolUse { name, .. } if self.answer.as_deref() == Some(&*name) => {
-                    self.answer_blocks.push(index);
-                }
-                Block::ToolUse { id, name } => {
-                    self.blocks.push((index, self.calls));
-                    self.calls += 1;
-                    out.emit(StreamEvent::ToolCallStart {
-                        id: id.into_owned(),
-                        name: name.into_owned(),
-                    })?;
-                }
-                _ => {}
-            },
-            Event::ContentBlockDelta { index, delta } => match delta {
-                Delta::TextDelta { text } => out.emit(StreamEvent::TextDelta {
-                    text: text.into_owned(),
-                })?,
-                Delta::ThinkingDelta { thinking } => {
-                    out.emit(StreamEvent::thinking(thinking.into_owned()))?
-                }
-                Delta::SignatureDelta { signature } => {
-                    out.emit(StreamEvent::ThinkingSignature {
-                        signature: signature.into_owned(),
-                    })?
-                }
-                Delta::InputJsonDelta { partial_json } if self.answer_blocks.contains(&index) => {
-                    if !partial_json.is_empty() {
-                        out.emit(StreamEvent::TextDelta {
-                            text: partial_json.into_owned(),
-                        })?;
-                    }
-                }
-                Delta::InputJsonDelta { partial_json } => {
-                    let call = self.blocks.iter().find(|(i, _)| *i == index).map(|b| b.1);
-                    let Some(index) = call else {
-                        return Err(Error::Stream(format!(
-                            "input_json_delta for block {index}, which is no tool_use"
-                        )));
-                    };
-                    if !partial_json.is_empty() {
-                        out.emit(StreamEvent::ToolCallDelta {
-                            index,
-                            arguments: partial_json.into_owned(),
-                        })?;
-                    }
-                }
-                Delta::Other => {}
-            },
-            Event::MessageDelta { delta, usage } => {
+            "content_block_start" => {
+                let BlockStart {
+                    index,
+                    content_block,
+                } = parse(data)?;
+                self.block_start(index, content_block, out)?;
+            }
+            "message_delta" => {
+                let MessageDeltaEvent { delta, usage } = parse(data)?;
                 if let Some(stop) = delta.stop_reason {
-                    self.stop = Some(stop.into_owned());
+                    self.stop = Some(stop.0.into_owned());
                 }
                 self.usage(usage, out)?;
             }
-            Event::MessageStop {} => return Ok(true),
-            Event::Error { error } => return Err(http::api_error(&error)),
-            Event::ContentBlockStop {} | Event::Ping {} | Event::Unknown => {}
+            "error" => {
+                let ErrorEvent { error } = parse(data)?;
+                return Err(http::api_error(&error));
+            }
+            // What is not read is still JSON, or the reply fails, as every event's text.
+            "message_stop" => {
+                parse::<IgnoredAny>(data)?;
+                return Ok(true);
+            }
+            // `content_block_stop`, `ping`, and types the API may add.
+            _ => {
+                parse::<IgnoredAny>(data)?;
+            }
         }
         Ok(false)
     }
@@ -1150,6 +1173,78 @@ impl Decode for Decoder {
 }
 
 impl Decoder {
+    fn block_start(
+        &mut self,
+        index: u64,
+        block: Block<'_>,
+        out: &mut Emitter<'_, '_>,
+    ) -> Result<(), Error> {
+        match block {
+            Block::Text { text } if !text.is_empty() => {
+                out.emit(StreamEvent::text(text.into_owned()))
+            }
+            Block::Thinking { thinking } if !thinking.is_empty() => {
+                out.emit(StreamEvent::thinking(thinking.into_owned()))
+            }
+            Block::ToolUse { name, .. } if self.answer.as_deref() == Some(&*name) => {
+                self.answer_blocks.push(index);
+                Ok(())
+            }
+            Block::ToolUse { id, name } => {
+                self.blocks.push((index, self.calls));
+                self.calls += 1;
+                out.emit(StreamEvent::ToolCallStart {
+                    id: id.into_owned(),
+                    name: name.into_owned(),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn delta(
+        &mut self,
+        index: u64,
+        delta: Delta<'_>,
+        out: &mut Emitter<'_, '_>,
+    ) -> Result<(), Error> {
+        match delta {
+            Delta::TextDelta { text } => out.emit(StreamEvent::TextDelta {
+                text: text.into_owned(),
+            }),
+            Delta::ThinkingDelta { thinking } => {
+                out.emit(StreamEvent::thinking(thinking.into_owned()))
+            }
+            Delta::SignatureDelta { signature } => out.emit(StreamEvent::ThinkingSignature {
+                signature: signature.into_owned(),
+            }),
+            Delta::InputJsonDelta { partial_json } if self.answer_blocks.contains(&index) => {
+                if partial_json.is_empty() {
+                    return Ok(());
+                }
+                out.emit(StreamEvent::TextDelta {
+                    text: partial_json.into_owned(),
+                })
+            }
+            Delta::InputJsonDelta { partial_json } => {
+                let call = self.blocks.iter().find(|(i, _)| *i == index).map(|b| b.1);
+                let Some(index) = call else {
+                    return Err(Error::Stream(format!(
+                        "input_json_delta for block {index}, which is no tool_use"
+                    )));
+                };
+                if partial_json.is_empty() {
+                    return Ok(());
+                }
+                out.emit(StreamEvent::ToolCallDelta {
+                    index,
+                    arguments: partial_json.into_owned(),
+                })
+            }
+            Delta::Other => Ok(()),
+        }
+    }
+
     /// Merges a usage report (`message_start` has the input, `message_delta` the output;
     /// each field, when present, is the running total).
     fn usage(&mut self, wire: Option<WireUsage>, out: &mut Emitter<'_, '_>) -> Result<(), Error> {

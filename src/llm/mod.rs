@@ -243,6 +243,7 @@ mod responses;
 mod retry;
 mod sockbuf;
 pub mod sse;
+mod tagged;
 pub(crate) mod tls;
 mod transport;
 mod url;
