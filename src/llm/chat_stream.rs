@@ -108,19 +108,45 @@ struct CompletionDetails {
     reasoning_tokens: u64,
 }
 
-/// The fields each level reads, by position; any other key is skipped.
-const CHUNK_FIELDS: &[&str] = &["choices", "usage", "error"];
-// The first chunk's: those of every chunk, then the reply's.
-const HEAD_FIELDS: &[&str] = &["choices", "usage", "error", "id", "model"];
-const CHOICE_FIELDS: &[&str] = &["delta", "finish_reason"];
-const DELTA_FIELDS: &[&str] = &["content", "reasoning_content", "reasoning", "tool_calls"];
-const CALL_FIELDS: &[&str] = &["index", "id", "function"];
-const FUNCTION_FIELDS: &[&str] = &["name", "arguments"];
+/// The fields a level reads, by position; any other key is skipped. A type per level, so
+/// that each level's key lookup is compiled with its own names as constants (compared
+/// inline, with their lengths known), however the compiler inlines serde's code around it:
+/// a list passed as a value was compared with `memcmp` calls, a tenth of a delta's
+/// instructions, whenever the key reader was not inlined into the level's visitor.
+trait Fields {
+    const NAMES: &'static [&'static str];
+}
 
-/// The position of a map key in `fields`, `fields.len()` for any other key.
-struct Key(&'static [&'static str]);
+macro_rules! fields {
+    ($($(#[$doc:meta])* $level:ident = [$($name:literal),+];)+) => {$(
+        $(#[$doc])*
+        struct $level;
+        impl Fields for $level {
+            const NAMES: &'static [&'static str] = &[$($name),+];
+        }
+    )+};
+}
 
-impl<'de> DeserializeSeed<'de> for Key {
+fields! {
+    ChunkFields = ["choices", "usage", "error"];
+    /// The first chunk's: those of every chunk, then the reply's.
+    HeadFields = ["choices", "usage", "error", "id", "model"];
+    ChoiceFields = ["delta", "finish_reason"];
+    DeltaFields = ["content", "reasoning_content", "reasoning", "tool_calls"];
+    CallFields = ["index", "id", "function"];
+    FunctionFields = ["name", "arguments"];
+}
+
+/// The position of a map key in `F::NAMES`, `F::NAMES.len()` for any other key.
+struct Key<F>(std::marker::PhantomData<F>);
+
+impl<F> Key<F> {
+    fn new() -> Key<F> {
+        Key(std::marker::PhantomData)
+    }
+}
+
+impl<'de, F: Fields> DeserializeSeed<'de> for Key<F> {
     type Value = usize;
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<usize, D::Error> {
@@ -128,7 +154,7 @@ impl<'de> DeserializeSeed<'de> for Key {
     }
 }
 
-impl<'de> Visitor<'de> for Key {
+impl<'de, F: Fields> Visitor<'de> for Key<F> {
     type Value = usize;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -136,11 +162,10 @@ impl<'de> Visitor<'de> for Key {
     }
 
     fn visit_str<E: de::Error>(self, key: &str) -> Result<usize, E> {
-        Ok(self
-            .0
+        Ok(F::NAMES
             .iter()
             .position(|f| *f == key)
-            .unwrap_or(self.0.len()))
+            .unwrap_or(F::NAMES.len()))
     }
 }
 
@@ -157,15 +182,15 @@ fn first_time<E: de::Error>(
     Ok(())
 }
 
-/// Reads a map whose keys are `fields`: `field(map, i)` reads the value of field `i`;
-/// the values of other keys are skipped.
-fn read_map<'de, A: MapAccess<'de>>(
+/// Reads a map whose keys are `F`'s: `field(map, i)` reads the value of field `i`; the
+/// values of other keys are skipped.
+fn read_map<'de, F: Fields, A: MapAccess<'de>>(
     map: &mut A,
-    fields: &'static [&'static str],
     mut field: impl FnMut(&mut A, usize) -> Result<(), A::Error>,
 ) -> Result<(), A::Error> {
+    let fields = F::NAMES;
     let mut seen = 0u8;
-    while let Some(i) = map.next_key_seed(Key(fields))? {
+    while let Some(i) = map.next_key_seed(Key::<F>::new())? {
         if i == fields.len() {
             map.next_value::<IgnoredAny>()?;
             continue;
@@ -189,10 +214,19 @@ impl<'de, const HEAD: bool> Visitor<'de> for InChunk<'_, 'de, HEAD> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         let chunk = self.0;
-        // A constant list where the key is looked for: the names are compared inline.
-        let fields = if HEAD { HEAD_FIELDS } else { CHUNK_FIELDS };
+        let fields = if HEAD {
+            HeadFields::NAMES
+        } else {
+            ChunkFields::NAMES
+        };
         let mut seen = 0;
-        while let Some(i) = map.next_key_seed(Key(fields))? {
+        loop {
+            let key = if HEAD {
+                map.next_key_seed(Key::<HeadFields>::new())?
+            } else {
+                map.next_key_seed(Key::<ChunkFields>::new())?
+            };
+            let Some(i) = key else { break };
             match i {
                 // `id` and `model` are not checked for repeats: the chunk's own fields are.
                 0..3 => {
@@ -272,7 +306,7 @@ impl<'de> Visitor<'de> for InChoice<'_, 'de> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         let choice = self.0;
-        read_map(&mut map, CHOICE_FIELDS, |map, i| match i {
+        read_map::<ChoiceFields, _>(&mut map, |map, i| match i {
             0 => map.next_value_seed(OrNull(InDelta(&mut *choice))),
             _ => map.next_value_seed(text(&mut choice.finish_reason)),
         })
@@ -334,7 +368,7 @@ impl<'de> Visitor<'de> for InDelta<'_, 'de> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         let choice = self.0;
-        read_map(&mut map, DELTA_FIELDS, |map, i| match i {
+        read_map::<DeltaFields, _>(&mut map, |map, i| match i {
             0 => map.next_value_seed(text(&mut choice.content)),
             1 => map.next_value_seed(text(&mut choice.reasoning_content)),
             2 => map.next_value_seed(text(&mut choice.reasoning)),
@@ -391,7 +425,7 @@ impl<'de> Visitor<'de> for InCall<'_, 'de> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         let call = self.0;
-        read_map(&mut map, CALL_FIELDS, |map, i| match i {
+        read_map::<CallFields, _>(&mut map, |map, i| match i {
             0 => {
                 call.index = map.next_value()?;
                 Ok(())
@@ -420,7 +454,7 @@ impl<'de> Visitor<'de> for InFunction<'_, 'de> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         let call = self.0;
-        read_map(&mut map, FUNCTION_FIELDS, |map, i| match i {
+        read_map::<FunctionFields, _>(&mut map, |map, i| match i {
             0 => map.next_value_seed(text(&mut call.name)),
             _ => map.next_value_seed(text(&mut call.arguments)),
         })
