@@ -13,11 +13,16 @@
 //!   `response.completed` with the usage;
 //! - `e2e/minimal_responses_reader`: the minimal reader of that stream: the same raw TCP
 //!   request and split, each event's `data:` line parsed into a borrowed struct of its
-//!   `type` and `delta`.
+//!   `type` and `delta`;
+//! - `e2e/agent_anthropic`: the full agent on `Anthropic`, the same tokens as Anthropic's
+//!   Messages API streams them (a `content_block_delta` event with a `text_delta` per token,
+//!   with its `event:` line), against the Chat Completions agent (no minimal reader of its
+//!   own: its per-delta work is the same as the others').
 //!
 //! Before the groups run, a summary prints for each server mode the medians of 15 runs of
-//! each of the four clients, their runs alternating, per delta, and the ratios (each agent
-//! over the minimal reader of its API).
+//! each of the five clients, their runs alternating, per delta, and the ratios (each OpenAI
+//! agent over the minimal reader of its API, the other agents over the Chat Completions
+//! one).
 //!
 //! For instruction counts (callgrind), `E2E_RUNS=<client>,<mode>,<runs>` makes that many
 //! runs of one client and exits (see `counted_runs`).
@@ -62,7 +67,7 @@ use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use pagent::CancelToken;
-use pagent::llm::{BodyCache, OpenAiCompat, OpenAiResponses, Provider, Request};
+use pagent::llm::{Anthropic, BodyCache, OpenAiCompat, OpenAiResponses, Provider, Request};
 use pagent::{Agent, AgentEvent, AssistantMessage, ContentBlock, Message, ToolCall};
 use pagent::{StopReason, ToolResultMessage};
 use serde::Deserialize;
@@ -165,12 +170,55 @@ fn responses_events() -> Vec<Vec<u8>> {
     out
 }
 
+/// The same reply as Anthropic's Messages API streams it.
+fn anthropic_events() -> Vec<Vec<u8>> {
+    let event = |kind: &str, rest: &str| {
+        format!("event: {kind}\ndata: {{\"type\":\"{kind}\",{rest}}}\n\n").into_bytes()
+    };
+    let mut out = vec![
+        event(
+            "message_start",
+            r#""message":{"id":"msg_01XFDUDYJgAACzvnptvVoYEL","type":"message","role":"assistant","content":[],"model":"claude-sonnet-4-5","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":39,"output_tokens":1}}"#,
+        ),
+        event(
+            "content_block_start",
+            r#""index":0,"content_block":{"type":"text","text":""}"#,
+        ),
+    ];
+    for i in 0..DELTAS {
+        let token = serde_json::to_string(&format!(" tok{}", i % 100)).unwrap();
+        out.push(event(
+            "content_block_delta",
+            &format!(r#""index":0,"delta":{{"type":"text_delta","text":{token}}}"#),
+        ));
+    }
+    out.push(event("content_block_stop", r#""index":0"#));
+    out.push(event(
+        "message_delta",
+        r#""delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":2000}"#,
+    ));
+    out.push(b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n".to_vec());
+    out
+}
+
+/// The replies the server streams, by the API a request is for.
+struct Streams {
+    chat: Vec<Vec<u8>>,
+    responses: Vec<Vec<u8>>,
+    anthropic: Vec<Vec<u8>>,
+}
+
 /// Serves the reply to every request, close-delimited, until the process ends: the Chat
-/// Completions stream, or the Responses one to a request for `/responses`.
+/// Completions stream, the Responses one to a request for `/responses`, Anthropic's to one
+/// for `/messages`.
 fn serve() -> String {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    let events = Arc::new((events(), responses_events()));
+    let events = Arc::new(Streams {
+        chat: events(),
+        responses: responses_events(),
+        anthropic: anthropic_events(),
+    });
     std::thread::spawn(move || {
         pin(Side::Server);
         for stream in listener.incoming() {
@@ -181,15 +229,15 @@ fn serve() -> String {
     url
 }
 
-fn reply(stream: TcpStream, events: &(Vec<Vec<u8>>, Vec<Vec<u8>>)) {
+fn reply(stream: TcpStream, events: &Streams) {
     let start = cpu_ns(libc::RUSAGE_THREAD);
     write_reply(&stream, events);
     // Recorded before the stream closes, so the client's EOF comes after it.
     SERVER_CPU_NS.fetch_add(cpu_ns(libc::RUSAGE_THREAD) - start, Ordering::SeqCst);
 }
 
-fn write_reply(stream: &TcpStream, both: &(Vec<Vec<u8>>, Vec<Vec<u8>>)) {
-    let mut events = &both.0[..];
+fn write_reply(stream: &TcpStream, streams: &Streams) {
+    let mut events = &streams.chat[..];
     stream.set_nodelay(true).unwrap();
     let mut reader = BufReader::new(stream);
     let mut len = 0;
@@ -209,7 +257,10 @@ fn write_reply(stream: &TcpStream, both: &(Vec<Vec<u8>>, Vec<Vec<u8>>)) {
         short |= line.starts_with("POST /short/");
         paced |= line.starts_with("POST /paced/");
         if line.starts_with("POST ") && line.contains("/responses ") {
-            events = &both.1[..];
+            events = &streams.responses[..];
+        }
+        if line.starts_with("POST ") && line.contains("/messages ") {
+            events = &streams.anthropic[..];
         }
         if let Some((name, value)) = line.split_once(':')
             && name.eq_ignore_ascii_case("content-length")
@@ -245,14 +296,21 @@ fn write_reply(stream: &TcpStream, both: &(Vec<Vec<u8>>, Vec<Vec<u8>>)) {
 }
 
 fn agent_run(url: &str) {
-    run_on(OpenAiCompat::new(format!("{url}/v1")));
+    run_on(OpenAiCompat::new(format!("{url}/v1")), 1);
 }
 
 fn agent_run_responses(url: &str) {
-    run_on(OpenAiResponses::new(format!("{url}/v1")));
+    run_on(OpenAiResponses::new(format!("{url}/v1")), 1);
 }
 
-fn run_on(provider: impl Provider + 'static) {
+/// Anthropic reports usage twice: the input as the message starts, the output at its end.
+fn agent_run_anthropic(url: &str) {
+    run_on(Anthropic::new(url), 2);
+}
+
+/// A prompt on a fresh agent of `provider`, whose reply is the deltas and `usages` usage
+/// reports.
+fn run_on(provider: impl Provider + 'static, usages: usize) {
     let agent = Agent::builder()
         .provider(provider)
         .model("smollm2")
@@ -268,7 +326,7 @@ fn run_on(provider: impl Provider + 'static) {
     black_box(agent.prompt("Hello").unwrap());
     assert_eq!(
         deltas.load(Ordering::Relaxed),
-        DELTAS + 1,
+        DELTAS + usages,
         "the deltas and the usage"
     );
 }
@@ -447,11 +505,18 @@ fn request_bench(c: &mut Criterion, server: &str) {
     group.finish();
 }
 
-/// The four clients' CPU per delta in `mode`, medians of 15 runs each, the clients' runs
-/// alternating (so that all see the same machine load), and the ratios: each agent against
-/// the minimal reader of its API, and the Responses agent against the Chat Completions one.
+/// The five clients' CPU per delta in `mode`, medians of 15 runs each, the clients' runs
+/// alternating (so that all see the same machine load), and the ratios: each OpenAI agent
+/// against the minimal reader of its API, and the Responses and Anthropic agents against
+/// the Chat Completions one.
 fn summary(server: &str, mode: &str) {
-    let clients = ["agent", "minimal", "agent_responses", "minimal_responses"];
+    let clients = [
+        "agent",
+        "minimal",
+        "agent_responses",
+        "minimal_responses",
+        "agent_anthropic",
+    ];
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); clients.len()];
     for _ in 0..15 {
         for (client, samples) in clients.iter().zip(&mut samples) {
@@ -469,18 +534,21 @@ fn summary(server: &str, mode: &str) {
     println!(
         "e2e {mode} (CPU per delta, median of 15 alternating runs): chat agent {:.0} ns, \
          minimal {:.0} ns: {:.2}x; responses agent {:.0} ns, minimal {:.0} ns: {:.2}x; \
-         responses/chat agent {:.2}x",
+         responses/chat agent {:.2}x; anthropic agent {:.0} ns, anthropic/chat agent {:.2}x",
         m[0],
         m[1],
         m[0] / m[1],
         m[2],
         m[3],
         m[2] / m[3],
-        m[2] / m[0]
+        m[2] / m[0],
+        m[4],
+        m[4] / m[0]
     );
 }
 
-/// One run of `client` (`agent`, `agent_responses`, `minimal`, `minimal_responses`)
+/// One run of `client` (`agent`, `agent_responses`, `agent_anthropic`, `minimal`,
+/// `minimal_responses`)
 /// against the server at `server` in `mode` (`bulk`, `per_token` or `paced`). Not inlined, so that
 /// `valgrind --tool=callgrind --toggle-collect='*e2e::one_run*'` counts the client's
 /// instructions alone (the server's threads are not in it).
@@ -497,6 +565,7 @@ fn one_run(client: &str, server: &str, mode: &str) {
     match client {
         "agent" => agent_run(&url),
         "agent_responses" => agent_run_responses(&url),
+        "agent_anthropic" => agent_run_anthropic(&url),
         "minimal" => assert_eq!(minimal_reader(addr, prefix), DELTAS),
         "minimal_responses" => assert_eq!(minimal_responses_reader(addr, prefix), DELTAS),
         other => panic!("no client {other}"),
@@ -543,6 +612,9 @@ fn bench(c: &mut Criterion) {
         });
         group.bench_function("agent_responses", |b| {
             b.iter_custom(|iters| client_cpu(iters, || agent_run_responses(&url)))
+        });
+        group.bench_function("agent_anthropic", |b| {
+            b.iter_custom(|iters| client_cpu(iters, || agent_run_anthropic(&url)))
         });
         group.bench_function("minimal_reader", |b| {
             b.iter_custom(|iters| {
