@@ -31,6 +31,7 @@ use serde::ser::Serializer;
 use serde::{Deserialize, Serialize};
 
 use crate::Error;
+use crate::tag::tagged_enum;
 
 /// Bytes shared by every clone: the data of an inline image or document.
 ///
@@ -167,23 +168,26 @@ fn decode_base64(text: &str) -> Result<Vec<u8>, String> {
         .map_err(|e| format!("invalid base64 data: {e}"))
 }
 
-/// Where the bytes of an image or a document are: at a URL the provider fetches, or inline.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum Source {
-    /// At this URL (`https://..`), fetched by the provider's server.
-    Url {
-        /// The URL.
-        url: String,
-    },
-    /// These bytes, of this media type.
-    Inline {
-        /// The IANA media type: `image/png`, `application/pdf`, `text/plain`...
-        media_type: String,
-        /// The bytes, shared.
-        data: Blob,
-    },
+tagged_enum! {
+    tag = "type", remote = "Source";
+    /// Where the bytes of an image or a document are: at a URL the provider fetches, or inline.
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+    #[serde(tag = "type", rename_all = "snake_case")]
+    #[non_exhaustive]
+    pub enum Source {
+        /// At this URL (`https://..`), fetched by the provider's server.
+        Url {
+            /// The URL.
+            url: String,
+        },
+        /// These bytes, of this media type.
+        Inline {
+            /// The IANA media type: `image/png`, `application/pdf`, `text/plain`...
+            media_type: String,
+            /// The bytes, shared.
+            data: Blob,
+        },
+    }
 }
 
 impl Source {
@@ -489,23 +493,26 @@ fn sniff(bytes: &[u8]) -> Option<&'static str> {
     }
 }
 
-/// One part of what a user message, a steering or follow-up message or a tool result
-/// carries: text, an image, a document or audio.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum Part {
-    /// Text.
-    Text {
-        /// The text.
-        text: String,
-    },
-    /// An image.
-    Image(Image),
-    /// A document (PDF or text).
-    Document(Document),
-    /// Audio.
-    Audio(Audio),
+tagged_enum! {
+    tag = "type", remote = "Part";
+    /// One part of what a user message, a steering or follow-up message or a tool result
+    /// carries: text, an image, a document or audio.
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+    #[serde(tag = "type", rename_all = "snake_case")]
+    #[non_exhaustive]
+    pub enum Part {
+        /// Text.
+        Text {
+            /// The text.
+            text: String,
+        },
+        /// An image.
+        Image(Image),
+        /// A document (PDF or text).
+        Document(Document),
+        /// Audio.
+        Audio(Audio),
+    }
 }
 
 impl Part {

@@ -41,6 +41,7 @@ mod partial;
 pub mod redis;
 pub mod session;
 mod state;
+mod tag;
 pub mod tool;
 // Public with the feature (its docs are the span table); the loop's calls compile to nothing
 // without it.

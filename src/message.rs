@@ -7,21 +7,25 @@ use serde::{Deserialize, Serialize};
 
 use crate::content::{self, Part};
 use crate::context::Summary;
+use crate::tag::tagged_enum;
 
-/// One message of the transcript.
-///
-/// Serialized with a `role` tag: `{"role":"user",..}`, `{"role":"assistant",..}`,
-/// `{"role":"tool_result",..}`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "role", rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum Message {
-    /// What the user (or the program on its behalf) said.
-    User(UserMessage),
-    /// One model reply.
-    Assistant(AssistantMessage),
-    /// The result of one tool call.
-    ToolResult(ToolResultMessage),
+tagged_enum! {
+    tag = "role", remote = "Message";
+    /// One message of the transcript.
+    ///
+    /// Serialized with a `role` tag: `{"role":"user",..}`, `{"role":"assistant",..}`,
+    /// `{"role":"tool_result",..}`.
+    #[derive(Clone, Debug, PartialEq, Serialize)]
+    #[serde(tag = "role", rename_all = "snake_case")]
+    #[non_exhaustive]
+    pub enum Message {
+        /// What the user (or the program on its behalf) said.
+        User(UserMessage),
+        /// One model reply.
+        Assistant(AssistantMessage),
+        /// The result of one tool call.
+        ToolResult(ToolResultMessage),
+    }
 }
 
 impl Message {
@@ -268,26 +272,29 @@ impl AssistantMessage {
     }
 }
 
-/// One block of an assistant reply.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum ContentBlock {
-    /// Visible text.
-    Text {
-        /// The text.
-        text: String,
-    },
-    /// Reasoning the model shows before it answers.
-    Thinking {
-        /// The reasoning text.
-        thinking: String,
-        /// An opaque signature some providers (Anthropic) require back in the next request.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        signature: Option<String>,
-    },
-    /// A request to run a tool.
-    ToolCall(ToolCall),
+tagged_enum! {
+    tag = "type", remote = "ContentBlock";
+    /// One block of an assistant reply.
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+    #[serde(tag = "type", rename_all = "snake_case")]
+    #[non_exhaustive]
+    pub enum ContentBlock {
+        /// Visible text.
+        Text {
+            /// The text.
+            text: String,
+        },
+        /// Reasoning the model shows before it answers.
+        Thinking {
+            /// The reasoning text.
+            thinking: String,
+            /// An opaque signature some providers (Anthropic) require back in the next request.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            signature: Option<String>,
+        },
+        /// A request to run a tool.
+        ToolCall(ToolCall),
+    }
 }
 
 impl ContentBlock {

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::content::{self, Part};
 use crate::message::Usage;
+use crate::tag::tagged_enum;
 
 /// A tool as the model sees it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -61,69 +62,72 @@ pub enum ThinkingLevel {
     High,
 }
 
-/// One piece of a streaming reply.
-///
-/// The same type is the `delta` of [`crate::AgentEvent::MessageUpdate`], so what a listener
-/// sees is exactly what the provider produced.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum StreamEvent {
-    /// Visible text.
-    TextDelta {
-        /// The new text.
-        text: String,
-    },
-    /// Reasoning text.
-    ThinkingDelta {
-        /// The new reasoning text.
-        text: String,
-    },
-    /// The signature of the reasoning block (Anthropic), to send back in the next request.
-    ThinkingSignature {
-        /// The opaque signature.
-        signature: String,
-    },
-    /// A tool call begins; its arguments follow as [`StreamEvent::ToolCallDelta`]s.
-    ToolCallStart {
-        /// The provider's call id.
-        id: String,
-        /// The tool's name.
-        name: String,
-    },
-    /// A fragment of a tool call's JSON arguments.
-    ToolCallDelta {
-        /// Which call of this reply, counting [`StreamEvent::ToolCallStart`]s from 0.
-        index: usize,
-        /// The next piece of the raw argument text.
-        arguments: String,
-    },
-    /// Token usage so far (each report replaces the previous one).
-    Usage {
-        /// The counts.
-        usage: Usage,
-    },
-    /// The request failed with a transient error and will be sent again after `delay_ms`.
-    /// Nothing of the reply had arrived.
-    Retry {
-        /// 1 for the first retry.
-        attempt: u32,
-        /// How long the provider waits before it tries again.
-        delay_ms: u64,
-        /// What failed.
-        error: String,
-        /// When the wait began, on the provider's clock, in whole milliseconds: the retry
-        /// is sent at [`StreamEvent::retry_ends_at`]. `None` from a provider that does not
-        /// say. On the wire, milliseconds since the Unix epoch (`"at_ms"`), left out when
-        /// `None`.
-        #[serde(
-            default,
-            rename = "at_ms",
-            skip_serializing_if = "Option::is_none",
-            with = "unix_ms"
-        )]
-        at: Option<SystemTime>,
-    },
+tagged_enum! {
+    tag = "type", remote = "StreamEvent";
+    /// One piece of a streaming reply.
+    ///
+    /// The same type is the `delta` of [`crate::AgentEvent::MessageUpdate`], so what a listener
+    /// sees is exactly what the provider produced.
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+    #[serde(tag = "type", rename_all = "snake_case")]
+    #[non_exhaustive]
+    pub enum StreamEvent {
+        /// Visible text.
+        TextDelta {
+            /// The new text.
+            text: String,
+        },
+        /// Reasoning text.
+        ThinkingDelta {
+            /// The new reasoning text.
+            text: String,
+        },
+        /// The signature of the reasoning block (Anthropic), to send back in the next request.
+        ThinkingSignature {
+            /// The opaque signature.
+            signature: String,
+        },
+        /// A tool call begins; its arguments follow as [`StreamEvent::ToolCallDelta`]s.
+        ToolCallStart {
+            /// The provider's call id.
+            id: String,
+            /// The tool's name.
+            name: String,
+        },
+        /// A fragment of a tool call's JSON arguments.
+        ToolCallDelta {
+            /// Which call of this reply, counting [`StreamEvent::ToolCallStart`]s from 0.
+            index: usize,
+            /// The next piece of the raw argument text.
+            arguments: String,
+        },
+        /// Token usage so far (each report replaces the previous one).
+        Usage {
+            /// The counts.
+            usage: Usage,
+        },
+        /// The request failed with a transient error and will be sent again after `delay_ms`.
+        /// Nothing of the reply had arrived.
+        Retry {
+            /// 1 for the first retry.
+            attempt: u32,
+            /// How long the provider waits before it tries again.
+            delay_ms: u64,
+            /// What failed.
+            error: String,
+            /// When the wait began, on the provider's clock, in whole milliseconds: the retry
+            /// is sent at [`StreamEvent::retry_ends_at`]. `None` from a provider that does not
+            /// say. On the wire, milliseconds since the Unix epoch (`"at_ms"`), left out when
+            /// `None`.
+            #[serde(
+                default,
+                rename = "at_ms",
+                skip_serializing_if = "Option::is_none",
+                with = "unix_ms"
+            )]
+            at: Option<SystemTime>,
+        },
+    }
 }
 
 impl StreamEvent {

@@ -269,7 +269,7 @@ fn read_line(input: &mut impl BufRead, buf: &mut Vec<u8>, max: usize) -> std::io
                 Line::Whole
             });
         }
-        let (used, done) = match available.iter().position(|&b| b == b'\n') {
+        let (used, done) = match memchr::memchr(b'\n', available) {
             Some(i) => (i + 1, true),
             None => (available.len(), false),
         };

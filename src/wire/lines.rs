@@ -56,7 +56,7 @@ pub(crate) fn read_line(
             });
         }
         seen = true;
-        let (used, done) = match available.iter().position(|&b| b == b'\n') {
+        let (used, done) = match memchr::memchr(b'\n', available) {
             Some(i) => (i + 1, true),
             None => (available.len(), false),
         };
