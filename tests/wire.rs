@@ -418,6 +418,61 @@ fn rejected(line: &str) -> String {
     }
 }
 
+/// A native line is read in one pass from its text; a line that reading refuses (members
+/// in a form it does not take, a member twice) is read again from a tree of the line, which
+/// decides what is accepted and what each error says, as before.
+#[test]
+fn lines_in_every_form_the_envelope_takes_read_as_before() {
+    let turn = |line: &str| match wire::decode_event_line(line) {
+        Ok(AgentEvent::TurnStart { turn }) => turn,
+        other => panic!("{line}: {other:?}"),
+    };
+    // Members in any order, `params` absent, escapes in `method` and `jsonrpc`.
+    assert_eq!(
+        turn(r#"{"params":{"turn":1},"method":"TurnStart","jsonrpc":"2.0"}"#),
+        1
+    );
+    assert_eq!(
+        turn(r#"{"jsonrpc":"2.0","method":"Turn\u0053tart","params":{"turn":2}}"#),
+        2
+    );
+    assert_eq!(
+        turn(r#"{"jsonrpc":"\u0032.0","method":"TurnStart","params":{"turn":3}}"#),
+        3
+    );
+    assert!(matches!(
+        wire::decode_event_line(r#"{"jsonrpc":"2.0","method":"AgentStart"}"#),
+        Ok(AgentEvent::AgentStart)
+    ));
+    // A member twice, in the envelope or the params: the last one, as a JSON object reads.
+    assert_eq!(
+        turn(r#"{"jsonrpc":"2.0","method":"AgentEnd","method":"TurnStart","params":{"turn":4}}"#),
+        4
+    );
+    assert_eq!(
+        turn(r#"{"jsonrpc":"2.0","method":"TurnStart","params":{"turn":1,"turn":5}}"#),
+        5
+    );
+    let line = r#"{"jsonrpc":"2.0","method":"MessageEnd","params":{"message":{"role":"user","role":"user","content":"hi"}}}"#;
+    match wire::decode_event_line(line) {
+        Ok(AgentEvent::MessageEnd { message }) => assert_eq!(*message, Message::user("hi")),
+        other => panic!("{other:?}"),
+    }
+    // Refused with the words they had.
+    let why = rejected(r#"{"jsonrpc":"2.0","method":"AgentStart","params":null}"#);
+    assert_eq!(why, "params of AgentStart is not an object");
+    let why = rejected(r#"{"jsonrpc":"2.0","method":"AgentStart","zzz":1,"extra":1}"#);
+    assert_eq!(why, "unexpected member `extra` in a notification");
+    let why = rejected(r#"{"jsonrpc":"2.0","method":7}"#);
+    assert_eq!(why, "`method` is not a string");
+    let why = rejected(r#"{"jsonrpc":"2.0","method":"TurnStart","params":{"turn":-1}}"#);
+    assert!(
+        why.starts_with("invalid params of TurnStart: invalid value: integer `-1`"),
+        "{why}"
+    );
+    assert!(!why.contains("column"), "{why}");
+}
+
 #[test]
 fn rejects_a_wrong_jsonrpc_version() {
     let why = rejected(r#"{"jsonrpc":"1.0","method":"AgentStart","params":{}}"#);

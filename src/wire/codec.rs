@@ -3,12 +3,17 @@
 //! Encoding serializes param structs that borrow the event's fields straight into the
 //! output buffer (no intermediate `serde_json::Value` or `String`, no copy of a delta);
 //! decoding is strict: the envelope is checked member by member, then
-//! the params of the named method are deserialized into the same structs.
+//! the params of the named method are deserialized into the same structs. A native line is
+//! read in one pass from its text (`Decoder::in_one_pass`: the envelope with its params
+//! kept as text, then the params as the method's struct); a line that reading refuses is
+//! read again from a `serde_json::Value` of the line, which decides what is accepted and
+//! names what is wrong, so both readings accept the same lines with the same events.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::context::{CompactionReason, ContextUsage};
@@ -510,7 +515,11 @@ impl Decoder {
     /// detecting one that found pagent), which may stand for several events or none: read
     /// those with [`Decoder::decode_events`].
     pub fn decode_line(&mut self, line: &str) -> Result<AgentEvent, Error> {
-        let (method, params) = self.envelope(line)?;
+        let line = self.checked(line)?;
+        if let Some(event) = self.in_one_pass(line) {
+            return Ok(event);
+        }
+        let (method, params) = parse_notification(line)?;
         let pagent = match &self.mode {
             Mode::Native => false,
             Mode::Pagent(_) => true,
@@ -522,7 +531,7 @@ impl Decoder {
                  decode it with Decoder::decode_events"
             )));
         }
-        let event = self.native(&method, params)?;
+        let event = self.native(&method, Params::Tree(params))?;
         self.mode = Mode::Native;
         Ok(event)
     }
@@ -539,7 +548,11 @@ impl Decoder {
     /// pagent version when the dialect was chosen), a missing field that pagent's own decoder
     /// requires, a field of the wrong type, an unknown `stop_reason`.
     pub fn decode_events(&mut self, line: &str) -> Result<Vec<AgentEvent>, Error> {
-        let (method, params) = self.envelope(line)?;
+        let line = self.checked(line)?;
+        if let Some(event) = self.in_one_pass(line) {
+            return Ok(vec![event]);
+        }
+        let (method, params) = parse_notification(line)?;
         let mut out = Vec::with_capacity(1);
         let detected = match &mut self.mode {
             Mode::Pagent(reader) => {
@@ -562,7 +575,7 @@ impl Decoder {
                 )));
             }
         };
-        out.push(self.native(&method, params)?);
+        out.push(self.native(&method, Params::Tree(params))?);
         self.mode = detected;
         Ok(out)
     }
@@ -580,8 +593,8 @@ impl Decoder {
         out
     }
 
-    /// Checks a line's length and envelope; returns its method and params.
-    fn envelope(&self, line: &str) -> Result<(String, Value), Error> {
+    /// Checks a line's length, and that it is one line; returns it without its line end.
+    fn checked<'a>(&self, line: &'a str) -> Result<&'a str, Error> {
         let line = line
             .strip_suffix('\n')
             .map(|l| l.strip_suffix('\r').unwrap_or(l))
@@ -598,11 +611,41 @@ impl Decoder {
                 "a line break inside the line: one event per line".into(),
             ));
         }
-        parse_notification(line)
+        Ok(line)
+    }
+
+    /// A native line read in one pass, from its text: the envelope, then the params as the
+    /// method's struct. `None` for anything else (a pagent line, or one the decoder must
+    /// tell apart: `TurnEnd` while it detects the dialect) and for a line this reading
+    /// refuses (an `id`, another member, a member twice, an escape in `method` or
+    /// `jsonrpc`, params that do not read), which is read again through [`parse_notification`]:
+    /// what that reading accepts and the errors it gives are the decoder's.
+    fn in_one_pass(&mut self, line: &str) -> Option<AgentEvent> {
+        let detecting = match self.mode {
+            Mode::Native => false,
+            Mode::Detect => true,
+            Mode::Pagent(_) => return None,
+        };
+        let envelope: Envelope<'_> = serde_json::from_str(line).ok()?;
+        let params = match envelope.params {
+            None => "{}",
+            Some(params) if params.get().starts_with('{') => params.get(),
+            Some(_) => return None,
+        };
+        let method = envelope.method;
+        if envelope.jsonrpc.get() != "\"2.0\""
+            || !METHODS.contains(&method)
+            || detecting && method == "TurnEnd"
+        {
+            return None;
+        }
+        let event = self.native(method, Params::Text(params)).ok()?;
+        self.mode = Mode::Native;
+        Some(event)
     }
 
     /// Decodes a native line's method and params, keeping the partial reply.
-    fn native(&mut self, method: &str, params: Value) -> Result<AgentEvent, Error> {
+    fn native(&mut self, method: &str, params: Params<'_>) -> Result<AgentEvent, Error> {
         let event = self.event(method, params)?;
         match &event {
             AgentEvent::MessageStart { message } => {
@@ -617,7 +660,7 @@ impl Decoder {
         Ok(event)
     }
 
-    fn event(&self, method: &str, params: Value) -> Result<AgentEvent, Error> {
+    fn event(&self, method: &str, params: Params<'_>) -> Result<AgentEvent, Error> {
         Ok(match method {
             "AgentStart" => {
                 let Empty {} = params_of(method, params)?;
@@ -792,9 +835,30 @@ fn pagent_line(method: &str, params: &Value) -> Option<bool> {
     }
 }
 
-fn params_of<T: for<'de> Deserialize<'de>>(method: &str, params: Value) -> Result<T, Error> {
-    serde_json::from_value(params)
-        .map_err(|e| Error::Wire(format!("invalid params of {method}: {e}")))
+/// A native line's envelope, read in one pass, its params kept as the text they are.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Envelope<'a> {
+    #[serde(borrow)]
+    jsonrpc: &'a RawValue,
+    method: &'a str,
+    /// Absent, or the value's text (`null` included, which is no object).
+    #[serde(default, borrow, deserialize_with = "present")]
+    params: Option<&'a RawValue>,
+}
+
+/// A native line's params: their text in the line, or the tree [`parse_notification`] made.
+enum Params<'a> {
+    Text(&'a str),
+    Tree(Value),
+}
+
+fn params_of<T: for<'de> Deserialize<'de>>(method: &str, params: Params<'_>) -> Result<T, Error> {
+    match params {
+        Params::Text(text) => serde_json::from_str(text),
+        Params::Tree(tree) => serde_json::from_value(tree),
+    }
+    .map_err(|e| Error::Wire(format!("invalid params of {method}: {e}")))
 }
 
 /// Checks the envelope of a notification; returns its method and params (`{}` when absent).
