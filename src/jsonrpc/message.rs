@@ -205,14 +205,15 @@ pub(crate) fn write_json<T: Serialize + ?Sized>(buf: &mut Vec<u8>, value: &T) {
     serde_json::to_writer(buf, value).expect("wire types always serialize");
 }
 
-/// Appends the notification line `{"jsonrpc":"2.0","method":..,"params":..}` and its `\n`.
+/// Appends the notification line `{"jsonrpc":"2.0","method":..,"params":..}` and its `\n`:
+/// the same bytes as the [`Envelope`] writes, its fixed members put in as they are (a
+/// streamed delta's line is mostly them).
 pub(crate) fn notification_to(buf: &mut Vec<u8>, method: &str, params: &impl Serialize) {
-    Envelope::<_, ()> {
-        method: Some(method),
-        params: Some(params),
-        ..Envelope::new(None)
-    }
-    .write_line(buf);
+    buf.extend_from_slice(br#"{"jsonrpc":"2.0","method":"#);
+    write_json(buf, method);
+    buf.extend_from_slice(br#","params":"#);
+    write_json(buf, params);
+    buf.extend_from_slice(b"}\n");
 }
 
 /// Appends the request line `{"jsonrpc":"2.0","id":..,"method":..,"params":..}` and its `\n`,
@@ -444,5 +445,31 @@ mod tests {
                 "\n",
             )
         );
+    }
+
+    #[test]
+    fn a_notification_is_the_envelopes_bytes() {
+        for (method, params) in [
+            (
+                "MessageUpdate",
+                json!({"delta": {"type": "text_delta", "text": "a\"b\n\u{1}"}}),
+            ),
+            ("notifications/progress", json!({"progress": 0.5})),
+            ("odd \"method\" \u{e9}\t", json!({})),
+        ] {
+            let mut written = Vec::new();
+            notification_to(&mut written, method, &params);
+            let mut envelope = Vec::new();
+            Envelope::<_, ()> {
+                method: Some(method),
+                params: Some(&params),
+                ..Envelope::new(None)
+            }
+            .write_line(&mut envelope);
+            assert_eq!(
+                String::from_utf8(written).unwrap(),
+                String::from_utf8(envelope).unwrap()
+            );
+        }
     }
 }
