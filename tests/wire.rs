@@ -678,6 +678,45 @@ fn mirror_replay_equals_published_snapshots() {
     }
 }
 
+/// A mirror folds in place, and a state it handed out stays as it was handed out.
+#[test]
+fn a_held_mirror_state_never_changes_under_later_lines() {
+    for r in scenarios() {
+        let lines: Vec<&str> = r.native.lines().collect();
+        let half = lines.len() / 2;
+        let mut mirror = Mirror::from_state(r.initial.clone());
+        for line in &lines[..half] {
+            mirror.apply_line(line).unwrap();
+        }
+        let held = mirror.state().clone();
+        let seen = held.timeline();
+        for line in &lines[half..] {
+            mirror.apply_line(line).unwrap();
+        }
+        assert_eq!(held.timeline(), seen, "{}", r.name);
+        assert_eq!(
+            mirror.state().timeline(),
+            r.agent.snapshot().timeline(),
+            "{}",
+            r.name
+        );
+        // Nothing held: the next lines fold into the same state, not copies of it.
+        let mut mirror = Mirror::from_state(r.initial.clone());
+        mirror.apply_line(lines[0]).unwrap();
+        let at = Arc::as_ptr(mirror.state());
+        for line in &lines[1..] {
+            mirror.apply_line(line).unwrap();
+        }
+        assert_eq!(Arc::as_ptr(mirror.state()), at, "{}", r.name);
+        assert_eq!(
+            mirror.state().timeline(),
+            r.agent.snapshot().timeline(),
+            "{}",
+            r.name
+        );
+    }
+}
+
 /// A mirror started from the snapshot published with any event (in the middle of a reply
 /// too) folds the lines after it into exactly the snapshots the agent published for them.
 #[test]

@@ -142,8 +142,8 @@ impl Mirror {
         events
     }
 
-    /// Folds an already decoded event in, with [`State::apply`] and, for a mirror that joined
-    /// mid-run, what its events imply (see the type's `# Consistency`).
+    /// Folds an already decoded event in, as [`State::apply`] does, and, for a mirror that
+    /// joined mid-run, what its events imply (see the type's `# Consistency`).
     pub fn apply(&mut self, event: &AgentEvent) {
         let before = &self.state;
         // A call the mirror learnt of from its progress alone, now ending.
@@ -156,9 +156,13 @@ impl Mirror {
         {
             self.joined_calls -= 1;
         }
-        let mut state = before.apply(event);
+        // In place while no one holds the state the mirror handed out (a copy else, as
+        // `State::apply` makes): a delta's fold then copies none of the state's fields.
+        let state = Arc::make_mut(&mut self.state);
+        state.fold(event);
+        let joined_calls = &mut self.joined_calls;
         match event {
-            AgentEvent::AgentEnd { .. } => self.joined_calls = 0,
+            AgentEvent::AgentEnd { .. } => *joined_calls = 0,
             AgentEvent::MessageUpdate { .. } => state.is_streaming_reply = true,
             AgentEvent::TurnEnd { turn, .. } => state.turn = *turn,
             AgentEvent::ToolUpdate {
@@ -166,7 +170,7 @@ impl Mirror {
                 tool_name,
                 partial,
             } => {
-                if let Some(p) = self.join_call(&mut state, call_id, tool_name, false) {
+                if let Some(p) = join_call(joined_calls, state, call_id, tool_name, false) {
                     p.progress = Some(partial.clone());
                 }
             }
@@ -179,7 +183,7 @@ impl Mirror {
                 // Calls start one at a time, each checked before the next starts: a call
                 // whose `ToolExecute` comes before its `ToolStart` was seen is the last one
                 // that started before the mirror joined.
-                if let Some(p) = self.join_call(&mut state, call_id, tool_name, true) {
+                if let Some(p) = join_call(joined_calls, state, call_id, tool_name, true) {
                     p.arguments = Some(arguments.clone());
                     p.rewritten = *rewritten;
                 }
@@ -193,49 +197,6 @@ impl Mirror {
         ) {
             state.is_streaming = true;
         }
-        self.state = Arc::new(state);
-    }
-
-    /// Adds to `state` a pending call the mirror did not see start (it started before the
-    /// mirror joined), before the calls it saw start, and returns it; `None` when the call
-    /// is known (the fold already updated it). A call that is the `last` to start before the
-    /// mirror joined goes after the other such calls, also those learnt of later.
-    fn join_call<'s>(
-        &mut self,
-        state: &'s mut State,
-        call_id: &str,
-        tool_name: &str,
-        last: bool,
-    ) -> Option<&'s mut PendingToolCall> {
-        if state
-            .pending_tool_calls
-            .iter()
-            .any(|p| p.call.id == call_id)
-        {
-            return None;
-        }
-        let call = ToolCall {
-            id: call_id.to_owned(),
-            name: tool_name.to_owned(),
-            arguments: String::new(),
-        };
-        state.pending_tool_calls.insert(
-            self.joined_calls,
-            PendingToolCall {
-                call,
-                arguments: None,
-                rewritten: false,
-                progress: None,
-                started_at: None,
-            },
-        );
-        let at = self.joined_calls;
-        // The joined calls before `joined_calls` come before it; the last one stays right
-        // after them, so that calls learnt of later are put before it.
-        if !last {
-            self.joined_calls += 1;
-        }
-        state.pending_tool_calls.get_mut(at)
     }
 
     /// Reads lines from `reader` until it ends, folding each in and calling `on_line` with
@@ -291,4 +252,46 @@ impl Mirror {
             }
         }
     }
+}
+
+/// Adds to `state` a pending call the mirror did not see start (it started before the
+/// mirror joined), before the calls it saw start, and returns it; `None` when the call
+/// is known (the fold already updated it). A call that is the `last` to start before the
+/// mirror joined goes after the other such calls, also those learnt of later.
+fn join_call<'s>(
+    joined_calls: &mut usize,
+    state: &'s mut State,
+    call_id: &str,
+    tool_name: &str,
+    last: bool,
+) -> Option<&'s mut PendingToolCall> {
+    if state
+        .pending_tool_calls
+        .iter()
+        .any(|p| p.call.id == call_id)
+    {
+        return None;
+    }
+    let call = ToolCall {
+        id: call_id.to_owned(),
+        name: tool_name.to_owned(),
+        arguments: String::new(),
+    };
+    state.pending_tool_calls.insert(
+        *joined_calls,
+        PendingToolCall {
+            call,
+            arguments: None,
+            rewritten: false,
+            progress: None,
+            started_at: None,
+        },
+    );
+    let at = *joined_calls;
+    // The joined calls before `joined_calls` come before it; the last one stays right
+    // after them, so that calls learnt of later are put before it.
+    if !last {
+        *joined_calls += 1;
+    }
+    state.pending_tool_calls.get_mut(at)
 }
