@@ -230,9 +230,13 @@ pub(crate) fn write_event(buf: &mut Vec<u8>, event: &AgentEvent) {
         AgentEvent::MessageStart { message } | AgentEvent::MessageEnd { message } => {
             notification_to(buf, method, &MessageParams { message });
         }
-        AgentEvent::MessageUpdate { delta, .. } => {
-            notification_to(buf, method, &UpdateParams { delta });
-        }
+        AgentEvent::MessageUpdate { delta, .. } => match delta {
+            // Most lines of a run: their bytes put in as serde writes them, the text
+            // escaped by serde_json.
+            StreamEvent::TextDelta { text } => text_line(buf, "text_delta", text),
+            StreamEvent::ThinkingDelta { text } => text_line(buf, "thinking_delta", text),
+            _ => notification_to(buf, method, &UpdateParams { delta }),
+        },
         AgentEvent::ToolStart { call, at } => {
             notification_to(buf, method, &ToolStartParams { call, at: *at });
         }
@@ -835,6 +839,18 @@ fn pagent_line(method: &str, params: &Value) -> Option<bool> {
     }
 }
 
+/// The line of a `MessageUpdate` whose delta is text of `kind` (`text_delta`,
+/// `thinking_delta`): the bytes [`notification_to`] writes for its [`UpdateParams`].
+fn text_line(buf: &mut Vec<u8>, kind: &str, text: &str) {
+    buf.extend_from_slice(
+        br#"{"jsonrpc":"2.0","method":"MessageUpdate","params":{"delta":{"type":""#,
+    );
+    buf.extend_from_slice(kind.as_bytes());
+    buf.extend_from_slice(br#"","text":"#);
+    write_json(buf, text);
+    buf.extend_from_slice(b"}}}\n");
+}
+
 /// A native line's envelope, read in one pass, its params kept as the text they are.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -894,6 +910,40 @@ fn parse_notification(line: &str) -> Result<(String, Value), Error> {
 mod tests {
     use super::*;
     use crate::message::AssistantMessage;
+
+    #[test]
+    fn a_text_delta_line_is_the_bytes_serde_writes() {
+        for text in [
+            "",
+            "abcd",
+            "a\"b\\c\n\r\t\u{1}\u{7f}",
+            "\u{e9}\u{1f600} </script>",
+        ] {
+            for delta in [
+                StreamEvent::TextDelta { text: text.into() },
+                StreamEvent::ThinkingDelta { text: text.into() },
+            ] {
+                let mut written = Vec::new();
+                write_event(
+                    &mut written,
+                    &AgentEvent::MessageUpdate {
+                        message: PartialMessage::default(),
+                        delta: delta.clone(),
+                    },
+                );
+                let mut serialized = Vec::new();
+                notification_to(
+                    &mut serialized,
+                    "MessageUpdate",
+                    &UpdateParams { delta: &delta },
+                );
+                assert_eq!(
+                    String::from_utf8(written).unwrap(),
+                    String::from_utf8(serialized).unwrap()
+                );
+            }
+        }
+    }
 
     #[test]
     fn turn_start_line_is_exact() {
