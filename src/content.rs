@@ -172,7 +172,6 @@ tagged_enum! {
     tag = "type", remote = "Source";
     /// Where the bytes of an image or a document are: at a URL the provider fetches, or inline.
     #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-    #[serde(tag = "type", rename_all = "snake_case")]
     #[non_exhaustive]
     pub enum Source {
         /// At this URL (`https://..`), fetched by the provider's server.
@@ -498,7 +497,6 @@ tagged_enum! {
     /// One part of what a user message, a steering or follow-up message or a tool result
     /// carries: text, an image, a document or audio.
     #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-    #[serde(tag = "type", rename_all = "snake_case")]
     #[non_exhaustive]
     pub enum Part {
         /// Text.

@@ -16,7 +16,6 @@ tagged_enum! {
     /// Serialized with a `role` tag: `{"role":"user",..}`, `{"role":"assistant",..}`,
     /// `{"role":"tool_result",..}`.
     #[derive(Clone, Debug, PartialEq, Serialize)]
-    #[serde(tag = "role", rename_all = "snake_case")]
     #[non_exhaustive]
     pub enum Message {
         /// What the user (or the program on its behalf) said.
@@ -276,7 +275,6 @@ tagged_enum! {
     tag = "type", remote = "ContentBlock";
     /// One block of an assistant reply.
     #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-    #[serde(tag = "type", rename_all = "snake_case")]
     #[non_exhaustive]
     pub enum ContentBlock {
         /// Visible text.

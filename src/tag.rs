@@ -16,6 +16,10 @@
 //! when there is no tag, `unknown variant` naming the ones there are, `duplicate field` for
 //! a second tag.
 //!
+//! The providers' stream objects, read from their JSON text with other rules (a type the
+//! decoder does not know is skipped, not an error), have a way of their own:
+//! `crate::llm::tagged`.
+//!
 //! [`tagged_enum!`] declares such an enum: the public enum as written, serialized by the
 //! derive (the tag first), and its reading through [`deserialize`], with the variants
 //! read by serde's derive of the same body as an externally tagged enum
@@ -49,17 +53,19 @@ pub(crate) fn deserialize<'de, T: ByTag, D: Deserializer<'de>>(d: D) -> Result<T
     d.deserialize_any(Object(PhantomData::<T>))
 }
 
-/// Declares a public enum tagged by a field, serialized by serde's derive and read through
-/// [`deserialize`]. The enum is written as usual, with `Serialize` derived and the serde
-/// container attribute (`tag`, `rename_all = "snake_case"`), and without `Deserialize`.
-/// `remote` is its name as a string.
+/// Declares a public enum tagged by the field `tag`, serialized by serde's derive and read
+/// through [`deserialize`]. The enum is written as usual, with `Serialize` derived and
+/// without `Deserialize` or a serde container attribute: the macro gives both derives'
+/// `tag` and `rename_all = "snake_case"`, so the writing and the reading name the same
+/// field. `remote` is the enum's name as a string.
 macro_rules! tagged_enum {
     (
-        tag = $tag:literal, remote = $remote:tt;
+        tag = $tag:tt, remote = $remote:tt;
         $(#[$meta:meta])*
         pub enum $name:ident $body:tt
     ) => {
         $(#[$meta])*
+        #[serde(tag = $tag, rename_all = "snake_case")]
         pub enum $name $body
 
         const _: () = {
@@ -106,11 +112,11 @@ impl<'de, T: ByTag> Visitor<'de> for Object<T> {
         // The entries before the tag: none when the tag comes first.
         let mut before = Vec::new();
         loop {
-            let Some(key) = map.next_key_seed(Text)? else {
+            let Some(key) = map.next_key_seed(KEY)? else {
                 return Err(de::Error::missing_field(T::TAG));
             };
             if key == T::TAG {
-                let name = map.next_value_seed(Name)?;
+                let name = map.next_value_seed(NAME)?;
                 let rest = Rest {
                     before: before.into_iter(),
                     value: None,
@@ -126,7 +132,7 @@ impl<'de, T: ByTag> Visitor<'de> for Object<T> {
 
     /// The derive's other form: a list of the tag, then the variant's fields in order.
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<T, A::Error> {
-        let Some(name) = seq.next_element_seed(Name)? else {
+        let Some(name) = seq.next_element_seed(NAME)? else {
             return Err(de::Error::missing_field(T::TAG));
         };
         T::variant(Variant {
@@ -136,32 +142,25 @@ impl<'de, T: ByTag> Visitor<'de> for Object<T> {
     }
 }
 
-/// A key: borrowed from the input when the deserializer can, else owned.
-struct Text;
+/// A string: borrowed from the input when the deserializer can, else owned; the words are
+/// what it was expected to be.
+#[derive(Clone, Copy)]
+struct Text(&'static str);
+
+/// A key.
+const KEY: Text = Text("a field name");
+/// The tag's value, in serde's own words for a tag that is not a name.
+const NAME: Text = Text("variant identifier");
 
 impl<'de> DeserializeSeed<'de> for Text {
     type Value = Cow<'de, str>;
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Cow<'de, str>, D::Error> {
-        d.deserialize_str(TextVisitor("a field name"))
+        d.deserialize_str(self)
     }
 }
 
-/// The tag's value: the variant's name.
-struct Name;
-
-impl<'de> DeserializeSeed<'de> for Name {
-    type Value = Cow<'de, str>;
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Cow<'de, str>, D::Error> {
-        // serde's own words for a tag that is not a name.
-        d.deserialize_str(TextVisitor("variant identifier"))
-    }
-}
-
-struct TextVisitor(&'static str);
-
-impl<'de> Visitor<'de> for TextVisitor {
+impl<'de> Visitor<'de> for Text {
     type Value = Cow<'de, str>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -234,7 +233,7 @@ impl<'de, M: MapAccess<'de>> MapAccess<'de> for Rest<'de, M> {
                 self.value = Some(value);
                 key
             }
-            None => match self.map.next_key_seed(Text)? {
+            None => match self.map.next_key_seed(KEY)? {
                 None => return Ok(None),
                 Some(key) if key == self.tag => return Err(de::Error::duplicate_field(self.tag)),
                 Some(key) => key,

@@ -69,7 +69,6 @@ tagged_enum! {
     /// The same type is the `delta` of [`crate::AgentEvent::MessageUpdate`], so what a listener
     /// sees is exactly what the provider produced.
     #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-    #[serde(tag = "type", rename_all = "snake_case")]
     #[non_exhaustive]
     pub enum StreamEvent {
         /// Visible text.

@@ -20,6 +20,10 @@
 //! What a decoder reads is what the tagged enums read, with the same meaning: unknown fields
 //! and types are skipped, a missing or `null` optional field is absent, a value of the wrong
 //! type in an object of a known type is an error.
+//!
+//! pagent's own data model (`Message`, `ContentBlock`, `Part`, `Source`, `StreamEvent`),
+//! whose unknown variants are errors and which any serde format reads, has its one-pass
+//! reading in `crate::tag`.
 
 use std::borrow::Cow;
 
