@@ -152,12 +152,13 @@
 //! and is renewed from its start; a reply older than a third of the lease, when the run
 //! before took that long, is not trusted: the script is sent again). So a prompt waits for
 //! one round trip, and Redis's work for the start of a run overlaps the worker's for the
-//! run before. The earlier batches (with the event log, the prompt and the reply's first
-//! events, so that mirrors see a reply start at once) are sent ahead without waiting, and
-//! the last script goes behind them without waiting for their replies either. What is not
-//! sent yet when the run ends goes with that last script: the whole run on a fast model
-//! with the event log off, else at least the final reply, the turn's end and `AgentEnd`; a
-//! message that waits longer than 5 ms goes in a batch of its own, without waiting. A
+//! run before. The earlier batches (a message that waited 5 ms; with the event log, the
+//! events of a reply that streams on longer than that, at most 5 ms apart, the first at
+//! once when it comes 5 ms or more after the run's start, so that mirrors see it start
+//! then) are sent ahead without waiting, and the last script goes behind them without
+//! waiting for their replies either. What is not sent yet when the run ends goes with that
+//! last script: the whole run, its events too, on a fast model (one that answers within
+//! 5 ms), else at least the final reply, the turn's end and `AgentEnd`. A
 //! [`Worker::on_end`] callback adds a round trip (it is called once the run's writes
 //! landed, before the end is recorded), and so does
 //! [`Worker::step`] called on its own (it reads no entry ahead: the one it would read
@@ -170,8 +171,9 @@
 //! fleet -- bench 1 2000 [nolog]` (one worker, 2,000 prompts, each its own conversation,
 //! Faux): per prompt, half an `XREADGROUP` and two scripts with the event log off (14.6
 //! commands in all, the scripts' own counted; 16.5 with the queue trimmed at every end, 17
-//! with an `XREADGROUP` per prompt too), half an `XREADGROUP` and three scripts with it on
-//! (21.6 commands: each batch's events go in one `XADD`; 23.5 and 24 as before, 36.5 with
+//! with an `XREADGROUP` per prompt too), and the same two scripts with it on (15.6
+//! commands: the run's events go in one `XADD` within the end; 21.6 when the prompt and the
+//! reply's first events went in a script of their own, 23.5 and 24 as before, 36.5 with
 //! one `XADD` per event). The
 //! scripts go by their SHA1 (`EVALSHA`: each connection loads them when it opens, and a
 //! flushed script cache is loaded again), so a call carries its arguments, not the

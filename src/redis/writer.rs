@@ -12,10 +12,14 @@
 //! that fails with batches unread is replaced and the unread batches sent again: a batch
 //! applied already is recognised by its number and not applied twice.
 //!
-//! When to send: a message's end (with the message), a tool's end and the run's end go at
-//! once; the events that open a run, a turn or a prompt wait for the message that follows
-//! at once; streaming deltas and the other live events go within [`LINGER`], together with
-//! what came meanwhile (a lingering thread sends what is left when nothing follows).
+//! When to send: a reply with tool calls and a tool's end go at once, and the run's end
+//! goes with the script that ends the run; the events that open a run, a turn or a prompt
+//! wait for what follows at once; a message's end, streaming deltas and the other live
+//! events go within [`LINGER`] of the last batch, together with what came meanwhile, or at
+//! once when the last batch went longer ago than that (a lingering thread sends what is
+//! left when nothing follows). The run's start counts as a batch sent: a run that ends
+//! within [`LINGER`] of its start (a fast model) is written whole by its end, in one round
+//! trip, and a reply that starts later starts its batches at once.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Weak};
@@ -333,7 +337,9 @@ pub(crate) struct RunWrites {
     lines: Vec<u8>,
     /// When the oldest buffered live event came.
     due: Option<Instant>,
-    last_send: Option<Instant>,
+    /// When the last batch went, or the run started: a live event waits for others only
+    /// within [`LINGER`] of it.
+    last_send: Instant,
     error: Option<Error>,
     abort: AgentHandle,
 }
@@ -360,7 +366,9 @@ impl RunWrites {
             messages: Vec::new(),
             lines: Vec::new(),
             due: None,
-            last_send: None,
+            // A run that ends within `LINGER` of its start (a fast model) goes whole with
+            // its end; a reply that starts later starts its batches at once, as before.
+            last_send: Instant::now(),
             error: None,
             abort,
         }
@@ -412,11 +420,10 @@ impl RunWrites {
             let due = Instant::now() + LINGER;
             self.due = Some(self.due.map_or(due, |d| d.min(due)));
         } else if when == When::Soon {
-            let quiet = self.last_send.is_none_or(|t| t.elapsed() >= LINGER);
-            if quiet {
+            if self.last_send.elapsed() >= LINGER {
                 when = When::Now;
             } else if self.due.is_none() {
-                self.due = self.last_send.map(|t| t + LINGER);
+                self.due = Some(self.last_send + LINGER);
             }
         }
         when
@@ -437,7 +444,7 @@ impl RunWrites {
         };
         self.user_buffered = false;
         self.due = None;
-        self.last_send = Some(Instant::now());
+        self.last_send = Instant::now();
         Some(Batch {
             number: self.batch,
             cap: self.events.unwrap_or(1),
