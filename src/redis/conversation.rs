@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use super::conn::Again;
 use super::fleet::{GROUP, Worker};
 use super::side::{Follow, millis};
-use super::writer::{self, Batch, RunWrites};
+use super::writer::{self, Batch, Ended, Later, RunWrites};
 use super::{check_name, scripts};
 use crate::agent::guard;
 use crate::error::Error;
@@ -33,6 +33,43 @@ impl From<Error> for Failure {
     }
 }
 
+/// What follows the end of a run.
+enum After {
+    /// The lease was released and the queue entry acknowledged.
+    Released,
+    /// Inbox entries left to do (the lease is kept).
+    More(Vec<::redis::streams::StreamId>),
+    /// Sent without waiting: its reply comes later ([`Worker::take_later`]).
+    NotWaited,
+}
+
+/// What the end of a run ([`scripts::END`]) answered: `None` released (or handed back),
+/// else the inbox entries left to do.
+fn end_status(reply: ::redis::Value) -> Result<Option<Vec<::redis::streams::StreamId>>, Error> {
+    let reply: Vec<::redis::Value> = ::redis::from_redis_value(reply).map_err(|e| Error::Io {
+        kind: std::io::ErrorKind::InvalidData,
+        message: format!("redis: the end of a run answered {e}"),
+    })?;
+    let status = reply
+        .first()
+        .and_then(|v| ::redis::from_redis_value_ref::<i64>(v).ok());
+    match status {
+        Some(1 | 2) => Ok(None),
+        Some(0) => {
+            let more: ::redis::streams::StreamRangeReply = reply
+                .get(1)
+                .and_then(|v| ::redis::from_redis_value_ref(v).ok())
+                .unwrap_or_default();
+            Ok(Some(more.ids))
+        }
+        Some(-1) => Err(Error::LeaseLost),
+        _ => Err(Error::Io {
+            kind: std::io::ErrorKind::Other,
+            message: "redis: a write of the run did not land".into(),
+        }),
+    }
+}
+
 /// What the script that starts a conversation read.
 struct Begun {
     started: String,
@@ -42,7 +79,9 @@ struct Begun {
 
 impl Worker {
     /// Handles one queue entry: leases the conversation and drains its inbox, then
-    /// acknowledges. Returns false when the entry was left pending.
+    /// acknowledges. Returns false when the entry was left pending, or when the end of its
+    /// run was not waited for (it is counted once its reply is read, see
+    /// [`Worker::take_later`]).
     pub(super) fn handle(
         &self,
         conversation: &str,
@@ -69,7 +108,10 @@ impl Worker {
                 self.new_token()
             }
         };
-        let Some(begun) = self.begin(conversation, &token)? else {
+        let begun = self.begin(conversation, &token);
+        // The run before's end, read on the way, is acted on first.
+        self.take_later();
+        let Some(begun) = begun? else {
             // Another worker holds the conversation. It holds an entry of its own that it
             // acknowledges only after draining the inbox, which this request is already in:
             // a new entry can go. A reclaimed one stays pending: its holder may be the dead
@@ -93,23 +135,50 @@ impl Worker {
         if let Some(id) = client {
             writer.link.unblock(id);
         }
+        drop(writer);
         match drained {
-            Ok(()) => Ok(true),
+            Ok(waited) => Ok(waited),
             Err(Failure::Entry(e)) => Err(Failure::Entry(e)),
             Err(Failure::Redis(e)) => {
                 if !matches!(e, Error::LeaseLost) {
-                    // Free the conversation at once when the lease is still ours (a Redis
-                    // failure: it may not be reachable; the entry is tried again).
-                    let lease = key("lease");
-                    let _ = writer.link.call(Again::Safe, |c| {
-                        scripts::eval(&scripts::DROP_LEASE, &[&lease])
-                            .arg(&token)
-                            .query::<i64>(c)
-                    });
+                    self.drop_lease(conversation, &token);
                 }
                 Err(Failure::Redis(e))
             }
         }
+    }
+
+    /// Frees the conversation at once when the lease `token` is still ours (after a Redis
+    /// failure: it may not be reachable; the entry is tried again).
+    fn drop_lease(&self, conversation: &str, token: &str) {
+        let lease = self.shared.redis.key(conversation, "lease");
+        let _ = self.shared.writer.lock().link.call(Again::Safe, |c| {
+            scripts::eval(&scripts::DROP_LEASE, &[&lease])
+                .arg(token)
+                .query::<i64>(c)
+        });
+    }
+
+    /// Acts on the replies of ends not waited for read so far: one that failed frees its
+    /// lease (its entry is tried again, as when its end is waited for). Returns how many
+    /// landed (counted by [`Worker::step`]).
+    pub(super) fn take_later(&self) -> u64 {
+        let later = self.shared.writer.lock().link.take_later();
+        let mut ended = 0;
+        for Later { run, reply } in later {
+            match reply.and_then(end_status) {
+                Ok(_) => ended += 1,
+                Err(Error::LeaseLost) => {}
+                Err(e) => {
+                    if matches!(e, Error::Connection(_) | Error::Timeout(_)) {
+                        self.shared.retry_own.store(true, Ordering::Release);
+                    }
+                    self.drop_lease(&run.conversation, &run.token);
+                }
+            }
+        }
+        self.shared.ended_later.fetch_add(ended, Ordering::AcqRel);
+        ended
     }
 
     /// Takes the lease and reads `meta`, the inbox after `done` and the transcript, in one
@@ -202,33 +271,43 @@ impl Worker {
     /// Sends the start of the next queue entry's run ahead (when one was read ahead, is of
     /// another conversation than `current`, and none was sent yet), so that Redis runs it
     /// while this worker runs `current`'s: the next run then starts without a round trip.
+    /// A read of the queue entries after it goes first, in the same piece, when one is due
+    /// (see [`Worker::read_ahead`]).
     fn begin_ahead(&self, current: &str) {
         let shared = &self.shared;
         let mut begun = shared.begun_ahead.lock();
-        if begun.is_some() {
-            return;
-        }
         let next = shared.ahead.lock().first().map(|e| {
             let conversation: String = e.get("conversation").unwrap_or_default();
             (e.id.clone(), conversation)
         });
-        let Some((id, conversation)) = next else {
-            return;
-        };
-        if conversation == current || check_name(&conversation).is_err() {
+        let begin = next
+            .filter(|(_, conversation)| {
+                begun.is_none() && conversation != current && check_name(conversation).is_ok()
+            })
+            .map(|(id, conversation)| {
+                let redis = &shared.redis;
+                let keys =
+                    ["lease", "meta", "inbox", "messages"].map(|w| redis.key(&conversation, w));
+                let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+                let token = self.new_token();
+                let packed = self.begin_cmd(&keys, &token).get_packed_command();
+                (id, token, packed)
+            });
+        let mut writer = shared.writer.lock();
+        let read = self
+            .read_ahead(&writer.link)
+            .map(|c| c.get_packed_command());
+        if begin.is_none() && read.is_none() {
             return;
         }
-        let redis = &shared.redis;
-        let keys = ["lease", "meta", "inbox", "messages"].map(|w| redis.key(&conversation, w));
-        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-        let token = self.new_token();
-        let packed = self.begin_cmd(&keys, &token).get_packed_command();
-        shared
-            .writer
-            .lock()
-            .link
-            .begin_ahead(token.clone(), &packed);
-        *begun = Some((id, token));
+        let start = begin
+            .as_ref()
+            .map(|(_, token, packed)| (token.clone(), packed.as_slice()));
+        writer.link.begin_ahead(read, start);
+        drop(writer);
+        if let Some((id, token, _)) = begin {
+            *begun = Some((id, token));
+        }
     }
 
     /// Runs the conversation's inbox entries after `done`, in order, until none is left and
@@ -239,7 +318,7 @@ impl Worker {
         token: &str,
         entry: &str,
         begun: Begun,
-    ) -> Result<(), Failure> {
+    ) -> Result<bool, Failure> {
         let Begun {
             started,
             mut inbox,
@@ -303,8 +382,9 @@ impl Worker {
                 done_now.as_deref(),
                 entry,
             )? {
-                None => return Ok(()),
-                Some(more) => inbox = more,
+                After::Released => return Ok(true),
+                After::NotWaited => return Ok(false),
+                After::More(more) => inbox = more,
             }
         }
         // Hand the conversation back: announce it again, then free the lease.
@@ -324,8 +404,14 @@ impl Worker {
 
     /// Applies the run's last batch (when given), checks the run's writes landed (`meta.wrote`
     /// is `expected`), records `done` (when given) and either releases the lease and
-    /// acknowledges `entry` (`None`) or returns the inbox entries left to do. One round trip,
-    /// sent behind the run's writes whose replies were not read yet.
+    /// acknowledges `entry` ([`After::Released`]) or returns the inbox entries left to do.
+    /// One round trip, sent behind the run's writes whose replies were not read yet.
+    ///
+    /// When the next entry's run was started ahead (a [`Worker::run_for`] under way), the
+    /// end is not waited for ([`After::NotWaited`]): the next run starts while Redis ends
+    /// this one, and the reply is acted on when it is read with a later one
+    /// ([`Worker::take_later`]). Inbox entries left to do then hand the conversation back
+    /// to the queue (announced again, the lease released), as a worker does after 64 runs.
     fn end(
         &self,
         conversation: &str,
@@ -333,8 +419,14 @@ impl Worker {
         (expected, batch): (&str, Option<Batch>),
         done: Option<&str>,
         entry: &str,
-    ) -> Result<Option<Vec<::redis::streams::StreamId>>, Error> {
-        let redis = &self.shared.redis;
+    ) -> Result<After, Error> {
+        let shared = &self.shared;
+        let redis = &shared.redis;
+        let later = done.is_some()
+            && !entry.is_empty()
+            && shared.reading_ahead.load(Ordering::Acquire) > 0
+            && !shared.stop.load(Ordering::Acquire)
+            && shared.begun_ahead.lock().is_some();
         let keys =
             ["lease", "meta", "inbox", "messages", "events"].map(|w| redis.key(conversation, w));
         let queue = redis.queue_key();
@@ -352,55 +444,27 @@ impl Worker {
                 ""
             } else {
                 "1"
-            });
+            })
+            .arg(if later { conversation } else { "" });
         if let Some(batch) = batch {
             cmd.arg(batch.number());
             batch.args(&mut cmd);
         }
-        // With the end, the next queue entry is read (without blocking) when a `run_for`
-        // is under way: the next step needs no round trip of its own to get it.
-        let ahead = self.read_ahead();
-        let ended = self.shared.writer.lock().link.end(
-            cmd.get_packed_command(),
-            ahead.as_ref().map(::redis::Cmd::get_packed_command),
-        );
-        let reply = match ended {
-            Ok((reply, read)) => {
-                if ahead.is_some() {
-                    self.keep_ahead(read);
-                }
-                reply
-            }
-            Err(e) => {
-                if ahead.is_some() {
-                    self.keep_ahead(None);
-                }
-                return Err(e);
-            }
-        };
-        let reply: Vec<::redis::Value> =
-            ::redis::from_redis_value(reply).map_err(|e| Error::Io {
-                kind: std::io::ErrorKind::InvalidData,
-                message: format!("redis: the end of a run answered {e}"),
-            })?;
-        let status = reply
-            .first()
-            .and_then(|v| ::redis::from_redis_value_ref::<i64>(v).ok());
-        match status {
-            Some(1) => Ok(None),
-            Some(0) => {
-                let more: ::redis::streams::StreamRangeReply = reply
-                    .get(1)
-                    .and_then(|v| ::redis::from_redis_value_ref(v).ok())
-                    .unwrap_or_default();
-                Ok(Some(more.ids))
-            }
-            Some(-1) => Err(Error::LeaseLost),
-            _ => Err(Error::Io {
-                kind: std::io::ErrorKind::Other,
-                message: "redis: a write of the run did not land".into(),
-            }),
+        let mut writer = shared.writer.lock();
+        if later {
+            let ended = Ended {
+                conversation: conversation.into(),
+                token: token.into(),
+            };
+            writer.link.end_later(cmd.get_packed_command(), ended);
+            return Ok(After::NotWaited);
         }
+        let reply = writer.link.end(cmd.get_packed_command());
+        drop(writer);
+        Ok(match end_status(reply?)? {
+            None => After::Released,
+            Some(more) => After::More(more),
+        })
     }
 
     /// Counts a failure of the inbox entry `job`; returns true when it was moved to the

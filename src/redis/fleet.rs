@@ -1,8 +1,8 @@
 //! `Worker`: runs the conversations of a fleet, fed by the queue stream.
 
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use super::conn::Again;
 use super::conversation::Failure;
 use super::side::{Side, millis};
-use super::writer::Writer;
+use super::writer::{Link, Writer};
 use super::{Redis, scripts};
 use crate::agent::Agent;
 use crate::error::Error;
@@ -87,9 +87,12 @@ pub(super) struct Shared {
     /// A failure left this worker's own entries pending: read them again at once.
     pub(super) retry_own: AtomicBool,
     pub(super) last_claim: Mutex<Option<Instant>>,
-    /// How many [`Worker::run_for`] calls are under way: while one is, the end of each
-    /// conversation reads the next queue entry in the same round trip.
+    /// How many [`Worker::run_for`] calls are under way: while one is, the start of each
+    /// run reads the next queue entries in the same round trip as the next run's start, and
+    /// the end of a run is not waited for when the next run's start is under way.
     pub(super) reading_ahead: AtomicUsize,
+    /// Ends not waited for whose reply said they landed, not counted by a step yet.
+    pub(super) ended_later: AtomicU64,
     /// Queue entries this worker acknowledged with a run's end: every [`TRIM_EVERY`]th end
     /// trims the queue too.
     pub(super) ends: AtomicUsize,
@@ -133,19 +136,27 @@ impl Worker {
         static INSTANCES: AtomicU64 = AtomicU64::new(0);
         let instance = INSTANCES.fetch_add(1, Ordering::Relaxed);
         let worker = Worker {
-            shared: Arc::new(Shared {
+            shared: Arc::new_cyclic(|me: &Weak<Shared>| Shared {
                 redis: redis.clone(),
                 name: name.into(),
                 owner: format!("{}:{name}:{}:{instance}:", name.len(), std::process::id()),
                 stop: AtomicBool::new(false),
                 tokens: AtomicU64::new(0),
                 busy: Mutex::new(()),
-                writer: Writer::new(redis),
+                writer: Writer::new(redis, {
+                    let me = me.clone();
+                    Box::new(move |read| {
+                        if let Some(shared) = me.upgrade() {
+                            keep_ahead(&shared, read);
+                        }
+                    })
+                }),
                 side: Side::start(redis, name, GROUP),
                 checked: AtomicBool::new(false),
                 retry_own: AtomicBool::new(true),
                 last_claim: Mutex::new(None),
                 reading_ahead: AtomicUsize::new(0),
+                ended_later: AtomicU64::new(0),
                 ends: AtomicUsize::new(0),
                 ahead: Mutex::new(Vec::new()),
                 begun_ahead: Mutex::new(None),
@@ -311,15 +322,26 @@ impl Worker {
             // Left pending under this worker: read again as its own at its next step.
             self.shared.retry_own.store(true, Ordering::Release);
         })?;
-        // The entries read ahead as the last one ended are handled, not left pending
-        // (bounded: a step may take claimed entries first).
+        // The replies not waited for are read, and the entries read ahead are handled, not
+        // left pending (bounded: a step may take claimed entries first).
         for _ in 0..=READ_AHEAD {
+            handled += self.settle_later();
             if self.shared.ahead.lock().is_empty() {
                 break;
             }
             handled += self.step(Duration::ZERO).unwrap_or(0);
         }
-        Ok(handled)
+        Ok(handled + self.settle_later())
+    }
+
+    /// Reads every reply sent ahead and acts on those not waited for; returns how many
+    /// ends among them landed.
+    fn settle_later(&self) -> u64 {
+        let _one = self.shared.busy.lock();
+        // A failure is acted on as the replies it concerns are (`take_later`).
+        let _ = self.shared.writer.lock().link.settle();
+        self.take_later();
+        self.shared.ended_later.swap(0, Ordering::AcqRel)
     }
 
     fn run_until(&self, deadline: Instant) -> Result<u64, Error> {
@@ -393,13 +415,16 @@ impl Worker {
                 Err(Failure::Entry(e)) => return Err(e),
             }
         }
-        Ok(handled)
+        Ok(handled + self.shared.ended_later.swap(0, Ordering::AcqRel))
     }
 
     /// The next queue entries: own pending ones after a failure, claimed ones of dead
     /// workers when due, one read ahead, else new ones.
     fn read_queue(&self, wait: Duration) -> Result<(Vec<::redis::streams::StreamId>, bool), Error> {
         let shared = &self.shared;
+        // What came back for commands not waited for: a failed end asks for this worker's
+        // own entries again, a read adds to those in hand.
+        self.take_later();
         let queue = shared.redis.queue_key();
         let mut writer = shared.writer.lock();
         let link = &mut writer.link;
@@ -487,21 +512,22 @@ impl Worker {
         Ok((ids(read), false))
     }
 
-    /// The command that reads the next new queue entry without blocking, when the end of
-    /// a conversation is to read ahead (a [`Worker::run_for`] is under way and not told to
-    /// stop).
+    /// The command that reads the next new queue entries without blocking, when the start
+    /// of a run is to read ahead (a [`Worker::run_for`] is under way and not told to stop,
+    /// and no read sent on `link` is still to be taken).
     ///
     /// It keeps two or three entries in hand: the next one to run (whose run's start goes
     /// ahead while the current one runs, see `begin_ahead`) and one or two after it. It
     /// reads when one is left, two at once: one `XREADGROUP` for every two prompts (Redis
     /// walks the stream's node up to the group's place for each, 50,000 instructions of a
     /// prompt's 462,000 when it read one per prompt).
-    pub(super) fn read_ahead(&self) -> Option<::redis::Cmd> {
+    pub(super) fn read_ahead(&self, link: &Link) -> Option<::redis::Cmd> {
         let shared = &self.shared;
         let held = shared.ahead.lock().len();
         if shared.reading_ahead.load(Ordering::Acquire) == 0
             || shared.stop.load(Ordering::Acquire)
             || held + 1 >= READ_AHEAD
+            || link.reading()
         {
             return None;
         }
@@ -515,22 +541,6 @@ impl Worker {
             .arg(shared.redis.queue_key())
             .arg(">");
         Some(cmd)
-    }
-
-    /// Keeps what a read ahead returned; when its fate is unknown (no reply), the entries
-    /// it may have taken are pending under this worker, and read again as its own.
-    pub(super) fn keep_ahead(&self, read: Option<::redis::Value>) {
-        match read.map(::redis::from_redis_value::<Option<::redis::streams::StreamReadReply>>) {
-            Some(Ok(read)) => {
-                let read = ids(read);
-                // They wait while the conversation in hand runs on (its inbox may hold
-                // more): kept fresh with its lease, past `claim_after` if need be.
-                let held = read.iter().map(|e| e.id.clone()).collect();
-                self.shared.side.hold(held, false);
-                self.shared.ahead.lock().extend(read);
-            }
-            _ => self.shared.retry_own.store(true, Ordering::Release),
-        }
     }
 
     /// Whether the end of a run about to be sent trims the queue (every [`TRIM_EVERY`]th).
@@ -549,6 +559,22 @@ impl Worker {
                 .arg(entry)
                 .query::<()>(c)
         })
+    }
+}
+
+/// Keeps what a read ahead returned; when its fate is unknown (no reply), the entries it
+/// may have taken are pending under this worker, and read again as its own.
+fn keep_ahead(shared: &Shared, read: Option<::redis::Value>) {
+    match read.map(::redis::from_redis_value::<Option<::redis::streams::StreamReadReply>>) {
+        Some(Ok(read)) => {
+            let read = ids(read);
+            // They wait while the conversation in hand runs on (its inbox may hold more):
+            // kept fresh with its lease, past `claim_after` if need be.
+            let held = read.iter().map(|e| e.id.clone()).collect();
+            shared.side.hold(held, false);
+            shared.ahead.lock().extend(read);
+        }
+        _ => shared.retry_own.store(true, Ordering::Release),
     }
 }
 

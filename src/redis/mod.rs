@@ -139,20 +139,27 @@
 //!
 //! # Capacity
 //! Round trips per prompt, for a worker on a short reply (one prompt per queue entry), with
-//! or without the event log: one waited for while the queue has work, three when it waits
-//! for some. One script takes the lease and reads `meta`, the inbox and the transcript;
-//! one script appends the run's last batch of writes, checks that the earlier batches
-//! landed, records the run done, releases the lease and acknowledges the queue entry, and
-//! in the same round trip [`Worker::run_for`] reads the next queue entries (`XREADGROUP`
-//! without blocking, two at once when one is left in hand, so that every other end reads
-//! and two or three are in hand; when there is none, the next step waits for
-//! one with a blocking `XREADGROUP`). While one run goes on, the script that starts the
-//! next entry's run (of another conversation) is sent ahead: Redis runs it meanwhile, its
-//! reply comes with the end's, and the next run starts at once (its lease was taken then,
-//! and is renewed from its start; a reply older than a third of the lease, when the run
-//! before took that long, is not trusted: the script is sent again). So a prompt waits for
-//! one round trip, and Redis's work for the start of a run overlaps the worker's for the
-//! run before. The earlier batches (a message that waited 5 ms; with the event log, the
+//! or without the event log: none waited for while the queue has work (one for the first
+//! prompt, three when it waits for some). One script takes the lease and reads `meta`, the
+//! inbox and the transcript; one script appends the run's last batch of writes, checks
+//! that the earlier batches landed, records the run done, releases the lease and
+//! acknowledges the queue entry. While one run goes on, the script that starts the next
+//! entry's run (of another conversation) is sent ahead, and [`Worker::run_for`] reads the
+//! next queue entries in the same piece (`XREADGROUP` without blocking, two at once when
+//! one is left in hand, so that every other start reads and two or three are in hand;
+//! when there is none, the next step waits for one with a blocking `XREADGROUP`): Redis
+//! runs them meanwhile, and the next run starts at once (its lease was taken then, and is
+//! renewed from its start; a reply older than a third of the lease, when the run before
+//! took that long, is not trusted: the script is sent again). The script that ends a run
+//! is then not waited for: the next run starts while Redis ends this one, and its reply,
+//! read with the next ones, is acted on then (an end that failed frees the lease and its
+//! entry is tried again, as when it is waited for; inbox entries that came in the
+//! meantime hand the conversation back to the queue, announced again behind what is
+//! queued, where an end waited for runs them at once). So a prompt waits for no round trip
+//! of its own, and Redis's work for the start and the end of a run overlaps the worker's
+//! for the runs beside it. The first run of a `run_for`, and a run whose next entry is of
+//! the same conversation or not read yet, waits for its end.
+//! The earlier batches (a message that waited 5 ms; with the event log, the
 //! events of a reply that streams on longer than that, at most 5 ms apart, the first at
 //! once when it comes 5 ms or more after the run's start, so that mirrors see it start
 //! then) are sent ahead without waiting, and the last script goes behind them without

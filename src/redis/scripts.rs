@@ -179,10 +179,13 @@ return applied
 /// KEYS: lease, meta, inbox, queue, messages, events. ARGV: token, the last write expected
 /// (`<token> <n>`, or '' for none; with a batch, that batch's), the inbox entry done (or
 /// ''), the queue entry (or ''), the group, lease ms, whether to trim the queue ('1' or
-/// '': a worker trims at every `TRIM_EVERY`th end), then the batch or nothing: its
-/// number, the event stream cap, the inbox entry whose prompt it stores (or ''), its event
-/// lines and messages as [`WRITE`] takes them. Returns `{1}` released, `{0, entries}` more
-/// to do, `{-1}` the lease is not ours, `{-2}` a write of the run is missing.
+/// '': a worker trims at every `TRIM_EVERY`th end), the conversation's name to hand it
+/// back to the queue when there is more to do (or '': the lease is kept, and the entries
+/// returned), then the batch or nothing: its number, the event stream cap, the inbox
+/// entry whose prompt it stores (or ''), its event lines and messages as [`WRITE`] takes
+/// them. Returns `{1}` released, `{2}` released and handed back (announced again on the
+/// queue), `{0, entries}` more to do, `{-1}` the lease is not ours, `{-2}` a write of the
+/// run is missing.
 ///
 /// `meta` is read with one `HMGET` and written with one `HSET`; the queue entry is
 /// acknowledged as [`ACK`] does it, the queue trimmed only when asked.
@@ -197,8 +200,8 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
 end
 local meta = redis.call('HMGET', KEYS[2], 'wrote', 'done', 'failed')
 local set = {}
-if #ARGV > 7 then
-  if apply(ARGV[1], ARGV[8], meta[1], KEYS[5], KEYS[6], ARGV[9], ARGV[10], 11, set) ~= 1 then
+if #ARGV > 8 then
+  if apply(ARGV[1], ARGV[9], meta[1], KEYS[5], KEYS[6], ARGV[10], ARGV[11], 12, set) ~= 1 then
     return {-2}
   end
 elseif ARGV[2] ~= '' and meta[1] ~= ARGV[2] then
@@ -215,17 +218,22 @@ end
 local from = '-'
 if done then from = '(' .. done end
 local more = redis.call('XRANGE', KEYS[3], from, '+', 'COUNT', 16)
+local status = 1
 if #more > 0 then
-  if #set > 0 then redis.call('HSET', KEYS[2], unpack(set)) end
-  redis.call('PEXPIRE', KEYS[1], ARGV[6])
-  return {0, more}
+  if ARGV[8] == '' then
+    if #set > 0 then redis.call('HSET', KEYS[2], unpack(set)) end
+    redis.call('PEXPIRE', KEYS[1], ARGV[6])
+    return {0, more}
+  end
+  redis.call('XADD', KEYS[4], '*', 'conversation', ARGV[8])
+  status = 2
 end
 redis.call('DEL', KEYS[1])
 set[#set + 1] = 'ended'
 set[#set + 1] = ARGV[1]
 redis.call('HSET', KEYS[2], unpack(set))
 if ARGV[4] ~= '' then ack(KEYS[4], ARGV[5], ARGV[4], ARGV[7] ~= '') end
-return {1}
+return {status}
 "
 ));
 

@@ -43,11 +43,13 @@ enum Sent {
     /// A batch of writes: 1 applied, 0 lease lost, -1 an earlier batch missing.
     Write(Vec<u8>),
     /// The end of a run ([`scripts::END`], may carry its last batch): sent again like a
-    /// write after a break (it applies once), its reply returned by [`Link::settle_end`].
-    End(Vec<u8>),
-    /// A read sent after an end (the next queue entry): not sent again after a break, its
-    /// reply returned by [`Link::settle_end`] when it came.
-    Then,
+    /// write after a break (it applies once). Its reply is returned by [`Link::end`], or,
+    /// for an end not waited for ([`Link::end_later`]), kept as a [`Later::End`] of its
+    /// run.
+    End(Vec<u8>, Option<Box<Ended>>),
+    /// A read of the next queue entries: not sent again after a break; its reply (none when
+    /// it was lost) handed to the link's `on_read` as soon as it is read.
+    Read,
     /// The start of the next conversation's run ([`scripts::BEGIN`]) under this lease
     /// token, sent ahead while the current run goes on: its reply is kept for that run
     /// ([`Link::take_begun`]). Not sent again after a break (the run then sends it itself).
@@ -60,11 +62,29 @@ impl Sent {
     /// The command, when it must be sent again after a break.
     fn again(&self) -> Option<&[u8]> {
         match self {
-            Sent::Write(packed) | Sent::End(packed) => Some(packed),
-            Sent::Then | Sent::Begin(..) | Sent::Ignore => None,
+            Sent::Write(packed) | Sent::End(packed, _) => Some(packed),
+            Sent::Read | Sent::Begin(..) | Sent::Ignore => None,
         }
     }
 }
+
+/// The run whose end was not waited for: what its failure needs to free its lease.
+pub(crate) struct Ended {
+    pub(crate) conversation: String,
+    pub(crate) token: String,
+}
+
+/// The reply of an end not waited for ([`Link::end_later`]), or its failure (that of a
+/// batch of its run, when one failed), read with a later reply, for the worker to act on.
+pub(crate) struct Later {
+    pub(crate) run: Box<Ended>,
+    pub(crate) reply: Result<::redis::Value, Error>,
+}
+
+/// What takes the reply of a read of the queue sent ahead (none when it was lost), as soon
+/// as it is read: the entries go into the worker's hands at once, however long the run
+/// that read them goes on.
+pub(crate) type OnRead = Box<dyn Fn(Option<::redis::Value>) + Send>;
 
 /// The worker's connection, with the commands sent ahead whose replies were not read yet.
 pub(crate) struct Link {
@@ -72,31 +92,49 @@ pub(crate) struct Link {
     sent: VecDeque<Sent>,
     /// The reply of a [`Sent::Begin`]: its token, when it was sent, the reply.
     begun: Option<(String, Instant, ::redis::Value)>,
+    /// The replies of ends not waited for, in order.
+    later: Vec<Later>,
+    on_read: OnRead,
 }
 
 impl Link {
-    pub(crate) fn new(redis: &Redis) -> Link {
+    pub(crate) fn new(redis: &Redis, on_read: OnRead) -> Link {
         Link {
             conn: Conn::new(redis, scripts::FOR_WORKER),
             sent: VecDeque::new(),
             begun: None,
+            later: Vec::new(),
+            on_read,
         }
     }
 
-    /// Sends `packed`, the start of a run under `token` ([`scripts::BEGIN`]), ahead: Redis
-    /// runs it while the current run goes on, and its reply is read with the next ones.
-    pub(crate) fn begin_ahead(&mut self, token: String, packed: &[u8]) {
-        self.begun = None;
-        let sent = Sent::Begin(token, Instant::now());
-        if self.send(sent, packed).is_err() {
-            // Given up with the connection: the run sends its own.
+    /// Sends `read` (a read of the next queue entries, its reply handed to `on_read`)
+    /// and `begin`, the start of a run under a token ([`scripts::BEGIN`]), ahead, in one
+    /// piece: Redis runs them while the current run goes on, and their replies are read
+    /// with the next ones (the read's before the start's, so that both are in hand when
+    /// that run starts).
+    pub(crate) fn begin_ahead(&mut self, read: Option<Vec<u8>>, begin: Option<(String, &[u8])>) {
+        let mut sent = Vec::new();
+        let mut packed = Vec::new();
+        if let Some(read) = read {
+            sent.push(Sent::Read);
+            packed.extend_from_slice(&read);
+        }
+        if let Some((token, begin)) = begin {
+            self.begun = None;
+            sent.push(Sent::Begin(token, Instant::now()));
+            packed.extend_from_slice(begin);
+        }
+        if !sent.is_empty() && self.send_all(sent, &packed).is_err() {
+            // Given up with the connection: the run sends its own start.
             self.sent.retain(|s| !matches!(s, Sent::Begin(..)));
         }
     }
 
     /// The reply of the start sent ahead under `token`, if it came and was sent less than
     /// `fresh` ago (the lease it took still holds then, so what it read is as it is: no
-    /// other worker can have written since). Reads the replies sent ahead first.
+    /// other worker can have written since). Reads the replies sent ahead up to it (those
+    /// sent after it, the run before's writes and end, are read later).
     ///
     /// # Errors
     /// As [`Link::settle`].
@@ -105,7 +143,7 @@ impl Link {
         token: &str,
         fresh: Duration,
     ) -> Result<Option<::redis::Value>, Error> {
-        self.settle()?;
+        self.read_replies(true)?;
         Ok(self
             .begun
             .take()
@@ -124,6 +162,16 @@ impl Link {
         }
     }
 
+    /// Whether a read of the queue was sent whose reply was not read yet.
+    pub(crate) fn reading(&self) -> bool {
+        self.sent.iter().any(|s| matches!(s, Sent::Read))
+    }
+
+    /// The replies of ends not waited for read so far, in order.
+    pub(crate) fn take_later(&mut self) -> Vec<Later> {
+        std::mem::take(&mut self.later)
+    }
+
     /// Sends `packed` without reading its reply. A failed send replaces the connection and
     /// sends the unread batches again first (each applies at most once).
     fn send(&mut self, sent: Sent, packed: &[u8]) -> Result<(), Error> {
@@ -131,7 +179,11 @@ impl Link {
     }
 
     /// Sends `packed`, the commands `sent` one after the other, in one piece.
-    fn send_all<const N: usize>(&mut self, sent: [Sent; N], packed: &[u8]) -> Result<(), Error> {
+    fn send_all(
+        &mut self,
+        sent: impl IntoIterator<Item = Sent>,
+        packed: &[u8],
+    ) -> Result<(), Error> {
         let ok = if self.sent.is_empty() {
             // Nothing unread: the connection may be checked first (a PING's reply is read).
             let (conn, _) = self.conn.ready()?;
@@ -155,6 +207,9 @@ impl Link {
     /// must not land later (sent again at the next command, once Redis is back, they
     /// would append to the transcript of a run that was reported broken off).
     fn resend(&mut self) -> Result<(), Error> {
+        for _ in self.sent.iter().filter(|s| matches!(s, Sent::Read)) {
+            (self.on_read)(None);
+        }
         self.sent.retain(|s| s.again().is_some());
         let sent = self.conn.ready().and_then(|(conn, _)| {
             self.sent
@@ -165,11 +220,26 @@ impl Link {
                         .map_err(|e| super::map_err(&e, false))
                 })
         });
-        if sent.is_err() {
-            self.sent.clear();
+        if let Err(e) = &sent {
+            self.give_up(e);
             self.conn.reset();
         }
         sent
+    }
+
+    /// Forgets every command sent ahead (the connection is gone): the ends not waited for
+    /// and the reads among them are answered `error` and nothing.
+    fn give_up(&mut self, error: &Error) {
+        for sent in self.sent.drain(..) {
+            match sent {
+                Sent::End(_, Some(run)) => self.later.push(Later {
+                    run,
+                    reply: Err(error.clone()),
+                }),
+                Sent::Read => (self.on_read)(None),
+                _ => {}
+            }
+        }
     }
 
     /// Reads the replies of everything sent ahead. Returns the first failure among the
@@ -177,86 +247,49 @@ impl Link {
     /// (out of memory, say). A connection that breaks meanwhile is replaced once and the
     /// unread writes sent again.
     pub(crate) fn settle(&mut self) -> Result<(), Error> {
-        self.settle_end().map(|_| ())
+        self.read_replies(false).map(|_| ())
     }
 
     /// Sends the end of a run ([`scripts::END`]) behind the writes sent ahead, without
     /// waiting for their replies first (it checks itself that the last of them landed),
-    /// then `then` (a read of what comes next), and reads every reply: one round trip for
-    /// the run's last writes, its end and the read. Returns the end's reply and the read's
-    /// (none when it was lost), or the first failure as [`Link::settle`] does.
-    pub(crate) fn end(
-        &mut self,
-        packed: Vec<u8>,
-        then: Option<Vec<u8>>,
-    ) -> Result<(::redis::Value, Option<::redis::Value>), Error> {
-        match then {
-            Some(then) => {
-                let both = [packed.as_slice(), &then].concat();
-                self.send_all([Sent::End(packed), Sent::Then], &both)?;
-            }
-            None => self.send(Sent::End(packed.clone()), &packed)?,
-        }
-        let (end, then) = self.settle_end()?;
-        let end = end.ok_or_else(|| Error::Connection("redis: connection lost".into()))?;
-        Ok((end, then))
+    /// and reads every reply: one round trip for the run's last writes and its end.
+    /// Returns the end's reply, or the first failure as [`Link::settle`] does.
+    pub(crate) fn end(&mut self, packed: Vec<u8>) -> Result<::redis::Value, Error> {
+        self.send(Sent::End(packed.clone(), None), &packed)?;
+        self.read_replies(false)?
+            .ok_or_else(|| Error::Connection("redis: connection lost".into()))
     }
 
-    /// [`Link::settle`], returning the replies of an end and a read sent ahead.
-    fn settle_end(&mut self) -> Result<(Option<::redis::Value>, Option<::redis::Value>), Error> {
+    /// Sends the end of the run `ended` as [`Link::end`] does, without waiting for its
+    /// reply: it is read with a later one, and kept as a [`Later`] (a failure to send
+    /// it too). So the next run starts while Redis ends this one.
+    pub(crate) fn end_later(&mut self, packed: Vec<u8>, ended: Ended) {
+        let sent = Sent::End(packed.clone(), Some(Box::new(ended)));
+        // A failure is kept as the end's answer.
+        let _ = self.send(sent, &packed);
+    }
+
+    /// Reads the replies of what was sent ahead, all of them, or (`until_begin`) up to the
+    /// start of a run sent ahead. Returns the reply of an end waited for, or the first
+    /// failure among the writes as [`Link::settle`] does.
+    fn read_replies(&mut self, until_begin: bool) -> Result<Option<::redis::Value>, Error> {
         let mut first: Option<Error> = None;
         let mut end = None;
-        let mut then = None;
         let mut retried = false;
-        while let Some(next) = self.sent.front() {
-            let is_write = matches!(next, Sent::Write(_) | Sent::End(_));
-            let is_end = matches!(next, Sent::End(_));
-            let is_then = matches!(next, Sent::Then);
-            let begin = match next {
-                Sent::Begin(token, at) => Some((token.clone(), *at)),
-                _ => None,
-            };
+        while !self.sent.is_empty() {
             let Some(conn) = self.conn.current() else {
                 // Lost before its replies were read.
+                let error = Error::Connection("redis: connection lost".into());
                 if retried {
-                    self.sent.clear();
-                    return Err(Error::Connection("redis: connection lost".into()));
+                    self.give_up(&error);
+                    return Err(error);
                 }
                 retried = true;
                 self.resend()?;
                 continue;
             };
-            match reply::<::redis::Value>(conn) {
-                Ok(value) if is_end => {
-                    self.sent.pop_front();
-                    end = Some(value);
-                }
-                Ok(value) if is_then => {
-                    self.sent.pop_front();
-                    then = Some(value);
-                }
-                Ok(value) if begin.is_some() => {
-                    self.sent.pop_front();
-                    if let Some((token, at)) = begin.filter(|(t, _)| !t.is_empty()) {
-                        self.begun = Some((token, at, value));
-                    }
-                }
-                Ok(value) => {
-                    self.sent.pop_front();
-                    let n = ::redis::from_redis_value_ref::<i64>(&value).unwrap_or(-1);
-                    let failed = match n {
-                        _ if !is_write => None,
-                        1 => None,
-                        0 => Some(Error::LeaseLost),
-                        _ => Some(Error::Io {
-                            kind: std::io::ErrorKind::Other,
-                            message: "redis: an earlier write of the run did not land".into(),
-                        }),
-                    };
-                    if first.is_none() {
-                        first = failed;
-                    }
-                }
+            let value = match reply::<::redis::Value>(conn) {
+                Ok(value) => Ok(value),
                 // `NOSCRIPT`: the script cache was emptied, and this command ran nothing
                 // (nor did any batch or end behind it, each of which waits for this one):
                 // as after a break, they all go again on a connection that loads them.
@@ -269,21 +302,53 @@ impl Link {
                     let error = self.conn.failed(&e);
                     self.conn.reset();
                     if retried {
-                        self.sent.clear();
+                        self.give_up(&error);
                         return Err(error);
                     }
                     retried = true;
                     self.resend()?;
+                    continue;
                 }
-                Err(e) => {
-                    self.sent.pop_front();
-                    if is_write && first.is_none() {
-                        first = Some(super::map_err(&e, false));
+                Err(e) => Err(super::map_err(&e, false)),
+            };
+            let Some(sent) = self.sent.pop_front() else {
+                break;
+            };
+            match (sent, value) {
+                (Sent::End(_, None), Ok(value)) => end = Some(value),
+                (Sent::End(_, Some(run)), reply) => {
+                    // A batch of its run that failed is the end's failure.
+                    let reply = match first.take() {
+                        Some(e) => Err(e),
+                        None => reply,
+                    };
+                    self.later.push(Later { run, reply });
+                }
+                (Sent::Read, value) => (self.on_read)(value.ok()),
+                (Sent::Begin(token, at), value) => {
+                    if let (false, Ok(value)) = (token.is_empty(), value) {
+                        self.begun = Some((token, at, value));
+                    }
+                    if until_begin {
+                        break;
                     }
                 }
+                (Sent::Write(_), Ok(value)) => {
+                    let failed = match ::redis::from_redis_value_ref::<i64>(&value).unwrap_or(-1) {
+                        1 => None,
+                        0 => Some(Error::LeaseLost),
+                        _ => Some(Error::Io {
+                            kind: std::io::ErrorKind::Other,
+                            message: "redis: an earlier write of the run did not land".into(),
+                        }),
+                    };
+                    first = first.or(failed);
+                }
+                (Sent::Write(_) | Sent::End(_, None), Err(e)) => first = first.or(Some(e)),
+                (Sent::Ignore, _) => {}
             }
         }
-        first.map_or(Ok((end, then)), Err)
+        first.map_or(Ok(end), Err)
     }
 
     /// Runs a command whose reply is needed now, after reading the replies sent ahead
@@ -303,8 +368,8 @@ impl Link {
             .arg("UNBLOCK")
             .arg(id)
             .get_packed_command();
-        if self.send(Sent::Ignore, &packed).is_err() {
-            self.sent.clear();
+        if let Err(e) = self.send(Sent::Ignore, &packed) {
+            self.give_up(&e);
         }
     }
 }
@@ -521,10 +586,10 @@ pub(crate) struct State {
 }
 
 impl Writer {
-    pub(crate) fn new(redis: &Redis) -> Arc<Writer> {
+    pub(crate) fn new(redis: &Redis, on_read: OnRead) -> Arc<Writer> {
         let writer = Arc::new(Writer {
             state: Mutex::new(State {
-                link: Link::new(redis),
+                link: Link::new(redis, on_read),
                 run: None,
                 asleep_until: None,
             }),

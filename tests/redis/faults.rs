@@ -891,8 +891,11 @@ fn a_worker_killed_with_the_end_of_its_run_unsent_has_the_prompt_answered_once_b
     );
 }
 
+/// The bytes only a worker's first read of the queue ahead carries: `COUNT 3`.
+const READ_AHEAD_OF_THREE: &str = "COUNT\r\n$1\r\n3\r\n";
+
 #[test]
-fn a_queue_entry_read_ahead_with_an_end_whose_reply_was_lost_is_run_without_a_claim_wait() {
+fn a_queue_entry_read_ahead_whose_reply_was_lost_is_run_without_a_claim_wait() {
     let (proxy, prefix, redis, direct) = proxied("ahead-cut");
     let store = Store::new(&direct);
     let queue = Queue::new(&direct);
@@ -905,10 +908,11 @@ fn a_queue_entry_read_ahead_with_an_end_whose_reply_was_lost_is_run_without_a_cl
         for c in [&a, &b] {
             store.delete(c).unwrap();
         }
-        // The end of a's run goes with the read of the next queue entry (b's): the reply
-        // of both is lost, the end is sent again, the read is not (it is not idempotent),
-        // so b's entry is pending under the worker with nothing in hand.
-        proxy.fault_requests_with(END_SCRIPT, proxy::Fault::ForwardThenCut, 1);
+        // The start of a's run goes with the read of the next queue entries (b's; the
+        // first read ahead, three at most): its reply is lost, and the read is not sent
+        // again (it is not idempotent), so b's entry is pending under the worker with
+        // nothing in hand.
+        proxy.fault_requests_with(READ_AHEAD_OF_THREE, proxy::Fault::ForwardThenCut, 1);
         let id_a = queue.prompt(&a, "One").unwrap();
         let id_b = queue.prompt(&b, "Two").unwrap();
         let running = worker.clone();
@@ -919,7 +923,7 @@ fn a_queue_entry_read_ahead_with_an_end_whose_reply_was_lost_is_run_without_a_cl
         });
         worker.stop();
         run.join().unwrap().unwrap();
-        assert_eq!(proxy.faulted(), round + 1, "the end was cut");
+        assert_eq!(proxy.faulted(), round + 1, "the read was cut");
         assert_eq!(
             described(&store, &a),
             answered(&["One".into()], |p| format!("answer to {p}"))
@@ -949,7 +953,7 @@ fn run_for_ending_with_a_queue_entry_read_ahead_runs_it_before_it_returns() {
     for c in ["a", "b"] {
         store.delete(c).unwrap();
     }
-    // a's run outlasts `run_for`'s limit: its end, which reads b's entry ahead, comes
+    // a's run outlasts `run_for`'s limit: its start reads b's entry ahead, its end comes
     // after the limit, and `run_for` must not return with b's entry in hand.
     let worker = Worker::new(&redis, "w", |conversation, messages| {
         if conversation == "a" {
@@ -967,7 +971,7 @@ fn run_for_ending_with_a_queue_entry_read_ahead_runs_it_before_it_returns() {
     let handled = worker.run_for(Duration::from_millis(300)).unwrap();
     assert_eq!(
         handled, 2,
-        "b's entry, read ahead with a's end, was handled too"
+        "b's entry, read ahead with a's start, was handled too"
     );
     let mut conn = raw(&shared_url());
     assert_eq!(done_of(&mut conn, &prefix, "a"), Some(id_a));
@@ -1089,8 +1093,9 @@ fn a_queue_entry_read_ahead_is_kept_claimed_while_its_worker_runs_on_past_claim_
         store.delete(c).unwrap();
     }
     let queue = Queue::new(&redis);
-    // a has two prompts in its inbox: the end of the first run reads b's queue entry
-    // ahead and finds the second prompt to run, which takes longer than `claim_after`.
+    // a has two prompts in its inbox: the start of the first run reads b's queue entry
+    // ahead, and its end finds the second prompt to run, which takes longer than
+    // `claim_after`.
     let id_a1 = queue.prompt("a", "One").unwrap();
     let id_b = queue.prompt("b", "Two").unwrap();
     let id_a2 = queue.prompt("a", "Three").unwrap();
@@ -1161,53 +1166,24 @@ fn the_start_of_a_run_sent_ahead_whose_reply_was_lost_or_that_never_arrived_is_s
     let (proxy, prefix, redis, direct) = proxied("begin-ahead");
     let store = Store::new(&direct);
     let queue = Queue::new(&direct);
-    let mut conn = raw(&shared_url());
     let faults = [proxy::Fault::ForwardThenCut, proxy::Fault::DropAndCut];
     for (round, fault) in faults.into_iter().enumerate() {
-        let names: Vec<String> = ["a", "b", "c", "d"]
-            .iter()
-            .map(|c| format!("{c}{round}"))
-            .collect();
-        for c in &names {
-            store.delete(c).unwrap();
-        }
-        // The first run (a's) has nothing read ahead; its end reads b's and c's entries,
-        // and b's run sends the start of c's ahead: the third start of a run.
+        let (names, ids) = four_queued(&store, &queue, round);
+        // The first run (a's) has nothing read ahead; its start reads b's, c's and d's
+        // entries, and b's run sends the start of c's ahead: the third start of a run.
         proxy.fault_requests_after("'NX'", 2, fault, 1);
-        let ids: Vec<String> = names
-            .iter()
-            .map(|c| queue.prompt(c, "Hello").unwrap())
-            .collect();
         let built = Arc::new(Mutex::new(Vec::new()));
         let worker = counting_worker(&redis, &format!("w{round}"), built.clone(), |_| 0);
-        let running = worker.clone();
-        let run = std::thread::spawn(move || running.run_for(Duration::from_secs(20)));
-        // `claim_after` is 60 s: an entry left waiting for a claim fails this.
-        wait_within("every answer", Duration::from_secs(10), || {
-            names
-                .iter()
-                .zip(&ids)
-                .all(|(c, id)| done_of(&mut conn, &prefix, c).as_ref() == Some(id))
-        });
-        worker.stop();
-        run.join().unwrap().unwrap();
+        run_until_answered(&worker, &prefix, &names, &ids);
         assert_eq!(
             proxy.faulted(),
             round + 1,
             "{fault:?} done to the start of c's run"
         );
         assert_eq!(*built.lock().unwrap(), names, "each run once, in order");
-        let answers = answered(&["Hello".into()], |p| format!("answer to {p}"));
-        for c in &names {
-            assert_eq!(described(&store, c), answers, "{c}");
-            assert_eq!(runs_in_stream(&direct, c), runs(&answers, false), "{c}");
-            let lease: Option<String> = redis::cmd("GET")
-                .arg(format!("{prefix}:{{{c}}}:lease"))
-                .query(&mut conn)
-                .unwrap();
-            assert_eq!(lease, None, "{c}'s lease was released");
-        }
+        each_answered_once(&store, &direct, &prefix, &names);
     }
+    let mut conn = raw(&shared_url());
     assert_eq!(
         unhandled(&mut conn, &prefix),
         0,
@@ -1266,4 +1242,203 @@ fn the_start_of_a_run_sent_ahead_is_not_used_once_its_lease_may_have_expired() {
     });
     assert_eq!(described(&store, "c"), c);
     assert_eq!(runs_in_stream(&redis, "c"), runs(&c, false));
+}
+
+/// Four conversations of one prompt each, queued for one worker under `run_for`: the
+/// first run has nothing read ahead and waits for its end; each later one sends the start
+/// of the next ahead, so its end is not waited for. Returns the conversations' names and
+/// their prompts' ids.
+fn four_queued(store: &Store, queue: &Queue, round: usize) -> (Vec<String>, Vec<String>) {
+    let names: Vec<String> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|c| format!("{c}{round}"))
+        .collect();
+    for c in &names {
+        store.delete(c).unwrap();
+    }
+    let ids = names
+        .iter()
+        .map(|c| queue.prompt(c, "Hello").unwrap())
+        .collect();
+    (names, ids)
+}
+
+/// Each of `names` answered once, in its transcript and its event stream, its lease
+/// released.
+fn each_answered_once(store: &Store, direct: &Redis, prefix: &str, names: &[String]) {
+    let mut conn = raw(&shared_url());
+    let answers = answered(&["Hello".into()], |p| format!("answer to {p}"));
+    for c in names {
+        assert_eq!(described(store, c), answers, "{c}");
+        assert_eq!(runs_in_stream(direct, c), runs(&answers, false), "{c}");
+        let lease: Option<String> = redis::cmd("GET")
+            .arg(format!("{prefix}:{{{c}}}:lease"))
+            .query(&mut conn)
+            .unwrap();
+        assert_eq!(lease, None, "{c}'s lease was released");
+    }
+}
+
+/// Runs `worker` under `run_for` until each of `names` is done up to its prompt of `ids`,
+/// then stops it; returns what `run_for` handled. Within 10 s: a `claim_after` is 60 s, so
+/// an entry left waiting for a claim fails this.
+fn run_until_answered(worker: &Worker, prefix: &str, names: &[String], ids: &[String]) -> u64 {
+    let running = worker.clone();
+    let run = std::thread::spawn(move || running.run_for(Duration::from_secs(20)));
+    let mut conn = raw(&shared_url());
+    wait_within("every answer", Duration::from_secs(10), || {
+        names
+            .iter()
+            .zip(ids)
+            .all(|(c, id)| done_of(&mut conn, prefix, c).as_ref() == Some(id))
+    });
+    worker.stop();
+    run.join().unwrap().unwrap()
+}
+
+#[test]
+fn the_end_of_a_run_not_waited_for_applies_once_when_it_is_cut_dropped_or_its_reply_lost() {
+    let (proxy, prefix, redis, direct) = proxied("end-later");
+    let store = Store::new(&direct);
+    let queue = Queue::new(&direct);
+    let mut conn = raw(&shared_url());
+    let faults = [
+        // Applied, its reply lost: sent again on a new connection, recognised.
+        (proxy::Fault::ForwardThenCut, 1),
+        // Never reached Redis: sent again, applied then.
+        (proxy::Fault::DropAndCut, 1),
+        // Applied, its reply cut in the middle or unreadable.
+        (proxy::Fault::CutReply, 1),
+        (proxy::Fault::CorruptReply, 1),
+        // Applied with the start sent ahead behind it, neither answered.
+        (proxy::Fault::SilenceThenCut, 1),
+        // Applied, and the second send's reply lost too: its outcome is unknown to the
+        // worker, which takes up its own entries again and finds this one done.
+        (proxy::Fault::ForwardThenCut, 2),
+    ];
+    for (round, (fault, times)) in faults.into_iter().enumerate() {
+        let (names, ids) = four_queued(&store, &queue, round);
+        // b's end: the first not waited for (c's run was started ahead of it).
+        proxy.fault_requests_after(END_SCRIPT, 1, fault, times);
+        let before = proxy.faulted();
+        let built = Arc::new(Mutex::new(Vec::new()));
+        let worker = counting_worker(&redis, &format!("w{round}"), built.clone(), |_| 0);
+        let handled = run_until_answered(&worker, &prefix, &names, &ids);
+        assert_eq!(proxy.faulted() - before, times, "{fault:?} done to b's end");
+        assert_eq!(
+            *built.lock().unwrap(),
+            names,
+            "{fault:?}: each run once, in order"
+        );
+        each_answered_once(&store, &direct, &prefix, &names);
+        if times == 1 {
+            assert_eq!(handled, 4, "{fault:?}: each end counted once it landed");
+        }
+    }
+    assert_eq!(
+        unhandled(&mut conn, &prefix),
+        0,
+        "nothing left in the queue"
+    );
+}
+
+#[test]
+fn the_next_run_starts_while_the_end_of_the_last_one_has_not_reached_redis() {
+    let (proxy, prefix, redis, direct) = proxied("end-held");
+    let redis = redis.timeout(Duration::from_secs(1));
+    let store = Store::new(&direct);
+    let queue = Queue::new(&direct);
+    let (names, ids) = four_queued(&store, &queue, 0);
+    // What each run's factory found of the conversation before it: its `done`.
+    let found = Arc::new(Mutex::new(Vec::new()));
+    let worker = {
+        let (found, names, prefix) = (found.clone(), names.clone(), prefix.clone());
+        Worker::new(&redis, "w", move |conversation, messages| {
+            let at = names.iter().position(|c| c == conversation).unwrap();
+            if at > 0 {
+                let before = done_of(&mut raw(&shared_url()), &prefix, &names[at - 1]);
+                found
+                    .lock()
+                    .unwrap()
+                    .push((conversation.to_string(), before));
+            }
+            Agent::builder()
+                .provider(answering(Duration::ZERO))
+                .messages(messages)
+                .build()
+        })
+        .unwrap()
+        .claim_after(Duration::from_secs(60))
+    };
+    // b's end never reaches Redis, nor anything after it on its connection, until the
+    // worker gives the connection up (its 1 s timeout) and sends it again on a new one.
+    proxy.fault_requests_after(END_SCRIPT, 1, proxy::Fault::Hold, 1);
+    assert_eq!(run_until_answered(&worker, &prefix, &names, &ids), 4);
+    assert_eq!(proxy.faulted(), 1, "b's end held");
+    let found = found.lock().unwrap().clone();
+    assert_eq!(
+        found[..2],
+        [
+            (names[1].clone(), Some(ids[0].clone())),
+            (names[2].clone(), None),
+        ],
+        "a's end was waited for (nothing was started ahead of it), b's was not: c's run \
+         started while it was held"
+    );
+    each_answered_once(&store, &direct, &prefix, &names);
+}
+
+#[test]
+fn an_end_not_waited_for_that_finds_more_in_the_inbox_hands_the_conversation_back() {
+    let redis = shared("hand-back");
+    let prefix = format!("t{}-hand-back", std::process::id());
+    let store = Store::new(&redis);
+    let queue = Queue::new(&redis);
+    for c in ["x", "a", "b"] {
+        store.delete(c).unwrap();
+    }
+    // x's run reads a's and b's entries ahead; a's run sends b's start ahead, so its end
+    // is not waited for. a's second prompt comes while its first runs: that end finds it
+    // in the inbox and hands a back to the queue, behind b, instead of running it.
+    let id_x = queue.prompt("x", "Zero").unwrap();
+    queue.prompt("a", "One").unwrap();
+    let id_b = queue.prompt("b", "Two").unwrap();
+    let built = Arc::new(Mutex::new(Vec::new()));
+    let worker = counting_worker(&redis, "w", built.clone(), |prompt| {
+        if prompt == "One" { 400 } else { 0 }
+    });
+    let running = worker.clone();
+    let run = std::thread::spawn(move || running.run_for(Duration::from_secs(20)));
+    wait_within("a's first run", Duration::from_secs(10), || {
+        built.lock().unwrap().len() == 2
+    });
+    let id_a2 = queue.prompt("a", "Three").unwrap();
+    let mut conn = raw(&shared_url());
+    wait_within("every answer", Duration::from_secs(10), || {
+        done_of(&mut conn, &prefix, "x").as_ref() == Some(&id_x)
+            && done_of(&mut conn, &prefix, "a").as_ref() == Some(&id_a2)
+            && done_of(&mut conn, &prefix, "b").as_ref() == Some(&id_b)
+    });
+    worker.stop();
+    run.join().unwrap().unwrap();
+    assert_eq!(
+        *built.lock().unwrap(),
+        ["x", "a", "b", "a"],
+        "a handed back behind b"
+    );
+    let answer = |p: &str| format!("answer to {p}");
+    let a = answered(&["One".into(), "Three".into()], answer);
+    assert_eq!(described(&store, "a"), a);
+    assert_eq!(runs_in_stream(&redis, "a"), runs(&a, false));
+    assert_eq!(described(&store, "b"), answered(&["Two".into()], answer));
+    let lease: Option<String> = redis::cmd("GET")
+        .arg(format!("{prefix}:{{a}}:lease"))
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(lease, None, "a's lease was released");
+    assert_eq!(
+        unhandled(&mut conn, &prefix),
+        0,
+        "nothing left in the queue"
+    );
 }
