@@ -184,16 +184,24 @@ impl Link {
         sent: impl IntoIterator<Item = Sent>,
         packed: &[u8],
     ) -> Result<(), Error> {
-        let ok = if self.sent.is_empty() {
+        let unread = self.sent.len();
+        self.sent.extend(sent);
+        let ok = if unread == 0 {
             // Nothing unread: the connection may be checked first (a PING's reply is read).
-            let (conn, _) = self.conn.ready()?;
-            conn.send_packed_command(packed).is_ok()
+            match self.conn.ready() {
+                Ok((conn, _)) => conn.send_packed_command(packed).is_ok(),
+                Err(e) => {
+                    // Nothing went: an end not waited for and a read among them are
+                    // answered so (the end's entry is then taken up again at once).
+                    self.give_up(&e);
+                    return Err(e);
+                }
+            }
         } else {
             self.conn
                 .current()
                 .is_some_and(|c| c.send_packed_command(packed).is_ok())
         };
-        self.sent.extend(sent);
         if !ok {
             self.conn.reset();
             self.resend()?;
