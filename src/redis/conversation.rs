@@ -15,6 +15,11 @@ use crate::error::Error;
 use crate::event::RunStopReason;
 use crate::message::Message;
 
+/// How many starts of the next entries' runs a worker has sent ahead at most: two, so that
+/// while one run goes on Redis has the start of the one after next to run, and never waits
+/// for the worker between two runs.
+const BEGUN_AHEAD: usize = 2;
+
 /// How many transcript elements the script that starts a conversation returns; a longer
 /// transcript is read on in pages of this size.
 const PAGE: usize = 500;
@@ -97,16 +102,23 @@ impl Worker {
         }
         let key = |what| redis.key(conversation, what);
         // The start of this entry's run may have been sent ahead, under a token of its own,
-        // while the last run went on; any other start sent ahead is of no use now.
-        let ahead = shared.begun_ahead.lock().take();
-        let token = match ahead {
-            Some((id, token)) if id == entry => token,
-            other => {
-                if other.is_some() {
+        // while the runs before went on (the first of those sent ahead); when another entry
+        // is handled first, the starts sent ahead are of no use now.
+        let ahead = {
+            let mut begun = shared.begun_ahead.lock();
+            match begun.front() {
+                Some((id, _)) if id == entry => begun.pop_front(),
+                Some(_) => {
+                    begun.clear();
                     shared.writer.lock().link.forget_begun();
+                    None
                 }
-                self.new_token()
+                None => None,
             }
+        };
+        let token = match ahead {
+            Some((_, token)) => token,
+            None => self.new_token(),
         };
         let begun = self.begin(conversation, &token);
         // The run before's end, read on the way, is acted on first.
@@ -268,45 +280,60 @@ impl Worker {
         )
     }
 
-    /// Sends the start of the next queue entry's run ahead (when one was read ahead, is of
-    /// another conversation than `current`, and none was sent yet), so that Redis runs it
-    /// while this worker runs `current`'s: the next run then starts without a round trip.
-    /// A read of the queue entries after it goes first, in the same piece, when one is due
-    /// (see [`Worker::read_ahead`]).
+    /// Sends the starts of the next queue entries' runs ahead, up to [`BEGUN_AHEAD`] of
+    /// them in flight or in hand (the first entries read ahead, in order, each of a
+    /// conversation of its own and not `current`'s), so that Redis runs them while this
+    /// worker runs `current`'s: each next run starts without a round trip, and Redis, with
+    /// the start after it to run already, does not wait for the worker between two runs. A
+    /// read of the queue entries after them goes first, in the same piece, when one is due
+    /// (see [`Worker::read_ahead`]); when none is left in hand to start and a read is on
+    /// its way, its reply is read first.
     fn begin_ahead(&self, current: &str) {
         let shared = &self.shared;
         let mut begun = shared.begun_ahead.lock();
-        let next = shared.ahead.lock().first().map(|e| {
-            let conversation: String = e.get("conversation").unwrap_or_default();
-            (e.id.clone(), conversation)
-        });
-        let begin = next
-            .filter(|(_, conversation)| {
-                begun.is_none() && conversation != current && check_name(conversation).is_ok()
-            })
-            .map(|(id, conversation)| {
+        let mut writer = shared.writer.lock();
+        if begun.len() < BEGUN_AHEAD
+            && shared.ahead.lock().len() <= begun.len()
+            && writer.link.reading()
+        {
+            // A failure is that of what was sent ahead: the next command meets it.
+            let _ = writer.link.take_read();
+        }
+        let mut begins = Vec::new();
+        {
+            let ahead = shared.ahead.lock();
+            let mut conversations: Vec<String> = vec![current.to_owned()];
+            for (at, e) in ahead.iter().enumerate() {
+                let conversation: String = e.get("conversation").unwrap_or_default();
+                if at < begun.len() {
+                    conversations.push(conversation);
+                    continue;
+                }
+                // Along the entries' order only: the next run takes the first one sent.
+                if begun.len() >= BEGUN_AHEAD
+                    || conversations.contains(&conversation)
+                    || check_name(&conversation).is_err()
+                {
+                    break;
+                }
                 let redis = &shared.redis;
                 let keys =
                     ["lease", "meta", "inbox", "messages"].map(|w| redis.key(&conversation, w));
                 let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
                 let token = self.new_token();
-                let packed = self.begin_cmd(&keys, &token).get_packed_command();
-                (id, token, packed)
-            });
-        let mut writer = shared.writer.lock();
+                begins.push((
+                    token.clone(),
+                    self.begin_cmd(&keys, &token).get_packed_command(),
+                ));
+                begun.push_back((e.id.clone(), token));
+                conversations.push(conversation);
+            }
+        }
         let read = self
             .read_ahead(&writer.link)
             .map(|c| c.get_packed_command());
-        if begin.is_none() && read.is_none() {
-            return;
-        }
-        let start = begin
-            .as_ref()
-            .map(|(_, token, packed)| (token.clone(), packed.as_slice()));
-        writer.link.begin_ahead(read, start);
-        drop(writer);
-        if let Some((id, token, _)) = begin {
-            *begun = Some((id, token));
+        if !begins.is_empty() || read.is_some() {
+            writer.link.begin_ahead(read, begins);
         }
     }
 
@@ -426,7 +453,7 @@ impl Worker {
             && !entry.is_empty()
             && shared.reading_ahead.load(Ordering::Acquire) > 0
             && !shared.stop.load(Ordering::Acquire)
-            && shared.begun_ahead.lock().is_some();
+            && !shared.begun_ahead.lock().is_empty();
         let keys =
             ["lease", "meta", "inbox", "messages", "events"].map(|w| redis.key(conversation, w));
         let queue = redis.queue_key();

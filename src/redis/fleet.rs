@@ -1,5 +1,6 @@
 //! `Worker`: runs the conversations of a fleet, fed by the queue stream.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
@@ -21,7 +22,7 @@ use crate::state::State;
 pub(super) const GROUP: &str = "workers";
 
 /// The most queue entries [`Worker::run_for`] holds read ahead (see `read_ahead`).
-const READ_AHEAD: usize = 3;
+const READ_AHEAD: usize = 4;
 
 /// A worker trims the queue's handled entries at every this many ends of a run, the first
 /// one included (see `scripts::END`): a trim costs Redis about 38,000 instructions, near a
@@ -98,8 +99,9 @@ pub(super) struct Shared {
     pub(super) ends: AtomicUsize,
     /// Queue entries read ahead, handled one per step.
     pub(super) ahead: Mutex<Vec<::redis::streams::StreamId>>,
-    /// The first of them whose run's start was sent ahead: its id and lease token.
-    pub(super) begun_ahead: Mutex<Option<(String, String)>>,
+    /// The first of them whose runs' starts were sent ahead, in order: each one's id and
+    /// lease token.
+    pub(super) begun_ahead: Mutex<VecDeque<(String, String)>>,
 }
 
 impl fmt::Debug for Worker {
@@ -159,7 +161,7 @@ impl Worker {
                 ended_later: AtomicU64::new(0),
                 ends: AtomicUsize::new(0),
                 ahead: Mutex::new(Vec::new()),
-                begun_ahead: Mutex::new(None),
+                begun_ahead: Mutex::new(VecDeque::new()),
             }),
             config: Arc::new(Config {
                 factory: Arc::new(factory),
@@ -242,7 +244,7 @@ impl Worker {
     }
 
     /// Makes [`Worker::run_for`] return after the entry it is handling (and the ones it
-    /// read ahead, at most three; within a second when it is waiting for work).
+    /// read ahead, at most four; within a second when it is waiting for work).
     pub fn stop(&self) {
         self.shared.stop.store(true, Ordering::Release);
     }
@@ -516,9 +518,9 @@ impl Worker {
     /// of a run is to read ahead (a [`Worker::run_for`] is under way and not told to stop,
     /// and no read sent on `link` is still to be taken).
     ///
-    /// It keeps two or three entries in hand: the next one to run (whose run's start goes
-    /// ahead while the current one runs, see `begin_ahead`) and one or two after it. It
-    /// reads when one is left, two at once: one `XREADGROUP` for every two prompts (Redis
+    /// It keeps two to four entries in hand: the next two to run (whose runs' starts go
+    /// ahead while the current one runs, see `begin_ahead`) and up to two after them. It
+    /// reads when two are left, two at once: one `XREADGROUP` for every two prompts (Redis
     /// walks the stream's node up to the group's place for each, 50,000 instructions of a
     /// prompt's 462,000 when it read one per prompt).
     pub(super) fn read_ahead(&self, link: &Link) -> Option<::redis::Cmd> {

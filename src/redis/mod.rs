@@ -143,14 +143,16 @@
 //! prompt, three when it waits for some). One script takes the lease and reads `meta`, the
 //! inbox and the transcript; one script appends the run's last batch of writes, checks
 //! that the earlier batches landed, records the run done, releases the lease and
-//! acknowledges the queue entry. While one run goes on, the script that starts the next
-//! entry's run (of another conversation) is sent ahead, and [`Worker::run_for`] reads the
-//! next queue entries in the same piece (`XREADGROUP` without blocking, two at once when
-//! one is left in hand, so that every other start reads and two or three are in hand;
-//! when there is none, the next step waits for one with a blocking `XREADGROUP`): Redis
-//! runs them meanwhile, and the next run starts at once (its lease was taken then, and is
-//! renewed from its start; a reply older than a third of the lease, when the run before
-//! took that long, is not trusted: the script is sent again). The script that ends a run
+//! acknowledges the queue entry. While one run goes on, the scripts that start the next
+//! two entries' runs (each of a conversation of its own) are sent ahead, each as soon as
+//! its entry is in hand, and [`Worker::run_for`] reads the next queue entries in the same
+//! piece (`XREADGROUP` without blocking, two at once when two are left in hand, so that
+//! every other start reads and two to four are in hand; when there is none, the next step
+//! waits for one with a blocking `XREADGROUP`): Redis runs them meanwhile, the next run
+//! starts at once (its lease was taken then, and is renewed from its start; a reply older
+//! than a third of the lease, when the runs before took that long, is not trusted: the
+//! script is sent again), and Redis has the start of the run after it to run already, so
+//! it never waits for the worker between two runs. The script that ends a run
 //! is then not waited for: the next run starts while Redis ends this one, and its reply,
 //! read with the next ones, is acted on then (an end that failed frees the lease and its
 //! entry is tried again, as when it is waited for; inbox entries that came in the

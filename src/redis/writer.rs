@@ -90,8 +90,9 @@ pub(crate) type OnRead = Box<dyn Fn(Option<::redis::Value>) + Send>;
 pub(crate) struct Link {
     pub(crate) conn: Conn,
     sent: VecDeque<Sent>,
-    /// The reply of a [`Sent::Begin`]: its token, when it was sent, the reply.
-    begun: Option<(String, Instant, ::redis::Value)>,
+    /// The replies of the [`Sent::Begin`]s read and not taken yet, in order: each one's
+    /// token, when it was sent, the reply.
+    begun: VecDeque<(String, Instant, ::redis::Value)>,
     /// The replies of ends not waited for, in order.
     later: Vec<Later>,
     on_read: OnRead,
@@ -102,28 +103,26 @@ impl Link {
         Link {
             conn: Conn::new(redis, scripts::FOR_WORKER),
             sent: VecDeque::new(),
-            begun: None,
+            begun: VecDeque::new(),
             later: Vec::new(),
             on_read,
         }
     }
 
     /// Sends `read` (a read of the next queue entries, its reply handed to `on_read`)
-    /// and `begin`, the start of a run under a token ([`scripts::BEGIN`]), ahead, in one
-    /// piece: Redis runs them while the current run goes on, and their replies are read
-    /// with the next ones (the read's before the start's, so that both are in hand when
-    /// that run starts).
-    pub(crate) fn begin_ahead(&mut self, read: Option<Vec<u8>>, begin: Option<(String, &[u8])>) {
+    /// and `begins`, starts of runs each under a token of its own ([`scripts::BEGIN`]),
+    /// ahead, in one piece: Redis runs them while the current run goes on, and their
+    /// replies are read with the next ones (the read's first).
+    pub(crate) fn begin_ahead(&mut self, read: Option<Vec<u8>>, begins: Vec<(String, Vec<u8>)>) {
         let mut sent = Vec::new();
         let mut packed = Vec::new();
         if let Some(read) = read {
             sent.push(Sent::Read);
             packed.extend_from_slice(&read);
         }
-        if let Some((token, begin)) = begin {
-            self.begun = None;
+        for (token, begin) in begins {
             sent.push(Sent::Begin(token, Instant::now()));
-            packed.extend_from_slice(begin);
+            packed.extend_from_slice(&begin);
         }
         if !sent.is_empty() && self.send_all(sent, &packed).is_err() {
             // Given up with the connection: the run sends its own start.
@@ -134,7 +133,7 @@ impl Link {
     /// The reply of the start sent ahead under `token`, if it came and was sent less than
     /// `fresh` ago (the lease it took still holds then, so what it read is as it is: no
     /// other worker can have written since). Reads the replies sent ahead up to it (those
-    /// sent after it, the run before's writes and end, are read later).
+    /// sent after it, the run before's writes and end, the next start, are read later).
     ///
     /// # Errors
     /// As [`Link::settle`].
@@ -143,17 +142,26 @@ impl Link {
         token: &str,
         fresh: Duration,
     ) -> Result<Option<::redis::Value>, Error> {
-        self.read_replies(true)?;
-        Ok(self
-            .begun
-            .take()
-            .filter(|(t, sent, _)| t == token && sent.elapsed() < fresh)
+        self.read_replies(Until::Begin(token))?;
+        let at = self.begun.iter().position(|(t, _, _)| t == token);
+        Ok(at
+            .and_then(|at| self.begun.remove(at))
+            .filter(|(_, sent, _)| sent.elapsed() < fresh)
             .map(|(_, _, reply)| reply))
     }
 
-    /// Forgets a start sent ahead (another entry is handled first).
+    /// Reads the replies sent ahead up to that of the first read of the queue among them,
+    /// if any (its entries go into the worker's hands).
+    ///
+    /// # Errors
+    /// As [`Link::settle`].
+    pub(crate) fn take_read(&mut self) -> Result<(), Error> {
+        self.read_replies(Until::Read).map(|_| ())
+    }
+
+    /// Forgets the starts sent ahead (another entry is handled first).
     pub(crate) fn forget_begun(&mut self) {
-        self.begun = None;
+        self.begun.clear();
         for sent in &mut self.sent {
             if let Sent::Begin(token, _) = sent {
                 // Its reply, still to come, is not kept.
@@ -255,7 +263,7 @@ impl Link {
     /// (out of memory, say). A connection that breaks meanwhile is replaced once and the
     /// unread writes sent again.
     pub(crate) fn settle(&mut self) -> Result<(), Error> {
-        self.read_replies(false).map(|_| ())
+        self.read_replies(Until::All).map(|_| ())
     }
 
     /// Sends the end of a run ([`scripts::END`]) behind the writes sent ahead, without
@@ -264,7 +272,7 @@ impl Link {
     /// Returns the end's reply, or the first failure as [`Link::settle`] does.
     pub(crate) fn end(&mut self, packed: Vec<u8>) -> Result<::redis::Value, Error> {
         self.send(Sent::End(packed.clone(), None), &packed)?;
-        self.read_replies(false)?
+        self.read_replies(Until::All)?
             .ok_or_else(|| Error::Connection("redis: connection lost".into()))
     }
 
@@ -277,10 +285,19 @@ impl Link {
         let _ = self.send(sent, &packed);
     }
 
-    /// Reads the replies of what was sent ahead, all of them, or (`until_begin`) up to the
-    /// start of a run sent ahead. Returns the reply of an end waited for, or the first
-    /// failure among the writes as [`Link::settle`] does.
-    fn read_replies(&mut self, until_begin: bool) -> Result<Option<::redis::Value>, Error> {
+    /// Reads the replies of what was sent ahead, all of them or `until` one. Returns the
+    /// reply of an end waited for, or the first failure among the writes as
+    /// [`Link::settle`] does.
+    fn read_replies(&mut self, until: Until<'_>) -> Result<Option<::redis::Value>, Error> {
+        let awaited = |s: &Sent| match (until, s) {
+            (Until::Begin(token), Sent::Begin(t, _)) => t == token,
+            (Until::Read, Sent::Read) => true,
+            _ => false,
+        };
+        if until != Until::All && !self.sent.iter().any(awaited) {
+            // Read already, or never sent.
+            return Ok(None);
+        }
         let mut first: Option<Error> = None;
         let mut end = None;
         let mut retried = false;
@@ -322,6 +339,7 @@ impl Link {
             let Some(sent) = self.sent.pop_front() else {
                 break;
             };
+            let last = awaited(&sent);
             match (sent, value) {
                 (Sent::End(_, None), Ok(value)) => end = Some(value),
                 (Sent::End(_, Some(run)), reply) => {
@@ -335,10 +353,7 @@ impl Link {
                 (Sent::Read, value) => (self.on_read)(value.ok()),
                 (Sent::Begin(token, at), value) => {
                     if let (false, Ok(value)) = (token.is_empty(), value) {
-                        self.begun = Some((token, at, value));
-                    }
-                    if until_begin {
-                        break;
+                        self.begun.push_back((token, at, value));
                     }
                 }
                 (Sent::Write(_), Ok(value)) => {
@@ -354,6 +369,9 @@ impl Link {
                 }
                 (Sent::Write(_) | Sent::End(_, None), Err(e)) => first = first.or(Some(e)),
                 (Sent::Ignore, _) => {}
+            }
+            if last {
+                break;
             }
         }
         first.map_or(Ok(end), Err)
@@ -380,6 +398,16 @@ impl Link {
             self.give_up(&e);
         }
     }
+}
+
+/// Which replies [`Link::read_replies`] reads.
+#[derive(Clone, Copy, PartialEq)]
+enum Until<'a> {
+    All,
+    /// Up to that of the start sent ahead under this token.
+    Begin(&'a str),
+    /// Up to that of the first read of the queue.
+    Read,
 }
 
 /// How an event is sent.

@@ -891,8 +891,8 @@ fn a_worker_killed_with_the_end_of_its_run_unsent_has_the_prompt_answered_once_b
     );
 }
 
-/// The bytes only a worker's first read of the queue ahead carries: `COUNT 3`.
-const READ_AHEAD_OF_THREE: &str = "COUNT\r\n$1\r\n3\r\n";
+/// The bytes only a worker's first read of the queue ahead carries: `COUNT 4`.
+const READ_AHEAD_OF_FOUR: &str = "COUNT\r\n$1\r\n4\r\n";
 
 #[test]
 fn a_queue_entry_read_ahead_whose_reply_was_lost_is_run_without_a_claim_wait() {
@@ -909,10 +909,10 @@ fn a_queue_entry_read_ahead_whose_reply_was_lost_is_run_without_a_claim_wait() {
             store.delete(c).unwrap();
         }
         // The start of a's run goes with the read of the next queue entries (b's; the
-        // first read ahead, three at most): its reply is lost, and the read is not sent
+        // first read ahead, four at most): its reply is lost, and the read is not sent
         // again (it is not idempotent), so b's entry is pending under the worker with
         // nothing in hand.
-        proxy.fault_requests_with(READ_AHEAD_OF_THREE, proxy::Fault::ForwardThenCut, 1);
+        proxy.fault_requests_with(READ_AHEAD_OF_FOUR, proxy::Fault::ForwardThenCut, 1);
         let id_a = queue.prompt(&a, "One").unwrap();
         let id_b = queue.prompt(&b, "Two").unwrap();
         let running = worker.clone();

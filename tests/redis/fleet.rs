@@ -551,7 +551,8 @@ fn a_prompt_costs_two_scripts_with_or_without_the_log_half_a_queue_read_and_a_si
         // A run's start and its end, and the end acknowledges the queue entry and takes the
         // run's writes, its events too: a batch goes ahead only for a run that took longer
         // than 5 ms (a loaded machine). The queue is read ahead two entries at a time (and
-        // once more, blocking, for the first entry and while idle).
+        // once more, blocking, for the first entry and while idle, and at each of the last
+        // few starts, which find none left).
         assert_eq!(
             scripts - batches,
             2 * PROMPTS,
@@ -572,7 +573,7 @@ fn a_prompt_costs_two_scripts_with_or_without_the_log_half_a_queue_read_and_a_si
             }
         }
         assert!(
-            reads <= PROMPTS / 2 + 4,
+            reads <= PROMPTS / 2 + 6,
             "log {log:?}: {reads} queue reads for {PROMPTS} prompts"
         );
         // The queue is trimmed at the first end and every 16th after it.
