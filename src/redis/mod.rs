@@ -198,26 +198,34 @@
 //! the next entry along.
 //!
 //! Throughput, one prompt per queue entry, Faux, Redis 7.0 on a quiet 2-core virtual
-//! machine (Intel Xeon, 2.8 GHz; `vmstat` 99% idle between rounds, steal under 2%). Each of
-//! 3 rounds ran, for W = 1, 2 and 4, `redis-benchmark -p PORT -c W -n 20000 -q XADD rb '*'
-//! f v`, then `fleet -- bench W 3000` and `fleet -- bench W 3000 nolog`, then the `XADD`
-//! again; the table gives the medians (the CPU column is one more run of each, as the bench
-//! prints it: the whole process, queueing and reading back included, and Redis):
+//! machine (Intel Xeon; `vmstat` 100% idle before the rounds). After a `FLUSHALL`, each of
+//! 5 rounds ran, for W = 1, 2 and 4, `redis-benchmark -p PORT -c 1` and `-c W -n 20000 -q
+//! XADD rb '*' f v` (the stream deleted after each), then `fleet -- bench W 3000` and
+//! `fleet -- bench W 3000 nolog`, then both `XADD`s again; the table gives the medians, the
+//! range in brackets (the CPU column as the bench prints it, median of the same runs: the
+//! whole process, the bench's own polling included, and Redis). `XADD -c 1` ran at 20,356/s
+//! (17,746-22,002) over the round's 30 runs:
 //!
-//! | workers | event log | commands per prompt | prompts/s (3 rounds) | `XADD -c W` /s | prompts / `XADD -c W` | prompts / `XADD -c 1` | CPU per prompt: process, Redis |
+//! | workers | event log | commands per prompt | prompts/s (5 rounds) | `XADD -c W` /s | prompts / `XADD -c W` | prompts / `XADD -c 1` | CPU per prompt: process, Redis |
 //! |---|---|---|---|---|---|---|---|
-//! | 1 | off | 14.6 | **6,753** (6,631-6,764) | 16,490 | 41% | 41% | 73 µs, 97 µs |
-//! | 1 | on | 21.6 | 5,420 (5,410-5,604) | 16,490 | 33% | 33% | 87 µs, 144 µs |
-//! | 2 | off | 14.6 | **13,191** (13,087-13,712) | 30,940 | 43% | 80% | 50 µs, 73 µs |
-//! | 2 | on | 21.6 | 9,201 (8,587-9,290) | 30,940 | 30% | 56% | 83 µs, 96 µs |
-//! | 4 | off | 14.6 | **14,713** (14,536-16,030) | 61,740 | 24% | 89% | 50 µs, 59 µs |
-//! | 4 | on | 21.6 | 12,559 (10,999-13,019) | 61,740 | 20% | 76% | 63 µs, 85 µs |
+//! | 1 | off | 14.6 | **17,359** (16,206-17,988) | 20,121 | 86% | 85% | 30 µs, 39 µs |
+//! | 1 | on | 15.6 | **14,533** (13,850-15,153) | 20,121 | 72% | 71% | 37 µs, 48 µs |
+//! | 2 | off | 14.6 | **31,755** (26,237-32,874) | 38,648 | 82% | 156% | 23 µs, 30 µs |
+//! | 2 | on | 15.6 | **25,829** (17,507-26,406) | 38,648 | 67% | 127% | 23 µs, 37 µs |
+//! | 4 | off | 14.6 | **31,728** (27,126-33,094) | 96,156 | 33% | 156% | 23 µs, 30 µs |
+//! | 4 | on | 15.6 | **26,588** (22,735-29,632) | 96,156 | 28% | 131% | 27 µs, 36 µs |
 //!
-//! On the same machine under load (its host took a third of its CPU time, and figures swung
-//! by up to five times between rounds a minute apart; medians of 7 rounds), the same build
-//! ran 2,860 / 2,450 prompts/s with one worker (log off / on) against `XADD` at 20,400/s
-//! (14% / 12%), 4,520 / 5,970 with two and 5,860 / 3,890 with four: what a build gains is
-//! told apart by the instruction counts below, which no load disturbs.
+//! One worker's figure moves with what ran before it: in ten more rounds that day without
+//! the `FLUSHALL` and the deletes (the `XADD` stream grew to 5 million entries), it ran
+//! 17,889 / 15,269 prompts/s (log off / on), 88% / 76% of `XADD -c 1`, and alternating with
+//! the build before it, with no `redis-benchmark` between, 17,941-19,193 / 17,577-18,319.
+//! The build before a prompt stopped waiting for its run's end and for the start of the
+//! next run (three rounds the same day, the stream kept) ran 11,795 / 8,893 with one worker
+//! (59% / 44% of `XADD -c 1`), 24,377 / 15,619 with two and 28,340 / 19,363 with four. On
+//! the same machine under load on an earlier day (its host took a third of its CPU time,
+//! and figures swung by up to five times between rounds a minute apart), an earlier build
+//! ran 2,860 / 2,450 prompts/s with one worker against `XADD` at 20,400/s: what a build
+//! gains is told apart by the instruction counts below, which no load disturbs.
 //!
 //! Counted in instructions (callgrind, which no load disturbs; the difference of `bench 1
 //! 1300` and `bench 1 300` on a `redis-server` under callgrind): Redis runs 389,000 per
@@ -240,15 +248,18 @@
 //! thread, `bench 1 700` less `bench 1 200`), a quarter of it the agent factory, a quarter
 //! the run, an eighth reading replies, a tenth packing commands.
 //!
-//! The floor of bare round trips is not within reach, and no client can reach it: one bare
-//! `XADD` round trip costs Redis about 11,400 instructions (callgrind, over
-//! `redis-benchmark -c 1 XADD`), a prompt (queued, run, read back) about 34 times that (40
-//! before the two changes above); Redis's CPU for a prompt, its queueing and reading back
-//! included, is 59-97 µs with the log off (the table), so one Redis serves at most about
-//! 10,000-17,000 prompts/s of this kind whatever its clients do (four workers reached
-//! 14,713, at best 16,030), and the one round trip a prompt now waits for is a small part
-//! of its time: one worker runs at 41% of the one-round-trip floor with the log off (the
-//! `XADD -c 1` of the same rounds; 14-23% under load), 33% with it on. The prompt's own commands
+//! A prompt's round trips are 2.5 commands from outside (the two scripts and half a read),
+//! none of them waited for, so the floor they imply, `XADD -c 1` over 2.5, is about 8,100
+//! prompts/s on this machine: every row of the table is over twice that. Even measured
+//! against `XADD -c 1` itself (a whole prompt against one bare round trip), one worker
+//! reaches 85% with the log off and 71-76% with it on, and two or four workers more than
+//! one client's `XADD` rate. What bounds one worker is Redis's CPU: one bare `XADD` round
+//! trip costs Redis about 11,400 instructions (callgrind, over `redis-benchmark -c 1
+//! XADD`), a prompt (queued, run, read back) about 34 times that (40 before the two
+//! changes above), and Redis's CPU per prompt is 30-39 µs with the log off and 36-48 µs
+//! with it on (the table), over half of it in the kernel (`perf`: loopback sends and
+//! wake-ups), so one Redis serves at most about 25,000-33,000 prompts/s of this kind
+//! whatever its clients do (two workers reached 31,755, at best 32,874). The prompt's own commands
 //! cost Redis about 31 bare `XADD` round trips of work (350,000 instructions when each end
 //! trimmed the queue and read one entry; about 280,000 now, by the totals above), three
 //! fifths of it Lua around the commands: the scripts are what fence every write and keep
@@ -257,8 +268,8 @@
 //! conversation (one script), record it done, release the lease and acknowledge its queue
 //! entry (a second), and read the next entry: 2.5 commands from outside and 12 inside the
 //! scripts, each of them dearer than the bare `XADD`. What is left is CPU on both sides,
-//! one after the other where they cannot overlap: the worker's (its Redis client first)
-//! and Redis's scripts.
+//! the worker's (its Redis client first) and Redis's scripts and sockets, which now
+//! overlap: a prompt waits for neither its end nor the next start.
 //!
 //! Memory per conversation (`MEMORY USAGE`, Redis 7, measured with `fleet memory`):
 //! - the transcript: the messages' JSON plus a few bytes each (about 3.2 KB for 10 short
