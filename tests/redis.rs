@@ -286,6 +286,14 @@ fn fleet_agent(conversation: &str, messages: Vec<Message>) -> Result<Agent, Erro
     builder.provider(answering(delay).chunk_chars(3)).build()
 }
 
+/// An agent on [`answering`] at once, from the stored `messages`.
+fn answering_agent(messages: Vec<Message>) -> Result<Agent, Error> {
+    Agent::builder()
+        .provider(answering(Duration::ZERO))
+        .messages(messages)
+        .build()
+}
+
 /// A model that answers each prompt with "answer to <prompt>" after `delay`.
 fn answering(delay: Duration) -> Faux {
     Faux::default().otherwise(move |request| {
@@ -403,6 +411,25 @@ fn done_of(conn: &mut redis::Connection, prefix: &str, conversation: &str) -> Op
         .arg("done")
         .query(conn)
         .unwrap()
+}
+
+/// Who holds a conversation's lease: its token, or none.
+fn lease_of(conn: &mut redis::Connection, prefix: &str, conversation: &str) -> Option<String> {
+    redis::cmd("GET")
+        .arg(format!("{prefix}:{{{conversation}}}:lease"))
+        .query(conn)
+        .unwrap()
+}
+
+/// The fleet's dead letters, in order.
+fn dead_letters(conn: &mut redis::Connection, prefix: &str) -> Vec<redis::streams::StreamId> {
+    let dead: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+        .arg(format!("{prefix}:{{dead}}"))
+        .arg("-")
+        .arg("+")
+        .query(conn)
+        .unwrap();
+    dead.ids
 }
 
 /// How many entries of the fleet's queue are not handled yet: pending under a worker, or

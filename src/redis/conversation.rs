@@ -172,14 +172,23 @@ impl Worker {
     }
 
     /// Acts on the replies of ends not waited for read so far: one that failed frees its
-    /// lease (its entry is tried again, as when its end is waited for). Returns how many
-    /// landed (counted by [`Worker::step`]).
-    pub(super) fn take_later(&self) -> u64 {
+    /// lease (its entry is tried again, as when its end is waited for). Those that landed
+    /// are counted by the next [`Worker::step`] (`ended_later`).
+    pub(super) fn take_later(&self) {
         let later = self.shared.writer.lock().link.take_later();
         let mut ended = 0;
         for Later { run, reply } in later {
-            match reply.and_then(end_status) {
-                Ok(_) => ended += 1,
+            // An end not waited for hands the conversation back rather than keep the
+            // lease for entries left to do: one that kept it did not end the run.
+            let reply = reply.and_then(end_status).and_then(|more| match more {
+                None => Ok(()),
+                Some(_) => Err(Error::Io {
+                    kind: std::io::ErrorKind::Other,
+                    message: "redis: the end of a run kept the lease".into(),
+                }),
+            });
+            match reply {
+                Ok(()) => ended += 1,
                 Err(Error::LeaseLost) => {}
                 Err(e) => {
                     if matches!(e, Error::Connection(_) | Error::Timeout(_)) {
@@ -190,7 +199,6 @@ impl Worker {
             }
         }
         self.shared.ended_later.fetch_add(ended, Ordering::AcqRel);
-        ended
     }
 
     /// Takes the lease and reads `meta`, the inbox after `done` and the transcript, in one
@@ -296,7 +304,8 @@ impl Worker {
             && shared.ahead.lock().len() <= begun.len()
             && writer.link.reading()
         {
-            // A failure is that of what was sent ahead: the next command meets it.
+            // A failure answered what was sent ahead: the ends among it as failed, the
+            // read as lost (its entries are read again as this worker's own).
             let _ = writer.link.take_read();
         }
         let mut begins = Vec::new();
@@ -472,7 +481,11 @@ impl Worker {
             } else {
                 "1"
             })
-            .arg(if later { conversation } else { "" });
+            .arg(if later {
+                format!(">{conversation}")
+            } else {
+                String::new()
+            });
         if let Some(batch) = batch {
             cmd.arg(batch.number());
             batch.args(&mut cmd);

@@ -321,7 +321,9 @@ impl Worker {
         let result = self.run_until(Instant::now() + limit);
         drop(ahead);
         let mut handled = result.inspect_err(|_| {
-            // Left pending under this worker: read again as its own at its next step.
+            // The ends not waited for are acted on; the entries read ahead are left pending
+            // under this worker: read again as its own at its next step.
+            self.settle_later();
             self.shared.retry_own.store(true, Ordering::Release);
         })?;
         // The replies not waited for are read, and the entries read ahead are handled, not
@@ -399,7 +401,10 @@ impl Worker {
     pub fn step(&self, wait: Duration) -> Result<u64, Error> {
         let _one = self.shared.busy.lock();
         self.check_eviction()?;
-        let (entries, reclaimed) = self.read_queue(wait)?;
+        let read = self.read_queue(wait);
+        // Ends not waited for that the reads met are acted on now, not after the next wait.
+        self.take_later();
+        let (entries, reclaimed) = read?;
         let mut handled = 0;
         for entry in entries {
             let conversation: String = entry.get("conversation").unwrap_or_default();
@@ -424,13 +429,19 @@ impl Worker {
     /// workers when due, one read ahead, else new ones.
     fn read_queue(&self, wait: Duration) -> Result<(Vec<::redis::streams::StreamId>, bool), Error> {
         let shared = &self.shared;
-        // What came back for commands not waited for: a failed end asks for this worker's
-        // own entries again, a read adds to those in hand.
+        // What came back for ends not waited for: a failed one asks for this worker's own
+        // entries again.
         self.take_later();
         let queue = shared.redis.queue_key();
+        let retry = shared.retry_own.swap(false, Ordering::AcqRel);
+        if retry {
+            // The starts sent ahead were of entries read ahead, which the own ones replace.
+            shared.begun_ahead.lock().clear();
+        }
         let mut writer = shared.writer.lock();
         let link = &mut writer.link;
-        if shared.retry_own.swap(false, Ordering::AcqRel) {
+        if retry {
+            link.forget_begun();
             // Those read ahead are among them.
             shared.ahead.lock().clear();
             shared.side.hold(Vec::new(), true);

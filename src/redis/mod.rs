@@ -144,9 +144,9 @@
 //! inbox and the transcript; one script appends the run's last batch of writes, checks
 //! that the earlier batches landed, records the run done, releases the lease and
 //! acknowledges the queue entry. While one run goes on, the scripts that start the next
-//! two entries' runs (each of a conversation of its own) are sent ahead, each as soon as
-//! its entry is in hand, and [`Worker::run_for`] reads the next queue entries in the same
-//! piece (`XREADGROUP` without blocking, two at once when two are left in hand, so that
+//! two entries' runs (each of a conversation of its own) are sent ahead (at each run's
+//! start, those not sent yet), and [`Worker::run_for`] reads the next queue entries in
+//! the same piece (`XREADGROUP` without blocking, two at once when two are left in hand, so that
 //! every other start reads and two to four are in hand; when there is none, the next step
 //! waits for one with a blocking `XREADGROUP`): Redis runs them meanwhile, the next run
 //! starts at once (its lease was taken then, and is renewed from its start; a reply older

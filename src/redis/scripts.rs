@@ -179,9 +179,9 @@ return applied
 /// KEYS: lease, meta, inbox, queue, messages, events. ARGV: token, the last write expected
 /// (`<token> <n>`, or '' for none; with a batch, that batch's), the inbox entry done (or
 /// ''), the queue entry (or ''), the group, lease ms, whether to trim the queue ('1' or
-/// '': a worker trims at every `TRIM_EVERY`th end), the conversation's name to hand it
-/// back to the queue when there is more to do (or '': the lease is kept, and the entries
-/// returned), then the batch or nothing: its number, the event stream cap, the inbox
+/// '': a worker trims at every `TRIM_EVERY`th end), `>` and the conversation's name to
+/// hand it back to the queue when there is more to do (or '': the lease is kept, and the
+/// entries returned), then the batch or nothing: its number, the event stream cap, the inbox
 /// entry whose prompt it stores (or ''), its event lines and messages as [`WRITE`] takes
 /// them. Returns `{1}` released, `{2}` released and handed back (announced again on the
 /// queue), `{0, entries}` more to do, `{-1}` the lease is not ours, `{-2}` a write of the
@@ -225,7 +225,7 @@ if #more > 0 then
     redis.call('PEXPIRE', KEYS[1], ARGV[6])
     return {0, more}
   end
-  redis.call('XADD', KEYS[4], '*', 'conversation', ARGV[8])
+  redis.call('XADD', KEYS[4], '*', 'conversation', string.sub(ARGV[8], 2))
   status = 2
 end
 redis.call('DEL', KEYS[1])
@@ -238,8 +238,8 @@ return {status}
 ));
 
 /// Records that the inbox entry ARGV[2] failed; at the ARGV[4]th failure in a row moves it
-/// to the dead-letter stream with its error and records it done. Frees the lease either
-/// way. KEYS: lease, meta, inbox, dead. ARGV: token, entry id, error, max failures,
+/// to the dead-letter stream with its error and records it done, keeping the lease (the
+/// conversation goes on with its next request); else frees the lease. KEYS: lease, meta, inbox, dead. ARGV: token, entry id, error, max failures,
 /// conversation, kind, text. Returns `{1, failures}` (to be tried again), `{2, failures}`
 /// (dead-lettered), `{-1}` (the lease is not ours).
 pub(crate) static FAIL: Script = Script::new(
@@ -251,7 +251,6 @@ if failed then
   local id, n = string.match(failed, '^(%S+) (%d+)$')
   if id == ARGV[2] then count = tonumber(n) + 1 end
 end
-redis.call('DEL', KEYS[1])
 if count >= tonumber(ARGV[4]) then
   redis.call('XADD', KEYS[4], '*', 'conversation', ARGV[5], 'entry', ARGV[2],
     'kind', ARGV[6], 'text', ARGV[7], 'error', ARGV[3], 'failures', count)
@@ -260,6 +259,7 @@ if count >= tonumber(ARGV[4]) then
   redis.call('XTRIM', KEYS[3], 'MINID', ARGV[2])
   return {2, count}
 end
+redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[2], 'failed', ARGV[2] .. ' ' .. count)
 return {1, count}
 ",

@@ -44,8 +44,7 @@ enum Sent {
     Write(Vec<u8>),
     /// The end of a run ([`scripts::END`], may carry its last batch): sent again like a
     /// write after a break (it applies once). Its reply is returned by [`Link::end`], or,
-    /// for an end not waited for ([`Link::end_later`]), kept as a [`Later::End`] of its
-    /// run.
+    /// for an end not waited for ([`Link::end_later`]), kept as a [`Later`] of its run.
     End(Vec<u8>, Option<Box<Ended>>),
     /// A read of the next queue entries: not sent again after a break; its reply (none when
     /// it was lost) handed to the link's `on_read` as soon as it is read.
@@ -124,9 +123,10 @@ impl Link {
             sent.push(Sent::Begin(token, Instant::now()));
             packed.extend_from_slice(&begin);
         }
-        if !sent.is_empty() && self.send_all(sent, &packed).is_err() {
-            // Given up with the connection: the run sends its own start.
-            self.sent.retain(|s| !matches!(s, Sent::Begin(..)));
+        if !sent.is_empty() {
+            // A failure gave up what was sent ahead with the connection: each run sends its
+            // own start.
+            let _ = self.send_all(sent, &packed);
         }
     }
 
@@ -336,9 +336,10 @@ impl Link {
                 }
                 Err(e) => Err(super::map_err(&e, false)),
             };
-            let Some(sent) = self.sent.pop_front() else {
-                break;
-            };
+            let sent = self
+                .sent
+                .pop_front()
+                .expect("OK because the loop runs while a command is unread");
             let last = awaited(&sent);
             match (sent, value) {
                 (Sent::End(_, None), Ok(value)) => end = Some(value),
@@ -394,9 +395,8 @@ impl Link {
             .arg("UNBLOCK")
             .arg(id)
             .get_packed_command();
-        if let Err(e) = self.send(Sent::Ignore, &packed) {
-            self.give_up(&e);
-        }
+        // A failure gave up what was sent ahead with the connection.
+        let _ = self.send(Sent::Ignore, &packed);
     }
 }
 

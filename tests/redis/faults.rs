@@ -88,15 +88,10 @@ fn runs(answers: &[String], first_broken: bool) -> Vec<String> {
 
 /// An in-process worker's steps, on the test thread.
 fn echo_worker(redis: &Redis, name: &str) -> Worker {
-    Worker::new(redis, name, |_, messages| {
-        Agent::builder()
-            .provider(answering(Duration::ZERO))
-            .messages(messages)
-            .build()
-    })
-    .unwrap()
-    .lease(Duration::from_millis(600))
-    .claim_after(Duration::from_secs(60))
+    Worker::new(redis, name, |_, messages| answering_agent(messages))
+        .unwrap()
+        .lease(Duration::from_millis(600))
+        .claim_after(Duration::from_secs(60))
 }
 
 /// Steps `worker` until the conversation is done up to `id`, within 10 s (far less than the
@@ -290,10 +285,7 @@ fn a_steer_handed_over_as_the_run_ends_is_run_not_marked_done_and_lost() {
     // At the first run's AgentEnd (too late for that run to take it), a steer arrives and
     // is handed to the agent.
     let worker = Worker::new(&redis, "w", move |_, messages| {
-        let agent = Agent::builder()
-            .provider(answering(Duration::ZERO))
-            .messages(messages)
-            .build()?;
+        let agent = answering_agent(messages)?;
         let (q, flag, handle) = (q.clone(), flag.clone(), agent.handle());
         agent
             .subscribe(move |event| {
@@ -449,10 +441,7 @@ fn a_panicking_factory_is_caught_and_its_entry_dead_lettered_after_max_failures(
             b.fetch_add(1, Ordering::SeqCst);
             panic!("the factory cannot build this one");
         }
-        Agent::builder()
-            .provider(answering(Duration::ZERO))
-            .messages(messages)
-            .build()
+        answering_agent(messages)
     })
     .unwrap()
     .lease(Duration::from_millis(600))
@@ -470,14 +459,9 @@ fn a_panicking_factory_is_caught_and_its_entry_dead_lettered_after_max_failures(
     wait_until("the poison entry dead-lettered", || {
         done_of(&mut conn, &prefix, "poison").as_ref() == Some(&poison)
     });
-    let dead: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
-        .arg(format!("{prefix}:{{dead}}"))
-        .arg("-")
-        .arg("+")
-        .query(&mut conn)
-        .unwrap();
-    assert_eq!(dead.ids.len(), 1);
-    let field = |name: &str| dead.ids[0].get::<String>(name).unwrap();
+    let dead = dead_letters(&mut conn, &prefix);
+    assert_eq!(dead.len(), 1);
+    let field = |name: &str| dead[0].get::<String>(name).unwrap();
     assert_eq!(field("conversation"), "poison");
     assert_eq!(field("entry"), poison);
     assert_eq!(field("text"), "Boom");
@@ -494,10 +478,7 @@ fn a_panicking_factory_is_caught_and_its_entry_dead_lettered_after_max_failures(
     });
     assert_eq!(built.load(Ordering::SeqCst), 4);
     assert!(!running.thread.as_ref().unwrap().is_finished());
-    let lease: Option<String> = redis::cmd("GET")
-        .arg(format!("{prefix}:{{poison}}:lease"))
-        .query(&mut conn)
-        .unwrap();
+    let lease = lease_of(&mut conn, &prefix, "poison");
     assert_eq!(lease, None);
 }
 
@@ -610,10 +591,7 @@ fn started_is_recorded_with_the_prompt_not_with_a_synthesized_tool_result() {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let (s, url, meta) = (seen.clone(), shared_url(), format!("{prefix}:{{c}}:meta"));
     let worker = Worker::new(&redis, "w", move |_, messages| {
-        let agent = Agent::builder()
-            .provider(answering(Duration::ZERO))
-            .messages(messages)
-            .build()?;
+        let agent = answering_agent(messages)?;
         let (s, url, meta) = (s.clone(), url.clone(), meta.clone());
         agent
             .subscribe(move |event| {
@@ -815,10 +793,7 @@ fn the_end_of_a_run_carrying_its_last_writes_applies_once_when_it_is_cut_or_drop
         unhandled(&mut conn, &prefix) == 0
     });
     assert_eq!(described(&store, "c"), answers, "nothing run again");
-    let lease: Option<String> = redis::cmd("GET")
-        .arg(format!("{prefix}:{{c}}:lease"))
-        .query(&mut conn)
-        .unwrap();
+    let lease = lease_of(&mut conn, &prefix, "c");
     assert_eq!(lease, None, "the lease was released");
     let (state, _) = folded(&direct, "c");
     assert_eq!(
@@ -959,10 +934,7 @@ fn run_for_ending_with_a_queue_entry_read_ahead_runs_it_before_it_returns() {
         if conversation == "a" {
             std::thread::sleep(Duration::from_millis(600));
         }
-        Agent::builder()
-            .provider(answering(Duration::ZERO))
-            .messages(messages)
-            .build()
+        answering_agent(messages)
     })
     .unwrap()
     .claim_after(Duration::from_secs(60));
@@ -1057,10 +1029,7 @@ fn a_stored_transcript_of_whole_pages_or_more_reaches_the_agent_whole() {
     let s = seen.clone();
     let worker = Worker::new(&redis, "w", move |_, messages| {
         s.store(messages.len(), Ordering::Release);
-        Agent::builder()
-            .provider(answering(Duration::ZERO))
-            .messages(messages)
-            .build()
+        answering_agent(messages)
     })
     .unwrap()
     .claim_after(Duration::from_secs(60));
@@ -1271,10 +1240,7 @@ fn each_answered_once(store: &Store, direct: &Redis, prefix: &str, names: &[Stri
     for c in names {
         assert_eq!(described(store, c), answers, "{c}");
         assert_eq!(runs_in_stream(direct, c), runs(&answers, false), "{c}");
-        let lease: Option<String> = redis::cmd("GET")
-            .arg(format!("{prefix}:{{{c}}}:lease"))
-            .query(&mut conn)
-            .unwrap();
+        let lease = lease_of(&mut conn, prefix, c);
         assert_eq!(lease, None, "{c}'s lease was released");
     }
 }
@@ -1362,10 +1328,7 @@ fn the_next_run_starts_while_the_end_of_the_last_one_has_not_reached_redis() {
                     .unwrap()
                     .push((conversation.to_string(), before));
             }
-            Agent::builder()
-                .provider(answering(Duration::ZERO))
-                .messages(messages)
-                .build()
+            answering_agent(messages)
         })
         .unwrap()
         .claim_after(Duration::from_secs(60))
@@ -1392,19 +1355,27 @@ fn the_next_run_starts_while_the_end_of_the_last_one_has_not_reached_redis() {
 fn an_end_not_waited_for_that_finds_more_in_the_inbox_hands_the_conversation_back() {
     let redis = shared("hand-back");
     let prefix = format!("t{}-hand-back", std::process::id());
-    let store = Store::new(&redis);
-    let queue = Queue::new(&redis);
-    for c in ["x", "a", "b"] {
+    // A conversation's name may be empty: its end hands it back all the same.
+    for (round, a) in ["a", ""].into_iter().enumerate() {
+        let (x, b) = (format!("x{round}"), format!("b{round}"));
+        hand_back(&redis, &prefix, [&x, a, &b], round);
+    }
+}
+
+/// x's run reads a's and b's entries ahead; a's run sends b's start ahead, so its end is
+/// not waited for. a's second prompt comes while its first runs: that end finds it in the
+/// inbox and hands a back to the queue, behind b, instead of running it.
+fn hand_back(redis: &Redis, prefix: &str, [x, a, b]: [&str; 3], round: usize) {
+    let store = Store::new(redis);
+    let queue = Queue::new(redis);
+    for c in [x, a, b] {
         store.delete(c).unwrap();
     }
-    // x's run reads a's and b's entries ahead; a's run sends b's start ahead, so its end
-    // is not waited for. a's second prompt comes while its first runs: that end finds it
-    // in the inbox and hands a back to the queue, behind b, instead of running it.
-    let id_x = queue.prompt("x", "Zero").unwrap();
-    queue.prompt("a", "One").unwrap();
-    let id_b = queue.prompt("b", "Two").unwrap();
+    let id_x = queue.prompt(x, "Zero").unwrap();
+    queue.prompt(a, "One").unwrap();
+    let id_b = queue.prompt(b, "Two").unwrap();
     let built = Arc::new(Mutex::new(Vec::new()));
-    let worker = counting_worker(&redis, "w", built.clone(), |prompt| {
+    let worker = counting_worker(redis, &format!("w{round}"), built.clone(), |prompt| {
         if prompt == "One" { 400 } else { 0 }
     });
     let running = worker.clone();
@@ -1412,30 +1383,78 @@ fn an_end_not_waited_for_that_finds_more_in_the_inbox_hands_the_conversation_bac
     wait_within("a's first run", Duration::from_secs(10), || {
         built.lock().unwrap().len() == 2
     });
-    let id_a2 = queue.prompt("a", "Three").unwrap();
+    let id_a2 = queue.prompt(a, "Three").unwrap();
     let mut conn = raw(&shared_url());
+    // `claim_after` is 60 s: an end that kept the lease unnoticed fails this.
     wait_within("every answer", Duration::from_secs(10), || {
-        done_of(&mut conn, &prefix, "x").as_ref() == Some(&id_x)
-            && done_of(&mut conn, &prefix, "a").as_ref() == Some(&id_a2)
-            && done_of(&mut conn, &prefix, "b").as_ref() == Some(&id_b)
+        done_of(&mut conn, prefix, x).as_ref() == Some(&id_x)
+            && done_of(&mut conn, prefix, a).as_ref() == Some(&id_a2)
+            && done_of(&mut conn, prefix, b).as_ref() == Some(&id_b)
     });
     worker.stop();
-    run.join().unwrap().unwrap();
+    // The four prompts' queue entries and the hand back's, which finds nothing left to run.
+    assert_eq!(
+        run.join().unwrap().unwrap(),
+        5,
+        "{a:?}: each entry counted once"
+    );
     assert_eq!(
         *built.lock().unwrap(),
-        ["x", "a", "b", "a"],
-        "a handed back behind b"
+        [x, a, b, a],
+        "{a:?} handed back behind {b}"
     );
     let answer = |p: &str| format!("answer to {p}");
-    let a = answered(&["One".into(), "Three".into()], answer);
-    assert_eq!(described(&store, "a"), a);
-    assert_eq!(runs_in_stream(&redis, "a"), runs(&a, false));
-    assert_eq!(described(&store, "b"), answered(&["Two".into()], answer));
-    let lease: Option<String> = redis::cmd("GET")
-        .arg(format!("{prefix}:{{a}}:lease"))
-        .query(&mut conn)
-        .unwrap();
-    assert_eq!(lease, None, "a's lease was released");
+    let answers = answered(&["One".into(), "Three".into()], answer);
+    assert_eq!(described(&store, a), answers);
+    assert_eq!(runs_in_stream(redis, a), runs(&answers, false));
+    assert_eq!(described(&store, b), answered(&["Two".into()], answer));
+    let lease = lease_of(&mut conn, prefix, a);
+    assert_eq!(lease, None, "{a:?}'s lease was released");
+    assert_eq!(unhandled(&mut conn, prefix), 0, "nothing left in the queue");
+}
+
+#[test]
+fn a_dead_lettered_entry_keeps_the_lease_and_its_conversation_goes_on_at_once() {
+    let redis = shared("dead-goes-on");
+    let prefix = format!("t{}-dead-goes-on", std::process::id());
+    let store = Store::new(&redis);
+    store.delete("c").unwrap();
+    // The first agent built panics; at its first failure (`max_failures` 1) the entry is
+    // dead-lettered, and the conversation's next request runs in the same hands. With
+    // `claim_after` 60 s, a lease dropped there would leave it waiting past this test.
+    let built = Arc::new(AtomicUsize::new(0));
+    let b = built.clone();
+    let worker = Worker::new(&redis, "w", move |_, messages| {
+        if b.fetch_add(1, Ordering::SeqCst) == 0 {
+            panic!("the first agent cannot be built");
+        }
+        answering_agent(messages)
+    })
+    .unwrap()
+    .claim_after(Duration::from_secs(60))
+    .max_failures(1);
+    let queue = Queue::new(&redis);
+    let boom = queue.prompt("c", "Boom").unwrap();
+    let after = queue.prompt("c", "After").unwrap();
+    let _running = InProcess::start(worker);
+    let mut conn = raw(&shared_url());
+    wait_within("the next request answered", Duration::from_secs(10), || {
+        done_of(&mut conn, &prefix, "c").as_ref() == Some(&after)
+    });
+    assert_eq!(built.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        described(&store, "c"),
+        answered(&["After".into()], |p| format!("answer to {p}"))
+    );
+    let dead = dead_letters(&mut conn, &prefix);
+    assert_eq!(
+        dead.iter()
+            .map(|e| e.get::<String>("entry"))
+            .collect::<Vec<_>>(),
+        [Some(boom)]
+    );
+    let lease = lease_of(&mut conn, &prefix, "c");
+    assert_eq!(lease, None, "the lease was released at the end");
     assert_eq!(
         unhandled(&mut conn, &prefix),
         0,

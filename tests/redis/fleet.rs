@@ -173,10 +173,7 @@ fn a_worker_killed_mid_run_has_its_conversations_finished_by_the_others() {
     let mut victim = None;
     wait_until("w0 in the middle of a run", || {
         victim = names.iter().find(|n| {
-            let lease: Option<String> = redis::cmd("GET")
-                .arg(format!("{prefix}:{{{n}}}:lease"))
-                .query(&mut conn)
-                .unwrap();
+            let lease = lease_of(&mut conn, &prefix, n);
             // A token starts with its worker's name after the name's length.
             lease.is_some_and(|l| l.starts_with("2:w0:"))
                 && described(&store, n)
@@ -410,12 +407,7 @@ fn handled_queue_entries_are_trimmed_and_none_pending_or_not_yet_delivered_is_dr
     };
     let queued = ids(&mut conn);
     assert_eq!(queued.len(), ENTRIES);
-    let factory = |_: &str, messages: Vec<Message>| {
-        Agent::builder()
-            .provider(answering(Duration::ZERO))
-            .messages(messages)
-            .build()
-    };
+    let factory = |_: &str, messages: Vec<Message>| answering_agent(messages);
     // (It makes the workers' group.)
     let worker = Worker::new(&redis, "w", factory)
         .unwrap()
@@ -505,12 +497,7 @@ fn a_prompt_costs_two_scripts_with_or_without_the_log_half_a_queue_read_and_a_si
     let mut conn = raw(&server.url());
     let redis = Redis::open(&server.url()).unwrap().prefix("cost");
     let store = Store::new(&redis);
-    let factory = |_: &str, messages: Vec<Message>| {
-        Agent::builder()
-            .provider(answering(Duration::ZERO))
-            .messages(messages)
-            .build()
-    };
+    let factory = |_: &str, messages: Vec<Message>| answering_agent(messages);
     // Calls of each command since the last `CONFIG RESETSTAT`, by `INFO commandstats`.
     let calls = |conn: &mut redis::Connection, command: &str| -> usize {
         let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
