@@ -92,6 +92,7 @@ impl Worker {
         conversation: &str,
         entry: &str,
         reclaimed: bool,
+        begun: Option<String>,
     ) -> Result<bool, Failure> {
         let shared = &self.shared;
         let redis = &shared.redis;
@@ -102,24 +103,8 @@ impl Worker {
         }
         let key = |what| redis.key(conversation, what);
         // The start of this entry's run may have been sent ahead, under a token of its own,
-        // while the runs before went on (the first of those sent ahead); when another entry
-        // is handled first, the starts sent ahead are of no use now.
-        let ahead = {
-            let mut begun = shared.begun_ahead.lock();
-            match begun.front() {
-                Some((id, _)) if id == entry => begun.pop_front(),
-                Some(_) => {
-                    begun.clear();
-                    shared.writer.lock().link.forget_begun();
-                    None
-                }
-                None => None,
-            }
-        };
-        let token = match ahead {
-            Some((_, token)) => token,
-            None => self.new_token(),
-        };
+        // while the runs before went on.
+        let token = begun.unwrap_or_else(|| self.new_token());
         let begun = self.begin(conversation, &token);
         // The run before's end, read on the way, is acted on first.
         self.take_later();
@@ -298,43 +283,46 @@ impl Worker {
     /// its way, its reply is read first.
     fn begin_ahead(&self, current: &str) {
         let shared = &self.shared;
-        let mut begun = shared.begun_ahead.lock();
         let mut writer = shared.writer.lock();
-        if begun.len() < BEGUN_AHEAD
-            && shared.ahead.lock().len() <= begun.len()
-            && writer.link.reading()
-        {
+        let (begun, held) = {
+            let ahead = shared.ahead.lock();
+            (
+                ahead.iter().filter(|h| h.begun.is_some()).count(),
+                ahead.len(),
+            )
+        };
+        if begun < BEGUN_AHEAD && held <= begun && writer.link.reading() {
             // A failure answered what was sent ahead: the ends among it as failed, the
             // read as lost (its entries are read again as this worker's own).
             let _ = writer.link.take_read();
         }
         let mut begins = Vec::new();
         {
-            let ahead = shared.ahead.lock();
+            let mut ahead = shared.ahead.lock();
+            let mut begun = begun;
             let mut conversations: Vec<String> = vec![current.to_owned()];
-            for (at, e) in ahead.iter().enumerate() {
-                let conversation: String = e.get("conversation").unwrap_or_default();
-                if at < begun.len() {
-                    conversations.push(conversation);
-                    continue;
+            for held in ahead.iter_mut() {
+                let conversation: String = held.entry.get("conversation").unwrap_or_default();
+                // Along the entries' order only: the next run takes the first one held.
+                if held.begun.is_none() {
+                    if begun >= BEGUN_AHEAD
+                        || conversations.contains(&conversation)
+                        || check_name(&conversation).is_err()
+                    {
+                        break;
+                    }
+                    let redis = &shared.redis;
+                    let keys =
+                        ["lease", "meta", "inbox", "messages"].map(|w| redis.key(&conversation, w));
+                    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+                    let token = self.new_token();
+                    begins.push((
+                        token.clone(),
+                        self.begin_cmd(&keys, &token).get_packed_command(),
+                    ));
+                    held.begun = Some(token);
+                    begun += 1;
                 }
-                // Along the entries' order only: the next run takes the first one sent.
-                if begun.len() >= BEGUN_AHEAD
-                    || conversations.contains(&conversation)
-                    || check_name(&conversation).is_err()
-                {
-                    break;
-                }
-                let redis = &shared.redis;
-                let keys =
-                    ["lease", "meta", "inbox", "messages"].map(|w| redis.key(&conversation, w));
-                let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-                let token = self.new_token();
-                begins.push((
-                    token.clone(),
-                    self.begin_cmd(&keys, &token).get_packed_command(),
-                ));
-                begun.push_back((e.id.clone(), token));
                 conversations.push(conversation);
             }
         }
@@ -462,7 +450,7 @@ impl Worker {
             && !entry.is_empty()
             && shared.reading_ahead.load(Ordering::Acquire) > 0
             && !shared.stop.load(Ordering::Acquire)
-            && !shared.begun_ahead.lock().is_empty();
+            && shared.ahead.lock().iter().any(|h| h.begun.is_some());
         let keys =
             ["lease", "meta", "inbox", "messages", "events"].map(|w| redis.key(conversation, w));
         let queue = redis.queue_key();

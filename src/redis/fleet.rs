@@ -1,6 +1,5 @@
 //! `Worker`: runs the conversations of a fleet, fed by the queue stream.
 
-use std::collections::VecDeque;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
@@ -97,12 +96,21 @@ pub(super) struct Shared {
     /// Queue entries this worker acknowledged with a run's end: every [`TRIM_EVERY`]th end
     /// trims the queue too.
     pub(super) ends: AtomicUsize,
-    /// Queue entries read ahead, handled one per step.
-    pub(super) ahead: Mutex<Vec<::redis::streams::StreamId>>,
-    /// The first of them whose runs' starts were sent ahead, in order: each one's id and
-    /// lease token.
-    pub(super) begun_ahead: Mutex<VecDeque<(String, String)>>,
+    /// Queue entries read ahead, in order, handled one per step; each with the lease token
+    /// its run's start was sent ahead under, if it was ([`Held`]).
+    pub(super) ahead: Mutex<Vec<Held>>,
 }
+
+/// A queue entry in a worker's hands, read ahead.
+pub(super) struct Held {
+    pub(super) entry: ::redis::streams::StreamId,
+    /// The lease token its run's start was sent ahead under ([`Worker::begin_ahead`]): kept
+    /// with the entry, so that the two cannot part (an entry let go forgets its start).
+    pub(super) begun: Option<String>,
+}
+
+/// The entries a step handles: each with the token its run's start was sent ahead under.
+type Entries = Vec<(::redis::streams::StreamId, Option<String>)>;
 
 impl fmt::Debug for Worker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -161,7 +169,6 @@ impl Worker {
                 ended_later: AtomicU64::new(0),
                 ends: AtomicUsize::new(0),
                 ahead: Mutex::new(Vec::new()),
-                begun_ahead: Mutex::new(VecDeque::new()),
             }),
             config: Arc::new(Config {
                 factory: Arc::new(factory),
@@ -406,9 +413,9 @@ impl Worker {
         self.take_later();
         let (entries, reclaimed) = read?;
         let mut handled = 0;
-        for entry in entries {
+        for (entry, begun) in entries {
             let conversation: String = entry.get("conversation").unwrap_or_default();
-            match self.handle(&conversation, &entry.id, reclaimed) {
+            match self.handle(&conversation, &entry.id, reclaimed, begun) {
                 Ok(true) => handled += 1,
                 Ok(false) => {}
                 Err(Failure::Redis(e)) => {
@@ -427,22 +434,17 @@ impl Worker {
 
     /// The next queue entries: own pending ones after a failure, claimed ones of dead
     /// workers when due, one read ahead, else new ones.
-    fn read_queue(&self, wait: Duration) -> Result<(Vec<::redis::streams::StreamId>, bool), Error> {
+    fn read_queue(&self, wait: Duration) -> Result<(Entries, bool), Error> {
         let shared = &self.shared;
         // What came back for ends not waited for: a failed one asks for this worker's own
         // entries again.
         self.take_later();
         let queue = shared.redis.queue_key();
-        let retry = shared.retry_own.swap(false, Ordering::AcqRel);
-        if retry {
-            // The starts sent ahead were of entries read ahead, which the own ones replace.
-            shared.begun_ahead.lock().clear();
-        }
         let mut writer = shared.writer.lock();
         let link = &mut writer.link;
-        if retry {
+        if shared.retry_own.swap(false, Ordering::AcqRel) {
+            // Those read ahead are among them, and their starts sent ahead go with them.
             link.forget_begun();
-            // Those read ahead are among them.
             shared.ahead.lock().clear();
             shared.side.hold(Vec::new(), true);
             let own: Option<::redis::streams::StreamReadReply> = link.call(Again::Safe, |c| {
@@ -459,7 +461,7 @@ impl Worker {
             })?;
             let own = ids(own);
             if !own.is_empty() {
-                return Ok((own, true));
+                return Ok((own.into_iter().map(|e| (e, None)).collect(), true));
             }
         }
         let claim_every = (self.config.claim_after / 4).max(Duration::from_millis(10));
@@ -481,15 +483,23 @@ impl Worker {
                     .query(c)
             })?;
             if !claimed.claimed.is_empty() {
-                return Ok((claimed.claimed, true));
+                // Run before those in hand, they may share a conversation with one whose
+                // start was sent ahead: those starts are of no use now.
+                link.forget_begun();
+                for held in shared.ahead.lock().iter_mut() {
+                    held.begun = None;
+                }
+                let claimed = claimed.claimed.into_iter().map(|e| (e, None));
+                return Ok((claimed.collect(), true));
             }
         }
         let mut ahead = shared.ahead.lock();
         if !ahead.is_empty() {
-            // One at a time: while it runs, the start of the next one's run goes ahead.
-            let held = ahead.iter().map(|e| e.id.clone()).collect();
+            // One at a time: while it runs, the starts of the next ones' runs go ahead.
+            let held = ahead.iter().map(|h| h.entry.id.clone()).collect();
             shared.side.hold(held, true);
-            return Ok((vec![ahead.remove(0)], false));
+            let next = ahead.remove(0);
+            return Ok((vec![(next.entry, next.begun)], false));
         }
         drop(ahead);
         let block = millis(wait).max(1);
@@ -522,7 +532,7 @@ impl Worker {
                 },
                 e => e,
             })?;
-        Ok((ids(read), false))
+        Ok((ids(read).into_iter().map(|e| (e, None)).collect(), false))
     }
 
     /// The command that reads the next new queue entries without blocking, when the start
@@ -585,7 +595,10 @@ fn keep_ahead(shared: &Shared, read: Option<::redis::Value>) {
             // kept fresh with its lease, past `claim_after` if need be.
             let held = read.iter().map(|e| e.id.clone()).collect();
             shared.side.hold(held, false);
-            shared.ahead.lock().extend(read);
+            shared
+                .ahead
+                .lock()
+                .extend(read.into_iter().map(|entry| Held { entry, begun: None }));
         }
         _ => shared.retry_own.store(true, Ordering::Release),
     }
