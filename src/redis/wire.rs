@@ -461,6 +461,36 @@ mod tests {
         assert!(wire.is_open());
     }
 
+    /// Every condition that passes, as Redis words it on the wire, is one a worker or a
+    /// mirror waits out (`Error::Connection`), whatever the crate's kind for it; any other
+    /// error reply is `Error::Io`, which is not.
+    #[test]
+    fn every_passing_error_reply_is_waited_out_and_no_other_is() {
+        let query = |reply: String| {
+            let mut wire = replying(Box::leak(reply.into_bytes().into_boxed_slice()));
+            let e = ::redis::cmd("GET")
+                .arg("x")
+                .query::<()>(&mut wire)
+                .unwrap_err();
+            super::super::map_err(&e, false)
+        };
+        for code in super::super::PASSING {
+            let e = query(format!("-{code} the server says to wait\r\n"));
+            assert!(matches!(e, crate::Error::Connection(_)), "{code}: {e:?}");
+        }
+        for code in [
+            "ERR",
+            "WRONGTYPE",
+            "NOPERM",
+            "NOGROUP",
+            "EXECABORT",
+            "BUSYGROUP",
+        ] {
+            let e = query(format!("-{code} not a condition that passes\r\n"));
+            assert!(matches!(e, crate::Error::Io { .. }), "{code}: {e:?}");
+        }
+    }
+
     #[test]
     fn a_malformed_reply_is_an_error_that_closes_the_connection() {
         for bytes in [
